@@ -1,0 +1,3 @@
+from fsage.cli import main
+
+main()

@@ -1,0 +1,20 @@
+/* Shared declarations of the fsage._ext2fs extension (reader in _ext2fs.c, offline writer in
+ * _ext2fs_writer.c). */
+#ifndef FSAGE_EXT2FS_H
+#define FSAGE_EXT2FS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <ext2fs/ext2fs.h>
+
+/* fsage._ext2fs.Ext2fsError: raised with (errcode, message); the Python side turns it into a
+ * clear FsageError. */
+extern PyObject *fsage_Ext2fsError;
+
+/* Set Ext2fsError from a libext2fs error code, prefixed with what was being done; returns NULL. */
+PyObject *fsage_raise(errcode_t err, const char *what);
+
+/* Methods of the offline writer, added to the module at init. */
+extern PyMethodDef fsage_writer_methods[];
+
+#endif

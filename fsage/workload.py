@@ -1,0 +1,210 @@
+"""The Workload model: an op stream with a header, shared by the ager and replay.
+
+A workload is JSON Lines: the first line is the header (who made it, parameters, seed, fsage
+version), every further line one op. Generators make op streams; executors run them on a
+target (a mounted tree, an ext image offline, an LFS image), so every workload runs on every
+target.
+
+Paths in ops are relative to the target's root, '/'-separated, and never contain '..' or start
+with '/': ``check_relpath`` enforces that for anything read from a file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from fsage import __version__
+from fsage.errors import WorkloadError
+
+FORMAT_VERSION = 1
+
+OP_KINDS = (
+    "mkdir",  # path
+    "create",  # path, size: a new regular file of ``size`` bytes
+    "append",  # path, size: bytes added at the end
+    "overwrite",  # path, offset, size: rewrite bytes in place
+    "truncate",  # path, size: new length
+    "delete",  # path: unlink a file, or remove an empty directory
+    "rename",  # path -> dest
+    "fsync",  # path
+    "sync",  # whole file system
+    "snapshot",  # marker: a snapshot is wanted here (label)
+)
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    path: str = ""
+    size: int = 0
+    offset: int = 0
+    dest: str = ""
+    label: str = ""
+
+    def to_json(self) -> str:
+        # Only non-default fields, so streams stay small and diffs readable.
+        out: dict[str, Any] = {"op": self.op}
+        if self.path:
+            out["path"] = self.path
+        if self.size:
+            out["size"] = self.size
+        if self.offset:
+            out["offset"] = self.offset
+        if self.dest:
+            out["dest"] = self.dest
+        if self.label:
+            out["label"] = self.label
+        return json.dumps(out, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = "") -> Op:
+        try:
+            op = cls(
+                op=str(data["op"]),
+                path=str(data.get("path", "")),
+                size=int(data.get("size", 0)),
+                offset=int(data.get("offset", 0)),
+                dest=str(data.get("dest", "")),
+                label=str(data.get("label", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkloadError(f"{where}bad op {data!r}: {exc}") from None
+        op.check(where)
+        return op
+
+    def check(self, where: str = "") -> None:
+        if self.op not in OP_KINDS:
+            raise WorkloadError(f"{where}unknown op {self.op!r}")
+        if self.size < 0 or self.offset < 0:
+            raise WorkloadError(f"{where}negative size or offset in {self.op}")
+        if self.op not in ("sync", "snapshot"):
+            check_relpath(self.path, where)
+        if self.op == "rename":
+            check_relpath(self.dest, where)
+
+
+def check_relpath(path: str, where: str = "") -> str:
+    """Refuse any path that could leave the target: absolute, '..', empty parts, NUL."""
+    if not path or path.startswith("/") or "\0" in path:
+        raise WorkloadError(f"{where}unsafe path {path!r}")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise WorkloadError(f"{where}unsafe path {path!r}")
+    return path
+
+
+@dataclass
+class WorkloadHeader:
+    generator: str
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    fsage_version: str = __version__
+    format: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps({"fsage_workload": asdict(self)}, sort_keys=True, separators=(",", ":"))
+
+
+def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int:
+    """Write header and ops (gzip when the name ends in .gz); returns the op count.
+
+    Gzip output has a fixed mtime so the same stream gives the same bytes.
+    """
+    count = 0
+    tmp = path.with_name(path.name + ".part")
+    raw: IO[bytes]
+    with open(tmp, "wb") as fh:
+        raw = gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) if path.suffix == ".gz" else fh
+        with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
+            out.write(header.to_json() + "\n")
+            for op in ops:
+                out.write(op.to_json() + "\n")
+                count += 1
+    tmp.replace(path)
+    return count
+
+
+def _open_text(path: Path) -> IO[str]:
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+        if magic == b"\x1f\x8b":
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+        return open(path, encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read workload {path}: {exc.strerror}") from None
+
+
+def read_header(path: Path) -> WorkloadHeader:
+    with _open_text(path) as fh:
+        return _parse_header(fh.readline(), path)
+
+
+def _parse_header(line: str, path: Path) -> WorkloadHeader:
+    try:
+        data = json.loads(line)["fsage_workload"]
+        return WorkloadHeader(**data)
+    except (ValueError, KeyError, TypeError):
+        raise WorkloadError(f"{path}: not an fsage workload (no header line)") from None
+
+
+def read_workload(path: Path) -> tuple[WorkloadHeader, Iterator[Op]]:
+    """The header now, and the ops lazily (a workload can be larger than memory)."""
+    fh = _open_text(path)
+    try:
+        header = _parse_header(fh.readline(), path)
+    except WorkloadError:
+        fh.close()
+        raise
+
+    def ops() -> Iterator[Op]:
+        with fh:
+            for lineno, line in enumerate(fh, start=2):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}: "
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    raise WorkloadError(f"{where}not JSON") from None
+                if not isinstance(data, dict):
+                    raise WorkloadError(f"{where}not an op object")
+                yield Op.from_json(data, where)
+
+    return header, ops()
+
+
+class Executor(ABC):
+    """Runs ops on one target. Every target (mounted tree, offline ext image, LFS image)
+    implements this, so any workload runs anywhere."""
+
+    #: One line shown to the user about how ops reach the disk.
+    description: str = ""
+
+    @abstractmethod
+    def apply(self, op: Op) -> int:
+        """Run one op; returns the bytes of file data it wrote."""
+
+    @abstractmethod
+    def capacity_blocks(self) -> tuple[int, int, int]:
+        """(block size, total blocks, used blocks) as statvfs reports them."""
+
+    def fullness(self) -> float:
+        _, total, used = self.capacity_blocks()
+        return used / total if total else 0.0
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Flush and release the target."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
