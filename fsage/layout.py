@@ -11,6 +11,7 @@ integer nanoseconds since the epoch; sizes are bytes.
 
 from __future__ import annotations
 
+import itertools
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -261,7 +262,7 @@ class LinkTable:
     def iter_names(self) -> Iterator[bytes]:
         off = self.name_off.tolist()
         names = self.names
-        for a, b in zip(off[:-1], off[1:], strict=True):
+        for a, b in itertools.pairwise(off):
             yield names[a:b]
 
     @staticmethod
@@ -329,7 +330,8 @@ def derive_paths(links: LinkTable, root_ino: int) -> dict[int, list[str]]:
     children: dict[int, list[tuple[int, str]]] = {}
     off = links.name_off.tolist()
     raw = links.names
-    for parent, ino, a, b in zip(links.parent.tolist(), links.ino.tolist(), off[:-1], off[1:]):
+    rows = zip(links.parent.tolist(), links.ino.tolist(), itertools.pairwise(off), strict=True)
+    for parent, ino, (a, b) in rows:
         name = raw[a:b].decode("utf-8", "surrogateescape")
         children.setdefault(parent, []).append((ino, name))
     out: dict[int, list[str]] = {root_ino: ["/"]}

@@ -54,13 +54,13 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     numeric = [
-        all(isinstance(row[i], int | float) or row[i] is None for row in rows) for i in range(len(headers))
+        all(isinstance(row[i], int | float) or row[i] is None for row in rows)
+        for i in range(len(headers))
     ]
 
     def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)
-        ).rstrip()
+        cols = zip(cells, widths, numeric, strict=True)
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in cols).rstrip()
 
     click.echo(fmt(list(headers)))
     click.echo("  ".join("-" * w for w in widths))

@@ -1,0 +1,127 @@
+"""`fsage snapshot`, `fsage snapshots`, `fsage show`: record layouts and look at them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.db.store import Store
+from fsage.listing import file_listing
+from fsage.snapshotter import read_source
+
+
+@click.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@db_option
+@click.option(
+    "--name",
+    help="Name of the file system in the database (default: its label, or"
+    " the name it already has there).",
+)
+@click.option("--label", help="A note stored with this snapshot.")
+def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> None:
+    """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
+
+    Only files whose layout or metadata changed since the previous snapshot are stored again.
+    Prints one summary line.
+
+    \b
+    Examples:
+      fsage snapshot /dev/sdb1 --name home
+      fsage snapshot disk.img --db /var/lib/fsage/fsage.db
+    """
+    started = time.monotonic()
+    layout = read_source(source)
+    with Store.open(db, create=True) as store:
+        summary = store.add_snapshot(
+            layout, name=name, source=str(source), label=label, started=started
+        )
+    click.echo(summary.line())
+
+
+@click.command()
+@db_option
+@click.option("--fs", "fs_name", help="Only snapshots of this file system.")
+@format_option("text", "json")
+def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
+    """List the snapshots in the database.
+
+    \b
+    Examples:
+      fsage snapshots
+      fsage snapshots --fs home --format json
+    """
+    with Store.open(db) as store:
+        rows = store.snapshots(fs_name)
+    if fmt == "json":
+        echo_json([r.to_json() for r in rows])
+        return
+    echo_table(
+        [
+            "id",
+            "fs",
+            "taken at (UTC)",
+            "kind",
+            "files",
+            "used blocks",
+            "free blocks",
+            "new",
+            "changed",
+            "deleted",
+        ],
+        [
+            [
+                r.id,
+                r.fs_name,
+                r.taken_at.strftime("%Y-%m-%d %H:%M:%S"),
+                r.kind,
+                r.files,
+                r.blocks_used,
+                r.blocks_free,
+                r.new_files,
+                r.changed_files,
+                r.deleted_files,
+            ]
+            for r in rows
+        ],
+    )
+
+
+@click.command()
+@click.argument("snapshot_id", type=int)
+@db_option
+@click.option("--path", "prefix", help="Only this file, or the files below this directory.")
+@format_option("text", "json")
+def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
+    """Show the files of a snapshot with their extents (in file-system blocks).
+
+    \b
+    Examples:
+      fsage show 3
+      fsage show 3 --path /home/alice --format json
+    """
+    with Store.open(db) as store:
+        layout = store.load_layout(snapshot_id)
+    entries = file_listing(layout, prefix)
+    if fmt == "json":
+        echo_json([e.to_json() for e in entries])
+        return
+    echo_table(
+        ["path", "ino", "size", "blocks", "extents (logical:physical+length)"],
+        [
+            [
+                e.path,
+                e.ino,
+                e.size,
+                e.blocks,
+                " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e.extents) or "-",
+            ]
+            for e in entries
+        ],
+    )
+
+
+COMMANDS = [snapshot, snapshots, show]

@@ -1,0 +1,145 @@
+"""The database schema as recorded, numbered migrations.
+
+A database records every migration it has applied in ``schema_migrations``; opening it applies
+the ones it lacks, in order, each in its own transaction. Never edit a released migration:
+add a new one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+
+from fsage.errors import StoreError
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "file systems, snapshots and file versions",
+        """
+        CREATE TABLE filesystems (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            uuid TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX filesystems_uuid ON filesystems(uuid);
+
+        CREATE TABLE snapshots (
+            id INTEGER PRIMARY KEY,
+            fs_id INTEGER NOT NULL REFERENCES filesystems(id),
+            taken_at TEXT NOT NULL,          -- ISO 8601, UTC
+            source TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            facts TEXT NOT NULL,             -- FsFacts as JSON
+            files INTEGER NOT NULL,
+            dirs INTEGER NOT NULL,
+            extents INTEGER NOT NULL,
+            blocks_used INTEGER NOT NULL,
+            blocks_free INTEGER NOT NULL,
+            free_extents INTEGER NOT NULL,
+            damaged INTEGER NOT NULL,
+            new_files INTEGER NOT NULL,
+            changed_files INTEGER NOT NULL,
+            deleted_files INTEGER NOT NULL,
+            seconds REAL NOT NULL,
+            free_map BLOB NOT NULL,          -- zlib of u64 (start, length) pairs
+            notes TEXT NOT NULL DEFAULT '[]',
+            op_count INTEGER,                -- ops applied when taken while aging
+            bytes_written INTEGER,
+            label TEXT,
+            recreation_of INTEGER REFERENCES snapshots(id)
+        );
+        CREATE INDEX snapshots_fs ON snapshots(fs_id, id);
+
+        -- One row per version of a file; valid from first_snap to last_snap inclusive
+        -- (NULL: still valid in the newest snapshot of its file system).
+        CREATE TABLE file_versions (
+            id INTEGER PRIMARY KEY,
+            fs_id INTEGER NOT NULL REFERENCES filesystems(id),
+            ino INTEGER NOT NULL,
+            first_snap INTEGER NOT NULL,
+            last_snap INTEGER,
+            digest INTEGER NOT NULL,
+            special INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            mode INTEGER NOT NULL,
+            nlink INTEGER NOT NULL,
+            uid INTEGER NOT NULL,
+            gid INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            atime INTEGER NOT NULL,
+            mtime INTEGER NOT NULL,
+            ctime INTEGER NOT NULL,
+            crtime INTEGER NOT NULL,
+            flags INTEGER NOT NULL,
+            damaged INTEGER NOT NULL,
+            extents BLOB NOT NULL,   -- u64 (logical, physical, length, flags) rows
+            meta BLOB NOT NULL,      -- u64 (physical, kind) rows
+            links BLOB NOT NULL      -- (u64 parent, u32 name length, name) records
+        );
+        CREATE INDEX file_versions_live ON file_versions(fs_id, last_snap);
+        CREATE INDEX file_versions_first ON file_versions(fs_id, first_snap);
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def current_version(con: sqlite3.Connection) -> int:
+    exists = con.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"
+    ).fetchone()
+    if not exists:
+        return 0
+    row = con.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(con: sqlite3.Connection) -> list[int]:
+    """Apply the migrations this database lacks; returns the versions applied."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    have = current_version(con)
+    if have > LATEST_VERSION:
+        raise StoreError(
+            f"database schema version {have} is newer than this fsage knows ({LATEST_VERSION});"
+            " upgrade fsage"
+        )
+    applied = []
+    for version, name, sql in MIGRATIONS:
+        if version <= have:
+            continue
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(sql):
+                con.execute(statement)
+            con.execute(
+                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                (version, name, datetime.now(UTC).isoformat(timespec="seconds")),
+            )
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+        applied.append(version)
+    return applied
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements (executescript would commit on its own)."""
+    out = []
+    buf = ""
+    for line in sql.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out

@@ -1,0 +1,475 @@
+"""The SQLite store of snapshots.
+
+A file system is known by its UUID and a user-given name. Each snapshot stores only the files
+whose layout or metadata changed since the previous snapshot of that file system: a file
+version is valid from ``first_snap`` to ``last_snap`` (NULL while it is still current), so any
+snapshot can be rebuilt exactly. A snapshot is one transaction; the database runs in WAL mode
+so that readers never block the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.db import codec
+from fsage.db.schema import migrate
+from fsage.errors import StoreError
+from fsage.layout import FILE_COLUMNS, FileTable, FreeExtents, FsFacts, Layout
+
+BUSY_TIMEOUT_MS = 60_000
+
+VERSION_COLUMNS = [c for c in FILE_COLUMNS if c != "ino"]
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    id: int
+    fs_name: str
+    uuid: str
+    kind: str
+    taken_at: datetime
+    source: str
+    block_size: int
+    files: int
+    dirs: int
+    extents: int
+    blocks_used: int
+    blocks_free: int
+    free_extents: int
+    damaged: int
+    new_files: int
+    changed_files: int
+    deleted_files: int
+    seconds: float
+    op_count: int | None
+    bytes_written: int | None
+    label: str | None
+    recreation_of: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["taken_at"] = self.taken_at.isoformat()
+        out["fs"] = out.pop("fs_name")
+        return {"id": out.pop("id"), "fs": out.pop("fs"), **out}
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    snapshot_id: int
+    fs_name: str
+    files: int
+    extents: int
+    free_extents: int
+    new_files: int
+    changed_files: int
+    deleted_files: int
+    damaged: int
+    seconds: float
+
+    def line(self) -> str:
+        damaged = f", {self.damaged} damaged" if self.damaged else ""
+        return (
+            f"snapshot {self.snapshot_id} of {self.fs_name}: {self.files} files, "
+            f"{self.extents} extents, {self.free_extents} free extents; "
+            f"{self.new_files} new, {self.changed_files} changed, {self.deleted_files} deleted"
+            f"{damaged}; {self.seconds:.2f} s"
+        )
+
+
+_SNAPSHOT_SELECT = """
+    SELECT s.id, f.name, f.uuid, s.kind, s.taken_at, s.source,
+           json_extract(s.facts, '$.block_size'), s.files, s.dirs, s.extents, s.blocks_used,
+           s.blocks_free, s.free_extents, s.damaged, s.new_files, s.changed_files,
+           s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of
+    FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
+"""
+
+
+def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
+    values = list(row)
+    values[4] = datetime.fromisoformat(values[4])
+    return SnapshotRow(*values)
+
+
+class Store:
+    """Open with ``Store.open(path)``; use as a context manager."""
+
+    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+        self.con = con
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path | str, create: bool = False) -> Store:
+        path = Path(path)
+        if not path.exists() and not create:
+            raise StoreError(
+                f"no database at {path} (take a snapshot first: fsage snapshot SOURCE --db {path})"
+            )
+        if path.is_dir():
+            raise StoreError(f"{path} is a directory, not a database file")
+        try:
+            con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(f"{path}: cannot use WAL mode ({mode})")
+            con.execute("PRAGMA synchronous=NORMAL")
+            con.execute("PRAGMA foreign_keys=ON")
+            migrate(con)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not an fsage database ({exc})") from None
+        except OSError as exc:
+            raise StoreError(f"{path}: {exc.strerror}") from None
+        return cls(con, path)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; anything raised (or a kill) leaves the database as it was."""
+        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.con
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # ---------- queries ----------
+
+    def filesystems(self) -> list[dict[str, Any]]:
+        rows = self.con.execute(
+            "SELECT f.name, f.uuid, f.kind, f.created_at, COUNT(s.id), MAX(s.taken_at) "
+            "FROM filesystems f LEFT JOIN snapshots s ON s.fs_id = f.id "
+            "GROUP BY f.id ORDER BY f.name"
+        ).fetchall()
+        keys = ("name", "uuid", "kind", "created_at", "snapshots", "last_snapshot")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def snapshots(self, fs_name: str | None = None) -> list[SnapshotRow]:
+        if fs_name is None:
+            rows = self.con.execute(_SNAPSHOT_SELECT + " ORDER BY s.id").fetchall()
+        else:
+            self._fs_id(fs_name)
+            rows = self.con.execute(
+                _SNAPSHOT_SELECT + " WHERE f.name = ? ORDER BY s.id", (fs_name,)
+            ).fetchall()
+        return [_row_to_snapshot(r) for r in rows]
+
+    def snapshot(self, snapshot_id: int) -> SnapshotRow:
+        row = self.con.execute(_SNAPSHOT_SELECT + " WHERE s.id = ?", (snapshot_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
+        return _row_to_snapshot(row)
+
+    def latest_snapshot(self, fs_name: str) -> SnapshotRow | None:
+        snaps = self.snapshots(fs_name)
+        return snaps[-1] if snaps else None
+
+    def _fs_id(self, fs_name: str) -> int:
+        row = self.con.execute("SELECT id FROM filesystems WHERE name = ?", (fs_name,)).fetchone()
+        if row is None:
+            known = ", ".join(r[0] for r in self.con.execute("SELECT name FROM filesystems"))
+            raise StoreError(f"no file system named {fs_name!r} (known: {known or 'none'})")
+        return int(row[0])
+
+    # ---------- writing ----------
+
+    def _resolve_fs(self, facts: FsFacts, name: str | None) -> tuple[int, str]:
+        con = self.con
+        if name is not None:
+            row = con.execute("SELECT id, uuid FROM filesystems WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                if row[1] != facts.uuid:
+                    raise StoreError(
+                        f"file system name {name!r} belongs to UUID {row[1]}, but this source "
+                        f"has UUID {facts.uuid}; choose another --name"
+                    )
+                return int(row[0]), name
+        else:
+            row = con.execute(
+                "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id", (facts.uuid,)
+            ).fetchone()
+            if row is not None:
+                return int(row[0]), str(row[1])
+            name = facts.label or f"fs-{facts.uuid[:8]}"
+            base, n = name, 1
+            while con.execute("SELECT 1 FROM filesystems WHERE name = ?", (name,)).fetchone():
+                n += 1
+                name = f"{base}-{n}"
+        cur = con.execute(
+            "INSERT INTO filesystems(name, uuid, kind, created_at) VALUES (?, ?, ?, ?)",
+            (name, facts.uuid, facts.kind, datetime.now(UTC).isoformat()),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid, name
+
+    def add_snapshot(
+        self,
+        layout: Layout,
+        name: str | None = None,
+        source: str = "",
+        taken_at: datetime | None = None,
+        op_count: int | None = None,
+        bytes_written: int | None = None,
+        label: str | None = None,
+        recreation_of: int | None = None,
+        started: float | None = None,
+    ) -> SnapshotSummary:
+        """Record a Layout as a new snapshot, storing only what changed since the last one.
+
+        ``started`` (a time.monotonic() value) lets the reported seconds include the read.
+        """
+        t0 = started if started is not None else time.monotonic()
+        taken = taken_at or datetime.now(UTC)
+        if taken.tzinfo is None:
+            raise StoreError("snapshot time must carry a time zone")
+        everything, is_special = _all_files(layout)
+        order, link_off = codec.link_order(everything, layout.links)
+        digests = codec.file_digests(everything, layout.links, order, link_off).view(np.int64)
+        free = layout.free
+        free_blob = zlib.compress(
+            np.stack([free.start, free.length], axis=1).astype("<u8").tobytes(), 1
+        )
+
+        with self.transaction() as con:
+            fs_id, fs_name = self._resolve_fs(layout.facts, name)
+            last = con.execute(
+                "SELECT id, taken_at FROM snapshots WHERE fs_id = ? ORDER BY id DESC LIMIT 1",
+                (fs_id,),
+            ).fetchone()
+            if last is not None and datetime.fromisoformat(last[1]) > taken:
+                raise StoreError(
+                    f"{fs_name} already has a snapshot taken at {last[1]}, later than "
+                    f"{taken.isoformat()}; snapshots of a file system are recorded in time order"
+                )
+            prev = con.execute(
+                "SELECT id, ino, digest, generation FROM file_versions "
+                "WHERE fs_id = ? AND last_snap IS NULL ORDER BY ino",
+                (fs_id,),
+            ).fetchall()
+            user = ~is_special
+            diff = _compare(prev, everything.ino, everything.generation, digests, user)
+            n_files = int(np.count_nonzero(user))
+            dirs = int(np.count_nonzero(everything.is_dir() & user))
+            extents = int(np.diff(everything.ext_off)[user].sum())
+            cur = con.execute(
+                "INSERT INTO snapshots(fs_id, taken_at, source, kind, facts, files, dirs, extents,"
+                " blocks_used, blocks_free, free_extents, damaged, new_files, changed_files,"
+                " deleted_files, seconds, free_map, notes, op_count, bytes_written, label,"
+                " recreation_of) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    fs_id,
+                    taken.astimezone(UTC).isoformat(),
+                    source,
+                    layout.facts.kind,
+                    json.dumps(layout.facts.to_json()),
+                    n_files,
+                    dirs,
+                    extents,
+                    layout.facts.blocks_total - layout.facts.blocks_free,
+                    layout.facts.blocks_free,
+                    len(free),
+                    layout.damaged_files,
+                    diff.new,
+                    diff.changed,
+                    diff.deleted,
+                    0.0,
+                    free_blob,
+                    json.dumps(layout.notes),
+                    op_count,
+                    bytes_written,
+                    label,
+                    recreation_of,
+                ),
+            )
+            snap_id = cur.lastrowid
+            assert snap_id is not None
+            if last is not None and diff.superseded:
+                con.executemany(
+                    "UPDATE file_versions SET last_snap = ? WHERE id = ?",
+                    ((last[0], vid) for vid in diff.superseded),
+                )
+            self._insert_versions(
+                con,
+                fs_id,
+                snap_id,
+                everything,
+                is_special,
+                digests,
+                layout,
+                order,
+                link_off,
+                diff.write_rows,
+            )
+            seconds = time.monotonic() - t0
+            con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
+        return SnapshotSummary(
+            snapshot_id=snap_id,
+            fs_name=fs_name,
+            files=n_files,
+            extents=extents,
+            free_extents=len(free),
+            new_files=diff.new,
+            changed_files=diff.changed,
+            deleted_files=diff.deleted,
+            damaged=layout.damaged_files,
+            seconds=seconds,
+        )
+
+    def _insert_versions(
+        self,
+        con: sqlite3.Connection,
+        fs_id: int,
+        snap_id: int,
+        files: FileTable,
+        is_special: npt.NDArray[np.bool_],
+        digests: npt.NDArray[np.int64],
+        layout: Layout,
+        order: npt.NDArray[np.int64],
+        link_off: npt.NDArray[np.uint64],
+        rows: list[int],
+    ) -> None:
+        if not rows:
+            return
+        idx = np.asarray(rows, np.int64)
+        ext = codec.extent_blobs(files, rows)
+        meta = codec.meta_blobs(files, rows)
+        names = codec.link_blobs(layout.links, order, link_off, rows)
+        columns = [files.ino[idx].astype(np.int64).tolist(), digests[idx].tolist()]
+        columns.append(is_special[idx].astype(np.int64).tolist())
+        columns += [getattr(files, c)[idx].astype(np.int64).tolist() for c in VERSION_COLUMNS]
+        placeholders = ",".join("?" * (len(VERSION_COLUMNS) + 8))
+        con.executemany(
+            "INSERT INTO file_versions(fs_id, first_snap, ino, digest, special, "
+            + ", ".join(VERSION_COLUMNS)
+            + f", extents, meta, links) VALUES ({placeholders})",
+            (
+                (fs_id, snap_id, *vals, e, m, n)
+                for *vals, e, m, n in zip(*columns, ext, meta, names, strict=True)
+            ),
+        )
+
+    # ---------- rebuilding ----------
+
+    def load_layout(self, snapshot_id: int) -> Layout:
+        """Rebuild a snapshot exactly: every file, its extents and names, free space, facts."""
+        row = self.con.execute(
+            "SELECT fs_id, facts, free_map, notes FROM snapshots WHERE id = ?", (snapshot_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
+        fs_id, facts_json, free_blob, notes = row
+        rows = self.con.execute(
+            "SELECT ino, special, "
+            + ", ".join(VERSION_COLUMNS)
+            + ", extents, meta, links FROM file_versions "
+            "WHERE fs_id = ? AND first_snap <= ? AND (last_snap IS NULL OR last_snap >= ?) "
+            "ORDER BY ino",
+            (fs_id, snapshot_id, snapshot_id),
+        ).fetchall()
+        ncol = len(VERSION_COLUMNS)
+        cols = list(zip(*rows, strict=True)) if rows else [()] * (ncol + 5)
+        ino = np.asarray(cols[0], np.uint64)
+        special = np.asarray(cols[1], bool)
+        values: dict[str, Any] = {"ino": ino}
+        for i, name in enumerate(VERSION_COLUMNS):
+            values[name] = np.asarray(cols[2 + i], np.int64).astype(FILE_COLUMNS[name])
+        ext_off, ext = codec.unpack_extents(cols[2 + ncol])
+        meta_off, meta = codec.unpack_meta(cols[3 + ncol])
+        table = FileTable(
+            **values,
+            ext_off=ext_off,
+            ext_logical=ext["l"].astype(np.uint64),
+            ext_physical=ext["p"].astype(np.uint64),
+            ext_length=ext["n"].astype(np.uint64),
+            ext_flags=ext["f"].astype(np.uint32),
+            meta_off=meta_off,
+            meta_physical=meta["p"].astype(np.uint64),
+            meta_kind=meta["k"].astype(np.uint8),
+        )
+        links = codec.unpack_links(cols[0], cols[4 + ncol])
+        pairs = np.frombuffer(zlib.decompress(free_blob), "<u8").reshape(-1, 2)
+        facts = FsFacts.from_json(json.loads(facts_json))
+        return Layout(
+            facts=facts,
+            files=table.take(np.flatnonzero(~special)),
+            links=links,
+            free=FreeExtents(pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)),
+            special=table.take(np.flatnonzero(special)),
+            notes=list(json.loads(notes)),
+        )
+
+
+@dataclass
+class _Diff:
+    new: int
+    changed: int
+    deleted: int
+    superseded: list[int]  # version ids whose validity ends with the previous snapshot
+    write_rows: list[int]  # rows of the new table to store as new versions
+
+
+def _compare(
+    prev: list[tuple[int, int, int, int]],
+    ino: npt.NDArray[np.uint64],
+    generation: npt.NDArray[np.uint32],
+    digests: npt.NDArray[np.int64],
+    counted: npt.NDArray[np.bool_],
+) -> _Diff:
+    """Classify files against the previous snapshot's current versions.
+
+    A reused inode number (different generation) counts as one deletion and one creation.
+    Only rows flagged ``counted`` (user files, not reserved inodes) enter the counts.
+    """
+    if not prev:
+        return _Diff(int(np.count_nonzero(counted)), 0, 0, [], list(range(len(ino))))
+    p_id, p_ino, p_digest, p_gen = (np.asarray(c, np.int64) for c in zip(*prev, strict=True))
+    p_ino_u = p_ino.astype(np.uint64)
+    pos = np.searchsorted(p_ino_u, ino)
+    pos_c = np.minimum(pos, len(p_ino_u) - 1)
+    found = (pos < len(p_ino_u)) & (p_ino_u[pos_c] == ino)
+    same_gen = found & (p_gen[pos_c] == generation.astype(np.int64))
+    same = found & (p_digest[pos_c] == digests)
+    changed = same_gen & ~same
+    recreated = found & ~same_gen
+    new = ~found | recreated
+    gone = np.ones(len(p_ino_u), bool)
+    gone[pos_c[found]] = False
+    superseded = np.concatenate([p_id[gone], p_id[pos_c[found & ~same]]])
+    # Reserved inodes keep their numbers below the first user inode, so none is "gone" here.
+    return _Diff(
+        new=int(np.count_nonzero(new & counted)),
+        changed=int(np.count_nonzero(changed & counted)),
+        deleted=int(np.count_nonzero(gone)) + int(np.count_nonzero(recreated & counted)),
+        superseded=superseded.tolist(),
+        write_rows=np.flatnonzero(~same).tolist(),
+    )
+
+
+def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
+    """User files and reserved inodes as one ino-sorted table, with a flag for the latter."""
+    both = FileTable.concat([layout.files, layout.special])
+    special = np.zeros(len(both), bool)
+    special[len(layout.files) :] = True
+    order = np.argsort(both.ino, kind="stable")
+    return both.take(order), special[order]
