@@ -1,0 +1,887 @@
+"""The live reader: the layout of a mounted directory tree, read through FIEMAP.
+
+``read_live_layout(path)`` walks a mounted tree (ext4, xfs, btrfs or any other file system on a
+block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layout` of kind
+``live:<fstype>``. What it does, and the choices behind it:
+
+* **Which file systems.** The file system type comes from ``/proc/self/mountinfo``. Pseudo file
+  systems have no block layout and are refused with a :class:`SourceError`: every type that
+  ``/proc/filesystems`` marks ``nodev`` (proc, sysfs, tmpfs, ramfs, devtmpfs, devpts, cgroup,
+  cgroup2, overlay, nfs, fuse, 9p, virtiofs, zfs, ...) plus a built-in list for when that file
+  cannot be read. A file system that answers FIEMAP with "not supported" on a regular file is
+  refused as well.
+* **The walk.** ``os.scandir`` on byte paths (so any name survives), files opened relative to
+  their directory. Directories on another device (another mount, a btrfs subvolume) and
+  mount points listed in mountinfo are not entered; they are counted in ``layout.notes``.
+  A hard-linked inode is recorded once, with every name in the link table.
+* **Paths.** The layout's root is the root of the mount. When ``path`` is a directory below
+  it, the directories from the mount root down to ``path`` are recorded too (each with the one
+  name on the way), so paths read from the mount root (``/sub/dir/file``) and
+  ``facts.extra["subtree"]`` names the part that was walked.
+* **Extents.** ``FS_IOC_FIEMAP`` on every regular file and every directory (where the file
+  system maps directories; xfs and btrfs do not, and those directories get no extents), with
+  ``FIEMAP_FLAG_SYNC`` off unless ``sync=True`` (so dirty data shows as delalloc). Files with
+  more extents than one buffer holds are read in several calls. Adjacent extents (logically
+  and physically contiguous, same flags) are merged. Byte offsets become blocks of
+  ``statvfs().f_frsize``; an extent that does not fill its last block is rounded up. FIEMAP
+  flags map to ``EXTENT_UNWRITTEN``, ``EXTENT_DELALLOC``, ``EXTENT_INLINE`` (data-inline,
+  data-tail), ``EXTENT_SHARED`` and ``EXTENT_ENCODED`` (encoded, data-encrypted). On btrfs,
+  physical addresses are in btrfs's logical address space (before its chunk mapping), which
+  ``facts.extra["physical_space"]`` says.
+* **Free space.** ``FS_IOC_GETFSMAP`` where the file system has it (ext4, xfs); records owned by
+  ``FMR_OWN_FREE`` on the data device are the free extents (adjacent records merged). Where
+  the call is refused (xfs needs CAP_SYS_ADMIN) or missing (btrfs), ``facts.free_space_known``
+  is False, the free extents are empty and a note says why.
+* **Without root.** Whatever cannot be opened (a file without read permission, a directory
+  without read or search permission) is left out of the layout together with what lies below
+  it; ``layout.notes`` gives the count and the first few paths.
+* **Facts.** ``kind`` is ``live:<fstype>``; ``uuid`` comes from ``FS_IOC_GETFSUUID`` (Linux 6.5+,
+  unprivileged), else ``blkid`` on the mounted device, else ``statfs().f_fsid`` written as
+  ``fsid:<16 hex digits>`` (``facts.extra["uuid_source"]`` says which); ``label`` from
+  ``FS_IOC_GETFSLABEL`` where answered; block and inode counts from ``statvfs`` (on ext4 this
+  total excludes the space the file system keeps for its own metadata).
+* **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), mode, nlink,
+  uid, gid, size, times in nanoseconds; crtime from ``st_birthtime`` when Python offers it
+  (it does not on Linux before 3.12), else 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+import struct
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.errors import SourceError
+from fsage.layout import (
+    EXTENT_DELALLOC,
+    EXTENT_ENCODED,
+    EXTENT_INLINE,
+    EXTENT_SHARED,
+    EXTENT_UNWRITTEN,
+    FileTable,
+    FreeExtents,
+    FsFacts,
+    Layout,
+    LinkTable,
+)
+
+__all__ = [
+    "PSEUDO_FS_TYPES",
+    "MountInfo",
+    "fiemap_extents",
+    "find_mount",
+    "getfsmap_free",
+    "read_live_layout",
+]
+
+# ioctl request numbers (asm-generic encoding, as on x86-64 and arm64).
+FS_IOC_FIEMAP = 0xC020660B
+FS_IOC_GETFSMAP = 0xC0C0583B
+FS_IOC_GETVERSION = 0x80087601
+FS_IOC_GETFSUUID = 0x80111500
+FS_IOC_GETFSLABEL = 0x81009431
+
+FIEMAP_FLAG_SYNC = 0x1
+FIEMAP_MAX_OFFSET = 0xFFFFFFFFFFFFFFFF
+
+FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_EXTENT_UNKNOWN = 0x2
+FIEMAP_EXTENT_DELALLOC = 0x4
+FIEMAP_EXTENT_ENCODED = 0x8
+FIEMAP_EXTENT_DATA_ENCRYPTED = 0x80
+FIEMAP_EXTENT_NOT_ALIGNED = 0x100
+FIEMAP_EXTENT_DATA_INLINE = 0x200
+FIEMAP_EXTENT_DATA_TAIL = 0x400
+FIEMAP_EXTENT_UNWRITTEN = 0x800
+FIEMAP_EXTENT_MERGED = 0x1000
+FIEMAP_EXTENT_SHARED = 0x2000
+
+FMR_OF_SPECIAL_OWNER = 0x10
+FMR_OF_LAST = 0x20
+FMR_OWN_FREE = 1
+FMH_OF_DEV_T = 0x1
+
+# struct fiemap (32 bytes) followed by struct fiemap_extent[] (56 bytes each).
+_FIEMAP_HEAD = struct.Struct("<QQIIII")
+_FIEMAP_EXT_SIZE = 56
+FIEMAP_EXTENT_DTYPE = np.dtype(
+    {
+        "names": ["logical", "physical", "length", "flags"],
+        "formats": ["<u8", "<u8", "<u8", "<u4"],
+        "offsets": [0, 8, 16, 40],
+        "itemsize": _FIEMAP_EXT_SIZE,
+    }
+)
+# struct fsmap_head (192 bytes incl. two key records) followed by struct fsmap[] (64 bytes).
+_FSMAP_HEAD_SIZE = 192
+_FSMAP_REC = struct.Struct("<IIQQQQ24x")
+FSMAP_DTYPE = np.dtype(
+    {
+        "names": ["device", "flags", "physical", "owner", "offset", "length"],
+        "formats": ["<u4", "<u4", "<u8", "<u8", "<u8", "<u8"],
+        "offsets": [0, 4, 8, 16, 24, 32],
+        "itemsize": 64,
+    }
+)
+
+# Used when /proc/filesystems cannot be read; normally every "nodev" type there is refused.
+PSEUDO_FS_TYPES = frozenset(
+    {
+        "proc",
+        "sysfs",
+        "tmpfs",
+        "ramfs",
+        "devtmpfs",
+        "devpts",
+        "cgroup",
+        "cgroup2",
+        "overlay",
+        "securityfs",
+        "debugfs",
+        "tracefs",
+        "pstore",
+        "bpf",
+        "mqueue",
+        "hugetlbfs",
+        "configfs",
+        "fusectl",
+        "autofs",
+        "binfmt_misc",
+        "efivarfs",
+        "nsfs",
+        "rpc_pipefs",
+        "sockfs",
+        "pipefs",
+        "fuse",
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "9p",
+        "virtiofs",
+        "zfs",
+    }
+)
+
+_SKIPPED_SHOWN = 5  # paths named in a note; the rest are counted
+
+
+@dataclass
+class MountInfo:
+    """One line of /proc/self/mountinfo (paths as bytes, octal escapes undone)."""
+
+    mount_point: bytes
+    root: bytes  # the directory of the file system mounted here ("/" unless a bind mount)
+    fstype: str
+    source: str
+    options: str
+    super_options: str
+    major: int
+    minor: int
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _unescape(raw: bytes) -> bytes:
+    return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw)
+
+
+def read_mountinfo(text: bytes | None = None) -> list[MountInfo]:
+    if text is None:
+        with open("/proc/self/mountinfo", "rb") as f:
+            text = f.read()
+    out = []
+    for line in text.splitlines():
+        parts = line.split(b" ")
+        try:
+            sep = parts.index(b"-", 6)
+            major, minor = (int(x) for x in parts[2].split(b":"))
+            out.append(
+                MountInfo(
+                    mount_point=_unescape(parts[4]),
+                    root=_unescape(parts[3]),
+                    fstype=parts[sep + 1].decode("utf-8", "replace"),
+                    source=_unescape(parts[sep + 2]).decode("utf-8", "surrogateescape"),
+                    options=parts[5].decode("utf-8", "replace"),
+                    super_options=b" ".join(parts[sep + 3 :]).decode("utf-8", "replace"),
+                    major=major,
+                    minor=minor,
+                )
+            )
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def _under(path: bytes, top: bytes) -> bool:
+    """True if ``path`` is ``top`` or below it (whole components)."""
+    if top == b"/":
+        return path.startswith(b"/")
+    return path == top or path.startswith(top + b"/")
+
+
+def find_mount(real: bytes, mounts: list[MountInfo] | None = None) -> MountInfo:
+    """The mount that holds the canonical path ``real`` (the last one mounted wins)."""
+    mounts = read_mountinfo() if mounts is None else mounts
+    best: MountInfo | None = None
+    for m in mounts:
+        if _under(real, m.mount_point) and (
+            best is None or len(m.mount_point) >= len(best.mount_point)
+        ):
+            best = m
+    if best is None:
+        raise SourceError(f"{os.fsdecode(real)}: no mount holds this path")
+    return best
+
+
+def _nodev_types() -> set[str] | None:
+    try:
+        with open("/proc/filesystems", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out = set()
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "nodev":
+            out.add(parts[1])
+    return out
+
+
+def is_pseudo_fs(fstype: str) -> bool:
+    base = fstype.split(".", 1)[0]  # "fuse.sshfs" -> "fuse"
+    nodev = _nodev_types()
+    return base in PSEUDO_FS_TYPES or fstype in PSEUDO_FS_TYPES or bool(nodev and base in nodev)
+
+
+def fiemap_extents(fd: int, *, sync: bool = False, batch: int = 256) -> npt.NDArray[np.void]:
+    """All FIEMAP extents of an open file, unmerged, as a FIEMAP_EXTENT_DTYPE array (bytes)."""
+    buf = bytearray(_FIEMAP_HEAD.size + _FIEMAP_EXT_SIZE * batch)
+    raw = bytearray()
+    _fiemap_into(fd, buf, batch, FIEMAP_FLAG_SYNC if sync else 0, raw)
+    return np.frombuffer(bytes(raw), FIEMAP_EXTENT_DTYPE)
+
+
+def _fiemap_into(fd: int, buf: bytearray, batch: int, flags: int, out: bytearray) -> int:
+    """Append the raw fiemap_extent records of ``fd`` to ``out``; return how many."""
+    start = 0
+    total = 0
+    while True:
+        _FIEMAP_HEAD.pack_into(buf, 0, start, FIEMAP_MAX_OFFSET - start, flags, 0, batch, 0)
+        fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+        mapped = int.from_bytes(buf[20:24], "little")
+        if mapped == 0:
+            return total
+        end = 32 + _FIEMAP_EXT_SIZE * mapped
+        out += buf[32:end]
+        total += mapped
+        last = end - _FIEMAP_EXT_SIZE
+        if mapped < batch or int.from_bytes(buf[last + 40 : last + 44], "little") & (
+            FIEMAP_EXTENT_LAST
+        ):
+            return total
+        logical = int.from_bytes(buf[last : last + 8], "little")
+        length = int.from_bytes(buf[last + 16 : last + 24], "little")
+        start = logical + length
+        if start >= FIEMAP_MAX_OFFSET:
+            return total
+
+
+def merge_extents(
+    raw: npt.NDArray[np.void], counts: npt.NDArray[np.int64], block_size: int
+) -> tuple[
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.uint64],
+    npt.NDArray[np.uint32],
+]:
+    """Merge raw FIEMAP extents per file and convert them to blocks.
+
+    ``counts[i]`` raw extents belong to file ``i``, in order. Returns the new CSR offsets
+    (len n+1) and the logical, physical, length (blocks) and fsage flag columns.
+    """
+    n_files = int(counts.shape[0])
+    off = np.zeros(n_files + 1, np.uint64)
+    if raw.shape[0] == 0:
+        z = np.zeros(0, np.uint64)
+        return off, z, z.copy(), z.copy(), np.zeros(0, np.uint32)
+    owner = np.repeat(np.arange(n_files, dtype=np.int64), counts)
+    logical = raw["logical"].astype(np.uint64)
+    physical = raw["physical"].astype(np.uint64)
+    length = raw["length"].astype(np.uint64)
+    rflags = raw["flags"].astype(np.uint32) & np.uint32(
+        ~(FIEMAP_EXTENT_LAST | FIEMAP_EXTENT_MERGED) & 0xFFFFFFFF
+    )
+    joins = np.zeros(raw.shape[0], bool)
+    joins[1:] = (
+        (owner[1:] == owner[:-1])
+        & (logical[1:] == logical[:-1] + length[:-1])
+        & (physical[1:] == physical[:-1] + length[:-1])
+        & (rflags[1:] == rflags[:-1])
+        & ((rflags[1:] & (FIEMAP_EXTENT_NOT_ALIGNED | FIEMAP_EXTENT_UNKNOWN)) == 0)
+    )
+    heads = np.flatnonzero(~joins)
+    m_logical = logical[heads]
+    m_physical = physical[heads]
+    m_length = np.add.reduceat(length, heads).astype(np.uint64)
+    m_rflags = rflags[heads]
+    bs = np.uint64(block_size)
+    first = m_logical // bs
+    last = (m_logical + m_length + bs - np.uint64(1)) // bs
+    blocks = last - first
+    flags = np.zeros(heads.shape[0], np.uint32)
+    for fiemap_bits, fsage_bit in (
+        (FIEMAP_EXTENT_UNWRITTEN, EXTENT_UNWRITTEN),
+        (FIEMAP_EXTENT_DELALLOC, EXTENT_DELALLOC),
+        (FIEMAP_EXTENT_DATA_INLINE | FIEMAP_EXTENT_DATA_TAIL, EXTENT_INLINE),
+        (FIEMAP_EXTENT_SHARED, EXTENT_SHARED),
+        (FIEMAP_EXTENT_ENCODED | FIEMAP_EXTENT_DATA_ENCRYPTED, EXTENT_ENCODED),
+    ):
+        flags[(m_rflags & np.uint32(fiemap_bits)) != 0] |= np.uint32(fsage_bit)
+    per_file = np.bincount(owner[heads], minlength=n_files)
+    np.cumsum(per_file, out=off[1:])
+    return off, first, m_physical // bs, blocks, flags
+
+
+def _encode_dev(dev: int) -> int:
+    major, minor = os.major(dev), os.minor(dev)
+    return (minor & 0xFF) | (major << 8) | ((minor & ~0xFF) << 12)
+
+
+def getfsmap_free(
+    fd: int, block_size: int, dev: int, *, batch: int = 1024
+) -> tuple[FreeExtents | None, str]:
+    """Free extents from FS_IOC_GETFSMAP, or (None, reason) where it cannot be had."""
+    buf = bytearray(_FSMAP_HEAD_SIZE + 64 * batch)
+    struct.pack_into("<IIII", buf, 0, 0, 0, batch, 0)
+    # High key: all ones.
+    _FSMAP_REC.pack_into(buf, 128, *(0xFFFFFFFF, 0xFFFFFFFF), *([FIEMAP_MAX_OFFSET] * 4))
+    chunks: list[npt.NDArray[np.void]] = []
+    oflags = 0
+    while True:
+        try:
+            fcntl.ioctl(fd, FS_IOC_GETFSMAP, buf, True)
+        except OSError as e:
+            if e.errno in (errno.EPERM, errno.EACCES):
+                return None, "GETFSMAP needs CAP_SYS_ADMIN on this file system"
+            if e.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
+                return None, "the file system has no GETFSMAP"
+            return None, f"GETFSMAP failed: {e.strerror}"
+        oflags, _count, entries = struct.unpack_from("<III", buf, 4)
+        if entries == 0:
+            break
+        recs = np.frombuffer(
+            bytes(buf[_FSMAP_HEAD_SIZE : _FSMAP_HEAD_SIZE + 64 * entries]), FSMAP_DTYPE
+        )
+        chunks.append(recs)
+        if int(recs["flags"][-1]) & FMR_OF_LAST:
+            break
+        # Continue after the last record: it becomes the low key.
+        last = _FSMAP_HEAD_SIZE + 64 * (entries - 1)
+        buf[64:128] = buf[last : last + 64]
+    recs = np.concatenate(chunks) if chunks else np.zeros(0, FSMAP_DTYPE)
+    free = recs[((recs["flags"] & FMR_OF_SPECIAL_OWNER) != 0) & (recs["owner"] == FMR_OWN_FREE)]
+    if free.shape[0]:
+        devices = np.unique(free["device"])
+        if devices.shape[0] > 1:
+            want = _encode_dev(dev) if oflags & FMH_OF_DEV_T else int(free["device"][0])
+            if want not in devices.tolist():
+                want = int(free["device"][0])
+            free = free[free["device"] == want]
+    bs = np.uint64(block_size)
+    start = free["physical"].astype(np.uint64) // bs
+    length = free["length"].astype(np.uint64) // bs
+    keep = length > 0
+    start, length = start[keep], length[keep]
+    order = np.argsort(start, kind="stable")
+    start, length = start[order], length[order]
+    if start.shape[0] > 1:
+        joins = np.zeros(start.shape[0], bool)
+        joins[1:] = start[1:] == start[:-1] + length[:-1]
+        heads = np.flatnonzero(~joins)
+        length = np.add.reduceat(length, heads).astype(np.uint64)
+        start = start[heads]
+    return FreeExtents(start.astype(np.uint64), length.astype(np.uint64)), ""
+
+
+def _fs_uuid(fd: int, mount: MountInfo, vfs: os.statvfs_result) -> tuple[str, str]:
+    buf = bytearray(17)
+    try:
+        fcntl.ioctl(fd, FS_IOC_GETFSUUID, buf, True)
+        n = buf[0]
+        if 0 < n <= 16 and any(buf[1 : 1 + n]):
+            h = bytes(buf[1 : 1 + n]).hex()
+            if n == 16:
+                h = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+            return h, "FS_IOC_GETFSUUID"
+    except OSError:
+        pass
+    if mount.source.startswith("/dev/"):
+        try:
+            res = subprocess.run(
+                ["blkid", "-s", "UUID", "-o", "value", mount.source],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            if res.returncode == 0 and res.stdout.strip():
+                return res.stdout.strip(), "blkid"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f"fsid:{vfs.f_fsid & 0xFFFFFFFFFFFFFFFF:016x}", "f_fsid"
+
+
+def _fs_label(fd: int) -> str:
+    buf = bytearray(256)
+    try:
+        fcntl.ioctl(fd, FS_IOC_GETFSLABEL, buf, True)
+    except OSError:
+        return ""
+    return bytes(buf).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+_HAS_BIRTHTIME = hasattr(os.stat_result, "st_birthtime_ns")
+_META_COLS = 11  # ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime, crtime
+
+
+@dataclass
+class _Walk:
+    """Accumulates records while walking; one instance per read."""
+
+    dev: int
+    submounts: set[bytes]
+    sync: bool
+    batch: int
+    progress: Callable[[int], None] | None = None
+    meta: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    raw: bytearray = field(default_factory=bytearray)
+    l_parent: list[int] = field(default_factory=list)
+    l_ino: list[int] = field(default_factory=list)
+    l_name: list[bytes] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)  # inodes with several links, once recorded
+    skipped: list[tuple[bytes, str]] = field(default_factory=list)
+    not_crossed: list[bytes] = field(default_factory=list)
+    dir_fiemap: bool = True
+    getversion: bool = True
+    fiemap_checked: bool = False
+
+    def __post_init__(self) -> None:
+        self.buf = bytearray(_FIEMAP_HEAD.size + _FIEMAP_EXT_SIZE * self.batch)
+        self.gbuf = bytearray(8)
+        self.fflags = FIEMAP_FLAG_SYNC if self.sync else 0
+
+    def _generation(self, fd: int) -> int:
+        if not self.getversion:
+            return 0
+        try:
+            fcntl.ioctl(fd, FS_IOC_GETVERSION, self.gbuf, True)
+        except OSError:
+            self.getversion = False
+            return 0
+        return int.from_bytes(self.gbuf[:4], "little")
+
+    def _record(self, st: os.stat_result, gen: int, nraw: int) -> None:
+        self.meta += (
+            st.st_ino,
+            gen,
+            st.st_mode,
+            st.st_nlink,
+            st.st_uid,
+            st.st_gid,
+            st.st_size,
+            st.st_atime_ns,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            getattr(st, "st_birthtime_ns", 0) if _HAS_BIRTHTIME else 0,
+        )
+        self.counts.append(nraw)
+        n = len(self.counts)
+        if self.progress is not None and n & 0xFFF == 0:
+            self.progress(n)
+
+    def _fiemap(self, fd: int, st: os.stat_result, is_dir: bool, rel: bytes) -> int:
+        if not is_dir and st.st_size == 0 and st.st_blocks == 0:
+            return 0
+        if is_dir and not self.dir_fiemap:
+            return 0
+        try:
+            n = _fiemap_into(fd, self.buf, self.batch, self.fflags, self.raw)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
+                if is_dir:
+                    self.dir_fiemap = False
+                    return 0
+                raise SourceError(
+                    f"{os.fsdecode(rel)}: the file system does not answer FIEMAP "
+                    f"({e.strerror}); the live reader cannot map its files"
+                ) from None
+            raise
+        return n
+
+    def open_dir(
+        self,
+        path: bytes,
+        rel: bytes,
+        parent: int | None,
+        name: bytes | None,
+        *,
+        check_dev: bool = True,
+    ) -> tuple[int, int] | None:
+        """Open and record a directory; return (fd, ino), or None if it is skipped."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as e:
+            self._skip(rel, e)
+            return None
+        try:
+            st = os.fstat(fd)
+            if check_dev and (st.st_dev != self.dev or rel in self.submounts):
+                self.not_crossed.append(rel)
+                os.close(fd)
+                return None
+            gen = self._generation(fd)
+            n = self._fiemap(fd, st, True, rel)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._record(st, gen, n)
+        if parent is not None and name is not None:
+            self._link(parent, st.st_ino, name)
+        return fd, st.st_ino
+
+    def _link(self, parent: int, ino: int, name: bytes) -> None:
+        self.l_parent.append(parent)
+        self.l_ino.append(ino)
+        self.l_name.append(name)
+
+    def _skip(self, rel: bytes, e: OSError) -> None:
+        if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            reason = "vanished or changed during the walk"
+        elif e.errno in (errno.EACCES, errno.EPERM):
+            reason = "permission denied"
+        else:
+            reason = e.strerror or str(e)
+        self.skipped.append((rel, reason))
+
+    def _other(self, entry: os.DirEntry[bytes], rel: bytes, dino: int) -> None:
+        """Record a directory entry that is neither a directory nor a regular file."""
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as e:
+            self._skip(rel + b"/" + entry.name, e)
+            return
+        if st.st_nlink > 1:
+            if st.st_ino in self.seen:
+                self._link(dino, st.st_ino, entry.name)
+                return
+            self.seen.add(st.st_ino)
+        self._record(st, 0, 0)
+        self._link(dino, st.st_ino, entry.name)
+
+    def _file_fiemap_error(self, e: OSError, rel: bytes) -> None:
+        if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
+            raise SourceError(
+                f"{os.fsdecode(rel)}: the file system does not answer FIEMAP "
+                f"({e.strerror}); the live reader cannot map its files"
+            ) from None
+        self._skip(rel, e)
+
+    def walk(self, top: bytes, top_rel: bytes, parent: int | None, name: bytes | None) -> None:
+        """Walk the tree below ``top`` (recording ``top`` itself under ``parent``/``name``)."""
+        stack: list[tuple[bytes, bytes, int | None, bytes | None]] = [(top, top_rel, parent, name)]
+        # The per-file path is inlined and its names bound locally: it runs once per file.
+        o_flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+        ioctl = fcntl.ioctl
+        fstat = os.fstat
+        close = os.close
+        opn = os.open
+        seen = self.seen
+        meta_extend = self.meta.extend
+        counts_append = self.counts.append
+        lp_append = self.l_parent.append
+        li_append = self.l_ino.append
+        ln_append = self.l_name.append
+        raw = self.raw
+        buf = self.buf
+        gbuf = self.gbuf
+        batch = self.batch
+        fflags = self.fflags
+        pack_head = _FIEMAP_HEAD.pack_into
+        unpack_u32 = struct.Struct("<I").unpack_from
+        is_reg = stat.S_ISREG
+        ext_size = _FIEMAP_EXT_SIZE
+        max_off = FIEMAP_MAX_OFFSET
+        req_fiemap = FS_IOC_FIEMAP
+        req_version = FS_IOC_GETVERSION
+        birth = _HAS_BIRTHTIME
+        progress = self.progress
+        while stack:
+            path, rel, par, nm = stack.pop()
+            opened = self.open_dir(path, rel, par, nm)
+            if opened is None:
+                continue
+            dfd, dino = opened
+            try:
+                try:
+                    it = os.scandir(path)
+                except OSError as e:
+                    self._skip(rel + b"/", e)
+                    continue
+                with it:
+                    for entry in it:
+                        ename = entry.name
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                stack.append((entry.path, rel + b"/" + ename, dino, ename))
+                                continue
+                            if not entry.is_file(follow_symlinks=False):
+                                self._other(entry, rel, dino)
+                                continue
+                        except OSError as e:
+                            self._skip(rel + b"/" + ename, e)
+                            continue
+                        eino = entry.inode()
+                        if eino in seen:
+                            lp_append(dino)
+                            li_append(eino)
+                            ln_append(ename)
+                            continue
+                        try:
+                            fd = opn(ename, o_flags, dir_fd=dfd)
+                        except OSError as e:
+                            self._skip(rel + b"/" + ename, e)
+                            continue
+                        n = 0
+                        try:
+                            st = fstat(fd)
+                            if not is_reg(st.st_mode):
+                                self._skip(rel + b"/" + ename, OSError(errno.ENOENT, ""))
+                                continue
+                            gen = 0
+                            if self.getversion:
+                                try:
+                                    ioctl(fd, req_version, gbuf, True)
+                                    gen = unpack_u32(gbuf)[0]
+                                except OSError:
+                                    self.getversion = False
+                            if st.st_size or st.st_blocks:
+                                pack_head(buf, 0, 0, max_off, fflags, 0, batch, 0)
+                                try:
+                                    ioctl(fd, req_fiemap, buf, True)
+                                except OSError as e:
+                                    self._file_fiemap_error(e, rel + b"/" + ename)
+                                    continue
+                                n = unpack_u32(buf, 20)[0]
+                                if n == batch:
+                                    n = _fiemap_into(fd, buf, batch, fflags, raw)
+                                elif n:
+                                    raw += buf[32 : 32 + ext_size * n]
+                        finally:
+                            close(fd)
+                        ino = st.st_ino
+                        if st.st_nlink > 1:
+                            if ino in seen:  # another name was recorded while we looked
+                                if n:
+                                    del raw[len(raw) - n * ext_size :]
+                                lp_append(dino)
+                                li_append(ino)
+                                ln_append(ename)
+                                continue
+                            seen.add(ino)
+                        meta_extend(
+                            (
+                                ino,
+                                gen,
+                                st.st_mode,
+                                st.st_nlink,
+                                st.st_uid,
+                                st.st_gid,
+                                st.st_size,
+                                st.st_atime_ns,
+                                st.st_mtime_ns,
+                                st.st_ctime_ns,
+                                st.st_birthtime_ns if birth else 0,  # type: ignore[attr-defined]
+                            )
+                        )
+                        counts_append(n)
+                        lp_append(dino)
+                        li_append(ino)
+                        ln_append(ename)
+                        if progress is not None and not len(self.counts) & 0xFFF:
+                            progress(len(self.counts))
+            finally:
+                close(dfd)
+
+
+def _notes(w: _Walk, extra_notes: list[str]) -> list[str]:
+    notes = []
+    if w.skipped:
+        by_reason: dict[str, list[bytes]] = {}
+        for rel, reason in w.skipped:
+            by_reason.setdefault(reason, []).append(rel)
+        for reason, rels in by_reason.items():
+            shown = ", ".join(os.fsdecode(r or b"/") for r in rels[:_SKIPPED_SHOWN])
+            more = f" and {len(rels) - _SKIPPED_SHOWN} more" if len(rels) > _SKIPPED_SHOWN else ""
+            noun = "path" if len(rels) == 1 else "paths"
+            notes.append(f"skipped {len(rels)} {noun} ({reason}): {shown}{more}")
+    if w.not_crossed:
+        shown = ", ".join(os.fsdecode(r) for r in w.not_crossed[:_SKIPPED_SHOWN])
+        more = (
+            f" and {len(w.not_crossed) - _SKIPPED_SHOWN} more"
+            if len(w.not_crossed) > _SKIPPED_SHOWN
+            else ""
+        )
+        notes.append(
+            f"did not cross {len(w.not_crossed)} mount point(s) or subvolume(s): {shown}{more}"
+        )
+    return notes + extra_notes
+
+
+def read_live_layout(
+    path: Path,
+    *,
+    sync: bool = False,
+    fiemap_batch: int = 256,
+    progress: Callable[[int], None] | None = None,
+) -> Layout:
+    """Read the layout of the mounted tree at ``path`` (see the module docstring)."""
+    raw_path = os.fsencode(path)
+    try:
+        st0 = os.stat(raw_path)
+    except OSError as e:
+        raise SourceError(f"{path}: {e.strerror}") from None
+    if not stat.S_ISDIR(st0.st_mode):
+        raise SourceError(f"{path}: not a directory (the live reader reads a mounted tree)")
+    real = os.path.realpath(raw_path)
+    mounts = read_mountinfo()
+    mount = find_mount(real, mounts)
+    if is_pseudo_fs(mount.fstype):
+        raise SourceError(
+            f"{path}: is on a {mount.fstype} file system, which has no block layout; "
+            "the live reader reads file systems on block devices (ext4, xfs, btrfs, ...)"
+        )
+    mp = mount.mount_point
+    sub = b"" if real == mp else (real[len(mp) :] if mp != b"/" else real)
+    submounts = {
+        m.mount_point[len(mp) :] if mp != b"/" else m.mount_point
+        for m in mounts
+        if m.mount_point != mp and _under(m.mount_point, mp)
+    }
+    vfs = os.statvfs(raw_path)
+    block_size = int(vfs.f_frsize or vfs.f_bsize)
+    if block_size <= 0:
+        raise SourceError(f"{path}: statvfs reports no block size")
+
+    w = _Walk(dev=st0.st_dev, submounts=submounts, sync=sync, batch=fiemap_batch, progress=progress)
+    extra_notes: list[str] = []
+
+    comps = [c for c in sub.split(b"/") if c]
+    if comps:
+        # The directories from the mount root down to the given one, each with its one name.
+        parent: int | None = None
+        walked = mp
+        for i, comp in enumerate([b"", *comps[:-1]]):
+            walked = os.path.join(walked, comp) if comp else walked
+            relp = b"/" + b"/".join(comps[:i]) if i else b""
+            opened = w.open_dir(walked, relp, parent, comp or None, check_dev=False)
+            if opened is None:
+                raise SourceError(f"{path}: cannot open {os.fsdecode(walked)}")
+            os.close(opened[0])
+            parent = opened[1]
+        w.walk(real, sub, parent, comps[-1])
+    else:
+        w.walk(mp, b"", None, None)
+    if not w.counts:
+        raise SourceError(f"{path}: cannot open the mount root {os.fsdecode(mp)}")
+    root_ino = w.meta[0]
+    try:
+        fd = os.open(raw_path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise SourceError(f"{path}: {e.strerror}") from None
+    try:
+        free, why = getfsmap_free(fd, block_size, st0.st_dev)
+        uuid, uuid_source = _fs_uuid(fd, mount, vfs)
+        label = _fs_label(fd)
+    finally:
+        os.close(fd)
+    if free is None:
+        extra_notes.append(f"free space unknown: {why}")
+
+    n = len(w.counts)
+    meta = np.array(w.meta, dtype=np.int64).reshape(n, _META_COLS)
+    counts = np.array(w.counts, dtype=np.int64)
+    raw_ext = np.frombuffer(bytes(w.raw), FIEMAP_EXTENT_DTYPE)
+    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(raw_ext, counts, block_size)
+    files = FileTable(
+        ino=meta[:, 0].astype(np.uint64),
+        generation=meta[:, 1].astype(np.uint32),
+        mode=meta[:, 2].astype(np.uint32),
+        nlink=meta[:, 3].astype(np.uint32),
+        uid=meta[:, 4].astype(np.uint32),
+        gid=meta[:, 5].astype(np.uint32),
+        size=meta[:, 6].astype(np.uint64),
+        atime=meta[:, 7].copy(),
+        mtime=meta[:, 8].copy(),
+        ctime=meta[:, 9].copy(),
+        crtime=meta[:, 10].copy(),
+        flags=np.zeros(n, np.uint32),
+        damaged=np.zeros(n, np.uint32),
+        ext_off=ext_off,
+        ext_logical=e_log,
+        ext_physical=e_phys,
+        ext_length=e_len,
+        ext_flags=e_flags,
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    ).sorted_by_ino()
+    links = LinkTable.from_lists(w.l_parent, w.l_ino, w.l_name)
+
+    scale = block_size
+    facts = FsFacts(
+        kind=f"live:{mount.fstype}",
+        uuid=uuid,
+        label=label,
+        block_size=block_size,
+        blocks_total=int(vfs.f_blocks) * int(vfs.f_frsize or block_size) // scale,
+        blocks_free=int(vfs.f_bfree) * int(vfs.f_frsize or block_size) // scale,
+        inodes_total=int(vfs.f_files),
+        inodes_free=int(vfs.f_ffree),
+        extra={
+            "mount_point": os.fsdecode(mp),
+            "mount_root": os.fsdecode(mount.root),
+            "source": mount.source,
+            "mount_options": mount.options,
+            "super_options": mount.super_options,
+            "subtree": os.fsdecode(sub) if sub else "/",
+            "uuid_source": uuid_source,
+            "blocks_available": int(vfs.f_bavail),
+            "fiemap_sync": sync,
+            "skipped": len(w.skipped),
+            "not_crossed": len(w.not_crossed),
+            "physical_space": ("btrfs logical addresses" if mount.fstype == "btrfs" else "device"),
+        },
+        free_space_known=free is not None,
+    )
+    return Layout(
+        facts=facts,
+        files=files,
+        links=links,
+        free=free if free is not None else FreeExtents.empty(),
+        root_ino=int(root_ino),
+        notes=_notes(w, extra_notes),
+    )
