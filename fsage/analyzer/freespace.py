@@ -1,0 +1,141 @@
+"""Free-space fragmentation with the buckets and totals of ``e2freefrag``.
+
+e2freefrag scans the block bitmap from ``first_data_block`` to the end of the file system and
+counts maximal runs of free blocks; runs do not stop at group boundaries. A run of ``n`` blocks
+goes to bucket ``floor(log2 n)``, i.e. ``[2**k, 2**(k+1) - 1]`` blocks (printed by e2freefrag
+as "4K...8K-" for 4 KiB blocks and k = 0). Buckets above 2**30 blocks are folded into the last
+one, as e2freefrag does with its 32-entry histogram.
+
+A free *chunk* is an aligned ``chunk_bytes`` window (1 MiB by default) whose blocks are all
+free: window ``c`` covers blocks ``[c*B, (c+1)*B)``. Window 0 on a file system whose first data
+block is 1 (1 KiB blocks) is never free, because e2freefrag does not scan block 0; a window cut
+short by the end of the file system is never free either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.layout import FreeExtents
+
+I64 = npt.NDArray[np.int64]
+
+MAX_BUCKET = 30  # e2freefrag MAX_HIST = 32 entries, index = log2(n) + 1
+
+
+@dataclass
+class FreeSpace:
+    block_size: int
+    blocks_total: int
+    blocks_free: int
+    extents: int
+    largest: int  # blocks
+    smallest: int
+    chunk_blocks: int
+    chunks_total: int
+    chunks_free: int
+    # (bucket k, count, blocks) for non-empty buckets, ascending
+    buckets: list[tuple[int, int, int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "blocks_free": self.blocks_free,
+            "free_extent_count": self.extents,
+            "largest_free_extent": self.largest,
+            "smallest_free_extent": self.smallest,
+            "average_free_extent": (self.blocks_free / self.extents if self.extents else 0.0),
+            "chunk_bytes": self.chunk_blocks * self.block_size,
+            "chunks_total": self.chunks_total,
+            "free_chunks": self.chunks_free,
+            "free_extents": [
+                {
+                    "min_blocks": 1 << k,
+                    "max_blocks": (1 << (k + 1)) - 1 if k < MAX_BUCKET else None,
+                    "count": c,
+                    "blocks": b,
+                    "label": bucket_label(k, self.block_size),
+                }
+                for k, c, b in self.buckets
+            ],
+        }
+
+
+def merge_runs(free: FreeExtents) -> tuple[I64, I64]:
+    """Sort free extents and merge the ones that touch; returns (start, length)."""
+    start = free.start.astype(np.int64)
+    length = free.length.astype(np.int64)
+    keep = length > 0
+    start, length = start[keep], length[keep]
+    if start.size == 0:
+        return start, length
+    order = np.argsort(start, kind="stable")
+    start, length = start[order], length[order]
+    end = start + length
+    # A run begins where the extent does not touch the furthest end seen so far.
+    reach = np.maximum.accumulate(end)
+    new = np.ones(start.size, bool)
+    new[1:] = start[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    run_start = start[idx]
+    run_end = np.maximum.reduceat(end, idx)
+    return run_start, run_end - run_start
+
+
+def _log2_floor(n: I64) -> I64:
+    _, exp = np.frexp(n.astype(np.float64))
+    return (exp - 1).astype(np.int64)
+
+
+def bucket_label(k: int, block_size: int) -> str:
+    """e2freefrag's range label for bucket k, e.g. '4K...8K-'."""
+
+    def fmt(nbytes: int) -> str:
+        units = "KMGTPE"
+        v = nbytes >> 10
+        i = 0
+        while v >= 1024 and i < len(units) - 1:
+            v >>= 10
+            i += 1
+        return f"{v}{units[i]}"
+
+    lo = (1 << k) * block_size
+    if k >= MAX_BUCKET:
+        return f"{fmt(lo)}...max"
+    return f"{fmt(lo)}...{fmt(lo * 2)}-"
+
+
+def free_space(
+    free: FreeExtents,
+    block_size: int,
+    blocks_total: int,
+    first_data_block: int = 0,
+    chunk_bytes: int = 1 << 20,
+) -> FreeSpace:
+    start, length = merge_runs(free)
+    k = np.minimum(_log2_floor(length), MAX_BUCKET) if length.size else np.zeros(0, np.int64)
+    counts = np.bincount(k, minlength=MAX_BUCKET + 1)
+    blocks = np.bincount(k, weights=length, minlength=MAX_BUCKET + 1)
+    buckets = [(int(i), int(counts[i]), round(float(blocks[i]))) for i in np.flatnonzero(counts)]
+    chunk_blocks = max(chunk_bytes // block_size, 1)
+    # Fully free aligned windows inside each run.
+    first = -(-start // chunk_blocks)
+    last = (start + length) // chunk_blocks
+    if first_data_block > 0:
+        first = np.maximum(first, 1)
+    chunks_free = int(np.maximum(last - first, 0).sum())
+    return FreeSpace(
+        block_size=block_size,
+        blocks_total=blocks_total,
+        blocks_free=int(length.sum()),
+        extents=int(length.size),
+        largest=int(length.max()) if length.size else 0,
+        smallest=int(length.min()) if length.size else 0,
+        chunk_blocks=chunk_blocks,
+        chunks_total=(blocks_total + chunk_blocks) // chunk_blocks,
+        chunks_free=chunks_free,
+        buckets=buckets,
+    )
