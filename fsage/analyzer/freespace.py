@@ -91,21 +91,18 @@ def _log2_floor(n: I64) -> I64:
 
 
 def bucket_label(k: int, block_size: int) -> str:
-    """e2freefrag's range label for bucket k, e.g. '4K...8K-'."""
-
-    def fmt(nbytes: int) -> str:
-        units = "KMGTPE"
-        v = nbytes >> 10
-        i = 0
-        while v >= 1024 and i < len(units) - 1:
-            v >>= 10
-            i += 1
-        return f"{v}{units[i]}"
-
+    """e2freefrag's range label for bucket k, e.g. '4K...8K-' or '512K...1024K-' (both ends in
+    the unit of the lower end)."""
     lo = (1 << k) * block_size
+    units = "KMGTPE"
+    i = 0
+    scale = 1 << 10
+    while lo >= scale << 10 and i < len(units) - 1:
+        scale <<= 10
+        i += 1
     if k >= MAX_BUCKET:
-        return f"{fmt(lo)}...max"
-    return f"{fmt(lo)}...{fmt(lo * 2)}-"
+        return f"{lo // scale}{units[i]}...max"
+    return f"{lo // scale}{units[i]}...{2 * lo // scale}{units[i]}-"
 
 
 def free_space(
