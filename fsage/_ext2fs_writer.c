@@ -1,6 +1,725 @@
-/* Offline writer over libext2fs: runs workload ops on an unmounted ext image. */
+/* Offline writer over libext2fs: runs workload ops on an unmounted ext2/3/4 image.
+ *
+ * The allocator here is libext2fs's (block by block, goal near the previous block), not the
+ * kernel's (mballoc, delayed allocation, preallocation): layouts made offline differ from
+ * layouts made through a mount. Paths are relative byte strings ('/'-separated, checked by the
+ * Python side); every component is looked up with ext2fs_lookup and must be a directory, so no
+ * symlink is ever followed.
+ *
+ * The handle is a capsule owning an ext2_filsys; writer_close flushes and frees it (the capsule
+ * destructor frees without flushing if the caller forgot). Errors raise Ext2fsError via
+ * fsage_raise with a libext2fs code, or with an errno value (ENOTEMPTY, EEXIST, ENOTDIR,
+ * EISDIR, ENOENT) for conditions the library does not report itself. */
 #include "_ext2fs.h"
 
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define WRITER_CAPSULE "fsage._ext2fs.writer"
+#define WRITE_CHUNK (1 << 20)
+
+typedef struct {
+    ext2_filsys fs;
+    char *buf; /* WRITE_CHUNK bytes of fixed pseudo-random data */
+} writer_t;
+
+static void writer_free(writer_t *w) {
+    if (w == NULL)
+        return;
+    if (w->fs != NULL)
+        ext2fs_free(w->fs);
+    PyMem_Free(w->buf);
+    PyMem_Free(w);
+}
+
+static void capsule_destructor(PyObject *cap) {
+    writer_t *w = PyCapsule_GetPointer(cap, WRITER_CAPSULE);
+    writer_free(w);
+}
+
+static writer_t *get_writer(PyObject *cap) {
+    writer_t *w = PyCapsule_GetPointer(cap, WRITER_CAPSULE);
+    if (w == NULL)
+        return NULL;
+    if (w->fs == NULL) {
+        PyErr_SetString(PyExc_ValueError, "writer is closed");
+        return NULL;
+    }
+    return w;
+}
+
+static PyObject *raise_errno(int err, const char *what) {
+    return fsage_raise((errcode_t)err, what);
+}
+
+static __u32 now32(ext2_filsys fs) {
+    (void)fs;
+    return (__u32)time(NULL);
+}
+
+/* ------------------------------------------------------------------ path resolution */
+
+static errcode_t inode_mode(ext2_filsys fs, ext2_ino_t ino, __u16 *mode) {
+    struct ext2_inode inode;
+    errcode_t err = ext2fs_read_inode(fs, ino, &inode);
+    if (err)
+        return err;
+    *mode = inode.i_mode;
+    return 0;
+}
+
+/* Walk `path` (relative, no empty/./.. parts) to the directory holding its last component.
+ * On success *parent is that directory and *name points into path (NUL-terminated).
+ * Returns 0, a libext2fs code, or an errno value. */
+static errcode_t resolve_parent(ext2_filsys fs, char *path, ext2_ino_t *parent, char **name) {
+    ext2_ino_t dir = EXT2_ROOT_INO;
+    char *part = path;
+    char *slash;
+    while ((slash = strchr(part, '/')) != NULL) {
+        ext2_ino_t ino;
+        __u16 mode;
+        errcode_t err;
+        *slash = '\0';
+        err = ext2fs_lookup(fs, dir, part, (int)strlen(part), NULL, &ino);
+        *slash = '/';
+        if (err == EXT2_ET_FILE_NOT_FOUND)
+            return ENOENT;
+        if (err)
+            return err;
+        err = inode_mode(fs, ino, &mode);
+        if (err)
+            return err;
+        if (!LINUX_S_ISDIR(mode))
+            return ENOTDIR; /* a symlink or file in the middle of a path: never followed */
+        dir = ino;
+        part = slash + 1;
+    }
+    if (*part == '\0')
+        return ENOENT;
+    *parent = dir;
+    *name = part;
+    return 0;
+}
+
+static errcode_t lookup_in(ext2_filsys fs, ext2_ino_t dir, const char *name, ext2_ino_t *ino) {
+    errcode_t err = ext2fs_lookup(fs, dir, name, (int)strlen(name), NULL, ino);
+    return err == EXT2_ET_FILE_NOT_FOUND ? ENOENT : err;
+}
+
+static errcode_t resolve(ext2_filsys fs, char *path, ext2_ino_t *ino) {
+    ext2_ino_t parent;
+    char *name;
+    errcode_t err = resolve_parent(fs, path, &parent, &name);
+    if (err)
+        return err;
+    return lookup_in(fs, parent, name, ino);
+}
+
+/* Link `name` -> ino in dir, growing the directory when it is full. */
+static errcode_t link_grow(ext2_filsys fs, ext2_ino_t dir, const char *name, ext2_ino_t ino,
+                           int filetype) {
+    errcode_t err = ext2fs_link(fs, dir, name, ino, filetype);
+    if (err == EXT2_ET_DIR_NO_SPACE) {
+        err = ext2fs_expand_dir(fs, dir);
+        if (err)
+            return err;
+        err = ext2fs_link(fs, dir, name, ino, filetype);
+    }
+    return err;
+}
+
+/* ------------------------------------------------------------------ data */
+
+static errcode_t write_data(writer_t *w, ext2_ino_t ino, __u64 offset, __u64 size, int extend) {
+    ext2_file_t file;
+    errcode_t err, err2;
+    __u64 done = 0;
+    err = ext2fs_file_open(w->fs, ino, EXT2_FILE_WRITE, &file);
+    if (err)
+        return err;
+    err = ext2fs_file_llseek(file, offset, EXT2_SEEK_SET, NULL);
+    while (!err && done < size) {
+        unsigned int n = (unsigned int)((size - done) < WRITE_CHUNK ? (size - done) : WRITE_CHUNK);
+        unsigned int got = 0;
+        err = ext2fs_file_write(file, w->buf, n, &got);
+        if (!err && got == 0)
+            err = EXT2_ET_BLOCK_ALLOC_FAIL;
+        done += got;
+    }
+    if (!err && extend) {
+        __u64 cur = 0;
+        err = ext2fs_file_get_lsize(file, &cur);
+        if (!err && offset + size > cur)
+            err = ext2fs_file_set_size2(file, offset + size);
+    }
+    err2 = ext2fs_file_close(file);
+    return err ? err : err2;
+}
+
+/* ------------------------------------------------------------------ methods */
+
+static PyObject *writer_open(PyObject *self, PyObject *args) {
+    const char *path;
+    ext2_filsys fs = NULL;
+    errcode_t err;
+    int mount_flags = 0;
+    writer_t *w;
+    PyObject *cap;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y:writer_open", &path))
+        return NULL;
+    err = ext2fs_check_if_mounted(path, &mount_flags);
+    if (!err && (mount_flags & EXT2_MF_MOUNTED))
+        return raise_errno(EBUSY, "image is mounted; the offline writer needs it unmounted");
+    Py_BEGIN_ALLOW_THREADS
+    err = ext2fs_open2(path, NULL, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs);
+    if (!err)
+        err = ext2fs_read_bitmaps(fs);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        if (fs)
+            ext2fs_free(fs);
+        return fsage_raise(err, "opening image for writing");
+    }
+    if (ext2fs_has_feature_journal_needs_recovery(fs->super)) {
+        ext2fs_free(fs);
+        return raise_errno(EUCLEAN, "image journal needs recovery (run e2fsck first)");
+    }
+    w = PyMem_Calloc(1, sizeof(*w));
+    if (w == NULL) {
+        ext2fs_free(fs);
+        return PyErr_NoMemory();
+    }
+    w->fs = fs;
+    w->buf = PyMem_Malloc(WRITE_CHUNK);
+    if (w->buf == NULL) {
+        writer_free(w);
+        return PyErr_NoMemory();
+    }
+    {
+        /* xorshift fill: fixed, non-zero, incompressible enough */
+        __u64 x = 0x9E3779B97F4A7C15ULL;
+        size_t i;
+        for (i = 0; i < WRITE_CHUNK; i += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            memcpy(w->buf + i, &x, 8);
+        }
+    }
+    cap = PyCapsule_New(w, WRITER_CAPSULE, capsule_destructor);
+    if (cap == NULL)
+        writer_free(w);
+    return cap;
+}
+
+static PyObject *writer_close(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    writer_t *w;
+    errcode_t err;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O:writer_close", &cap))
+        return NULL;
+    w = PyCapsule_GetPointer(cap, WRITER_CAPSULE);
+    if (w == NULL)
+        return NULL;
+    if (w->fs == NULL)
+        Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    err = ext2fs_close_free(&w->fs);
+    Py_END_ALLOW_THREADS
+    w->fs = NULL;
+    if (err)
+        return fsage_raise(err, "closing image");
+    Py_RETURN_NONE;
+}
+
+static PyObject *writer_flush(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    writer_t *w;
+    errcode_t err;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O:writer_flush", &cap) || (w = get_writer(cap)) == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    err = ext2fs_flush(w->fs);
+    Py_END_ALLOW_THREADS
+    if (err)
+        return fsage_raise(err, "flushing image");
+    Py_RETURN_NONE;
+}
+
+/* (block size, total blocks, used blocks) as the kernel's statfs would report them: the
+ * metadata overhead (superblocks, descriptors, bitmaps, inode tables, journal) is not counted
+ * in either figure. */
+static PyObject *writer_capacity(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    writer_t *w;
+    ext2_filsys fs;
+    blk64_t overhead, total, free_blocks;
+    dgrp_t g;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O:writer_capacity", &cap) || (w = get_writer(cap)) == NULL)
+        return NULL;
+    fs = w->fs;
+    overhead = fs->super->s_first_data_block;
+    for (g = 0; g < fs->group_desc_count; g++) {
+        blk64_t sb, old_desc, new_desc;
+        blk_t used = 0;
+        if (ext2fs_super_and_bgd_loc2(fs, g, &sb, &old_desc, &new_desc, &used) == 0)
+            overhead += used;
+        overhead += 2 + fs->inode_blocks_per_group;
+    }
+    if (fs->super->s_journal_inum) {
+        struct ext2_inode inode;
+        if (ext2fs_read_inode(fs, fs->super->s_journal_inum, &inode) == 0)
+            overhead += ext2fs_get_stat_i_blocks(fs, (struct ext2_inode *)&inode) /
+                        (fs->blocksize / 512);
+    }
+    total = ext2fs_blocks_count(fs->super);
+    free_blocks = ext2fs_free_blocks_count(fs->super);
+    if (overhead > total - free_blocks)
+        overhead = total - free_blocks;
+    return Py_BuildValue("(IKK)", fs->blocksize, (unsigned long long)(total - overhead),
+                         (unsigned long long)(total - overhead - free_blocks));
+}
+
+/* stat(path) -> (ino, mode, size, blocks) without following symlinks. */
+static PyObject *writer_stat(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    writer_t *w;
+    char *path;
+    Py_ssize_t len;
+    ext2_ino_t ino;
+    struct ext2_inode inode;
+    errcode_t err;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#:writer_stat", &cap, &path, &len) ||
+        (w = get_writer(cap)) == NULL)
+        return NULL;
+    {
+        char *copy = PyMem_Malloc((size_t)len + 1);
+        if (copy == NULL)
+            return PyErr_NoMemory();
+        memcpy(copy, path, (size_t)len + 1);
+        err = resolve(w->fs, copy, &ino);
+        PyMem_Free(copy);
+    }
+    if (!err)
+        err = ext2fs_read_inode(w->fs, ino, &inode);
+    if (err)
+        return fsage_raise(err, "stat");
+    return Py_BuildValue("(IIKK)", ino, inode.i_mode, (unsigned long long)EXT2_I_SIZE(&inode),
+                         (unsigned long long)ext2fs_get_stat_i_blocks(w->fs, &inode));
+}
+
+/* Parse (handle, path) and split path; path is copied into *copy (caller frees). */
+static writer_t *parse_path(PyObject *args, const char *fmt, char **copy, ext2_ino_t *parent,
+                            char **name, unsigned long long *a, unsigned long long *b,
+                            errcode_t *err) {
+    PyObject *cap;
+    const char *path;
+    Py_ssize_t len;
+    writer_t *w;
+    *copy = NULL;
+    *err = 0;
+    if (a && b) {
+        if (!PyArg_ParseTuple(args, fmt, &cap, &path, &len, a, b))
+            return NULL;
+    } else if (a) {
+        if (!PyArg_ParseTuple(args, fmt, &cap, &path, &len, a))
+            return NULL;
+    } else if (!PyArg_ParseTuple(args, fmt, &cap, &path, &len)) {
+        return NULL;
+    }
+    if ((w = get_writer(cap)) == NULL)
+        return NULL;
+    *copy = PyMem_Malloc((size_t)len + 1);
+    if (*copy == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(*copy, path, (size_t)len + 1);
+    *err = resolve_parent(w->fs, *copy, parent, name);
+    return w;
+}
+
+static PyObject *writer_mkdir(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#:writer_mkdir", &copy, &parent, &name, NULL, NULL, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err && lookup_in(w->fs, parent, name, &ino) == 0)
+        err = EEXIST;
+    if (!err) {
+        err = ext2fs_mkdir(w->fs, parent, 0, name);
+        if (err == EXT2_ET_DIR_NO_SPACE) {
+            err = ext2fs_expand_dir(w->fs, parent);
+            if (!err)
+                err = ext2fs_mkdir(w->fs, parent, 0, name);
+        }
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "mkdir");
+    Py_RETURN_NONE;
+}
+
+/* create(path, size): a new regular file (replacing an existing regular file's data). */
+static PyObject *writer_create(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino;
+    unsigned long long size;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#K:writer_create", &copy, &parent, &name, &size, NULL, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err) {
+        ext2_filsys fs = w->fs;
+        errcode_t found = lookup_in(fs, parent, name, &ino);
+        if (found == 0) {
+            /* O_TRUNC semantics: drop the old data, keep the inode. */
+            __u16 mode;
+            err = inode_mode(fs, ino, &mode);
+            if (!err && !LINUX_S_ISREG(mode))
+                err = EISDIR;
+            if (!err) {
+                ext2_file_t file;
+                err = ext2fs_file_open(fs, ino, EXT2_FILE_WRITE, &file);
+                if (!err) {
+                    err = ext2fs_file_set_size2(file, 0);
+                    errcode_t e2 = ext2fs_file_close(file);
+                    err = err ? err : e2;
+                }
+            }
+        } else if (found != ENOENT) {
+            err = found;
+        } else {
+            struct ext2_inode inode;
+            err = ext2fs_new_inode(fs, parent, LINUX_S_IFREG | 0644, NULL, &ino);
+            if (!err)
+                err = link_grow(fs, parent, name, ino, EXT2_FT_REG_FILE);
+            if (!err) {
+                __u32 t = now32(fs);
+                ext2fs_inode_alloc_stats2(fs, ino, +1, 0);
+                memset(&inode, 0, sizeof(inode));
+                inode.i_mode = LINUX_S_IFREG | 0644;
+                inode.i_links_count = 1;
+                inode.i_atime = inode.i_ctime = inode.i_mtime = t;
+                err = ext2fs_write_new_inode(fs, ino, &inode);
+                if (!err && ext2fs_has_feature_extents(fs->super)) {
+                    ext2_extent_handle_t handle;
+                    err = ext2fs_extent_open2(fs, ino, &inode, &handle);
+                    if (!err)
+                        ext2fs_extent_free(handle);
+                    if (!err)
+                        err = ext2fs_write_inode(fs, ino, &inode);
+                }
+            }
+        }
+        if (!err && size > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            err = write_data(w, ino, 0, size, 1);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "create");
+    return PyLong_FromUnsignedLong(ino);
+}
+
+/* write(path, offset, size): write bytes at offset (extending the file as needed). */
+static PyObject *writer_write(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino = 0;
+    unsigned long long offset, size;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#KK:writer_write", &copy, &parent, &name, &offset, &size, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err)
+        err = lookup_in(w->fs, parent, name, &ino);
+    if (!err) {
+        __u16 mode;
+        err = inode_mode(w->fs, ino, &mode);
+        if (!err && !LINUX_S_ISREG(mode))
+            err = EISDIR;
+    }
+    if (!err && size > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        err = write_data(w, ino, offset, size, 1);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "write");
+    Py_RETURN_NONE;
+}
+
+static PyObject *writer_truncate(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino = 0;
+    unsigned long long size;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#K:writer_truncate", &copy, &parent, &name, &size, NULL, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err)
+        err = lookup_in(w->fs, parent, name, &ino);
+    if (!err) {
+        __u16 mode;
+        err = inode_mode(w->fs, ino, &mode);
+        if (!err && !LINUX_S_ISREG(mode))
+            err = EISDIR;
+    }
+    if (!err) {
+        ext2_file_t file;
+        err = ext2fs_file_open(w->fs, ino, EXT2_FILE_WRITE, &file);
+        if (!err) {
+            err = ext2fs_file_set_size2(file, size);
+            errcode_t e2 = ext2fs_file_close(file);
+            err = err ? err : e2;
+        }
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "truncate");
+    Py_RETURN_NONE;
+}
+
+static int count_entries(ext2_ino_t dir, int entry, struct ext2_dir_entry *dirent, int offset,
+                         int blocksize, char *buf, void *priv) {
+    int *count = priv;
+    int len = ext2fs_dirent_name_len(dirent);
+    (void)dir, (void)entry, (void)offset, (void)blocksize, (void)buf;
+    if (dirent->inode == 0)
+        return 0;
+    if ((len == 1 && dirent->name[0] == '.') ||
+        (len == 2 && dirent->name[0] == '.' && dirent->name[1] == '.'))
+        return 0;
+    (*count)++;
+    return DIRENT_ABORT;
+}
+
+static int release_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64_t ref_blk,
+                         int ref_offset, void *priv) {
+    (void)blockcnt, (void)ref_blk, (void)ref_offset, (void)priv;
+    ext2fs_block_alloc_stats2(fs, *blocknr, -1);
+    return 0;
+}
+
+/* Drop one link of ino (named name in parent); free the inode and its blocks at zero links. */
+static errcode_t drop_link(ext2_filsys fs, ext2_ino_t parent, const char *name, ext2_ino_t ino) {
+    struct ext2_inode inode;
+    int isdir;
+    errcode_t err = ext2fs_read_inode(fs, ino, &inode);
+    if (err)
+        return err;
+    isdir = LINUX_S_ISDIR(inode.i_mode);
+    if (isdir) {
+        int count = 0;
+        err = ext2fs_dir_iterate2(fs, ino, 0, NULL, count_entries, &count);
+        if (err)
+            return err;
+        if (count)
+            return ENOTEMPTY;
+    }
+    err = ext2fs_unlink(fs, parent, name, ino, 0);
+    if (err)
+        return err;
+    if (isdir) {
+        struct ext2_inode pinode;
+        err = ext2fs_read_inode(fs, parent, &pinode);
+        if (!err && pinode.i_links_count > 1) {
+            pinode.i_links_count--;
+            err = ext2fs_write_inode(fs, parent, &pinode);
+        }
+        if (err)
+            return err;
+        inode.i_links_count = 0;
+    } else if (inode.i_links_count > 0) {
+        inode.i_links_count--;
+    }
+    if (inode.i_links_count == 0) {
+        if (ext2fs_inode_has_valid_blocks2(fs, &inode)) {
+            /* Release every block (data and extent-tree/indirect blocks) without editing the
+             * tree: unlike a punch, this never needs to allocate, so it works on a full fs. */
+            err = ext2fs_block_iterate3(fs, ino, BLOCK_FLAG_READ_ONLY, NULL, release_block, NULL);
+            if (err)
+                return err;
+            memset(inode.i_block, 0, sizeof(inode.i_block));
+            if (ext2fs_has_feature_extents(fs->super) && (inode.i_flags & EXT4_EXTENTS_FL)) {
+                struct ext3_extent_header *eh = (struct ext3_extent_header *)inode.i_block;
+                eh->eh_magic = ext2fs_cpu_to_le16(EXT3_EXT_MAGIC);
+                eh->eh_max = ext2fs_cpu_to_le16((sizeof(inode.i_block) - sizeof(*eh)) /
+                                                sizeof(struct ext3_extent));
+            }
+            ext2fs_iblk_set(fs, &inode, 0);
+        }
+        inode.i_dtime = now32(fs);
+        inode.i_size = 0;
+        inode.i_size_high = 0;
+        err = ext2fs_write_inode(fs, ino, &inode);
+        if (err)
+            return err;
+        ext2fs_inode_alloc_stats2(fs, ino, -1, isdir);
+        return 0;
+    }
+    return ext2fs_write_inode(fs, ino, &inode);
+}
+
+static PyObject *writer_unlink(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino = 0;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#:writer_unlink", &copy, &parent, &name, NULL, NULL, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err)
+        err = lookup_in(w->fs, parent, name, &ino);
+    if (!err)
+        err = drop_link(w->fs, parent, name, ino);
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "delete");
+    Py_RETURN_NONE;
+}
+
+static int set_dotdot(ext2_ino_t dir, int entry, struct ext2_dir_entry *dirent, int offset,
+                      int blocksize, char *buf, void *priv) {
+    ext2_ino_t *newparent = priv;
+    (void)dir, (void)offset, (void)blocksize, (void)buf;
+    if (entry == DIRENT_DOT_DOT_FILE) {
+        dirent->inode = *newparent;
+        return DIRENT_CHANGED | DIRENT_ABORT;
+    }
+    return 0;
+}
+
+static PyObject *writer_rename(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    const char *src, *dst;
+    Py_ssize_t slen, dlen;
+    char *scopy = NULL, *dcopy = NULL, *sname, *dname;
+    ext2_ino_t sparent, dparent, ino = 0, existing;
+    struct ext2_inode inode;
+    errcode_t err;
+    writer_t *w;
+    ext2_filsys fs;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#y#:writer_rename", &cap, &src, &slen, &dst, &dlen) ||
+        (w = get_writer(cap)) == NULL)
+        return NULL;
+    fs = w->fs;
+    scopy = PyMem_Malloc((size_t)slen + 1);
+    dcopy = PyMem_Malloc((size_t)dlen + 1);
+    if (scopy == NULL || dcopy == NULL) {
+        PyMem_Free(scopy);
+        PyMem_Free(dcopy);
+        return PyErr_NoMemory();
+    }
+    memcpy(scopy, src, (size_t)slen + 1);
+    memcpy(dcopy, dst, (size_t)dlen + 1);
+    err = resolve_parent(fs, scopy, &sparent, &sname);
+    if (!err)
+        err = resolve_parent(fs, dcopy, &dparent, &dname);
+    if (!err)
+        err = lookup_in(fs, sparent, sname, &ino);
+    if (!err)
+        err = ext2fs_read_inode(fs, ino, &inode);
+    if (!err && LINUX_S_ISDIR(inode.i_mode) && dlen > slen && strncmp(dst, src, (size_t)slen) == 0 &&
+        dst[slen] == '/')
+        err = EINVAL; /* a directory into itself */
+    if (!err && lookup_in(fs, dparent, dname, &existing) == 0) {
+        if (existing == ino)
+            goto done; /* same file: nothing to do */
+        err = drop_link(fs, dparent, dname, existing);
+    }
+    if (!err) {
+        int ft = LINUX_S_ISDIR(inode.i_mode) ? EXT2_FT_DIR
+                 : LINUX_S_ISLNK(inode.i_mode) ? EXT2_FT_SYMLINK
+                                                : EXT2_FT_REG_FILE;
+        err = link_grow(fs, dparent, dname, ino, ft);
+        if (!err)
+            err = ext2fs_unlink(fs, sparent, sname, ino, 0);
+        if (!err && LINUX_S_ISDIR(inode.i_mode) && sparent != dparent) {
+            struct ext2_inode p;
+            err = ext2fs_dir_iterate2(fs, ino, DIRENT_FLAG_INCLUDE_EMPTY, NULL, set_dotdot,
+                                      &dparent);
+            if (!err)
+                err = ext2fs_read_inode(fs, sparent, &p);
+            if (!err) {
+                p.i_links_count--;
+                err = ext2fs_write_inode(fs, sparent, &p);
+            }
+            if (!err)
+                err = ext2fs_read_inode(fs, dparent, &p);
+            if (!err) {
+                p.i_links_count++;
+                err = ext2fs_write_inode(fs, dparent, &p);
+            }
+        }
+        if (!err) {
+            err = ext2fs_read_inode(fs, ino, &inode);
+            if (!err) {
+                inode.i_ctime = now32(fs);
+                err = ext2fs_write_inode(fs, ino, &inode);
+            }
+        }
+    }
+done:
+    PyMem_Free(scopy);
+    PyMem_Free(dcopy);
+    if (err)
+        return fsage_raise(err, "rename");
+    Py_RETURN_NONE;
+}
+
+/* The libext2fs codes the Python side maps to "no space" and "not found". */
+static PyObject *writer_errcodes(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return Py_BuildValue("{sLsLsLsLsL}", "block_alloc_fail", (long long)EXT2_ET_BLOCK_ALLOC_FAIL,
+                         "inode_alloc_fail", (long long)EXT2_ET_INODE_ALLOC_FAIL,
+                         "dir_no_space", (long long)EXT2_ET_DIR_NO_SPACE, "toosmall",
+                         (long long)EXT2_ET_TOOSMALL, "file_not_found",
+                         (long long)EXT2_ET_FILE_NOT_FOUND);
+}
+
 PyMethodDef fsage_writer_methods[] = {
+    {"writer_errcodes", writer_errcodes, METH_NOARGS,
+     "writer_errcodes() -> {name: libext2fs error code} for the codes fsage maps."},
+    {"writer_open", writer_open, METH_VARARGS,
+     "writer_open(path: bytes) -> handle: open an unmounted ext image read-write."},
+    {"writer_close", writer_close, METH_VARARGS,
+     "writer_close(h): write back superblock, descriptors and bitmaps, and free."},
+    {"writer_flush", writer_flush, METH_VARARGS, "writer_flush(h): write back metadata."},
+    {"writer_capacity", writer_capacity, METH_VARARGS,
+     "writer_capacity(h) -> (block_size, total_blocks, used_blocks) as statfs reports them."},
+    {"writer_stat", writer_stat, METH_VARARGS,
+     "writer_stat(h, path) -> (ino, mode, size, 512-byte blocks)."},
+    {"writer_mkdir", writer_mkdir, METH_VARARGS, "writer_mkdir(h, path)"},
+    {"writer_create", writer_create, METH_VARARGS,
+     "writer_create(h, path, size) -> ino: new regular file of size bytes of data."},
+    {"writer_write", writer_write, METH_VARARGS,
+     "writer_write(h, path, offset, size): write data at offset, extending the file."},
+    {"writer_truncate", writer_truncate, METH_VARARGS, "writer_truncate(h, path, size)"},
+    {"writer_unlink", writer_unlink, METH_VARARGS,
+     "writer_unlink(h, path): remove a file or an empty directory."},
+    {"writer_rename", writer_rename, METH_VARARGS,
+     "writer_rename(h, src, dst): rename, replacing dst if it exists."},
     {NULL, NULL, 0, NULL},
 };

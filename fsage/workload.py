@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from fsage import __version__
 from fsage.errors import WorkloadError
@@ -121,7 +121,11 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
     tmp = path.with_name(path.name + ".part")
     raw: IO[bytes]
     with open(tmp, "wb") as fh:
-        raw = gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) if path.suffix == ".gz" else fh
+        raw = (
+            cast(IO[bytes], gzip.GzipFile(fileobj=fh, mode="wb", mtime=0))
+            if path.suffix == ".gz"
+            else cast(IO[bytes], fh)
+        )
         with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
             out.write(header.to_json() + "\n")
             for op in ops:
@@ -179,6 +183,15 @@ def read_workload(path: Path) -> tuple[WorkloadHeader, Iterator[Op]]:
                 yield Op.from_json(data, where)
 
     return header, ops()
+
+
+class NoSpaceError(WorkloadError):
+    """An op failed for lack of space; the executor undid what it had done of it, so the
+    target is as before the op. The ager turns to deletes; a replay skips the op."""
+
+
+class OpFailedError(WorkloadError):
+    """An op could not run on the target (a missing path, a name already taken...)."""
 
 
 class Executor(ABC):

@@ -1,0 +1,721 @@
+"""The workload generator: turns a profile and a seed into an op stream.
+
+The generator keeps its own model of the target: the namespace (directories, files with size,
+birth op and depth) and the blocks in use (file data rounded up to blocks, one block per
+directory) out of ``capacity // block_size``. A generated stream therefore depends only on the
+profile, the seed and the capacity — never on the target it later runs on. When aging a target
+directly (``fsage age --profile``), a ``probe`` (the executor's statvfs) replaces the model's
+fullness so that the fill target is met on the real file system; ``nospace`` tells the
+generator that an op failed for lack of space, and it turns to deletes.
+
+Phases (mode ``hybrid``): fill until fullness reaches ``profile.fill`` (creates, with a create
+probability that falls as the fs fills, and deletes), then churn in ``profile.mix`` until
+``profile.churn`` × capacity bytes have been written or ``ops_limit`` ops issued. A delete picks
+a random non-empty directory and a victim from its sorted listing (seed 004), so the same file is
+deleted on every file system.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsage.ager.profile import Histogram, Profile
+from fsage.errors import WorkloadError
+from fsage.workload import Op, WorkloadHeader
+
+_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+_NAME_LEN = 10
+
+#: (block size, total blocks, used blocks), like ``Executor.capacity_blocks``.
+Probe = Callable[[], tuple[int, int, int]]
+
+DATA_OPS = frozenset({"create", "append", "overwrite"})
+
+
+@dataclass
+class _File:
+    size: int
+    born: int
+    parent: str
+    depth: int
+    bucket: int = -1  # size bucket in convergence mode
+
+
+class _Bag:
+    """A list with O(1) add, remove (swap with last) and deterministic random pick."""
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.pos: dict[str, int] = {}
+
+    def add(self, key: str) -> None:
+        if key not in self.pos:
+            self.pos[key] = len(self.items)
+            self.items.append(key)
+
+    def remove(self, key: str) -> None:
+        i = self.pos.pop(key, None)
+        if i is None:
+            return
+        last = self.items.pop()
+        if i < len(self.items):
+            self.items[i] = last
+            self.pos[last] = i
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def pick(self, rng: random.Random) -> str:
+        return self.items[rng.randrange(len(self.items))]
+
+
+@dataclass
+class GenStats:
+    ops: int = 0
+    bytes_written: int = 0
+    phase: str = "fill"
+    fill_ops: int | None = None
+    fill_bytes: int | None = None
+    nospace: int = 0
+    converged_at: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _blocks(size: int, bs: int) -> int:
+    return (size + bs - 1) // bs
+
+
+class Generator:
+    """Yields ops for ``profile`` against a target of ``capacity`` bytes (see module doc)."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        seed: int,
+        capacity: int,
+        *,
+        probe: Probe | None = None,
+        block_size: int | None = None,
+    ) -> None:
+        self.profile = profile
+        self.seed = seed
+        self.bs = block_size or profile.block_size
+        if capacity < 16 * self.bs:
+            raise WorkloadError(f"capacity {capacity} bytes is too small to age")
+        self.capacity = capacity
+        self.total_blocks = capacity // self.bs
+        self.rng = random.Random(seed)
+        self.probe = probe
+        self.stats = GenStats()
+        # Namespace model. The root directory is "" at depth 0.
+        self.files: dict[str, _File] = {}
+        self.file_bag = _Bag()
+        self.dir_depth: dict[str, int] = {"": 0}
+        self.dir_names: dict[str, set[str]] = {"": set()}
+        self.dir_files: dict[str, list[str]] = {"": []}
+        self.dirs_by_depth: dict[int, list[str]] = {0: [""]}
+        self.all_dirs: list[str] = [""]
+        self.nonempty = _Bag()
+        self.used_blocks = 0
+        self._force_deletes = 0
+        self._undo: Callable[[], None] | None = None
+        self._writes = 0
+        # Convergence mode: files per size bucket.
+        self._size_bags: list[_Bag] = []
+        if profile.size_hist is not None:
+            self._size_bags = [_Bag() for _ in profile.size_hist.edges]
+        mix = profile.mix
+        self._mix_kinds = [k for k in mix if mix[k] > 0]
+        self._mix_cum: list[float] = []
+        acc = 0.0
+        for k in self._mix_kinds:
+            acc += mix[k]
+            self._mix_cum.append(acc)
+
+    # ---------------------------------------------------------------- header
+
+    def header(self) -> WorkloadHeader:
+        return WorkloadHeader(
+            generator=f"fsage.ager/{self.profile.mode}",
+            params={
+                "profile": self.profile.to_json(),
+                "capacity": self.capacity,
+                "block_size": self.bs,
+            },
+            seed=self.seed,
+        )
+
+    # ---------------------------------------------------------------- capacity
+
+    def capacity_blocks(self) -> tuple[int, int]:
+        """(total blocks, used blocks): the probe's when aging directly, else the model's."""
+        if self.probe is not None:
+            bs, total, used = self.probe()
+            # Express the real figures in model blocks so caps stay in bytes.
+            return total * bs // self.bs, (used * bs + self.bs - 1) // self.bs
+        return self.total_blocks, self.used_blocks
+
+    def fullness(self) -> float:
+        total, used = self.capacity_blocks()
+        return used / total if total else 1.0
+
+    def _free_bytes(self) -> int:
+        total, used = self.capacity_blocks()
+        margin = max(1, total // 100)
+        return max(0, total - used - margin) * self.bs
+
+    # ---------------------------------------------------------------- feedback
+
+    def nospace(self, op: Op) -> None:
+        """``op`` (the last one yielded) failed with ENOSPC and was undone on the target:
+        forget it in the model and turn to deletes for a while."""
+        self.stats.nospace += 1
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+        if op.op in DATA_OPS:
+            self.stats.bytes_written -= op.size
+        self._force_deletes = 16
+
+    # ---------------------------------------------------------------- the stream
+
+    def ops(self) -> Iterator[Op]:
+        mode = self.profile.mode
+        if mode == "random-update":
+            body = self._random_update()
+        elif mode == "prefragment":
+            body = self._prefragment()
+        else:
+            body = self._hybrid()
+        limit = self.profile.ops_limit
+        for op in body:
+            if limit is not None and self.stats.ops >= limit:
+                return
+            yield from self._emit(op)
+
+    def _emit(self, op: Op) -> Iterator[Op]:
+        st = self.stats
+        st.ops += 1
+        st.counts[op.op] = st.counts.get(op.op, 0) + 1
+        if op.op in DATA_OPS:
+            st.bytes_written += op.size
+        yield op
+        if op.op in DATA_OPS or op.op == "truncate":
+            self._writes += 1
+            p = self.profile
+            if p.fsync_every and self._writes % p.fsync_every == 0 and op.path in self.files:
+                self._undo = None
+                st.ops += 1
+                st.counts["fsync"] = st.counts.get("fsync", 0) + 1
+                yield Op("fsync", op.path)
+            if p.sync_every and self._writes % p.sync_every == 0:
+                self._undo = None
+                st.ops += 1
+                st.counts["sync"] = st.counts.get("sync", 0) + 1
+                yield Op("sync")
+
+    # ---- hybrid and convergence
+
+    def _hybrid(self) -> Iterator[Op]:
+        p = self.profile
+        st = self.stats
+        churn_budget = p.churn * self.total_blocks * self.bs
+        converging = p.mode == "convergence"
+        while True:
+            f = self.fullness()
+            if st.phase == "fill":
+                if f >= p.fill:
+                    st.phase = "churn"
+                    st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
+                    if churn_budget <= 0 and not converging:
+                        return
+                    continue
+                if self._force_deletes and self.files:
+                    self._force_deletes -= 1
+                    yield self._delete()
+                    continue
+                p_create = 1.0 - 0.4 * f / p.fill
+                if not self.files or self.rng.random() < p_create:
+                    yield self._create()
+                else:
+                    yield self._delete()
+                continue
+            # churn
+            assert st.fill_bytes is not None
+            if not converging and st.bytes_written - st.fill_bytes >= churn_budget:
+                return
+            if (
+                converging
+                and p.ops_limit is None
+                and st.bytes_written - st.fill_bytes
+                >= max(churn_budget, self.total_blocks * self.bs)
+            ):
+                return
+            if (
+                converging
+                and (st.ops - (st.fill_ops or 0)) % p.check_every == 0
+                and self.converged()
+            ):
+                st.converged_at = st.ops
+                return
+            if self._force_deletes and self.files:
+                self._force_deletes -= 1
+                yield self._delete()
+                continue
+            kind = self._mix_kinds[
+                bisect.bisect_right(self._mix_cum, self.rng.random() * self._mix_cum[-1])
+            ]
+            if kind in ("create", "delete"):
+                wc, wd = p.mix.get("create", 0.0), p.mix.get("delete", 0.0)
+                share = wc / (wc + wd)
+                # Steer toward the fill target: more creates below it, more deletes above.
+                p_create = min(0.95, max(0.05, share + 4.0 * (p.fill - f)))
+                kind = "create" if self.rng.random() < p_create else "delete"
+            if not self.files or (kind == "create" and f >= 0.99):
+                kind = "create" if not self.files else "delete"
+            if kind == "create":
+                yield self._create()
+            elif kind == "delete":
+                yield self._delete()
+            elif kind == "append":
+                yield self._append()
+            elif kind == "overwrite":
+                yield self._overwrite()
+            elif kind == "truncate":
+                yield self._truncate()
+            else:
+                yield self._rename()
+
+    # ---- namespace helpers
+
+    def _new_name(self, parent: str) -> str:
+        names = self.dir_names[parent]
+        while True:
+            name = "".join(self.rng.choices(_CHARS, k=_NAME_LEN))
+            if name not in names:
+                return name
+
+    @staticmethod
+    def _join(parent: str, name: str) -> str:
+        return f"{parent}/{name}" if parent else name
+
+    def _pick_parent(self) -> str:
+        w = self.profile.depth_weights
+        if w:
+            depths = [d for d in sorted(self.dirs_by_depth) if d < len(w) and w[d] > 0]
+            if depths:
+                d = self.rng.choices(depths, weights=[w[x] for x in depths])[0]
+                level = self.dirs_by_depth[d]
+                return level[self.rng.randrange(len(level))]
+        return self.all_dirs[self.rng.randrange(len(self.all_dirs))]
+
+    def _mkdir(self, parent: str) -> Op:
+        name = self._new_name(parent)
+        path = self._join(parent, name)
+        depth = self.dir_depth[parent] + 1
+        self.dir_names[parent].add(name)
+        self.dir_depth[path] = depth
+        self.dir_names[path] = set()
+        self.dir_files[path] = []
+        self.dirs_by_depth.setdefault(depth, []).append(path)
+        self.all_dirs.append(path)
+        self.used_blocks += 1
+
+        def undo() -> None:
+            self.dir_names[parent].discard(name)
+            del self.dir_depth[path], self.dir_names[path], self.dir_files[path]
+            self.dirs_by_depth[depth].remove(path)
+            self.all_dirs.remove(path)
+            self.used_blocks -= 1
+
+        self._undo = undo
+        return Op("mkdir", path)
+
+    def _add_file(self, parent: str, name: str, size: int) -> str:
+        path = self._join(parent, name)
+        depth = self.dir_depth[parent] + 1
+        rec = _File(size, self.stats.ops, parent, depth)
+        self.files[path] = rec
+        self.file_bag.add(path)
+        self.dir_names[parent].add(name)
+        bisect.insort(self.dir_files[parent], name)
+        self.nonempty.add(parent)
+        self.used_blocks += _blocks(size, self.bs)
+        self._rebucket(path, rec)
+        return path
+
+    def _drop_file(self, path: str) -> _File:
+        rec = self.files.pop(path)
+        self.file_bag.remove(path)
+        name = path.rsplit("/", 1)[-1]
+        self.dir_names[rec.parent].discard(name)
+        lst = self.dir_files[rec.parent]
+        del lst[bisect.bisect_left(lst, name)]
+        if not lst:
+            self.nonempty.remove(rec.parent)
+        self.used_blocks -= _blocks(rec.size, self.bs)
+        if rec.bucket >= 0:
+            self._size_bags[rec.bucket].remove(path)
+        return rec
+
+    def _dropper(self, path: str) -> Callable[[], None]:
+        def undo() -> None:
+            self._drop_file(path)
+
+        return undo
+
+    def _resize(self, path: str, size: int) -> None:
+        rec = self.files[path]
+        self.used_blocks += _blocks(size, self.bs) - _blocks(rec.size, self.bs)
+        rec.size = size
+        self._rebucket(path, rec)
+
+    def _rebucket(self, path: str, rec: _File) -> None:
+        h = self.profile.size_hist
+        if h is None:
+            return
+        b = h.bucket(rec.size)
+        if b != rec.bucket:
+            if rec.bucket >= 0:
+                self._size_bags[rec.bucket].remove(path)
+            self._size_bags[b].add(path)
+            rec.bucket = b
+
+    # ---- ops
+
+    def _create(self) -> Op:
+        p = self.profile
+        if p.mode == "convergence":
+            return self._create_converging()
+        parent = self._pick_parent()
+        depth = self.dir_depth[parent]
+        if depth < p.max_depth - 1 and self.rng.random() < p.dir_prob:
+            return self._mkdir(parent)
+        size = p.sizes.sample(self.rng, cap=self._free_bytes())
+        return self._create_file(parent, size)
+
+    def _create_file(self, parent: str, size: int) -> Op:
+        name = self._new_name(parent)
+        path = self._add_file(parent, name, size)
+
+        def undo() -> None:
+            self._drop_file(path)
+
+        self._undo = undo
+        return Op("create", path, size=size)
+
+    def _delete(self) -> Op:
+        if self.profile.mode == "convergence":
+            path = self._victim_converging()
+        else:
+            parent = self.nonempty.pick(self.rng)
+            names = self.dir_files[parent]
+            path = self._join(parent, names[self.rng.randrange(len(names))])
+        rec = self._drop_file(path)
+
+        def undo() -> None:
+            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size)
+            self.files[path].born = rec.born
+
+        self._undo = undo
+        return Op("delete", path)
+
+    def _append(self) -> Op:
+        path = self.file_bag.pick(self.rng)
+        rec = self.files[path]
+        old = rec.size
+        size = max(1, self.profile.sizes.sample(self.rng, cap=self._free_bytes()) // 4)
+        self._resize(path, old + size)
+        self._undo = lambda: self._resize(path, old)
+        return Op("append", path, size=size)
+
+    def _overwrite(self) -> Op:
+        path = self.file_bag.pick(self.rng)
+        rec = self.files[path]
+        if rec.size == 0:
+            return self._append()
+        offset = self.rng.randrange(rec.size)
+        size = max(1, min(rec.size - offset, self.profile.sizes.sample(self.rng)))
+        self._undo = None
+        return Op("overwrite", path, size=size, offset=offset)
+
+    def _truncate(self) -> Op:
+        path = self.file_bag.pick(self.rng)
+        old = self.files[path].size
+        new = self.rng.randrange(old + 1) if old else 0
+        self._resize(path, new)
+        self._undo = lambda: self._resize(path, old)
+        return Op("truncate", path, size=new)
+
+    def _rename(self) -> Op:
+        path = self.file_bag.pick(self.rng)
+        parent = self._pick_parent()
+        name = self._new_name(parent)
+        rec = self._drop_file(path)
+        dest = self._add_file(parent, name, rec.size)
+        self.files[dest].born = rec.born
+
+        def undo() -> None:
+            self._drop_file(dest)
+            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size)
+            self.files[path].born = rec.born
+
+        self._undo = undo
+        return Op("rename", path, dest=dest)
+
+    # ---- convergence mode
+
+    def _deficits(self, hist: Histogram, counts: list[int], extra: int = 0) -> list[float]:
+        n = sum(counts) + extra
+        return [f * n - c for f, c in zip(hist.fractions, counts, strict=True)]
+
+    def _create_converging(self) -> Op:
+        p = self.profile
+        hs = p.size_hist
+        assert hs is not None
+        # Directory depth: the depth bucket furthest below its target share.
+        parent = ""
+        if p.depth_hist is not None:
+            counts = self.histogram_counts()["depth"]
+            d = self._deficits(p.depth_hist, counts, 1)
+            want = int(p.depth_hist.edges[max(range(len(d)), key=lambda i: (d[i], -i))])
+            want_parent = max(0, want - 1)
+            have = max(dd for dd in self.dirs_by_depth if self.dirs_by_depth[dd])
+            if have < want_parent:
+                level = self.dirs_by_depth[have]
+                return self._mkdir(level[self.rng.randrange(len(level))])
+            level = self.dirs_by_depth[want_parent]
+            parent = level[self.rng.randrange(len(level))]
+        elif self.rng.random() < p.dir_prob:
+            return self._mkdir(self._pick_parent())
+        else:
+            parent = self._pick_parent()
+        counts = [len(b) for b in self._size_bags]
+        d = self._deficits(hs, counts, 1)
+        b = max(range(len(d)), key=lambda i: (d[i], -i))
+        lo = hs.edges[b - 1] + 1 if b else 0.0
+        hi = hs.edges[b]
+        if hi < 1:
+            size = 0
+        else:
+            lo = max(lo, 1.0)
+            size = round(math.exp(self.rng.uniform(math.log(lo), math.log(max(hi, lo)))))
+        size = min(size, self._free_bytes())
+        return self._create_file(parent, size)
+
+    def _victim_converging(self) -> str:
+        p = self.profile
+        hs = p.size_hist
+        assert hs is not None
+        counts = [len(b) for b in self._size_bags]
+        d = self._deficits(hs, counts)
+        order = sorted((i for i in range(len(d)) if counts[i]), key=lambda i: (d[i], i))
+        bag = self._size_bags[order[0]]
+        cands = [bag.pick(self.rng) for _ in range(min(16, len(bag)))]
+        if p.age_hist is None:
+            return cands[0]
+        ages = self.histogram_counts()["age"]
+        da = self._deficits(p.age_hist, ages)
+        now = self.stats.ops
+        return min(cands, key=lambda c: (da[p.age_hist.bucket(now - self.files[c].born)], c))  # type: ignore[union-attr]
+
+    def histogram_counts(self) -> dict[str, list[int]]:
+        """Current counts per bucket of the profile's target histograms."""
+        p = self.profile
+        out: dict[str, list[int]] = {}
+        now = self.stats.ops
+        for key, hist in (("size", p.size_hist), ("age", p.age_hist), ("depth", p.depth_hist)):
+            if hist is None:
+                continue
+            counts = [0] * len(hist.edges)
+            if key == "size":
+                counts = [len(b) for b in self._size_bags]
+            else:
+                for rec in self.files.values():
+                    v = now - rec.born if key == "age" else rec.depth
+                    counts[hist.bucket(v)] += 1
+            out[key] = counts
+        return out
+
+    def convergence_report(self) -> dict[str, Any]:
+        """Per histogram: ideal vs actual fraction per bucket, chi-square on counts, p-value."""
+        p = self.profile
+        hists = {"size": p.size_hist, "age": p.age_hist, "depth": p.depth_hist}
+        out: dict[str, Any] = {}
+        for key, counts in self.histogram_counts().items():
+            hist = hists[key]
+            assert hist is not None
+            n = sum(counts)
+            ideal = hist.fractions
+            actual = [c / n if n else 0.0 for c in counts]
+            chi2 = sum(
+                (c - f * n) ** 2 / (f * n) for c, f in zip(counts, ideal, strict=True) if f > 0
+            )
+            dof = max(1, sum(1 for f in ideal if f > 0) - 1)
+            out[key] = {
+                "edges": list(hist.edges),
+                "ideal": ideal,
+                "actual": actual,
+                "max_diff": max(abs(a - b) for a, b in zip(ideal, actual, strict=True)),
+                "chi2": chi2,
+                "dof": dof,
+                "p_value": chi2_sf(chi2, dof),
+                "files": n,
+            }
+        return out
+
+    def converged(self) -> bool:
+        rep = self.convergence_report()
+        return bool(rep) and all(h["max_diff"] <= self.profile.tolerance for h in rep.values())
+
+    # ---- random update (seed 001 §5.2.1.1)
+
+    def _random_update(self) -> Iterator[Op]:
+        p = self.profile
+        st = self.stats
+        chunk = 16 * 1024 * 1024
+        self._mkdir_fixed("ru")
+        yield Op("mkdir", "ru")
+        paths: list[str] = []
+        while self.fullness() < p.fill:
+            total, used = self.capacity_blocks()
+            want = (math.ceil(p.fill * total) - used) * self.bs
+            size = max(self.bs, min(chunk, want, self._free_bytes()))
+            if self._force_deletes or size <= 0:
+                break
+            path = self._add_file("ru", f"f{len(paths):06d}", size)
+            paths.append(path)
+            self._undo = self._dropper(path)
+            yield Op("create", path, size=size)
+        st.phase = "churn"
+        st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
+        blocks = [_blocks(self.files[q].size, self.bs) for q in paths if q in self.files]
+        live = [q for q in paths if q in self.files]
+        if not live:
+            return
+        cum: list[int] = []
+        acc = 0
+        for b in blocks:
+            acc += b
+            cum.append(acc)
+        updates = int(p.update_factor * acc)
+        for _ in range(updates):
+            g = self.rng.randrange(acc)
+            i = bisect.bisect_right(cum, g)
+            first = cum[i - 1] if i else 0
+            self._undo = None
+            yield Op("overwrite", live[i], size=self.bs, offset=(g - first) * self.bs)
+
+    def _mkdir_fixed(self, path: str) -> None:
+        self.dir_names[""].add(path)
+        self.dir_depth[path] = 1
+        self.dir_names[path] = set()
+        self.dir_files[path] = []
+        self.dirs_by_depth.setdefault(1, []).append(path)
+        self.all_dirs.append(path)
+        self.used_blocks += 1
+
+    # ---- pre-fragmentation (seed 001 §6.3)
+
+    def _prefragment(self) -> Iterator[Op]:
+        """Keep ``fill`` of the disk in 8-block chunks spread evenly: write 8-block keepers
+        alternating with spacers over the whole disk, then delete the spacers."""
+        p = self.profile
+        st = self.stats
+        keep = 8 * self.bs
+        spacer = max(self.bs, round(8 * (1 - p.fill) / p.fill) * self.bs)
+        per_dir = 1024
+        spacers: list[str] = []
+        kept_blocks = 0
+        i = 0
+        d = ""
+        while True:
+            total, _ = self.capacity_blocks()
+            if kept_blocks >= p.fill * total or self.fullness() >= 0.97:
+                break
+            if self._force_deletes:
+                break
+            if i % per_dir == 0:
+                d = f"pf{i // per_dir:05d}"
+                self._mkdir_fixed(d)
+                self._undo = None
+                yield Op("mkdir", d)
+            path = self._add_file(d, f"k{i:07d}", keep)
+            self._undo = self._dropper(path)
+            yield Op("create", path, size=keep)
+            if path not in self.files:
+                break
+            kept_blocks += 8
+            sp = self._add_file(d, f"s{i:07d}", spacer)
+            self._undo = self._dropper(sp)
+            yield Op("create", sp, size=spacer)
+            if sp not in self.files:
+                break
+            spacers.append(sp)
+            i += 1
+        st.phase = "churn"
+        st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
+        for sp in spacers:
+            self._drop_file(sp)
+            self._undo = None
+            yield Op("delete", sp)
+
+
+def generate(
+    profile: Profile, seed: int, capacity: int, *, block_size: int | None = None
+) -> tuple[WorkloadHeader, Iterator[Op]]:
+    """A deterministic op stream for ``profile`` on a target of ``capacity`` bytes."""
+    gen = Generator(profile, seed, capacity, block_size=block_size)
+    return gen.header(), gen.ops()
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(X >= x) for a chi-square with ``dof`` degrees of freedom."""
+    if x <= 0:
+        return 1.0
+    return _gammaincc(dof / 2.0, x / 2.0)
+
+
+def _gammaincc(a: float, x: float) -> float:
+    """Regularized upper incomplete gamma Q(a, x) (series or continued fraction)."""
+    lg = math.lgamma(a)
+    if x < a + 1:
+        term = 1.0 / a
+        total = term
+        n = a
+        for _ in range(1000):
+            n += 1
+            term *= x / n
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - lg))
+    # Lentz's continued fraction.
+    tiny = 1e-300
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-15:
+            break
+    return min(1.0, math.exp(-x + a * math.log(x) - lg) * h)

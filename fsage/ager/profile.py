@@ -1,0 +1,288 @@
+"""Aging profiles: what a generated workload looks like.
+
+A profile names the file-size distribution, the namespace model (probability that a create
+makes a directory, depth limit and weights), the phases (fill to a fullness target, then churn
+in a configurable mix), and optionally target histograms of file size, age (in ops) and depth
+for convergence mode.
+
+``load_profile`` accepts a preset name (``PRESETS``), a JSON profile file, or a Geriatrix
+profile (a directory holding ``size_distribution.txt``, ``age_distribution.txt`` and
+``dir_distribution.txt``, or one of those files): each of those files is a count line, then
+``<upper bound> <weight> [...]`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fsage.ager.distributions import HFS_SURGE, IMPRESSIONS, HybridSize
+from fsage.errors import WorkloadError
+
+MODES = ("hybrid", "random-update", "prefragment", "convergence")
+
+#: Churn mix of the default profiles: relative weights of each op kind after the fill.
+DEFAULT_MIX: dict[str, float] = {
+    "create": 0.35,
+    "delete": 0.35,
+    "append": 0.1,
+    "overwrite": 0.1,
+    "truncate": 0.05,
+    "rename": 0.05,
+}
+MIX_KINDS = tuple(DEFAULT_MIX)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Target histogram: bucket ``i`` holds values in (edges[i-1], edges[i]] (the first from 0)."""
+
+    edges: tuple[float, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.edges or len(self.edges) != len(self.weights):
+            raise WorkloadError("histogram: edges and weights must be non-empty, equal length")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise WorkloadError("histogram: edges must increase")
+        if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise WorkloadError("histogram: weights must be non-negative with a positive sum")
+
+    @property
+    def fractions(self) -> list[float]:
+        total = sum(self.weights)
+        return [w / total for w in self.weights]
+
+    def bucket(self, value: float) -> int:
+        """Index of the bucket holding ``value``; values past the last edge go to the last."""
+        lo, hi = 0, len(self.edges) - 1
+        if value > self.edges[hi]:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if value <= self.edges[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def to_json(self) -> dict[str, Any]:
+        return {"edges": list(self.edges), "weights": list(self.weights)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Histogram:
+        try:
+            return cls(
+                tuple(float(e) for e in data["edges"]), tuple(float(w) for w in data["weights"])
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkloadError(f"bad histogram {data!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    sizes: HybridSize = HFS_SURGE
+    mode: str = "hybrid"
+    #: Fullness to fill to (blocks in use ÷ all blocks, as statvfs reports them).
+    fill: float = 0.8
+    #: Churn until this many times the capacity has been written after the fill (0: no churn).
+    churn: float = 2.0
+    #: Stop after this many ops in all (None: no limit).
+    ops_limit: int | None = None
+    #: Probability that a create makes a directory (seed 004: 1/N with N = 64 files per dir).
+    dir_prob: float = 1.0 / 64
+    max_depth: int = 16
+    #: Relative weight of choosing a parent at depth 0, 1, ... (None: any directory alike).
+    depth_weights: tuple[float, ...] | None = None
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    #: Emit an fsync after every Nth data-writing op, a sync after every Nth op (0: never).
+    fsync_every: int = 0
+    sync_every: int = 0
+    #: random-update: updates per block initially written; block size of the model.
+    update_factor: float = 10.0
+    block_size: int = 4096
+    #: Convergence mode: target histograms and when to stop.
+    size_hist: Histogram | None = None
+    age_hist: Histogram | None = None
+    depth_hist: Histogram | None = None
+    tolerance: float = 0.02
+    check_every: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise WorkloadError(f"profile {self.name}: unknown mode {self.mode!r}")
+        if not 0.0 < self.fill < 1.0:
+            raise WorkloadError(f"profile {self.name}: fill must be in (0, 1), got {self.fill}")
+        if self.churn < 0 or not 0.0 <= self.dir_prob < 1.0:
+            raise WorkloadError(f"profile {self.name}: churn must be >= 0, dir_prob in [0, 1)")
+        unknown = set(self.mix) - set(MIX_KINDS)
+        if unknown or sum(self.mix.values()) <= 0 or any(v < 0 for v in self.mix.values()):
+            raise WorkloadError(
+                f"profile {self.name}: mix takes non-negative weights of {', '.join(MIX_KINDS)}"
+            )
+        if self.mode == "convergence" and self.size_hist is None:
+            raise WorkloadError(f"profile {self.name}: convergence mode needs a size histogram")
+
+    def with_overrides(self, **kw: Any) -> Profile:
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "sizes": self.sizes.to_json(),
+            "mode": self.mode,
+            "fill": self.fill,
+            "churn": self.churn,
+            "ops_limit": self.ops_limit,
+            "dir_prob": self.dir_prob,
+            "max_depth": self.max_depth,
+            "depth_weights": None if self.depth_weights is None else list(self.depth_weights),
+            "mix": dict(sorted(self.mix.items())),
+            "fsync_every": self.fsync_every,
+            "sync_every": self.sync_every,
+            "update_factor": self.update_factor,
+            "block_size": self.block_size,
+            "tolerance": self.tolerance,
+            "check_every": self.check_every,
+        }
+        for key in ("size_hist", "age_hist", "depth_hist"):
+            h: Histogram | None = getattr(self, key)
+            out[key] = None if h is None else h.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], name: str = "profile") -> Profile:
+        if not isinstance(data, dict):
+            raise WorkloadError(f"profile {name}: not a JSON object")
+        known = {
+            "name", "sizes", "mode", "fill", "churn", "ops_limit", "dir_prob", "max_depth",
+            "depth_weights", "mix", "fsync_every", "sync_every", "update_factor",
+            "block_size", "size_hist", "age_hist", "depth_hist", "tolerance", "check_every",
+            "base",
+        }  # fmt: skip
+        unknown = set(data) - known
+        if unknown:
+            raise WorkloadError(f"profile {name}: unknown keys {', '.join(sorted(unknown))}")
+        base = get_preset(str(data["base"])) if "base" in data else Profile(name=name)
+        kw: dict[str, Any] = {}
+        try:
+            for key in ("mode",):
+                if key in data:
+                    kw[key] = str(data[key])
+            for key in ("fill", "churn", "dir_prob", "update_factor", "tolerance"):
+                if key in data:
+                    kw[key] = float(data[key])
+            for key in ("max_depth", "fsync_every", "sync_every", "block_size", "check_every"):
+                if key in data:
+                    kw[key] = int(data[key])
+            if "ops_limit" in data:
+                kw["ops_limit"] = None if data["ops_limit"] is None else int(data["ops_limit"])
+            if "sizes" in data:
+                sizes = data["sizes"]
+                kw["sizes"] = (
+                    get_preset(sizes).sizes
+                    if isinstance(sizes, str)
+                    else HybridSize.from_json(sizes)
+                )
+            if data.get("depth_weights") is not None:
+                kw["depth_weights"] = tuple(float(w) for w in data["depth_weights"])
+            if "mix" in data:
+                kw["mix"] = {str(k): float(v) for k, v in data["mix"].items()}
+            for key in ("size_hist", "age_hist", "depth_hist"):
+                if data.get(key) is not None:
+                    kw[key] = Histogram.from_json(data[key])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise WorkloadError(f"profile {name}: {exc}") from None
+        return replace(base, name=str(data.get("name", name)), **kw)
+
+
+_HFS_MIX = {"create": 0.5, "delete": 0.5}
+
+PRESETS: dict[str, Profile] = {
+    "hfs-surge": Profile(name="hfs-surge", sizes=HFS_SURGE),
+    "impressions": Profile(name="impressions", sizes=IMPRESSIONS),
+    # seed 004 §6.4: creates and deletes only; the create probability falls as the fs fills.
+    "hfs-aging": Profile(name="hfs-aging", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=10_000),
+    "hfs-aging-10k": Profile(name="hfs-aging-10k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=10_000),
+    "hfs-aging-20k": Profile(name="hfs-aging-20k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=20_000),
+    "hfs-aging-40k": Profile(name="hfs-aging-40k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=40_000),
+    # seed 001 §5.2.1.1: fill sequentially to U, then 10x as many random block updates as
+    # blocks written, a sync after every fourth write.
+    "random-update": Profile(name="random-update", mode="random-update", sync_every=4),
+    # seed 001 §6.3: 40% of the disk in never-referenced 8-block chunks spread evenly.
+    "prefragment": Profile(name="prefragment", mode="prefragment", fill=0.4, churn=0.0),
+}
+
+
+def get_preset(name: str) -> Profile:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise WorkloadError(
+            f"unknown profile {name!r} (presets: {', '.join(sorted(PRESETS))}, "
+            "or a JSON profile file, or a Geriatrix profile directory)"
+        ) from None
+
+
+GERIATRIX_FILES = {
+    "size_distribution.txt": "size_hist",
+    "age_distribution.txt": "age_hist",
+    "dir_distribution.txt": "depth_hist",
+}
+
+
+def parse_geriatrix(text: str, where: str = "geriatrix profile") -> Histogram:
+    """One Geriatrix distribution file: a count line, then ``<bound> <weight> [...]`` lines."""
+    lines = [ln.split() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    try:
+        count = int(lines[0][0])
+        rows = lines[1 : 1 + count]
+        if len(rows) != count:
+            raise ValueError(f"{count} rows announced, {len(rows)} present")
+        edges = tuple(float(r[0]) for r in rows)
+        weights = tuple(float(r[1]) for r in rows)
+    except (IndexError, ValueError) as exc:
+        raise WorkloadError(f"{where}: not a Geriatrix distribution ({exc})") from None
+    return Histogram(edges, weights)
+
+
+def load_profile(spec: str) -> Profile:
+    """A preset name, a JSON profile file, or a Geriatrix profile directory or file."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if path.is_dir():
+        kw: dict[str, Any] = {}
+        for fname, key in GERIATRIX_FILES.items():
+            f = path / fname
+            if f.is_file():
+                kw[key] = parse_geriatrix(f.read_text(encoding="utf-8", errors="replace"), str(f))
+        if "size_hist" not in kw:
+            raise WorkloadError(f"{path}: no size_distribution.txt (Geriatrix profile)")
+        return Profile(name=path.name, mode="convergence", **kw)
+    if not path.is_file():
+        return get_preset(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read profile {path}: {exc}") from None
+    if path.name in GERIATRIX_FILES:
+        key = GERIATRIX_FILES[path.name]
+        if key != "size_hist":
+            raise WorkloadError(f"{path}: a Geriatrix profile needs size_distribution.txt")
+        return Profile(
+            name=path.stem, mode="convergence", size_hist=parse_geriatrix(text, str(path))
+        )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        try:
+            hist = parse_geriatrix(text, str(path))
+        except WorkloadError:
+            raise WorkloadError(f"{path}: neither a JSON profile nor a Geriatrix file") from None
+        return Profile(name=path.stem, mode="convergence", size_hist=hist)
+    return Profile.from_json(data, name=path.stem)
