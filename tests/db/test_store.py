@@ -1,0 +1,260 @@
+"""The store: incremental snapshots rebuild exactly, one transaction each, migrations."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fsage.db.schema import LATEST_VERSION, MIGRATIONS
+from fsage.db.store import Store
+from fsage.errors import StoreError
+from fsage.layout import FILE_COLUMNS, FileTable, Layout
+from fsage.snapshotter import read_source
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_tree(root: Path, files: int, seed: int, sizes: tuple[int, ...]) -> list[str]:
+    rng = random.Random(seed)
+    names = []
+    for i in range(files):
+        sub = root / f"d{i % 7}"
+        sub.mkdir(exist_ok=True)
+        name = f"d{i % 7}/f{i:05d}"
+        (root / name).write_bytes(rng.randbytes(rng.choice(sizes)))
+        names.append(name)
+    return names
+
+
+def make_image(
+    tmp: Path,
+    files: int = 400,
+    seed: int = 1,
+    sizes: tuple[int, ...] = (100, 3000, 9000, 40000),
+    size: str = "32M",
+) -> tuple[Path, list[str]]:
+    tree = tmp / "tree"
+    tree.mkdir()
+    names = make_tree(tree, files, seed, sizes)
+    image = tmp / "fs.img"
+    subprocess.run(
+        ["mke2fs", "-q", "-F", "-t", "ext4", "-b", "1024", "-N", str(files + 1000), "-d",
+         str(tree), str(image), size],
+        check=True,
+    )  # fmt: skip
+    return image, names
+
+
+def debugfs_write(image: Path, commands: list[str]) -> None:
+    script = image.with_suffix(".cmds")
+    script.write_text("\n".join(commands) + "\n")
+    subprocess.run(["debugfs", "-w", "-f", str(script), str(image)], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def assert_tables_equal(a: FileTable, b: FileTable, skip: tuple[str, ...] = ()) -> None:
+    for f in fields(FileTable):
+        if f.name in skip:
+            continue
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+
+
+def assert_layouts_equal(a: Layout, b: Layout, skip: tuple[str, ...] = ()) -> None:
+    assert a.facts == b.facts
+    assert_tables_equal(a.files, b.files, skip)
+    assert_tables_equal(a.special, b.special, skip)
+    np.testing.assert_array_equal(a.free.start, b.free.start)
+    np.testing.assert_array_equal(a.free.length, b.free.length)
+    assert a.paths() == b.paths()
+
+
+def test_full_snapshot_rebuilds_exactly(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path)
+    layout = read_source(image)
+    with Store.open(tmp_path / "db.sqlite", create=True) as store:
+        summary = store.add_snapshot(layout, name="t")
+        assert summary.files == len(layout.files)
+        assert summary.new_files == len(layout.files)
+        rebuilt = store.load_layout(summary.snapshot_id)
+    assert_layouts_equal(layout, rebuilt)
+    assert len(rebuilt.special) > 0  # the journal and resize inodes were kept apart
+
+
+def test_incremental_snapshot_stores_only_changes(tmp_path: Path) -> None:
+    image, names = make_image(tmp_path, files=600)
+    db = tmp_path / "db.sqlite"
+    first = read_source(image)
+    with Store.open(db, create=True) as store:
+        s1 = store.add_snapshot(first, name="t")
+    rows_before = _rows(db, "file_versions")
+
+    # Change about 1% of the files: add 3, then delete 3 (in that order, so that the new
+    # files do not reuse the deleted inode numbers: debugfs gives every inode generation 0).
+    extra = tmp_path / "extra.bin"
+    extra.write_bytes(os.urandom(20000))
+    debugfs_write(
+        image,
+        [f"write {extra} /d0/new{i}" for i in range(3)] + [f"rm /{n}" for n in names[10:13]],
+    )
+    second = read_source(image)
+    with Store.open(db, create=True) as store:
+        s2 = store.add_snapshot(second, name="t")
+        assert (s2.new_files, s2.deleted_files) == (3, 3)
+        # The directories that gained or lost entries changed too; nothing else did.
+        assert s2.changed_files <= 3
+        added = _rows(db, "file_versions") - rows_before
+        assert added == s2.new_files + s2.changed_files
+        assert added < 0.02 * rows_before
+        assert_layouts_equal(first, store.load_layout(s1.snapshot_id))
+        assert_layouts_equal(second, store.load_layout(s2.snapshot_id))
+        # Taking the same state again stores nothing.
+        s3 = store.add_snapshot(read_source(image), name="t")
+        assert (s3.new_files, s3.changed_files, s3.deleted_files) == (0, 0, 0)
+        assert _rows(db, "file_versions") == rows_before + added
+
+
+def test_rename_is_a_change_of_one_file(tmp_path: Path) -> None:
+    image, names = make_image(tmp_path, files=50)
+    with Store.open(tmp_path / "db.sqlite", create=True) as store:
+        store.add_snapshot(read_source(image), name="t")
+        debugfs_write(image, [f"ln /{names[0]} /d1/renamed", f"unlink /{names[0]}"])
+        after = read_source(image)
+        s2 = store.add_snapshot(after, name="t")
+        assert s2.new_files == 0 and s2.deleted_files == 0
+        # Only the file's names changed: debugfs leaves the directories' times and blocks alone.
+        assert s2.changed_files == 1
+        rebuilt = store.load_layout(s2.snapshot_id)
+    ino = next(i for i, p in rebuilt.paths().items() if "/d1/renamed" in p)
+    assert rebuilt.paths()[ino] == ["/d1/renamed"]
+
+
+def test_atime_alone_is_not_a_change(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path, files=20)
+    layout = read_source(image)
+    with Store.open(tmp_path / "db.sqlite", create=True) as store:
+        store.add_snapshot(layout, name="t")
+        layout.files.atime += 10**9
+        s2 = store.add_snapshot(layout, name="t")
+        assert s2.changed_files == 0
+        layout.files.mtime[3] += 1
+        s3 = store.add_snapshot(layout, name="t")
+        assert s3.changed_files == 1
+
+
+def test_name_belongs_to_one_uuid(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path, files=5)
+    layout = read_source(image)
+    with Store.open(tmp_path / "db.sqlite", create=True) as store:
+        store.add_snapshot(layout, name="home")
+        layout.facts.uuid = "00000000-0000-0000-0000-000000000001"
+        with pytest.raises(StoreError, match="belongs to UUID"):
+            store.add_snapshot(layout, name="home")
+        # Without a name, a known UUID keeps its name; a new one gets label or uuid prefix.
+        assert store.add_snapshot(layout).fs_name == "fs-00000000"
+        assert [r.fs_name for r in store.snapshots()] == ["home", "fs-00000000"]
+
+
+def test_failed_snapshot_leaves_nothing(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path, files=30)
+    layout = read_source(image)
+    db = tmp_path / "db.sqlite"
+    with Store.open(db, create=True) as store:
+        store.add_snapshot(layout, name="t")
+    before = (_rows(db, "snapshots"), _rows(db, "file_versions"), _rows(db, "filesystems"))
+    layout.files.mtime[:] += 1  # everything changed: a large write
+    layout.links.names = b"\xff"  # broken link table: packing fails inside the transaction
+    with Store.open(db) as store, pytest.raises(Exception):  # noqa: B017, PT011
+        store.add_snapshot(layout, name="t")
+    assert (_rows(db, "snapshots"), _rows(db, "file_versions"), _rows(db, "filesystems")) == before
+
+
+def test_kill_during_snapshot_leaves_database_as_it_was(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path, files=30000, sizes=(10, 100), size="64M")
+    db = tmp_path / "db.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "fsage", "snapshot", str(image), "--db", str(db), "--name", "t"]
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    duration = time.monotonic() - t0
+    good = _rows(db, "snapshots"), _rows(db, "file_versions")
+    rng = random.Random(3)
+    killed = 0
+    for _ in range(6):
+        # Force a full rewrite each time so that the transaction is long enough to interrupt.
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE file_versions SET digest = digest + 1 WHERE last_snap IS NULL")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # Most of a run after start-up is the write transaction: kill somewhere in it.
+        time.sleep(rng.uniform(0.5, 0.95) * duration)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        proc.wait()
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            snaps = con.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
+            if proc.returncode == -signal.SIGKILL:
+                assert snaps == good[0]
+            good = snaps, con.execute("SELECT COUNT(*) FROM file_versions").fetchone()[0]
+        # Whatever is there rebuilds to the image's current state.
+        with Store.open(db) as store:
+            last = store.snapshots("t")[-1].id
+            assert len(store.load_layout(last).files) == len(read_source(image).files)
+    assert killed > 0, "no run was interrupted; the test did not exercise a kill"
+
+
+def test_migrations_are_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    with Store.open(db, create=True) as store:
+        versions = [r[0] for r in store.con.execute("SELECT version FROM schema_migrations")]
+        assert versions == [m[0] for m in MIGRATIONS]
+        assert store.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "INSERT INTO schema_migrations VALUES (?, 'from the future', '2099-01-01')",
+            (LATEST_VERSION + 1,),
+        )
+    with pytest.raises(StoreError, match="newer than this fsage"):
+        Store.open(db)
+
+
+def test_missing_and_foreign_databases_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no database"):
+        Store.open(tmp_path / "nope.db")
+    assert not (tmp_path / "nope.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(4096))
+    with pytest.raises(StoreError, match="not an fsage database"):
+        Store.open(junk)
+
+
+def test_unknown_snapshot_and_fs(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "db.sqlite", create=True) as store:
+        with pytest.raises(StoreError, match="no snapshot 7"):
+            store.load_layout(7)
+        with pytest.raises(StoreError, match="no file system named"):
+            store.snapshots("home")
+
+
+def _rows(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as con:
+        return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def test_every_file_column_is_stored() -> None:
+    # Guards the schema against a new Layout column that the store would silently drop.
+    from fsage.db.schema import MIGRATIONS as m
+
+    sql = " ".join(x[2] for x in m)
+    for column in FILE_COLUMNS:
+        assert f"{column} INTEGER" in sql
