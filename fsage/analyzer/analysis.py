@@ -454,8 +454,9 @@ def analyze_layout(
     parts: Iterable[str] = PARTS,
     models: Sequence[str] = DEFAULT_MODELS,
     dir_depth: int = 2,
+    path_order: bool = True,
 ) -> dict[str, Any]:
     """The JSON-ready analysis of one snapshot (see ``fsage analyze --format json``)."""
     return SnapshotAnalyzer(layout, snapshot_id=snapshot_id, taken_at=taken_at).run(
-        parts, models, dir_depth
+        parts, models, dir_depth, path_order
     )

@@ -1,0 +1,269 @@
+"""`fsage analyze`: layout scores, free-space fragmentation and modeled read time of snapshots."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsage.analyzer.diskmodel import PRESETS
+from fsage.analyzer.history import analyze_many, select_snapshots, trends
+from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.db.store import Store
+from fsage.errors import UsageError
+
+BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
+
+
+@click.command()
+@db_option
+@click.option("--fs", "fs_name", help="File system name (default: every file system).")
+@click.option("--snapshot", "snapshot_id", type=int, help="Analyze this snapshot id.")
+@click.option(
+    "--by",
+    type=click.Choice(["size", "dir", "age"]),
+    default="size",
+    show_default=True,
+    help="Break the layout score down by file size (seed 000 Fig. 5), directory subtree or "
+    "file age.",
+)
+@click.option("--history", is_flag=True, help="Analyze every snapshot and print trends.")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    type=click.Choice(sorted(PRESETS)),
+    help="Disk model preset(s) for modeled read time (default: dsp3105, hdd, ssd).",
+)
+@click.option("--depth", default=2, show_default=True, help="Directory depth for --by dir.")
+@format_option("text", "json", "csv")
+def analyze(
+    db: Path,
+    fs_name: str | None,
+    snapshot_id: int | None,
+    by: str,
+    history: bool,
+    models: tuple[str, ...],
+    depth: int,
+    fmt: str,
+) -> None:
+    """Analyze the layout of recorded snapshots (the latest of each file system by default).
+
+    Prints the aggregate layout score (block-weighted, seed 000), its breakdown, the free-space
+    histogram in e2freefrag's buckets, the numbers filefrag, e4defrag -c and xfs_db frag would
+    give, locality, and the modeled time to read each size class in inode and path order.
+
+    \b
+    Examples:
+      fsage analyze
+      fsage analyze --fs home --by dir --depth 1
+      fsage analyze --snapshot 12 --format json
+      fsage analyze --fs home --history --format csv
+    """
+    if depth < 0:
+        raise UsageError("--depth must be 0 or more")
+    models = models or ("dsp3105", "hdd", "ssd")
+    parts = {"size", "free", "tools", "locality", "model", "age"}
+    if by == "dir":
+        parts.add("dir")
+    with Store.open(db) as store:
+        rows = select_snapshots(store, fs_name, snapshot_id, history)
+        results = analyze_many(store, rows, parts, models, depth, path_order=True)
+    tr = trends(results) if history else None
+    if fmt == "json":
+        echo_json({"snapshots": results, "trends": tr} if history else results)
+    elif fmt == "csv":
+        _csv(results, by)
+    else:
+        for a in results:
+            _text(a, by)
+        if tr:
+            _text_trends(tr)
+
+
+def _score(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _range(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
+    if by == "size":
+        return (
+            ["blocks", "files", "data blocks", "layout score"],
+            [
+                [
+                    _range(r["min_blocks"], r["max_blocks"]),
+                    r["files"],
+                    r["blocks"],
+                    r["layout_score"],
+                ]
+                for r in a["by_size"]
+            ],
+        )
+    if by == "dir":
+        return (
+            ["directory", "files", "data blocks", "layout score"],
+            [
+                [_printable(r["path"]), r["files"], r["blocks"], r["layout_score"]]
+                for r in a["by_dir"]
+            ],
+        )
+    return (
+        ["age (mtime)", "files", "data blocks", "layout score"],
+        [[r["label"], r["files"], r["blocks"], r["layout_score"]] for r in a["by_age"]],
+    )
+
+
+def _printable(s: str) -> str:
+    """Terminal-safe: undecodable bytes and control characters shown escaped."""
+    s = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def _text(a: dict[str, Any], by: str) -> None:
+    click.echo(
+        f"snapshot {a['snapshot_id']} of {_printable(str(a['fs']))} ({a['kind']}, "
+        f"{a['block_size']} B blocks) taken {a['taken_at']}"
+    )
+    click.echo(
+        f"  layout score {_score(a['layout_score'])} over {a['scored_files']} multi-block files "
+        f"({a['fragmented_files']} fragmented); directories {_score(a['directories_layout_score'])}"
+    )
+    click.echo("")
+    headers, rows = _by_rows(a, by)
+    echo_table(headers, rows)
+    fs = a["free_space"]
+    click.echo("")
+    click.echo(
+        f"free space: {fs['blocks_free']} blocks in {fs['free_extent_count']} extents, largest "
+        f"{fs['largest_free_extent']} blocks; {fs['free_chunks']}/{fs['chunks_total']} free "
+        f"{fs['chunk_bytes'] // 1024} KiB chunks"
+    )
+    echo_table(
+        ["extent size", "free extents", "free blocks"],
+        [[r["label"], r["count"], r["blocks"]] for r in a["free_extents"]],
+    )
+    t = a["tools"]
+    click.echo("")
+    click.echo(
+        f"filefrag: {t['filefrag_extents_total']} extents; e4defrag -c: "
+        f"{t['e4defrag_extents_now']}/{t['e4defrag_extents_best']} extents, score "
+        f"{'-' if t['e4defrag_score'] is None else round(t['e4defrag_score'])}; xfs_db frag: "
+        f"factor {t['xfs_frag_factor']:.2f}%"
+    )
+    loc = a["locality"]
+    share = loc["same_group_share"]
+    i2d = loc["inode_to_data_blocks"]
+    m2d = loc["meta_to_data_blocks"]
+    click.echo(
+        "locality: "
+        + (f"{share:.1%} of files in their directory's group" if share is not None else "-")
+        + (f"; inode->data median {i2d['median']:.0f} blocks" if i2d else "")
+        + (f"; metadata->data median {m2d['median']:.0f} blocks" if m2d else "")
+    )
+    dm = a["disk_model"]
+    dyn = dm["dynamic_layout_score"]
+    click.echo(
+        "dynamic layout score: " + ", ".join(f"{k} order {_score(v)}" for k, v in dyn.items())
+    )
+    for name, m in dm["models"].items():
+        click.echo("")
+        click.echo(f"modeled read, {name} ({m['description']}):")
+        echo_table(
+            ["blocks", "files", "inode order MB/s", "path order MB/s"],
+            [
+                [
+                    _range(r["min_blocks"], r["max_blocks"]),
+                    r["inode_files"],
+                    r["inode_mb_per_s"],
+                    r.get("path_mb_per_s"),
+                ]
+                for r in m["by_size"]
+            ],
+        )
+    click.echo("")
+
+
+def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
+    for fs, t in tr.items():
+        d = t["decline_per_month"]
+        click.echo(
+            f"trend of {_printable(fs)}: decline per month "
+            f"{'-' if d is None else f'{d:.5f}'} (seed 000: 0.016 worst, 0.00725 average)"
+        )
+        echo_table(
+            ["snapshot", "taken at", "layout score", "files", "largest free extent"],
+            [
+                [
+                    s["snapshot_id"],
+                    s["taken_at"],
+                    s["layout_score"],
+                    s["files"],
+                    s["largest_free_extent"],
+                ]
+                for s in t["snapshots"]
+            ],
+        )
+
+
+def _csv(results: list[dict[str, Any]], by: str) -> None:
+    w = csv.writer(sys.stdout)
+    if by == "size":
+        w.writerow(
+            ["snapshot_id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"]
+        )
+        for a in results:
+            for r in a["by_size"]:
+                w.writerow(
+                    [
+                        a["snapshot_id"],
+                        a["fs"],
+                        r["min_blocks"],
+                        r["max_blocks"],
+                        r["files"],
+                        r["blocks"],
+                        r["layout_score"],
+                    ]
+                )
+    elif by == "dir":
+        w.writerow(["snapshot_id", "fs", "path", "depth", "files", "blocks", "layout_score"])
+        for a in results:
+            for r in a["by_dir"]:
+                w.writerow(
+                    [
+                        a["snapshot_id"],
+                        a["fs"],
+                        r["path"],
+                        r["depth"],
+                        r["files"],
+                        r["blocks"],
+                        r["layout_score"],
+                    ]
+                )
+    else:
+        w.writerow(
+            ["snapshot_id", "fs", "age", "min_days", "max_days", "files", "blocks", "layout_score"]
+        )
+        for a in results:
+            for r in a["by_age"]:
+                w.writerow(
+                    [
+                        a["snapshot_id"],
+                        a["fs"],
+                        r["label"],
+                        r["min_days"],
+                        r["max_days"],
+                        r["files"],
+                        r["blocks"],
+                        r["layout_score"],
+                    ]
+                )
+
+
+COMMANDS = [analyze]
