@@ -30,8 +30,8 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
   ``facts.extra["physical_space"]`` says.
 * **Free space.** ``FS_IOC_GETFSMAP`` where the file system has it (ext4, xfs); records owned by
   ``FMR_OWN_FREE`` on the data device are the free extents (adjacent records merged). Where
-  the call is refused (xfs needs CAP_SYS_ADMIN) or missing (btrfs), ``facts.free_space_known``
-  is False, the free extents are empty and a note says why.
+  the call is refused (older kernels kept it to CAP_SYS_ADMIN on xfs) or missing (btrfs),
+  ``facts.free_space_known`` is False, the free extents are empty and a note says why.
 * **Without root.** Whatever cannot be opened (a file without read permission, a directory
   without read or search permission) is left out of the layout together with what lies below
   it; ``layout.notes`` gives the count and the first few paths.
@@ -366,8 +366,9 @@ def getfsmap_free(
     """Free extents from FS_IOC_GETFSMAP, or (None, reason) where it cannot be had."""
     buf = bytearray(_FSMAP_HEAD_SIZE + 64 * batch)
     struct.pack_into("<IIII", buf, 0, 0, 0, batch, 0)
-    # High key: all ones.
-    _FSMAP_REC.pack_into(buf, 128, *(0xFFFFFFFF, 0xFFFFFFFF), *([FIEMAP_MAX_OFFSET] * 4))
+    # High key: all ones but the length (xfs refuses a high key with a length).
+    all_ones = FIEMAP_MAX_OFFSET
+    _FSMAP_REC.pack_into(buf, 128, 0xFFFFFFFF, 0xFFFFFFFF, all_ones, all_ones, all_ones, 0)
     chunks: list[npt.NDArray[np.void]] = []
     oflags = 0
     while True:
@@ -431,7 +432,7 @@ def _fs_uuid(fd: int, mount: MountInfo, vfs: os.statvfs_result) -> tuple[str, st
     if mount.source.startswith("/dev/"):
         try:
             res = subprocess.run(
-                ["blkid", "-s", "UUID", "-o", "value", mount.source],
+                ["blkid", "-c", "/dev/null", "-s", "UUID", "-o", "value", mount.source],
                 capture_output=True,
                 text=True,
                 timeout=10,
