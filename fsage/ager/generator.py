@@ -171,6 +171,25 @@ class Generator:
         margin = max(1, total // 100)
         return max(0, total - used - margin) * self.bs
 
+    def adopt(self, entries: list[tuple[str, bool, int]]) -> None:
+        """Take an existing tree into the model: (relative path, is_dir, size) entries, e.g.
+        what an interrupted run left. Ages restart at the current op."""
+        for path, is_dir, size in sorted(entries):
+            parent, _, name = path.rpartition("/")
+            if parent not in self.dir_depth:
+                continue  # below a directory the model could not take (not reachable)
+            if is_dir:
+                depth = self.dir_depth[parent] + 1
+                self.dir_names[parent].add(name)
+                self.dir_depth[path] = depth
+                self.dir_names[path] = set()
+                self.dir_files[path] = []
+                self.dirs_by_depth.setdefault(depth, []).append(path)
+                self.all_dirs.append(path)
+                self.used_blocks += 1
+            else:
+                self._add_file(parent, name, size)
+
     # ---------------------------------------------------------------- feedback
 
     def nospace(self, op: Op) -> None:

@@ -1,0 +1,496 @@
+"""``fsage age``: pick the executor for a target, run a generated or recorded op stream on it,
+take snapshots along the way, and keep a resumable record.
+
+Targets:
+- a directory (typically a mounted file system): POSIX calls;
+- an ext image: loop-mounted and aged through the kernel when fsage runs as root with loop
+  devices (the realistic allocator), else offline through libext2fs (with a notice);
+- an LFS image: ``fsage.lfs.executor.LfsExecutor``, when that module exists.
+
+The record (a JSON file: ``.fsage-age`` inside a directory target, ``<image>.fsage-age`` beside an
+image) holds the op index reached and, for generated workloads, the generator's state; Ctrl-C
+stops between two ops, so the target is consistent and the record exact, and ``--resume``
+continues from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from fsage.ager.generator import Generator
+from fsage.ager.images import can_loop_mount, image_kind, mount, umount
+from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
+from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir
+from fsage.ager.profile import Profile
+from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
+from fsage.layout import Layout
+from fsage.workload import (
+    Executor,
+    NoSpaceError,
+    Op,
+    OpFailedError,
+    WorkloadHeader,
+    read_workload,
+)
+
+RECORD_EVERY = 1000
+
+
+@dataclass
+class AgeOptions:
+    profile: Profile | None = None
+    ops_file: Path | None = None
+    seed: int = 0
+    mode: str = "auto"  # auto | mount | offline
+    force: bool = False
+    resume: bool = False
+    fsync: bool = False
+    db: Path | None = None
+    snapshot_every: int = 0
+    name: str | None = None
+    progress: bool = False
+
+
+@dataclass
+class AgeResult:
+    target: str
+    description: str
+    ops: int = 0
+    bytes_written: int = 0
+    skipped: int = 0
+    nospace: int = 0
+    fullness: float = 0.0
+    elapsed: float = 0.0
+    interrupted: bool = False
+    resumed_from: int = 0
+    finished: bool = False
+    phase: str = ""
+    snapshots: list[int] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    convergence: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# ---------------------------------------------------------------------------- targets
+
+
+class Target:
+    """An executor plus how to snapshot the target and where its record lives."""
+
+    executor: Executor
+    record_path: Path
+    source: Path  # what read_source reads for a snapshot
+    notices: list[str]
+
+    def layout(self) -> Layout:
+        from fsage.snapshotter import read_source
+
+        return read_source(self.source)
+
+    def walk(self) -> list[tuple[str, bool, int]]:
+        """(relative path, is_dir, size) of everything in the target, for resuming."""
+        return _layout_entries(self.layout())
+
+    def close(self) -> None:
+        self.executor.close()
+
+
+def _layout_entries(layout: Layout) -> list[tuple[str, bool, int]]:
+    paths = layout.paths()
+    files = layout.files
+    out: list[tuple[str, bool, int]] = []
+    isdir = files.is_dir()
+    isreg = files.is_regular()
+    for i in range(len(files)):
+        ino = int(files.ino[i])
+        if not (isdir[i] or isreg[i]):
+            continue
+        for p in paths.get(ino, []):
+            rel = p.lstrip("/")
+            if rel and rel.split("/")[0] not in ("lost+found", MARKER):
+                out.append((rel, bool(isdir[i]), int(files.size[i])))
+    return out
+
+
+class DirTarget(Target):
+    def __init__(self, path: Path, opts: AgeOptions) -> None:
+        self.source = check_target_dir(path, force=opts.force)
+        self.record_path = self.source / MARKER
+        self.executor = PosixExecutor(self.source, fsync=opts.fsync)
+        self.notices = []
+
+    def walk(self) -> list[tuple[str, bool, int]]:
+        return _walk_dir(self.source)
+
+
+def _walk_dir(root: Path) -> list[tuple[str, bool, int]]:
+    out: list[tuple[str, bool, int]] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel
+        if not rel:
+            dirnames[:] = [d for d in dirnames if d != "lost+found"]
+        for d in dirnames:
+            st = os.lstat(os.path.join(dirpath, d))
+            if stat.S_ISDIR(st.st_mode):
+                out.append((f"{rel}/{d}" if rel else d, True, 0))
+        for f in filenames:
+            if not rel and f == MARKER:
+                continue
+            st = os.lstat(os.path.join(dirpath, f))
+            if stat.S_ISREG(st.st_mode):
+                out.append((f"{rel}/{f}" if rel else f, False, st.st_size))
+    return out
+
+
+class MountedImageTarget(Target):
+    """An image loop-mounted on a temporary directory; snapshots unmount, read, remount."""
+
+    def __init__(self, image: Path, opts: AgeOptions) -> None:
+        import tempfile
+
+        self.source = image
+        self.record_path = image.with_name(image.name + ".fsage-age")
+        self.mnt = Path(tempfile.mkdtemp(prefix="fsage-age-"))
+        self.opts = opts
+        self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
+        self._mounted = False
+        try:
+            mount(image, self.mnt)
+            self._mounted = True
+            check_target_dir(self.mnt, force=opts.force)
+            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync)
+        except BaseException:
+            self._unmount()
+            raise
+
+    def _unmount(self) -> None:
+        if self._mounted:
+            os.sync()
+            umount(self.mnt)
+            self._mounted = False
+        with contextlib.suppress(OSError):
+            self.mnt.rmdir()
+
+    def layout(self) -> Layout:
+        from fsage.snapshotter import read_source
+
+        self.executor.close()
+        umount(self.mnt)
+        self._mounted = False
+        try:
+            return read_source(self.source)
+        finally:
+            mount(self.source, self.mnt)
+            self._mounted = True
+            self.executor = PosixExecutor(self.mnt, fsync=self.opts.fsync)
+
+    def walk(self) -> list[tuple[str, bool, int]]:
+        return _walk_dir(self.mnt)
+
+    def close(self) -> None:
+        try:
+            self.executor.close()
+        finally:
+            self._unmount()
+
+
+class ReopenTarget(Target):
+    """An image written by a library executor; snapshots close it, read the image, reopen."""
+
+    def __init__(self, image: Path, factory: Callable[[Path], Executor], notice: str) -> None:
+        self.source = image
+        self.record_path = image.with_name(image.name + ".fsage-age")
+        self.factory = factory
+        self.executor = factory(image)
+        self.notices = [notice]
+
+    def layout(self) -> Layout:
+        from fsage.snapshotter import read_source
+
+        self.executor.close()
+        try:
+            return read_source(self.source)
+        finally:
+            self.executor = self.factory(self.source)
+
+
+def open_target(path: Path, opts: AgeOptions) -> Target:
+    """Choose how to reach ``path`` (see module doc)."""
+    if opts.mode not in ("auto", "mount", "offline"):
+        raise UsageError(f"unknown mode {opts.mode!r}")
+    real = Path(os.path.realpath(path))
+    if real == Path("/"):
+        raise UnsafeTargetError("refusing to age '/'")
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if path.is_dir():
+        if opts.mode == "offline":
+            raise UsageError("--offline needs an image file, not a directory")
+        return DirTarget(path, opts)
+    kind = image_kind(real)
+    if kind is None:
+        raise UsageError(
+            f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
+        )
+    if kind == "lfs":
+        from fsage.lfs.executor import LfsExecutor  # type: ignore[import-not-found,unused-ignore]
+
+        return ReopenTarget(real, LfsExecutor, "LFS image: ops run through fsage's LFS")
+    if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
+        if kind != "ext":
+            raise UsageError(
+                f"{path}: a {kind} image can only be aged mounted (needs root and loop devices)"
+            )
+        tgt = ReopenTarget(real, OfflineExtExecutor, OFFLINE_NOTICE)
+        if opts.mode == "auto":
+            tgt.notices.insert(0, "not root or no loop devices: aging the image offline")
+        return tgt
+    if not can_loop_mount():
+        raise UsageError("--mount needs root and /dev/loop-control")
+    return MountedImageTarget(real, opts)
+
+
+# ---------------------------------------------------------------------------- record
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_record(path: Path, data: dict[str, Any]) -> None:
+    if path.is_symlink():
+        raise UnsafeTargetError(f"{path} is a symlink")
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _rng_state_to_json(state: Any) -> list[Any]:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_state_from_json(data: list[Any]) -> Any:
+    return (data[0], tuple(data[1]), data[2])
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+class _Interrupt:
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.hit:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def age(
+    target_path: Path, opts: AgeOptions, echo: Callable[[str], None] | None = None
+) -> AgeResult:
+    """Age ``target_path`` with a generated (``opts.profile``) or recorded (``opts.ops_file``)
+    workload; see the module doc."""
+    if (opts.profile is None) == (opts.ops_file is None):
+        raise UsageError("give exactly one of a profile or an op stream")
+    say = echo or (lambda s: None)
+    tgt = open_target(Path(target_path), opts)
+    try:
+        return _run(tgt, Path(target_path), opts, say)
+    finally:
+        tgt.close()
+
+
+def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) -> AgeResult:
+    res = AgeResult(target=str(path), description=tgt.executor.description)
+    res.notices.extend(tgt.notices)
+    for n in res.notices:
+        say(f"fsage: {n}")
+    record = _read_record(tgt.record_path)
+    unfinished = bool(record) and record.get("finished") is False
+    if opts.resume and not unfinished:
+        raise UsageError(f"{path}: no interrupted run to resume")
+    if unfinished and not opts.resume and not opts.force:
+        raise UsageError(
+            f"{path}: an earlier run stopped at op {record.get('ops_done')}; "
+            "use --resume to continue it or --force to start another"
+        )
+    if not opts.resume:
+        record = {}
+
+    gen: Generator | None = None
+    ident: dict[str, Any]
+    ops: Iterator[Op]
+    header: WorkloadHeader
+    start = int(record.get("ops_done", 0)) if opts.resume else 0
+    bytes_written = int(record.get("bytes_written", 0)) if opts.resume else 0
+    if opts.ops_file is not None:
+        header, ops = read_workload(opts.ops_file)
+        ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
+        if opts.resume and record.get("ident") != ident:
+            raise UsageError(f"{path}: the interrupted run used a different op stream")
+        ops = itertools.islice(ops, start, None)
+    else:
+        assert opts.profile is not None
+        profile = opts.profile
+        if opts.resume:
+            profile = Profile.from_json(record["ident"]["profile"], name=profile.name)
+        bs, total, _ = tgt.executor.capacity_blocks()
+
+        def probe() -> tuple[int, int, int]:
+            return tgt.executor.capacity_blocks()
+
+        gen = Generator(profile, opts.seed, total * bs, probe=probe, block_size=bs)
+        ident = {"kind": "profile", "profile": profile.to_json(), "seed": opts.seed}
+        if opts.resume:
+            if record.get("ident", {}).get("seed") != opts.seed:
+                raise UsageError(
+                    f"{path}: the interrupted run used seed {record['ident'].get('seed')}"
+                )
+            gen.adopt(tgt.walk())
+            st = record.get("gen", {})
+            gen.stats.ops = start
+            gen.stats.bytes_written = bytes_written
+            gen.stats.phase = st.get("phase", "fill")
+            gen.stats.fill_ops = st.get("fill_ops")
+            gen.stats.fill_bytes = st.get("fill_bytes")
+            gen.rng.setstate(_rng_state_from_json(st["rng"]))
+        header = gen.header()
+        ops = gen.ops()
+    res.resumed_from = start
+    if opts.resume:
+        say(f"fsage: resuming at op {start}")
+
+    store_cm: Any = contextlib.nullcontext(None)
+    if opts.db is not None:
+        from fsage.db.store import Store
+
+        store_cm = Store.open(opts.db, create=True)
+    name = opts.name or Path(path).name
+
+    done = start
+
+    def save(finished: bool) -> None:
+        data: dict[str, Any] = {
+            "ident": ident,
+            "ops_done": done,
+            "bytes_written": bytes_written,
+            "finished": finished,
+            "updated": time.time(),
+        }
+        if gen is not None:
+            data["gen"] = {
+                "phase": gen.stats.phase,
+                "fill_ops": gen.stats.fill_ops,
+                "fill_bytes": gen.stats.fill_bytes,
+                "rng": _rng_state_to_json(gen.rng.getstate()),
+            }
+        _write_record(tgt.record_path, data)
+
+    t0 = time.perf_counter()
+    last_draw = t0
+    progress = opts.progress
+    ex_apply = tgt.executor.apply
+    last_snap = [-1]
+    with store_cm as store, _Interrupt() as intr:
+
+        def snapshot(label: str) -> None:
+            nonlocal ex_apply
+            if store is None:
+                return
+            layout = tgt.layout()
+            ex_apply = tgt.executor.apply
+            summ = store.add_snapshot(
+                layout, name=name, op_count=done, bytes_written=bytes_written, label=label
+            )
+            res.snapshots.append(int(summ.snapshot_id))
+            last_snap[0] = done
+
+        save(False)
+        if store is not None and start == 0:
+            snapshot("start")
+        for op in ops:
+            try:
+                bytes_written += ex_apply(op)
+            except NoSpaceError:
+                res.nospace += 1
+                if gen is not None:
+                    gen.nospace(op)
+                else:
+                    res.skipped += 1
+            except OpFailedError:
+                if gen is not None or not res.nospace:
+                    raise
+                res.skipped += 1  # a recorded stream after a skipped op: keep going
+            done += 1
+            if op.op == "snapshot" or (opts.snapshot_every and done % opts.snapshot_every == 0):
+                snapshot(op.label or f"op {done}")
+            if done % RECORD_EVERY == 0:
+                save(False)
+            if progress and done & 63 == 0:
+                now = time.perf_counter()
+                if now - last_draw > 0.5:
+                    last_draw = now
+                    rate = (done - start) / (now - t0)
+                    sys.stderr.write(
+                        f"\r  {done} ops  {rate:,.0f} ops/s  fullness "
+                        f"{tgt.executor.fullness():.3f}  {bytes_written / 2**20:,.0f} MiB written "
+                    )
+                    sys.stderr.flush()
+            if intr.hit:
+                break
+        res.interrupted = intr.hit
+        res.finished = not intr.hit
+        res.ops = done
+        res.bytes_written = bytes_written
+        if hasattr(tgt.executor, "sync"):
+            tgt.executor.sync()
+        save(res.finished)
+        if store is not None and not res.interrupted and last_snap[0] != done:
+            snapshot("end")
+    if progress:
+        sys.stderr.write("\n")
+    res.elapsed = time.perf_counter() - t0
+    res.fullness = tgt.executor.fullness()
+    if gen is not None:
+        res.phase = gen.stats.phase
+        if gen.profile.mode == "convergence":
+            res.convergence = gen.convergence_report()
+    return res
+
+
+__all__ = ["AgeOptions", "AgeResult", "FsageError", "WorkloadError", "age", "open_target"]
