@@ -11,6 +11,7 @@ The threshold defaults to the 95th percentile of the non-empty sizes.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,28 @@ class SizeFit:
             a = self.alpha
             out[tail] = self.tail_fraction * a * self.threshold**a / x[tail] ** (a + 1)
         return out
+
+    def cdf(self, x: float) -> float:
+        """Fitted probability that a non-empty file is at most x bytes."""
+        import math
+
+        if x <= 0:
+            return 0.0
+        p = self.tail_fraction
+        if x <= self.threshold or self.alpha is None:
+            if self.sigma <= 0:
+                body = 1.0 if x >= math.exp(self.mu) else 0.0
+            else:
+                zt = (math.log(self.threshold) - self.mu) / (self.sigma * math.sqrt(2))
+                z = (math.log(min(x, self.threshold)) - self.mu) / (self.sigma * math.sqrt(2))
+                body = (1 + math.erf(z)) / max(1 + math.erf(zt), 1e-300)
+            return (1 - p) * body + (p if x > self.threshold else 0.0)
+        return float((1 - p) + p * (1 - (self.threshold / x) ** self.alpha))
+
+    def expected_counts(self, edges: list[float]) -> list[float]:
+        """Expected number of files (of ``files``) between consecutive edges."""
+        c = [self.cdf(e) for e in edges]
+        return [self.files * (b - a) for a, b in itertools.pairwise(c)]
 
 
 def _erf(x: float) -> float:

@@ -1,0 +1,26 @@
+"""The HTML report: plotly figures drawn from analyzer output, one self-contained file."""
+
+from fsage.reports import sections as _sections  # noqa: F401  (registers the standard sections)
+from fsage.reports.build import report_data_from_store
+from fsage.reports.html import (
+    ReportData,
+    Section,
+    Table,
+    build_sections,
+    register_section,
+    render,
+    section_names,
+    write_report,
+)
+
+__all__ = [
+    "ReportData",
+    "Section",
+    "Table",
+    "build_sections",
+    "register_section",
+    "render",
+    "report_data_from_store",
+    "section_names",
+    "write_report",
+]

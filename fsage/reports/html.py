@@ -1,0 +1,214 @@
+"""One self-contained HTML report: plotly.js inlined, figures as JSON, every string escaped.
+
+Section API — how another component adds to the report::
+
+    from fsage.reports import ReportData, Section, Table, register_section
+
+    @register_section("lfs-segments", order=60)
+    def lfs_segments(data: ReportData) -> Section | None:
+        if "lfs" not in data.extra:
+            return None                      # nothing to show: the section is left out
+        return Section("LFS segment utilization", figures=[{...plotly figure dict...}],
+                       tables=[Table(["segment", "live"], rows)], notes=["..."])
+
+A builder gets the analyses (one dict per snapshot, as ``fsage analyze --format json``), the
+trends, and ``extra`` (anything a caller put there). Figures are plain plotly dicts
+(``{"data": [...], "layout": {...}}``); tables and notes are plain text. The renderer escapes
+all of it: figure JSON is embedded with ``<``, ``>`` and ``&`` as \\u escapes, table cells and
+notes go through ``html.escape``, and text that ends up inside plotly figures (trace names,
+axis labels, hover text) is HTML-escaped too, since plotly interprets a few tags.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsage import __version__
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[Any]]
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    figures: list[dict[str, Any]] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    id: str = ""
+
+
+@dataclass
+class ReportData:
+    analyses: list[dict[str, Any]]
+    trends: dict[str, dict[str, Any]]
+    title: str = "fsage layout report"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def latest(self) -> list[dict[str, Any]]:
+        """The newest analysis of each file system."""
+        out: dict[str, dict[str, Any]] = {}
+        for a in sorted(self.analyses, key=lambda a: (a.get("taken_at") or "", a["snapshot_id"])):
+            out[str(a.get("fs"))] = a
+        return list(out.values())
+
+
+SectionBuilder = Callable[[ReportData], "Section | None"]
+_BUILDERS: list[tuple[int, str, SectionBuilder]] = []
+
+
+def register_section(name: str, order: int = 100) -> Callable[[SectionBuilder], SectionBuilder]:
+    """Add a section builder; sections render by ``order`` then name. Re-registering a name
+    replaces the earlier builder."""
+
+    def deco(fn: SectionBuilder) -> SectionBuilder:
+        _BUILDERS[:] = [b for b in _BUILDERS if b[1] != name]
+        _BUILDERS.append((order, name, fn))
+        _BUILDERS.sort(key=lambda b: (b[0], b[1]))
+        return fn
+
+    return deco
+
+
+def section_names() -> list[str]:
+    return [name for _, name, _ in _BUILDERS]
+
+
+def build_sections(data: ReportData) -> list[Section]:
+    out = []
+    for _, name, fn in _BUILDERS:
+        sec = fn(data)
+        if sec is not None:
+            if not sec.id:
+                sec.id = name
+            out.append(sec)
+    return out
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities become null (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _json_script(obj: Any) -> str:
+    text = json.dumps(_finite(obj), separators=(",", ":"), default=str, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def _table_html(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>"
+        for row in t.rows
+    )
+    cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.plot{width:100%;height:420px}.note{color:#555;font-size:.9em}
+#fsage-errors{color:#b00;white-space:pre-wrap}
+"""
+
+_BOOT = """
+(function(){
+  var errs = document.getElementById('fsage-errors');
+  function fail(msg){ errs.textContent += msg + '\\n'; document.body.setAttribute('data-errors',
+    String((+document.body.getAttribute('data-errors')||0) + 1)); }
+  window.addEventListener('error', function(e){ fail('error: ' + e.message); });
+  window.addEventListener('unhandledrejection', function(e){ fail('rejection: ' + e.reason); });
+  var divs = document.querySelectorAll('div.plot'), pending = [];
+  for (var i = 0; i < divs.length; i++) {
+    (function(div){
+      try {
+        var fig = JSON.parse(document.getElementById(div.id + '-json').textContent);
+        var p = Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false})
+          .then(function(){
+                  if (div.querySelector('svg.main-svg')) div.setAttribute('data-drawn', '1');
+                  else fail('no svg in ' + div.id); },
+                function(err){ fail(div.id + ': ' + err); });
+        pending.push(p);
+      } catch (e) { fail(div.id + ': ' + e); }
+    })(divs[i]);
+  }
+  Promise.all(pending).then(function(){
+    var drawn = document.querySelectorAll('div.plot[data-drawn="1"]').length;
+    document.body.setAttribute('data-plots', String(divs.length));
+    document.body.setAttribute('data-plots-drawn', String(drawn));
+    document.body.setAttribute('data-done', '1');
+  });
+})();
+"""
+
+
+def render(data: ReportData, sections: Sequence[Section] | None = None) -> str:
+    """The report as one HTML string (plotly.js included)."""
+    from plotly.offline import get_plotlyjs
+
+    secs = list(sections) if sections is not None else build_sections(data)
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{html.escape(data.title)}</title><style>{_STYLE}</style>",
+        f"<script>{get_plotlyjs()}</script></head><body>",
+        f"<h1>{html.escape(data.title)}</h1>",
+        f"<p class='note'>fsage {html.escape(__version__)}; "
+        f"{len(data.analyses)} snapshot(s) of {len({a.get('fs') for a in data.analyses})} "
+        "file system(s).</p><div id='fsage-errors'></div>",
+    ]
+    n = 0
+    for sec in secs:
+        sid = html.escape(sec.id, quote=True)
+        parts.append(f"<section id='s-{sid}'><h2>{html.escape(sec.title)}</h2>")
+        for note in sec.notes:
+            parts.append(f"<p class='note'>{html.escape(note)}</p>")
+        for fig in sec.figures:
+            n += 1
+            parts.append(f"<div class='plot' id='plot{n}'></div>")
+            parts.append(
+                f"<script type='application/json' id='plot{n}-json'>{_json_script(fig)}</script>"
+            )
+        for t in sec.tables:
+            parts.append(_table_html(t))
+        parts.append("</section>")
+    parts.append(f"<script>{_BOOT}</script></body></html>")
+    return "".join(parts)
+
+
+def write_report(path: Path | str, data: ReportData) -> int:
+    """Write the report atomically; returns the number of figures."""
+    path = Path(path)
+    secs = build_sections(data)
+    text = render(data, secs)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return sum(len(s.figures) for s in secs)
