@@ -1,0 +1,98 @@
+"""Disk model against seed 001 Table 2-5; trends; the analyze command end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fsage.analyzer import PRESETS, DiskModel, fit_sizes
+from fsage.analyzer.history import decline_per_month
+from fsage.cli import main
+
+from .images import make_image
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("seek", "rpm", "mbps", "t8k", "t1m"),
+    [
+        # seed 001 Table 2-5: average seek, RPM, bandwidth -> 8 KB and 1 MB transfer (ms)
+        (16.7, 3600, 2.5, 28.3, 425),  # Fujitsu M2361A
+        (8.0, 7200, 9, 13.1, 123),  # Seagate Barracuda 4
+        (6.0, 10025, 29, 9.3, 43.5),  # Seagate Cheetah 18
+    ],
+)
+def test_single_request_matches_seed001_table_2_5(
+    seek: float, rpm: int, mbps: float, t8k: float, t1m: float
+) -> None:
+    m = DiskModel("t", "t", mbps * MB, avg_seek_ms=seek, rpm=rpm)
+    one = np.array([0], np.int64)
+    assert round(float(m.service_ms(one, np.array([8192]))[0]), 1) == t8k
+    assert abs(float(m.service_ms(one, np.array([MB]))[0]) - t1m) < 0.5
+
+
+def test_sequential_requests_pay_transfer_only() -> None:
+    m = PRESETS["lfs-15ms"]
+    t = m.service_ms(np.array([0, 4096, 100_000]), np.array([4096, 4096, 4096]))
+    assert t[0] == pytest.approx(15 + 4096 / 5e6 * 1000)
+    assert t[1] == pytest.approx(4096 / 5e6 * 1000)
+    assert t[2] == pytest.approx(15 + 4096 / 5e6 * 1000)
+    # seek curve averages the published seek over random distances
+    d = PRESETS["dsp3105"]
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, d.capacity, (2, 200_000))
+    avg = float(d.positioning_ms(x - y).mean()) - d.half_rotation_ms
+    assert avg == pytest.approx(9.5, rel=0.01)
+
+
+def test_decline_per_month() -> None:
+    # seed 000: 0.064 over four months = 0.016 / month
+    days = [0.0, 365.25 / 3]
+    assert decline_per_month(days, [0.90, 0.836]) == pytest.approx(0.016)
+    assert decline_per_month([0.0], [0.9]) is None
+
+
+def test_fit_recovers_parameters() -> None:
+    rng = np.random.default_rng(3)
+    body = rng.lognormal(8.0, 1.5, 50_000)
+    fit = fit_sizes(body, threshold=float(body.max()) + 1)
+    assert fit is not None
+    assert fit.mu == pytest.approx(8.0, abs=0.03) and fit.sigma == pytest.approx(1.5, abs=0.03)
+    tail = 1e6 * (1 - rng.random(20_000)) ** (-1 / 1.3)  # Pareto, alpha 1.3, x_min 1e6
+    fit2 = fit_sizes(np.concatenate([body[body < 1e6], tail]), threshold=1e6)
+    assert fit2 is not None and fit2.alpha == pytest.approx(1.3, rel=0.05)
+
+
+def test_analyze_command(tmp_path: Path) -> None:
+    img = make_image(tmp_path, seed=11, block_size=4096, size_mb=16, files=200, max_bytes=40_000)
+    db = tmp_path / "a.db"
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["snapshot", str(img), "--db", str(db), "--name", "t"]).exit_code == 0
+    )
+    r = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (a,) = json.loads(r.output)
+    assert a["snapshot_id"] == 1
+    assert {"layout_score", "by_size", "free_extents", "largest_free_extent"} <= set(a)
+    for row in a["by_size"]:
+        assert set(row) >= {"min_blocks", "max_blocks", "files", "layout_score"}
+    # by_size is the same files and blocks as the totals
+    assert sum(r["files"] for r in a["by_size"]) == a["scored_files"]
+    assert sum(b["blocks"] for b in a["free_extents"]) == a["blocks_free"]
+    top = a["free_extents"][-1]
+    assert top["min_blocks"] <= a["largest_free_extent"] <= top["max_blocks"]
+    for by in ("size", "dir", "age"):
+        t = runner.invoke(main, ["analyze", "--db", str(db), "--by", by])
+        assert t.exit_code == 0, t.output
+        c = runner.invoke(main, ["analyze", "--db", str(db), "--by", by, "--format", "csv"])
+        assert c.exit_code == 0 and c.output.startswith("snapshot_id,fs,")
+    bad = runner.invoke(main, ["analyze", "--db", str(db), "--snapshot", "99"])
+    assert bad.exit_code != 0 and "fsage: error: no snapshot 99" in bad.output
+    missing = runner.invoke(main, ["analyze", "--db", str(tmp_path / "none.db")])
+    assert missing.exit_code != 0 and "Traceback" not in missing.output
