@@ -2,9 +2,10 @@
 
 Builds a loop-mounted ext4 holding ``--files`` small files (lognormal sizes, 500 per
 directory), syncs it, then times both readers over the same tree. Caches are warm: each
-reader runs once as a warm-up, then both are timed ``--rounds`` times, alternating, and the
-median is reported. The live reader is timed in-process (the library call, as ``fsage
-snapshot`` makes it); filefrag's output goes to /dev/null. Needs root (mount).
+reader runs once as a warm-up, then each (fsage with 1 and with 2 worker processes) is timed
+``--rounds`` times, alternating, and the median is reported. The live reader is timed
+in-process (the library call, as ``fsage snapshot`` makes it); filefrag's output goes to
+/dev/null. Needs root (mount).
 
     sudo python3 bench/live.py --files 200000
 """
@@ -58,11 +59,15 @@ def time_filefrag(mnt: Path) -> float:
     return time.perf_counter() - t
 
 
-def time_fsage(mnt: Path) -> tuple[float, int, int]:
+def time_fsage(mnt: Path, workers: int = 1) -> tuple[float, int, int]:
     t = time.perf_counter()
-    layout = read_live_layout(mnt)
+    layout = read_live_layout(mnt, workers=workers)
     el = time.perf_counter() - t
     return el, len(layout.files), int(layout.files.ext_length.shape[0])
+
+
+def _runs(xs: list[float]) -> str:
+    return "runs " + ", ".join(f"{x:.3f}" for x in xs)
 
 
 def main() -> int:
@@ -97,20 +102,23 @@ def main() -> int:
         )
         time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
         time_fsage(mnt)
-        ff, fs = [], []
+        ff: list[float] = []
+        fs: dict[int, list[float]] = {1: [], 2: []}
         files = extents = 0
         for _ in range(args.rounds):
             ff.append(time_filefrag(mnt))
-            el, files, extents = time_fsage(mnt)
-            fs.append(el)
-        f_med, s_med = statistics.median(ff), statistics.median(fs)
+            for workers, runs in fs.items():
+                el, files, extents = time_fsage(mnt, workers)
+                runs.append(el)
+        f_med = statistics.median(ff)
         print(f"fsage live reader: {files} inodes, {extents} extents")
-        for label, runs, med in (
-            ("find | xargs filefrag ", ff, f_med),
-            ("fsage read_live_layout", fs, s_med),
-        ):
-            print(f"{label}: median {med:.3f} s  (runs {', '.join(f'{x:.3f}' for x in runs)})")
-        print(f"ratio filefrag/fsage: {f_med / s_med:.2f}x  (target >= 2x)")
+        print(f"find | xargs filefrag   : median {f_med:.3f} s  ({_runs(ff)})")
+        for workers, runs in fs.items():
+            s_med = statistics.median(runs)
+            print(
+                f"fsage live, {workers} worker(s): median {s_med:.3f} s  ({_runs(runs)})"
+                f"  ratio filefrag/fsage {f_med / s_med:.2f}x (target >= 2x)"
+            )
     finally:
         if mounted:
             subprocess.run(["umount", str(mnt)], check=False)

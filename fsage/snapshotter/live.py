@@ -455,6 +455,7 @@ def _fs_label(fd: int) -> str:
 
 
 _HAS_BIRTHTIME = hasattr(os.stat_result, "st_birthtime_ns")
+_DirTask = tuple[bytes, bytes, int | None, bytes | None]  # path, rel, parent ino, name
 _META_COLS = 11  # ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime, crtime
 
 
@@ -601,9 +602,20 @@ class _Walk:
             ) from None
         self._skip(rel, e)
 
-    def walk(self, top: bytes, top_rel: bytes, parent: int | None, name: bytes | None) -> None:
-        """Walk the tree below ``top`` (recording ``top`` itself under ``parent``/``name``)."""
-        stack: list[tuple[bytes, bytes, int | None, bytes | None]] = [(top, top_rel, parent, name)]
+    def walk(
+        self,
+        top: bytes,
+        top_rel: bytes,
+        parent: int | None,
+        name: bytes | None,
+        defer: list[_DirTask] | None = None,
+    ) -> None:
+        """Walk the tree below ``top`` (recording ``top`` itself under ``parent``/``name``).
+
+        With ``defer``, only ``top`` is read and its subdirectories are appended to ``defer``.
+        """
+        stack: list[_DirTask] = [(top, top_rel, parent, name)]
+        sub_dirs = stack if defer is None else defer
         # The per-file path is inlined and its names bound locally: it runs once per file.
         o_flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
         ioctl = fcntl.ioctl
@@ -647,7 +659,7 @@ class _Walk:
                         ename = entry.name
                         try:
                             if entry.is_dir(follow_symlinks=False):
-                                stack.append((entry.path, rel + b"/" + ename, dino, ename))
+                                sub_dirs.append((entry.path, rel + b"/" + ename, dino, ename))
                                 continue
                             if not entry.is_file(follow_symlinks=False):
                                 self._other(entry, rel, dino)
@@ -728,7 +740,102 @@ class _Walk:
                 close(dfd)
 
 
-def _notes(w: _Walk, extra_notes: list[str]) -> list[str]:
+@dataclass
+class _Part:
+    """What one worker saw: the columns of a _Walk, ready to concatenate."""
+
+    meta: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+    raw: bytes
+    l_parent: list[int]
+    l_ino: list[int]
+    l_name: list[bytes]
+    skipped: list[tuple[bytes, str]]
+    not_crossed: list[bytes]
+
+
+def _part(w: _Walk) -> _Part:
+    return _Part(
+        np.array(w.meta, dtype=np.int64).reshape(len(w.counts), _META_COLS),
+        np.array(w.counts, dtype=np.int64),
+        bytes(w.raw),
+        w.l_parent,
+        w.l_ino,
+        w.l_name,
+        w.skipped,
+        w.not_crossed,
+    )
+
+
+_WORKER_WALK: _Walk | None = None  # the template a forked worker copies its settings from
+
+
+def _walk_tasks(tasks: list[_DirTask]) -> _Part:
+    tpl = _WORKER_WALK
+    assert tpl is not None
+    w = _Walk(dev=tpl.dev, submounts=tpl.submounts, sync=tpl.sync, batch=tpl.batch)
+    w.dir_fiemap, w.getversion = tpl.dir_fiemap, tpl.getversion
+    for task in tasks:
+        w.walk(*task)
+    return _part(w)
+
+
+def _walk_parallel(w: _Walk, tasks: list[_DirTask], workers: int) -> list[_Part]:
+    """Walk ``tasks`` (whole subtrees) in ``workers`` forked processes."""
+    import multiprocessing
+
+    global _WORKER_WALK
+    # Go down a level or two until there are enough subtrees to share out.
+    for _ in range(2):
+        if len(tasks) >= 2 * workers:
+            break
+        deeper: list[_DirTask] = []
+        for task in tasks:
+            w.walk(*task, defer=deeper)
+        tasks = deeper
+    if not tasks:
+        return []
+    n_chunks = min(len(tasks), 8 * workers)
+    chunks = [tasks[i::n_chunks] for i in range(n_chunks)]
+    _WORKER_WALK = w
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers) as pool:
+            parts = []
+            for part in pool.imap_unordered(_walk_tasks, chunks):
+                parts.append(part)
+                if w.progress is not None:
+                    w.progress(len(w.counts) + sum(len(p.counts) for p in parts))
+            return parts
+    finally:
+        _WORKER_WALK = None
+
+
+def _merge_parts(parts: list[_Part]) -> _Part:
+    """Concatenate parts; an inode several parts recorded (hard links) is kept once."""
+    meta = np.concatenate([p.meta for p in parts])
+    counts = np.concatenate([p.counts for p in parts])
+    raw = b"".join(p.raw for p in parts)
+    _, first = np.unique(meta[:, 0], return_index=True)
+    if first.shape[0] < meta.shape[0]:
+        keep = np.zeros(meta.shape[0], bool)
+        keep[first] = True
+        ext_keep = np.repeat(keep, counts)
+        raw = np.frombuffer(raw, FIEMAP_EXTENT_DTYPE)[ext_keep].tobytes()
+        meta, counts = meta[keep], counts[keep]
+    return _Part(
+        meta,
+        counts,
+        raw,
+        [x for p in parts for x in p.l_parent],
+        [x for p in parts for x in p.l_ino],
+        [x for p in parts for x in p.l_name],
+        [x for p in parts for x in p.skipped],
+        [x for p in parts for x in p.not_crossed],
+    )
+
+
+def _notes(w: _Part, extra_notes: list[str]) -> list[str]:
     notes = []
     if w.skipped:
         by_reason: dict[str, list[bytes]] = {}
@@ -757,9 +864,15 @@ def read_live_layout(
     *,
     sync: bool = False,
     fiemap_batch: int = 256,
+    workers: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> Layout:
-    """Read the layout of the mounted tree at ``path`` (see the module docstring)."""
+    """Read the layout of the mounted tree at ``path`` (see the module docstring).
+
+    ``workers`` > 1 walks subtrees in that many forked processes (the parent reads the top
+    levels, then shares out the subdirectories); the result is the same as with one.
+    ``progress`` is called now and then with the number of inodes read so far.
+    """
     raw_path = os.fsencode(path)
     try:
         st0 = os.stat(raw_path)
@@ -803,12 +916,23 @@ def read_live_layout(
                 raise SourceError(f"{path}: cannot open {os.fsdecode(walked)}")
             os.close(opened[0])
             parent = opened[1]
-        w.walk(real, sub, parent, comps[-1])
+        top: _DirTask = (real, sub, parent, comps[-1])
     else:
-        w.walk(mp, b"", None, None)
+        top = (mp, b"", None, None)
+    first = len(w.counts)
+    if workers > 1:
+        deferred: list[_DirTask] = []
+        w.walk(*top, defer=deferred)
+        parts = _walk_parallel(w, deferred, workers)
+    else:
+        w.walk(*top)
+        parts = []
     if not w.counts:
         raise SourceError(f"{path}: cannot open the mount root {os.fsdecode(mp)}")
+    if len(w.counts) == first:
+        raise SourceError(f"{path}: cannot open this directory")
     root_ino = w.meta[0]
+    seen = _merge_parts([_part(w), *parts]) if parts else _part(w)
     try:
         fd = os.open(raw_path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
@@ -822,10 +946,9 @@ def read_live_layout(
     if free is None:
         extra_notes.append(f"free space unknown: {why}")
 
-    n = len(w.counts)
-    meta = np.array(w.meta, dtype=np.int64).reshape(n, _META_COLS)
-    counts = np.array(w.counts, dtype=np.int64)
-    raw_ext = np.frombuffer(bytes(w.raw), FIEMAP_EXTENT_DTYPE)
+    meta, counts = seen.meta, seen.counts
+    n = int(counts.shape[0])
+    raw_ext = np.frombuffer(seen.raw, FIEMAP_EXTENT_DTYPE)
     ext_off, e_log, e_phys, e_len, e_flags = merge_extents(raw_ext, counts, block_size)
     files = FileTable(
         ino=meta[:, 0].astype(np.uint64),
@@ -850,7 +973,7 @@ def read_live_layout(
         meta_physical=np.zeros(0, np.uint64),
         meta_kind=np.zeros(0, np.uint8),
     ).sorted_by_ino()
-    links = LinkTable.from_lists(w.l_parent, w.l_ino, w.l_name)
+    links = LinkTable.from_lists(seen.l_parent, seen.l_ino, seen.l_name)
 
     scale = block_size
     facts = FsFacts(
@@ -872,8 +995,8 @@ def read_live_layout(
             "uuid_source": uuid_source,
             "blocks_available": int(vfs.f_bavail),
             "fiemap_sync": sync,
-            "skipped": len(w.skipped),
-            "not_crossed": len(w.not_crossed),
+            "skipped": len(seen.skipped),
+            "not_crossed": len(seen.not_crossed),
             "physical_space": ("btrfs logical addresses" if mount.fstype == "btrfs" else "device"),
         },
         free_space_known=free is not None,
@@ -884,5 +1007,5 @@ def read_live_layout(
         links=links,
         free=free if free is not None else FreeExtents.empty(),
         root_ino=int(root_ino),
-        notes=_notes(w, extra_notes),
+        notes=_notes(seen, extra_notes),
     )

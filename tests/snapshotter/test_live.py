@@ -264,6 +264,16 @@ def test_small_fiemap_buffer_reads_the_same(layouts: dict[int, Layout]) -> None:
             assert np.array_equal(getattr(got, col), getattr(ref, col)), (batch, col)
 
 
+def test_parallel_walk_reads_the_same(fs: Mounted, layouts: dict[int, Layout]) -> None:
+    ref = layouts[256]
+    got = read_live_layout(fs.mnt, workers=2)
+    for col in ("ino", "mode", "nlink", "size", "mtime", "generation", "ext_off", "ext_physical"):
+        assert np.array_equal(getattr(got.files, col), getattr(ref.files, col)), col
+    assert got.paths() == ref.paths()
+    assert len(got.links) == len(ref.links)
+    assert got.free.blocks == ref.free.blocks
+
+
 def test_metadata_and_names(fs: Mounted, layouts: dict[int, Layout]) -> None:
     layout = layouts[256]
     files = layout.files
