@@ -122,7 +122,7 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
     raw: IO[bytes]
     with open(tmp, "wb") as fh:
         raw = (
-            cast(IO[bytes], gzip.GzipFile(fileobj=fh, mode="wb", mtime=0))
+            cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
             if path.suffix == ".gz"
             else cast(IO[bytes], fh)
         )

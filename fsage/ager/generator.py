@@ -167,9 +167,14 @@ class Generator:
         return used / total if total else 1.0
 
     def _free_bytes(self) -> int:
+        """Largest size a new file or append may have: in the fill phase, what is left to the
+        fill target (so the fill stops at it); in churn, up to halfway between the target and
+        a full fs; never beyond 99% full."""
         total, used = self.capacity_blocks()
-        margin = max(1, total // 100)
-        return max(0, total - used - margin) * self.bs
+        fill = self.profile.fill
+        limit = fill + 0.005 if self.stats.phase == "fill" else fill + (1.0 - fill) / 2
+        room = min(int(limit * total), total - max(1, total // 100)) - used
+        return max(0, room) * self.bs
 
     def adopt(self, entries: list[tuple[str, bool, int]]) -> None:
         """Take an existing tree into the model: (relative path, is_dir, size) entries, e.g.

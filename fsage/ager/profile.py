@@ -200,15 +200,25 @@ class Profile:
 
 
 _HFS_MIX = {"create": 0.5, "delete": 0.5}
+#: The hFS aging benchmark stops on its op count, not on bytes written.
+_HFS_CHURN = 1000.0
 
 PRESETS: dict[str, Profile] = {
     "hfs-surge": Profile(name="hfs-surge", sizes=HFS_SURGE),
     "impressions": Profile(name="impressions", sizes=IMPRESSIONS),
     # seed 004 §6.4: creates and deletes only; the create probability falls as the fs fills.
-    "hfs-aging": Profile(name="hfs-aging", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=10_000),
-    "hfs-aging-10k": Profile(name="hfs-aging-10k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=10_000),
-    "hfs-aging-20k": Profile(name="hfs-aging-20k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=20_000),
-    "hfs-aging-40k": Profile(name="hfs-aging-40k", sizes=HFS_SURGE, mix=_HFS_MIX, ops_limit=40_000),
+    "hfs-aging": Profile(
+        name="hfs-aging", sizes=HFS_SURGE, mix=_HFS_MIX, churn=_HFS_CHURN, ops_limit=10_000
+    ),
+    "hfs-aging-10k": Profile(
+        name="hfs-aging-10k", sizes=HFS_SURGE, mix=_HFS_MIX, churn=_HFS_CHURN, ops_limit=10_000
+    ),
+    "hfs-aging-20k": Profile(
+        name="hfs-aging-20k", sizes=HFS_SURGE, mix=_HFS_MIX, churn=_HFS_CHURN, ops_limit=20_000
+    ),
+    "hfs-aging-40k": Profile(
+        name="hfs-aging-40k", sizes=HFS_SURGE, mix=_HFS_MIX, churn=_HFS_CHURN, ops_limit=40_000
+    ),
     # seed 001 §5.2.1.1: fill sequentially to U, then 10x as many random block updates as
     # blocks written, a sync after every fourth write.
     "random-update": Profile(name="random-update", mode="random-update", sync_every=4),

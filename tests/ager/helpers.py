@@ -1,0 +1,47 @@
+"""Oracles for the ager tests: layout score from `filefrag -v`, free extents from e2freefrag."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+_EXT = re.compile(r"^\s*\d+:\s*(\d+)\.\.\s*(\d+):\s*(\d+)\.\.\s*(\d+):\s*(\d+):")
+
+
+def filefrag_score(paths: list[Path]) -> tuple[int, int]:
+    """(contiguous blocks, blocks - 1 summed) over files of >= 2 blocks, from `filefrag -v`:
+    the block-weighted aggregate layout score is their ratio."""
+    contiguous = 0
+    pairs = 0
+    for i in range(0, len(paths), 200):
+        out = subprocess.run(
+            ["filefrag", "-v", "-b4096", *map(str, paths[i : i + 200])],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        for block in out.split("Filesystem type is")[1:]:
+            exts = []
+            for line in block.splitlines():
+                m = _EXT.match(line)
+                if m:
+                    lstart, _lend, pstart, _pend, length = map(int, m.groups())
+                    exts.append((lstart, pstart, length))
+            blocks = sum(e[2] for e in exts)
+            if blocks < 2:
+                continue
+            pairs += blocks - 1
+            prev_end = None
+            for _lstart, pstart, length in sorted(exts):
+                contiguous += length - 1
+                if prev_end is not None and pstart == prev_end + 1:
+                    contiguous += 1
+                prev_end = pstart + length - 1
+    return contiguous, pairs
+
+
+def e2freefrag(image: Path) -> tuple[int, int]:
+    """(free extents, largest free extent in KiB) as e2freefrag prints them."""
+    out = subprocess.run(["e2freefrag", str(image)], capture_output=True, text=True, check=True)
+    count = int(re.search(r"Free extents:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
+    largest = re.search(r"Max free extent:\s*(\d+)KB", out.stdout)
+    return count, int(largest.group(1)) if largest else 0

@@ -1,0 +1,169 @@
+"""Executors: POSIX on a temporary directory, offline libext2fs on a generated ext4 image."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fsage.ager.generator import Generator
+from fsage.ager.images import make_image
+from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir
+from fsage.ager.profile import get_preset
+from fsage.errors import UnsafeTargetError
+from fsage.workload import NoSpaceError, Op, OpFailedError
+
+MIB = 1 << 20
+
+
+def _tree(root: Path) -> dict[str, int]:
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            rel = str(p.relative_to(root))
+            if rel != MARKER:
+                out[rel] = p.stat().st_size
+    return out
+
+
+def test_posix_ops_write_real_data(tmp_path: Path) -> None:
+    ex = PosixExecutor(tmp_path)
+    assert ex.apply(Op("mkdir", "d")) == 0
+    assert ex.apply(Op("create", "d/f", size=3 * MIB + 5)) == 3 * MIB + 5
+    assert ex.apply(Op("append", "d/f", size=10)) == 10
+    assert ex.apply(Op("overwrite", "d/f", size=100, offset=7)) == 100
+    ex.apply(Op("create", "g", size=0))
+    ex.apply(Op("rename", "g", dest="d/h"))
+    ex.apply(Op("truncate", "d/f", size=4096))
+    ex.apply(Op("fsync", "d/f"))
+    ex.apply(Op("sync"))
+    assert _tree(tmp_path) == {"d/f": 4096, "d/h": 0}
+    data = (tmp_path / "d/f").read_bytes()
+    assert data.count(0) < 64  # real data, not zeros or holes
+    assert os.stat(tmp_path / "d/f").st_blocks * 512 >= 4096
+    ex.apply(Op("delete", "d/f"))
+    ex.apply(Op("delete", "d/h"))
+    ex.apply(Op("delete", "d"))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OpFailedError):
+        ex.apply(Op("append", "missing", size=1))
+    ex.close()
+
+
+def test_posix_never_follows_symlink_out(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    outside = tmp_path / "outside"
+    target.mkdir()
+    outside.mkdir()
+    (target / "link").symlink_to(outside)
+    (target / "flink").symlink_to(outside / "victim")
+    (outside / "victim").write_bytes(b"keep")
+    ex = PosixExecutor(target)
+    with pytest.raises(UnsafeTargetError):
+        ex.apply(Op("create", "link/x", size=10))
+    with pytest.raises(OpFailedError):
+        ex.apply(Op("create", "flink", size=10))
+    with pytest.raises(OpFailedError):
+        ex.apply(Op("overwrite", "flink", size=2))
+    ex.close()
+    assert list(outside.iterdir()) == [outside / "victim"]
+    assert (outside / "victim").read_bytes() == b"keep"
+
+
+def test_target_checks(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeTargetError, match="'/'"):
+        check_target_dir(Path("/"))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "data").write_text("x")
+    with pytest.raises(UnsafeTargetError, match="not empty"):
+        check_target_dir(busy)
+    check_target_dir(busy, force=True)
+    assert (busy / MARKER).exists()
+    check_target_dir(busy)  # now marked: accepted without --force
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "lost+found").mkdir()
+    check_target_dir(empty)
+
+
+def _offline() -> type:
+    pytest.importorskip("fsage._ext2fs")
+    from fsage import _ext2fs  # type: ignore[attr-defined,unused-ignore]
+
+    if not hasattr(_ext2fs, "writer_open"):
+        pytest.skip("fsage._ext2fs built without the offline writer")
+    from fsage.ager.offline import OfflineExtExecutor
+
+    return OfflineExtExecutor
+
+
+def _debugfs(image: Path, cmd: str) -> str:
+    return subprocess.run(
+        ["debugfs", "-R", cmd, str(image)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_offline_runs_stream_and_fsck_is_clean(tmp_path: Path) -> None:
+    Offline = _offline()
+    img = make_image(tmp_path / "e.img", "ext4", 64 * MIB)
+    ex = Offline(img)
+    bs, total, used = ex.capacity_blocks()
+    assert bs == 4096 and 0 < used < 100
+    prof = get_preset("hfs-surge").with_overrides(fill=0.6, churn=0.5)
+    gen = Generator(prof, 21, total * bs, probe=ex.capacity_blocks, block_size=bs)
+    for op in gen.ops():
+        try:
+            ex.apply(op)
+        except NoSpaceError:
+            gen.nospace(op)
+    ex.apply(Op("mkdir", "x"))
+    ex.apply(Op("create", "x/a", size=5000))
+    ex.apply(Op("rename", "x/a", dest="b"))
+    ex.apply(Op("mkdir", "y"))
+    ex.apply(Op("rename", "y", dest="x/y"))
+    ex.close()
+    fsck = subprocess.run(["e2fsck", "-fn", str(img)], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout
+    # Sizes of a sample of the model's files, checked with debugfs.
+    sample = sorted(gen.files)[:: max(1, len(gen.files) // 20)]
+    for path in sample:
+        out = _debugfs(img, f'stat "/{path}"')
+        assert f"Size: {gen.files[path].size}\n" in out.replace("\t", "\n"), path
+    assert "Size: 5000" in _debugfs(img, "stat /b")
+    assert ".." in _debugfs(img, "ls /x/y")
+    assert "(2)" not in _debugfs(img, "ls /x/y").split("..")[0][-10:]
+
+
+def test_offline_fill_reaches_target(tmp_path: Path) -> None:
+    from fsage.ager.run import AgeOptions, age
+
+    _offline()
+    img = make_image(tmp_path / "e.img", "ext4", 96 * MIB)
+    prof = get_preset("hfs-surge").with_overrides(fill=0.8, churn=0.0)
+    res = age(img, AgeOptions(profile=prof, seed=3, mode="offline"))
+    assert res.finished and res.phase == "churn"
+    assert abs(res.fullness - 0.8) <= 0.02
+    # Oracle: dumpe2fs's free block count gives the same used blocks as the executor.
+    out = subprocess.run(["dumpe2fs", "-h", str(img)], capture_output=True, text=True).stdout
+    free = int(out.split("Free blocks:")[1].split()[0])
+    count = int(out.split("Block count:")[1].split()[0])
+    Offline = _offline()
+    ex = Offline(img)
+    _, total, used = ex.capacity_blocks()
+    ex.close()
+    assert count - free - used == count - total  # the same overhead both ways
+    assert (img.with_name("e.img.fsage-age")).exists()
+
+
+def test_offline_refuses_non_ext(tmp_path: Path) -> None:
+    from fsage.ager.run import AgeOptions, age
+    from fsage.errors import UsageError
+
+    junk = tmp_path / "junk.img"
+    junk.write_bytes(b"\0" * 8192)
+    with pytest.raises(UsageError, match="not a directory or a recognised image"):
+        age(junk, AgeOptions(profile=get_preset("hfs-surge"), mode="offline"))
