@@ -15,6 +15,25 @@ Definitions (DESIGN.md "Definitions", seed 000 §4.1, seed 002):
   logical length; :func:`filefrag_extents` reproduces that rule separately.)
 * layout score = contiguous blocks / (blocks - 1); files of fewer than two blocks have none.
 * fragments = runs of physically contiguous blocks after merging adjacent extents.
+
+How this relates to the numbers other tools print (checked in tests/analyzer):
+
+* ``e2fsck -fnv`` "non-contiguous files/directories": an inode is non-contiguous when some
+  extent does not start right after the previous one — the same physical rule — but e2fsck
+  (a) leaves out inodes holding ``blocks_per_group`` blocks or more (data + extent-tree blocks),
+  (b) counts every inode with blocks, special inodes such as the journal included, and (c) for
+  block-mapped (ext2/3) files walks indirect blocks in line with the data, so a contiguous
+  ext2 file whose indirect block sits between its data blocks is contiguous to e2fsck but
+  scores below 1 here (fsage scores data blocks only). On extent-mapped files below the size
+  limit, "layout score < 1" and "non-contiguous" are the same set.
+* ``filefrag``: see :func:`filefrag_extents` (hole-aware contiguity, see above).
+* ``e4defrag -c``: per regular file of non-zero size, *now* = extent records, *best* =
+  ``(blocks - 1) // (blocks_per_group * groups_per_flex) + 1``; ratio = (Σnow - Σbest) * 100 /
+  Σblocks; score = 8 * ratio, or 80 + ratio / 5 above ratio 10 (e2fsprogs misc/e4defrag.c).
+  e4defrag also skips lost+found; fsage does not know paths here and does not.
+* ``xfs_db frag``: actual = extent records; ideal = logically contiguous runs (one per file
+  plus one per hole); factor = (actual - ideal) * 100 / actual. Computed on the stored extent
+  records, so ext4's 32768-block cap on an extent shows up as "actual" extents.
 """
 
 from __future__ import annotations
