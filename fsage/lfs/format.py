@@ -7,9 +7,11 @@ Numbers are big-endian, timestamps are milliseconds since the epoch (§2.1).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -61,11 +63,15 @@ S_IFDIR = 0o040000
 S_IFREG = 0o100000
 S_IFLNK = 0o120000
 
-# fsage's use of the reserved octets 4-7 of the per-segment summary metadata: bit 0 set means
-# this segment write ends a consistent unit (every inode, directory and indirect block of the
-# operations before it is in the log). Roll-forward only applies complete units, so a write cut
-# off in the middle of a unit that spans segments opens to the state before that unit.
-SEGFLAG_COMMIT = 1
+# fsage's use of the reserved octets 4-7 of the per-segment summary metadata: bit 31 set means
+# a unit was committed in this segment, and the low 31 bits count the sequence numbers the last
+# commit covers (records with a smaller sequence belong to complete units; every record written
+# before them in earlier segments too). A unit is everything one operation changed: data,
+# directories, indirect blocks, inode table. Roll-forward only applies complete units, so a
+# write cut off in the middle of a unit, even one that spans segments, opens to the state
+# before it. A reader of the plain format that ignores these octets still sees a valid log.
+SEGFLAG_COMMIT = 1 << 31
+SEGFLAG_COUNT = SEGFLAG_COMMIT - 1
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
@@ -88,6 +94,16 @@ class LfsError(SourceError):
 
 class LfsNoSpace(LfsError):
     """The log has no clean segment left even after cleaning."""
+
+
+@contextlib.contextmanager
+def damaged_as_error(where: str) -> Iterator[None]:
+    """Turn a decoding failure deep in a damaged image into one clear LfsError."""
+    try:
+        yield
+    except (struct.error, IndexError, KeyError, ValueError, OverflowError, RecursionError,
+            MemoryError, UnicodeError) as exc:
+        raise LfsError(f"{where}: damaged image ({type(exc).__name__}: {exc})") from None
 
 
 @dataclass(frozen=True)
@@ -167,9 +183,10 @@ def checkpoint_len_max(segments: int) -> int:
 
     Seed 003 gives 4 + 461 + 14 N_seg; a SegUsageRec is 14 octets of fields plus two octets
     of tag and length inside the repeated field, and three InodeSimp of 15 fixed64 pointers take
-    456 octets, so fsage reserves 4 + 474 + 16 N_seg (a test checks it against the encoder).
+    456 octets, so fsage reserves 4 + 470 + 16 N_seg: the exact size of a checkpoint whose
+    fields all hold their largest values (a test checks it against the encoder).
     """
-    return 4 + 474 + 16 * segments
+    return 4 + 470 + 16 * segments
 
 
 def make_geometry(

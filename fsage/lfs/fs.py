@@ -215,7 +215,8 @@ class LFS:
         self = object.__new__(cls)
         self._init_common(Path(path), opts)
         try:
-            self._mount()
+            with fmt.damaged_as_error(str(path)):
+                self._mount()
         except BaseException:
             os.close(self.fd)
             raise
@@ -274,6 +275,8 @@ class LFS:
         self.notes: list[str] = []
         self.rolled_forward = 0
         self.cur_seg = -1
+        self.cp_next = -1
+        self.cp_stamp = 0
         self.cur_pos = 0
         self.next_seg = -1
         self._last_flush_commit = False
@@ -302,6 +305,7 @@ class LFS:
         self.notes.extend(notes)
         self.cp_which = which
         self.cp_stamp = cp.timestamp
+        self.cp_next = cp.next_seg
         self._last_stamp = cp.timestamp
         for i, rec in enumerate(cp.segusage):
             self.live[i] = rec.nblks_live
@@ -310,6 +314,8 @@ class LFS:
                           (INO_INOTBL, cp.inode_inotbl)):
             inode = Inode(ino, S_IFREG | 0o600, simp.ver)
             inode.size = simp.size
+            if simp.size > size:
+                raise LfsError(f"{where}: system file {ino} claims {simp.size} octets")
             inode.ptr = list(simp.blkptr)
             for a in inode.ptr:
                 self._check_addr(a, f"checkpoint inode {ino}")
@@ -382,21 +388,33 @@ class LFS:
                 ((r.seq, i, r) for i, r in enumerate(summ.recs) if r is not None),
                 key=lambda t: t[0],
             )
-            for _, blk, r in recs:
+            has_commit = bool(summ.flags & fmt.SEGFLAG_COMMIT)
+            count = summ.flags & fmt.SEGFLAG_COUNT
+            applied = False
+            for sq, blk, r in recs:
+                if has_commit and not applied and sq >= count:
+                    self._apply_rolled(pending, seg)
+                    applied = True
                 if r.btype == BT_DATA and r.ino in self.sys:
                     pending.append((r.ino, r.offset, fmt.sbn(seg, blk)))
-            if summ.flags & fmt.SEGFLAG_COMMIT:
-                for ino, off, addr in pending:
-                    inode = self.sys[ino]
-                    if off > 1 << 24:
-                        raise LfsError(f"{self.path}: summary of segment {seg}: offset {off}")
-                    self._set_ptr(inode, off, addr, account=False)
-                    inode.size = max(inode.size, (off + 1) * self.bs)
-                pending.clear()
+            if has_commit:
+                if not applied:
+                    self._apply_rolled(pending, seg)
                 committed = len(rolled)
                 self._last_stamp = max(self._last_stamp, summ.stamp)
             seg = summ.next_seg
         return rolled[:committed]
+
+    def _apply_rolled(self, pending: list[tuple[int, int, int]], seg: int) -> None:
+        for ino, off, addr in pending:
+            inode = self.sys[ino]
+            if off > 1 << 24:
+                raise LfsError(f"{self.path}: summary of segment {seg}: offset {off}")
+            self._set_ptr(inode, off, addr, account=False)
+            inode.size = max(inode.size, (off + 1) * self.bs)
+            if inode.size > self.geo.image_size:
+                raise LfsError(f"{self.path}: segment {seg}: system file too large")
+        pending.clear()
 
     def _recount_live(self, rolled: list[int]) -> None:
         """After roll-forward: live blocks per segment from a walk of every reachable block."""
@@ -435,6 +453,8 @@ class LFS:
         self.buf = bytearray(self.geo.segment_size)
         self.recs: list[BlockRec | None] = [None] * self.ndata
         self.next_seg = -1
+        self._seg_flags = 0
+        self._last_flush_commit = False
 
     def _resume_segment(self, seg: int) -> None:
         summ = fmt.read_summary(self.fd, self.geo, seg)
@@ -443,6 +463,7 @@ class LFS:
         self.cur_pos = self.flushed_pos = (max(used) + 1) if used else 0
         self.recs = list(summ.recs)
         self.seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
+        self._seg_flags = summ.flags
         self.buf[: self.cur_pos * self.bs] = os.pread(
             self.fd, self.cur_pos * self.bs, self.geo.seg_offset(seg)
         )
@@ -486,10 +507,10 @@ class LFS:
         a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
         if b > a:
             os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
-        summ = fmt.pack_summary(
-            self.geo, self.recs, self.next_seg, self._stamp(),
-            fmt.SEGFLAG_COMMIT if commit else 0,
-        )
+        if commit:
+            self._seg_flags = fmt.SEGFLAG_COMMIT | self.seq
+        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(),
+                                self._seg_flags)
         os.pwrite(self.fd, summ, base + self.ndata * self.bs)
         if b > a:
             if self._cleaning:
@@ -891,6 +912,8 @@ class LFS:
             inode = self._iget(ino)
             if inode.mode & S_IFMT != S_IFDIR:
                 raise LfsOpError(f"inode {ino} is not a directory")
+            if inode.size > self.geo.image_size:
+                raise LfsError(f"{self.path}: directory {ino} claims {inode.size} octets")
             raw = self._read_data(inode, 0, inode.size)
             d = {}
             if raw:
@@ -1047,6 +1070,7 @@ class LFS:
         fmt.write_checkpoint(self.fd, self.geo, which, cp)
         self.cp_which = which
         self.cp_stamp = stamp
+        self.cp_next = self.cur_seg
         self._segs_since_cp = 0
         # Segments emptied since the last checkpoint become clean only now.
         for s in range(self.geo.first_log_segment, self.geo.segments):
@@ -1429,6 +1453,8 @@ class LFS:
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
         inode.nlink += 1
+        inode.ctime = now_ms()
+        self._mark(inode)
         self._link(dino, name, inode.ino)
         self._end_op()
 

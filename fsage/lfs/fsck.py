@@ -45,7 +45,8 @@ def fsck(path: str | os.PathLike[str]) -> FsckReport:
         rep.notes.extend(fs.notes)
         if fs.rolled_forward:
             rep.notes.append(f"rolled forward over {fs.rolled_forward} segment(s)")
-        _check(fs, rep)
+        with fmt.damaged_as_error(str(path)):
+            _check(fs, rep)
     finally:
         fs.close()
     return rep
