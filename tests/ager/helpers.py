@@ -42,6 +42,6 @@ def filefrag_score(paths: list[Path]) -> tuple[int, int]:
 def e2freefrag(image: Path) -> tuple[int, int]:
     """(free extents, largest free extent in KiB) as e2freefrag prints them."""
     out = subprocess.run(["e2freefrag", str(image)], capture_output=True, text=True, check=True)
-    count = int(re.search(r"Free extents:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
-    largest = re.search(r"Max free extent:\s*(\d+)KB", out.stdout)
+    count = int(re.search(r"Num. free extent:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
+    largest = re.search(r"Max. free extent:\s*(\d+)\s*KB", out.stdout)
     return count, int(largest.group(1)) if largest else 0
