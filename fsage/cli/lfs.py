@@ -8,11 +8,11 @@ from typing import Any
 import click
 
 from fsage.cli.common import echo_json, echo_table, format_option
-from fsage.lfs.cleaner import POLICIES
-from fsage.lfs.info import lfs_info
-from fsage.lfs.fsck import fsck
-from fsage.lfs.fs import mkfs
 from fsage.errors import UsageError
+from fsage.lfs.cleaner import POLICIES
+from fsage.lfs.fs import mkfs
+from fsage.lfs.fsck import fsck
+from fsage.lfs.info import lfs_info
 
 
 def _size(text: str) -> int:
@@ -45,12 +45,30 @@ def lfs_group() -> None:
 @click.option("--blocks-per-segment", type=int, default=256, show_default=True)
 @click.option("--block-size", type=int, default=4096, show_default=True)
 @click.option("--sector-size", type=int, default=512, show_default=True)
-@click.option("--policy", type=click.Choice(POLICIES), default="greedy", show_default=True,
-              help="Cleaning policy (open can override it).")
-@click.option("--checkpoint-interval", type=int, default=8, show_default=True,
-              help="Write a checkpoint after this many segments.")
-def mkfs_cmd(image: Path, size: str | None, segments: int | None, blocks_per_segment: int,
-             block_size: int, sector_size: int, policy: str, checkpoint_interval: int) -> None:
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default="greedy",
+    show_default=True,
+    help="Cleaning policy (open can override it).",
+)
+@click.option(
+    "--checkpoint-interval",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Write a checkpoint after this many segments.",
+)
+def mkfs_cmd(
+    image: Path,
+    size: str | None,
+    segments: int | None,
+    blocks_per_segment: int,
+    block_size: int,
+    sector_size: int,
+    policy: str,
+    checkpoint_interval: int,
+) -> None:
     """Make an empty LFS image (created, or overwritten).
 
     \b
@@ -60,13 +78,21 @@ def mkfs_cmd(image: Path, size: str | None, segments: int | None, blocks_per_seg
     """
     if (size is None) == (segments is None):
         raise UsageError("give exactly one of --size and --segments")
-    geo = mkfs(image, segments=segments, size=_size(size) if size else None,
-               blocks_per_segment=blocks_per_segment, block_size=block_size,
-               sector_size=sector_size, cleaning_policy=policy,
-               checkpoint_interval=checkpoint_interval)
-    click.echo(f"{image}: {geo.segments} segments of {geo.blocks_per_segment} x "
-               f"{geo.block_size}-octet blocks, log from segment {geo.first_log_segment}, "
-               f"policy {geo.cleaning_policy}")
+    geo = mkfs(
+        image,
+        segments=segments,
+        size=_size(size) if size else None,
+        blocks_per_segment=blocks_per_segment,
+        block_size=block_size,
+        sector_size=sector_size,
+        cleaning_policy=policy,
+        checkpoint_interval=checkpoint_interval,
+    )
+    click.echo(
+        f"{image}: {geo.segments} segments of {geo.blocks_per_segment} x "
+        f"{geo.block_size}-octet blocks, log from segment {geo.first_log_segment}, "
+        f"policy {geo.cleaning_policy}"
+    )
 
 
 @lfs_group.command("fsck")
@@ -88,8 +114,10 @@ def fsck_cmd(image: Path, fmt: str) -> None:
             click.echo(f"note: {note}")
         for prob in rep.problems:
             click.echo(f"problem: {prob}")
-        click.echo(f"{image}: {rep.files} files, {rep.directories} directories, "
-                   f"{rep.blocks} blocks: {'clean' if rep.ok else f'{len(rep.problems)} problems'}")
+        click.echo(
+            f"{image}: {rep.files} files, {rep.directories} directories, "
+            f"{rep.blocks} blocks: {'clean' if rep.ok else f'{len(rep.problems)} problems'}"
+        )
     if not rep.ok:
         raise SystemExit(1)
 
@@ -110,18 +138,33 @@ def info_cmd(image: Path, fmt: str) -> None:
         echo_json(info)
         return
     geo = info["geometry"]
-    for k in ("segments", "blocks_per_segment", "block_size", "sector_size", "segment_size",
-              "first_log_segment", "checkpoint_segments", "summary_blocks", "cleaning_policy",
-              "checkpoint_interval"):
+    for k in (
+        "segments",
+        "blocks_per_segment",
+        "block_size",
+        "sector_size",
+        "segment_size",
+        "first_log_segment",
+        "checkpoint_segments",
+        "summary_blocks",
+        "cleaning_policy",
+        "checkpoint_interval",
+    ):
         click.echo(f"{k:22} {geo[k]}")
     cp = info["checkpoint"]
-    click.echo(f"{'checkpoint':22} region {cp['region']}, timestamp {cp['timestamp_ms']} ms, "
-               f"next segment {cp['next_segment']}")
+    click.echo(
+        f"{'checkpoint':22} region {cp['region']}, timestamp {cp['timestamp_ms']} ms, "
+        f"next segment {cp['next_segment']}"
+    )
     u = info["utilization"]
-    click.echo(f"{'utilization':22} {u['live_blocks']} of {u['data_blocks']} blocks "
-               f"({u['fraction']:.1%}); {u['clean_segments']} clean segments")
-    echo_table(["utilization", "segments"],
-               [[f"{r['low']:.1f}-{r['high']:.1f}", r["segments"]] for r in info["histogram"]])
+    click.echo(
+        f"{'utilization':22} {u['live_blocks']} of {u['data_blocks']} blocks "
+        f"({u['fraction']:.1%}); {u['clean_segments']} clean segments"
+    )
+    echo_table(
+        ["utilization", "segments"],
+        [[f"{r['low']:.1f}-{r['high']:.1f}", r["segments"]] for r in info["histogram"]],
+    )
 
 
 COMMANDS = [lfs_group]

@@ -21,7 +21,10 @@ class LfsExecutor(Executor):
     description = "LFS image through the fsage log-structured file system library"
 
     def __init__(
-        self, image_path: str | os.PathLike[str], *, policy: str | None = None,
+        self,
+        image_path: str | os.PathLike[str],
+        *,
+        policy: str | None = None,
         checkpoint_interval: int | None = None,
     ) -> None:
         self.fs = LFS.open(image_path, policy=policy, checkpoint_interval=checkpoint_interval)
@@ -97,8 +100,10 @@ class LfsExecutor(Executor):
         """Seed 001 EQ 1-6 over what this executor wrote (see ``cleaner.write_cost_metrics``)."""
         geo = self.fs.geo
         return write_cost_metrics(
-            self.fs.counters, block_size=geo.block_size,
-            blocks_per_segment=geo.data_blocks_per_segment, disk=disk or DiskModel(),
+            self.fs.counters,
+            block_size=geo.block_size,
+            blocks_per_segment=geo.data_blocks_per_segment,
+            disk=disk or DiskModel(),
         )
 
     def close(self) -> None:

@@ -101,8 +101,16 @@ def damaged_as_error(where: str) -> Iterator[None]:
     """Turn a decoding failure deep in a damaged image into one clear LfsError."""
     try:
         yield
-    except (struct.error, IndexError, KeyError, ValueError, OverflowError, RecursionError,
-            MemoryError, UnicodeError) as exc:
+    except (
+        struct.error,
+        IndexError,
+        KeyError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+        MemoryError,
+        UnicodeError,
+    ) as exc:
         raise LfsError(f"{where}: damaged image ({type(exc).__name__}: {exc})") from None
 
 

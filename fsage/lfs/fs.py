@@ -53,7 +53,6 @@ from fsage.lfs.format import (
     LfsNoSpace,
 )
 
-
 _NAMED_SYSTEM = (INO_ROOT, INO_UNLINKED)
 
 
@@ -210,8 +209,9 @@ class LFS:
         disk: cl.DiskModel | None = None,
         cache_segments: int = 16,
     ) -> LFS:
-        opts = OpenOptions(policy, checkpoint_interval, disk or cl.DiskModel(), cache_segments,
-                           readonly)
+        opts = OpenOptions(
+            policy, checkpoint_interval, disk or cl.DiskModel(), cache_segments, readonly
+        )
         self = object.__new__(cls)
         self._init_common(Path(path), opts)
         try:
@@ -259,8 +259,11 @@ class LFS:
         self.closed = False
         self.sys: dict[int, Inode] = {}
         self._sysdata: dict[int, bytearray] = {}
-        self._sys_dirty: dict[int, set[int]] = {INO_INOMAP: set(), INO_INOVEC: set(),
-                                                INO_INOTBL: set()}
+        self._sys_dirty: dict[int, set[int]] = {
+            INO_INOMAP: set(),
+            INO_INOVEC: set(),
+            INO_INOTBL: set(),
+        }
         self._icache: dict[int, Inode] = {}
         self._dirty: dict[int, Inode] = {}
         self._dirs: dict[int, dict[str, int]] = {}
@@ -310,8 +313,11 @@ class LFS:
         for i, rec in enumerate(cp.segusage):
             self.live[i] = rec.nblks_live
             self.mtime[i] = rec.mtime
-        for ino, simp in ((INO_INOMAP, cp.inode_inomap), (INO_INOVEC, cp.inode_inovec),
-                          (INO_INOTBL, cp.inode_inotbl)):
+        for ino, simp in (
+            (INO_INOMAP, cp.inode_inomap),
+            (INO_INOVEC, cp.inode_inovec),
+            (INO_INOTBL, cp.inode_inotbl),
+        ):
             inode = Inode(ino, S_IFREG | 0o600, simp.ver)
             inode.size = simp.size
             if simp.size > size:
@@ -509,8 +515,7 @@ class LFS:
             os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
         if commit:
             self._seg_flags = fmt.SEGFLAG_COMMIT | self.seq
-        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(),
-                                self._seg_flags)
+        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
         os.pwrite(self.fd, summ, base + self.ndata * self.bs)
         if b > a:
             if self._cleaning:
@@ -607,11 +612,7 @@ class LFS:
                 key = (level, first)
                 node = inode.tree.get(key)
                 if node is None:
-                    node = (
-                        self._load_node(inode, key, addr)
-                        if addr
-                        else _Node([0] * self.P, 0)
-                    )
+                    node = self._load_node(inode, key, addr) if addr else _Node([0] * self.P, 0)
                     inode.tree[key] = node
                 node.dirty = True
                 addr = node.ptrs[idx]
@@ -632,9 +633,7 @@ class LFS:
         """Write dirty indirect blocks, leaves first; parents and the inode get the addresses."""
         if not inode.tree_dirty:
             return
-        dirty = sorted(
-            (k for k, n in inode.tree.items() if n.dirty), key=lambda k: (k[0], k[1])
-        )
+        dirty = sorted((k for k, n in inode.tree.items() if n.dirty), key=lambda k: (k[0], k[1]))
         for key in dirty:
             node = inode.tree[key]
             level, first = key
@@ -889,8 +888,14 @@ class LFS:
             slot = bytes(fmt.INODE_SLOT)
         else:
             ent = lfs_pb2.InodeTblEntry(
-                mode=inode.mode, nlink=inode.nlink, uid=inode.uid, gid=inode.gid,
-                size=inode.size, blocks=inode.blocks, mtime=inode.mtime, ctime=inode.ctime,
+                mode=inode.mode,
+                nlink=inode.nlink,
+                uid=inode.uid,
+                gid=inode.gid,
+                size=inode.size,
+                blocks=inode.blocks,
+                mtime=inode.mtime,
+                ctime=inode.ctime,
                 blkptr=list(inode.ptr),
             )
             if inode.body is not None:
@@ -930,7 +935,7 @@ class LFS:
             self._dirs[ino] = d
         return d
 
-    def _dir_change(self, dino: int, name: str, ino: int, op: int) -> None:
+    def _dir_change(self, dino: int, name: str, ino: int, op: lfs_pb2.DirChRec.Operation) -> None:
         del dino
         self._dirch.append(fmt.encode_pb(lfs_pb2.DirChRec(ino=ino, name=name, op=op)))
 
@@ -1125,17 +1130,24 @@ class LFS:
         cands = [
             s
             for s in range(self.geo.first_log_segment, self.geo.segments)
-            if s not in self.clean and s != self.cur_seg and s != self.next_seg
-            and self.live[s] > 0
+            if s not in self.clean and s != self.cur_seg and s != self.next_seg and self.live[s] > 0
         ]
         room = len(self.clean) - 2
         if not cands or room < 1:
             return 0
         p = cl.plan(
-            self.policy, cands, self.live, self.mtime, now_ms(),
-            capacity=self.ndata, blocks_per_segment=self.geo.blocks_per_segment,
-            block_size=self.bs, want_segments=max(1, want), room_segments=room,
-            disk=self.opts.disk, cached=frozenset(self._seg_cache),
+            self.policy,
+            cands,
+            self.live,
+            self.mtime,
+            now_ms(),
+            capacity=self.ndata,
+            blocks_per_segment=self.geo.blocks_per_segment,
+            block_size=self.bs,
+            want_segments=max(1, want),
+            room_segments=room,
+            disk=self.opts.disk,
+            cached=frozenset(self._seg_cache),
         )
         if p is None or not p.sources:
             return 0
@@ -1249,7 +1261,7 @@ class LFS:
     # hole-plugging: blocks go into dead slots of well-used segments, one write each
     def _find_holes(self, targets: list[int]) -> list[int]:
         holes: list[int] = []
-        self._plug_summ: dict[int, fmt.Summary] = {}
+        self._plug_summ = {}
         for seg in targets:
             summ = fmt.read_summary(self.fd, self.geo, seg)
             self._plug_summ[seg] = summ
@@ -1265,8 +1277,9 @@ class LFS:
         os.pwrite(self.fd, data, self.geo.addr_offset(addr))
         summ = self._plug_summ[seg]
         seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
-        summ.recs[blk] = BlockRec(BT_DATA, min(seq, fmt.SEQ_MAX), rec.ino, rec.version,
-                                  rec.offset, rec.ctime)
+        summ.recs[blk] = BlockRec(
+            BT_DATA, min(seq, fmt.SEQ_MAX), rec.ino, rec.version, rec.offset, rec.ctime
+        )
         self.live[seg] += 1
         self.mtime[seg] = max(self.mtime[seg], rec.ctime)
         self.counters.holeplug_blocks += 1
@@ -1463,8 +1476,19 @@ class LFS:
 
     def stat_ino(self, ino: int) -> Stat:
         i = self._iget(ino)
-        return Stat(i.ino, i.mode, i.nlink, i.uid, i.gid, i.size, i.blocks, i.mtime, i.ctime,
-                    i.atime, i.version)
+        return Stat(
+            i.ino,
+            i.mode,
+            i.nlink,
+            i.uid,
+            i.gid,
+            i.size,
+            i.blocks,
+            i.mtime,
+            i.ctime,
+            i.atime,
+            i.version,
+        )
 
     def exists(self, path: str) -> bool:
         try:

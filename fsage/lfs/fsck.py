@@ -121,9 +121,11 @@ def _check(fs: LFS, rep: FsckReport) -> None:
                 p.append(f"segment {seg} block {blk}: summary says unused, inode {ino} uses it")
                 continue
             version = fs.inode(ino).version
-            if (rec.btype, rec.ino, rec.offset) != (want_type, ino, off) or (
-                rec.version != version
-            ) or (kind >= 0 and rec.level != kind):
+            if (
+                (rec.btype, rec.ino, rec.offset) != (want_type, ino, off)
+                or (rec.version != version)
+                or (kind >= 0 and rec.level != kind)
+            ):
                 p.append(
                     f"segment {seg} block {blk}: summary (type {rec.btype:x}, inode {rec.ino}, "
                     f"version {rec.version}, offset {rec.offset}) does not match inode {ino} "

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="type-arg"
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -43,9 +43,24 @@ def _layout(fs: LFS) -> Layout:
     geo = fs.geo
     bpsg = geo.blocks_per_segment
     t = now_ms()
-    cols: dict[str, list[int]] = {k: [] for k in (
-        "ino", "generation", "mode", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime",
-        "crtime", "flags", "damaged")}
+    cols: dict[str, list[int]] = {
+        k: []
+        for k in (
+            "ino",
+            "generation",
+            "mode",
+            "nlink",
+            "uid",
+            "gid",
+            "size",
+            "atime",
+            "mtime",
+            "ctime",
+            "crtime",
+            "flags",
+            "damaged",
+        )
+    }
     ext_off = [0]
     el: list[int] = []
     ep: list[int] = []
@@ -78,11 +93,21 @@ def _layout(fs: LFS) -> Layout:
         ext_off.append(len(el))
         meta_off.append(len(mp))
         ns = 1_000_000
-        for k, v in (("ino", ino), ("generation", inode.version), ("mode", inode.mode),
-                     ("nlink", inode.nlink), ("uid", inode.uid), ("gid", inode.gid),
-                     ("size", inode.size), ("atime", inode.atime * ns),
-                     ("mtime", inode.mtime * ns), ("ctime", inode.ctime * ns),
-                     ("crtime", 0), ("flags", 0), ("damaged", 0)):
+        for k, v in (
+            ("ino", ino),
+            ("generation", inode.version),
+            ("mode", inode.mode),
+            ("nlink", inode.nlink),
+            ("uid", inode.uid),
+            ("gid", inode.gid),
+            ("size", inode.size),
+            ("atime", inode.atime * ns),
+            ("mtime", inode.mtime * ns),
+            ("ctime", inode.ctime * ns),
+            ("crtime", 0),
+            ("flags", 0),
+            ("damaged", 0),
+        ):
             cols[k].append(v)
         if fs.is_dir(ino):
             for name, child in fs.directory(ino).items():
@@ -109,12 +134,14 @@ def _layout(fs: LFS) -> Layout:
     free_len: list[int] = []
     for seg in range(geo.segments):
         mt = fs.mtime[seg]
-        groups.append({
-            "start": seg * bpsg,
-            "length": bpsg,
-            "live_blocks": fs.live[seg] if seg >= geo.first_log_segment else 0,
-            "age_ms": (t - mt) if mt else -1,
-        })
+        groups.append(
+            {
+                "start": seg * bpsg,
+                "length": bpsg,
+                "live_blocks": fs.live[seg] if seg >= geo.first_log_segment else 0,
+                "age_ms": (t - mt) if mt else -1,
+            }
+        )
         if seg >= geo.first_log_segment and fs.live[seg] == 0 and seg in fs.clean:
             free_start.append(seg * bpsg)
             free_len.append(geo.data_blocks_per_segment)
@@ -140,8 +167,7 @@ def _layout(fs: LFS) -> Layout:
             "checkpoint_interval": geo.checkpoint_interval,
         },
         times={"checkpoint": fs.cp_stamp // 1000},
-        extra={"geometry": geo.to_json(), "used_blocks": used,
-               "rolled_forward": fs.rolled_forward},
+        extra={"geometry": geo.to_json(), "used_blocks": used, "rolled_forward": fs.rolled_forward},
     )
     return Layout(
         facts=facts,

@@ -27,8 +27,9 @@ class SimResult:
 
 
 class _Log:
-    def __init__(self, nseg: int, spb: int, policy: str, disk: cl.DiskModel, block_size: int,
-                 batch: int) -> None:
+    def __init__(
+        self, nseg: int, spb: int, policy: str, disk: cl.DiskModel, block_size: int, batch: int
+    ) -> None:
         self.nseg, self.spb, self.policy, self.disk = nseg, spb, policy, disk
         self.block_size = block_size
         self.batch = batch
@@ -97,12 +98,23 @@ class _Log:
         for _ in range(1000):
             if len(self.clean) >= 2:
                 return
-            cands = [s for s in range(self.nseg) if s != self.cur and s != self.gc_out
-                     and self.live[s] > 0 and s not in self.clean]
+            cands = [
+                s
+                for s in range(self.nseg)
+                if s != self.cur and s != self.gc_out and self.live[s] > 0 and s not in self.clean
+            ]
             plan = cl.plan(
-                self.policy, cands, self.live, self.mtime, self.clock,
-                capacity=self.spb, blocks_per_segment=self.spb, block_size=self.block_size,
-                want_segments=self.batch, room_segments=self.nseg, disk=self.disk,
+                self.policy,
+                cands,
+                self.live,
+                self.mtime,
+                self.clock,
+                capacity=self.spb,
+                blocks_per_segment=self.spb,
+                block_size=self.block_size,
+                want_segments=self.batch,
+                room_segments=self.nseg,
+                disk=self.disk,
             )
             empty = [s for s in cands if self.live[s] == 0]
             self.clean.extend(empty)
@@ -200,6 +212,5 @@ def random_update(
         if (i + 1) % sync_every == 0:
             log.flush()
     log.flush()
-    metrics = cl.write_cost_metrics(log.c, block_size=block_size, blocks_per_segment=spb,
-                                    disk=disk)
+    metrics = cl.write_cost_metrics(log.c, block_size=block_size, blocks_per_segment=spb, disk=disk)
     return SimResult(utilization, mechanism, log.c, metrics)
