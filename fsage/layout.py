@@ -176,10 +176,10 @@ class FileTable:
         return out
 
     def is_regular(self) -> npt.NDArray[np.bool_]:
-        return (self.mode & 0o170000) == stat.S_IFREG
+        return np.asarray((self.mode & 0o170000) == stat.S_IFREG, dtype=bool)
 
     def is_dir(self) -> npt.NDArray[np.bool_]:
-        return (self.mode & 0o170000) == stat.S_IFDIR
+        return np.asarray((self.mode & 0o170000) == stat.S_IFDIR, dtype=bool)
 
     def extents_of(self, i: int) -> npt.NDArray[np.uint64]:
         """Extents of file ``i`` as an (n, 4) array: logical, physical, length, flags."""
