@@ -6,8 +6,12 @@ debugfs, dumpe2fs and e2freefrag print about the same image.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import stat
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from images import (
     merge_runs,
     ncheck,
     patch,
+    run,
     stat_inodes,
     used_inodes,
     write_sparse,
@@ -600,3 +605,68 @@ def test_fragmented_free_space_histogram(tmp_path: Path) -> None:
     check_image(image, layout)
     buckets = freefrag_histogram(layout.free.length.tolist())
     assert len(buckets) >= 5
+
+
+def test_cross_check_catches_a_wrong_block(tmp_path: Path) -> None:
+    # The oracle comparison itself must be able to fail: one block off is caught.
+    tree = build_tree(tmp_path / "tree", 13, TreeSpec(files=8, dirs=1))
+    image = make_ext_image(tmp_path, "ext4", block_size=1024, tree=tree, size="8M")
+    layout = read(image)
+    check_image(image, layout)
+    layout.files.ext_physical[0] += 1
+    with pytest.raises(AssertionError):
+        check_image(image, layout)
+    layout = read(image)
+    layout.free.length[-1] -= 1
+    with pytest.raises(AssertionError):
+        check_image(image, layout)
+
+
+def test_show_json_matches_debugfs(tmp_path: Path, fsage_env: dict[str, str]) -> None:
+    spec = replace(BASE, files=15, sparse={"holes6": holey(1024, 6, 2)})
+    tree = build_tree(tmp_path / "tree", 17, spec)
+    image = make_ext_image(tmp_path, "ext3", block_size=1024, tree=tree, size="8M")
+    db = tmp_path / "fsage.db"
+
+    def cli(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fsage", *args, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            env=fsage_env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    cli("snapshot", str(image), "--name", "t")
+    snap_id = json.loads(cli("snapshots", "--format", "json"))[0]["id"]
+    entries = json.loads(cli("show", str(snap_id), "--format", "json"))
+    by_ino = {e["ino"]: e for e in entries}
+    used = sorted(i for i in used_inodes(image) if i >= 11 or i == 2)
+    assert sorted(by_ino) == used
+    stats = stat_inodes(image, used)
+    names = ncheck(image, [i for i in used if i != 2])
+    for ino in used:
+        e, st = by_ino[ino], stats[ino]
+        runs = [(lo, ph, n, False) for lo, ph, n, _ in st.extents]
+        assert [tuple(x) for x in e["extents"]] == [r[:3] for r in merge_runs(runs)], ino
+        assert e["size"] == st.size
+        assert e["blocks"] == sum(r[2] for r in st.extents)
+        assert e["path"] == ("/" if ino == 2 else names[ino][0])
+
+
+@pytest.mark.needs_root
+def test_block_device_reads_like_its_image(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "tree", 19, TreeSpec(files=10, dirs=2))
+    image = make_ext_image(tmp_path, "ext4", block_size=4096, tree=tree, size="16M")
+    dev = run(["losetup", "--find", "--show", "--read-only", image]).strip()
+    try:
+        from_dev = read_ext_layout(Path(dev))
+    finally:
+        run(["losetup", "-d", dev])
+    from_image = read(image)
+    check_image(image, from_dev)
+    assert from_dev.files.ino.tolist() == from_image.files.ino.tolist()
+    assert from_dev.files.ext_physical.tolist() == from_image.files.ext_physical.tolist()
+    assert from_dev.free.start.tolist() == from_image.free.start.tolist()
+    assert os.stat(dev).st_rdev != 0
