@@ -323,6 +323,11 @@ static PyObject *scanner_next_batch(Scanner *self, PyObject *args) {
             ext2fs_get_stat_i_blocks(fs, (struct ext2_inode *)inode) == 0)
             continue; /* an unused reserved inode */
 
+        /* In use by the bitmap but with no type: a zeroed or garbage inode. (A link count of
+         * 0 is legitimate: an open, unlinked file on a mounted file system.) */
+        if (!special && inode->i_mode == 0)
+            damage |= DAMAGE_GARBAGE_INODE;
+
         FileAcc a;
         memset(&a, 0, sizeof a);
         a.t = &t;
@@ -453,6 +458,10 @@ static int dir_cb(ext2_ino_t dir, int entry, struct ext2_dir_entry *dirent, int 
     if (dirent->inode == 0)
         return 0;
     int len = ext2fs_dirent_name_len(dirent);
+    /* Inline-data directories hand '..' over as an ordinary entry. */
+    if ((len == 1 && dirent->name[0] == '.') ||
+        (len == 2 && dirent->name[0] == '.' && dirent->name[1] == '.'))
+        return 0;
     PUT(&d->parent, uint64_t, d->dir);
     PUT(&d->ino, uint64_t, dirent->inode);
     PUT(&d->name_len, uint32_t, len);
@@ -682,6 +691,10 @@ static int scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
         r = ext2fs_read_bitmaps(fs);
         if (r) {
             ext2fs_close_free(&fs);
+        } else {
+            /* Opened despite checksum errors; from here on verify them, so that the scan can
+             * flag each damaged inode instead of reading it silently. */
+            fs->flags &= ~EXT2_FLAG_IGNORE_CSUM_ERRORS;
         }
     }
     Py_END_ALLOW_THREADS;

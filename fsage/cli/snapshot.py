@@ -14,7 +14,7 @@ from fsage.snapshotter import read_source
 
 
 @click.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path, readable=False))
 @db_option
 @click.option(
     "--name",

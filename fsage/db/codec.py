@@ -10,7 +10,6 @@ shows the atime a file had when its current version was first recorded.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +21,11 @@ U64 = npt.NDArray[np.uint64]
 
 EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u8")])
 META_DTYPE = np.dtype([("p", "<u8"), ("k", "<u8")])
-LINK_HEADER = struct.Struct("<QI")
+# Every inode field but the number, plus whether it is a reserved (special) inode.
+INODE_FIELDS = [c for c in FILE_COLUMNS if c != "ino"]
+INODE_DTYPE = np.dtype(
+    [(c, np.dtype(FILE_COLUMNS[c]).newbyteorder("<")) for c in INODE_FIELDS] + [("special", "<u4")]
+)
 
 # Columns that take part in the digest (all but atime, see the module docstring).
 DIGEST_COLUMNS = [c for c in FILE_COLUMNS if c not in ("ino", "atime")]
@@ -45,11 +48,16 @@ def _combine(h: U64, v: U64) -> U64:
         return _mix(h * _K + v)
 
 
-def _per_owner_sum(values: U64, off: U64, n: int) -> U64:
+def _segment_sums(values: U64, off: U64) -> U64:
+    """Sum of ``values[off[i]:off[i+1]]`` for each i (0 for empty segments), wrapping mod 2**64."""
+    n = len(off) - 1
     out = np.zeros(n, np.uint64)
-    if values.size:
-        owner = np.repeat(np.arange(n), np.diff(off).astype(np.int64))
-        np.add.at(out, owner, values)
+    if values.size == 0 or n == 0:
+        return out
+    starts = off[:-1].astype(np.int64)
+    nonempty = np.diff(off) > 0
+    with np.errstate(over="ignore"):
+        out[nonempty] = np.add.reduceat(values, starts[nonempty])
     return out
 
 
@@ -88,16 +96,12 @@ def _name_hashes(links: LinkTable) -> U64:
         for i in range(1, maxlen + 1):
             powers[i] = powers[i - 1] * np.uint64(1099511628211)
         terms = (raw + np.uint64(1)) * powers[pos]
-    owner = np.repeat(np.arange(n), lengths)
-    out = np.zeros(n, np.uint64)
-    np.add.at(out, owner, terms)
-    return _mix(out + lengths.astype(np.uint64))
+    return _mix(_segment_sums(terms, links.name_off) + lengths.astype(np.uint64))
 
 
 def file_digests(
     files: FileTable, links: LinkTable, order: npt.NDArray[np.int64], link_off: U64
 ) -> U64:
-    n = len(files)
     h = _mix(files.ino.astype(np.uint64))
     for col in DIGEST_COLUMNS:
         h = _combine(h, getattr(files, col).astype(np.uint64))
@@ -105,12 +109,12 @@ def file_digests(
         _combine(_combine(_mix(files.ext_logical), files.ext_physical), files.ext_length),
         files.ext_flags.astype(np.uint64),
     )
-    h = _combine(h, _per_owner_sum(ext, files.ext_off, n))
+    h = _combine(h, _segment_sums(ext, files.ext_off))
     h = _combine(h, np.diff(files.ext_off))
     meta = _combine(_mix(files.meta_physical), files.meta_kind.astype(np.uint64))
-    h = _combine(h, _per_owner_sum(meta, files.meta_off, n))
+    h = _combine(h, _segment_sums(meta, files.meta_off))
     names = _combine(_name_hashes(links)[order], links.parent[order])
-    h = _combine(h, _per_owner_sum(names, link_off, n))
+    h = _combine(h, _segment_sums(names, link_off))
     return h
 
 
@@ -137,23 +141,35 @@ def meta_blobs(files: FileTable, rows: Sequence[int]) -> list[bytes]:
     return [raw[off[i] * size : off[i + 1] * size] for i in rows]
 
 
+def inode_blobs(
+    files: FileTable, special: npt.NDArray[np.bool_], rows: npt.NDArray[np.int64]
+) -> list[bytes]:
+    packed = np.empty(len(rows), INODE_DTYPE)
+    for c in INODE_FIELDS:
+        packed[c] = getattr(files, c)[rows]
+    packed["special"] = special[rows]
+    raw = packed.tobytes()
+    size = INODE_DTYPE.itemsize
+    return [raw[i : i + size] for i in range(0, len(raw), size)]
+
+
 def link_blobs(
     links: LinkTable, order: npt.NDArray[np.int64], link_off: U64, rows: Sequence[int]
-) -> list[bytes]:
-    off = link_off.tolist()
-    parents = links.parent.tolist()
+) -> tuple[list[bytes], list[bytes]]:
+    """Per file: its links' parent inodes (u64) and their names, each ended by a NUL
+    (names in every supported file system exclude NUL)."""
+    parents = links.parent[order].astype("<u8").tobytes()
     name_off = links.name_off.tolist()
     names = links.names
-    ordered = order.tolist()
-    out = []
-    for i in rows:
-        parts = []
-        for k in ordered[off[i] : off[i + 1]]:
-            a, b = name_off[k], name_off[k + 1]
-            parts.append(LINK_HEADER.pack(parents[k], b - a))
-            parts.append(names[a:b])
-        out.append(b"".join(parts))
-    return out
+    joined = b"".join(names[name_off[k] : name_off[k + 1]] + b"\0" for k in order.tolist())
+    lengths = np.diff(links.name_off)[order] + np.uint64(1)
+    byte_off = np.zeros(len(order) + 1, np.uint64)
+    np.cumsum(lengths, out=byte_off[1:])
+    off = link_off.tolist()
+    boff = byte_off.tolist()
+    out_parents = [parents[off[i] * 8 : off[i + 1] * 8] for i in rows]
+    out_names = [joined[boff[off[i]] : boff[off[i + 1]]] for i in rows]
+    return out_parents, out_names
 
 
 def unpack_extents(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
@@ -174,20 +190,23 @@ def unpack_meta(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
     return off, np.frombuffer(b"".join(blobs), META_DTYPE)
 
 
-def unpack_links(inos: Sequence[int], blobs: Sequence[bytes]) -> LinkTable:
-    parents: list[int] = []
-    owners: list[int] = []
-    names: list[bytes] = []
-    header = LINK_HEADER.size
-    unpack = LINK_HEADER.unpack_from
-    for ino, blob in zip(inos, blobs, strict=True):
-        pos = 0
-        end = len(blob)
-        while pos < end:
-            parent, length = unpack(blob, pos)
-            pos += header
-            parents.append(parent)
-            owners.append(ino)
-            names.append(blob[pos : pos + length])
-            pos += length
-    return LinkTable.from_lists(parents, owners, names)
+def unpack_inodes(blobs: Sequence[bytes]) -> npt.NDArray[np.void]:
+    return np.frombuffer(b"".join(blobs), INODE_DTYPE)
+
+
+def unpack_links(
+    inos: npt.NDArray[np.uint64], parents: Sequence[bytes], names: Sequence[bytes]
+) -> LinkTable:
+    counts = np.fromiter((len(p) for p in parents), np.int64, len(parents)) // 8
+    parent = np.frombuffer(b"".join(parents), "<u8").astype(np.uint64)
+    joined = b"".join(names)
+    split = joined.split(b"\0")[:-1] if joined else []
+    lengths = np.fromiter((len(n) for n in split), np.uint64, len(split))
+    name_off = np.zeros(len(split) + 1, np.uint64)
+    np.cumsum(lengths, out=name_off[1:])
+    return LinkTable(
+        parent=parent,
+        ino=np.repeat(inos, counts).astype(np.uint64),
+        name_off=name_off,
+        names=joined.replace(b"\0", b""),
+    )

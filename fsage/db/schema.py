@@ -62,25 +62,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             first_snap INTEGER NOT NULL,
             last_snap INTEGER,
             digest INTEGER NOT NULL,
-            special INTEGER NOT NULL,
             generation INTEGER NOT NULL,
-            mode INTEGER NOT NULL,
-            nlink INTEGER NOT NULL,
-            uid INTEGER NOT NULL,
-            gid INTEGER NOT NULL,
-            size INTEGER NOT NULL,
-            atime INTEGER NOT NULL,
-            mtime INTEGER NOT NULL,
-            ctime INTEGER NOT NULL,
-            crtime INTEGER NOT NULL,
-            flags INTEGER NOT NULL,
-            damaged INTEGER NOT NULL,
-            extents BLOB NOT NULL,   -- u64 (logical, physical, length, flags) rows
-            meta BLOB NOT NULL,      -- u64 (physical, kind) rows
-            links BLOB NOT NULL      -- (u64 parent, u32 name length, name) records
+            inode BLOB NOT NULL,        -- fsage.db.codec.INODE_DTYPE: the inode's fields
+            extents BLOB NOT NULL,      -- u64 (logical, physical, length, flags) rows
+            meta BLOB NOT NULL,         -- u64 (physical, kind) rows
+            link_parents BLOB NOT NULL, -- u64 directory inode of each name
+            link_names BLOB NOT NULL    -- the names, each followed by a NUL
         );
         CREATE INDEX file_versions_live ON file_versions(fs_id, last_snap);
-        CREATE INDEX file_versions_first ON file_versions(fs_id, first_snap);
         """,
     ),
 ]

@@ -9,6 +9,7 @@ so that readers never block the writer.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import time
@@ -29,8 +30,6 @@ from fsage.errors import StoreError
 from fsage.layout import FILE_COLUMNS, FileTable, FreeExtents, FsFacts, Layout
 
 BUSY_TIMEOUT_MS = 60_000
-
-VERSION_COLUMNS = [c for c in FILE_COLUMNS if c != "ino"]
 
 
 @dataclass(frozen=True)
@@ -352,20 +351,24 @@ class Store:
         if not rows:
             return
         idx = np.asarray(rows, np.int64)
+        inodes = codec.inode_blobs(files, is_special, idx)
         ext = codec.extent_blobs(files, rows)
         meta = codec.meta_blobs(files, rows)
-        names = codec.link_blobs(layout.links, order, link_off, rows)
-        columns = [files.ino[idx].astype(np.int64).tolist(), digests[idx].tolist()]
-        columns.append(is_special[idx].astype(np.int64).tolist())
-        columns += [getattr(files, c)[idx].astype(np.int64).tolist() for c in VERSION_COLUMNS]
-        placeholders = ",".join("?" * (len(VERSION_COLUMNS) + 8))
+        parents, names = codec.link_blobs(layout.links, order, link_off, rows)
         con.executemany(
-            "INSERT INTO file_versions(fs_id, first_snap, ino, digest, special, "
-            + ", ".join(VERSION_COLUMNS)
-            + f", extents, meta, links) VALUES ({placeholders})",
-            (
-                (fs_id, snap_id, *vals, e, m, n)
-                for *vals, e, m, n in zip(*columns, ext, meta, names, strict=True)
+            "INSERT INTO file_versions(fs_id, first_snap, ino, digest, generation, inode, extents,"
+            " meta, link_parents, link_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            zip(
+                itertools.repeat(fs_id),
+                itertools.repeat(snap_id),
+                files.ino[idx].astype(np.int64).tolist(),
+                digests[idx].tolist(),
+                files.generation[idx].tolist(),
+                inodes,
+                ext,
+                meta,
+                parents,
+                names,
             ),
         )
 
@@ -380,22 +383,20 @@ class Store:
             raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
         fs_id, facts_json, free_blob, notes = row
         rows = self.con.execute(
-            "SELECT ino, special, "
-            + ", ".join(VERSION_COLUMNS)
-            + ", extents, meta, links FROM file_versions "
+            "SELECT ino, inode, extents, meta, link_parents, link_names FROM file_versions "
             "WHERE fs_id = ? AND first_snap <= ? AND (last_snap IS NULL OR last_snap >= ?) "
             "ORDER BY ino",
             (fs_id, snapshot_id, snapshot_id),
         ).fetchall()
-        ncol = len(VERSION_COLUMNS)
-        cols = list(zip(*rows, strict=True)) if rows else [()] * (ncol + 5)
-        ino = np.asarray(cols[0], np.uint64)
-        special = np.asarray(cols[1], bool)
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+        ino = np.asarray(cols[0], np.int64).astype(np.uint64)
+        inodes = codec.unpack_inodes(cols[1])
+        special = inodes["special"].astype(bool)
         values: dict[str, Any] = {"ino": ino}
-        for i, name in enumerate(VERSION_COLUMNS):
-            values[name] = np.asarray(cols[2 + i], np.int64).astype(FILE_COLUMNS[name])
-        ext_off, ext = codec.unpack_extents(cols[2 + ncol])
-        meta_off, meta = codec.unpack_meta(cols[3 + ncol])
+        for name in codec.INODE_FIELDS:
+            values[name] = inodes[name].astype(FILE_COLUMNS[name])
+        ext_off, ext = codec.unpack_extents(cols[2])
+        meta_off, meta = codec.unpack_meta(cols[3])
         table = FileTable(
             **values,
             ext_off=ext_off,
@@ -407,7 +408,7 @@ class Store:
             meta_physical=meta["p"].astype(np.uint64),
             meta_kind=meta["k"].astype(np.uint8),
         )
-        links = codec.unpack_links(cols[0], cols[4 + ncol])
+        links = codec.unpack_links(ino, cols[4], cols[5])
         pairs = np.frombuffer(zlib.decompress(free_blob), "<u8").reshape(-1, 2)
         facts = FsFacts.from_json(json.loads(facts_json))
         return Layout(

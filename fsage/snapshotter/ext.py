@@ -6,6 +6,7 @@ them as numpy arrays and assembles the Layout.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from fsage.layout import (
 )
 
 BATCH_INODES = 65536
+ROOT_INO = 2
 
 # Features that only ext4 knows; with none of them an fs with a journal is ext3, else ext2.
 EXT4_ONLY_FEATURES = {
@@ -74,6 +76,7 @@ def read_ext_layout(path: Path) -> Layout:
         raise SourceError(f"{path}: not a readable ext2/3/4 file system ({exc.args[2]})") from None
     try:
         raw_facts = scanner.facts()
+        _check_size(path, raw_facts["blocks_count"] * raw_facts["block_size"])
         batches = []
         while True:
             try:
@@ -95,13 +98,30 @@ def read_ext_layout(path: Path) -> Layout:
     if damaged_dirs.size:
         hit = np.isin(files.ino, damaged_dirs)
         files.damaged[hit] |= DAMAGE_DIRECTORY
+    _check_root(path, files)
     facts = _facts(raw_facts)
     free = FreeExtents(
         np.frombuffer(free_start, np.uint64).copy(), np.frombuffer(free_length, np.uint64).copy()
     )
     # The superblock's free count lags behind the bitmaps on a mounted fs; trust the bitmap.
     facts.blocks_free = free.blocks
-    return Layout(facts=facts, files=files, links=links, free=free, special=special, root_ino=2)
+    return Layout(
+        facts=facts, files=files, links=links, free=free, special=special, root_ino=ROOT_INO
+    )
+
+
+def _check_size(path: Path, expected: int) -> None:
+    """An image file shorter than its superblock says is truncated: refuse it."""
+    st = path.stat()
+    if stat.S_ISREG(st.st_mode) and st.st_size < expected:
+        raise SourceError(f"{path}: truncated image ({st.st_size} of {expected} bytes)")
+
+
+def _check_root(path: Path, files: FileTable) -> None:
+    """Without a usable root directory there is no tree to record: refuse the image."""
+    hit = np.flatnonzero(files.ino == ROOT_INO)
+    if hit.size == 0 or files.damaged[hit[0]] or not files.is_dir()[hit[0]]:
+        raise SourceError(f"{path}: the root directory inode is damaged; run e2fsck")
 
 
 def _batch_to_tables(batch: dict[str, bytes]) -> tuple[FileTable, FileTable]:

@@ -322,11 +322,6 @@ def test_inline_data_has_no_blocks(tmp_path: Path) -> None:
             assert int(layout.files.flags[i]) & EXT4_INLINE_DATA_FL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_ext2fs.c dir_cb skips '.'/'..' by entry index only; for an inline-data directory"
-    " libext2fs hands '..' over as an ordinary entry, so it is recorded as a link",
-)
 def test_inline_directory_names(tmp_path: Path) -> None:
     image = _inline_image(tmp_path)
     layout = read(image)
@@ -479,11 +474,6 @@ def test_broken_extent_leaf_block_is_flagged(tmp_path: Path) -> None:
     assert int(after.files.damaged[i]) & DAMAGE_EXTENT_TREE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_ext2fs.c opens with EXT2_FLAG_IGNORE_CSUM_ERRORS, so the inode scan never returns"
-    " EXT2_ET_INODE_CSUM_INVALID and DAMAGE_INODE_CHECKSUM is never set",
-)
 def test_inode_checksum_error_is_flagged(tmp_path: Path) -> None:
     image, inos = _damage_image(tmp_path, ["metadata_csum"])
     before = read(image)
@@ -569,11 +559,6 @@ def test_garbage_inode_table_every_inode_flagged_with_metadata_csum(tmp_path: Pa
     assert damaged == in_group
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an in-use inode (by the bitmap) that is all zeros is recorded as an undamaged file"
-    " of mode 0; it should be flagged DAMAGE_GARBAGE_INODE",
-)
 def test_zeroed_inode_table_of_one_group_is_flagged(tmp_path: Path) -> None:
     image, before, ipg = _groups_image(tmp_path, ["^metadata_csum"])
     offset, length = _inode_table(image, 3)
