@@ -1,8 +1,10 @@
 """`fsage demo`: the whole toolchain on a small embedded example, needing no root.
 
 It makes an ext4 image from a seeded tree of lognormal/Pareto-sized files (seed 004's hFS
-distribution), snapshots it, and prints the layout summary. Everything lives in one working
-directory that the demo marks as its own, so a second run replaces only what the first made.
+distribution), snapshots it, ages it with the hFS workload (through the kernel when root with
+loop devices, else offline through libext2fs) taking snapshots as it goes, and writes the HTML
+report. Everything lives in one working directory that the demo marks as its own, so a second
+run replaces only what the first made.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.ager.distributions import HFS_SURGE
+from fsage.ager.profile import load_profile
+from fsage.ager.run import AgeOptions, AgeResult, age
 from fsage.db.store import SnapshotSummary, Store
 from fsage.errors import FsageError, UnsafeTargetError
+from fsage.reports import report_data_from_store, write_report
 from fsage.snapshotter import read_source
 
 MARKER = ".fsage-demo"
@@ -28,7 +33,9 @@ class DemoResult:
     workdir: Path
     image: Path
     db: Path
-    snapshots: list[SnapshotSummary]
+    report: Path
+    first: SnapshotSummary
+    aging: AgeResult
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -77,22 +84,45 @@ def make_image(image: Path, tree: Path, data_bytes: int) -> None:
 
 
 def run_demo(
-    workdir: Path, files: int = 3000, seed: int = 42, echo: Callable[[str], None] = print
+    workdir: Path,
+    files: int = 3000,
+    seed: int = 42,
+    churn: float = 1.0,
+    echo: Callable[[str], None] = print,
+    progress: bool = False,
 ) -> DemoResult:
     prepare_workdir(workdir)
     image = workdir / "demo.img"
     db = workdir / "fsage.db"
+    report = workdir / "report.html"
     for old in (image, db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         old.unlink(missing_ok=True)
+    (workdir / (image.name + ".fsage-age")).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir, prefix="tree-") as tmp:
         echo(f"making {files} files with hFS sizes (seed {seed})")
         data = make_tree(Path(tmp), files, seed)
         echo(f"making ext4 image {image} from {data / (1 << 20):.1f} MiB of files")
         make_image(image, Path(tmp), data)
     with Store.open(db, create=True) as store:
-        summary = store.add_snapshot(read_source(image), name="demo", source=str(image))
-    echo(summary.line())
-    return DemoResult(workdir, image, db, [summary])
+        first = store.add_snapshot(read_source(image), name="demo", source=str(image))
+    echo(first.line())
+
+    profile = load_profile("hfs-surge").with_overrides(fill=0.8, churn=churn, ops_limit=None)
+    opts = AgeOptions(
+        profile=profile, seed=seed, db=db, snapshot_every=max(files // 2, 500), name="demo",
+        force=True,  # the image holds the files this demo just made
+        progress=progress,
+    )  # fmt: skip
+    echo(f"aging {image} with hfs-surge to 80% full, then {churn}x its capacity of churn")
+    aged = age(image, opts, echo=echo)
+    echo(
+        f"aged: {aged.ops} ops, {aged.bytes_written / (1 << 20):.0f} MiB written, "
+        f"{aged.fullness:.0%} full, {len(aged.snapshots)} snapshots ({aged.description})"
+    )
+    with Store.open(db) as store:
+        figures = write_report(report, report_data_from_store(store, "demo"))
+    echo(f"wrote {report} ({figures} figures)")
+    return DemoResult(workdir, image, db, report, first, aged)
 
 
 __all__ = ["DemoResult", "make_tree", "prepare_workdir", "run_demo"]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from fsage.cli.analyze import analyze
+from fsage.cli.common import progress_enabled
 from fsage.demo import run_demo
 
 
@@ -20,17 +22,31 @@ from fsage.demo import run_demo
 )
 @click.option("--files", type=click.IntRange(10, 200_000), default=3000, show_default=True)
 @click.option("--seed", type=int, default=42, show_default=True)
-def demo(workdir: Path, files: int, seed: int) -> None:
-    """Make a small ext4 image of hFS-sized files, snapshot it and summarise its layout.
+@click.option(
+    "--churn",
+    type=click.FloatRange(0, 20),
+    default=1.0,
+    show_default=True,
+    help="After filling to 80%, age until this many times the capacity is written.",
+)
+@click.pass_context
+def demo(ctx: click.Context, workdir: Path, files: int, seed: int, churn: float) -> None:
+    """Make a small ext4 image of hFS-sized files, age it, summarise its layout, write a report.
 
-    Needs no root and no network. The database is left in DIR/fsage.db for further commands.
+    Snapshots are taken before and while aging (through the kernel when run as root with loop
+    devices, else offline through libext2fs). Needs no network. The database and report are
+    left in DIR/fsage.db and DIR/report.html for further commands.
 
     \b
     Examples:
       fsage demo
       fsage demo --dir /tmp/demo --files 10000 --seed 7
     """
-    run_demo(workdir, files=files, seed=seed, echo=click.echo)
+    result = run_demo(
+        workdir, files=files, seed=seed, churn=churn, echo=click.echo, progress=progress_enabled()
+    )
+    click.echo("")
+    ctx.invoke(analyze, db=result.db, fs_name="demo")
 
 
 COMMANDS = [demo]
