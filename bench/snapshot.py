@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -141,12 +142,8 @@ def main() -> None:
             peak = max(peak, rss)
         full = min(full_times)
         db = work / "full0.db"
-        n_files = int(
-            subprocess.run(
-                ["sqlite3", str(db), "SELECT files FROM snapshots"], capture_output=True, text=True
-            ).stdout.strip()
-            or args.files
-        ) if shutil.which("sqlite3") else args.files
+        with sqlite3.connect(db) as con:
+            n_files = int(con.execute("SELECT files FROM snapshots").fetchone()[0])
         db_bytes = db.stat().st_size + sum(
             p.stat().st_size for p in work.glob("full0.db-*") if p.exists()
         )
