@@ -8,13 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from analyzer.images import make_image
 from click.testing import CliRunner
 
 from fsage.cli import main
 from fsage.reports import ReportData, Section, Table, register_section, render
 from fsage.reports.html import _BUILDERS
-
-from .images import make_image
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 CHROMIUM = "/usr/bin/chromium"
