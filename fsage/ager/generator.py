@@ -184,14 +184,7 @@ class Generator:
             if parent not in self.dir_depth:
                 continue  # below a directory the model could not take (not reachable)
             if is_dir:
-                depth = self.dir_depth[parent] + 1
-                self.dir_names[parent].add(name)
-                self.dir_depth[path] = depth
-                self.dir_names[path] = set()
-                self.dir_files[path] = []
-                self.dirs_by_depth.setdefault(depth, []).append(path)
-                self.all_dirs.append(path)
-                self.used_blocks += 1
+                self._add_dir(parent, name, path)
             else:
                 self._add_file(parent, name, size)
 
@@ -340,9 +333,8 @@ class Generator:
                 return level[self.rng.randrange(len(level))]
         return self.all_dirs[self.rng.randrange(len(self.all_dirs))]
 
-    def _mkdir(self, parent: str) -> Op:
-        name = self._new_name(parent)
-        path = self._join(parent, name)
+    def _add_dir(self, parent: str, name: str, path: str) -> None:
+        """Enter a new directory in the model (one block for its first directory block)."""
         depth = self.dir_depth[parent] + 1
         self.dir_names[parent].add(name)
         self.dir_depth[path] = depth
@@ -352,10 +344,15 @@ class Generator:
         self.all_dirs.append(path)
         self.used_blocks += 1
 
+    def _mkdir(self, parent: str) -> Op:
+        name = self._new_name(parent)
+        path = self._join(parent, name)
+        self._add_dir(parent, name, path)
+
         def undo() -> None:
             self.dir_names[parent].discard(name)
-            del self.dir_depth[path], self.dir_names[path], self.dir_files[path]
-            self.dirs_by_depth[depth].remove(path)
+            self.dirs_by_depth[self.dir_depth.pop(path)].remove(path)
+            del self.dir_names[path], self.dir_files[path]
             self.all_dirs.remove(path)
             self.used_blocks -= 1
 
