@@ -72,6 +72,79 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX file_versions_live ON file_versions(fs_id, last_snap);
         """,
     ),
+    (
+        2,
+        "aging runs with their LFS cleaning metrics",
+        """
+        -- One row per `fsage age` run recorded in a database. metrics: JSON (for LFS: write
+        -- cost, cleaner overhead, transfer inefficiency, overall write cost, the cleaner's
+        -- counters and the disk model used); utilization: JSON histogram of segment
+        -- utilization at the end of the run.
+        CREATE TABLE aging_runs (
+            id INTEGER PRIMARY KEY,
+            fs_id INTEGER REFERENCES filesystems(id),
+            target TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            params TEXT NOT NULL DEFAULT '{}',
+            ops INTEGER NOT NULL DEFAULT 0,
+            bytes_written INTEGER NOT NULL DEFAULT 0,
+            first_snap INTEGER REFERENCES snapshots(id),
+            last_snap INTEGER REFERENCES snapshots(id),
+            metrics TEXT NOT NULL DEFAULT '{}',
+            utilization TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX aging_runs_fs ON aging_runs(fs_id, id);
+        """,
+    ),
+    (
+        3,
+        "collection runs of the snapshot daemon",
+        """
+        -- One row per attempt to snapshot a daemon target, successful or not.
+        CREATE TABLE collection_runs (
+            id INTEGER PRIMARY KEY,
+            target TEXT NOT NULL,
+            source TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'interrupted')),
+            error TEXT,
+            snapshot_id INTEGER REFERENCES snapshots(id),
+            seconds REAL NOT NULL
+        );
+        CREATE INDEX collection_runs_target ON collection_runs(target, id);
+        """,
+    ),
+    (
+        4,
+        "benchmark runs and their results",
+        """
+        -- One row per `fsage bench` run; layout scores of the benchmark's own files and of the
+        -- files already on the target (seed 002's table).
+        CREATE TABLE bench_runs (
+            id INTEGER PRIMARY KEY,
+            suite TEXT NOT NULL,
+            target TEXT NOT NULL,
+            fs_id INTEGER REFERENCES filesystems(id),
+            snapshot_id INTEGER REFERENCES snapshots(id),
+            started_at TEXT NOT NULL,
+            params TEXT NOT NULL DEFAULT '{}',
+            cold INTEGER NOT NULL,
+            layout_score_bench_files REAL,
+            layout_score_old_files REAL,
+            notes TEXT NOT NULL DEFAULT '[]'
+        );
+        CREATE TABLE bench_results (
+            run_id INTEGER NOT NULL REFERENCES bench_runs(id),
+            metric TEXT NOT NULL,
+            value REAL NOT NULL,
+            unit TEXT NOT NULL
+        );
+        CREATE INDEX bench_results_run ON bench_results(run_id);
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

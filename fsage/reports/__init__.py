@@ -1,7 +1,9 @@
 """The HTML report: plotly figures drawn from analyzer output, one self-contained file."""
 
 from fsage.reports import sections as _sections  # noqa: F401  (registers the standard sections)
-from fsage.reports.build import report_data_from_store
+from fsage.reports import sections_bench as _sections_bench  # noqa: F401
+from fsage.reports import sections_lfs as _sections_lfs  # noqa: F401
+from fsage.reports.build import register_extra, report_data_from_store
 from fsage.reports.html import (
     ReportData,
     Section,
@@ -18,6 +20,7 @@ __all__ = [
     "Section",
     "Table",
     "build_sections",
+    "register_extra",
     "register_section",
     "render",
     "report_data_from_store",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fsage.analyzer.history import analyze_many, select_snapshots, trends
 from fsage.db.store import Store
@@ -12,6 +13,21 @@ from fsage.reports.html import ReportData
 # what the over-time figures use.
 LATEST_PARTS = {"size", "free", "tools", "locality", "model", "dist", "dir"}
 HISTORY_PARTS = {"size", "free"}
+
+ExtraProvider = Callable[[Store, "str | None"], Any]
+_EXTRA_PROVIDERS: dict[str, ExtraProvider] = {}
+
+
+def register_extra(name: str) -> Callable[[ExtraProvider], ExtraProvider]:
+    """Add a provider of ``ReportData.extra[name]``: called with the store and the file-system
+    name the report is for (None: all); a None result leaves the key out. Components with
+    tables of their own (aging runs, benchmarks) use this to feed their report sections."""
+
+    def deco(fn: ExtraProvider) -> ExtraProvider:
+        _EXTRA_PROVIDERS[name] = fn
+        return fn
+
+    return deco
 
 
 def report_data_from_store(
@@ -27,4 +43,9 @@ def report_data_from_store(
     analyses += analyze_many(store, newest, LATEST_PARTS, dir_depth=1, progress=progress)
     analyses.sort(key=lambda a: a["snapshot_id"])
     title = "fsage layout report" + (f": {fs_name}" if fs_name else "")
-    return ReportData(analyses=analyses, trends=trends(analyses), title=title)
+    extra: dict[str, Any] = {}
+    for name, provide in _EXTRA_PROVIDERS.items():
+        value = provide(store, fs_name)
+        if value is not None:
+            extra[name] = value
+    return ReportData(analyses=analyses, trends=trends(analyses), title=title, extra=extra)

@@ -1,0 +1,1 @@
+"""Report sections for LFS aging runs: segment utilization and write cost against utilization."""
