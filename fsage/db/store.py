@@ -14,7 +14,7 @@ import json
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +30,15 @@ from fsage.errors import StoreError
 from fsage.layout import FILE_COLUMNS, FileTable, FreeExtents, FsFacts, Layout
 
 BUSY_TIMEOUT_MS = 60_000
+
+# Columns of other tables that name a snapshot; set to NULL when it is deleted.
+_SNAPSHOT_REFERENCES = [
+    ("snapshots", "recreation_of"),
+    ("aging_runs", "first_snap"),
+    ("aging_runs", "last_snap"),
+    ("collection_runs", "snapshot_id"),
+    ("bench_runs", "snapshot_id"),
+]
 
 
 @dataclass(frozen=True)
@@ -370,6 +379,57 @@ class Store:
                 parents,
                 names,
             ),
+        )
+
+    # ---------- deleting ----------
+
+    def delete_snapshots(self, ids: Iterable[int]) -> int:
+        """Delete snapshots (for retention) in one transaction; returns how many.
+
+        Every other snapshot still rebuilds exactly: validity intervals are compared by
+        snapshot id, so a deleted snapshot in the middle needs no change to the versions around
+        it; deleting the newest makes the versions it superseded current again. Versions no
+        remaining snapshot can see are dropped. References from other tables become NULL.
+        """
+        wanted = sorted(set(ids), reverse=True)  # newest first: each deletion sees the rest
+        with self.transaction() as con:
+            for snap_id in wanted:
+                self._delete_snapshot(con, snap_id)
+        return len(wanted)
+
+    def _delete_snapshot(self, con: sqlite3.Connection, snap_id: int) -> None:
+        row = con.execute("SELECT fs_id FROM snapshots WHERE id = ?", (snap_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no snapshot {snap_id} in {self.path}")
+        fs_id = int(row[0])
+        newer = con.execute(
+            "SELECT 1 FROM snapshots WHERE fs_id = ? AND id > ?", (fs_id, snap_id)
+        ).fetchone()
+        older = con.execute(
+            "SELECT MAX(id) FROM snapshots WHERE fs_id = ? AND id < ?", (fs_id, snap_id)
+        ).fetchone()[0]
+        for table, column in _SNAPSHOT_REFERENCES:
+            con.execute(f"UPDATE {table} SET {column} = NULL WHERE {column} = ?", (snap_id,))
+        if newer is None:
+            con.execute(
+                "DELETE FROM file_versions WHERE fs_id = ? AND first_snap = ?", (fs_id, snap_id)
+            )
+            if older is not None:
+                # Ended after the snapshot that is now the newest (possibly in one deleted
+                # earlier): current again.
+                con.execute(
+                    "UPDATE file_versions SET last_snap = NULL"
+                    " WHERE fs_id = ? AND last_snap >= ? AND last_snap < ?",
+                    (fs_id, older, snap_id),
+                )
+        con.execute("DELETE FROM snapshots WHERE id = ?", (snap_id,))
+        con.execute(
+            "DELETE FROM file_versions WHERE fs_id = ? AND first_snap <= ? "
+            "AND (last_snap IS NULL OR last_snap >= ?) AND NOT EXISTS ("
+            " SELECT 1 FROM snapshots s WHERE s.fs_id = file_versions.fs_id"
+            " AND s.id >= file_versions.first_snap"
+            " AND (file_versions.last_snap IS NULL OR s.id <= file_versions.last_snap))",
+            (fs_id, snap_id, snap_id),
         )
 
     # ---------- rebuilding ----------

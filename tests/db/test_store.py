@@ -261,3 +261,33 @@ def test_every_file_column_is_stored() -> None:
     # Guards the codec against a new Layout column that the store would silently drop.
     names = codec.INODE_DTYPE.names or ()
     assert set(FILE_COLUMNS) - {"ino"} <= set(names)
+
+
+def test_deleted_snapshots_leave_the_others_exact(tmp_path: Path) -> None:
+    image, names = make_image(tmp_path, files=120)
+    db = tmp_path / "db.sqlite"
+    extra = tmp_path / "extra.bin"
+    extra.write_bytes(os.urandom(5000))
+    states = [read_source(image)]
+    debugfs_write(image, [f"write {extra} /d1/a{i}" for i in range(4)] + [f"rm /{names[3]}"])
+    states.append(read_source(image))
+    debugfs_write(image, [f"rm /d1/a{i}" for i in range(2)] + [f"rm /{names[5]}"])
+    states.append(read_source(image))
+    with Store.open(db, create=True) as store:
+        ids = [store.add_snapshot(s, name="t").snapshot_id for s in states]
+        # The middle one: the versions only it could see go, the others stay exact.
+        assert store.delete_snapshots([ids[1]]) == 1
+        assert [r.id for r in store.snapshots("t")] == [ids[0], ids[2]]
+        assert_layouts_equal(states[0], store.load_layout(ids[0]))
+        assert_layouts_equal(states[2], store.load_layout(ids[2]))
+        # The newest: the state before it becomes current again, and a new snapshot compares
+        # against that.
+        store.delete_snapshots([ids[2]])
+        assert_layouts_equal(states[0], store.load_layout(ids[0]))
+        again = store.add_snapshot(states[2], name="t")
+        assert (again.new_files, again.deleted_files) == (2, 2)
+        assert_layouts_equal(states[2], store.load_layout(again.snapshot_id))
+        assert_layouts_equal(states[0], store.load_layout(ids[0]))
+        with pytest.raises(StoreError, match="no snapshot"):
+            store.delete_snapshots([ids[1]])
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
