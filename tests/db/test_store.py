@@ -289,5 +289,5 @@ def test_deleted_snapshots_leave_the_others_exact(tmp_path: Path) -> None:
         assert_layouts_equal(states[2], store.load_layout(again.snapshot_id))
         assert_layouts_equal(states[0], store.load_layout(ids[0]))
         with pytest.raises(StoreError, match="no snapshot"):
-            store.delete_snapshots([ids[1]])
+            store.delete_snapshots([again.snapshot_id + 1])
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
