@@ -122,25 +122,37 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "benchmark runs and their results",
         """
         -- One row per `fsage bench` run; layout scores of the benchmark's own files and of the
-        -- files already on the target (seed 002's table).
+        -- files already on the target (seed 002's table). params: JSON of the suite's settings;
+        -- layout: JSON detail (files, blocks and scores of both sets, by size bucket); notes:
+        -- JSON list of what the run could not do (warm cache without root...).
         CREATE TABLE bench_runs (
             id INTEGER PRIMARY KEY,
             suite TEXT NOT NULL,
             target TEXT NOT NULL,
+            fs_name TEXT,
             fs_id INTEGER REFERENCES filesystems(id),
             snapshot_id INTEGER REFERENCES snapshots(id),
             started_at TEXT NOT NULL,
+            finished_at TEXT,
+            seconds REAL,
             params TEXT NOT NULL DEFAULT '{}',
             cold INTEGER NOT NULL,
             layout_score_bench_files REAL,
             layout_score_old_files REAL,
+            layout TEXT NOT NULL DEFAULT '{}',
             notes TEXT NOT NULL DEFAULT '[]'
         );
+        CREATE INDEX bench_runs_suite ON bench_runs(suite, id);
+        -- One row per measured value; params: what this value is of (file size, phase...);
+        -- the layout scores of the files this value measured, where they are a subset.
         CREATE TABLE bench_results (
             run_id INTEGER NOT NULL REFERENCES bench_runs(id),
             metric TEXT NOT NULL,
             value REAL NOT NULL,
-            unit TEXT NOT NULL
+            unit TEXT NOT NULL,
+            params TEXT NOT NULL DEFAULT '{}',
+            layout_score_bench_files REAL,
+            layout_score_old_files REAL
         );
         CREATE INDEX bench_results_run ON bench_results(run_id);
         """,
