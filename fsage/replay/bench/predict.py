@@ -142,7 +142,13 @@ def _pick_suite(results: list[StoredResult]) -> str | None:
             counts.setdefault(r.suite, set()).add(r.run_id)
     if not counts:
         return None
-    return max(counts.items(), key=lambda kv: (len(kv[1]), kv[0]))[0]
+    order = ["seq", "create-read", "seq-fsync", "postmark"]
+
+    def key(kv: tuple[str, set[int]]) -> tuple[int, int]:
+        rank = order.index(kv[0]) if kv[0] in order else len(order)
+        return len(kv[1]), -rank
+
+    return max(counts.items(), key=key)[0]
 
 
 def predict(
