@@ -7,7 +7,7 @@
  * stack (no recursion, at most three descriptors open at once) and hands back columns as bytes
  * objects that Python wraps with numpy.frombuffer:
  *
- * (bytearray objects, but raw and names, which are bytes):
+ * (Buffer objects, writable and without a copy; names is bytes):
  *   meta     int64[n][11]  ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime,
  *                          crtime (times in ns; crtime from statx's btime, 0 where missing)
  *   counts   int64[n]      raw FIEMAP extents of each record
@@ -627,9 +627,67 @@ static PyObject *bytes_of(buf_t *b) {
     return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
 }
 
-/* Writable, so that numpy.frombuffer gives arrays a Layout may change in place. */
-static PyObject *bytearray_of(buf_t *b) {
-    return PyByteArray_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
+/* A writable buffer that owns a buf_t's memory: numpy.frombuffer wraps it without a copy. */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+    Py_ssize_t exports;
+} BufferObject;
+
+static void Buffer_dealloc(BufferObject *self) {
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
+    int r = PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (void *)"",
+                              self->len, 0, flags);
+    if (r == 0)
+        self->exports++;
+    return r;
+}
+
+static void Buffer_releasebuffer(BufferObject *self, Py_buffer *view) {
+    (void)view;
+    self->exports--;
+}
+
+static Py_ssize_t Buffer_length(BufferObject *self) { return self->len; }
+
+static PyBufferProcs Buffer_as_buffer = {
+    (getbufferproc)Buffer_getbuffer,
+    (releasebufferproc)Buffer_releasebuffer,
+};
+
+static PySequenceMethods Buffer_as_sequence = {.sq_length = (lenfunc)Buffer_length};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fsage._live.Buffer",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_as_buffer = &Buffer_as_buffer,
+    .tp_as_sequence = &Buffer_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory filled by walk(), exported through the buffer protocol.",
+};
+
+/* Hand b's memory to a new Buffer (b is left empty). */
+static PyObject *buffer_of(buf_t *b) {
+    BufferObject *o = PyObject_New(BufferObject, &BufferType);
+    if (!o)
+        return NULL;
+    if (b->p && b->len < b->cap) {
+        char *p = realloc(b->p, b->len ? b->len : 1);
+        if (p)
+            b->p = p;
+    }
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    o->exports = 0;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
 }
 
 static PyObject *pathlist_py(const pathlist_t *l, int with_err) {
@@ -821,9 +879,9 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
         goto out;
     }
     result = Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:K,s:N,s:O,s:O}", "meta", bytearray_of(&w.meta),
-        "counts", bytearray_of(&w.counts), "raw", bytes_of(&w.raw), "l_parent", bytearray_of(&w.lpar),
-        "l_ino", bytearray_of(&w.lino), "name_off", bytearray_of(&w.loff), "names", bytes_of(&w.names),
+        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:K,s:N,s:O,s:O}", "meta", buffer_of(&w.meta),
+        "counts", buffer_of(&w.counts), "raw", buffer_of(&w.raw), "l_parent", buffer_of(&w.lpar),
+        "l_ino", buffer_of(&w.lino), "name_off", buffer_of(&w.loff), "names", bytes_of(&w.names),
         "skipped", pathlist_py(&w.skipped, 1), "not_crossed", pathlist_py(&w.not_crossed, 0),
         "no_fiemap", pathlist_py(&w.no_fiemap, 1), "fiemap_ok", (unsigned long long)w.fiemap_ok,
         "deferred", tasks_py(&w.deferred), "dir_fiemap", w.dir_fiemap ? Py_True : Py_False,
@@ -846,9 +904,17 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__live(void) {
+    if (PyType_Ready(&BufferType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
+    Py_INCREF(&BufferType);
+    if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0) {
+        Py_DECREF(&BufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "MODE_WALK", MODE_WALK) ||
         PyModule_AddIntConstant(m, "MODE_DEFER", MODE_DEFER) ||
         PyModule_AddIntConstant(m, "MODE_RECORD", MODE_RECORD) ||

@@ -8,12 +8,21 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
   systems have no block layout and are refused with a :class:`SourceError`: every type that
   ``/proc/filesystems`` marks ``nodev`` (proc, sysfs, tmpfs, ramfs, devtmpfs, devpts, cgroup,
   cgroup2, overlay, nfs, fuse, 9p, virtiofs, zfs, ...) plus a built-in list for when that file
-  cannot be read. A file system that answers FIEMAP with "not supported" on a regular file is
-  refused as well.
-* **The walk.** ``os.scandir`` on byte paths (so any name survives), files opened relative to
-  their directory. Directories on another device (another mount, a btrfs subvolume) and
-  mount points listed in mountinfo are not entered; they are counted in ``layout.notes``.
-  A hard-linked inode is recorded once, with every name in the link table.
+  cannot be read. A file system that answers FIEMAP with "not supported" on every regular
+  file is refused as well; where only some files are refused, those are recorded without
+  extents and a note names them.
+* **The walk.** In C (``fsage._live``, built by setup.py): getdents64 on each directory,
+  ``openat``/``statx``/ioctls relative to the directory's descriptor (so any name survives
+  and paths may exceed PATH_MAX), pending directories on an explicit stack (no depth limit, at
+  most three descriptors open), interrupted calls retried, the GIL released; the columns come
+  back as buffers that numpy wraps without per-file Python objects. ``workers`` threads walk
+  subtrees at once. Where the extension is not built, the same walk runs in Python
+  (``os.scandir`` on byte paths, forked workers); ``engine=`` picks one, and the tests hold
+  the two to the same Layout. Directories on another device (another mount, a btrfs
+  subvolume) and mount points listed in mountinfo are not entered; they are counted in
+  ``layout.notes``. A hard-linked inode is recorded once, with every name in the link table.
+  Entries that vanish or change type between the listing and their opening are skipped and
+  noted as such.
 * **Paths.** The layout's root is the root of the mount. When ``path`` is a directory below
   it, the directories from the mount root down to ``path`` are recorded too (each with the one
   name on the way), so paths read from the mount root (``/sub/dir/file``) and
@@ -41,8 +50,10 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
   ``FS_IOC_GETFSLABEL`` where answered; block and inode counts from ``statvfs`` (on ext4 this
   total excludes the space the file system keeps for its own metadata).
 * **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), mode, nlink,
-  uid, gid, size, times in nanoseconds; crtime from ``st_birthtime`` when Python offers it
-  (it does not on Linux before 3.12), else 0.
+  uid, gid, size, times in nanoseconds; crtime from statx's birth time where the file system
+  keeps one (C walk; ext4, xfs and btrfs do), else 0 (the Python walk has it only through
+  ``st_birthtime``, which Python offers on Linux from 3.13). ``facts.extra["walk"]`` says
+  which walk read the tree.
 """
 
 from __future__ import annotations
@@ -754,7 +765,7 @@ class _Part:
 
     meta: npt.NDArray[np.int64]  # (n, _META_COLS)
     counts: npt.NDArray[np.int64]
-    raw: bytes
+    raw: npt.NDArray[np.void]  # FIEMAP_EXTENT_DTYPE, unmerged
     links: LinkTable
     skipped: list[tuple[bytes, str]]
     not_crossed: list[bytes]
@@ -766,7 +777,7 @@ def _part(w: _Walk) -> _Part:
     return _Part(
         np.array(w.meta, dtype=np.int64).reshape(len(w.counts), _META_COLS),
         np.array(w.counts, dtype=np.int64),
-        bytes(w.raw),
+        np.frombuffer(bytes(w.raw), FIEMAP_EXTENT_DTYPE),
         LinkTable.from_lists(w.l_parent, w.l_ino, w.l_name),
         w.skipped,
         w.not_crossed,
@@ -842,13 +853,13 @@ def _merge_parts(parts: list[_Part]) -> _Part:
         return parts[0]
     meta = np.concatenate([p.meta for p in parts])
     counts = np.concatenate([p.counts for p in parts])
-    raw = b"".join(p.raw for p in parts)
+    raw = np.concatenate([p.raw for p in parts])
     _, first = np.unique(meta[:, 0], return_index=True)
     if first.shape[0] < meta.shape[0]:
         keep = np.zeros(meta.shape[0], bool)
         keep[first] = True
         ext_keep = np.repeat(keep, counts)
-        raw = np.frombuffer(raw, FIEMAP_EXTENT_DTYPE)[ext_keep].tobytes()
+        raw = raw[ext_keep]
         meta, counts = meta[keep], counts[keep]
     return _Part(
         meta,
@@ -899,7 +910,7 @@ def _c_part(res: dict[str, Any]) -> _Part:
     return _Part(
         meta,
         np.frombuffer(res["counts"], np.int64),
-        res["raw"],
+        np.frombuffer(res["raw"], FIEMAP_EXTENT_DTYPE),
         LinkTable(
             np.frombuffer(res["l_parent"], np.uint64),
             np.frombuffer(res["l_ino"], np.uint64),
@@ -1058,7 +1069,7 @@ def read_live_layout(
     *,
     sync: bool = False,
     fiemap_batch: int = 256,
-    workers: int = 1,
+    workers: int = 0,
     progress: Callable[[int], None] | None = None,
     engine: str = "auto",
 ) -> Layout:
@@ -1066,7 +1077,9 @@ def read_live_layout(
 
     ``workers`` > 1 walks subtrees in that many threads (C walk) or forked processes (Python
     walk): the top levels are read first, then the subdirectories are shared out; the result
-    is the same as with one. ``progress`` is called now and then with the number of inodes read
+    is the same as with one (but for the order of the link table). ``workers=0`` (the default)
+    is one thread per CPU this process may run on, up to 4, for the C walk and 1 for the
+    Python walk. ``progress`` is called now and then with the number of inodes read
     so far. ``engine`` is "c" (fsage._live), "python" or "auto" (C where it is built).
     """
     if engine not in ("auto", "c", "python"):
@@ -1075,6 +1088,8 @@ def read_live_layout(
         engine = "c" if c_walker_available() else "python"
     elif engine == "c" and not c_walker_available():
         raise SourceError("the live reader's C walk (fsage._live) is not built")
+    if workers <= 0:
+        workers = min(4, len(os.sched_getaffinity(0))) if engine == "c" else 1
     raw_path = os.fsencode(path)
     try:
         st0 = os.stat(raw_path)
@@ -1140,8 +1155,7 @@ def read_live_layout(
 
     meta, counts = seen.meta, seen.counts
     n = int(counts.shape[0])
-    raw_ext = np.frombuffer(seen.raw, FIEMAP_EXTENT_DTYPE)
-    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(raw_ext, counts, block_size)
+    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(seen.raw, counts, block_size)
     files = FileTable(
         ino=meta[:, 0].astype(np.uint64),
         generation=meta[:, 1].astype(np.uint32),
