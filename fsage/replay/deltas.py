@@ -321,6 +321,15 @@ class _Namespace:
         del self.nodes[node.parent].kids[node.name]
         return node.parent
 
+    def rekey(self, old: Key, new: Key) -> None:
+        node = self.nodes.pop(old)
+        node.key = new
+        self.nodes[new] = node
+        assert node.parent is not None
+        self.nodes[node.parent].kids[node.name] = new
+        for kid in node.kids.values():
+            self.nodes[kid].parent = new
+
     def move(self, key: Key, parent: Key, name: str) -> Key:
         node = self.nodes[key]
         assert node.parent is not None
@@ -388,6 +397,7 @@ class DeltaBuilder:
         self._seq = 0
         self._tmp = 0
         self._last: tuple[Layout, dict[Key, _Entry]] | None = None
+        self._lo = 0
 
     # -- public ------------------------------------------------------------------------
 
@@ -411,11 +421,12 @@ class DeltaBuilder:
         """Ops that take the file system from ``old`` (None: empty) to ``new``."""
         old_entries: dict[Key, _Entry] = {}
         if old is not None:
-            old_entries = self._entries_of(old)
+            old_entries = dict(self._entries_of(old))
         new_entries = self._entries_of(new)
         self._last = (new, new_entries)
         lo = start_ns if start_ns is not None else -(2**62)
         hi = max(end_ns, lo)
+        self._lo = lo
         plans = self._plan(old, old_entries, new, new_entries, lo, hi)
         intra_files = 0
         if self.intra is not None and start_ns is not None and hi > lo:
@@ -461,6 +472,7 @@ class DeltaBuilder:
             return e.crtime if e.crtime > 0 else min(e.mtime, e.ctime)
 
         plans: list[_Plan] = []
+        self._retire_reused(plans, old, olds, new, news, bs, hi)
         # Creations in creation order, then inode order (seq follows the sort).
         for e in sorted(news.values(), key=lambda e: (born(e), e.key[0])):
             if e.key in ns.nodes:
@@ -517,6 +529,48 @@ class DeltaBuilder:
             for lk in e.links[1:]:
                 self.stats.skip("hard_link", (e.key[0], e.key[1], hash(lk.path)))
         return plans
+
+    def _retire_reused(
+        self,
+        plans: list[_Plan],
+        old: Layout | None,
+        olds: dict[Key, _Entry],
+        new: Layout,
+        news: dict[Key, _Entry],
+        bs: int,
+        hi: int,
+    ) -> None:
+        """An identity that now names something else is a delete plus a create: the old node
+        takes a synthetic key (and is removed), the new entry is created under the real one.
+
+        That is the case when the type changed (file <-> directory), and, where the file system
+        records neither generation nor creation time (e.g. images written by libext2fs), when a
+        regular file changed name and its blocks moved too: an inode reused by a new file.
+        """
+        ns = self.ns
+        for key, e in news.items():
+            node = ns.nodes.get(key)
+            if node is None:
+                continue
+            reused = node.is_dir != e.is_dir
+            if not reused and not e.is_dir and key[1] == 0 and key[2] == 0 and old is not None:
+                o = olds.get(key)
+                renamed = all((lk.parent, lk.name) != (node.parent, node.name) for lk in e.links)
+                if o is not None and renamed:
+                    limit = -(-min(o.size, e.size) // bs)
+                    reused = _blocks_moved(_runs(old, o.row), _runs(new, e.row), limit) or (
+                        o.size != e.size
+                    )
+            if not reused:
+                continue
+            self._tmp += 1
+            ghost: Key = (-1000 - self._tmp, 0, 0)
+            ns.rekey(key, ghost)
+            if node.is_dir:
+                plans.append(self._new_plan(hi, "rmdir", ghost, inferred="rmdir"))
+            else:
+                plans.append(self._new_plan(self._lo, "delete", ghost, inferred="delete"))
+            olds.pop(key, None)
 
     def _plan_content(
         self,

@@ -107,7 +107,10 @@ def mkfs_argv(mkfs: dict[str, Any], image: Path) -> tuple[list[str], list[str]]:
     if mkfs.get("cluster_size") and "bigalloc" in feats:
         argv += ["-C", str(int(mkfs["cluster_size"]))]
     argv += ["-N", str(int(mkfs["inodes_count"])), "-I", str(int(mkfs["inode_size"]))]
-    argv += ["-g", str(int(mkfs["blocks_per_group"]))]
+    bpg = int(mkfs["blocks_per_group"])
+    if mkfs.get("cluster_size") and "bigalloc" in feats:
+        bpg //= max(int(mkfs["cluster_size"]) // bs, 1)  # with bigalloc, -g counts clusters
+    argv += ["-g", str(bpg)]
     if mkfs.get("flex_bg_size") and "flex_bg" in feats:
         argv += ["-G", str(int(mkfs["flex_bg_size"]))]
     argv += ["-O", ",".join(["none", *feats])]
@@ -125,11 +128,10 @@ def mkfs_argv(mkfs: dict[str, Any], image: Path) -> tuple[list[str], list[str]]:
     if "resize_inode" in feats and rgdt:
         desc = int(mkfs.get("desc_size") or 32) if "64bit" in feats else 32
         per_block = bs // max(desc, 1)
-        bpg = int(mkfs["blocks_per_group"])
-        first = int(mkfs.get("first_data_block") or 0)
-        groups = -(-(blocks - first) // bpg)
+        # mke2fs: rsv = ceil(ceil(resize / g) / per_block) - ceil(ceil(blocks / g) / per_block),
+        # with g the -g value as given (clusters per group under bigalloc).
+        groups = -(-blocks // bpg)
         desc_blocks = -(-groups // per_block)
-        # mke2fs reserves ceil(ceil(resize / bpg) / per_block) - desc_blocks GDT blocks.
         ext.append(f"resize={(rgdt + desc_blocks) * per_block * bpg}")
     if mkfs.get("hash_seed") and _is_uuid(str(mkfs["hash_seed"])):
         ext.append(f"hash_seed={mkfs['hash_seed']}")
@@ -154,14 +156,13 @@ def _is_uuid(s: str) -> bool:
 
 
 def _run(argv: list[str], what: str) -> None:
-    env = dict(os.environ, MKE2FS_CONFIG="/dev/null") if argv[0] == "mke2fs" else None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise FsageError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
     if proc.returncode != 0:
         msg = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-        raise FsageError(f"{what}: {argv[0]} failed: {msg[0] if msg else proc.returncode}")
+        raise FsageError(f"{what}: {argv[0]} failed: {msg[-1] if msg else proc.returncode}")
 
 
 def make_filesystem(image: Path, original: Layout) -> list[str]:
