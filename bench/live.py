@@ -6,10 +6,13 @@ times both readers over the same tree, ``--rounds`` times, alternating, and repo
 
 * ``find | xargs filefrag``, output to /dev/null (what a shell script would do);
 * ``fsage`` = ``read_live_layout`` (the library call ``fsage snapshot DIR`` makes: walk, FIEMAP,
-  merge, GETFSMAP, facts) with the C walk, one thread and ``--workers`` threads; with
+  merge, GETFSMAP, facts) with the C walk, one thread and as many threads as it uses by
+  default (one per CPU, up to 4; ``--workers`` overrides); with
   ``--python``, the pure-Python walk once per round as well.
 
-Each fsage run is a fresh ``python3`` process so that its peak RSS (``ru_maxrss``, which
+CPU seconds (user + system, every process or thread) are reported beside the wall-clock time:
+on a machine shared with other work the wall-clock ratio moves with the load, the CPU ratio
+much less. Each fsage run is a fresh ``python3`` process so that its peak RSS (``ru_maxrss``, which
 includes the interpreter and numpy, about 30 MiB) is its own; the time is taken inside that
 process around the library call, so interpreter start-up is not counted. filefrag's peak RSS is
 the largest of the pipeline's processes.
@@ -47,11 +50,14 @@ CHILD = """
 import json, resource, sys, time
 from pathlib import Path
 from fsage.snapshotter.live import read_live_layout
+r0 = resource.getrusage(resource.RUSAGE_SELF)
 t = time.perf_counter()
 layout = read_live_layout(Path(sys.argv[1]), workers=int(sys.argv[2]), engine=sys.argv[3])
 el = time.perf_counter() - t
+r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({
     "seconds": el,
+    "cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime,
     "files": len(layout.files),
     "extents": int(layout.files.ext_length.shape[0]),
     "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -87,8 +93,8 @@ def drop_caches() -> None:
         f.write("3\n")
 
 
-def time_filefrag(mnt: Path) -> tuple[float, int]:
-    """Seconds and peak RSS (KiB) of the largest process in the pipeline."""
+def time_filefrag(mnt: Path) -> tuple[float, float, int]:
+    """Seconds, CPU seconds (all processes) and peak RSS (KiB) of the largest one."""
     t = time.perf_counter()
     proc = subprocess.Popen(
         ["sh", "-c", f"find '{mnt}' -type f -print0 | xargs -0 filefrag > /dev/null"]
@@ -98,7 +104,7 @@ def time_filefrag(mnt: Path) -> tuple[float, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"filefrag pipeline failed with {proc.returncode}")
-    return el, int(usage.ru_maxrss)
+    return el, usage.ru_utime + usage.ru_stime, int(usage.ru_maxrss)
 
 
 def time_fsage(mnt: Path, workers: int, engine: str) -> dict[str, float]:
@@ -139,8 +145,9 @@ def bench_fs(fstype: str, args: argparse.Namespace) -> None:
             f"caches {args.cache}"
         )
         configs: list[tuple[str, int, str]] = [("fsage C walk, 1 thread", 1, "c")]
-        if args.workers > 1:
-            configs.append((f"fsage C walk, {args.workers} threads", args.workers, "c"))
+        threads = args.workers or min(4, len(os.sched_getaffinity(0)))
+        if threads > 1:
+            configs.append((f"fsage C walk, {threads} threads", threads, "c"))
         if args.python:
             configs.append(("fsage Python walk, 1 process", 1, "python"))
         if args.cache == "warm":
@@ -148,32 +155,37 @@ def bench_fs(fstype: str, args: argparse.Namespace) -> None:
             for _, workers, engine in configs:
                 time_fsage(mnt, workers, engine)
         ff: list[float] = []
+        ff_cpu: list[float] = []
         ff_rss = 0
         res: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
         for _ in range(args.rounds):
             if args.cache == "cold":
                 drop_caches()
-            el, rss = time_filefrag(mnt)
+            el, cpu, rss = time_filefrag(mnt)
             ff.append(el)
+            ff_cpu.append(cpu)
             ff_rss = max(ff_rss, rss)
             for name, workers, engine in configs:
                 if args.cache == "cold":
                     drop_caches()
                 res[name].append(time_fsage(mnt, workers, engine))
         f_med = statistics.median(ff)
+        f_cpu = statistics.median(ff_cpu)
         first = res[configs[0][0]][0]
         print(f"tree: {int(first['files'])} inodes, {int(first['extents'])} extents")
         print(
-            f"{'find | xargs filefrag':32s}: median {f_med:7.3f} s  peak RSS "
-            f"{ff_rss / 1024:6.1f} MiB  (runs {_runs(ff)})"
+            f"{'find | xargs filefrag':32s}: median {f_med:7.3f} s  CPU {f_cpu:6.3f} s  "
+            f"peak RSS {ff_rss / 1024:6.1f} MiB  (runs {_runs(ff)})"
         )
         for name, runs in res.items():
             secs = [r["seconds"] for r in runs]
             med = statistics.median(secs)
-            rss = max(r["maxrss_kib"] for r in runs)
+            cpu = statistics.median(r["cpu"] for r in runs)
+            peak = max(r["maxrss_kib"] for r in runs)
             print(
-                f"{name:32s}: median {med:7.3f} s  peak RSS {rss / 1024:6.1f} MiB  "
-                f"(runs {_runs(secs)})  filefrag/fsage = {f_med / med:.2f}x (target >= 2x)"
+                f"{name:32s}: median {med:7.3f} s  CPU {cpu:6.3f} s  peak RSS "
+                f"{peak / 1024:6.1f} MiB  (runs {_runs(secs)})  filefrag/fsage: time "
+                f"{f_med / med:.2f}x, CPU {f_cpu / cpu:.2f}x (target >= 2x)"
             )
     finally:
         if mounted:
@@ -186,7 +198,9 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=200_000)
     ap.add_argument("--fs", default="ext4", help="comma-separated: ext4, xfs")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2, help="threads for the second fsage run")
+    ap.add_argument(
+        "--workers", type=int, default=0, help="threads, second fsage run (0: its default)"
+    )
     ap.add_argument("--cache", choices=("warm", "cold"), default="warm")
     ap.add_argument("--python", action="store_true", help="also time the pure-Python walk")
     ap.add_argument("--seed", type=int, default=1)
