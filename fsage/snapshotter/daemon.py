@@ -481,6 +481,7 @@ class RunResult:
     pruned: list[int] = field(default_factory=list)
     seconds: float = 0.0
     recorded: bool = False
+    record_error: str | None = None
     line: str = ""
 
 
@@ -496,6 +497,18 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "out of memory"
     return f"{type(exc).__name__}: {exc}"
+
+
+def disk_note(database: Path, low: int = 1 << 20) -> str:
+    """A note for error messages when the file system holding the database is (nearly) full."""
+    try:
+        st = os.statvfs(database.parent)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= low:
+        return ""
+    return f" (the file system holding {database} is full: {free // 1024} KiB free)"
 
 
 def _utc(ts: float | None = None) -> str:
@@ -533,9 +546,9 @@ class Daemon:
         try:
             store = Store.open(self.config.database, create=True)
         except Exception as exc:
-            result.error = error_text(exc)
+            result.error = error_text(exc) + disk_note(self.config.database)
             result.seconds = time.monotonic() - t0
-            self.log.error(f"target {target.name}: failed: {result.error} (run not recorded)")
+            result.record_error = "the database cannot be opened"
             return result
         try:
             self._snapshot(store, target, result, t0)
@@ -573,7 +586,7 @@ class Daemon:
         if failure is None:
             return
         if not self.stopper.requested:
-            result.error = error_text(failure)
+            result.error = error_text(failure) + disk_note(self.config.database)
             return
         result.status = "interrupted"
         result.error = f"stopped by {self.stopper.requested}"
@@ -658,7 +671,7 @@ class Daemon:
                 )
             result.recorded = True
         except Exception as exc:
-            self.log.error(f"target {target.name}: cannot record the run: {error_text(exc)}")
+            result.record_error = error_text(exc) + disk_note(self.config.database)
 
     def _report(self, result: RunResult) -> None:
         name = result.target
@@ -673,8 +686,10 @@ class Daemon:
             self.log.warning(
                 f"target {name}: interrupted ({result.error}); the snapshot was rolled back"
             )
-        elif result.recorded:
+        else:
             self.log.error(f"target {name}: failed: {result.error}")
+        if result.record_error:
+            self.log.error(f"target {name}: run not recorded: {result.record_error}")
 
     # ------------------------------------------------------------ plans
 
@@ -718,6 +733,9 @@ class Daemon:
         lock.acquire()
         try:
             Store.open(db, create=True).close()
+        except FsageError as exc:
+            lock.release()
+            raise FsageError(f"{exc}{disk_note(db)}") from None
         except BaseException:
             lock.release()
             raise
