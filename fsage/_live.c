@@ -232,6 +232,7 @@ typedef struct {
     uint64_t progress_base;
     PyThreadState *ts;
     int py_error;
+    const char *stop; /* a byte another thread sets to end the walk early */
 } walker_t;
 
 static void note(walker_t *w, pathlist_t *l, const char *rel, size_t rlen, const char *name,
@@ -317,14 +318,20 @@ static int open_rel(walker_t *w, const char *rel, size_t len, int flags) {
     return cur;
 }
 
-static void call_progress(walker_t *w) {
+/* Every 4096 records: take the GIL, report progress, let signal handlers run (so SIGINT or a
+ * SIGTERM handler that raises ends the walk), and give it back. */
+static void checkpoint(walker_t *w) {
     PyEval_RestoreThread(w->ts);
-    PyObject *r = PyObject_CallFunction(w->progress, "K",
-                                        (unsigned long long)(w->progress_base + w->nrec));
-    if (!r)
+    if (w->progress) {
+        PyObject *r = PyObject_CallFunction(w->progress, "K",
+                                            (unsigned long long)(w->progress_base + w->nrec));
+        if (!r)
+            w->py_error = 1;
+        else
+            Py_DECREF(r);
+    }
+    if (!w->py_error && PyErr_CheckSignals() < 0)
         w->py_error = 1;
-    else
-        Py_DECREF(r);
     w->ts = PyEval_SaveThread();
 }
 
@@ -348,8 +355,8 @@ static void record(walker_t *w, const struct statx *sx, uint32_t gen, int64_t nr
         return;
     }
     w->nrec++;
-    if (w->progress && !(w->nrec & 0xFFF))
-        call_progress(w);
+    if (!(w->nrec & 0xFFF))
+        checkpoint(w);
 }
 
 static void link_name(walker_t *w, uint64_t parent, uint64_t ino, const char *name, size_t n) {
@@ -557,7 +564,9 @@ static void subdir(walker_t *w, const task_t *t, uint64_t dino, const char *name
     }
 }
 
-static int stopped(const walker_t *w) { return w->oom || w->py_error; }
+static int stopped(const walker_t *w) {
+    return w->oom || w->py_error || (w->stop && __atomic_load_n(w->stop, __ATOMIC_RELAXED));
+}
 
 static void read_dir(walker_t *w, int dfd, const task_t *t, uint64_t dino) {
     for (;;) {
@@ -800,14 +809,16 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"base",  "tasks",      "mode",       "dev",      "submounts",
                              "sync",  "batch",      "dir_fiemap", "getversion", "progress",
-                             "progress_base", NULL};
-    PyObject *base_obj, *tasks_obj, *subs_obj = NULL, *progress = Py_None;
+                             "progress_base", "stop", NULL};
+    PyObject *base_obj, *tasks_obj, *subs_obj = NULL, *progress = Py_None, *stop = Py_None;
+    Py_buffer stop_view = {0};
     int mode = -1, sync = 0, dir_fiemap = 1, getversion = 1;
     unsigned long long dev = 0, progress_base = 0;
     unsigned int batch = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$iKOpIppOK", kwlist, PyUnicode_FSConverter,
-                                     &base_obj, &tasks_obj, &mode, &dev, &subs_obj, &sync, &batch,
-                                     &dir_fiemap, &getversion, &progress, &progress_base))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$iKOpIppOKO", kwlist,
+                                     PyUnicode_FSConverter, &base_obj, &tasks_obj, &mode, &dev,
+                                     &subs_obj, &sync, &batch, &dir_fiemap, &getversion, &progress,
+                                     &progress_base, &stop))
         return NULL;
     PyObject *result = NULL, *subs_fast = NULL;
     walker_t w;
@@ -825,6 +836,15 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
     w.getversion = getversion;
     w.progress = progress == Py_None ? NULL : progress;
     w.progress_base = progress_base;
+    if (stop != Py_None) {
+        if (PyObject_GetBuffer(stop, &stop_view, PyBUF_WRITABLE) < 0)
+            goto out;
+        if (stop_view.len < 1) {
+            PyErr_SetString(PyExc_ValueError, "stop must be a writable buffer of one byte or more");
+            goto out;
+        }
+        w.stop = stop_view.buf;
+    }
     if (!subs_obj) {
         PyErr_SetString(PyExc_TypeError, "walk() needs mode, dev, submounts and batch");
         goto out;
@@ -874,6 +894,10 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
     }
     if (w.py_error)
         goto out;
+    if (w.stop && *w.stop) {
+        PyErr_SetString(PyExc_InterruptedError, "the walk was stopped");
+        goto out;
+    }
     if (w.oom) {
         PyErr_NoMemory();
         goto out;
@@ -889,6 +913,8 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
 out:
     walker_free(&w);
     Py_XDECREF(subs_fast);
+    if (stop_view.obj)
+        PyBuffer_Release(&stop_view);
     Py_DECREF(base_obj);
     return result;
 }

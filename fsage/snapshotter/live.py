@@ -987,6 +987,7 @@ def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
     subs = sorted(sc.submounts)
     state = {"dir_fiemap": True, "getversion": True}
     done = [0]
+    stop = bytearray(1)  # set when the walk must end early (an exception in another thread)
 
     def call(
         tasks: list[tuple[bytes, int | None]],
@@ -1005,6 +1006,7 @@ def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
             getversion=state["getversion"],
             progress=progress,
             progress_base=done[0],
+            stop=stop,
         )
         state["dir_fiemap"] = state["dir_fiemap"] and bool(res["dir_fiemap"])
         state["getversion"] = state["getversion"] and bool(res["getversion"])
@@ -1025,6 +1027,7 @@ def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
         parts.append(part)
         parent = int(part.meta[0, 0])
     top: tuple[bytes, int | None] = (sc.sub, parent)
+    done[0] = sum(int(p.counts.shape[0]) for p in parts)
     if sc.workers <= 1:
         main = call([top], _live.MODE_WALK, sc.progress)
         parts.append(main)
@@ -1044,10 +1047,14 @@ def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
             n_chunks = min(len(tasks), 8 * sc.workers)
             chunks = [tasks[i::n_chunks] for i in range(n_chunks)]
             with ThreadPoolExecutor(sc.workers) as pool:
-                for part in pool.map(lambda c: call(c, _live.MODE_WALK), chunks):
-                    parts.append(part)
-                    if sc.progress is not None:
-                        sc.progress(sum(int(p.counts.shape[0]) for p in parts))
+                try:
+                    for part in pool.map(lambda c: call(c, _live.MODE_WALK), chunks):
+                        parts.append(part)
+                        if sc.progress is not None:
+                            sc.progress(sum(int(p.counts.shape[0]) for p in parts))
+                except BaseException:
+                    stop[0] = 1  # the other threads end at their next entry
+                    raise
     if not parts[0].counts.shape[0]:
         raise SourceError(f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}")
     if not main.counts.shape[0]:

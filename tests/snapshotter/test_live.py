@@ -626,6 +626,32 @@ def test_c_walk_huge_directory_and_hard_links(workdir: Path) -> None:
         c = read_live_layout(m.mnt, engine="c", workers=1)
         c2 = read_live_layout(m.mnt, engine="c", workers=2)
         ino = os.stat(m.mnt / "h/a").st_ino
+        # A progress callback that raises ends the walk with its exception; so does the stop
+        # byte another thread sets.
+        seen: list[int] = []
+
+        def progress(n: int) -> None:
+            seen.append(n)
+            raise KeyError("enough")
+
+        with pytest.raises(KeyError, match="enough"):
+            read_live_layout(m.mnt, engine="c", workers=1, progress=progress)
+        assert seen == [4096]
+        from fsage import _live
+
+        with pytest.raises(InterruptedError):
+            _live.walk(
+                os.fsencode(m.mnt),
+                [(b"", None)],
+                mode=_live.MODE_WALK,
+                dev=os.stat(m.mnt).st_dev,
+                submounts=[],
+                sync=False,
+                batch=8,
+                dir_fiemap=True,
+                getversion=True,
+                stop=bytearray(b"\x01"),
+            )
     finally:
         _umount(m)
     _same_layout(py, c)
