@@ -1,4 +1,8 @@
-"""How file records travel to and from SQLite: per-file digests and packed blobs.
+"""How file records travel to and from SQLite: per-file digests and version chunks.
+
+A version chunk holds the versions of files one snapshot recorded, column by column: one blob
+per column (keys, inode fields, extents, metadata blocks, names), packed and unpacked by numpy
+with no per-file Python work.
 
 Digests are computed for every file with numpy (no per-file Python work), so an incremental
 snapshot can tell which files changed before it builds a blob for any of them.
@@ -10,17 +14,19 @@ shows the atime a file had when its current version was first recorded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from fsage.layout import FILE_COLUMNS, FileTable, LinkTable
+from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets, csr_take
 
 U64 = npt.NDArray[np.uint64]
 
-EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u8")])
-META_DTYPE = np.dtype([("p", "<u8"), ("k", "<u8")])
+EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u4")])
+META_DTYPE = np.dtype([("p", "<u8"), ("k", "u1")])
+# What tells versions apart when a snapshot is compared with the current state.
+KEY_DTYPE = np.dtype([("ino", "<u8"), ("generation", "<u4"), ("digest", "<i8")])
 # Every inode field but the number, plus whether it is a reserved (special) inode.
 INODE_FIELDS = [c for c in FILE_COLUMNS if c != "ino"]
 INODE_DTYPE = np.dtype(
@@ -118,95 +124,143 @@ def file_digests(
     return h
 
 
-def extent_blobs(files: FileTable, rows: Sequence[int]) -> list[bytes]:
-    packed = np.empty(files.ext_logical.size, EXTENT_DTYPE)
-    packed["l"], packed["p"], packed["n"], packed["f"] = (
+CHUNK_COLUMNS = (
+    "keys",  # KEY_DTYPE per version, in ino order
+    "inodes",  # INODE_DTYPE per version
+    "ext_counts",  # u32 extents per version
+    "extents",  # EXTENT_DTYPE rows
+    "meta_counts",  # u32 metadata blocks per version
+    "meta",  # META_DTYPE rows
+    "link_counts",  # u32 names per version
+    "link_parents",  # u64 directory inode of each name
+    "name_lens",  # u16 length of each name
+    "names",  # the names' bytes, back to back
+)
+
+
+def _offsets(counts: npt.NDArray[np.uint32]) -> U64:
+    off = np.zeros(len(counts) + 1, np.uint64)
+    np.cumsum(counts, out=off[1:])
+    return off
+
+
+def _bytes_take(raw: bytes, off: U64, index: npt.NDArray[np.int64]) -> tuple[bytes, U64]:
+    """The byte strings ``raw[off[i]:off[i+1]]`` for i in ``index``, joined, and their offsets."""
+    sel, new_off = csr_take(off, index)
+    return np.frombuffer(raw, np.uint8)[sel].tobytes(), new_off
+
+
+def pack_chunk(
+    files: FileTable,
+    special: npt.NDArray[np.bool_],
+    digests: npt.NDArray[np.int64],
+    links: LinkTable,
+    link_order: npt.NDArray[np.int64],
+    link_off: U64,
+    rows: npt.NDArray[np.int64] | None = None,
+) -> dict[str, bytes]:
+    """The chunk blobs of ``rows`` of ``files`` (all of them when None), which must be in ino
+    order; ``link_order``/``link_off`` come from ``link_order()``."""
+    if rows is not None:
+        files, special, digests = files.take(rows), special[rows], digests[rows]
+        sel, link_off = csr_take(link_off, rows)
+        link_order = link_order[sel]
+    keys = np.empty(len(files), KEY_DTYPE)
+    keys["ino"], keys["generation"], keys["digest"] = files.ino, files.generation, digests
+    inodes = np.empty(len(files), INODE_DTYPE)
+    for c in INODE_FIELDS:
+        inodes[c] = getattr(files, c)
+    inodes["special"] = special
+    ext = np.empty(files.ext_logical.size, EXTENT_DTYPE)
+    ext["l"], ext["p"], ext["n"], ext["f"] = (
         files.ext_logical,
         files.ext_physical,
         files.ext_length,
         files.ext_flags,
     )
-    raw = packed.tobytes()
-    size = EXTENT_DTYPE.itemsize
-    off = files.ext_off.tolist()
-    return [raw[off[i] * size : off[i + 1] * size] for i in rows]
+    meta = np.empty(files.meta_physical.size, META_DTYPE)
+    meta["p"], meta["k"] = files.meta_physical, files.meta_kind
+    names, name_off = _bytes_take(links.names, links.name_off, link_order)
+    return {
+        "keys": keys.tobytes(),
+        "inodes": inodes.tobytes(),
+        "ext_counts": np.diff(files.ext_off).astype("<u4").tobytes(),
+        "extents": ext.tobytes(),
+        "meta_counts": np.diff(files.meta_off).astype("<u4").tobytes(),
+        "meta": meta.tobytes(),
+        "link_counts": np.diff(link_off).astype("<u4").tobytes(),
+        "link_parents": links.parent[link_order].astype("<u8").tobytes(),
+        "name_lens": np.diff(name_off).astype("<u2").tobytes(),
+        "names": names,
+    }
 
 
-def meta_blobs(files: FileTable, rows: Sequence[int]) -> list[bytes]:
-    packed = np.empty(files.meta_physical.size, META_DTYPE)
-    packed["p"], packed["k"] = files.meta_physical, files.meta_kind
-    raw = packed.tobytes()
-    size = META_DTYPE.itemsize
-    off = files.meta_off.tolist()
-    return [raw[off[i] * size : off[i + 1] * size] for i in rows]
+def chunk_keys(blob: bytes) -> npt.NDArray[np.void]:
+    return np.frombuffer(blob, KEY_DTYPE)
 
 
-def inode_blobs(
-    files: FileTable, special: npt.NDArray[np.bool_], rows: npt.NDArray[np.int64]
-) -> list[bytes]:
-    packed = np.empty(len(rows), INODE_DTYPE)
-    for c in INODE_FIELDS:
-        packed[c] = getattr(files, c)[rows]
-    packed["special"] = special[rows]
-    raw = packed.tobytes()
-    size = INODE_DTYPE.itemsize
-    return [raw[i : i + size] for i in range(0, len(raw), size)]
+@dataclass
+class Versions:
+    """Unpacked file versions: the files (reserved inodes flagged) and their names, with
+    ``link_off`` giving each file's run of links."""
+
+    files: FileTable
+    special: npt.NDArray[np.bool_]
+    link_off: U64
+    links: LinkTable
+
+    def take(self, rows: npt.NDArray[np.int64]) -> Versions:
+        sel, link_off = csr_take(self.link_off, rows)
+        names, name_off = _bytes_take(self.links.names, self.links.name_off, sel)
+        links = LinkTable(self.links.parent[sel], self.links.ino[sel], name_off, names)
+        return Versions(self.files.take(rows), self.special[rows], link_off, links)
 
 
-def link_blobs(
-    links: LinkTable, order: npt.NDArray[np.int64], link_off: U64, rows: Sequence[int]
-) -> tuple[list[bytes], list[bytes]]:
-    """Per file: its links' parent inodes (u64) and their names, each ended by a NUL
-    (names in every supported file system exclude NUL)."""
-    parents = links.parent[order].astype("<u8").tobytes()
-    name_off = links.name_off.tolist()
-    names = links.names
-    joined = b"".join(names[name_off[k] : name_off[k + 1]] + b"\0" for k in order.tolist())
-    lengths = np.diff(links.name_off)[order] + np.uint64(1)
-    byte_off = np.zeros(len(order) + 1, np.uint64)
-    np.cumsum(lengths, out=byte_off[1:])
-    off = link_off.tolist()
-    boff = byte_off.tolist()
-    out_parents = [parents[off[i] * 8 : off[i + 1] * 8] for i in rows]
-    out_names = [joined[boff[off[i]] : boff[off[i + 1]]] for i in rows]
-    return out_parents, out_names
-
-
-def unpack_extents(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
-    counts = np.fromiter((len(b) for b in blobs), np.uint64, len(blobs)) // np.uint64(
-        EXTENT_DTYPE.itemsize
+def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
+    keys = chunk_keys(blobs["keys"])
+    inodes = np.frombuffer(blobs["inodes"], INODE_DTYPE)
+    ext = np.frombuffer(blobs["extents"], EXTENT_DTYPE)
+    meta = np.frombuffer(blobs["meta"], META_DTYPE)
+    ino = keys["ino"].astype(np.uint64)
+    values = {c: inodes[c].astype(FILE_COLUMNS[c]) for c in INODE_FIELDS}
+    files = FileTable(
+        ino=ino,
+        **values,
+        ext_off=_offsets(np.frombuffer(blobs["ext_counts"], "<u4")),
+        ext_logical=ext["l"].astype(np.uint64),
+        ext_physical=ext["p"].astype(np.uint64),
+        ext_length=ext["n"].astype(np.uint64),
+        ext_flags=ext["f"].astype(np.uint32),
+        meta_off=_offsets(np.frombuffer(blobs["meta_counts"], "<u4")),
+        meta_physical=meta["p"].astype(np.uint64),
+        meta_kind=meta["k"].astype(np.uint8),
     )
-    off = np.zeros(len(blobs) + 1, np.uint64)
-    np.cumsum(counts, out=off[1:])
-    return off, np.frombuffer(b"".join(blobs), EXTENT_DTYPE)
-
-
-def unpack_meta(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
-    counts = np.fromiter((len(b) for b in blobs), np.uint64, len(blobs)) // np.uint64(
-        META_DTYPE.itemsize
+    link_counts = np.frombuffer(blobs["link_counts"], "<u4")
+    links = LinkTable(
+        parent=np.frombuffer(blobs["link_parents"], "<u8").astype(np.uint64),
+        ino=np.repeat(ino, link_counts),
+        name_off=_offsets(np.frombuffer(blobs["name_lens"], "<u2")),
+        names=blobs["names"],
     )
-    off = np.zeros(len(blobs) + 1, np.uint64)
-    np.cumsum(counts, out=off[1:])
-    return off, np.frombuffer(b"".join(blobs), META_DTYPE)
+    return Versions(files, inodes["special"].astype(bool), _offsets(link_counts), links)
 
 
-def unpack_inodes(blobs: Sequence[bytes]) -> npt.NDArray[np.void]:
-    return np.frombuffer(b"".join(blobs), INODE_DTYPE)
-
-
-def unpack_links(
-    inos: npt.NDArray[np.uint64], parents: Sequence[bytes], names: Sequence[bytes]
-) -> LinkTable:
-    counts = np.fromiter((len(p) for p in parents), np.int64, len(parents)) // 8
-    parent = np.frombuffer(b"".join(parents), "<u8").astype(np.uint64)
-    joined = b"".join(names)
-    split = joined.split(b"\0")[:-1] if joined else []
-    lengths = np.fromiter((len(n) for n in split), np.uint64, len(split))
-    name_off = np.zeros(len(split) + 1, np.uint64)
-    np.cumsum(lengths, out=name_off[1:])
-    return LinkTable(
-        parent=parent,
-        ino=np.repeat(inos, counts).astype(np.uint64),
-        name_off=name_off,
-        names=joined.replace(b"\0", b""),
+def concat_versions(parts: list[Versions]) -> Versions:
+    if not parts:
+        return Versions(
+            FileTable.empty(), np.zeros(0, bool), np.zeros(1, np.uint64), LinkTable.empty()
+        )
+    if len(parts) == 1:
+        return parts[0]
+    links = [p.links for p in parts]
+    return Versions(
+        FileTable.concat([p.files for p in parts]),
+        np.concatenate([p.special for p in parts]),
+        concat_offsets([p.link_off for p in parts]),
+        LinkTable(
+            parent=np.concatenate([x.parent for x in links]),
+            ino=np.concatenate([x.ino for x in links]),
+            name_off=concat_offsets([x.name_off for x in links]),
+            names=b"".join(x.names for x in links),
+        ),
     )
