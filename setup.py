@@ -30,4 +30,11 @@ ext2fs = Extension(
     extra_link_args=pkg_config("--libs"),
 )
 
-setup(ext_modules=[ext2fs])
+# The live reader's tree walk (fsage/snapshotter/live.py); Linux only, no libraries.
+live = Extension(
+    "fsage._live",
+    sources=["fsage/_live.c"],
+    extra_compile_args=["-O2", "-Wall"],
+)
+
+setup(ext_modules=[ext2fs, live])

@@ -1,20 +1,36 @@
 """Benchmark: the live reader against ``find DIR -type f -print0 | xargs -0 filefrag``.
 
-Builds a loop-mounted ext4 holding ``--files`` small files (lognormal sizes, 500 per
-directory), syncs it, then times both readers over the same tree. Caches are warm: each
-reader runs once as a warm-up, then each (fsage with 1 and with 2 worker processes) is timed
-``--rounds`` times, alternating, and the median is reported. The live reader is timed
-in-process (the library call, as ``fsage snapshot`` makes it); filefrag's output goes to
-/dev/null. Needs root (mount).
+For each file system asked for (ext4 by default; ``--fs ext4,xfs``) builds a loop-mounted
+image holding ``--files`` small files (lognormal sizes, 500 per directory), syncs it, then
+times both readers over the same tree, ``--rounds`` times, alternating, and reports medians:
 
-    sudo python3 bench/live.py --files 200000
+* ``find | xargs filefrag``, output to /dev/null (what a shell script would do);
+* ``fsage`` = ``read_live_layout`` (the library call ``fsage snapshot DIR`` makes: walk, FIEMAP,
+  merge, GETFSMAP, facts) with the C walk, one thread and as many threads as it uses by
+  default (one per CPU, up to 4; ``--workers`` overrides); with
+  ``--python``, the pure-Python walk once per round as well.
+
+CPU seconds (user + system, every process or thread) are reported beside the wall-clock time:
+on a machine shared with other work the wall-clock ratio moves with the load, the CPU ratio
+much less. Each fsage run is a fresh ``python3`` process so that its peak RSS (``ru_maxrss``, which
+includes the interpreter and numpy, about 30 MiB) is its own; the time is taken inside that
+process around the library call, so interpreter start-up is not counted. filefrag's peak RSS is
+the largest of the pipeline's processes.
+
+Caches: ``--cache warm`` (default) runs every reader once untimed first and never drops caches;
+``--cache cold`` writes 3 to /proc/sys/vm/drop_caches before every timed run (both readers
+then read inodes and extent trees from the loop device's backing file). Needs root.
+
+    sudo python3 bench/live.py --files 200000 --fs ext4,xfs --cache warm
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -23,9 +39,30 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
 
+MKFS = {
+    "ext4": lambda n: ["mkfs.ext4", "-q", "-F", "-N", str(n + 50_000)],
+    "xfs": lambda n: ["mkfs.xfs", "-q", "-f"],
+}
+
+CHILD = """
+import json, resource, sys, time
+from pathlib import Path
 from fsage.snapshotter.live import read_live_layout
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+t = time.perf_counter()
+layout = read_live_layout(Path(sys.argv[1]), workers=int(sys.argv[2]), engine=sys.argv[3])
+el = time.perf_counter() - t
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({
+    "seconds": el,
+    "cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime,
+    "files": len(layout.files),
+    "extents": int(layout.files.ext_length.shape[0]),
+    "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+}))
+"""
 
 
 def populate(root: Path, n: int, seed: int) -> int:
@@ -34,6 +71,7 @@ def populate(root: Path, n: int, seed: int) -> int:
     chunk = bytes(range(256)) * 4096
     per_dir = 500
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    dfd = -1
     for i in range(n):
         if i % per_dir == 0:
             d = root / f"d{i // (per_dir * 100):03d}" / f"e{(i // per_dir) % 100:02d}"
@@ -49,80 +87,138 @@ def populate(root: Path, n: int, seed: int) -> int:
     return total
 
 
-def time_filefrag(mnt: Path) -> float:
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def time_filefrag(mnt: Path) -> tuple[float, float, int]:
+    """Seconds, CPU seconds (all processes) and peak RSS (KiB) of the largest one."""
     t = time.perf_counter()
-    subprocess.run(
-        f"find '{mnt}' -type f -print0 | xargs -0 filefrag > /dev/null",
-        shell=True,
-        check=True,
+    proc = subprocess.Popen(
+        ["sh", "-c", f"find '{mnt}' -type f -print0 | xargs -0 filefrag > /dev/null"]
     )
-    return time.perf_counter() - t
-
-
-def time_fsage(mnt: Path, workers: int = 1) -> tuple[float, int, int]:
-    t = time.perf_counter()
-    layout = read_live_layout(mnt, workers=workers)
+    _, status, usage = os.wait4(proc.pid, 0)
     el = time.perf_counter() - t
-    return el, len(layout.files), int(layout.files.ext_length.shape[0])
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"filefrag pipeline failed with {proc.returncode}")
+    return el, usage.ru_utime + usage.ru_stime, int(usage.ru_maxrss)
+
+
+def time_fsage(mnt: Path, workers: int, engine: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(mnt), str(workers), engine],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
+    doc: dict[str, float] = json.loads(out)
+    return doc
 
 
 def _runs(xs: list[float]) -> str:
-    return "runs " + ", ".join(f"{x:.3f}" for x in xs)
+    return ", ".join(f"{x:.3f}" for x in xs)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", type=int, default=200_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the image goes")
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("bench/live.py needs root (it loop-mounts an ext4 image)", file=sys.stderr)
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="fsage-bench-live-", dir=args.dir))
-    image, mnt = work / "ext4.img", work / "mnt"
+def bench_fs(fstype: str, args: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix=f"fsage-bench-live-{fstype}-", dir=args.dir))
+    image, mnt = work / f"{fstype}.img", work / "mnt"
     mnt.mkdir()
     mounted = False
     try:
-        size_mib = max(256, args.files * 12 // 1024 + 256)
+        size_mib = max(512, args.files * 12 // 1024 + 512)
         with open(image, "wb") as f:
             f.truncate(size_mib << 20)
-        subprocess.run(
-            ["mkfs.ext4", "-q", "-F", "-N", str(args.files + 50_000), str(image)], check=True
-        )
+        subprocess.run([*MKFS[fstype](args.files), str(image)], check=True)
         subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
         mounted = True
         t = time.perf_counter()
         total = populate(mnt, args.files, args.seed)
         os.sync()
         print(
-            f"built ext4 {size_mib} MiB with {args.files} files, {total / 2**20:.0f} MiB of data"
-            f" in {time.perf_counter() - t:.1f} s"
+            f"\n== {fstype}: {size_mib} MiB image, {args.files} files, "
+            f"{total / 2**20:.0f} MiB of data, built in {time.perf_counter() - t:.1f} s; "
+            f"caches {args.cache}"
         )
-        time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
-        time_fsage(mnt)
+        configs: list[tuple[str, int, str]] = [("fsage C walk, 1 thread", 1, "c")]
+        threads = args.workers or min(4, len(os.sched_getaffinity(0)))
+        if threads > 1:
+            configs.append((f"fsage C walk, {threads} threads", threads, "c"))
+        if args.python:
+            configs.append(("fsage Python walk, 1 process", 1, "python"))
+        if args.cache == "warm":
+            time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
+            for _, workers, engine in configs:
+                time_fsage(mnt, workers, engine)
         ff: list[float] = []
-        fs: dict[int, list[float]] = {1: [], 2: []}
-        files = extents = 0
+        ff_cpu: list[float] = []
+        ff_rss = 0
+        res: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
         for _ in range(args.rounds):
-            ff.append(time_filefrag(mnt))
-            for workers, runs in fs.items():
-                el, files, extents = time_fsage(mnt, workers)
-                runs.append(el)
+            if args.cache == "cold":
+                drop_caches()
+            el, cpu, rss = time_filefrag(mnt)
+            ff.append(el)
+            ff_cpu.append(cpu)
+            ff_rss = max(ff_rss, rss)
+            for name, workers, engine in configs:
+                if args.cache == "cold":
+                    drop_caches()
+                res[name].append(time_fsage(mnt, workers, engine))
         f_med = statistics.median(ff)
-        print(f"fsage live reader: {files} inodes, {extents} extents")
-        print(f"find | xargs filefrag   : median {f_med:.3f} s  ({_runs(ff)})")
-        for workers, runs in fs.items():
-            s_med = statistics.median(runs)
+        f_cpu = statistics.median(ff_cpu)
+        first = res[configs[0][0]][0]
+        print(f"tree: {int(first['files'])} inodes, {int(first['extents'])} extents")
+        print(
+            f"{'find | xargs filefrag':32s}: median {f_med:7.3f} s  CPU {f_cpu:6.3f} s  "
+            f"peak RSS {ff_rss / 1024:6.1f} MiB  (runs {_runs(ff)})"
+        )
+        for name, runs in res.items():
+            secs = [r["seconds"] for r in runs]
+            med = statistics.median(secs)
+            cpu = statistics.median(r["cpu"] for r in runs)
+            peak = max(r["maxrss_kib"] for r in runs)
             print(
-                f"fsage live, {workers} worker(s): median {s_med:.3f} s  ({_runs(runs)})"
-                f"  ratio filefrag/fsage {f_med / s_med:.2f}x (target >= 2x)"
+                f"{name:32s}: median {med:7.3f} s  CPU {cpu:6.3f} s  peak RSS "
+                f"{peak / 1024:6.1f} MiB  (runs {_runs(secs)})  filefrag/fsage: time "
+                f"{f_med / med:.2f}x, CPU {f_cpu / cpu:.2f}x (target >= 2x)"
             )
     finally:
         if mounted:
             subprocess.run(["umount", str(mnt)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=200_000)
+    ap.add_argument("--fs", default="ext4", help="comma-separated: ext4, xfs")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--workers", type=int, default=0, help="threads, second fsage run (0: its default)"
+    )
+    ap.add_argument("--cache", choices=("warm", "cold"), default="warm")
+    ap.add_argument("--python", action="store_true", help="also time the pure-Python walk")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the images go")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench/live.py needs root (it loop-mounts images)", file=sys.stderr)
+        return 2
+    kinds = [k.strip() for k in args.fs.split(",") if k.strip()]
+    for k in kinds:
+        if k not in MKFS:
+            print(f"bench/live.py: unknown file system {k!r}", file=sys.stderr)
+            return 2
+    print(f"fsage bench/live.py: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    for k in kinds:
+        bench_fs(k, args)
+    self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"\n(bench driver peak RSS {self_rss / 1024:.1f} MiB, not counted above)")
     return 0
 
 

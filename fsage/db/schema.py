@@ -114,19 +114,36 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         3,
         "collection runs of the snapshot daemon",
         """
-        -- One row per attempt to snapshot a daemon target, successful or not.
+        -- One row per attempt to snapshot a daemon target, successful or not. snapshot_id is
+        -- the snapshot the run recorded (NULL once retention deleted it; the run stays on
+        -- record). pruned: JSON list of the snapshot ids retention deleted after this run.
+        -- trigger: 'schedule' (the long-running daemon) or 'once' (fsage daemon --once).
         CREATE TABLE collection_runs (
             id INTEGER PRIMARY KEY,
             target TEXT NOT NULL,
             source TEXT NOT NULL,
-            started_at TEXT NOT NULL,
+            started_at TEXT NOT NULL,        -- ISO 8601, UTC
             finished_at TEXT NOT NULL,
             status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'interrupted')),
             error TEXT,
             snapshot_id INTEGER REFERENCES snapshots(id),
-            seconds REAL NOT NULL
+            seconds REAL NOT NULL,
+            pruned TEXT NOT NULL DEFAULT '[]',
+            trigger TEXT NOT NULL DEFAULT 'schedule',
+            pid INTEGER
         );
         CREATE INDEX collection_runs_target ON collection_runs(target, id);
+
+        -- What the daemon plans for each target: written at start and after every run, read by
+        -- `fsage status --db` (the next run time without the configuration file).
+        CREATE TABLE daemon_targets (
+            target TEXT PRIMARY KEY,
+            source TEXT NOT NULL,
+            schedule TEXT NOT NULL,
+            next_run TEXT,                   -- ISO 8601, UTC; NULL after a --once run
+            updated_at TEXT NOT NULL,
+            pid INTEGER
+        );
         """,
         None,
     ),

@@ -8,12 +8,21 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
   systems have no block layout and are refused with a :class:`SourceError`: every type that
   ``/proc/filesystems`` marks ``nodev`` (proc, sysfs, tmpfs, ramfs, devtmpfs, devpts, cgroup,
   cgroup2, overlay, nfs, fuse, 9p, virtiofs, zfs, ...) plus a built-in list for when that file
-  cannot be read. A file system that answers FIEMAP with "not supported" on a regular file is
-  refused as well.
-* **The walk.** ``os.scandir`` on byte paths (so any name survives), files opened relative to
-  their directory. Directories on another device (another mount, a btrfs subvolume) and
-  mount points listed in mountinfo are not entered; they are counted in ``layout.notes``.
-  A hard-linked inode is recorded once, with every name in the link table.
+  cannot be read. A file system that answers FIEMAP with "not supported" on every regular
+  file is refused as well; where only some files are refused, those are recorded without
+  extents and a note names them.
+* **The walk.** In C (``fsage._live``, built by setup.py): getdents64 on each directory,
+  ``openat``/``statx``/ioctls relative to the directory's descriptor (so any name survives
+  and paths may exceed PATH_MAX), pending directories on an explicit stack (no depth limit, at
+  most three descriptors open), interrupted calls retried, the GIL released; the columns come
+  back as buffers that numpy wraps without per-file Python objects. ``workers`` threads walk
+  subtrees at once. Where the extension is not built, the same walk runs in Python
+  (``os.scandir`` on byte paths, forked workers); ``engine=`` picks one, and the tests hold
+  the two to the same Layout. Directories on another device (another mount, a btrfs
+  subvolume) and mount points listed in mountinfo are not entered; they are counted in
+  ``layout.notes``. A hard-linked inode is recorded once, with every name in the link table.
+  Entries that vanish or change type between the listing and their opening are skipped and
+  noted as such.
 * **Paths.** The layout's root is the root of the mount. When ``path`` is a directory below
   it, the directories from the mount root down to ``path`` are recorded too (each with the one
   name on the way), so paths read from the mount root (``/sub/dir/file``) and
@@ -41,8 +50,10 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
   ``FS_IOC_GETFSLABEL`` where answered; block and inode counts from ``statvfs`` (on ext4 this
   total excludes the space the file system keeps for its own metadata).
 * **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), mode, nlink,
-  uid, gid, size, times in nanoseconds; crtime from ``st_birthtime`` when Python offers it
-  (it does not on Linux before 3.12), else 0.
+  uid, gid, size, times in nanoseconds; crtime from statx's birth time where the file system
+  keeps one (C walk; ext4, xfs and btrfs do), else 0 (the Python walk has it only through
+  ``st_birthtime``, which Python offers on Linux from 3.13). ``facts.extra["walk"]`` says
+  which walk read the tree.
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -274,12 +286,20 @@ def fiemap_extents(fd: int, *, sync: bool = False, batch: int = 256) -> npt.NDAr
 
 
 def _fiemap_into(fd: int, buf: bytearray, batch: int, flags: int, out: bytearray) -> int:
-    """Append the raw fiemap_extent records of ``fd`` to ``out``; return how many."""
+    """Append the raw fiemap_extent records of ``fd`` to ``out``; return how many.
+
+    On an error nothing is appended and the OSError propagates.
+    """
     start = 0
     total = 0
+    mark = len(out)
     while True:
         _FIEMAP_HEAD.pack_into(buf, 0, start, FIEMAP_MAX_OFFSET - start, flags, 0, batch, 0)
-        fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+        try:
+            fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+        except OSError:
+            del out[mark:]
+            raise
         mapped = int.from_bytes(buf[20:24], "little")
         if mapped == 0:
             return total
@@ -454,6 +474,18 @@ def _fs_label(fd: int) -> str:
     return bytes(buf).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+_NO_FIEMAP = frozenset({errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL})
+
+
+def _reason(err: int | None) -> str:
+    """Why a path was left out, for the notes."""
+    if err in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+        return "vanished or changed during the walk"
+    if err in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return os.strerror(err) if err else "unknown error"
+
+
 _HAS_BIRTHTIME = hasattr(os.stat_result, "st_birthtime_ns")
 _DirTask = tuple[bytes, bytes, int | None, bytes | None]  # path, rel, parent ino, name
 _META_COLS = 11  # ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime, crtime
@@ -477,6 +509,8 @@ class _Walk:
     seen: set[int] = field(default_factory=set)  # inodes with several links, once recorded
     skipped: list[tuple[bytes, str]] = field(default_factory=list)
     not_crossed: list[bytes] = field(default_factory=list)
+    no_fiemap: list[tuple[bytes, str]] = field(default_factory=list)  # recorded without extents
+    fiemap_ok: int = 0  # regular files FIEMAP answered
     dir_fiemap: bool = True
     getversion: bool = True
     fiemap_checked: bool = False
@@ -521,18 +555,13 @@ class _Walk:
         if is_dir and not self.dir_fiemap:
             return 0
         try:
-            n = _fiemap_into(fd, self.buf, self.batch, self.fflags, self.raw)
+            return _fiemap_into(fd, self.buf, self.batch, self.fflags, self.raw)
         except OSError as e:
-            if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
-                if is_dir:
-                    self.dir_fiemap = False
-                    return 0
-                raise SourceError(
-                    f"{os.fsdecode(rel)}: the file system does not answer FIEMAP "
-                    f"({e.strerror}); the live reader cannot map its files"
-                ) from None
-            raise
-        return n
+            if is_dir and e.errno in _NO_FIEMAP:
+                self.dir_fiemap = False
+            else:
+                self.no_fiemap.append((rel, _reason(e.errno)))
+            return 0
 
     def open_dir(
         self,
@@ -571,13 +600,7 @@ class _Walk:
         self.l_name.append(name)
 
     def _skip(self, rel: bytes, e: OSError) -> None:
-        if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-            reason = "vanished or changed during the walk"
-        elif e.errno in (errno.EACCES, errno.EPERM):
-            reason = "permission denied"
-        else:
-            reason = e.strerror or str(e)
-        self.skipped.append((rel, reason))
+        self.skipped.append((rel, _reason(e.errno)))
 
     def _other(self, entry: os.DirEntry[bytes], rel: bytes, dino: int) -> None:
         """Record a directory entry that is neither a directory nor a regular file."""
@@ -593,14 +616,6 @@ class _Walk:
             self.seen.add(st.st_ino)
         self._record(st, 0, 0)
         self._link(dino, st.st_ino, entry.name)
-
-    def _file_fiemap_error(self, e: OSError, rel: bytes) -> None:
-        if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL):
-            raise SourceError(
-                f"{os.fsdecode(rel)}: the file system does not answer FIEMAP "
-                f"({e.strerror}); the live reader cannot map its files"
-            ) from None
-        self._skip(rel, e)
 
     def walk(
         self,
@@ -695,14 +710,18 @@ class _Walk:
                                 pack_head(buf, 0, 0, max_off, fflags, 0, batch, 0)
                                 try:
                                     ioctl(fd, req_fiemap, buf, True)
+                                    n = unpack_u32(buf, 20)[0]
+                                    if n == batch:
+                                        n = _fiemap_into(fd, buf, batch, fflags, raw)
+                                    elif n:
+                                        raw += buf[32 : 32 + ext_size * n]
+                                    self.fiemap_ok += 1
                                 except OSError as e:
-                                    self._file_fiemap_error(e, rel + b"/" + ename)
-                                    continue
-                                n = unpack_u32(buf, 20)[0]
-                                if n == batch:
-                                    n = _fiemap_into(fd, buf, batch, fflags, raw)
-                                elif n:
-                                    raw += buf[32 : 32 + ext_size * n]
+                                    n = 0
+                                    if e.errno not in _NO_FIEMAP:
+                                        self._skip(rel + b"/" + ename, e)
+                                        continue
+                                    self.no_fiemap.append((rel + b"/" + ename, _reason(e.errno)))
                         finally:
                             close(fd)
                         ino = st.st_ino
@@ -742,28 +761,28 @@ class _Walk:
 
 @dataclass
 class _Part:
-    """What one worker saw: the columns of a _Walk, ready to concatenate."""
+    """What one walk (or one worker) saw: the columns, ready to concatenate."""
 
-    meta: npt.NDArray[np.int64]
+    meta: npt.NDArray[np.int64]  # (n, _META_COLS)
     counts: npt.NDArray[np.int64]
-    raw: bytes
-    l_parent: list[int]
-    l_ino: list[int]
-    l_name: list[bytes]
+    raw: npt.NDArray[np.void]  # FIEMAP_EXTENT_DTYPE, unmerged
+    links: LinkTable
     skipped: list[tuple[bytes, str]]
     not_crossed: list[bytes]
+    no_fiemap: list[tuple[bytes, str]]
+    fiemap_ok: int
 
 
 def _part(w: _Walk) -> _Part:
     return _Part(
         np.array(w.meta, dtype=np.int64).reshape(len(w.counts), _META_COLS),
         np.array(w.counts, dtype=np.int64),
-        bytes(w.raw),
-        w.l_parent,
-        w.l_ino,
-        w.l_name,
+        np.frombuffer(bytes(w.raw), FIEMAP_EXTENT_DTYPE),
+        LinkTable.from_lists(w.l_parent, w.l_ino, w.l_name),
         w.skipped,
         w.not_crossed,
+        w.no_fiemap,
+        w.fiemap_ok,
     )
 
 
@@ -811,52 +830,245 @@ def _walk_parallel(w: _Walk, tasks: list[_DirTask], workers: int) -> list[_Part]
         _WORKER_WALK = None
 
 
+def _concat_links(tables: list[LinkTable]) -> LinkTable:
+    if len(tables) == 1:
+        return tables[0]
+    offs: list[npt.NDArray[np.uint64]] = []
+    base = 0
+    for t in tables:
+        offs.append(t.name_off[:-1] + np.uint64(base))
+        base += len(t.names)
+    offs.append(np.array([base], np.uint64))
+    return LinkTable(
+        np.concatenate([t.parent for t in tables]).astype(np.uint64),
+        np.concatenate([t.ino for t in tables]).astype(np.uint64),
+        np.concatenate(offs).astype(np.uint64),
+        b"".join(t.names for t in tables),
+    )
+
+
 def _merge_parts(parts: list[_Part]) -> _Part:
     """Concatenate parts; an inode several parts recorded (hard links) is kept once."""
+    if len(parts) == 1:
+        return parts[0]
     meta = np.concatenate([p.meta for p in parts])
     counts = np.concatenate([p.counts for p in parts])
-    raw = b"".join(p.raw for p in parts)
+    raw = np.concatenate([p.raw for p in parts])
     _, first = np.unique(meta[:, 0], return_index=True)
     if first.shape[0] < meta.shape[0]:
         keep = np.zeros(meta.shape[0], bool)
         keep[first] = True
         ext_keep = np.repeat(keep, counts)
-        raw = np.frombuffer(raw, FIEMAP_EXTENT_DTYPE)[ext_keep].tobytes()
+        raw = raw[ext_keep]
         meta, counts = meta[keep], counts[keep]
     return _Part(
         meta,
         counts,
         raw,
-        [x for p in parts for x in p.l_parent],
-        [x for p in parts for x in p.l_ino],
-        [x for p in parts for x in p.l_name],
+        _concat_links([p.links for p in parts]),
         [x for p in parts for x in p.skipped],
         [x for p in parts for x in p.not_crossed],
+        [x for p in parts for x in p.no_fiemap],
+        sum(p.fiemap_ok for p in parts),
     )
+
+
+def _listed(items: list[bytes]) -> str:
+    shown = ", ".join(os.fsdecode(r or b"/") for r in items[:_SKIPPED_SHOWN])
+    more = f" and {len(items) - _SKIPPED_SHOWN} more" if len(items) > _SKIPPED_SHOWN else ""
+    return shown + more
+
+
+def _by_reason(pairs: list[tuple[bytes, str]]) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for rel, reason in pairs:
+        out.setdefault(reason, []).append(rel)
+    return out
 
 
 def _notes(w: _Part, extra_notes: list[str]) -> list[str]:
     notes = []
-    if w.skipped:
-        by_reason: dict[str, list[bytes]] = {}
-        for rel, reason in w.skipped:
-            by_reason.setdefault(reason, []).append(rel)
-        for reason, rels in by_reason.items():
-            shown = ", ".join(os.fsdecode(r or b"/") for r in rels[:_SKIPPED_SHOWN])
-            more = f" and {len(rels) - _SKIPPED_SHOWN} more" if len(rels) > _SKIPPED_SHOWN else ""
-            noun = "path" if len(rels) == 1 else "paths"
-            notes.append(f"skipped {len(rels)} {noun} ({reason}): {shown}{more}")
+    for reason, rels in _by_reason(w.skipped).items():
+        noun = "path" if len(rels) == 1 else "paths"
+        notes.append(f"skipped {len(rels)} {noun} ({reason}): {_listed(rels)}")
     if w.not_crossed:
-        shown = ", ".join(os.fsdecode(r) for r in w.not_crossed[:_SKIPPED_SHOWN])
-        more = (
-            f" and {len(w.not_crossed) - _SKIPPED_SHOWN} more"
-            if len(w.not_crossed) > _SKIPPED_SHOWN
-            else ""
-        )
         notes.append(
-            f"did not cross {len(w.not_crossed)} mount point(s) or subvolume(s): {shown}{more}"
+            f"did not cross {len(w.not_crossed)} mount point(s) or subvolume(s): "
+            f"{_listed(w.not_crossed)}"
+        )
+    for reason, rels in _by_reason(w.no_fiemap).items():
+        noun = "file" if len(rels) == 1 else "files"
+        notes.append(
+            f"recorded {len(rels)} {noun} without extents (FIEMAP: {reason}): {_listed(rels)}"
         )
     return notes + extra_notes
+
+
+def _c_part(res: dict[str, Any]) -> _Part:
+    """A _Part over the columns fsage._live.walk returned (no per-file Python objects)."""
+    meta = np.frombuffer(res["meta"], np.int64).reshape(-1, _META_COLS)
+    return _Part(
+        meta,
+        np.frombuffer(res["counts"], np.int64),
+        np.frombuffer(res["raw"], FIEMAP_EXTENT_DTYPE),
+        LinkTable(
+            np.frombuffer(res["l_parent"], np.uint64),
+            np.frombuffer(res["l_ino"], np.uint64),
+            np.frombuffer(res["name_off"], np.uint64),
+            res["names"],
+        ),
+        [(rel, _reason(err)) for rel, err in res["skipped"]],
+        list(res["not_crossed"]),
+        [(rel, _reason(err)) for rel, err in res["no_fiemap"]],
+        int(res["fiemap_ok"]),
+    )
+
+
+@dataclass
+class _Scope:
+    """What both walks need to know about the tree they read."""
+
+    path: Path  # as given, for messages
+    mount_point: bytes
+    real: bytes  # the canonical path of the directory to read
+    sub: bytes  # real below the mount point ("" or "/a/b")
+    dev: int
+    submounts: set[bytes]
+    sync: bool
+    batch: int
+    workers: int
+    progress: Callable[[int], None] | None
+
+    @property
+    def comps(self) -> list[bytes]:
+        return [c for c in self.sub.split(b"/") if c]
+
+
+def _walk_python(sc: _Scope) -> tuple[list[_Part], int]:
+    """The walk in Python (os.scandir, fcntl.ioctl); the fallback and the tests' oracle."""
+    w = _Walk(
+        dev=sc.dev, submounts=sc.submounts, sync=sc.sync, batch=sc.batch, progress=sc.progress
+    )
+    comps = sc.comps
+    if comps:
+        # The directories from the mount root down to the given one, each with its one name.
+        parent: int | None = None
+        walked = sc.mount_point
+        for i, comp in enumerate([b"", *comps[:-1]]):
+            walked = os.path.join(walked, comp) if comp else walked
+            relp = b"/" + b"/".join(comps[:i]) if i else b""
+            opened = w.open_dir(walked, relp, parent, comp or None, check_dev=False)
+            if opened is None:
+                raise SourceError(f"{sc.path}: cannot open {os.fsdecode(walked)}")
+            os.close(opened[0])
+            parent = opened[1]
+        top: _DirTask = (sc.real, sc.sub, parent, comps[-1])
+    else:
+        top = (sc.mount_point, b"", None, None)
+    first = len(w.counts)
+    if sc.workers > 1:
+        deferred: list[_DirTask] = []
+        w.walk(*top, defer=deferred)
+        parts = _walk_parallel(w, deferred, sc.workers)
+    else:
+        w.walk(*top)
+        parts = []
+    if not w.counts:
+        raise SourceError(f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}")
+    if len(w.counts) == first:
+        raise SourceError(f"{sc.path}: cannot open this directory")
+    return [_part(w), *parts], int(w.meta[0])
+
+
+def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
+    """The walk in C (fsage._live), without the GIL; ``workers`` > 1 walks in threads."""
+    from fsage import _live
+
+    subs = sorted(sc.submounts)
+    state = {"dir_fiemap": True, "getversion": True}
+    done = [0]
+    stop = bytearray(1)  # set when the walk must end early (an exception in another thread)
+
+    def call(
+        tasks: list[tuple[bytes, int | None]],
+        mode: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> _Part:
+        res = _live.walk(
+            sc.mount_point,
+            tasks,
+            mode=mode,
+            dev=sc.dev,
+            submounts=subs,
+            sync=sc.sync,
+            batch=sc.batch,
+            dir_fiemap=state["dir_fiemap"],
+            getversion=state["getversion"],
+            progress=progress,
+            progress_base=done[0],
+            stop=stop,
+        )
+        state["dir_fiemap"] = state["dir_fiemap"] and bool(res["dir_fiemap"])
+        state["getversion"] = state["getversion"] and bool(res["getversion"])
+        part = _c_part(res)
+        part_deferred[id(part)] = res["deferred"]
+        return part
+
+    part_deferred: dict[int, list[tuple[bytes, int | None]]] = {}
+    parts: list[_Part] = []
+    parent: int | None = None
+    comps = sc.comps
+    for i, comp in enumerate([b"", *comps[:-1]] if comps else []):
+        relp = b"/" + b"/".join(comps[:i]) if i else b""
+        part = call([(relp, parent)], _live.MODE_RECORD)
+        if not part.counts.shape[0]:
+            walked = os.path.join(sc.mount_point, relp[1:]) if comp else sc.mount_point
+            raise SourceError(f"{sc.path}: cannot open {os.fsdecode(walked)}")
+        parts.append(part)
+        parent = int(part.meta[0, 0])
+    top: tuple[bytes, int | None] = (sc.sub, parent)
+    done[0] = sum(int(p.counts.shape[0]) for p in parts)
+    if sc.workers <= 1:
+        main = call([top], _live.MODE_WALK, sc.progress)
+        parts.append(main)
+    else:
+        main = call([top], _live.MODE_DEFER)
+        parts.append(main)
+        tasks = part_deferred[id(main)]
+        for _ in range(2):  # go down until there are enough subtrees to share out
+            if len(tasks) >= 2 * sc.workers or not tasks:
+                break
+            level = call(tasks, _live.MODE_DEFER)
+            parts.append(level)
+            tasks = part_deferred[id(level)]
+        if tasks:
+            from concurrent.futures import ThreadPoolExecutor
+
+            n_chunks = min(len(tasks), 8 * sc.workers)
+            chunks = [tasks[i::n_chunks] for i in range(n_chunks)]
+            with ThreadPoolExecutor(sc.workers) as pool:
+                try:
+                    for part in pool.map(lambda c: call(c, _live.MODE_WALK), chunks):
+                        parts.append(part)
+                        if sc.progress is not None:
+                            sc.progress(sum(int(p.counts.shape[0]) for p in parts))
+                except BaseException:
+                    stop[0] = 1  # the other threads end at their next entry
+                    raise
+    if not parts[0].counts.shape[0]:
+        raise SourceError(f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}")
+    if not main.counts.shape[0]:
+        raise SourceError(f"{sc.path}: cannot open this directory")
+    return parts, int(parts[0].meta[0, 0])
+
+
+def c_walker_available() -> bool:
+    """True if the C walk (fsage._live) is built."""
+    try:
+        from fsage import _live  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def read_live_layout(
@@ -864,15 +1076,27 @@ def read_live_layout(
     *,
     sync: bool = False,
     fiemap_batch: int = 256,
-    workers: int = 1,
+    workers: int = 0,
     progress: Callable[[int], None] | None = None,
+    engine: str = "auto",
 ) -> Layout:
     """Read the layout of the mounted tree at ``path`` (see the module docstring).
 
-    ``workers`` > 1 walks subtrees in that many forked processes (the parent reads the top
-    levels, then shares out the subdirectories); the result is the same as with one.
-    ``progress`` is called now and then with the number of inodes read so far.
+    ``workers`` > 1 walks subtrees in that many threads (C walk) or forked processes (Python
+    walk): the top levels are read first, then the subdirectories are shared out; the result
+    is the same as with one (but for the order of the link table). ``workers=0`` (the default)
+    is one thread per CPU this process may run on, up to 4, for the C walk and 1 for the
+    Python walk. ``progress`` is called now and then with the number of inodes read
+    so far. ``engine`` is "c" (fsage._live), "python" or "auto" (C where it is built).
     """
+    if engine not in ("auto", "c", "python"):
+        raise ValueError(f"unknown live-reader engine {engine!r}")
+    if engine == "auto":
+        engine = "c" if c_walker_available() else "python"
+    elif engine == "c" and not c_walker_available():
+        raise SourceError("the live reader's C walk (fsage._live) is not built")
+    if workers <= 0:
+        workers = min(4, len(os.sched_getaffinity(0))) if engine == "c" else 1
     raw_path = os.fsencode(path)
     try:
         st0 = os.stat(raw_path)
@@ -880,6 +1104,8 @@ def read_live_layout(
         raise SourceError(f"{path}: {e.strerror}") from None
     if not stat.S_ISDIR(st0.st_mode):
         raise SourceError(f"{path}: not a directory (the live reader reads a mounted tree)")
+    if fiemap_batch < 1:
+        raise ValueError("fiemap_batch must be at least 1")
     real = os.path.realpath(raw_path)
     mounts = read_mountinfo()
     mount = find_mount(real, mounts)
@@ -900,39 +1126,27 @@ def read_live_layout(
     if block_size <= 0:
         raise SourceError(f"{path}: statvfs reports no block size")
 
-    w = _Walk(dev=st0.st_dev, submounts=submounts, sync=sync, batch=fiemap_batch, progress=progress)
+    scope = _Scope(
+        path=path,
+        mount_point=mp,
+        real=real,
+        sub=sub,
+        dev=st0.st_dev,
+        submounts=submounts,
+        sync=sync,
+        batch=fiemap_batch,
+        workers=workers,
+        progress=progress,
+    )
+    parts, root_ino = (_walk_c if engine == "c" else _walk_python)(scope)
+    seen = _merge_parts(parts)
+    if seen.no_fiemap and not seen.fiemap_ok:
+        rel, reason = seen.no_fiemap[0]
+        raise SourceError(
+            f"{os.fsdecode(rel)}: the file system does not answer FIEMAP "
+            f"({reason}); the live reader cannot map its files"
+        )
     extra_notes: list[str] = []
-
-    comps = [c for c in sub.split(b"/") if c]
-    if comps:
-        # The directories from the mount root down to the given one, each with its one name.
-        parent: int | None = None
-        walked = mp
-        for i, comp in enumerate([b"", *comps[:-1]]):
-            walked = os.path.join(walked, comp) if comp else walked
-            relp = b"/" + b"/".join(comps[:i]) if i else b""
-            opened = w.open_dir(walked, relp, parent, comp or None, check_dev=False)
-            if opened is None:
-                raise SourceError(f"{path}: cannot open {os.fsdecode(walked)}")
-            os.close(opened[0])
-            parent = opened[1]
-        top: _DirTask = (real, sub, parent, comps[-1])
-    else:
-        top = (mp, b"", None, None)
-    first = len(w.counts)
-    if workers > 1:
-        deferred: list[_DirTask] = []
-        w.walk(*top, defer=deferred)
-        parts = _walk_parallel(w, deferred, workers)
-    else:
-        w.walk(*top)
-        parts = []
-    if not w.counts:
-        raise SourceError(f"{path}: cannot open the mount root {os.fsdecode(mp)}")
-    if len(w.counts) == first:
-        raise SourceError(f"{path}: cannot open this directory")
-    root_ino = w.meta[0]
-    seen = _merge_parts([_part(w), *parts]) if parts else _part(w)
     try:
         fd = os.open(raw_path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
@@ -948,8 +1162,7 @@ def read_live_layout(
 
     meta, counts = seen.meta, seen.counts
     n = int(counts.shape[0])
-    raw_ext = np.frombuffer(seen.raw, FIEMAP_EXTENT_DTYPE)
-    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(raw_ext, counts, block_size)
+    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(seen.raw, counts, block_size)
     files = FileTable(
         ino=meta[:, 0].astype(np.uint64),
         generation=meta[:, 1].astype(np.uint32),
@@ -973,7 +1186,7 @@ def read_live_layout(
         meta_physical=np.zeros(0, np.uint64),
         meta_kind=np.zeros(0, np.uint8),
     ).sorted_by_ino()
-    links = LinkTable.from_lists(seen.l_parent, seen.l_ino, seen.l_name)
+    links = seen.links
 
     scale = block_size
     facts = FsFacts(
@@ -996,6 +1209,8 @@ def read_live_layout(
             "blocks_available": int(vfs.f_bavail),
             "fiemap_sync": sync,
             "skipped": len(seen.skipped),
+            "no_fiemap": len(seen.no_fiemap),
+            "walk": engine,
             "not_crossed": len(seen.not_crossed),
             "physical_space": ("btrfs logical addresses" if mount.fstype == "btrfs" else "device"),
         },

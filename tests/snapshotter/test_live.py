@@ -7,6 +7,7 @@ refusal to let the walk see inside other mounts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -18,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +33,12 @@ from fsage.layout import (
     EXTENT_UNWRITTEN,
     Layout,
 )
-from fsage.snapshotter.live import merge_extents, read_live_layout, read_mountinfo
+from fsage.snapshotter.live import (
+    c_walker_available,
+    merge_extents,
+    read_live_layout,
+    read_mountinfo,
+)
 
 MKFS = {
     "ext4": (["mkfs.ext4", "-q", "-F", "-b", "4096", "-L", "fsage-ext4"], 64),
@@ -128,6 +135,7 @@ def _populate(root: Path, fstype: str) -> None:
     (root / "links/h1").write_bytes(b"h" * 9000)
     os.link(root / "links/h1", root / "links/h2")
     os.link(root / "links/h1", root / "docs/h3")
+    os.chown(root / "docs/f01", 1234, 5678)  # owner and group apart, so columns cannot swap
     os.symlink("docs/f00", root / "sym")
     os.mkfifo(root / "fifo")
     (root / b"we\xffird\nname".decode("utf-8", "surrogateescape")).write_bytes(b"w" * 5000)
@@ -264,9 +272,10 @@ def test_small_fiemap_buffer_reads_the_same(layouts: dict[int, Layout]) -> None:
             assert np.array_equal(getattr(got, col), getattr(ref, col)), (batch, col)
 
 
-def test_parallel_walk_reads_the_same(fs: Mounted, layouts: dict[int, Layout]) -> None:
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_parallel_walk_reads_the_same(fs: Mounted, layouts: dict[int, Layout], engine: str) -> None:
     ref = layouts[256]
-    got = read_live_layout(fs.mnt, workers=2)
+    got = read_live_layout(fs.mnt, workers=2, engine=engine)
     for col in ("ino", "mode", "nlink", "size", "mtime", "generation", "ext_off", "ext_physical"):
         assert np.array_equal(getattr(got.files, col), getattr(ref.files, col)), col
     assert got.paths() == ref.paths()
@@ -367,7 +376,8 @@ def test_btrfs_subvolume_not_crossed(fs: Mounted) -> None:
         _run("btrfs", "subvolume", "delete", str(sub))
 
 
-def test_unprivileged_run_skips_what_it_cannot_read(fs: Mounted) -> None:
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_unprivileged_run_skips_what_it_cannot_read(fs: Mounted, engine: str) -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: drop to nobody, read, report as JSON
@@ -376,7 +386,7 @@ def test_unprivileged_run_skips_what_it_cannot_read(fs: Mounted) -> None:
             os.setgroups([])
             os.setresgid(65534, 65534, 65534)
             os.setresuid(65534, 65534, 65534)
-            layout = read_live_layout(fs.mnt)
+            layout = read_live_layout(fs.mnt, engine=engine)
             doc = {
                 "paths": sorted(p for ps in layout.paths().values() for p in ps),
                 "notes": layout.notes,
@@ -516,3 +526,193 @@ def test_merge_extents_rules() -> None:
     assert po.tolist() == [10, 90000, 90001, 90002]
     assert ln.tolist() == [3, 1, 1, 1]
     assert fl.tolist() == [0, EXTENT_UNWRITTEN, 0, EXTENT_INLINE]
+
+
+# --- the C walk (fsage._live) against the Python walk and against odd trees --------------------
+
+
+def _same_layout(py: Layout, c: Layout) -> None:
+    """Everything equal but crtime (the Python walk has none on 3.11) and extra["walk"]."""
+    for f in dataclasses.fields(py.files):
+        if f.name == "crtime":
+            continue
+        assert np.array_equal(getattr(py.files, f.name), getattr(c.files, f.name)), f.name
+    for col in ("parent", "ino", "name_off"):
+        assert np.array_equal(getattr(py.links, col), getattr(c.links, col)), col
+    assert py.links.names == c.links.names
+    assert np.array_equal(py.free.start, c.free.start)
+    assert np.array_equal(py.free.length, c.free.length)
+    assert py.root_ino == c.root_ino
+    assert py.notes == c.notes
+    pf, cf = py.facts.to_json(), c.facts.to_json()
+    assert (pf["extra"].pop("walk"), cf["extra"].pop("walk")) == ("python", "c")
+    assert pf == cf
+
+
+def test_c_walk_gives_the_python_walks_layout(fs: Mounted) -> None:
+    if not c_walker_available():
+        pytest.skip("fsage._live is not built")
+    for top in (fs.mnt, fs.mnt / "docs" / "deep"):
+        read_live_layout(top, engine="python")  # directories' atime settles (relatime)
+        py = read_live_layout(top, engine="python")
+        c = read_live_layout(top, engine="c", workers=1)
+        _same_layout(py, c)
+        assert len(c.files) >= 5
+    # crtime: statx's birth time, as stat(1) prints it (whole seconds; 0 where there is none).
+    c = read_live_layout(fs.mnt, engine="c", workers=1)
+    paths = _by_path(c)
+    out = _run("stat", "-c", "%i %W", *(str(fs.mnt / p.lstrip("/")) for p in sorted(paths)))
+    births = {int(i): int(w) for i, w in (line.split() for line in out.splitlines())}
+    got = {int(i): int(t) // 10**9 for i, t in zip(c.files.ino, c.files.crtime, strict=True)}
+    assert got == {i: max(w, 0) for i, w in births.items()}
+    assert any(w > 0 for w in births.values())
+
+
+def _scratch(workdir: Path, name: str) -> Mounted:
+    if not c_walker_available():
+        pytest.skip("fsage._live is not built")
+    return _mount(workdir, "ext4", name)
+
+
+def test_c_walk_deep_tree_beyond_path_max(workdir: Path) -> None:
+    """A chain of directories whose path is longer than PATH_MAX: the C walk opens it piece by
+    piece; the Python walk (paths) cannot and says so."""
+    m = _scratch(workdir, "-deep")
+    try:
+        comp = "d" * 200
+        depth = 30  # 30 * 201 bytes > 4096
+        fd = os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(depth):
+            os.mkdir(comp, dir_fd=fd)
+            nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(leaf, b"L" * 20000)
+        os.fsync(leaf)
+        leaf_ino = os.fstat(leaf).st_ino
+        os.close(leaf)
+        os.close(fd)
+        c = read_live_layout(m.mnt, engine="c", workers=1)
+        py = read_live_layout(m.mnt, engine="python")
+    finally:
+        _umount(m)
+    want = "/" + "/".join([comp] * depth) + "/leaf"
+    assert c.paths()[leaf_ino] == [want]
+    row = int(np.flatnonzero(c.files.ino == leaf_ino)[0])
+    ext = _extents(c, row)
+    assert sum(e[2] for e in ext) == 5 and ext[0][0] == 0
+    assert not c.facts.extra["skipped"]
+    assert leaf_ino not in py.paths()
+    assert any("File name too long" in n for n in py.notes)
+
+
+def test_c_walk_huge_directory_and_hard_links(workdir: Path) -> None:
+    """One directory needing several getdents64 calls; hard links across directories."""
+    m = _scratch(workdir, "-huge")
+    try:
+        big = m.mnt / "big"
+        big.mkdir()
+        names = [f"entry-with-a-longish-name-{i:06d}" for i in range(9000)]
+        for n in names:
+            (big / n).touch()
+        (m.mnt / "h").mkdir()
+        (m.mnt / "h/a").write_bytes(b"a" * 10000)
+        for i in range(3):
+            os.link(m.mnt / "h/a", big / f"link{i}")
+        os.sync()
+        read_live_layout(m.mnt, engine="python")
+        py = read_live_layout(m.mnt, engine="python")
+        c = read_live_layout(m.mnt, engine="c", workers=1)
+        c2 = read_live_layout(m.mnt, engine="c", workers=2)
+        ino = os.stat(m.mnt / "h/a").st_ino
+        # A progress callback that raises ends the walk with its exception; so does the stop
+        # byte another thread sets.
+        seen: list[int] = []
+
+        def progress(n: int) -> None:
+            seen.append(n)
+            raise KeyError("enough")
+
+        with pytest.raises(KeyError, match="enough"):
+            read_live_layout(m.mnt, engine="c", workers=1, progress=progress)
+        assert seen == [4096]
+        from fsage import _live
+
+        with pytest.raises(InterruptedError):
+            _live.walk(
+                os.fsencode(m.mnt),
+                [(b"", None)],
+                mode=_live.MODE_WALK,
+                dev=os.stat(m.mnt).st_dev,
+                submounts=[],
+                sync=False,
+                batch=8,
+                dir_fiemap=True,
+                getversion=True,
+                stop=bytearray(b"\x01"),
+            )
+    finally:
+        _umount(m)
+    _same_layout(py, c)
+    got = {p for ps in c.paths().values() for p in ps}
+    assert {f"/big/{n}" for n in names} <= got
+    assert c.paths()[ino] == ["/big/link0", "/big/link1", "/big/link2", "/h/a"]
+    assert int(np.count_nonzero(c.files.ino == ino)) == 1
+    assert int(np.count_nonzero(c.links.ino == ino)) == 4
+    assert len(c.files) == 9000 + 4 + (1 if "/lost+found" in got else 0)  # h/a, /, big, h
+    assert c2.paths() == c.paths()
+    assert np.array_equal(c2.files.ino, c.files.ino)
+    assert np.array_equal(c2.files.ext_physical, c.files.ext_physical)
+
+
+def test_c_walk_files_vanishing_mid_walk(workdir: Path) -> None:
+    """Files deleted after their directory was listed are skipped and noted, not fatal."""
+    m = _scratch(workdir, "-vanish")
+    try:
+        v = m.mnt / "v"
+        v.mkdir()
+        total = 6000
+        for i in range(total):
+            (v / f"f{i}").touch()
+        os.sync()
+        deleted: list[int] = []
+
+        def progress(n: int) -> None:  # the C walk calls this after 4096 records
+            if not deleted:
+                for p in v.iterdir():
+                    p.unlink()
+                deleted.append(n)
+
+        layout = read_live_layout(m.mnt, engine="c", workers=1, progress=progress)
+    finally:
+        _umount(m)
+    assert deleted == [4096]
+    in_v = [p for ps in layout.paths().values() for p in ps if p.startswith("/v/")]
+    vanished = layout.facts.extra["skipped"]
+    assert vanished > 0
+    assert len(in_v) + vanished == total
+    (note,) = [n for n in layout.notes if n.startswith("skipped")]
+    assert note.startswith(f"skipped {vanished} paths (vanished or changed during the walk): /v/f")
+
+
+def test_c_walk_rejects_bad_tasks() -> None:
+    if not c_walker_available():
+        pytest.skip("fsage._live is not built")
+    from fsage import _live
+
+    kw: dict[str, Any] = dict(
+        mode=_live.MODE_WALK,
+        dev=0,
+        submounts=[],
+        sync=False,
+        batch=8,
+        dir_fiemap=True,
+        getversion=True,
+    )
+    with pytest.raises(ValueError, match="start with '/'"):
+        _live.walk(b"/", [(b"etc", None)], **kw)
+    with pytest.raises(ValueError, match="bad mode or batch"):
+        _live.walk(b"/", [(b"", None)], **{**kw, "batch": 0})
+    with pytest.raises(FileNotFoundError):
+        _live.walk(b"/nonexistent-fsage-dir", [(b"", None)], **kw)

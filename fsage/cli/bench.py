@@ -1,0 +1,267 @@
+"""`fsage bench`: run the seed benchmarks on an image or a mounted directory; `fsage bench predict`:
+seed 002's predicted vs actual table; `fsage bench results`: the stored results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.errors import StoreError, UsageError
+
+
+class BenchGroup(click.Group):
+    """``fsage bench TARGET ...`` runs a suite (the ``run`` subcommand) unless the first word
+    names a subcommand (``predict``, ``results``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("bench", cls=BenchGroup)
+def bench_group() -> None:
+    """Run a benchmark suite on TARGET and store it with layout scores (seed 000, 002, 004).
+
+    `fsage bench TARGET --suite NAME` is short for `fsage bench run TARGET --suite NAME`.
+
+    \b
+    Examples:
+      fsage bench ext4.img --suite seq --db fsage.db
+      fsage bench /mnt/test --suite postmark --variant 50k --format json
+      fsage bench predict --db fsage.db --suite create-read
+    """
+
+
+def _sizes(values: tuple[str, ...]) -> list[int] | None:
+    from fsage.replay.bench import parse_size
+
+    return [parse_size(v) for v in values] or None
+
+
+@bench_group.command("run")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option(
+    "--suite",
+    required=True,
+    type=click.Choice(["seq", "seq-fsync", "create-read", "postmark", "tpcb", "hfs-aging"]),
+    help="Benchmark suite.",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Store the run and its results in this database.",
+)
+@click.option(
+    "--size",
+    help="Scale: data set per file size (seq, create-read; default 32M), account file (tpcb), "
+    "number of files (postmark), number of ops (hfs-aging).",
+)
+@click.option(
+    "--variant",
+    help="postmark: seed003 (default), 50k, 100k, 150k; hfs-aging: 10k (default), 20k, 40k.",
+)
+@click.option("--transactions", type=int, help="Transactions (postmark, tpcb).")
+@click.option(
+    "--file-size",
+    "file_sizes",
+    multiple=True,
+    help="Only these file sizes (seq, seq-fsync, create-read; default 1K..4M). Repeatable.",
+)
+@click.option("--seed", type=int, default=42, show_default=True, help="Random seed.")
+@click.option("--name", help="File-system name recorded with the run (default: target's name).")
+@click.option("--keep", is_flag=True, help="Keep the benchmark's files afterwards.")
+@format_option("text", "json")
+def run_cmd(
+    target: Path,
+    suite: str,
+    db: Path | None,
+    size: str | None,
+    variant: str | None,
+    transactions: int | None,
+    file_sizes: tuple[str, ...],
+    seed: int,
+    name: str | None,
+    keep: bool,
+    fmt: str,
+) -> None:
+    """Run SUITE on TARGET (an image, loop-mounted when root, or a mounted directory).
+
+    Each phase starts cold: as root, fsage syncs, drops the page cache and remounts an image it
+    mounted; without root it says the run is warm. The benchmark works in a directory of its
+    own on the target and removes it afterwards unless --keep. Layout scores of the
+    benchmark's files and of the files already there are read from snapshots before and after.
+
+    \b
+    Examples:
+      fsage bench ext4.img --suite seq --size 8M --db fsage.db
+      fsage bench /mnt/test --suite tpcb --transactions 20000
+      fsage bench ext4.img --suite hfs-aging --variant 20k --format json
+    """
+    from fsage.replay.bench import BenchOptions, parse_size, run_bench
+
+    opts = BenchOptions(
+        suite=suite,
+        size=_parse_scale(suite, size, parse_size),
+        variant=variant,
+        transactions=transactions,
+        file_sizes=_sizes(file_sizes),
+        seed=seed,
+        keep=keep,
+        name=name,
+    )
+    run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
+    if fmt == "json":
+        echo_json(run.to_json())
+        return
+    click.echo(f"{suite} on {run.via}: {run.seconds:.1f} s" + ("" if run.cold else " (warm)"))
+    for n in run.notes:
+        click.echo(f"  note: {n}")
+    rows = []
+    for r, j in zip(run.results, run.results_json(), strict=True):
+        what = ", ".join(f"{k}={v}" for k, v in r.params.items() if k in ("file_size", "variant"))
+        rows.append(
+            [
+                r.metric,
+                what,
+                r.value,
+                r.unit,
+                j["layout_score_bench_files"],
+                j["layout_score_old_files"],
+            ]
+        )
+    echo_table(["metric", "of", "value", "unit", "bench layout", "old layout"], rows)
+    if run.run_id is not None:
+        click.echo(f"stored as bench run {run.run_id}")
+
+
+def _parse_scale(suite: str, size: str | None, parse_size: Any) -> int | None:
+    if size is None:
+        return None
+    if suite in ("postmark", "hfs-aging"):
+        try:
+            n = int(size.replace("_", "").lower().removesuffix("k")) * (
+                1000 if size.lower().endswith("k") else 1
+            )
+        except ValueError:
+            raise UsageError(
+                f"--size for {suite} is a count (e.g. 5000 or 50k): {size!r}"
+            ) from None
+        if n <= 0:
+            raise UsageError(f"--size must be positive: {size!r}")
+        return n
+    return int(parse_size(size))
+
+
+def _open_store(db: Path) -> Any:
+    from fsage.db.store import Store
+
+    if not db.exists():
+        raise StoreError(f"{db}: no such database")
+    return Store.open(db)
+
+
+@bench_group.command("predict")
+@db_option
+@click.option("--suite", help="Suite whose runs to fit (default: the one with most runs).")
+@click.option(
+    "--file-size",
+    default="64K",
+    show_default=True,
+    help="Results for files of this size (seq, create-read); seed 002 uses 64 KB files.",
+)
+@click.option("--fs", "fs_name", help="Only runs recorded under this file-system name.")
+@format_option("text", "json")
+def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None, fmt: str) -> None:
+    """Seed 002's table: bench and old layout scores, predicted vs actual relative performance.
+
+    Relative performance is a result over the best run on an empty file system; predicted
+    performance comes from a linear fit of relative performance against layout score over the
+    stored runs, evaluated at the old files' layout score.
+
+    \b
+    Examples:
+      fsage bench predict --db fsage.db
+      fsage bench predict --db fsage.db --suite create-read --file-size 64K --format json
+    """
+    from fsage.replay.bench import parse_size
+    from fsage.replay.bench.predict import Prediction, predict
+
+    with _open_store(db) as store:
+        pred = predict(store, suite, parse_size(file_size), fs_name)
+    if fmt == "json":
+        echo_json(pred.to_json())
+        return
+    what = f" ({pred.file_size}-byte files)" if pred.file_size else ""
+    click.echo(f"suite {pred.suite}{what}: {len(pred.rows)} runs")
+    for name, fit in (("read", pred.read_fit), ("write", pred.write_fit)):
+        if fit is not None:
+            click.echo(
+                f"  {name}: relative = {fit.intercept:.3f} + {fit.slope:.3f} x layout score "
+                f"(r = {fit.r:.2f}, {fit.points} runs)"
+            )
+    for n in pred.notes:
+        click.echo(f"  note: {n}")
+    if pred.rows:
+        echo_table(list(Prediction.HEADERS), pred.table_rows())
+
+
+@bench_group.command("results")
+@db_option
+@click.option("--suite", help="Only this suite.")
+@format_option("text", "json")
+def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
+    """The stored benchmark results, one line per value.
+
+    \b
+    Examples:
+      fsage bench results --db fsage.db --suite seq
+    """
+    from fsage.replay.bench import stored_results
+
+    with _open_store(db) as store:
+        res = stored_results(store, suite)
+    if fmt == "json":
+        echo_json(
+            [
+                {
+                    "run_id": r.run_id,
+                    "suite": r.suite,
+                    "fs": r.fs_name,
+                    "started_at": r.started_at,
+                    "cold": r.cold,
+                    "params": {**r.run_params, **r.params},
+                    "metric": r.metric,
+                    "value": r.value,
+                    "unit": r.unit,
+                    "layout_score_bench_files": r.layout_score_bench_files,
+                    "layout_score_old_files": r.layout_score_old_files,
+                }
+                for r in res
+            ]
+        )
+        return
+    echo_table(
+        ["run", "suite", "fs", "date", "metric", "of", "value", "unit", "bench", "old"],
+        [
+            [
+                r.run_id,
+                r.suite,
+                r.fs_name,
+                r.started_at[:10],
+                r.metric,
+                str(r.params.get("file_size") or r.params.get("variant") or ""),
+                r.value,
+                r.unit,
+                r.layout_score_bench_files,
+                r.layout_score_old_files,
+            ]
+            for r in res
+        ],
+    )
+
+
+COMMANDS = [bench_group]

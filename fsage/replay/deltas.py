@@ -1,0 +1,934 @@
+"""Snapshot deltas: infer the operations between consecutive snapshots of one file system.
+
+Between two snapshots A and B (``Layout``s of one file system), a file is known by its identity
+``(inode, generation, creation time)``: the same identity under a new name is a rename, a new
+identity is a create, an identity that is gone a delete. For a file present in both:
+
+* **grow**: it got longer and its old blocks stayed where they were -> ``append``;
+* **shrink**: it got shorter, old blocks in place -> ``truncate``;
+* **rewrite**: blocks it already had moved (the file was rewritten, e.g. opened with O_TRUNC
+  and written again) -> ``truncate`` to 0 then ``append`` the new size, so the recreated file
+  system's allocator chooses blocks again as the original's did (an in-place ``overwrite``
+  never moves blocks on ext4). A file whose extents changed without a size change is a rewrite;
+* **overwrite**: same size and same blocks (or holes filled) but a newer modification time ->
+  ``overwrite`` of the whole file (which bytes changed is not recorded).
+
+Directories appear (``mkdir``), disappear (``delete`` of an empty directory) or move
+(``rename``). These are the inter-day activity of Smith & Seltzer's aging method; the short-lived
+files no snapshot can see (intra-day activity) can be added from parameters (``IntraDay``), and
+the workload header says so.
+
+Ordering inside an interval follows the recorded times: a create at the file's creation time
+(``crtime``; its modification time where the file system records no creation time), a size or
+content change at its ``mtime``, a rename at its ``ctime``. Times outside the interval (files
+unpacked with preserved times) are clamped into it. Deletes have no recorded time; they are
+placed at the start of the interval (``deletes="first"``), so the space they free is there for
+every create after them, or at the parent directory's last modification (``deletes="parent"``),
+an upper bound of the real time. Removed directories go at the end of the interval, once
+empty. Any op whose precondition does not hold yet (its directory not made, its name still
+taken, its directory not empty) waits for the op that makes it hold; a cycle of renames is
+broken through a temporary name.
+
+Recorded names are never trusted: a name that is empty, '.', '..', holds '/' or NUL, or is
+longer than 255 bytes cannot be carried by the op vocabulary; the entry (and what lies below
+it) is skipped and counted. Symlinks and device/fifo/socket inodes have no op either and are
+counted; so are the extra names of a hard-linked file (the vocabulary has no ``link`` op: the
+file is made under its first name only). Paths in the ops always pass ``check_relpath``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+import numpy as np
+
+from fsage.errors import StoreError, UsageError, WorkloadError
+from fsage.layout import Layout
+from fsage.workload import Op, WorkloadHeader, check_relpath
+
+#: Identity of a file: (inode, generation, creation time ns). Synthetic entries (the root, the
+#: mkfs-made lost+found, intra-day files, temporaries) use negative inode numbers.
+Key = tuple[int, int, int]
+ROOT: Key = (-1, 0, 0)
+LOST_FOUND: Key = (-2, 0, 0)
+LOST_FOUND_NAME = "lost+found"
+NAME_MAX = 255
+DAY_NS = 86_400 * 10**9
+
+# Phases break ties between ops at the same time.
+_PHASE = {
+    "delete": 0,
+    "mkdir": 1,
+    "rename": 2,
+    "create": 3,
+    "append": 4,
+    "truncate": 4,
+    "rewrite": 4,
+    "overwrite": 4,
+    "rmdir": 5,
+}
+
+INFERRED_KINDS = (
+    "mkdir",
+    "create",
+    "grow",
+    "shrink",
+    "rewrite",
+    "overwrite",
+    "rename",
+    "delete",
+    "rmdir",
+    "intra_create",
+    "intra_delete",
+)
+
+
+@dataclass(frozen=True)
+class IntraDay:
+    """Short-lived files the snapshots cannot see: per interval, about ``files_per_day`` times
+    its length in days of files are created at uniformly drawn times and deleted after an
+    exponentially drawn lifetime (mean ``lifetime_s``, cut at the interval's end). Sizes come
+    from ``size`` (a ``HybridSize`` as JSON), or from a fit to the later snapshot's sizes."""
+
+    files_per_day: float
+    lifetime_s: float = 3600.0
+    seed: int = 0
+    size: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.files_per_day >= 0 or not math.isfinite(self.files_per_day):
+            raise UsageError("intra-day files per day must be a number >= 0")
+        if not self.lifetime_s > 0:
+            raise UsageError("intra-day lifetime must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files_per_day": self.files_per_day,
+            "lifetime_s": self.lifetime_s,
+            "seed": self.seed,
+            "size": self.size if self.size is not None else "fitted to each later snapshot",
+        }
+
+
+@dataclass
+class DeltaStats:
+    """What was inferred (op counts by kind), what was skipped and why, bytes written."""
+
+    inferred: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INFERRED_KINDS, 0))
+    skipped: dict[str, set[Key]] = field(default_factory=dict)
+    ops: int = 0
+    bytes: int = 0
+    intervals: list[dict[str, Any]] = field(default_factory=list)
+
+    def skip(self, reason: str, key: Key) -> None:
+        self.skipped.setdefault(reason, set()).add(key)
+
+    def skipped_counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in sorted(self.skipped.items())}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ops": self.ops,
+            "bytes": self.bytes,
+            "inferred": dict(self.inferred),
+            "skipped": self.skipped_counts(),
+            "intervals": self.intervals,
+        }
+
+
+# ---------------------------------------------------------------------------- entries
+
+
+@dataclass
+class _Link:
+    parent: Key
+    name: str
+    path: str
+
+
+@dataclass
+class _Entry:
+    key: Key
+    is_dir: bool
+    row: int
+    size: int
+    mtime: int
+    ctime: int
+    crtime: int
+    links: list[_Link]  # valid names, sorted by path; the first is the primary
+
+
+def _name_ok(raw: bytes) -> bool:
+    return (
+        0 < len(raw) <= NAME_MAX
+        and raw not in (b".", b"..")
+        and b"/" not in raw
+        and b"\0" not in raw
+    )
+
+
+def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
+    """Replayable entries of ``layout`` with their validated names, keyed by identity.
+
+    Walks the link table from the root; a link with an unsafe name is skipped (and what lies
+    below it is unreachable). The root-level lost+found is the one mkfs makes: it is never
+    made, moved or removed, but what it holds is replayed like anything else.
+    """
+    files = layout.files
+    ino = files.ino.tolist()
+    gen = files.generation.tolist()
+    crt = files.crtime.tolist()
+    mode = files.mode.tolist()
+    row_of = {i: r for r, i in enumerate(ino)}
+    key_of: dict[int, Key] = {}
+    for r, i in enumerate(ino):
+        key_of[i] = (int(i), int(gen[r]), int(crt[r]))
+    root = layout.root_ino
+    children: dict[int, list[tuple[int, bytes]]] = {}
+    links = layout.links
+    off = links.name_off.tolist()
+    names = links.names
+    for p, c, a, b in zip(
+        links.parent.tolist(), links.ino.tolist(), off[:-1], off[1:], strict=True
+    ):
+        children.setdefault(int(p), []).append((int(c), names[a:b]))
+
+    out: dict[Key, _Entry] = {}
+    dkey: dict[int, Key] = {root: ROOT}
+    stack: list[tuple[int, str]] = [(root, "")]
+    seen_dirs = {root}
+    while stack:
+        d, prefix = stack.pop()
+        for c, raw in children.get(d, ()):
+            row = row_of.get(c)
+            if row is None or c == root:
+                continue
+            r = row
+            key = key_of[c]
+            if not _name_ok(raw):
+                stats.skip("unsafe_name", key)
+                continue
+            name = raw.decode("utf-8", "surrogateescape")
+            path = f"{prefix}/{name}" if prefix else name
+            fmt = stat.S_IFMT(mode[r])
+            if d == root and name == LOST_FOUND_NAME and fmt == stat.S_IFDIR:
+                dkey[c] = LOST_FOUND
+                if c not in seen_dirs:
+                    seen_dirs.add(c)
+                    stack.append((c, path))
+                continue
+            if fmt == stat.S_IFDIR:
+                if c in seen_dirs:  # a second name for a directory: a damaged tree
+                    stats.skip("directory_loop", key)
+                    continue
+                seen_dirs.add(c)
+                dkey[c] = key
+                stack.append((c, path))
+            elif fmt != stat.S_IFREG:
+                stats.skip("symlink" if fmt == stat.S_IFLNK else "special_file", key)
+                continue
+            parent = dkey[d]
+            e = out.get(key)
+            if e is None:
+                e = _Entry(
+                    key=key,
+                    is_dir=fmt == stat.S_IFDIR,
+                    row=r,
+                    size=int(files.size[r]),
+                    mtime=int(files.mtime[r]),
+                    ctime=int(files.ctime[r]),
+                    crtime=int(files.crtime[r]),
+                    links=[],
+                )
+                out[key] = e
+            e.links.append(_Link(parent, name, path))
+    for e in out.values():
+        e.links.sort(key=lambda lk: lk.path)
+    return out
+
+
+def _runs(layout: Layout, row: int) -> list[tuple[int, int, int]]:
+    """Block mapping of one file as maximal (logical, physical, length) runs."""
+    f = layout.files
+    a, b = int(f.ext_off[row]), int(f.ext_off[row + 1])
+    if a == b:
+        return []
+    lg = f.ext_logical[a:b].tolist()
+    ph = f.ext_physical[a:b].tolist()
+    ln = f.ext_length[a:b].tolist()
+    out: list[tuple[int, int, int]] = []
+    for lo, p, n in sorted(zip(lg, ph, ln, strict=True)):
+        if n <= 0:
+            continue
+        if out and out[-1][0] + out[-1][2] == lo and out[-1][1] + out[-1][2] == p:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + n)
+        else:
+            out.append((lo, p, n))
+    return out
+
+
+def _blocks_moved(
+    old: list[tuple[int, int, int]], new: list[tuple[int, int, int]], limit: int
+) -> bool:
+    """True when a block the file had below logical ``limit`` is no longer where it was."""
+    starts = [r[0] for r in new]
+    for lo, p, n in old:
+        if lo >= limit:
+            break
+        n = min(n, limit - lo)
+        i = int(np.searchsorted(starts, lo, side="right")) - 1
+        if i < 0:
+            return True
+        nlo, np_, nn = new[i]
+        if lo + n > nlo + nn or p - lo != np_ - nlo:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------- namespace
+
+
+@dataclass
+class _Node:
+    key: Key
+    parent: Key | None
+    name: str
+    is_dir: bool
+    kids: dict[str, Key] = field(default_factory=dict)
+
+
+class _Namespace:
+    """The replayed file system as the op stream leaves it."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[Key, _Node] = {ROOT: _Node(ROOT, None, "", True)}
+        self.add(LOST_FOUND, ROOT, LOST_FOUND_NAME, True)
+
+    def add(self, key: Key, parent: Key, name: str, is_dir: bool) -> None:
+        self.nodes[key] = _Node(key, parent, name, is_dir)
+        self.nodes[parent].kids[name] = key
+
+    def remove(self, key: Key) -> Key:
+        node = self.nodes.pop(key)
+        assert node.parent is not None
+        del self.nodes[node.parent].kids[node.name]
+        return node.parent
+
+    def rekey(self, old: Key, new: Key) -> None:
+        node = self.nodes.pop(old)
+        node.key = new
+        self.nodes[new] = node
+        assert node.parent is not None
+        self.nodes[node.parent].kids[node.name] = new
+        for kid in node.kids.values():
+            self.nodes[kid].parent = new
+
+    def move(self, key: Key, parent: Key, name: str) -> Key:
+        node = self.nodes[key]
+        assert node.parent is not None
+        old = node.parent
+        del self.nodes[old].kids[node.name]
+        node.parent, node.name = parent, name
+        self.nodes[parent].kids[name] = key
+        return old
+
+    def path(self, key: Key) -> str:
+        parts: list[str] = []
+        node = self.nodes[key]
+        while node.parent is not None:
+            parts.append(node.name)
+            node = self.nodes[node.parent]
+        return "/".join(reversed(parts))
+
+    def child_path(self, parent: Key, name: str) -> str:
+        p = self.path(parent)
+        return f"{p}/{name}" if p else name
+
+    def inside(self, key: Key, ancestor: Key) -> bool:
+        """True when ``key`` is ``ancestor`` or lies below it."""
+        k: Key | None = key
+        while k is not None:
+            if k == ancestor:
+                return True
+            k = self.nodes[k].parent
+        return False
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+@dataclass(order=True)
+class _Plan:
+    time: int
+    phase: int
+    seq: int
+    kind: str = field(compare=False)
+    key: Key = field(compare=False)
+    parent: Key = field(compare=False, default=ROOT)
+    name: str = field(compare=False, default="")
+    size: int = field(compare=False, default=0)
+    inferred: str = field(compare=False, default="")
+
+
+class DeltaBuilder:
+    """Turns a sequence of snapshots into one op stream, interval by interval.
+
+    ``interval(None, first, ...)`` populates an empty file system with the first snapshot (its
+    creates in creation order, then inode order); each later ``interval(prev, next, ...)``
+    appends the inferred operations and a ``snapshot`` marker. ``start_from(layout)`` adopts a
+    snapshot as the starting state without any op (a stream that starts at that snapshot).
+    """
+
+    def __init__(self, *, intra: IntraDay | None = None, deletes: str = "first") -> None:
+        if deletes not in ("first", "parent"):
+            raise UsageError(f"unknown delete placement {deletes!r} (first or parent)")
+        self.intra = intra
+        self.deletes = deletes
+        self.stats = DeltaStats()
+        self.ns = _Namespace()
+        self._rng = random.Random(intra.seed if intra else 0)
+        self._seq = 0
+        self._tmp = 0
+        self._last: tuple[Layout, dict[Key, _Entry]] | None = None
+        self._lo = 0
+
+    # -- public ------------------------------------------------------------------------
+
+    def start_from(self, layout: Layout) -> None:
+        entries = self._entries_of(layout)
+        for e in sorted(entries.values(), key=lambda e: e.links[0].path.count("/")):
+            lk = e.links[0]
+            if lk.parent in self.ns.nodes and lk.name not in self.ns.nodes[lk.parent].kids:
+                self.ns.add(e.key, lk.parent, lk.name, e.is_dir)
+        self._last = (layout, entries)
+
+    def interval(
+        self,
+        old: Layout | None,
+        new: Layout,
+        *,
+        start_ns: int | None,
+        end_ns: int,
+        label: str = "",
+    ) -> list[Op]:
+        """Ops that take the file system from ``old`` (None: empty) to ``new``."""
+        old_entries: dict[Key, _Entry] = {}
+        if old is not None:
+            old_entries = dict(self._entries_of(old))
+        new_entries = self._entries_of(new)
+        self._last = (new, new_entries)
+        lo = start_ns if start_ns is not None else -(2**62)
+        hi = max(end_ns, lo)
+        self._lo = lo
+        plans = self._plan(old, old_entries, new, new_entries, lo, hi)
+        intra_files = 0
+        if self.intra is not None and start_ns is not None and hi > lo:
+            intra_files = self._plan_intra(plans, new, new_entries, old_entries, lo, hi)
+        ops = self._schedule(plans)
+        if label:
+            ops.append(Op("snapshot", label=label))
+        self.stats.ops += len(ops)
+        self.stats.bytes += sum(op.size for op in ops if op.op in ("create", "append", "overwrite"))
+        info: dict[str, Any] = {"label": label, "ops": len(ops)}
+        if self.intra is not None:
+            info["intra_day_files"] = intra_files
+        self.stats.intervals.append(info)
+        return ops
+
+    # -- planning ----------------------------------------------------------------------
+
+    def _entries_of(self, layout: Layout) -> dict[Key, _Entry]:
+        if self._last is not None and self._last[0] is layout:
+            return self._last[1]
+        return _entries(layout, self.stats)
+
+    def _new_plan(self, t: int, kind: str, key: Key, **kw: Any) -> _Plan:
+        self._seq += 1
+        return _Plan(t, _PHASE[kind], self._seq, kind, key, **kw)
+
+    def _plan(
+        self,
+        old: Layout | None,
+        olds: dict[Key, _Entry],
+        new: Layout,
+        news: dict[Key, _Entry],
+        lo: int,
+        hi: int,
+    ) -> list[_Plan]:
+        ns = self.ns
+        bs = max(int(new.facts.block_size), 1)
+
+        def clamp(t: int) -> int:
+            return min(max(t, lo), hi)
+
+        def born(e: _Entry) -> int:
+            return e.crtime if e.crtime > 0 else min(e.mtime, e.ctime)
+
+        plans: list[_Plan] = []
+        self._retire_reused(plans, old, olds, new, news, bs, hi)
+        # Creations in creation order, then inode order (seq follows the sort).
+        for e in sorted(news.values(), key=lambda e: (born(e), e.key[0])):
+            if e.key in ns.nodes:
+                continue
+            lk = e.links[0]
+            kind = "mkdir" if e.is_dir else "create"
+            plans.append(
+                self._new_plan(
+                    clamp(born(e)), kind, e.key, parent=lk.parent, name=lk.name, size=e.size
+                )
+            )
+            plans[-1].inferred = kind
+        for key, node in list(ns.nodes.items()):
+            if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
+                continue
+            if node.is_dir:
+                # Removed directories go last, deepest first (the ns path depth breaks ties).
+                p = self._new_plan(hi, "rmdir", key, inferred="rmdir")
+                p.seq = -ns.path(key).count("/")  # deeper first among equal times
+                plans.append(p)
+            else:
+                t = lo
+                if self.deletes == "parent" and node.parent is not None:
+                    pe = news.get(node.parent)
+                    if pe is not None and lo < pe.mtime <= hi:
+                        t = pe.mtime
+                plans.append(self._new_plan(t, "delete", key, inferred="delete"))
+        for key, e in news.items():
+            cur = ns.nodes.get(key)
+            if cur is None:
+                continue
+            node = cur
+            # Rename: the current name is no longer one of the file's names.
+            current = (node.parent, node.name)
+            if all((lk.parent, lk.name) != current for lk in e.links):
+                lk = e.links[0]
+                plans.append(
+                    self._new_plan(
+                        clamp(e.ctime),
+                        "rename",
+                        key,
+                        parent=lk.parent,
+                        name=lk.name,
+                        inferred="rename",
+                    )
+                )
+            if e.is_dir or old is None:
+                continue
+            o = olds.get(key)
+            if o is None:
+                continue
+            self._plan_content(plans, old, o, new, e, bs, clamp)
+        for e in news.values():
+            for lk in e.links[1:]:
+                self.stats.skip("hard_link", (e.key[0], e.key[1], hash(lk.path)))
+        return plans
+
+    def _retire_reused(
+        self,
+        plans: list[_Plan],
+        old: Layout | None,
+        olds: dict[Key, _Entry],
+        new: Layout,
+        news: dict[Key, _Entry],
+        bs: int,
+        hi: int,
+    ) -> None:
+        """An identity that now names something else is a delete plus a create: the old node
+        takes a synthetic key (and is removed), the new entry is created under the real one.
+
+        That is the case when the type changed (file <-> directory), and, where the file system
+        records neither generation nor creation time (e.g. images written by libext2fs), when a
+        regular file changed name and its blocks moved too: an inode reused by a new file.
+        """
+        ns = self.ns
+        for key, e in news.items():
+            node = ns.nodes.get(key)
+            if node is None:
+                continue
+            reused = node.is_dir != e.is_dir
+            if not reused and not e.is_dir and key[1] == 0 and key[2] == 0 and old is not None:
+                o = olds.get(key)
+                renamed = all((lk.parent, lk.name) != (node.parent, node.name) for lk in e.links)
+                if o is not None and renamed:
+                    limit = -(-min(o.size, e.size) // bs)
+                    reused = _blocks_moved(_runs(old, o.row), _runs(new, e.row), limit) or (
+                        o.size != e.size
+                    )
+            if not reused:
+                continue
+            self._tmp += 1
+            ghost: Key = (-1000 - self._tmp, 0, 0)
+            ns.rekey(key, ghost)
+            if node.is_dir:
+                plans.append(self._new_plan(hi, "rmdir", ghost, inferred="rmdir"))
+            else:
+                plans.append(self._new_plan(self._lo, "delete", ghost, inferred="delete"))
+            olds.pop(key, None)
+
+    def _plan_content(
+        self,
+        plans: list[_Plan],
+        old: Layout,
+        o: _Entry,
+        new: Layout,
+        e: _Entry,
+        bs: int,
+        clamp: Any,
+    ) -> None:
+        old_runs, new_runs = _runs(old, o.row), _runs(new, e.row)
+        same_ext = old_runs == new_runs
+        if same_ext and o.size == e.size and o.mtime == e.mtime:
+            return
+        limit = -(-min(o.size, e.size) // bs)
+        t = clamp(e.mtime)
+        if _blocks_moved(old_runs, new_runs, limit):
+            plans.append(self._new_plan(t, "rewrite", e.key, size=e.size, inferred="rewrite"))
+        elif e.size > o.size:
+            plans.append(self._new_plan(t, "append", e.key, size=e.size - o.size, inferred="grow"))
+        elif e.size < o.size:
+            plans.append(self._new_plan(t, "truncate", e.key, size=e.size, inferred="shrink"))
+        elif e.size and (not same_ext or o.mtime != e.mtime):
+            plans.append(self._new_plan(t, "overwrite", e.key, size=e.size, inferred="overwrite"))
+
+    def _plan_intra(
+        self,
+        plans: list[_Plan],
+        new: Layout,
+        news: dict[Key, _Entry],
+        olds: dict[Key, _Entry],
+        lo: int,
+        hi: int,
+    ) -> int:
+        from fsage.ager.distributions import HybridSize, fit_sizes
+
+        assert self.intra is not None
+        rng = self._rng
+        expected = self.intra.files_per_day * (hi - lo) / DAY_NS
+        count = int(expected) + (1 if rng.random() < expected - int(expected) else 0)
+        if count == 0:
+            return 0
+        if self.intra.size is not None:
+            dist = HybridSize.from_json(self.intra.size)
+        else:
+            try:
+                dist = fit_sizes(new)
+            except WorkloadError:
+                dist = HybridSize(mu=9.0, sigma=1.5)
+        # Directories there for the whole interval: in the namespace now and in the snapshot.
+        stable = sorted(k for k, n in self.ns.nodes.items() if n.is_dir and (k in news or k[0] < 0))
+        free_blocks = int(new.facts.blocks_free) * int(new.facts.block_size)
+        cap = max(free_blocks // 4, 0)
+        for _ in range(count):
+            parent = rng.choice(stable)
+            self._tmp += 1
+            key: Key = (-1000 - self._tmp, 0, 0)
+            name = f".fsage-intra-{self._tmp}"
+            t0 = lo + int(rng.random() * (hi - lo))
+            life = int(rng.expovariate(1.0 / self.intra.lifetime_s) * 1e9)
+            t1 = min(t0 + max(life, 1), hi)
+            size = dist.sample(rng, cap=cap)
+            p = self._new_plan(t0, "create", key, parent=parent, name=name, size=size)
+            p.inferred = "intra_create"
+            plans.append(p)
+            plans.append(self._new_plan(t1, "delete", key, inferred="intra_delete"))
+        return count
+
+    # -- scheduling --------------------------------------------------------------------
+
+    def _schedule(self, plans: list[_Plan]) -> list[Op]:
+        """Run the plans in time order against the namespace, each waiting for what it needs."""
+        ns = self.ns
+        pending = {p.key for p in plans if p.kind in ("mkdir", "create")}
+        todo = {p.key: 0 for p in plans}
+        for p in plans:
+            todo[p.key] += 1
+        heap = list(plans)
+        heapq.heapify(heap)
+        waiting: dict[tuple[str, Key], list[_Plan]] = {}
+        out: list[Op] = []
+
+        def drop(p: _Plan) -> None:
+            todo[p.key] -= 1
+            self.stats.skip("unresolved", p.key)
+
+        def blocker(p: _Plan) -> tuple[str, Key] | bool | None:
+            """An event to wait for; None when the plan can run; False when it never can."""
+            if p.kind in ("mkdir", "create"):
+                need = [p.parent]
+            else:
+                need = [p.key] + ([p.parent] if p.kind == "rename" else [])
+            for k in need:
+                if k not in ns.nodes:
+                    return ("key", k) if k in pending else False
+            if p.kind in ("mkdir", "create", "rename"):
+                if not ns.nodes[p.parent].is_dir:
+                    return False
+                if p.kind == "rename":
+                    node = ns.nodes[p.key]
+                    if (node.parent, node.name) == (p.parent, p.name):
+                        return None
+                    if ns.inside(p.parent, p.key):
+                        # Moving a directory below itself: wait for the target parent to leave.
+                        return ("moved", p.parent) if p.parent != p.key else False
+                other = ns.nodes[p.parent].kids.get(p.name)
+                if other is not None and other != p.key:
+                    return ("moved", other)
+            if p.kind == "rmdir" and ns.nodes[p.key].kids:
+                return ("empty", p.key)
+            return None
+
+        def execute(p: _Plan) -> list[tuple[str, Key]]:
+            todo[p.key] -= 1
+            kind = p.kind
+            if kind in ("mkdir", "create"):
+                path = ns.child_path(p.parent, p.name)
+                check_relpath(path)
+                ns.add(p.key, p.parent, p.name, kind == "mkdir")
+                pending.discard(p.key)
+                out.append(Op(kind, path, size=p.size if kind == "create" else 0))
+                self.stats.inferred[p.inferred] += 1
+                return [("key", p.key)]
+            path = ns.path(p.key)
+            if kind == "rename":
+                node = ns.nodes[p.key]
+                if (node.parent, node.name) == (p.parent, p.name):
+                    return []
+                dest = ns.child_path(p.parent, p.name)
+                old_parent = ns.move(p.key, p.parent, p.name)
+                out.append(Op("rename", path, dest=dest))
+                self.stats.inferred[p.inferred] += 1
+                ev = [("moved", p.key)]
+                if not ns.nodes[old_parent].kids:
+                    ev.append(("empty", old_parent))
+                return ev
+            if kind in ("delete", "rmdir"):
+                parent = ns.remove(p.key)
+                out.append(Op("delete", path))
+                self.stats.inferred[p.inferred] += 1
+                ev = [("moved", p.key)]
+                if not ns.nodes[parent].kids:
+                    ev.append(("empty", parent))
+                return ev
+            if kind == "rewrite":
+                out.append(Op("truncate", path, size=0))
+                if p.size:
+                    out.append(Op("append", path, size=p.size))
+            elif kind == "overwrite":
+                out.append(Op("overwrite", path, size=p.size))
+            else:
+                out.append(Op(kind, path, size=p.size))
+            self.stats.inferred[p.inferred] += 1
+            return []
+
+        while heap or waiting:
+            if not heap:
+                if not self._break_cycle(waiting, todo, out, heap):
+                    for plist in waiting.values():
+                        for p in plist:
+                            drop(p)
+                    waiting.clear()
+                continue
+            p = heapq.heappop(heap)
+            b = blocker(p)
+            if b is False:
+                drop(p)
+                continue
+            if b is not None:
+                assert isinstance(b, tuple)
+                waiting.setdefault(b, []).append(p)
+                continue
+            for ev in execute(p):
+                for w in waiting.pop(ev, ()):
+                    heapq.heappush(heap, w)
+        return out
+
+    def _break_cycle(
+        self,
+        waiting: dict[tuple[str, Key], list[_Plan]],
+        todo: dict[Key, int],
+        out: list[Op],
+        heap: list[_Plan],
+    ) -> bool:
+        """Move one name holder that others wait for (and that has its own op still to come)
+        to a temporary name in its directory; False when no such holder exists."""
+        ns = self.ns
+        for ev in sorted(waiting):
+            what, key = ev
+            if what != "moved" or key not in ns.nodes or todo.get(key, 0) <= 0:
+                continue
+            node = ns.nodes[key]
+            if node.parent is None or key in (LOST_FOUND,):
+                continue
+            parent = node.parent
+            while True:
+                self._tmp += 1
+                name = f".fsage-replay-tmp-{self._tmp}"
+                if name not in ns.nodes[parent].kids:
+                    break
+            path = ns.path(key)
+            dest = ns.child_path(parent, name)
+            ns.move(key, parent, name)
+            out.append(Op("rename", path, dest=dest))
+            for w in waiting.pop(ev, ()):
+                heapq.heappush(heap, w)
+            return True
+        return False
+
+
+# ---------------------------------------------------------------------------- store side
+
+
+def to_ns(when: datetime) -> int:
+    return int(when.timestamp()) * 10**9 + when.microsecond * 1000
+
+
+def parse_when(spec: str) -> int | datetime:
+    """A snapshot id (an integer) or a date/time (ISO 8601; naive means UTC). A date alone
+    means the end of that day, so ``--until 2024-05-01`` includes that day's snapshots."""
+    s = spec.strip()
+    if s.isdigit():
+        return int(s)
+    try:
+        if len(s) == 10:
+            d = date.fromisoformat(s)
+            return datetime.combine(d, time.max, tzinfo=UTC)
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise UsageError(
+            f"{spec!r} is neither a snapshot id nor a date (YYYY-MM-DD[THH:MM])"
+        ) from None
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def resolve_snapshot(rows: list[Any], fs_name: str, spec: str, store: Any, what: str) -> Any:
+    """The snapshot of ``fs_name`` that ``spec`` (an id or a date) names."""
+    if not rows:
+        raise StoreError(f"file system {fs_name!r} has no snapshots")
+    when = parse_when(spec)
+    if isinstance(when, int):
+        for r in rows:
+            if r.id == when:
+                return r
+        other = store.snapshot(when)  # raises StoreError when there is no such snapshot
+        raise UsageError(
+            f"{what} snapshot {when} belongs to file system {other.fs_name!r}, not {fs_name!r}"
+        )
+    chosen = [r for r in rows if r.taken_at <= when]
+    if not chosen:
+        raise UsageError(
+            f"{what} {spec}: before the first snapshot of {fs_name!r} "
+            f"({rows[0].taken_at.isoformat(timespec='seconds')})"
+        )
+    return chosen[-1]
+
+
+def history(
+    store: Any, fs_name: str, until: str | None, since: str | None = None
+) -> tuple[list[Any], Any | None]:
+    """(snapshots to replay, in order; the starting snapshot or None for an empty start).
+
+    ``until`` (default: the latest) and ``since`` are snapshot ids or dates of ``fs_name``.
+    """
+    rows = store.snapshots(fs_name)  # StoreError for an unknown name
+    rows = sorted(rows, key=lambda r: r.id)
+    if not rows:
+        raise StoreError(f"file system {fs_name!r} has no snapshots")
+    end = resolve_snapshot(rows, fs_name, until, store, "--until") if until else rows[-1]
+    start = None
+    if since is not None:
+        start = resolve_snapshot(rows, fs_name, since, store, "--from")
+        if start.id >= end.id:
+            raise UsageError(f"--from snapshot {start.id} is not before --until snapshot {end.id}")
+    chain = [r for r in rows if (start is None or r.id > start.id) and r.id <= end.id]
+    return chain, start
+
+
+def snapshot_deltas(
+    store: Any,
+    fs_name: str,
+    *,
+    until: str | None = None,
+    since: str | None = None,
+    intra: IntraDay | None = None,
+    deletes: str = "first",
+) -> tuple[WorkloadHeader, list[Op], DeltaStats]:
+    """The op stream that takes ``fs_name`` from snapshot ``since`` (None: an empty file
+    system, so the stream first populates the first snapshot) to snapshot ``until``."""
+    chain, start = history(store, fs_name, until, since)
+    builder = DeltaBuilder(intra=intra, deletes=deletes)
+    ops: list[Op] = []
+    prev: Layout | None = None
+    prev_t: int | None = None
+    if start is not None:
+        prev = store.load_layout(start.id)
+        builder.start_from(prev)
+        prev_t = to_ns(start.taken_at)
+    for row in iter_layouts(store, chain):
+        snap, layout = row
+        t = to_ns(snap.taken_at)
+        ops.extend(
+            builder.interval(
+                prev,
+                layout,
+                start_ns=prev_t,
+                end_ns=t,
+                label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
+            )
+        )
+        prev, prev_t = layout, t
+    header = make_header(fs_name, start, chain, builder, intra, deletes)
+    return header, ops, builder.stats
+
+
+def iter_layouts(store: Any, chain: list[Any]) -> Iterator[tuple[Any, Layout]]:
+    for snap in chain:
+        yield snap, store.load_layout(snap.id)
+
+
+def make_header(
+    fs_name: str,
+    start: Any | None,
+    chain: list[Any],
+    builder: DeltaBuilder,
+    intra: IntraDay | None,
+    deletes: str,
+) -> WorkloadHeader:
+    stats = builder.stats
+    params: dict[str, Any] = {
+        "fs": fs_name,
+        "from": start.id if start is not None else None,
+        "until": chain[-1].id if chain else None,
+        "snapshots": [s.id for s in chain],
+        "deletes": deletes,
+        "inferred": dict(stats.inferred),
+        "skipped": stats.skipped_counts(),
+        "intra_day": None,
+    }
+    if intra is not None:
+        params["intra_day"] = {
+            **intra.to_json(),
+            "files_added": [iv.get("intra_day_files", 0) for iv in stats.intervals],
+        }
+    return WorkloadHeader(
+        generator="fsage replay deltas",
+        params=params,
+        seed=intra.seed if intra is not None else None,
+    )
+
+
+__all__ = [
+    "DeltaBuilder",
+    "DeltaStats",
+    "IntraDay",
+    "history",
+    "parse_when",
+    "resolve_snapshot",
+    "snapshot_deltas",
+]

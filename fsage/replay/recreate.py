@@ -1,0 +1,404 @@
+"""Recreate a recorded file system as it was at a chosen snapshot, and check the result.
+
+``recreate`` makes a fresh image with the mkfs parameters recorded in the first snapshot
+(block and cluster size, blocks and inodes count, inode size, blocks per group, flex_bg size,
+features, reserved and reserved-GDT blocks, descriptor size, journal size, label, hash seed,
+RAID hints), populates it with the first snapshot's files, replays the deltas up to the chosen
+snapshot (``fsage.replay.deltas``) through the ager's executors — loop-mounted through the
+kernel when fsage runs as root with loop devices, offline through libext2fs otherwise (with a
+notice: its allocator is not the kernel's) — snapshots the result into the database marked as a
+recreation of the chosen snapshot, and computes the fidelity (``fsage.replay.fidelity``).
+
+The recreation gets a new UUID (mke2fs draws one): with the original's, two images of one UUID
+would exist and the store would file the recreation as another snapshot of the original. It is
+recorded under its own name, ``<fs>-recreated-<snapshot id>`` by default.
+
+The image is built beside the target under a temporary name and renamed into place when
+complete, so a failure (or Ctrl-C) leaves nothing behind: the mount is undone, the partial
+image removed, an existing target (``force``) untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsage.errors import FsageError, SourceError, UnsafeTargetError, UsageError
+from fsage.layout import Layout
+from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
+from fsage.replay.fidelity import Fidelity, fidelity, geometry
+from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
+
+#: Features mke2fs cannot be asked for: states, not choices.
+_STATE_FEATURES = frozenset({"needs_recovery", "orphan_present", "journal_dev", "snapshot_bitmap"})
+_HASH_ALGS = {0: "legacy", 1: "half_md4", 2: "tea"}
+_FAILED_EXAMPLES = 5
+
+
+@dataclass
+class RecreateOptions:
+    db: Path
+    fs_name: str
+    target: Path
+    until: str | None = None
+    mode: str = "auto"  # auto | mount | offline
+    force: bool = False
+    intra: IntraDay | None = None
+    deletes: str = "first"
+    name: str | None = None
+    progress: bool = False
+
+
+@dataclass
+class RecreateResult:
+    target: str
+    fs: str
+    snapshot_id: int
+    snapshot_taken_at: str
+    snapshots_replayed: list[int]
+    recreation_snapshot_id: int
+    recreation_fs: str
+    mode: str
+    description: str
+    ops: int = 0
+    bytes_written: int = 0
+    nospace: int = 0
+    failed: int = 0
+    failed_examples: list[str] = field(default_factory=list)
+    deltas: dict[str, Any] = field(default_factory=dict)
+    intra_day: dict[str, Any] | None = None
+    notices: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+    fidelity: Fidelity | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["fidelity"] = self.fidelity.to_json() if self.fidelity else None
+        return out
+
+
+# ---------------------------------------------------------------------------- mkfs
+
+
+def _mib(nbytes: int) -> int:
+    return max(1, round(nbytes / (1 << 20)))
+
+
+def mkfs_argv(mkfs: dict[str, Any], image: Path) -> tuple[list[str], list[str]]:
+    """The mke2fs command that makes an empty file system of the recorded geometry, and
+    notices about what it cannot reproduce exactly."""
+    notes: list[str] = []
+    bs = int(mkfs["block_size"])
+    blocks = int(mkfs["blocks_count"])
+    feats = [f for f in mkfs.get("features", []) if f not in _STATE_FEATURES]
+    unknown = [f for f in feats if f.upper().startswith("FEATURE_")]
+    if unknown:
+        notes.append(f"features mke2fs does not know are left out: {', '.join(unknown)}")
+        feats = [f for f in feats if f not in unknown]
+    argv = ["mke2fs", "-F", "-q", "-b", str(bs)]
+    if mkfs.get("cluster_size") and "bigalloc" in feats:
+        argv += ["-C", str(int(mkfs["cluster_size"]))]
+    argv += ["-N", str(int(mkfs["inodes_count"])), "-I", str(int(mkfs["inode_size"]))]
+    bpg = int(mkfs["blocks_per_group"])
+    if mkfs.get("cluster_size") and "bigalloc" in feats:
+        bpg //= max(int(mkfs["cluster_size"]) // bs, 1)  # with bigalloc, -g counts clusters
+    argv += ["-g", str(bpg)]
+    if mkfs.get("flex_bg_size") and "flex_bg" in feats:
+        argv += ["-G", str(int(mkfs["flex_bg_size"]))]
+    argv += ["-O", ",".join(["none", *feats])]
+    if "has_journal" in feats and mkfs.get("journal_blocks"):
+        jbytes = int(mkfs["journal_blocks"]) * bs
+        if jbytes % (1 << 20):
+            notes.append(f"journal of {jbytes} bytes rounded to {_mib(jbytes)} MiB")
+        argv += ["-J", f"size={_mib(jbytes)}"]
+    reserved = int(mkfs.get("reserved_blocks") or 0)
+    argv += ["-m", f"{reserved * 100.0 / blocks:.6f}" if blocks else "0"]
+    ext: list[str] = []
+    if "64bit" in feats and mkfs.get("desc_size"):
+        ext.append(f"desc_size={int(mkfs['desc_size'])}")  # mke2fs wants it first
+    rgdt = int(mkfs.get("reserved_gdt_blocks") or 0)
+    if "resize_inode" in feats and rgdt:
+        desc = int(mkfs.get("desc_size") or 32) if "64bit" in feats else 32
+        per_block = bs // max(desc, 1)
+        # mke2fs: rsv = ceil(ceil(resize / g) / per_block) - ceil(ceil(blocks / g) / per_block),
+        # with g the -g value as given (clusters per group under bigalloc).
+        groups = -(-blocks // bpg)
+        desc_blocks = -(-groups // per_block)
+        ext.append(f"resize={(rgdt + desc_blocks) * per_block * bpg}")
+    if mkfs.get("hash_seed") and _is_uuid(str(mkfs["hash_seed"])):
+        ext.append(f"hash_seed={mkfs['hash_seed']}")
+    if mkfs.get("raid_stride"):
+        ext.append(f"stride={int(mkfs['raid_stride'])}")
+    if mkfs.get("raid_stripe_width"):
+        ext.append(f"stripe_width={int(mkfs['raid_stripe_width'])}")
+    ext.append("nodiscard")
+    argv += ["-E", ",".join(ext)]
+    label = str(mkfs.get("label") or "")
+    if label:
+        argv += ["-L", label[:16]]
+    argv += [str(image), str(blocks)]
+    return argv, notes
+
+
+def _is_uuid(s: str) -> bool:
+    try:
+        return uuidlib.UUID(s).int != 0
+    except ValueError:
+        return False
+
+
+def _run(argv: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise FsageError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        msg = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+        raise FsageError(f"{what}: {argv[0]} failed: {msg[-1] if msg else proc.returncode}")
+
+
+def make_filesystem(image: Path, original: Layout) -> list[str]:
+    """Make ``image`` (a new sparse file) hold an empty file system of ``original``'s geometry;
+    returns notices (what differs)."""
+    from fsage.snapshotter import read_source
+
+    mkfs = original.facts.mkfs
+    with open(image, "wb") as fh:
+        fh.truncate(int(mkfs["blocks_count"]) * int(mkfs["block_size"]))
+    argv, notes = mkfs_argv(mkfs, image)
+    _run(argv, f"making the file system on {image}")
+    made = read_source(image).facts.mkfs
+    tune: list[str] = []
+    if made.get("reserved_blocks") != mkfs.get("reserved_blocks"):
+        tune += ["-r", str(int(mkfs.get("reserved_blocks") or 0))]
+    hv = mkfs.get("default_hash_version")
+    if hv != made.get("default_hash_version") and hv in _HASH_ALGS:
+        tune += ["-E", f"hash_alg={_HASH_ALGS[int(hv)]}"]
+    if tune:
+        _run(["tune2fs", *tune, str(image)], f"adjusting {image}")
+    got = geometry(read_source(image))
+    want = geometry(original)
+    diff = [f"{k} {want[k]} vs {got[k]}" for k in want if want[k] != got[k]]
+    if diff:
+        notes.append("the recreated geometry differs: " + "; ".join(diff))
+    return notes
+
+
+# ---------------------------------------------------------------------------- targets
+
+
+def _check_target(target: Path, force: bool) -> None:
+    if target.is_symlink():
+        raise UnsafeTargetError(f"{target} is a symlink; give the image's real path")
+    if target.exists():
+        if not target.is_file():
+            raise UnsafeTargetError(f"{target} exists and is not a regular file; refusing")
+        if not force:
+            raise UsageError(f"{target} exists; use --force to replace it")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{parent}: no such directory")
+
+
+@contextlib.contextmanager
+def _executor(image: Path, mode: str) -> Iterator[tuple[Executor, str]]:
+    from fsage.ager.images import can_loop_mount, loop_mount
+
+    if mode == "mount" or (mode == "auto" and can_loop_mount()):
+        if not can_loop_mount():
+            raise UsageError("--mount needs root and /dev/loop-control")
+        from fsage.ager.posix import PosixExecutor
+
+        with loop_mount(image) as mnt:
+            ex = PosixExecutor(mnt)
+            try:
+                yield ex, "mount"
+            finally:
+                ex.close()
+        return
+    from fsage.ager.offline import OfflineExtExecutor
+
+    ox = OfflineExtExecutor(image)
+    try:
+        yield ox, "offline"
+    finally:
+        ox.close()
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -> RecreateResult:
+    """Recreate ``opts.fs_name`` as of ``opts.until`` on ``opts.target`` (see the module doc)."""
+    from fsage.ager.images import can_loop_mount
+    from fsage.ager.offline import OFFLINE_NOTICE
+    from fsage.db.store import Store
+    from fsage.snapshotter import read_source
+
+    say = echo or (lambda s: None)
+    if opts.mode not in ("auto", "mount", "offline"):
+        raise UsageError(f"unknown mode {opts.mode!r}")
+    target = Path(opts.target)
+    _check_target(target, opts.force)
+    t0 = time.perf_counter()
+    with Store.open(opts.db) as store:
+        chain, _ = history(store, opts.fs_name, opts.until)
+        final = chain[-1]
+        first_layout = store.load_layout(chain[0].id)
+        kind = first_layout.facts.kind
+        if not kind.startswith("ext"):
+            raise UsageError(
+                f"{opts.fs_name} is a {kind} file system; recreation supports ext2/3/4 only"
+            )
+        if not first_layout.facts.mkfs.get("blocks_count"):
+            raise UsageError(f"snapshot {chain[0].id} does not record its mkfs parameters")
+        name = opts.name or _free_name(store, f"{opts.fs_name}-recreated-{final.id}")
+        notices: list[str] = []
+        if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
+            if opts.mode == "auto":
+                notices.append("not root or no loop devices: replaying onto the image offline")
+            notices.append(OFFLINE_NOTICE)
+        for n in notices:
+            say(f"fsage: {n}")
+
+        part = target.with_name(f".{target.name}.fsage-part")
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+        try:
+            notes = make_filesystem(part, first_layout)
+            for n in notes:
+                say(f"fsage: {n}")
+            notices.extend(notes)
+            res, final_layout = _replay(store, chain, part, opts, first_layout, say)
+            res.notices = notices + res.notices
+            recreated = read_source(part)
+            os.replace(part, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            raise
+        try:
+            summ = store.add_snapshot(
+                recreated,
+                name=name,
+                source=str(target),
+                op_count=res.ops,
+                bytes_written=res.bytes_written,
+                label=f"recreation of snapshot {final.id}",
+                recreation_of=final.id,
+            )
+        except BaseException:
+            with contextlib.suppress(OSError):
+                target.unlink()
+            raise
+    res.target = str(target)
+    res.fs = opts.fs_name
+    res.snapshot_id = final.id
+    res.snapshot_taken_at = final.taken_at.isoformat()
+    res.snapshots_replayed = [s.id for s in chain]
+    res.recreation_snapshot_id = summ.snapshot_id
+    res.recreation_fs = summ.fs_name
+    res.fidelity = fidelity(final_layout, recreated)
+    res.elapsed = time.perf_counter() - t0
+    return res
+
+
+def _free_name(store: Any, base: str) -> str:
+    known = {f["name"] for f in store.filesystems()}
+    name, n = base, 1
+    while name in known:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _replay(
+    store: Any,
+    chain: list[Any],
+    image: Path,
+    opts: RecreateOptions,
+    first_layout: Layout,
+    say: Callable[[str], None],
+) -> tuple[RecreateResult, Layout]:
+    builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes)
+    progress = opts.progress
+    res: RecreateResult
+    prev: Layout | None = None
+    prev_t: int | None = None
+    last_draw = 0.0
+    with _executor(image, opts.mode) as (ex, mode):
+        res = RecreateResult(
+            target=str(opts.target), fs=opts.fs_name, snapshot_id=chain[-1].id,
+            snapshot_taken_at="", snapshots_replayed=[], recreation_snapshot_id=0,
+            recreation_fs="", mode=mode, description=ex.description,
+        )  # fmt: skip
+        for i, snap in enumerate(chain):
+            layout = first_layout if i == 0 else store.load_layout(snap.id)
+            t = to_ns(snap.taken_at)
+            ops = builder.interval(
+                prev,
+                layout,
+                start_ns=prev_t,
+                end_ns=t,
+                label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
+            )
+            for j, op in enumerate(ops):
+                _apply(ex, op, res)
+                if progress and j & 63 == 0:
+                    now = time.perf_counter()
+                    if now - last_draw > 0.5:
+                        last_draw = now
+                        sys.stderr.write(
+                            f"\r  snapshot {i + 1}/{len(chain)}  op {j}/{len(ops)}  "
+                            f"{res.bytes_written / 2**20:,.0f} MiB written "
+                        )
+                        sys.stderr.flush()
+            prev, prev_t = layout, t
+        if progress:
+            sys.stderr.write("\n")
+    assert prev is not None
+    res.deltas = builder.stats.to_json()
+    if opts.intra is not None:
+        res.intra_day = {
+            **opts.intra.to_json(),
+            "files_added": [iv.get("intra_day_files", 0) for iv in builder.stats.intervals],
+        }
+        say(
+            f"fsage: intra-day activity added: {sum(res.intra_day['files_added'])} short-lived "
+            f"files over {len(chain) - 1} intervals"
+        )
+    if res.nospace:
+        res.notices.append(f"{res.nospace} ops skipped for lack of space")
+    if res.failed:
+        res.notices.append(f"{res.failed} ops failed on the target (first: {res.failed_examples})")
+    return res, prev
+
+
+def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:
+    res.ops += 1
+    try:
+        res.bytes_written += ex.apply(op)
+    except NoSpaceError:
+        res.nospace += 1
+    except OpFailedError as exc:
+        res.failed += 1
+        if len(res.failed_examples) < _FAILED_EXAMPLES:
+            res.failed_examples.append(str(exc))
+
+
+__all__ = [
+    "RecreateOptions",
+    "RecreateResult",
+    "SourceError",
+    "make_filesystem",
+    "mkfs_argv",
+    "recreate",
+]
