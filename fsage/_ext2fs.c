@@ -814,7 +814,8 @@ PyMODINIT_FUNC PyInit__ext2fs(void) {
     fsage_Ext2fsError = PyErr_NewException("fsage._ext2fs.Ext2fsError", PyExc_Exception, NULL);
     if (!fsage_Ext2fsError || PyModule_AddObjectRef(m, "Ext2fsError", fsage_Ext2fsError) < 0 ||
         PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
-        PyModule_AddFunctions(m, fsage_writer_methods) < 0) {
+        PyModule_AddFunctions(m, fsage_writer_methods) < 0 ||
+        PyModule_AddFunctions(m, fsage_digest_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

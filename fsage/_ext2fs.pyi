@@ -1,6 +1,9 @@
 """Typed stub of the C extension over libext2fs."""
 
+from collections.abc import Sequence
 from typing import Any
+
+from typing_extensions import Buffer
 
 class Ext2fsError(Exception):
     """args: (errcode, what was being done, libext2fs message)."""
@@ -26,3 +29,20 @@ def writer_write(h: object, path: bytes, offset: int, size: int) -> None: ...
 def writer_truncate(h: object, path: bytes, size: int) -> None: ...
 def writer_unlink(h: object, path: bytes) -> None: ...
 def writer_rename(h: object, src: bytes, dst: bytes) -> None: ...
+
+# Per-file digests (fsage/_digest.c); wrapped by fsage.db.codec.file_digests.
+def file_digests(
+    columns: Sequence[Buffer],
+    ext_off: Buffer,
+    ext_logical: Buffer,
+    ext_physical: Buffer,
+    ext_length: Buffer,
+    ext_flags: Buffer,
+    meta_off: Buffer,
+    meta_physical: Buffer,
+    meta_kind: Buffer,
+    link_file: Buffer,
+    link_parent: Buffer,
+    name_off: Buffer,
+    names: Buffer,
+) -> bytes: ...

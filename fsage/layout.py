@@ -212,6 +212,23 @@ class FileTable:
             meta_kind=self.meta_kind[meta_idx],
         )
 
+    def slice(self, start: int, stop: int) -> FileTable:
+        """Rows ``start:stop`` as views of this table's arrays (no copy)."""
+        cols: dict[str, Any] = {k: getattr(self, k)[start:stop] for k in FILE_COLUMNS}
+        e0, e1 = int(self.ext_off[start]), int(self.ext_off[stop])
+        m0, m1 = int(self.meta_off[start]), int(self.meta_off[stop])
+        return FileTable(
+            **cols,
+            ext_off=self.ext_off[start : stop + 1] - np.uint64(e0),
+            ext_logical=self.ext_logical[e0:e1],
+            ext_physical=self.ext_physical[e0:e1],
+            ext_length=self.ext_length[e0:e1],
+            ext_flags=self.ext_flags[e0:e1],
+            meta_off=self.meta_off[start : stop + 1] - np.uint64(m0),
+            meta_physical=self.meta_physical[m0:m1],
+            meta_kind=self.meta_kind[m0:m1],
+        )
+
     @staticmethod
     def concat(tables: Sequence[FileTable]) -> FileTable:
         if not tables:

@@ -15,11 +15,13 @@ shows the atime a file had when its current version was first recorded.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets, csr_take
+from fsage import _ext2fs
+from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets
 
 U64 = npt.NDArray[np.uint64]
 
@@ -105,9 +107,42 @@ def _name_hashes(links: LinkTable) -> U64:
     return _mix(_segment_sums(terms, links.name_off) + lengths.astype(np.uint64))
 
 
-def file_digests(
+def link_files(files: FileTable, links: LinkTable) -> npt.NDArray[np.int64]:
+    """The row in ``files`` (sorted by ino) of each link's inode; -1 where no file has it
+    (an entry pointing at a free inode)."""
+    pos = np.searchsorted(files.ino, links.ino)
+    if len(files) == 0:
+        return np.full(len(links), -1, np.int64)
+    clipped = np.minimum(pos, len(files) - 1)
+    return np.where(files.ino[clipped] == links.ino, clipped, -1).astype(np.int64)
+
+
+def file_digests(files: FileTable, links: LinkTable, link_file: npt.NDArray[np.int64]) -> U64:
+    """One 64-bit digest per file (see the module docstring), computed in C."""
+    cols = [files.ino.astype(np.uint64)]
+    cols += [np.ascontiguousarray(getattr(files, c), dtype=np.uint64) for c in DIGEST_COLUMNS]
+    raw = _ext2fs.file_digests(
+        cols,
+        files.ext_off.astype(np.uint64),
+        files.ext_logical.astype(np.uint64),
+        files.ext_physical.astype(np.uint64),
+        files.ext_length.astype(np.uint64),
+        files.ext_flags.astype(np.uint64),
+        files.meta_off.astype(np.uint64),
+        files.meta_physical.astype(np.uint64),
+        files.meta_kind.astype(np.uint64),
+        link_file.astype(np.uint64),
+        links.parent.astype(np.uint64),
+        links.name_off.astype(np.uint64),
+        links.names,
+    )
+    return np.frombuffer(raw, np.uint64)
+
+
+def file_digests_numpy(
     files: FileTable, links: LinkTable, order: npt.NDArray[np.int64], link_off: U64
 ) -> U64:
+    """The digest's definition in numpy (the C version must agree; the tests check it)."""
     h = _mix(files.ino.astype(np.uint64))
     for col in DIGEST_COLUMNS:
         h = _combine(h, getattr(files, col).astype(np.uint64))
@@ -131,23 +166,43 @@ CHUNK_COLUMNS = (
     "extents",  # EXTENT_DTYPE rows
     "meta_counts",  # u32 metadata blocks per version
     "meta",  # META_DTYPE rows
-    "link_counts",  # u32 names per version
+    "link_rows",  # u32 per name: the version (row of the chunk) it names
     "link_parents",  # u64 directory inode of each name
     "name_lens",  # u16 length of each name
     "names",  # the names' bytes, back to back
 )
 
 
-def _offsets(counts: npt.NDArray[np.uint32]) -> U64:
+def _offsets(counts: npt.NDArray[np.integer[Any]]) -> U64:
     off = np.zeros(len(counts) + 1, np.uint64)
     np.cumsum(counts, out=off[1:])
     return off
 
 
-def _bytes_take(raw: bytes, off: U64, index: npt.NDArray[np.int64]) -> tuple[bytes, U64]:
-    """The byte strings ``raw[off[i]:off[i+1]]`` for i in ``index``, joined, and their offsets."""
-    sel, new_off = csr_take(off, index)
-    return np.frombuffer(raw, np.uint8)[sel].tobytes(), new_off
+def _select_links(
+    links: LinkTable, link_row: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_]
+) -> tuple[LinkTable, npt.NDArray[np.int64]]:
+    """The links flagged ``keep``, with their rows."""
+    if keep.all():
+        return links, link_row
+    lengths = np.diff(links.name_off).astype(np.int64)
+    raw = np.frombuffer(links.names, np.uint8)[np.repeat(keep, lengths)]
+    kept = LinkTable(
+        parent=links.parent[keep],
+        ino=links.ino[keep],
+        name_off=_offsets(lengths[keep]),
+        names=raw.tobytes(),
+    )
+    return kept, link_row[keep]
+
+
+def _renumber(
+    n: int, rows: npt.NDArray[np.int64], link_row: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Each link's row after taking ``rows`` of ``n`` (-1: its file was not taken)."""
+    new = np.full(n + 1, -1, np.int64)  # the extra slot maps -1 to -1
+    new[rows] = np.arange(len(rows), dtype=np.int64)
+    return new[link_row]
 
 
 def pack_chunk(
@@ -155,16 +210,16 @@ def pack_chunk(
     special: npt.NDArray[np.bool_],
     digests: npt.NDArray[np.int64],
     links: LinkTable,
-    link_order: npt.NDArray[np.int64],
-    link_off: U64,
+    link_file: npt.NDArray[np.int64],
     rows: npt.NDArray[np.int64] | None = None,
 ) -> dict[str, bytes]:
     """The chunk blobs of ``rows`` of ``files`` (all of them when None), which must be in ino
-    order; ``link_order``/``link_off`` come from ``link_order()``."""
+    order; ``link_file`` comes from ``link_files()``."""
+    link_row = link_file
     if rows is not None:
+        link_row = _renumber(len(files), rows, link_file)
         files, special, digests = files.take(rows), special[rows], digests[rows]
-        sel, link_off = csr_take(link_off, rows)
-        link_order = link_order[sel]
+    links, link_row = _select_links(links, link_row, link_row >= 0)
     keys = np.empty(len(files), KEY_DTYPE)
     keys["ino"], keys["generation"], keys["digest"] = files.ino, files.generation, digests
     inodes = np.empty(len(files), INODE_DTYPE)
@@ -180,7 +235,6 @@ def pack_chunk(
     )
     meta = np.empty(files.meta_physical.size, META_DTYPE)
     meta["p"], meta["k"] = files.meta_physical, files.meta_kind
-    names, name_off = _bytes_take(links.names, links.name_off, link_order)
     return {
         "keys": keys.tobytes(),
         "inodes": inodes.tobytes(),
@@ -188,10 +242,10 @@ def pack_chunk(
         "extents": ext.tobytes(),
         "meta_counts": np.diff(files.meta_off).astype("<u4").tobytes(),
         "meta": meta.tobytes(),
-        "link_counts": np.diff(link_off).astype("<u4").tobytes(),
-        "link_parents": links.parent[link_order].astype("<u8").tobytes(),
-        "name_lens": np.diff(name_off).astype("<u2").tobytes(),
-        "names": names,
+        "link_rows": link_row.astype("<u4").tobytes(),
+        "link_parents": links.parent.astype("<u8").tobytes(),
+        "name_lens": np.diff(links.name_off).astype("<u2").tobytes(),
+        "names": links.names,
     }
 
 
@@ -201,19 +255,18 @@ def chunk_keys(blob: bytes) -> npt.NDArray[np.void]:
 
 @dataclass
 class Versions:
-    """Unpacked file versions: the files (reserved inodes flagged) and their names, with
-    ``link_off`` giving each file's run of links."""
+    """Unpacked file versions: the files (reserved inodes flagged) and their names, each
+    name with the row of the file it names."""
 
     files: FileTable
     special: npt.NDArray[np.bool_]
-    link_off: U64
+    link_row: npt.NDArray[np.int64]
     links: LinkTable
 
     def take(self, rows: npt.NDArray[np.int64]) -> Versions:
-        sel, link_off = csr_take(self.link_off, rows)
-        names, name_off = _bytes_take(self.links.names, self.links.name_off, sel)
-        links = LinkTable(self.links.parent[sel], self.links.ino[sel], name_off, names)
-        return Versions(self.files.take(rows), self.special[rows], link_off, links)
+        link_row = _renumber(len(self.files), rows, self.link_row)
+        links, link_row = _select_links(self.links, link_row, link_row >= 0)
+        return Versions(self.files.take(rows), self.special[rows], link_row, links)
 
 
 def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
@@ -235,28 +288,29 @@ def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
         meta_physical=meta["p"].astype(np.uint64),
         meta_kind=meta["k"].astype(np.uint8),
     )
-    link_counts = np.frombuffer(blobs["link_counts"], "<u4")
+    link_row = np.frombuffer(blobs["link_rows"], "<u4").astype(np.int64)
     links = LinkTable(
         parent=np.frombuffer(blobs["link_parents"], "<u8").astype(np.uint64),
-        ino=np.repeat(ino, link_counts),
+        ino=ino[link_row],
         name_off=_offsets(np.frombuffer(blobs["name_lens"], "<u2")),
         names=blobs["names"],
     )
-    return Versions(files, inodes["special"].astype(bool), _offsets(link_counts), links)
+    return Versions(files, inodes["special"].astype(bool), link_row, links)
 
 
 def concat_versions(parts: list[Versions]) -> Versions:
     if not parts:
         return Versions(
-            FileTable.empty(), np.zeros(0, bool), np.zeros(1, np.uint64), LinkTable.empty()
+            FileTable.empty(), np.zeros(0, bool), np.zeros(0, np.int64), LinkTable.empty()
         )
     if len(parts) == 1:
         return parts[0]
     links = [p.links for p in parts]
+    base = np.cumsum([0] + [len(p.files) for p in parts[:-1]])
     return Versions(
         FileTable.concat([p.files for p in parts]),
         np.concatenate([p.special for p in parts]),
-        concat_offsets([p.link_off for p in parts]),
+        np.concatenate([p.link_row + b for p, b in zip(parts, base, strict=True)]),
         LinkTable(
             parent=np.concatenate([x.parent for x in links]),
             ino=np.concatenate([x.ino for x in links]),

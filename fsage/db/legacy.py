@@ -68,8 +68,7 @@ def convert_file_versions(con: sqlite3.Connection) -> None:
             inodes["special"].astype(bool),
             np.asarray(digest, np.int64),
             links,
-            np.arange(len(links), dtype=np.int64),
-            link_off,
+            np.repeat(np.arange(len(files), dtype=np.int64), np.diff(link_off).astype(np.int64)),
         )
         chunk_id = versions.write_chunk(con, fs_id, first_snap, blobs)
         # Ends in order of their last snapshot, so a chunk whose versions all ended gets the

@@ -207,7 +207,7 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
             extents BLOB NOT NULL,
             meta_counts BLOB NOT NULL,
             meta BLOB NOT NULL,
-            link_counts BLOB NOT NULL,
+            link_rows BLOB NOT NULL,
             link_parents BLOB NOT NULL,
             name_lens BLOB NOT NULL,
             names BLOB NOT NULL

@@ -29,6 +29,7 @@ from fsage.errors import StoreError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
 
 BUSY_TIMEOUT_MS = 60_000
+PAGE_SIZE = 65536
 
 # Columns of other tables that name a snapshot; set to NULL when it is deleted.
 _SNAPSHOT_REFERENCES = [
@@ -127,8 +128,13 @@ class Store:
         if path.is_dir():
             raise StoreError(f"{path} is a directory, not a database file")
         try:
+            new = not path.exists()
             con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if new:
+                # Large pages: a snapshot writes tens of MB of blobs, and SQLite's cost goes
+                # with the number of pages (a new database only; it must precede WAL).
+                con.execute(f"PRAGMA page_size={PAGE_SIZE}")
             mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{path}: cannot use WAL mode ({mode})")
@@ -263,8 +269,8 @@ class Store:
         if taken.tzinfo is None:
             raise StoreError("snapshot time must carry a time zone")
         everything, is_special = _all_files(layout)
-        order, link_off = codec.link_order(everything, layout.links)
-        digests = codec.file_digests(everything, layout.links, order, link_off).view(np.int64)
+        link_file = codec.link_files(everything, layout.links)
+        digests = codec.file_digests(everything, layout.links, link_file).view(np.int64)
         free = layout.free
         free_blob = zlib.compress(
             np.stack([free.start, free.length], axis=1).astype("<u8").tobytes(), 1
@@ -330,7 +336,7 @@ class Store:
                     break
                 whole = len(part) == len(everything)
                 blobs = codec.pack_chunk(
-                    everything, is_special, digests, layout.links, order, link_off,
+                    everything, is_special, digests, layout.links, link_file,
                     None if whole else part,
                 )  # fmt: skip
                 versions.write_chunk(con, fs_id, snap_id, blobs)
@@ -465,8 +471,10 @@ def _compare(
 
 def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
     """User files and reserved inodes as one ino-sorted table, with a flag for the latter."""
-    both = FileTable.concat([layout.files, layout.special])
+    both = FileTable.concat([layout.special, layout.files])
     special = np.zeros(len(both), bool)
-    special[len(layout.files) :] = True
+    special[: len(layout.special)] = True
+    if np.all(both.ino[1:] > both.ino[:-1]):  # readers usually hand them over in order
+        return both, special
     order = np.argsort(both.ino, kind="stable")
     return both.take(order), special[order]

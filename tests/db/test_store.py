@@ -314,7 +314,7 @@ def _write_v1_snapshot(
 
     files, special = _all_files(layout)
     order, link_off = codec.link_order(files, layout.links)
-    digests = codec.file_digests(files, layout.links, order, link_off).view(np.int64)
+    digests = codec.file_digests_numpy(files, layout.links, order, link_off).view(np.int64)
     free = np.stack([layout.free.start, layout.free.length], 1).astype("<u8").tobytes()
     con.execute(
         "INSERT INTO snapshots(id, fs_id, taken_at, source, kind, facts, files, dirs, extents,"
@@ -383,3 +383,26 @@ def test_first_schema_databases_are_converted(
         # A new snapshot continues incrementally from the converted ones, with a fresh id.
         third = store.add_snapshot(second, name="old")
         assert (third.snapshot_id, third.new_files, third.changed_files) == (3, 0, 0)
+
+
+def test_c_digests_agree_with_their_numpy_definition(tmp_path: Path) -> None:
+    from fsage.db.store import _all_files
+
+    image, _ = make_image(tmp_path, files=300)
+    layout = read_source(image)
+    files, _special = _all_files(layout)
+    order, link_off = codec.link_order(files, layout.links)
+    link_file = codec.link_files(files, layout.links)
+    c = codec.file_digests(files, layout.links, link_file)
+    np.testing.assert_array_equal(c, codec.file_digests_numpy(files, layout.links, order, link_off))
+    assert len(np.unique(c)) == len(files)
+    # A link to an inode that is not listed is ignored by both.
+    links = layout.links
+    stray = type(links).from_lists([2], [999_999], [b"stray"])
+    both = type(links)(
+        parent=np.concatenate([links.parent, stray.parent]),
+        ino=np.concatenate([links.ino, stray.ino]),
+        name_off=np.concatenate([links.name_off, links.name_off[-1] + stray.name_off[1:]]),
+        names=links.names + stray.names,
+    )
+    np.testing.assert_array_equal(c, codec.file_digests(files, both, codec.link_files(files, both)))
