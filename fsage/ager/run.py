@@ -25,9 +25,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsage.ager.generator import Generator
 from fsage.ager.images import can_loop_mount, image_kind, mount, umount
@@ -44,6 +45,9 @@ from fsage.workload import (
     WorkloadHeader,
     read_workload,
 )
+
+if TYPE_CHECKING:
+    from fsage.db.store import Store
 
 RECORD_EVERY = 1000
 
@@ -80,6 +84,7 @@ class AgeResult:
     snapshots: list[int] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     convergence: dict[str, Any] | None = None
+    run_id: int | None = None  # the aging_runs row, when run with a database
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -95,6 +100,7 @@ class Target:
     record_path: Path
     source: Path  # what read_source reads for a snapshot
     notices: list[str]
+    kind: str = "dir"  # recorded in aging_runs: dir, mounted-<fs>, offline-ext, lfs
 
     def layout(self) -> Layout:
         from fsage.snapshotter import read_source
@@ -104,6 +110,10 @@ class Target:
     def walk(self) -> list[tuple[str, bool, int]]:
         """(relative path, is_dir, size) of everything in the target, for resuming."""
         return _layout_entries(self.layout())
+
+    def run_metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(metrics, utilization) recorded with the aging run; the executor is open."""
+        return {}, {"fullness": self.executor.fullness()}
 
     def close(self) -> None:
         self.executor.close()
@@ -165,6 +175,7 @@ class MountedImageTarget(Target):
 
         self.source = image
         self.record_path = image.with_name(image.name + ".fsage-age")
+        self.kind = f"mounted-{image_kind(image) or 'image'}"
         self.mnt = Path(tempfile.mkdtemp(prefix="fsage-age-"))
         self.opts = opts
         self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
@@ -212,21 +223,59 @@ class MountedImageTarget(Target):
 class ReopenTarget(Target):
     """An image written by a library executor; snapshots close it, read the image, reopen."""
 
-    def __init__(self, image: Path, factory: Callable[[Path], Executor], notice: str) -> None:
+    def __init__(
+        self,
+        image: Path,
+        factory: Callable[[Path], Executor],
+        notice: str,
+        kind: str = "offline-ext",
+    ) -> None:
         self.source = image
         self.record_path = image.with_name(image.name + ".fsage-age")
         self.factory = factory
         self.executor = factory(image)
         self.notices = [notice]
+        self.kind = kind
+
+    def _closed(self) -> None:
+        """Hook: the executor was just closed (before a snapshot reopens it)."""
 
     def layout(self) -> Layout:
         from fsage.snapshotter import read_source
 
         self.executor.close()
+        self._closed()
         try:
             return read_source(self.source)
         finally:
             self.executor = self.factory(self.source)
+
+
+class LfsTarget(ReopenTarget):
+    """An LFS image; the cleaner's counters are carried across the reopens of snapshots, so
+    the run's write cost covers every op of the run."""
+
+    def __init__(self, image: Path) -> None:
+        from fsage.lfs.cleaner import Counters
+        from fsage.lfs.executor import LfsExecutor
+
+        super().__init__(image, LfsExecutor, "LFS image: ops run through fsage's LFS", "lfs")
+        self.carried = Counters()
+
+    def _closed(self) -> None:
+        from fsage.lfs.executor import LfsExecutor
+
+        if isinstance(self.executor, LfsExecutor):
+            self.carried.add(self.executor.counters)
+
+    def run_metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        from fsage.lfs.executor import LfsExecutor
+
+        if not isinstance(self.executor, LfsExecutor):  # pragma: no cover - by construction
+            return super().run_metrics()
+        metrics, util = self.executor.aging_metrics(self.carried)
+        util["fullness"] = self.executor.fullness()
+        return metrics, util
 
 
 def open_target(path: Path, opts: AgeOptions) -> Target:
@@ -248,9 +297,7 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
             f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
         )
     if kind == "lfs":
-        from fsage.lfs.executor import LfsExecutor  # type: ignore[import-not-found,unused-ignore]
-
-        return ReopenTarget(real, LfsExecutor, "LFS image: ops run through fsage's LFS")
+        return LfsTarget(real)
     if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(
@@ -401,6 +448,16 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
 
         store_cm = Store.open(opts.db, create=True)
     name = opts.name or Path(path).name
+    start_bytes = bytes_written
+    params: dict[str, Any] = {
+        "workload": ident,
+        "mode": opts.mode,
+        "snapshot_every": opts.snapshot_every,
+        "name": name,
+        "resumed_from": start,
+        "fsync": opts.fsync,
+        "description": tgt.executor.description,
+    }
 
     done = start
 
@@ -441,47 +498,88 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             last_snap[0] = done
 
         save(False)
-        if store is not None and start == 0:
-            snapshot("start")
-        for op in ops:
-            try:
-                bytes_written += ex_apply(op)
-            except NoSpaceError:
-                res.nospace += 1
-                if gen is not None:
-                    gen.nospace(op)
-                else:
-                    res.skipped += 1
-            except OpFailedError:
-                if gen is not None or not res.nospace:
-                    raise
-                res.skipped += 1  # a recorded stream after a skipped op: keep going
-            done += 1
-            if op.op == "snapshot" or (opts.snapshot_every and done % opts.snapshot_every == 0):
-                snapshot(op.label or f"op {done}")
-            if done % RECORD_EVERY == 0:
-                save(False)
-            if progress and done & 63 == 0:
-                now = time.perf_counter()
-                if now - last_draw > 0.5:
-                    last_draw = now
-                    rate = (done - start) / (now - t0)
-                    sys.stderr.write(
-                        f"\r  {done} ops  {rate:,.0f} ops/s  fullness "
-                        f"{tgt.executor.fullness():.3f}  {bytes_written / 2**20:,.0f} MiB written "
+        run_id = None
+        if store is not None:
+            run_id = _start_aging_run(store, tgt, path, params)
+            res.run_id = run_id
+        try:
+            if store is not None and start == 0:
+                snapshot("start")
+            for op in ops:
+                try:
+                    bytes_written += ex_apply(op)
+                except NoSpaceError:
+                    res.nospace += 1
+                    if gen is not None:
+                        gen.nospace(op)
+                    else:
+                        res.skipped += 1
+                except OpFailedError:
+                    if gen is not None or not res.nospace:
+                        raise
+                    res.skipped += 1  # a recorded stream after a skipped op: keep going
+                done += 1
+                if op.op == "snapshot" or (opts.snapshot_every and done % opts.snapshot_every == 0):
+                    snapshot(op.label or f"op {done}")
+                if done % RECORD_EVERY == 0:
+                    save(False)
+                if progress and done & 63 == 0:
+                    now = time.perf_counter()
+                    if now - last_draw > 0.5:
+                        last_draw = now
+                        rate = (done - start) / (now - t0)
+                        full = tgt.executor.fullness()
+                        sys.stderr.write(
+                            f"\r  {done} ops  {rate:,.0f} ops/s  fullness {full:.3f}  "
+                            f"{bytes_written / 2**20:,.0f} MiB written "
+                        )
+                        sys.stderr.flush()
+                if intr.hit:
+                    break
+            res.interrupted = intr.hit
+            res.finished = not intr.hit
+            res.ops = done
+            res.bytes_written = bytes_written
+            if hasattr(tgt.executor, "sync"):
+                tgt.executor.sync()
+            save(res.finished)
+            if store is not None and not res.interrupted and last_snap[0] != done:
+                snapshot("end")
+        except BaseException as exc:
+            if store is not None and run_id is not None:
+                status = "failed" if isinstance(exc, Exception) else "interrupted"
+                with contextlib.suppress(Exception):
+                    _finish_aging_run(
+                        store,
+                        run_id,
+                        name=name,
+                        status=status,
+                        ops=done - start,
+                        bytes_written=bytes_written - start_bytes,
+                        snapshots=res.snapshots,
+                        notes=[f"{type(exc).__name__}: {exc}"],
                     )
-                    sys.stderr.flush()
-            if intr.hit:
-                break
-        res.interrupted = intr.hit
-        res.finished = not intr.hit
-        res.ops = done
-        res.bytes_written = bytes_written
-        if hasattr(tgt.executor, "sync"):
-            tgt.executor.sync()
-        save(res.finished)
-        if store is not None and not res.interrupted and last_snap[0] != done:
-            snapshot("end")
+            raise
+        if store is not None and run_id is not None:
+            metrics, utilization = tgt.run_metrics()
+            metrics = {
+                "elapsed_s": time.perf_counter() - t0,
+                "nospace": res.nospace,
+                "skipped": res.skipped,
+                **metrics,
+            }
+            _finish_aging_run(
+                store,
+                run_id,
+                name=name,
+                status="interrupted" if res.interrupted else "finished",
+                ops=done - start,
+                bytes_written=bytes_written - start_bytes,
+                snapshots=res.snapshots,
+                metrics=metrics,
+                utilization=utilization,
+                notes=res.notices,
+            )
     if progress:
         sys.stderr.write("\n")
     res.elapsed = time.perf_counter() - t0
@@ -493,4 +591,144 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     return res
 
 
-__all__ = ["AgeOptions", "AgeResult", "FsageError", "WorkloadError", "age", "open_target"]
+# ---------------------------------------------------------------------------- aging runs
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _start_aging_run(store: Store, tgt: Target, path: Path, params: dict[str, Any]) -> int:
+    with store.transaction() as con:
+        cur = con.execute(
+            "INSERT INTO aging_runs(target, kind, started_at, params) VALUES (?, ?, ?, ?)",
+            (str(path), tgt.kind, _now_iso(), json.dumps(params, sort_keys=True, default=str)),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+
+def _finish_aging_run(
+    store: Store,
+    run_id: int,
+    *,
+    name: str,
+    status: str,
+    ops: int,
+    bytes_written: int,
+    snapshots: list[int],
+    metrics: dict[str, Any] | None = None,
+    utilization: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> None:
+    with store.transaction() as con:
+        row = con.execute("SELECT id FROM filesystems WHERE name = ?", (name,)).fetchone()
+        con.execute(
+            "UPDATE aging_runs SET fs_id = ?, finished_at = ?, status = ?, ops = ?,"
+            " bytes_written = ?, first_snap = ?, last_snap = ?, metrics = ?, utilization = ?,"
+            " notes = ? WHERE id = ?",
+            (
+                int(row[0]) if row is not None and snapshots else None,
+                _now_iso(),
+                status,
+                ops,
+                bytes_written,
+                min(snapshots) if snapshots else None,
+                max(snapshots) if snapshots else None,
+                json.dumps(metrics or {}, sort_keys=True, allow_nan=False, default=_json_default),
+                json.dumps(utilization or {}, sort_keys=True, allow_nan=False),
+                json.dumps(notes or []),
+                run_id,
+            ),
+        )
+
+
+def _json_default(obj: object) -> Any:
+    return str(obj)
+
+
+@dataclass
+class AgingRun:
+    """One row of ``aging_runs`` (see migration 2 in ``fsage.db.schema``)."""
+
+    id: int
+    fs: str | None
+    target: str
+    kind: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    params: dict[str, Any]
+    ops: int
+    bytes_written: int
+    first_snap: int | None
+    last_snap: int | None
+    metrics: dict[str, Any]
+    utilization: dict[str, Any]
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def aging_runs(store: Store, fs_name: str | None = None, kind: str | None = None) -> list[AgingRun]:
+    """The aging runs recorded in ``store``, oldest first; only those of file system
+    ``fs_name`` and/or target kind ``kind`` (e.g. ``lfs``) when given."""
+    sql = (
+        "SELECT r.id, f.name, r.target, r.kind, r.status, r.started_at, r.finished_at,"
+        " r.params, r.ops, r.bytes_written, r.first_snap, r.last_snap, r.metrics,"
+        " r.utilization, r.notes FROM aging_runs r LEFT JOIN filesystems f ON f.id = r.fs_id"
+    )
+    where: list[str] = []
+    args: list[Any] = []
+    if fs_name is not None:
+        store.snapshots(fs_name)  # an unknown name is an error, as elsewhere
+        where.append("f.name = ?")
+        args.append(fs_name)
+    if kind is not None:
+        where.append("r.kind = ?")
+        args.append(kind)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    out = []
+    for row in store.con.execute(sql + " ORDER BY r.id", args):
+        out.append(
+            AgingRun(
+                id=int(row[0]),
+                fs=row[1],
+                target=row[2],
+                kind=row[3],
+                status=row[4],
+                started_at=row[5],
+                finished_at=row[6],
+                params=_loads(row[7], {}),
+                ops=int(row[8]),
+                bytes_written=int(row[9]),
+                first_snap=row[10],
+                last_snap=row[11],
+                metrics=_loads(row[12], {}),
+                utilization=_loads(row[13], {}),
+                notes=_loads(row[14], []),
+            )
+        )
+    return out
+
+
+def _loads(text: str | None, empty: Any) -> Any:
+    try:
+        value = json.loads(text) if text else empty
+    except ValueError:
+        return empty
+    return value if isinstance(value, type(empty)) else empty
+
+
+__all__ = [
+    "AgeOptions",
+    "AgeResult",
+    "AgingRun",
+    "FsageError",
+    "WorkloadError",
+    "age",
+    "aging_runs",
+    "open_target",
+]

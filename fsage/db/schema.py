@@ -87,10 +87,15 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         2,
         "aging runs with their LFS cleaning metrics",
         """
-        -- One row per `fsage age` run recorded in a database. metrics: JSON (for LFS: write
-        -- cost, cleaner overhead, transfer inefficiency, overall write cost, the cleaner's
-        -- counters and the disk model used); utilization: JSON histogram of segment
-        -- utilization at the end of the run.
+        -- One row per `fsage age` run recorded in a database, written when the run starts
+        -- (status 'running') and completed when it ends ('finished', 'interrupted' by Ctrl-C,
+        -- or 'failed' with the error in notes). kind: 'dir', 'mounted-<fs>', 'offline-ext' or
+        -- 'lfs'. params: JSON (workload identity, seed, mode, resumed_from...). ops and
+        -- bytes_written count this run's ops (a resumed run starts at params.resumed_from).
+        -- metrics: JSON (for LFS: write cost, cleaner overhead, transfer inefficiency,
+        -- overall write cost, the cleaner's counters, the disk model and the policy);
+        -- utilization: JSON (fullness; for LFS live/data blocks and the histogram of segment
+        -- utilization at the end of the run).
         CREATE TABLE aging_runs (
             id INTEGER PRIMARY KEY,
             fs_id INTEGER REFERENCES filesystems(id),
@@ -98,13 +103,16 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
             kind TEXT NOT NULL,
             started_at TEXT NOT NULL,
             finished_at TEXT,
+            status TEXT NOT NULL DEFAULT 'running'
+                CHECK (status IN ('running', 'finished', 'interrupted', 'failed')),
             params TEXT NOT NULL DEFAULT '{}',
             ops INTEGER NOT NULL DEFAULT 0,
             bytes_written INTEGER NOT NULL DEFAULT 0,
             first_snap INTEGER REFERENCES snapshots(id),
             last_snap INTEGER REFERENCES snapshots(id),
             metrics TEXT NOT NULL DEFAULT '{}',
-            utilization TEXT NOT NULL DEFAULT '{}'
+            utilization TEXT NOT NULL DEFAULT '{}',
+            notes TEXT NOT NULL DEFAULT '[]'
         );
         CREATE INDEX aging_runs_fs ON aging_runs(fs_id, id);
         """,

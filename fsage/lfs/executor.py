@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Any
 
-from fsage.errors import WorkloadError
-from fsage.lfs.cleaner import Counters, DiskModel, write_cost_metrics
+from fsage.lfs.cleaner import Counters, DiskModel, utilization_histogram, write_cost_metrics
 from fsage.lfs.format import LfsNoSpace, is_lfs_image
 from fsage.lfs.fs import LFS, LfsOpError
-from fsage.workload import Executor, Op
+from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
 
-__all__ = ["LfsExecutor", "is_lfs_image"]
+__all__ = ["LfsExecutor", "is_lfs_image", "lfs_metrics", "lfs_utilization"]
 
 _CHUNK = 1 << 20
 
@@ -37,56 +38,81 @@ class LfsExecutor(Executor):
             self.fs.write(path, offset + pos, memoryview(self._pattern)[:n])
             pos += n
 
-    def _mkdirs(self, path: str) -> None:
+    def _mkdirs(self, path: str, made: list[str]) -> None:
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             sub = "/".join(parts[:i])
             if not self.fs.exists(sub):
                 self.fs.mkdir(sub)
+                made.append(sub)
 
     def apply(self, op: Op) -> int:
-        fs = self.fs
+        """Run one op. When the log is full (no clean segment even after cleaning) the part of
+        the op already done is undone — a file it created is removed, a file it grew is cut
+        back to its old size, directories it made are removed — and ``NoSpaceError`` is
+        raised, so the ager turns to deletes as it does on ENOSPC."""
+        made: list[str] = []
+        undo: list[tuple[str, str, int]] = []  # ("unlink", path, 0) | ("truncate", path, size)
         try:
-            if op.op == "mkdir":
-                self._mkdirs(op.path)
-                if not fs.exists(op.path):
-                    fs.mkdir(op.path)
-                return 0
-            if op.op == "create":
-                self._mkdirs(op.path)
-                if fs.exists(op.path):
-                    fs.truncate(op.path, 0)
-                else:
-                    fs.create(op.path)
-                self._write(op.path, 0, op.size)
-                return op.size
-            if op.op == "append":
-                self._write(op.path, fs.stat(op.path).size, op.size)
-                return op.size
-            if op.op == "overwrite":
-                self._write(op.path, op.offset, op.size)
-                return op.size
-            if op.op == "truncate":
-                fs.truncate(op.path, op.size)
-                return 0
-            if op.op == "delete":
-                if fs.stat(op.path).mode & 0o170000 == 0o040000:
-                    fs.rmdir(op.path)
-                else:
-                    fs.unlink(op.path)
-                return 0
-            if op.op == "rename":
-                self._mkdirs(op.dest)
-                fs.rename(op.path, op.dest)
-                return 0
-            if op.op in ("fsync", "sync"):
-                fs.sync()
-                return 0
-            return 0  # snapshot markers
+            return self._apply(op, made, undo)
         except LfsNoSpace as exc:
-            raise WorkloadError(f"LFS image full: {exc}") from None
+            self._undo(made, undo)
+            raise NoSpaceError(f"{op.op} {op.path}: no space left ({exc})") from None
         except LfsOpError as exc:
-            raise WorkloadError(f"{op.op} {op.path}: {exc}") from None
+            raise OpFailedError(f"{op.op} {op.path}: {exc}") from None
+
+    def _undo(self, made: list[str], undo: list[tuple[str, str, int]]) -> None:
+        fs = self.fs
+        for kind, path, size in reversed(undo):
+            with contextlib.suppress(LfsOpError, LfsNoSpace):
+                if kind == "unlink":
+                    fs.unlink(path)
+                elif fs.stat(path).size > size:
+                    fs.truncate(path, size)
+        for sub in reversed(made):
+            with contextlib.suppress(LfsOpError, LfsNoSpace):
+                fs.rmdir(sub)
+
+    def _apply(self, op: Op, made: list[str], undo: list[tuple[str, str, int]]) -> int:
+        fs = self.fs
+        if op.op == "mkdir":
+            self._mkdirs(op.path, made)
+            if not fs.exists(op.path):
+                fs.mkdir(op.path)
+                made.append(op.path)
+            return 0
+        if op.op == "create":
+            self._mkdirs(op.path, made)
+            if fs.exists(op.path):
+                undo.append(("truncate", op.path, fs.stat(op.path).size))
+                fs.truncate(op.path, 0)
+            else:
+                fs.create(op.path)
+                undo.append(("unlink", op.path, 0))
+            self._write(op.path, 0, op.size)
+            return op.size
+        if op.op in ("append", "overwrite"):
+            old = fs.stat(op.path).size
+            undo.append(("truncate", op.path, old))
+            self._write(op.path, old if op.op == "append" else op.offset, op.size)
+            return op.size
+        if op.op == "truncate":
+            fs.truncate(op.path, op.size)
+            return 0
+        if op.op == "delete":
+            if fs.stat(op.path).mode & 0o170000 == 0o040000:
+                fs.rmdir(op.path)
+            else:
+                fs.unlink(op.path)
+            return 0
+        if op.op == "rename":
+            self._mkdirs(op.dest, made)
+            fs.rename(op.path, op.dest)
+            return 0
+        if op.op in ("fsync", "sync"):
+            fs.sync()
+            return 0
+        return 0  # snapshot markers
 
     def capacity_blocks(self) -> tuple[int, int, int]:
         total, live = self.fs.usage()
@@ -106,5 +132,55 @@ class LfsExecutor(Executor):
             disk=disk or DiskModel(),
         )
 
+    def aging_metrics(
+        self, carried: Counters | None = None, disk: DiskModel | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What an aging run records for an LFS target: (metrics, utilization).
+
+        metrics: seed 001 EQ 1-6 (``write_cost_metrics``) over ``carried`` (counters of
+        earlier opens of the same image in the run) plus this open's counters, the counters
+        themselves, the disk model, the cleaning policy and the segment geometry.
+        utilization: live and data blocks, their ratio, clean segments and the segment
+        utilization histogram (``utilization_histogram``, ten buckets) of the log now."""
+        disk = disk or DiskModel()
+        total = Counters()
+        if carried is not None:
+            total.add(carried)
+        total.add(self.fs.counters)
+        return lfs_metrics(self.fs, total, disk), lfs_utilization(self.fs)
+
     def close(self) -> None:
         self.fs.close()
+
+
+def lfs_metrics(fs: LFS, counters: Counters, disk: DiskModel) -> dict[str, Any]:
+    geo = fs.geo
+    m: dict[str, Any] = dict(
+        write_cost_metrics(
+            counters,
+            block_size=geo.block_size,
+            blocks_per_segment=geo.data_blocks_per_segment,
+            disk=disk,
+        )
+    )
+    m["counters"] = counters.to_json()
+    m["disk"] = {"access_s": disk.access_s, "bandwidth_bps": disk.bandwidth_bps}
+    m["policy"] = fs.policy
+    m["block_size"] = geo.block_size
+    m["blocks_per_segment"] = geo.blocks_per_segment
+    m["data_blocks_per_segment"] = geo.data_blocks_per_segment
+    return m
+
+
+def lfs_utilization(fs: LFS) -> dict[str, Any]:
+    geo = fs.geo
+    total, live = fs.usage()
+    log = list(range(geo.first_log_segment, geo.segments))
+    return {
+        "data_blocks": total,
+        "live_blocks": live,
+        "fraction": live / total if total else 0.0,
+        "segments": len(log),
+        "clean_segments": len(fs.clean),
+        "histogram": utilization_histogram(fs.live, geo.data_blocks_per_segment, log),
+    }

@@ -128,6 +128,7 @@ class Geometry:
     summary_blocks: int
     cleaning_policy: str = "greedy"
     checkpoint_interval: int = 8
+    uuid: str = ""  # fsage's superblock field 102; "" in images made without it
 
     @property
     def block_size(self) -> int:
@@ -178,6 +179,7 @@ class Geometry:
             "summary_blocks": self.summary_blocks,
             "cleaning_policy": self.cleaning_policy,
             "checkpoint_interval": self.checkpoint_interval,
+            "uuid": self.uuid,
         }
 
 
@@ -284,6 +286,8 @@ def superblock_bytes(geo: Geometry) -> bytes:
         cleaning_policy=geo.cleaning_policy,
         checkpoint_interval=geo.checkpoint_interval,
     )
+    if geo.uuid:
+        sb.uuid = geo.uuid
     return encode_pb(sb)
 
 
@@ -380,6 +384,7 @@ def read_geometry(fd: int, image_size: int, where: str) -> Geometry:
         summary_blocks=sb.nblk_segsummary,
         cleaning_policy=policy,
         checkpoint_interval=max(1, interval),
+        uuid=sb.uuid if sb.HasField("uuid") else "",
     )
     if geo.summary_blocks != expect.summary_blocks:
         raise LfsError(f"{where}: superblock summary block count {geo.summary_blocks} is wrong")

@@ -17,10 +17,12 @@ linear block ``seg * blocks_per_segment + blk`` (``linear_block``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat as stat_mod
 import struct
 import time
+import uuid as uuid_mod
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -174,6 +176,7 @@ def mkfs(
         cleaning_policy=cleaning_policy,
         checkpoint_interval=checkpoint_interval,
     )
+    geo = dataclasses.replace(geo, uuid=str(uuid_mod.uuid4()))
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
@@ -1296,6 +1299,7 @@ class LFS:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
+        self._ensure_space(1)
         inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
         inode.nlink = 1
         self._link(dino, name, inode.ino)
@@ -1366,6 +1370,7 @@ class LFS:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
+        self._ensure_space(1)
         inode = self._alloc_inode(S_IFDIR | (mode & 0o7777))
         inode.nlink = 2
         self._dirs[inode.ino] = {}
@@ -1407,6 +1412,7 @@ class LFS:
                 raise LfsOpError(f"cannot move {src!r} inside itself")
         if (sd, sname) == (dd, dname):
             return
+        self._ensure_space(1)
         if dname in self._dirs[dd]:
             victim = self._iget(self._dirs[dd][dname])
             if victim.mode & S_IFMT == S_IFDIR:
@@ -1441,6 +1447,7 @@ class LFS:
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
         raw = target.encode("utf-8", "surrogateescape")
+        self._ensure_space(len(raw) // self.bs + 1)
         inode = self._alloc_inode(S_IFLNK | 0o777)
         inode.nlink = 1
         if len(raw) <= fmt.BODY_MAX:

@@ -95,7 +95,7 @@ class SegUsageRec(_message.Message):
     def __init__(self, nblks_live: _Optional[int] = ..., mtime: _Optional[int] = ...) -> None: ...
 
 class Superblock(_message.Message):
-    __slots__ = ["checkpoint_interval", "checkpoint_seg", "cleaning_policy", "first_logseg", "nblk_seg", "nblk_segsummary", "noctet_sector", "nsector_blk", "nseg_checkpoint", "nseg_disk", "version"]
+    __slots__ = ["checkpoint_interval", "checkpoint_seg", "cleaning_policy", "first_logseg", "nblk_seg", "nblk_segsummary", "noctet_sector", "nsector_blk", "nseg_checkpoint", "nseg_disk", "uuid", "version"]
     CHECKPOINT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SEG_FIELD_NUMBER: _ClassVar[int]
     CLEANING_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +106,7 @@ class Superblock(_message.Message):
     NSECTOR_BLK_FIELD_NUMBER: _ClassVar[int]
     NSEG_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     NSEG_DISK_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     checkpoint_interval: int
     checkpoint_seg: _containers.RepeatedScalarFieldContainer[int]
@@ -117,5 +118,6 @@ class Superblock(_message.Message):
     nsector_blk: int
     nseg_checkpoint: int
     nseg_disk: int
+    uuid: str
     version: int
-    def __init__(self, version: _Optional[int] = ..., noctet_sector: _Optional[int] = ..., nsector_blk: _Optional[int] = ..., nblk_seg: _Optional[int] = ..., nseg_disk: _Optional[int] = ..., first_logseg: _Optional[int] = ..., checkpoint_seg: _Optional[_Iterable[int]] = ..., nblk_segsummary: _Optional[int] = ..., nseg_checkpoint: _Optional[int] = ..., cleaning_policy: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ...) -> None: ...
+    def __init__(self, version: _Optional[int] = ..., noctet_sector: _Optional[int] = ..., nsector_blk: _Optional[int] = ..., nblk_seg: _Optional[int] = ..., nseg_disk: _Optional[int] = ..., first_logseg: _Optional[int] = ..., checkpoint_seg: _Optional[_Iterable[int]] = ..., nblk_segsummary: _Optional[int] = ..., nseg_checkpoint: _Optional[int] = ..., cleaning_policy: _Optional[str] = ..., checkpoint_interval: _Optional[int] = ..., uuid: _Optional[str] = ...) -> None: ...

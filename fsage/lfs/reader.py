@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from fsage.layout import (
+    FILE_COLUMNS,
     META_DIND,
     META_IND,
     META_TIND,
@@ -39,59 +40,43 @@ def read_lfs_layout(path: str | os.PathLike[str]) -> Layout:
         fs.close()
 
 
-def _layout(fs: LFS) -> Layout:
-    geo = fs.geo
-    bpsg = geo.blocks_per_segment
-    t = now_ms()
-    cols: dict[str, list[int]] = {
-        k: []
-        for k in (
-            "ino",
-            "generation",
-            "mode",
-            "nlink",
-            "uid",
-            "gid",
-            "size",
-            "atime",
-            "mtime",
-            "ctime",
-            "crtime",
-            "flags",
-            "damaged",
-        )
-    }
-    ext_off = [0]
-    el: list[int] = []
-    ep: list[int] = []
-    en: list[int] = []
-    meta_off = [0]
-    mp: list[int] = []
-    mk: list[int] = []
-    parents: list[int] = []
-    lino: list[int] = []
-    lnames: list[bytes] = []
-    used = 0
-    for ino in fs.inodes():
+class _Table:
+    """Columns of a FileTable being built, one inode at a time."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
+        self.ext_off = [0]
+        self.el: list[int] = []
+        self.ep: list[int] = []
+        self.en: list[int] = []
+        self.meta_off = [0]
+        self.mp: list[int] = []
+        self.mk: list[int] = []
+
+    def add(self, fs: LFS, ino: int) -> int:
+        """Append inode ``ino``; returns the number of blocks it holds."""
+        geo = fs.geo
         inode = fs.inode(ino)
         data: list[tuple[int, int]] = []
+        used = 0
         for addr, kind, off in fs.file_blocks(ino):
             used += 1
             if kind == -1:
                 data.append((off, linear_block(geo, addr)))
             else:
-                mp.append(linear_block(geo, addr))
-                mk.append(_META_KIND[kind])
+                self.mp.append(linear_block(geo, addr))
+                self.mk.append(_META_KIND[kind])
         data.sort()
+        el, ep, en = self.el, self.ep, self.en
         for off, phys in data:
-            if el and len(el) > ext_off[-1] and el[-1] + en[-1] == off and ep[-1] + en[-1] == phys:
+            if len(el) > self.ext_off[-1] and el[-1] + en[-1] == off and ep[-1] + en[-1] == phys:
                 en[-1] += 1
             else:
                 el.append(off)
                 ep.append(phys)
                 en.append(1)
-        ext_off.append(len(el))
-        meta_off.append(len(mp))
+        self.ext_off.append(len(el))
+        self.meta_off.append(len(self.mp))
         ns = 1_000_000
         for k, v in (
             ("ino", ino),
@@ -108,27 +93,73 @@ def _layout(fs: LFS) -> Layout:
             ("flags", 0),
             ("damaged", 0),
         ):
-            cols[k].append(v)
+            self.cols[k].append(v)
+        return used
+
+    def table(self) -> FileTable:
+        return FileTable(
+            **{k: np.asarray(v, dtype=FILE_COLUMNS[k]) for k, v in self.cols.items()},
+            ext_off=np.asarray(self.ext_off, np.uint64),
+            ext_logical=np.asarray(self.el, np.uint64),
+            ext_physical=np.asarray(self.ep, np.uint64),
+            ext_length=np.asarray(self.en, np.uint64),
+            ext_flags=np.zeros(len(self.el), np.uint32),
+            meta_off=np.asarray(self.meta_off, np.uint64),
+            meta_physical=np.asarray(self.mp, np.uint64),
+            meta_kind=np.asarray(self.mk, np.uint8),
+        ).sorted_by_ino()
+
+
+_COLUMNS = (
+    "ino",
+    "generation",
+    "mode",
+    "nlink",
+    "uid",
+    "gid",
+    "size",
+    "atime",
+    "mtime",
+    "ctime",
+    "crtime",
+    "flags",
+    "damaged",
+)
+
+#: Inodes that are the file system's own, not the user's: the inode bitmap, inode vector and
+#: inode table files (16, 17, 18) and the unlinked directory (20). They go to
+#: ``Layout.special`` so that the analyzer does not count them as user files.
+SPECIAL_INOS = (*fmt.SYSTEM_FILES, fmt.INO_UNLINKED)
+
+
+def _layout(fs: LFS) -> Layout:
+    geo = fs.geo
+    bpsg = geo.blocks_per_segment
+    t = now_ms()
+    user = _Table()
+    special = _Table()
+    parents: list[int] = []
+    lino: list[int] = []
+    lnames: list[bytes] = []
+    used = 0
+    for ino in fs.inodes():
+        if ino in SPECIAL_INOS:
+            continue
+        used += user.add(fs, ino)
         if fs.is_dir(ino):
             for name, child in fs.directory(ino).items():
                 parents.append(ino)
                 lino.append(child)
                 lnames.append(name.encode("utf-8", "surrogateescape"))
-    for sino in fmt.SYSTEM_FILES:
-        used += sum(1 for _ in fs.file_blocks(sino))
-    from fsage.layout import FILE_COLUMNS
-
-    files = FileTable(
-        **{k: np.asarray(v, dtype=FILE_COLUMNS[k]) for k, v in cols.items()},
-        ext_off=np.asarray(ext_off, np.uint64),
-        ext_logical=np.asarray(el, np.uint64),
-        ext_physical=np.asarray(ep, np.uint64),
-        ext_length=np.asarray(en, np.uint64),
-        ext_flags=np.zeros(len(el), np.uint32),
-        meta_off=np.asarray(meta_off, np.uint64),
-        meta_physical=np.asarray(mp, np.uint64),
-        meta_kind=np.asarray(mk, np.uint8),
-    ).sorted_by_ino()
+    for sino in SPECIAL_INOS:
+        used += special.add(fs, sino)
+    # Open-but-unlinked files are named in the unlinked directory; keep those links (they
+    # do not reach the root, so such files get no path).
+    for name, child in fs.directory(fmt.INO_UNLINKED).items():
+        parents.append(fmt.INO_UNLINKED)
+        lino.append(child)
+        lnames.append(name.encode("utf-8", "surrogateescape"))
+    files = user.table()
     groups = []
     free_start: list[int] = []
     free_len: list[int] = []
@@ -148,7 +179,7 @@ def _layout(fs: LFS) -> Layout:
     total = geo.log_segments * geo.data_blocks_per_segment
     facts = FsFacts(
         kind="lfs",
-        uuid="",
+        uuid=geo.uuid,
         label="",
         block_size=geo.block_size,
         blocks_total=total,
@@ -174,6 +205,7 @@ def _layout(fs: LFS) -> Layout:
         files=files,
         links=LinkTable.from_lists(parents, lino, lnames),
         free=FreeExtents(np.asarray(free_start, np.uint64), np.asarray(free_len, np.uint64)),
+        special=special.table(),
         root_ino=fmt.INO_ROOT,
         notes=list(fs.notes),
     )

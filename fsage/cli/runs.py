@@ -1,0 +1,87 @@
+"""`fsage runs`: the aging runs recorded in a database, with their LFS write-cost metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsage.ager.run import AgingRun, aging_runs
+from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.db.store import Store
+
+
+def _row(r: AgingRun) -> list[Any]:
+    m, u = r.metrics, r.utilization
+    util = u.get("fraction", u.get("fullness"))
+    snaps = "-" if r.first_snap is None else f"{r.first_snap}-{r.last_snap}"
+    return [
+        r.id,
+        r.fs or "-",
+        r.kind,
+        r.status,
+        r.started_at.replace("+00:00", "Z"),
+        r.ops,
+        round(r.bytes_written / 2**20, 1),
+        snaps,
+        None if util is None else round(float(util), 3),
+        m.get("policy", "-"),
+        m.get("write_cost"),
+        m.get("cleaner_overhead"),
+        m.get("transfer_inefficiency"),
+        m.get("overall_write_cost"),
+    ]
+
+
+@click.command("runs")
+@db_option
+@click.option("--fs", "fs_name", help="Only runs on this file system (its database name).")
+@click.option("--kind", help="Only runs on this target kind: dir, mounted-ext, offline-ext, lfs.")
+@format_option("text", "json")
+def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
+    """List the aging runs recorded by `fsage age ... --db`, oldest first.
+
+    Every run records its target, kind, status, ops and bytes written and the snapshots it
+    took. Runs on LFS images also record seed 001's write-cost metrics (EQ 1-6: write cost,
+    cleaner overhead, transfer inefficiency, overall write cost under a 15 ms / 5 MB/s disk),
+    the cleaner's counters and the segment utilization histogram (in --format json). The
+    text table shows utilization as the LFS's live fraction, or the target's fullness.
+
+    \b
+    Examples:
+      fsage lfs mkfs lfs.img --size 64M
+      fsage age lfs.img --profile hfs-aging --db fsage.db
+      fsage runs --db fsage.db
+      fsage runs --db fsage.db --kind lfs --format json
+    """
+    with Store.open(db) as store:
+        runs = aging_runs(store, fs_name, kind)
+    if fmt == "json":
+        echo_json([r.to_json() for r in runs])
+        return
+    if not runs:
+        click.echo("no aging runs recorded")
+        return
+    echo_table(
+        [
+            "id",
+            "fs",
+            "kind",
+            "status",
+            "started",
+            "ops",
+            "MiB",
+            "snapshots",
+            "util",
+            "policy",
+            "write cost",
+            "overhead",
+            "TI",
+            "overall",
+        ],
+        [_row(r) for r in runs],
+    )
+
+
+COMMANDS = [runs_cmd]
