@@ -3,8 +3,6 @@
 from collections.abc import Sequence
 from typing import Any
 
-from typing_extensions import Buffer
-
 class Ext2fsError(Exception):
     """args: (errcode, what was being done, libext2fs message)."""
 
@@ -30,19 +28,20 @@ def writer_truncate(h: object, path: bytes, size: int) -> None: ...
 def writer_unlink(h: object, path: bytes) -> None: ...
 def writer_rename(h: object, src: bytes, dst: bytes) -> None: ...
 
-# Per-file digests (fsage/_digest.c); wrapped by fsage.db.codec.file_digests.
+# Per-file digests (fsage/_digest.c); wrapped by fsage.db.codec.file_digests. Every array
+# argument is any C-contiguous buffer of u64 values (names: bytes).
 def file_digests(
-    columns: Sequence[Buffer],
-    ext_off: Buffer,
-    ext_logical: Buffer,
-    ext_physical: Buffer,
-    ext_length: Buffer,
-    ext_flags: Buffer,
-    meta_off: Buffer,
-    meta_physical: Buffer,
-    meta_kind: Buffer,
-    link_file: Buffer,
-    link_parent: Buffer,
-    name_off: Buffer,
-    names: Buffer,
+    columns: Sequence[Any],
+    ext_off: Any,
+    ext_logical: Any,
+    ext_physical: Any,
+    ext_length: Any,
+    ext_flags: Any,
+    meta_off: Any,
+    meta_physical: Any,
+    meta_kind: Any,
+    link_file: Any,
+    link_parent: Any,
+    name_off: Any,
+    names: Any,
 ) -> bytes: ...

@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "lfs": "lfs",
     "replay": "replay",
     "report": "report",
+    "runs": "runs",
     "show": "snapshot",
     "snapshot": "snapshot",
     "snapshots": "snapshot",

@@ -29,7 +29,7 @@ from fsage.errors import StoreError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
 
 BUSY_TIMEOUT_MS = 60_000
-PAGE_SIZE = 65536
+PAGE_SIZE = 16384
 
 # Columns of other tables that name a snapshot; set to NULL when it is deleted.
 _SNAPSHOT_REFERENCES = [
