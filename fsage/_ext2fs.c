@@ -8,6 +8,7 @@
 #include "_ext2fs.h"
 
 #include <e2p/e2p.h>
+#include <ext2fs/ext3_extents.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -44,9 +45,7 @@ typedef struct {
     size_t len, cap;
 } Buf;
 
-static int buf_reserve(Buf *b, size_t more) {
-    if (b->len + more <= b->cap)
-        return 0;
+static int buf_grow(Buf *b, size_t more) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + more)
         cap *= 2;
@@ -58,7 +57,13 @@ static int buf_reserve(Buf *b, size_t more) {
     return 0;
 }
 
-static int buf_put(Buf *b, const void *v, size_t n) {
+static inline int buf_reserve(Buf *b, size_t more) {
+    if (__builtin_expect(b->len + more <= b->cap, 1))
+        return 0;
+    return buf_grow(b, more);
+}
+
+static inline int buf_put(Buf *b, const void *v, size_t n) {
     if (buf_reserve(b, n))
         return -1;
     memcpy(b->data + b->len, v, n);
@@ -173,7 +178,37 @@ nomem:
     return -1;
 }
 
+/* Most files keep their whole extent tree in the inode (depth 0, at most 4 extents): read
+ * those entries straight from i_block instead of opening an extent handle for each inode.
+ * Anything unusual (a bad header, a deeper tree) takes the libext2fs path below. */
+static int walk_inline_extents(FileAcc *a, struct ext2_inode *inode) {
+    const struct ext3_extent_header *eh = (const struct ext3_extent_header *)inode->i_block;
+    uint16_t entries = ext2fs_le16_to_cpu(eh->eh_entries);
+    uint16_t max = ext2fs_le16_to_cpu(eh->eh_max);
+    if (ext2fs_le16_to_cpu(eh->eh_magic) != EXT3_EXT_MAGIC || eh->eh_depth != 0 ||
+        max > 4 || entries > max)
+        return 0;
+    const struct ext3_extent *ex = (const struct ext3_extent *)(eh + 1);
+    for (uint16_t i = 0; i < entries; i++) {
+        uint32_t len = ext2fs_le16_to_cpu(ex[i].ee_len);
+        uint32_t fl = 0;
+        if (len > EXT_INIT_MAX_LEN) {
+            len -= EXT_INIT_MAX_LEN;
+            fl = EXTENT_UNWRITTEN;
+        }
+        if (len == 0)
+            continue;
+        uint64_t pblk = ((uint64_t)ext2fs_le16_to_cpu(ex[i].ee_start_hi) << 32) |
+                        ext2fs_le32_to_cpu(ex[i].ee_start);
+        if (acc_extent(a, ext2fs_le32_to_cpu(ex[i].ee_block), pblk, len, fl))
+            break;
+    }
+    return 1;
+}
+
 static void walk_extents(FileAcc *a, ext2_ino_t ino, struct ext2_inode *inode) {
+    if (walk_inline_extents(a, inode))
+        return;
     ext2_extent_handle_t h;
     errcode_t r = ext2fs_extent_open2(a->fs, ino, inode, &h);
     if (r) {
@@ -779,7 +814,8 @@ PyMODINIT_FUNC PyInit__ext2fs(void) {
     fsage_Ext2fsError = PyErr_NewException("fsage._ext2fs.Ext2fsError", PyExc_Exception, NULL);
     if (!fsage_Ext2fsError || PyModule_AddObjectRef(m, "Ext2fsError", fsage_Ext2fsError) < 0 ||
         PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
-        PyModule_AddFunctions(m, fsage_writer_methods) < 0) {
+        PyModule_AddFunctions(m, fsage_writer_methods) < 0 ||
+        PyModule_AddFunctions(m, fsage_digest_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

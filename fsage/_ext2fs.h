@@ -16,5 +16,7 @@ PyObject *fsage_raise(errcode_t err, const char *what);
 
 /* Methods of the offline writer, added to the module at init. */
 extern PyMethodDef fsage_writer_methods[];
+/* file_digests, in _digest.c. */
+extern PyMethodDef fsage_digest_methods[];
 
 #endif

@@ -1,5 +1,6 @@
 """Typed stub of the C extension over libext2fs."""
 
+from collections.abc import Sequence
 from typing import Any
 
 class Ext2fsError(Exception):
@@ -26,3 +27,21 @@ def writer_write(h: object, path: bytes, offset: int, size: int) -> None: ...
 def writer_truncate(h: object, path: bytes, size: int) -> None: ...
 def writer_unlink(h: object, path: bytes) -> None: ...
 def writer_rename(h: object, src: bytes, dst: bytes) -> None: ...
+
+# Per-file digests (fsage/_digest.c); wrapped by fsage.db.codec.file_digests. Every array
+# argument is any C-contiguous buffer of u64 values (names: bytes).
+def file_digests(
+    columns: Sequence[Any],
+    ext_off: Any,
+    ext_logical: Any,
+    ext_physical: Any,
+    ext_length: Any,
+    ext_flags: Any,
+    meta_off: Any,
+    meta_physical: Any,
+    meta_kind: Any,
+    link_file: Any,
+    link_parent: Any,
+    name_off: Any,
+    names: Any,
+) -> bytes: ...

@@ -198,8 +198,8 @@ class FileTable:
         """A new table with the files at ``index`` (in that order)."""
         index = np.asarray(index, dtype=np.int64)
         cols: dict[str, Any] = {k: getattr(self, k)[index] for k in FILE_COLUMNS}
-        ext_idx, ext_off = _csr_take(self.ext_off, index)
-        meta_idx, meta_off = _csr_take(self.meta_off, index)
+        ext_idx, ext_off = csr_take(self.ext_off, index)
+        meta_idx, meta_off = csr_take(self.meta_off, index)
         return FileTable(
             **cols,
             ext_off=ext_off,
@@ -210,6 +210,23 @@ class FileTable:
             meta_off=meta_off,
             meta_physical=self.meta_physical[meta_idx],
             meta_kind=self.meta_kind[meta_idx],
+        )
+
+    def slice(self, start: int, stop: int) -> FileTable:
+        """Rows ``start:stop`` as views of this table's arrays (no copy)."""
+        cols: dict[str, Any] = {k: getattr(self, k)[start:stop] for k in FILE_COLUMNS}
+        e0, e1 = int(self.ext_off[start]), int(self.ext_off[stop])
+        m0, m1 = int(self.meta_off[start]), int(self.meta_off[stop])
+        return FileTable(
+            **cols,
+            ext_off=self.ext_off[start : stop + 1] - np.uint64(e0),
+            ext_logical=self.ext_logical[e0:e1],
+            ext_physical=self.ext_physical[e0:e1],
+            ext_length=self.ext_length[e0:e1],
+            ext_flags=self.ext_flags[e0:e1],
+            meta_off=self.meta_off[start : stop + 1] - np.uint64(m0),
+            meta_physical=self.meta_physical[m0:m1],
+            meta_kind=self.meta_kind[m0:m1],
         )
 
     @staticmethod
@@ -223,12 +240,12 @@ class FileTable:
         }
         return FileTable(
             **cols,
-            ext_off=_concat_offsets([t.ext_off for t in tables]),
+            ext_off=concat_offsets([t.ext_off for t in tables]),
             ext_logical=np.concatenate([t.ext_logical for t in tables]),
             ext_physical=np.concatenate([t.ext_physical for t in tables]),
             ext_length=np.concatenate([t.ext_length for t in tables]),
             ext_flags=np.concatenate([t.ext_flags for t in tables]),
-            meta_off=_concat_offsets([t.meta_off for t in tables]),
+            meta_off=concat_offsets([t.meta_off for t in tables]),
             meta_physical=np.concatenate([t.meta_physical for t in tables]),
             meta_kind=np.concatenate([t.meta_kind for t in tables]),
         )
@@ -350,7 +367,7 @@ def derive_paths(links: LinkTable, root_ino: int) -> dict[int, list[str]]:
     return out
 
 
-def _concat_offsets(offs: Sequence[U64]) -> U64:
+def concat_offsets(offs: Sequence[U64]) -> U64:
     parts = [offs[0]]
     base = offs[0][-1]
     for o in offs[1:]:
@@ -359,7 +376,7 @@ def _concat_offsets(offs: Sequence[U64]) -> U64:
     return np.concatenate(parts).astype(np.uint64)
 
 
-def _csr_take(off: U64, index: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], U64]:
+def csr_take(off: U64, index: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], U64]:
     """Indices into the child array and new offsets for taking rows ``index`` of a CSR."""
     starts = off[:-1][index].astype(np.int64)
     counts = (off[1:][index] - off[:-1][index]).astype(np.int64)

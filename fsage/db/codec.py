@@ -1,4 +1,8 @@
-"""How file records travel to and from SQLite: per-file digests and packed blobs.
+"""How file records travel to and from SQLite: per-file digests and version chunks.
+
+A version chunk holds the versions of files one snapshot recorded, column by column: one blob
+per column (keys, inode fields, extents, metadata blocks, names), packed and unpacked by numpy
+with no per-file Python work.
 
 Digests are computed for every file with numpy (no per-file Python work), so an incremental
 snapshot can tell which files changed before it builds a blob for any of them.
@@ -10,17 +14,21 @@ shows the atime a file had when its current version was first recorded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fsage.layout import FILE_COLUMNS, FileTable, LinkTable
+from fsage import _ext2fs
+from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets
 
 U64 = npt.NDArray[np.uint64]
 
-EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u8")])
-META_DTYPE = np.dtype([("p", "<u8"), ("k", "<u8")])
+EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u4")])
+META_DTYPE = np.dtype([("p", "<u8"), ("k", "u1")])
+# What tells versions apart when a snapshot is compared with the current state.
+KEY_DTYPE = np.dtype([("ino", "<u8"), ("generation", "<u4"), ("digest", "<i8")])
 # Every inode field but the number, plus whether it is a reserved (special) inode.
 INODE_FIELDS = [c for c in FILE_COLUMNS if c != "ino"]
 INODE_DTYPE = np.dtype(
@@ -99,9 +107,42 @@ def _name_hashes(links: LinkTable) -> U64:
     return _mix(_segment_sums(terms, links.name_off) + lengths.astype(np.uint64))
 
 
-def file_digests(
+def link_files(files: FileTable, links: LinkTable) -> npt.NDArray[np.int64]:
+    """The row in ``files`` (sorted by ino) of each link's inode; -1 where no file has it
+    (an entry pointing at a free inode)."""
+    pos = np.searchsorted(files.ino, links.ino)
+    if len(files) == 0:
+        return np.full(len(links), -1, np.int64)
+    clipped = np.minimum(pos, len(files) - 1)
+    return np.where(files.ino[clipped] == links.ino, clipped, -1).astype(np.int64)
+
+
+def file_digests(files: FileTable, links: LinkTable, link_file: npt.NDArray[np.int64]) -> U64:
+    """One 64-bit digest per file (see the module docstring), computed in C."""
+    cols = [files.ino.astype(np.uint64)]
+    cols += [np.ascontiguousarray(getattr(files, c), dtype=np.uint64) for c in DIGEST_COLUMNS]
+    raw = _ext2fs.file_digests(
+        cols,
+        files.ext_off.astype(np.uint64),
+        files.ext_logical.astype(np.uint64),
+        files.ext_physical.astype(np.uint64),
+        files.ext_length.astype(np.uint64),
+        files.ext_flags.astype(np.uint64),
+        files.meta_off.astype(np.uint64),
+        files.meta_physical.astype(np.uint64),
+        files.meta_kind.astype(np.uint64),
+        link_file.astype(np.uint64),
+        links.parent.astype(np.uint64),
+        links.name_off.astype(np.uint64),
+        links.names,
+    )
+    return np.frombuffer(raw, np.uint64)
+
+
+def file_digests_numpy(
     files: FileTable, links: LinkTable, order: npt.NDArray[np.int64], link_off: U64
 ) -> U64:
+    """The digest's definition in numpy (the C version must agree; the tests check it)."""
     h = _mix(files.ino.astype(np.uint64))
     for col in DIGEST_COLUMNS:
         h = _combine(h, getattr(files, col).astype(np.uint64))
@@ -118,95 +159,162 @@ def file_digests(
     return h
 
 
-def extent_blobs(files: FileTable, rows: Sequence[int]) -> list[bytes]:
-    packed = np.empty(files.ext_logical.size, EXTENT_DTYPE)
-    packed["l"], packed["p"], packed["n"], packed["f"] = (
+CHUNK_COLUMNS = (
+    "keys",  # KEY_DTYPE per version, in ino order
+    "inodes",  # INODE_DTYPE per version
+    "ext_counts",  # u32 extents per version
+    "extents",  # EXTENT_DTYPE rows
+    "meta_counts",  # u32 metadata blocks per version
+    "meta",  # META_DTYPE rows
+    "link_rows",  # u32 per name: the version (row of the chunk) it names
+    "link_parents",  # u64 directory inode of each name
+    "name_lens",  # u16 length of each name
+    "names",  # the names' bytes, back to back
+)
+
+
+def _offsets(counts: npt.NDArray[np.integer[Any]]) -> U64:
+    off = np.zeros(len(counts) + 1, np.uint64)
+    np.cumsum(counts, out=off[1:])
+    return off
+
+
+def _select_links(
+    links: LinkTable, link_row: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_]
+) -> tuple[LinkTable, npt.NDArray[np.int64]]:
+    """The links flagged ``keep``, with their rows."""
+    if keep.all():
+        return links, link_row
+    lengths = np.diff(links.name_off).astype(np.int64)
+    raw = np.frombuffer(links.names, np.uint8)[np.repeat(keep, lengths)]
+    kept = LinkTable(
+        parent=links.parent[keep],
+        ino=links.ino[keep],
+        name_off=_offsets(lengths[keep]),
+        names=raw.tobytes(),
+    )
+    return kept, link_row[keep]
+
+
+def _renumber(
+    n: int, rows: npt.NDArray[np.int64], link_row: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Each link's row after taking ``rows`` of ``n`` (-1: its file was not taken)."""
+    new = np.full(n + 1, -1, np.int64)  # the extra slot maps -1 to -1
+    new[rows] = np.arange(len(rows), dtype=np.int64)
+    return new[link_row]
+
+
+def pack_chunk(
+    files: FileTable,
+    special: npt.NDArray[np.bool_],
+    digests: npt.NDArray[np.int64],
+    links: LinkTable,
+    link_file: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64] | None = None,
+) -> dict[str, bytes]:
+    """The chunk blobs of ``rows`` of ``files`` (all of them when None), which must be in ino
+    order; ``link_file`` comes from ``link_files()``."""
+    link_row = link_file
+    if rows is not None:
+        link_row = _renumber(len(files), rows, link_file)
+        files, special, digests = files.take(rows), special[rows], digests[rows]
+    links, link_row = _select_links(links, link_row, link_row >= 0)
+    keys = np.empty(len(files), KEY_DTYPE)
+    keys["ino"], keys["generation"], keys["digest"] = files.ino, files.generation, digests
+    inodes = np.empty(len(files), INODE_DTYPE)
+    for c in INODE_FIELDS:
+        inodes[c] = getattr(files, c)
+    inodes["special"] = special
+    ext = np.empty(files.ext_logical.size, EXTENT_DTYPE)
+    ext["l"], ext["p"], ext["n"], ext["f"] = (
         files.ext_logical,
         files.ext_physical,
         files.ext_length,
         files.ext_flags,
     )
-    raw = packed.tobytes()
-    size = EXTENT_DTYPE.itemsize
-    off = files.ext_off.tolist()
-    return [raw[off[i] * size : off[i + 1] * size] for i in rows]
+    meta = np.empty(files.meta_physical.size, META_DTYPE)
+    meta["p"], meta["k"] = files.meta_physical, files.meta_kind
+    return {
+        "keys": keys.tobytes(),
+        "inodes": inodes.tobytes(),
+        "ext_counts": np.diff(files.ext_off).astype("<u4").tobytes(),
+        "extents": ext.tobytes(),
+        "meta_counts": np.diff(files.meta_off).astype("<u4").tobytes(),
+        "meta": meta.tobytes(),
+        "link_rows": link_row.astype("<u4").tobytes(),
+        "link_parents": links.parent.astype("<u8").tobytes(),
+        "name_lens": np.diff(links.name_off).astype("<u2").tobytes(),
+        "names": links.names,
+    }
 
 
-def meta_blobs(files: FileTable, rows: Sequence[int]) -> list[bytes]:
-    packed = np.empty(files.meta_physical.size, META_DTYPE)
-    packed["p"], packed["k"] = files.meta_physical, files.meta_kind
-    raw = packed.tobytes()
-    size = META_DTYPE.itemsize
-    off = files.meta_off.tolist()
-    return [raw[off[i] * size : off[i + 1] * size] for i in rows]
+def chunk_keys(blob: bytes) -> npt.NDArray[np.void]:
+    return np.frombuffer(blob, KEY_DTYPE)
 
 
-def inode_blobs(
-    files: FileTable, special: npt.NDArray[np.bool_], rows: npt.NDArray[np.int64]
-) -> list[bytes]:
-    packed = np.empty(len(rows), INODE_DTYPE)
-    for c in INODE_FIELDS:
-        packed[c] = getattr(files, c)[rows]
-    packed["special"] = special[rows]
-    raw = packed.tobytes()
-    size = INODE_DTYPE.itemsize
-    return [raw[i : i + size] for i in range(0, len(raw), size)]
+@dataclass
+class Versions:
+    """Unpacked file versions: the files (reserved inodes flagged) and their names, each
+    name with the row of the file it names."""
+
+    files: FileTable
+    special: npt.NDArray[np.bool_]
+    link_row: npt.NDArray[np.int64]
+    links: LinkTable
+
+    def take(self, rows: npt.NDArray[np.int64]) -> Versions:
+        link_row = _renumber(len(self.files), rows, self.link_row)
+        links, link_row = _select_links(self.links, link_row, link_row >= 0)
+        return Versions(self.files.take(rows), self.special[rows], link_row, links)
 
 
-def link_blobs(
-    links: LinkTable, order: npt.NDArray[np.int64], link_off: U64, rows: Sequence[int]
-) -> tuple[list[bytes], list[bytes]]:
-    """Per file: its links' parent inodes (u64) and their names, each ended by a NUL
-    (names in every supported file system exclude NUL)."""
-    parents = links.parent[order].astype("<u8").tobytes()
-    name_off = links.name_off.tolist()
-    names = links.names
-    joined = b"".join(names[name_off[k] : name_off[k + 1]] + b"\0" for k in order.tolist())
-    lengths = np.diff(links.name_off)[order] + np.uint64(1)
-    byte_off = np.zeros(len(order) + 1, np.uint64)
-    np.cumsum(lengths, out=byte_off[1:])
-    off = link_off.tolist()
-    boff = byte_off.tolist()
-    out_parents = [parents[off[i] * 8 : off[i + 1] * 8] for i in rows]
-    out_names = [joined[boff[off[i]] : boff[off[i + 1]]] for i in rows]
-    return out_parents, out_names
-
-
-def unpack_extents(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
-    counts = np.fromiter((len(b) for b in blobs), np.uint64, len(blobs)) // np.uint64(
-        EXTENT_DTYPE.itemsize
+def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
+    keys = chunk_keys(blobs["keys"])
+    inodes = np.frombuffer(blobs["inodes"], INODE_DTYPE)
+    ext = np.frombuffer(blobs["extents"], EXTENT_DTYPE)
+    meta = np.frombuffer(blobs["meta"], META_DTYPE)
+    ino = keys["ino"].astype(np.uint64)
+    values = {c: inodes[c].astype(FILE_COLUMNS[c]) for c in INODE_FIELDS}
+    files = FileTable(
+        ino=ino,
+        **values,
+        ext_off=_offsets(np.frombuffer(blobs["ext_counts"], "<u4")),
+        ext_logical=ext["l"].astype(np.uint64),
+        ext_physical=ext["p"].astype(np.uint64),
+        ext_length=ext["n"].astype(np.uint64),
+        ext_flags=ext["f"].astype(np.uint32),
+        meta_off=_offsets(np.frombuffer(blobs["meta_counts"], "<u4")),
+        meta_physical=meta["p"].astype(np.uint64),
+        meta_kind=meta["k"].astype(np.uint8),
     )
-    off = np.zeros(len(blobs) + 1, np.uint64)
-    np.cumsum(counts, out=off[1:])
-    return off, np.frombuffer(b"".join(blobs), EXTENT_DTYPE)
-
-
-def unpack_meta(blobs: Sequence[bytes]) -> tuple[U64, npt.NDArray[np.void]]:
-    counts = np.fromiter((len(b) for b in blobs), np.uint64, len(blobs)) // np.uint64(
-        META_DTYPE.itemsize
+    link_row = np.frombuffer(blobs["link_rows"], "<u4").astype(np.int64)
+    links = LinkTable(
+        parent=np.frombuffer(blobs["link_parents"], "<u8").astype(np.uint64),
+        ino=ino[link_row],
+        name_off=_offsets(np.frombuffer(blobs["name_lens"], "<u2")),
+        names=blobs["names"],
     )
-    off = np.zeros(len(blobs) + 1, np.uint64)
-    np.cumsum(counts, out=off[1:])
-    return off, np.frombuffer(b"".join(blobs), META_DTYPE)
+    return Versions(files, inodes["special"].astype(bool), link_row, links)
 
 
-def unpack_inodes(blobs: Sequence[bytes]) -> npt.NDArray[np.void]:
-    return np.frombuffer(b"".join(blobs), INODE_DTYPE)
-
-
-def unpack_links(
-    inos: npt.NDArray[np.uint64], parents: Sequence[bytes], names: Sequence[bytes]
-) -> LinkTable:
-    counts = np.fromiter((len(p) for p in parents), np.int64, len(parents)) // 8
-    parent = np.frombuffer(b"".join(parents), "<u8").astype(np.uint64)
-    joined = b"".join(names)
-    split = joined.split(b"\0")[:-1] if joined else []
-    lengths = np.fromiter((len(n) for n in split), np.uint64, len(split))
-    name_off = np.zeros(len(split) + 1, np.uint64)
-    np.cumsum(lengths, out=name_off[1:])
-    return LinkTable(
-        parent=parent,
-        ino=np.repeat(inos, counts).astype(np.uint64),
-        name_off=name_off,
-        names=joined.replace(b"\0", b""),
+def concat_versions(parts: list[Versions]) -> Versions:
+    if not parts:
+        return Versions(
+            FileTable.empty(), np.zeros(0, bool), np.zeros(0, np.int64), LinkTable.empty()
+        )
+    if len(parts) == 1:
+        return parts[0]
+    links = [p.links for p in parts]
+    base = np.cumsum([0] + [len(p.files) for p in parts[:-1]])
+    return Versions(
+        FileTable.concat([p.files for p in parts]),
+        np.concatenate([p.special for p in parts]),
+        np.concatenate([p.link_row + b for p, b in zip(parts, base, strict=True)]),
+        LinkTable(
+            parent=np.concatenate([x.parent for x in links]),
+            ino=np.concatenate([x.ino for x in links]),
+            name_off=concat_offsets([x.name_off for x in links]),
+            names=b"".join(x.names for x in links),
+        ),
     )

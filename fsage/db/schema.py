@@ -8,11 +8,21 @@ add a new one.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from fsage.errors import StoreError
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+
+def _version_chunks(con: sqlite3.Connection) -> None:
+    from fsage.db.legacy import convert_file_versions  # only this migration needs it
+
+    convert_file_versions(con)
+    con.execute("DROP TABLE file_versions")
+
+
+# (version, name, SQL, then an optional Python step in the same transaction)
+MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | None]] = [
     (
         1,
         "file systems, snapshots and file versions",
@@ -71,6 +81,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         CREATE INDEX file_versions_live ON file_versions(fs_id, last_snap);
         """,
+        None,
     ),
     (
         2,
@@ -105,6 +116,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         CREATE INDEX aging_runs_fs ON aging_runs(fs_id, id);
         """,
+        None,
     ),
     (
         3,
@@ -141,6 +153,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             pid INTEGER
         );
         """,
+        None,
     ),
     (
         4,
@@ -181,6 +194,50 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         CREATE INDEX bench_results_run ON bench_results(run_id);
         """,
+        None,
+    ),
+    (
+        5,
+        "file versions stored in column chunks",
+        """
+        -- The versions one snapshot recorded, column by column (fsage.db.codec.CHUNK_COLUMNS);
+        -- replaces file_versions' one row per version. See fsage.db.versions.
+        CREATE TABLE version_chunks (
+            id INTEGER PRIMARY KEY,
+            fs_id INTEGER NOT NULL REFERENCES filesystems(id),
+            first_snap INTEGER NOT NULL,    -- the snapshot that recorded them
+            n INTEGER NOT NULL,             -- versions in the chunk
+            live INTEGER NOT NULL,          -- of which not ended yet
+            dead_after INTEGER,             -- once live = 0: the last snapshot seeing any
+            keys BLOB NOT NULL,
+            inodes BLOB NOT NULL,
+            ext_counts BLOB NOT NULL,
+            extents BLOB NOT NULL,
+            meta_counts BLOB NOT NULL,
+            meta BLOB NOT NULL,
+            link_rows BLOB NOT NULL,
+            link_parents BLOB NOT NULL,
+            name_lens BLOB NOT NULL,
+            names BLOB NOT NULL
+        );
+        CREATE INDEX version_chunks_fs ON version_chunks(fs_id, first_snap);
+
+        -- Versions (u32 rows of a chunk) last valid in snapshot last_snap.
+        CREATE TABLE version_ends (
+            chunk_id INTEGER NOT NULL REFERENCES version_chunks(id),
+            fs_id INTEGER NOT NULL REFERENCES filesystems(id),
+            last_snap INTEGER NOT NULL,
+            rows BLOB NOT NULL
+        );
+        CREATE INDEX version_ends_chunk ON version_ends(chunk_id);
+        CREATE INDEX version_ends_fs ON version_ends(fs_id, last_snap);
+
+        -- Small counters: 'last_snapshot_id' keeps ids from being reused after deletions.
+        CREATE TABLE store_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO store_meta(key, value) SELECT 'last_snapshot_id', COALESCE(MAX(id), 0)
+            FROM snapshots;
+        """,
+        _version_chunks,
     ),
 ]
 
@@ -210,13 +267,15 @@ def migrate(con: sqlite3.Connection) -> list[int]:
             " upgrade fsage"
         )
     applied = []
-    for version, name, sql in MIGRATIONS:
+    for version, name, sql, step in MIGRATIONS:
         if version <= have:
             continue
         con.execute("BEGIN IMMEDIATE")
         try:
             for statement in _statements(sql):
                 con.execute(statement)
+            if step is not None:
+                step(con)
             con.execute(
                 "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                 (version, name, datetime.now(UTC).isoformat(timespec="seconds")),

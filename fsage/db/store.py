@@ -1,15 +1,14 @@
 """The SQLite store of snapshots.
 
 A file system is known by its UUID and a user-given name. Each snapshot stores only the files
-whose layout or metadata changed since the previous snapshot of that file system: a file
-version is valid from ``first_snap`` to ``last_snap`` (NULL while it is still current), so any
-snapshot can be rebuilt exactly. A snapshot is one transaction; the database runs in WAL mode
-so that readers never block the writer.
+whose layout or metadata changed since the previous snapshot of that file system, as one version
+chunk (``fsage.db.versions``), and marks the versions they supersede as ended; any snapshot can
+be rebuilt exactly. A snapshot is one transaction; the database runs in WAL mode so that readers
+never block the writer.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 import time
@@ -24,12 +23,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage.db import codec
+from fsage.db import codec, versions
 from fsage.db.schema import migrate
 from fsage.errors import StoreError
-from fsage.layout import FILE_COLUMNS, FileTable, FreeExtents, FsFacts, Layout
+from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
 
 BUSY_TIMEOUT_MS = 60_000
+PAGE_SIZE = 16384
 
 # Columns of other tables that name a snapshot; set to NULL when it is deleted.
 _SNAPSHOT_REFERENCES = [
@@ -128,8 +128,13 @@ class Store:
         if path.is_dir():
             raise StoreError(f"{path} is a directory, not a database file")
         try:
+            new = not path.exists()
             con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if new:
+                # Large pages: a snapshot writes tens of MB of blobs, and SQLite's cost goes
+                # with the number of pages (a new database only; it must precede WAL).
+                con.execute(f"PRAGMA page_size={PAGE_SIZE}")
             mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{path}: cannot use WAL mode ({mode})")
@@ -161,6 +166,18 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One read transaction, so that queries in it see one state while a writer commits."""
+        if self.con.in_transaction:
+            yield
+            return
+        self.con.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.con.execute("COMMIT")
 
     # ---------- queries ----------
 
@@ -252,8 +269,8 @@ class Store:
         if taken.tzinfo is None:
             raise StoreError("snapshot time must carry a time zone")
         everything, is_special = _all_files(layout)
-        order, link_off = codec.link_order(everything, layout.links)
-        digests = codec.file_digests(everything, layout.links, order, link_off).view(np.int64)
+        link_file = codec.link_files(everything, layout.links)
+        digests = codec.file_digests(everything, layout.links, link_file).view(np.int64)
         free = layout.free
         free_blob = zlib.compress(
             np.stack([free.start, free.length], axis=1).astype("<u8").tobytes(), 1
@@ -270,22 +287,21 @@ class Store:
                     f"{fs_name} already has a snapshot taken at {last[1]}, later than "
                     f"{taken.isoformat()}; snapshots of a file system are recorded in time order"
                 )
-            prev = con.execute(
-                "SELECT id, ino, digest, generation FROM file_versions "
-                "WHERE fs_id = ? AND last_snap IS NULL ORDER BY ino",
-                (fs_id,),
-            ).fetchall()
+            now = versions.current(con, fs_id)
             user = ~is_special
-            diff = _compare(prev, everything.ino, everything.generation, digests, user)
+            diff = _compare(now, everything.ino, everything.generation, digests, user)
             n_files = int(np.count_nonzero(user))
             dirs = int(np.count_nonzero(everything.is_dir() & user))
             extents = int(np.diff(everything.ext_off)[user].sum())
-            cur = con.execute(
-                "INSERT INTO snapshots(fs_id, taken_at, source, kind, facts, files, dirs, extents,"
-                " blocks_used, blocks_free, free_extents, damaged, new_files, changed_files,"
-                " deleted_files, seconds, free_map, notes, op_count, bytes_written, label,"
-                " recreation_of) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            snap_id = self._next_snapshot_id(con)
+            con.execute(
+                "INSERT INTO snapshots(id, fs_id, taken_at, source, kind, facts, files, dirs,"
+                " extents, blocks_used, blocks_free, free_extents, damaged, new_files,"
+                " changed_files, deleted_files, seconds, free_map, notes, op_count,"
+                " bytes_written, label, recreation_of)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
+                    snap_id,
                     fs_id,
                     taken.astimezone(UTC).isoformat(),
                     source,
@@ -310,25 +326,20 @@ class Store:
                     recreation_of,
                 ),
             )
-            snap_id = cur.lastrowid
-            assert snap_id is not None
-            if last is not None and diff.superseded:
-                con.executemany(
-                    "UPDATE file_versions SET last_snap = ? WHERE id = ?",
-                    ((last[0], vid) for vid in diff.superseded),
-                )
-            self._insert_versions(
-                con,
-                fs_id,
-                snap_id,
-                everything,
-                is_special,
-                digests,
-                layout,
-                order,
-                link_off,
-                diff.write_rows,
-            )
+            if last is not None:
+                gone = diff.superseded
+                versions.end_versions(con, fs_id, last[0], now.chunk[gone], now.row[gone])
+            rows = diff.write_rows
+            for k in range(0, max(len(rows), 1), versions.CHUNK_MAX_ROWS):
+                part = rows[k : k + versions.CHUNK_MAX_ROWS]
+                if len(part) == 0:
+                    break
+                whole = len(part) == len(everything)
+                blobs = codec.pack_chunk(
+                    everything, is_special, digests, layout.links, link_file,
+                    None if whole else part,
+                )  # fmt: skip
+                versions.write_chunk(con, fs_id, snap_id, blobs)
             seconds = time.monotonic() - t0
             con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
         return SnapshotSummary(
@@ -344,42 +355,17 @@ class Store:
             seconds=seconds,
         )
 
-    def _insert_versions(
-        self,
-        con: sqlite3.Connection,
-        fs_id: int,
-        snap_id: int,
-        files: FileTable,
-        is_special: npt.NDArray[np.bool_],
-        digests: npt.NDArray[np.int64],
-        layout: Layout,
-        order: npt.NDArray[np.int64],
-        link_off: npt.NDArray[np.uint64],
-        rows: list[int],
-    ) -> None:
-        if not rows:
-            return
-        idx = np.asarray(rows, np.int64)
-        inodes = codec.inode_blobs(files, is_special, idx)
-        ext = codec.extent_blobs(files, rows)
-        meta = codec.meta_blobs(files, rows)
-        parents, names = codec.link_blobs(layout.links, order, link_off, rows)
-        con.executemany(
-            "INSERT INTO file_versions(fs_id, first_snap, ino, digest, generation, inode, extents,"
-            " meta, link_parents, link_names) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            zip(
-                itertools.repeat(fs_id),
-                itertools.repeat(snap_id),
-                files.ino[idx].astype(np.int64).tolist(),
-                digests[idx].tolist(),
-                files.generation[idx].tolist(),
-                inodes,
-                ext,
-                meta,
-                parents,
-                names,
-            ),
+    def _next_snapshot_id(self, con: sqlite3.Connection) -> int:
+        """One more than any id ever given, so that a deleted snapshot's id is never reused."""
+        (given,) = con.execute(
+            "SELECT MAX(COALESCE((SELECT MAX(id) FROM snapshots), 0),"
+            " COALESCE((SELECT value FROM store_meta WHERE key = 'last_snapshot_id'), 0))"
+        ).fetchone()
+        con.execute(
+            "INSERT OR REPLACE INTO store_meta(key, value) VALUES ('last_snapshot_id', ?)",
+            (given + 1,),
         )
+        return int(given) + 1
 
     # ---------- deleting ----------
 
@@ -410,27 +396,8 @@ class Store:
         ).fetchone()[0]
         for table, column in _SNAPSHOT_REFERENCES:
             con.execute(f"UPDATE {table} SET {column} = NULL WHERE {column} = ?", (snap_id,))
-        if newer is None:
-            con.execute(
-                "DELETE FROM file_versions WHERE fs_id = ? AND first_snap = ?", (fs_id, snap_id)
-            )
-            if older is not None:
-                # Ended after the snapshot that is now the newest (possibly in one deleted
-                # earlier): current again.
-                con.execute(
-                    "UPDATE file_versions SET last_snap = NULL"
-                    " WHERE fs_id = ? AND last_snap >= ? AND last_snap < ?",
-                    (fs_id, older, snap_id),
-                )
+        versions.forget_snapshot(con, fs_id, snap_id, older, newest=newer is None)
         con.execute("DELETE FROM snapshots WHERE id = ?", (snap_id,))
-        con.execute(
-            "DELETE FROM file_versions WHERE fs_id = ? AND first_snap <= ? "
-            "AND (last_snap IS NULL OR last_snap >= ?) AND NOT EXISTS ("
-            " SELECT 1 FROM snapshots s WHERE s.fs_id = file_versions.fs_id"
-            " AND s.id >= file_versions.first_snap"
-            " AND (file_versions.last_snap IS NULL OR s.id <= file_versions.last_snap))",
-            (fs_id, snap_id, snap_id),
-        )
 
     # ---------- rebuilding ----------
 
@@ -442,33 +409,10 @@ class Store:
         if row is None:
             raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
         fs_id, facts_json, free_blob, notes = row
-        rows = self.con.execute(
-            "SELECT ino, inode, extents, meta, link_parents, link_names FROM file_versions "
-            "WHERE fs_id = ? AND first_snap <= ? AND (last_snap IS NULL OR last_snap >= ?) "
-            "ORDER BY ino",
-            (fs_id, snapshot_id, snapshot_id),
-        ).fetchall()
-        cols = list(zip(*rows, strict=True)) if rows else [()] * 6
-        ino = np.asarray(cols[0], np.int64).astype(np.uint64)
-        inodes = codec.unpack_inodes(cols[1])
-        special = inodes["special"].astype(bool)
-        values: dict[str, Any] = {"ino": ino}
-        for name in codec.INODE_FIELDS:
-            values[name] = inodes[name].astype(FILE_COLUMNS[name])
-        ext_off, ext = codec.unpack_extents(cols[2])
-        meta_off, meta = codec.unpack_meta(cols[3])
-        table = FileTable(
-            **values,
-            ext_off=ext_off,
-            ext_logical=ext["l"].astype(np.uint64),
-            ext_physical=ext["p"].astype(np.uint64),
-            ext_length=ext["n"].astype(np.uint64),
-            ext_flags=ext["f"].astype(np.uint32),
-            meta_off=meta_off,
-            meta_physical=meta["p"].astype(np.uint64),
-            meta_kind=meta["k"].astype(np.uint8),
-        )
-        links = codec.unpack_links(ino, cols[4], cols[5])
+        with self._reading():
+            stored = versions.versions_at(self.con, fs_id, snapshot_id)
+        table, special = stored.files, stored.special
+        links = stored.links
         pairs = np.frombuffer(zlib.decompress(free_blob), "<u8").reshape(-1, 2)
         facts = FsFacts.from_json(json.loads(facts_json))
         return Layout(
@@ -486,51 +430,51 @@ class _Diff:
     new: int
     changed: int
     deleted: int
-    superseded: list[int]  # version ids whose validity ends with the previous snapshot
-    write_rows: list[int]  # rows of the new table to store as new versions
+    superseded: npt.NDArray[np.int64]  # rows of the current versions that end now
+    write_rows: npt.NDArray[np.int64]  # rows of the new table to store as new versions
 
 
 def _compare(
-    prev: list[tuple[int, int, int, int]],
+    now: versions.Current,
     ino: npt.NDArray[np.uint64],
     generation: npt.NDArray[np.uint32],
     digests: npt.NDArray[np.int64],
     counted: npt.NDArray[np.bool_],
 ) -> _Diff:
-    """Classify files against the previous snapshot's current versions.
+    """Classify files against the current versions of the previous snapshot.
 
     A reused inode number (different generation) counts as one deletion and one creation.
     Only rows flagged ``counted`` (user files, not reserved inodes) enter the counts.
     """
-    if not prev:
-        return _Diff(int(np.count_nonzero(counted)), 0, 0, [], list(range(len(ino))))
-    p_id, p_ino, p_digest, p_gen = (np.asarray(c, np.int64) for c in zip(*prev, strict=True))
-    p_ino_u = p_ino.astype(np.uint64)
-    pos = np.searchsorted(p_ino_u, ino)
-    pos_c = np.minimum(pos, len(p_ino_u) - 1)
-    found = (pos < len(p_ino_u)) & (p_ino_u[pos_c] == ino)
-    same_gen = found & (p_gen[pos_c] == generation.astype(np.int64))
-    same = found & (p_digest[pos_c] == digests)
+    if len(now) == 0:
+        everything = np.arange(len(ino), dtype=np.int64)
+        return _Diff(int(np.count_nonzero(counted)), 0, 0, np.zeros(0, np.int64), everything)
+    pos = np.searchsorted(now.ino, ino)
+    pos_c = np.minimum(pos, len(now) - 1)
+    found = (pos < len(now)) & (now.ino[pos_c] == ino)
+    same_gen = found & (now.generation[pos_c] == generation.astype(np.int64))
+    same = found & (now.digest[pos_c] == digests)
     changed = same_gen & ~same
     recreated = found & ~same_gen
     new = ~found | recreated
-    gone = np.ones(len(p_ino_u), bool)
+    gone = np.ones(len(now), bool)
     gone[pos_c[found]] = False
-    superseded = np.concatenate([p_id[gone], p_id[pos_c[found & ~same]]])
     # Reserved inodes keep their numbers below the first user inode, so none is "gone" here.
     return _Diff(
         new=int(np.count_nonzero(new & counted)),
         changed=int(np.count_nonzero(changed & counted)),
         deleted=int(np.count_nonzero(gone)) + int(np.count_nonzero(recreated & counted)),
-        superseded=superseded.tolist(),
-        write_rows=np.flatnonzero(~same).tolist(),
+        superseded=np.concatenate([np.flatnonzero(gone), pos_c[found & ~same]]),
+        write_rows=np.flatnonzero(~same),
     )
 
 
 def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
     """User files and reserved inodes as one ino-sorted table, with a flag for the latter."""
-    both = FileTable.concat([layout.files, layout.special])
+    both = FileTable.concat([layout.special, layout.files])
     special = np.zeros(len(both), bool)
-    special[len(layout.files) :] = True
+    special[: len(layout.special)] = True
+    if np.all(both.ino[1:] > both.ino[:-1]):  # readers usually hand them over in order
+        return both, special
     order = np.argsort(both.ino, kind="stable")
     return both.take(order), special[order]

@@ -24,7 +24,7 @@ from fsage.layout import (
     LinkTable,
 )
 
-BATCH_INODES = 65536
+BATCH_INODES = 1 << 20  # few batches: fewer copies when they are joined
 ROOT_INO = 2
 
 # Features that only ext4 knows; with none of them an fs with a journal is ext3, else ext2.
@@ -148,7 +148,11 @@ def _batch_to_tables(batch: dict[str, bytes]) -> tuple[FileTable, FileTable]:
     special = np.frombuffer(batch["special"], np.uint8).astype(bool)
     if not special.any():
         return table, FileTable.empty()
-    return table.take(np.flatnonzero(~special)), table.take(np.flatnonzero(special))
+    # Reserved inodes come first (lowest numbers): sort out only the rows up to the last.
+    head = int(np.flatnonzero(special)[-1]) + 1
+    user = np.flatnonzero(~special[:head])
+    files = FileTable.concat([table.take(user), table.slice(head, len(table))])
+    return files, table.take(np.flatnonzero(special))
 
 
 def _links(raw: dict[str, bytes]) -> LinkTable:

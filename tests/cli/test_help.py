@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import click
 import pytest
 from click.testing import CliRunner
 
-from fsage.cli import main
+import fsage.cli
+from fsage.cli import COMMAND_MODULES, main
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = []
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, f"fsage {' '.join((*prefix, name))} does not load"
         out.append((*prefix, name))
         if isinstance(cmd, click.Group):
             out.extend(_commands(cmd, (*prefix, name)))
@@ -38,3 +45,13 @@ def test_unknown_command_fails_cleanly() -> None:
     result = CliRunner().invoke(main, ["no-such-command"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_every_module_command_is_in_the_table() -> None:
+    """COMMAND_MODULES names exactly the commands the modules define, each where it lives."""
+    found = {}
+    for info in pkgutil.iter_modules(fsage.cli.__path__):
+        module = importlib.import_module(f"fsage.cli.{info.name}")
+        for command in getattr(module, "COMMANDS", []):
+            found[command.name] = info.name
+    assert found == COMMAND_MODULES

@@ -151,11 +151,11 @@ def integrity(db: Path) -> str:
 
 
 def orphan_versions(db: Path) -> int:
-    """File versions of a snapshot that is not there: newer than the newest snapshot of their
+    """Version chunks of a snapshot that is not there: newer than the newest snapshot of their
     file system (retention may delete older snapshots whose versions stay valid later on)."""
     rows = query(
         db,
-        "SELECT COUNT(*) FROM file_versions v WHERE v.first_snap >"
+        "SELECT COUNT(*) FROM version_chunks v WHERE v.first_snap >"
         " (SELECT COALESCE(MAX(s.id), 0) FROM snapshots s WHERE s.fs_id = v.fs_id)",
     )
     return int(rows[0][0])

@@ -136,7 +136,7 @@ def test_readers_never_see_database_is_locked(
     while time.monotonic() < deadline:
         con = sqlite3.connect(db, timeout=0.25)
         try:
-            con.execute("SELECT COUNT(*) FROM file_versions").fetchone()
+            con.execute("SELECT COUNT(*) FROM version_chunks").fetchone()
             con.execute("SELECT id, taken_at FROM snapshots ORDER BY id").fetchall()
         finally:
             con.close()

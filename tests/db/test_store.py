@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -9,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import fields
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from fsage.db import codec
 from fsage.db.schema import LATEST_VERSION, MIGRATIONS
 from fsage.db.store import Store
+from fsage.db.versions import stored_versions
 from fsage.errors import StoreError
 from fsage.layout import FILE_COLUMNS, FileTable, Layout
 from fsage.snapshotter import read_source
@@ -178,7 +181,7 @@ def test_failed_snapshot_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monk
         raise RuntimeError("disk on fire")
 
     # Fails after the snapshot row and the superseded versions were written.
-    monkeypatch.setattr("fsage.db.codec.link_blobs", fail)
+    monkeypatch.setattr("fsage.db.codec.pack_chunk", fail)
     with Store.open(db) as store, pytest.raises(RuntimeError, match="disk on fire"):
         store.add_snapshot(layout, name="t")
     assert (_rows(db, "snapshots"), _rows(db, "file_versions"), _rows(db, "filesystems")) == before
@@ -194,29 +197,36 @@ def test_kill_during_snapshot_leaves_database_as_it_was(tmp_path: Path) -> None:
     duration = time.monotonic() - t0
     good = _rows(db, "snapshots"), _rows(db, "file_versions")
     rng = random.Random(3)
-    killed = 0
+    killed_inside = 0
     for _ in range(6):
-        # Force a full rewrite each time so that the transaction is long enough to interrupt.
-        with sqlite3.connect(db) as con:
-            con.execute("UPDATE file_versions SET digest = digest + 1 WHERE last_snap IS NULL")
+        # Force a full rewrite each time so that the transaction is long enough to interrupt:
+        # with no snapshot left, the next one stores every file.
+        with Store.open(db) as store:
+            store.delete_snapshots([r.id for r in store.snapshots()])
+            good = 0, 0
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Most of a run after start-up is the write transaction: kill somewhere in it.
         time.sleep(rng.uniform(0.5, 0.95) * duration)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
-            killed += 1
         proc.wait()
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             snaps = con.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
             if proc.returncode == -signal.SIGKILL:
-                assert snaps == good[0]
-            good = snaps, con.execute("SELECT COUNT(*) FROM file_versions").fetchone()[0]
+                # Killed inside the transaction, or after its commit: never anything between.
+                assert snaps in (good[0], good[0] + 1)
+                killed_inside += snaps == good[0]
+            good = snaps, stored_versions(con)
         # Whatever is there rebuilds to the image's current state.
         with Store.open(db) as store:
-            last = store.snapshots("t")[-1].id
-            assert len(store.load_layout(last).files) == len(read_source(image).files)
-    assert killed > 0, "no run was interrupted; the test did not exercise a kill"
+            snaps_left = store.snapshots("t")
+            if snaps_left:
+                rebuilt = store.load_layout(snaps_left[-1].id)
+                assert len(rebuilt.files) == len(read_source(image).files)
+            else:  # killed: not a single version of the half-written snapshot is left
+                assert good == (0, 0)
+    assert killed_inside > 0, "no run was interrupted; the test did not exercise a kill"
 
 
 def test_migrations_are_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
@@ -254,6 +264,8 @@ def test_unknown_snapshot_and_fs(tmp_path: Path) -> None:
 
 def _rows(db: Path, table: str) -> int:
     with sqlite3.connect(db) as con:
+        if table == "file_versions":
+            return stored_versions(con)
         return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
@@ -291,3 +303,106 @@ def test_deleted_snapshots_leave_the_others_exact(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="no snapshot"):
             store.delete_snapshots([again.snapshot_id + 1])
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _write_v1_snapshot(
+    con: sqlite3.Connection, layout: Layout, snap_id: int, prev: dict[int, int]
+) -> dict[int, int]:
+    """Record a snapshot the way the first schema did (one file_versions row per version);
+    ``prev`` maps ino -> digest of the current versions. Returns the new map."""
+    from fsage.db.store import _all_files
+
+    files, special = _all_files(layout)
+    order, link_off = codec.link_order(files, layout.links)
+    digests = codec.file_digests_numpy(files, layout.links, order, link_off).view(np.int64)
+    free = np.stack([layout.free.start, layout.free.length], 1).astype("<u8").tobytes()
+    con.execute(
+        "INSERT INTO snapshots(id, fs_id, taken_at, source, kind, facts, files, dirs, extents,"
+        " blocks_used, blocks_free, free_extents, damaged, new_files, changed_files,"
+        " deleted_files, seconds, free_map) VALUES (?, 1, ?, '', ?, ?, 0,0,0,0,0,0,0,0,0,0,0, ?)",
+        (snap_id, f"2026-01-0{snap_id}T00:00:00+00:00", layout.facts.kind,
+         json.dumps(layout.facts.to_json()),
+         zlib.compress(free)),
+    )  # fmt: skip
+    now = {int(i): int(d) for i, d in zip(files.ino, digests, strict=True)}
+    for ino, digest in prev.items():
+        if now.get(ino) != digest:
+            con.execute(
+                "UPDATE file_versions SET last_snap = ? WHERE ino = ? AND last_snap IS NULL",
+                (snap_id - 1, ino),
+            )
+    for k in range(len(files)):
+        ino = int(files.ino[k])
+        if prev.get(ino) == now[ino]:
+            continue
+        inode = np.zeros(1, codec.INODE_DTYPE)
+        for c in codec.INODE_FIELDS:
+            inode[c] = getattr(files, c)[k]
+        inode["special"] = special[k]
+        a, b = int(files.ext_off[k]), int(files.ext_off[k + 1])
+        ext = np.stack([files.ext_logical[a:b], files.ext_physical[a:b], files.ext_length[a:b],
+                        files.ext_flags[a:b].astype(np.uint64)], 1).astype("<u8")  # fmt: skip
+        a, b = int(files.meta_off[k]), int(files.meta_off[k + 1])
+        meta = np.stack([files.meta_physical[a:b], files.meta_kind[a:b].astype(np.uint64)], 1)
+        mine = order[int(link_off[k]) : int(link_off[k + 1])]
+        con.execute(
+            "INSERT INTO file_versions(fs_id, ino, first_snap, digest, generation, inode,"
+            " extents, meta, link_parents, link_names) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (ino, snap_id, now[ino], int(files.generation[k]), inode.tobytes(), ext.tobytes(),
+             meta.astype("<u8").tobytes(), layout.links.parent[mine].astype("<u8").tobytes(),
+             b"".join(layout.links.name(int(j)) + b"\0" for j in mine)),
+        )  # fmt: skip
+    return now
+
+
+def test_first_schema_databases_are_converted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image, names = make_image(tmp_path, files=80)
+    first = read_source(image)
+    debugfs_write(image, [f"rm /{names[0]}", f"ln /{names[1]} /d2/again"])
+    second = read_source(image)
+    db = tmp_path / "old.db"
+    from fsage.db import schema
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    monkeypatch.setattr(schema, "LATEST_VERSION", 4)
+    with Store.open(db, create=True) as store:
+        store.con.execute(
+            "INSERT INTO filesystems VALUES (1, 'old', ?, 'ext4', '2026-01-01')",
+            (first.facts.uuid,),
+        )
+        prev = _write_v1_snapshot(store.con, first, 1, {})
+        _write_v1_snapshot(store.con, second, 2, prev)
+    monkeypatch.undo()
+    with Store.open(db) as store:
+        assert_layouts_equal(first, store.load_layout(1))
+        assert_layouts_equal(second, store.load_layout(2))
+        tables = {r[0] for r in store.con.execute("SELECT name FROM sqlite_master")}
+        assert "file_versions" not in tables
+        # A new snapshot continues incrementally from the converted ones, with a fresh id.
+        third = store.add_snapshot(second, name="old")
+        assert (third.snapshot_id, third.new_files, third.changed_files) == (3, 0, 0)
+
+
+def test_c_digests_agree_with_their_numpy_definition(tmp_path: Path) -> None:
+    from fsage.db.store import _all_files
+
+    image, _ = make_image(tmp_path, files=300)
+    layout = read_source(image)
+    files, _special = _all_files(layout)
+    order, link_off = codec.link_order(files, layout.links)
+    link_file = codec.link_files(files, layout.links)
+    c = codec.file_digests(files, layout.links, link_file)
+    np.testing.assert_array_equal(c, codec.file_digests_numpy(files, layout.links, order, link_off))
+    assert len(np.unique(c)) == len(files)
+    # A link to an inode that is not listed is ignored by both.
+    links = layout.links
+    stray = type(links).from_lists([2], [999_999], [b"stray"])
+    both = type(links)(
+        parent=np.concatenate([links.parent, stray.parent]),
+        ino=np.concatenate([links.ino, stray.ino]),
+        name_off=np.concatenate([links.name_off, links.name_off[-1] + stray.name_off[1:]]),
+        names=links.names + stray.names,
+    )
+    np.testing.assert_array_equal(c, codec.file_digests(files, both, codec.link_files(files, both)))

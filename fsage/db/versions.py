@@ -1,0 +1,195 @@
+"""File versions in version chunks: what each snapshot recorded and when each version ended.
+
+A snapshot that stores N changed or new files writes one chunk (a row of ``version_chunks``
+holding N versions column by column, see ``codec``) instead of N rows, and one
+``version_ends`` row per older chunk that holds versions it superseded (the row numbers, and the
+last snapshot in which they were valid). A version is valid in snapshot S when its chunk's
+``first_snap`` <= S and it has no end before S. Snapshot ids increase with time within a file
+system, so comparisons by id stay right when snapshots in between are deleted.
+
+Each chunk counts its ``live`` versions (not ended yet) and, once none is, the last snapshot that
+still sees one (``dead_after``), so finding the current versions or rebuilding a snapshot reads
+only the chunks that can matter.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.db import codec
+
+I64 = npt.NDArray[np.int64]
+
+# Largest chunk: keeps each blob well below SQLite's 1 GB limit on huge file systems.
+CHUNK_MAX_ROWS = 1_000_000
+
+
+@dataclass
+class Current:
+    """The versions valid in the newest snapshot of a file system, in ino order."""
+
+    ino: npt.NDArray[np.uint64]
+    generation: I64
+    digest: I64
+    chunk: I64
+    row: I64
+
+    def __len__(self) -> int:
+        return int(self.ino.shape[0])
+
+
+def _ended_rows(con: sqlite3.Connection, query: str, args: tuple[int, ...]) -> dict[int, I64]:
+    out: dict[int, list[npt.NDArray[np.uint32]]] = {}
+    for chunk_id, blob in con.execute(query, args):
+        out.setdefault(int(chunk_id), []).append(np.frombuffer(blob, "<u4"))
+    return {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
+
+
+def current(con: sqlite3.Connection, fs_id: int) -> Current:
+    chunks = con.execute(
+        "SELECT id, keys FROM version_chunks WHERE fs_id = ? AND live > 0 ORDER BY id", (fs_id,)
+    ).fetchall()
+    ended = _ended_rows(
+        con,
+        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
+        " WHERE c.fs_id = ? AND c.live > 0",
+        (fs_id,),
+    )
+    parts = []
+    for chunk_id, blob in chunks:
+        keys = codec.chunk_keys(blob)
+        alive = np.ones(len(keys), bool)
+        alive[ended.get(chunk_id, np.zeros(0, np.int64))] = False
+        rows = np.flatnonzero(alive)
+        parts.append((keys[rows], np.full(len(rows), chunk_id, np.int64), rows))
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return Current(np.zeros(0, np.uint64), empty, empty, empty, empty)
+    keys = np.concatenate([p[0] for p in parts])
+    order = np.argsort(keys["ino"], kind="stable")
+    return Current(
+        ino=keys["ino"][order].astype(np.uint64),
+        generation=keys["generation"][order].astype(np.int64),
+        digest=keys["digest"][order].astype(np.int64),
+        chunk=np.concatenate([p[1] for p in parts])[order],
+        row=np.concatenate([p[2] for p in parts])[order],
+    )
+
+
+def write_chunk(con: sqlite3.Connection, fs_id: int, snap_id: int, blobs: dict[str, bytes]) -> int:
+    n = len(blobs["keys"]) // codec.KEY_DTYPE.itemsize
+    cols = ", ".join(codec.CHUNK_COLUMNS)
+    marks = ", ".join("?" * len(codec.CHUNK_COLUMNS))
+    cur = con.execute(
+        f"INSERT INTO version_chunks(fs_id, first_snap, n, live, {cols})"
+        f" VALUES (?, ?, ?, ?, {marks})",
+        (fs_id, snap_id, n, n, *(blobs[c] for c in codec.CHUNK_COLUMNS)),
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64, row: I64) -> None:
+    """Mark versions (chunk, row) as last valid in ``last_snap``."""
+    if chunk.size == 0:
+        return
+    order = np.lexsort((row, chunk))
+    chunk, row = chunk[order], row[order]
+    ids, starts = np.unique(chunk, return_index=True)
+    bounds = [*starts.tolist(), len(chunk)]
+    for k, chunk_id in enumerate(ids.tolist()):
+        rows = row[bounds[k] : bounds[k + 1]]
+        con.execute(
+            "INSERT INTO version_ends(chunk_id, fs_id, last_snap, rows) VALUES (?, ?, ?, ?)",
+            (chunk_id, fs_id, last_snap, rows.astype("<u4").tobytes()),
+        )
+        con.execute(
+            "UPDATE version_chunks SET live = live - ?,"
+            " dead_after = CASE WHEN live = ? THEN ? ELSE dead_after END WHERE id = ?",
+            (len(rows), len(rows), last_snap, chunk_id),
+        )
+
+
+def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
+    """Every version valid in snapshot ``snap_id``, in ino order."""
+    cols = ", ".join(codec.CHUNK_COLUMNS)
+    chunks = con.execute(
+        f"SELECT id, {cols} FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        (fs_id, snap_id, snap_id),
+    ).fetchall()
+    ended = _ended_rows(
+        con,
+        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
+        " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
+        (fs_id, snap_id, snap_id),
+    )
+    parts = []
+    for chunk_id, *blobs in chunks:
+        v = codec.unpack_chunk(dict(zip(codec.CHUNK_COLUMNS, blobs, strict=True)))
+        gone = ended.get(chunk_id)
+        if gone is not None and gone.size:
+            alive = np.ones(len(v.files), bool)
+            alive[gone] = False
+            v = v.take(np.flatnonzero(alive))
+        parts.append(v)
+    both = codec.concat_versions(parts)
+    order = np.argsort(both.files.ino, kind="stable")
+    if np.array_equal(order, np.arange(len(order))):
+        return both
+    return both.take(order)
+
+
+def forget_snapshot(
+    con: sqlite3.Connection, fs_id: int, snap_id: int, older: int | None, newest: bool
+) -> None:
+    """Adjust versions for the deletion of ``snap_id`` (its row is deleted by the caller).
+
+    A snapshot in the middle needs nothing (see the module docstring). Deleting the newest drops
+    the chunks it wrote and the ends it recorded, so the versions it superseded are current
+    again. Afterwards, chunks no remaining snapshot can see are dropped.
+    """
+    if newest:
+        # Everything recorded after the snapshot that is now the newest (some of it perhaps by
+        # snapshots deleted earlier) goes; what was valid in that one is current again.
+        doomed = [r[0] for r in con.execute(
+            "SELECT id FROM version_chunks WHERE fs_id = ? AND first_snap > ?",
+            (fs_id, older if older is not None else -1),
+        )]  # fmt: skip
+        _drop_chunks(con, doomed)
+        if older is not None:
+            restored = con.execute(
+                "SELECT chunk_id, SUM(LENGTH(rows)) / 4 FROM version_ends"
+                " WHERE fs_id = ? AND last_snap >= ? GROUP BY chunk_id",
+                (fs_id, older),
+            ).fetchall()
+            for chunk_id, count in restored:
+                con.execute(
+                    "UPDATE version_chunks SET live = live + ?, dead_after = NULL WHERE id = ?",
+                    (count, chunk_id),
+                )
+            con.execute(
+                "DELETE FROM version_ends WHERE fs_id = ? AND last_snap >= ?", (fs_id, older)
+            )
+    invisible = [r[0] for r in con.execute(
+        "SELECT c.id FROM version_chunks c WHERE c.fs_id = ? AND c.dead_after IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.fs_id = c.fs_id"
+        "  AND s.id != ? AND s.id BETWEEN c.first_snap AND c.dead_after)",
+        (fs_id, snap_id),
+    )]  # fmt: skip
+    _drop_chunks(con, invisible)
+
+
+def _drop_chunks(con: sqlite3.Connection, ids: list[int]) -> None:
+    for chunk_id in ids:
+        con.execute("DELETE FROM version_ends WHERE chunk_id = ?", (chunk_id,))
+        con.execute("DELETE FROM version_chunks WHERE id = ?", (chunk_id,))
+
+
+def stored_versions(con: sqlite3.Connection) -> int:
+    """How many file versions the database holds (for tests and benchmarks)."""
+    return int(con.execute("SELECT COALESCE(SUM(n), 0) FROM version_chunks").fetchone()[0])
