@@ -141,6 +141,8 @@ class Store:
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA foreign_keys=ON")
             migrate(con)
+        except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
+            raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:

@@ -406,3 +406,18 @@ def test_c_digests_agree_with_their_numpy_definition(tmp_path: Path) -> None:
         names=links.names + stray.names,
     )
     np.testing.assert_array_equal(c, codec.file_digests(files, both, codec.link_files(files, both)))
+
+
+def test_an_unusable_database_is_not_called_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "db.sqlite"
+    with Store.open(db, create=True):
+        pass
+
+    def io_error(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")  # what a full disk gives on open
+
+    monkeypatch.setattr(sqlite3, "connect", io_error)
+    with pytest.raises(StoreError, match=r"cannot use the database \(disk I/O error\)"):
+        Store.open(db)
