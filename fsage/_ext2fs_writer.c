@@ -9,7 +9,7 @@
  * The handle is a capsule owning an ext2_filsys; writer_close flushes and frees it (the capsule
  * destructor frees without flushing if the caller forgot). Errors raise Ext2fsError via
  * fsage_raise with a libext2fs code, or with an errno value (ENOTEMPTY, EEXIST, ENOTDIR,
- * EISDIR, ENOENT) for conditions the library does not report itself. */
+ * EISDIR, ENOENT, EPERM, EMLINK) for conditions the library does not report itself. */
 #include "_ext2fs.h"
 
 #include <errno.h>
@@ -689,6 +689,73 @@ done:
     Py_RETURN_NONE;
 }
 
+/* link(src, dst): a new name dst for the existing non-directory src (no symlink followed: a
+ * symlink at src gets a second name itself). EPERM for a directory, EEXIST when dst is taken,
+ * EMLINK at the link-count limit. */
+static PyObject *writer_link(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    const char *src, *dst;
+    Py_ssize_t slen, dlen;
+    char *scopy = NULL, *dcopy = NULL, *sname, *dname;
+    ext2_ino_t sparent, dparent, ino = 0, existing;
+    struct ext2_inode inode;
+    errcode_t err;
+    writer_t *w;
+    ext2_filsys fs;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#y#:writer_link", &cap, &src, &slen, &dst, &dlen) ||
+        (w = get_writer(cap)) == NULL)
+        return NULL;
+    fs = w->fs;
+    scopy = PyMem_Malloc((size_t)slen + 1);
+    dcopy = PyMem_Malloc((size_t)dlen + 1);
+    if (scopy == NULL || dcopy == NULL) {
+        PyMem_Free(scopy);
+        PyMem_Free(dcopy);
+        return PyErr_NoMemory();
+    }
+    memcpy(scopy, src, (size_t)slen + 1);
+    memcpy(dcopy, dst, (size_t)dlen + 1);
+    err = resolve_parent(fs, scopy, &sparent, &sname);
+    if (!err)
+        err = resolve_parent(fs, dcopy, &dparent, &dname);
+    if (!err)
+        err = lookup_in(fs, sparent, sname, &ino);
+    if (!err)
+        err = ext2fs_read_inode(fs, ino, &inode);
+    if (!err && LINUX_S_ISDIR(inode.i_mode))
+        err = EPERM; /* no hard links to directories */
+    if (!err && lookup_in(fs, dparent, dname, &existing) == 0)
+        err = EEXIST;
+    if (!err && inode.i_links_count >= EXT2_LINK_MAX)
+        err = EMLINK;
+    if (!err) {
+        int ft = LINUX_S_ISREG(inode.i_mode)   ? EXT2_FT_REG_FILE
+                 : LINUX_S_ISLNK(inode.i_mode) ? EXT2_FT_SYMLINK
+                 : LINUX_S_ISCHR(inode.i_mode) ? EXT2_FT_CHRDEV
+                 : LINUX_S_ISBLK(inode.i_mode) ? EXT2_FT_BLKDEV
+                 : LINUX_S_ISFIFO(inode.i_mode) ? EXT2_FT_FIFO
+                 : LINUX_S_ISSOCK(inode.i_mode) ? EXT2_FT_SOCK
+                                                 : EXT2_FT_UNKNOWN;
+        err = link_grow(fs, dparent, dname, ino, ft);
+    }
+    if (!err) {
+        /* Read again: growing the directory wrote other inodes, never this one, but the
+         * cached copy must not go stale between calls. */
+        err = ext2fs_read_inode(fs, ino, &inode);
+        if (!err) {
+            inode.i_links_count++;
+            inode.i_ctime = now32(fs);
+            err = ext2fs_write_inode(fs, ino, &inode);
+        }
+    }
+    PyMem_Free(scopy);
+    PyMem_Free(dcopy);
+    if (err)
+        return fsage_raise(err, "link");
+    Py_RETURN_NONE;
+}
+
 /* The libext2fs codes the Python side maps to "no space" and "not found". */
 static PyObject *writer_errcodes(PyObject *self, PyObject *args) {
     (void)self, (void)args;
@@ -721,5 +788,7 @@ PyMethodDef fsage_writer_methods[] = {
      "writer_unlink(h, path): remove a file or an empty directory."},
     {"writer_rename", writer_rename, METH_VARARGS,
      "writer_rename(h, src, dst): rename, replacing dst if it exists."},
+    {"writer_link", writer_link, METH_VARARGS,
+     "writer_link(h, src, dst): a new name dst for the existing non-directory src."},
     {NULL, NULL, 0, NULL},
 };

@@ -33,6 +33,7 @@ OP_KINDS = (
     "truncate",  # path, size: new length
     "delete",  # path: unlink a file, or remove an empty directory
     "rename",  # path -> dest
+    "link",  # path -> dest: a new name for the existing file at path
     "fsync",  # path
     "sync",  # whole file system
     "snapshot",  # marker: a snapshot is wanted here (label)
@@ -86,7 +87,7 @@ class Op:
             raise WorkloadError(f"{where}negative size or offset in {self.op}")
         if self.op not in ("sync", "snapshot"):
             check_relpath(self.path, where)
-        if self.op == "rename":
+        if self.op in ("rename", "link"):
             check_relpath(self.dest, where)
 
 

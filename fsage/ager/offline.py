@@ -112,6 +112,9 @@ class OfflineExtExecutor(Executor):
         if kind == "rename":
             self._call(op, "writer_rename", p, os.fsencode(op.dest))
             return 0
+        if kind == "link":
+            self._call(op, "writer_link", p, os.fsencode(op.dest))
+            return 0
         if kind in ("fsync", "snapshot"):
             return 0
         if kind == "sync":

@@ -192,6 +192,11 @@ class PosixExecutor(Executor):
             if op.path in self._dir_fds or any(k.startswith(op.path + "/") for k in self._dir_fds):
                 self._drop_dir_fds()
             return 0
+        if kind == "link":
+            sfd, sname = self._split(op.path)
+            dfd, dname = self._split(op.dest)
+            os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return 0
         if kind == "fsync":
             dfd, name = self._split(op.path)
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
