@@ -33,13 +33,14 @@ def can_loop_mount() -> bool:
     )
 
 
-def _run(argv: list[str], what: str) -> None:
+def run_tool(argv: list[str], what: str) -> None:
+    """Run an external tool (mke2fs, mount...); its last line of complaint becomes the error."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise FsageError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
     if proc.returncode != 0:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        msg = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
         raise FsageError(f"{what}: {argv[0]} failed: {msg[-1] if msg else proc.returncode}")
 
 
@@ -58,7 +59,7 @@ def make_image(path: Path, kind: str, size: int, *, label: str = "fsage") -> Pat
         argv = ["mkfs.xfs", "-f", "-q", "-L", label[:12], str(path)]
     else:
         argv = ["mkfs.btrfs", "-f", "-q", "-L", label, str(path)]
-    _run(argv, f"making {kind} image {path}")
+    run_tool(argv, f"making {kind} image {path}")
     return path
 
 
@@ -84,7 +85,7 @@ def image_kind(path: Path) -> str | None:
 
 def mount(image: Path, mountpoint: Path, *, options: str = "") -> None:
     opts = "loop" + (f",{options}" if options else "")
-    _run(["mount", "-o", opts, str(image), str(mountpoint)], f"mounting {image}")
+    run_tool(["mount", "-o", opts, str(image), str(mountpoint)], f"mounting {image}")
 
 
 def umount(mountpoint: Path) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 import uuid as uuidlib
@@ -31,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsage.errors import FsageError, SourceError, UnsafeTargetError, UsageError
+from fsage.ager.images import run_tool
+from fsage.errors import SourceError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
 from fsage.replay.fidelity import Fidelity, fidelity, geometry
@@ -155,16 +155,6 @@ def _is_uuid(s: str) -> bool:
         return False
 
 
-def _run(argv: list[str], what: str) -> None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise FsageError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        msg = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-        raise FsageError(f"{what}: {argv[0]} failed: {msg[-1] if msg else proc.returncode}")
-
-
 def make_filesystem(image: Path, original: Layout) -> list[str]:
     """Make ``image`` (a new sparse file) hold an empty file system of ``original``'s geometry;
     returns notices (what differs)."""
@@ -174,7 +164,7 @@ def make_filesystem(image: Path, original: Layout) -> list[str]:
     with open(image, "wb") as fh:
         fh.truncate(int(mkfs["blocks_count"]) * int(mkfs["block_size"]))
     argv, notes = mkfs_argv(mkfs, image)
-    _run(argv, f"making the file system on {image}")
+    run_tool(argv, f"making the file system on {image}")
     made = read_source(image).facts.mkfs
     tune: list[str] = []
     if made.get("reserved_blocks") != mkfs.get("reserved_blocks"):
@@ -183,7 +173,7 @@ def make_filesystem(image: Path, original: Layout) -> list[str]:
     if hv != made.get("default_hash_version") and hv in _HASH_ALGS:
         tune += ["-E", f"hash_alg={_HASH_ALGS[int(hv)]}"]
     if tune:
-        _run(["tune2fs", *tune, str(image)], f"adjusting {image}")
+        run_tool(["tune2fs", *tune, str(image)], f"adjusting {image}")
     got = geometry(read_source(image))
     want = geometry(original)
     diff = [f"{k} {want[k]} vs {got[k]}" for k in want if want[k] != got[k]]
