@@ -13,6 +13,14 @@ identity is a create, an identity that is gone a delete. For a file present in b
 * **overwrite**: same size and same blocks (or holes filled) but a newer modification time ->
   ``overwrite`` of the whole file (which bytes changed is not recorded).
 
+A file with several names (hard links) is made under its first name (by path) and given the
+others with ``link`` ops right after; between snapshots its names are compared as sets: a name
+that went away while another came is a ``rename`` (names paired in path order), a name that
+came is a ``link`` (at the file's change time), a name that went away is a ``delete`` of that
+name only (the file stays while it has other names), and the file is gone when all its names
+are. The namespace model holds one node per name; which node carries the file's identity is
+bookkeeping (it is moved to a kept name, never an op).
+
 Directories appear (``mkdir``), disappear (``delete`` of an empty directory) or move
 (``rename``). These are the inter-day activity of Smith & Seltzer's aging method; the short-lived
 files no snapshot can see (intra-day activity) can be added from parameters (``IntraDay``), and
@@ -32,8 +40,8 @@ broken through a temporary name.
 Recorded names are never trusted: a name that is empty, '.', '..', holds '/' or NUL, or is
 longer than 255 bytes cannot be carried by the op vocabulary; the entry (and what lies below
 it) is skipped and counted. Symlinks and device/fifo/socket inodes have no op either and are
-counted; so are the extra names of a hard-linked file (the vocabulary has no ``link`` op: the
-file is made under its first name only). Paths in the ops always pass ``check_relpath``.
+counted (and so is a second name of a directory: a damaged tree). Paths in the ops (and link
+and rename destinations) always pass ``check_relpath``.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ _PHASE = {
     "mkdir": 1,
     "rename": 2,
     "create": 3,
+    "link": 3,
     "append": 4,
     "truncate": 4,
     "rewrite": 4,
@@ -83,6 +92,8 @@ INFERRED_KINDS = (
     "rewrite",
     "overwrite",
     "rename",
+    "link",
+    "unlink",
     "delete",
     "rmdir",
     "intra_create",
@@ -330,6 +341,18 @@ class _Namespace:
         for kid in node.kids.values():
             self.nodes[kid].parent = new
 
+    def swap(self, a: Key, b: Key) -> None:
+        """Exchange the names of two non-directory nodes (bookkeeping only)."""
+        na, nb = self.nodes[a], self.nodes[b]
+        assert na.parent is not None and nb.parent is not None
+        na.parent, na.name, nb.parent, nb.name = nb.parent, nb.name, na.parent, na.name
+        self.nodes[na.parent].kids[na.name] = a
+        self.nodes[nb.parent].kids[nb.name] = b
+
+    def position(self, key: Key) -> tuple[Key | None, str]:
+        node = self.nodes[key]
+        return node.parent, node.name
+
     def move(self, key: Key, parent: Key, name: str) -> Key:
         node = self.nodes[key]
         assert node.parent is not None
@@ -375,6 +398,7 @@ class _Plan:
     name: str = field(compare=False, default="")
     size: int = field(compare=False, default=0)
     inferred: str = field(compare=False, default="")
+    of: Key | None = field(compare=False, default=None)  # link: the file given a new name
 
 
 class DeltaBuilder:
@@ -398,6 +422,10 @@ class DeltaBuilder:
         self._tmp = 0
         self._last: tuple[Layout, dict[Key, _Entry]] | None = None
         self._lo = 0
+        # Extra names of hard-linked files: file key -> the namespace nodes of its other
+        # names (synthetic keys), and back.
+        self._aliases: dict[Key, list[Key]] = {}
+        self._alias_of: dict[Key, Key] = {}
 
     # -- public ------------------------------------------------------------------------
 
@@ -407,6 +435,14 @@ class DeltaBuilder:
             lk = e.links[0]
             if lk.parent in self.ns.nodes and lk.name not in self.ns.nodes[lk.parent].kids:
                 self.ns.add(e.key, lk.parent, lk.name, e.is_dir)
+        for e in entries.values():
+            if e.key not in self.ns.nodes:
+                continue
+            for lk in e.links[1:]:
+                if lk.parent in self.ns.nodes and lk.name not in self.ns.nodes[lk.parent].kids:
+                    alias = self._new_key()
+                    self.ns.add(alias, lk.parent, lk.name, False)
+                    self._add_alias(e.key, alias)
         self._last = (layout, entries)
 
     def interval(
@@ -449,6 +485,31 @@ class DeltaBuilder:
             return self._last[1]
         return _entries(layout, self.stats)
 
+    def _new_key(self) -> Key:
+        self._tmp += 1
+        return (-1000 - self._tmp, 0, 0)
+
+    def _add_alias(self, key: Key, alias: Key) -> None:
+        self._aliases.setdefault(key, []).append(alias)
+        self._alias_of[alias] = key
+
+    def _drop_alias(self, alias: Key) -> None:
+        key = self._alias_of.pop(alias, None)
+        if key is None:
+            return
+        rest = [a for a in self._aliases.get(key, []) if a != alias]
+        if rest:
+            self._aliases[key] = rest
+        else:
+            self._aliases.pop(key, None)
+
+    def _rekey_aliases(self, old: Key, new: Key) -> None:
+        aliases = self._aliases.pop(old, None)
+        if aliases:
+            self._aliases[new] = aliases
+            for a in aliases:
+                self._alias_of[a] = new
+
     def _new_plan(self, t: int, kind: str, key: Key, **kw: Any) -> _Plan:
         self._seq += 1
         return _Plan(t, _PHASE[kind], self._seq, kind, key, **kw)
@@ -485,6 +546,18 @@ class DeltaBuilder:
                 )
             )
             plans[-1].inferred = kind
+            for extra in e.links[1:]:
+                plans.append(
+                    self._new_plan(
+                        clamp(born(e)),
+                        "link",
+                        self._new_key(),
+                        parent=extra.parent,
+                        name=extra.name,
+                        inferred="link",
+                        of=e.key,
+                    )
+                )
         for key, node in list(ns.nodes.items()):
             if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
                 continue
@@ -499,36 +572,50 @@ class DeltaBuilder:
                     pe = news.get(node.parent)
                     if pe is not None and lo < pe.mtime <= hi:
                         t = pe.mtime
+                for alias in self._aliases.get(key, []):
+                    plans.append(self._new_plan(t, "delete", alias, inferred="unlink"))
                 plans.append(self._new_plan(t, "delete", key, inferred="delete"))
         for key, e in news.items():
             cur = ns.nodes.get(key)
             if cur is None:
                 continue
-            node = cur
-            # Rename: the current name is no longer one of the file's names.
-            current = (node.parent, node.name)
-            if all((lk.parent, lk.name) != current for lk in e.links):
-                lk = e.links[0]
-                plans.append(
-                    self._new_plan(
-                        clamp(e.ctime),
-                        "rename",
-                        key,
-                        parent=lk.parent,
-                        name=lk.name,
-                        inferred="rename",
-                    )
-                )
+            self._plan_names(plans, e, clamp(e.ctime))
             if e.is_dir or old is None:
                 continue
             o = olds.get(key)
             if o is None:
                 continue
             self._plan_content(plans, old, o, new, e, bs, clamp)
-        for e in news.values():
-            for lk in e.links[1:]:
-                self.stats.skip("hard_link", (e.key[0], e.key[1], hash(lk.path)))
         return plans
+
+    def _plan_names(self, plans: list[_Plan], e: _Entry, t: int) -> None:
+        """Renames, links and removed names that take the names the file has in the namespace
+        to the names it has in the snapshot (one name each for a directory)."""
+        ns = self.ns
+        key = e.key
+        held = [key, *self._aliases.get(key, [])]
+        want = [(lk.parent, lk.name) for lk in e.links]
+        wanted = set(want)
+        kept = [k for k in held if ns.position(k) in wanted]
+        if kept and key not in kept:
+            # The node with the file's identity loses its name while another name stays: let
+            # it carry a kept name instead (no op), so the file is never without it.
+            ns.swap(key, kept[0])
+        have = {ns.position(k) for k in held}
+        removed = [k for k in held if ns.position(k) not in wanted]  # the file's own first
+        added = [w for w in want if w not in have]
+        for k, (parent, name) in zip(removed, added, strict=False):
+            plans.append(
+                self._new_plan(t, "rename", k, parent=parent, name=name, inferred="rename")
+            )
+        for parent, name in added[len(removed) :]:
+            plans.append(
+                self._new_plan(
+                    t, "link", self._new_key(), parent=parent, name=name, inferred="link", of=key
+                )
+            )
+        for k in removed[len(added) :]:
+            plans.append(self._new_plan(t, "delete", k, inferred="unlink"))
 
     def _retire_reused(
         self,
@@ -555,7 +642,9 @@ class DeltaBuilder:
             reused = node.is_dir != e.is_dir
             if not reused and not e.is_dir and key[1] == 0 and key[2] == 0 and old is not None:
                 o = olds.get(key)
-                renamed = all((lk.parent, lk.name) != (node.parent, node.name) for lk in e.links)
+                names = {(lk.parent, lk.name) for lk in e.links}
+                held = [key, *self._aliases.get(key, [])]
+                renamed = all(ns.position(k) not in names for k in held)
                 if o is not None and renamed:
                     limit = -(-min(o.size, e.size) // bs)
                     reused = _blocks_moved(_runs(old, o.row), _runs(new, e.row), limit) or (
@@ -563,12 +652,14 @@ class DeltaBuilder:
                     )
             if not reused:
                 continue
-            self._tmp += 1
-            ghost: Key = (-1000 - self._tmp, 0, 0)
+            ghost = self._new_key()
             ns.rekey(key, ghost)
+            self._rekey_aliases(key, ghost)
             if node.is_dir:
                 plans.append(self._new_plan(hi, "rmdir", ghost, inferred="rmdir"))
             else:
+                for alias in self._aliases.get(ghost, []):
+                    plans.append(self._new_plan(self._lo, "delete", alias, inferred="unlink"))
                 plans.append(self._new_plan(self._lo, "delete", ghost, inferred="delete"))
             olds.pop(key, None)
 
@@ -645,7 +736,7 @@ class DeltaBuilder:
     def _schedule(self, plans: list[_Plan]) -> list[Op]:
         """Run the plans in time order against the namespace, each waiting for what it needs."""
         ns = self.ns
-        pending = {p.key for p in plans if p.kind in ("mkdir", "create")}
+        pending = {p.key for p in plans if p.kind in ("mkdir", "create", "link")}
         todo = {p.key: 0 for p in plans}
         for p in plans:
             todo[p.key] += 1
@@ -662,12 +753,15 @@ class DeltaBuilder:
             """An event to wait for; None when the plan can run; False when it never can."""
             if p.kind in ("mkdir", "create"):
                 need = [p.parent]
+            elif p.kind == "link":
+                assert p.of is not None
+                need = [p.of, p.parent]
             else:
                 need = [p.key] + ([p.parent] if p.kind == "rename" else [])
             for k in need:
                 if k not in ns.nodes:
                     return ("key", k) if k in pending else False
-            if p.kind in ("mkdir", "create", "rename"):
+            if p.kind in ("mkdir", "create", "rename", "link"):
                 if not ns.nodes[p.parent].is_dir:
                     return False
                 if p.kind == "rename":
@@ -695,6 +789,16 @@ class DeltaBuilder:
                 out.append(Op(kind, path, size=p.size if kind == "create" else 0))
                 self.stats.inferred[p.inferred] += 1
                 return [("key", p.key)]
+            if kind == "link":
+                assert p.of is not None
+                dest = ns.child_path(p.parent, p.name)
+                check_relpath(dest)
+                out.append(Op("link", ns.path(p.of), dest=dest))
+                ns.add(p.key, p.parent, p.name, False)
+                pending.discard(p.key)
+                self._add_alias(p.of, p.key)
+                self.stats.inferred[p.inferred] += 1
+                return [("key", p.key)]
             path = ns.path(p.key)
             if kind == "rename":
                 node = ns.nodes[p.key]
@@ -710,6 +814,7 @@ class DeltaBuilder:
                 return ev
             if kind in ("delete", "rmdir"):
                 parent = ns.remove(p.key)
+                self._drop_alias(p.key)
                 out.append(Op("delete", path))
                 self.stats.inferred[p.inferred] += 1
                 ev = [("moved", p.key)]
