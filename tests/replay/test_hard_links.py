@@ -258,6 +258,30 @@ def test_names_swapped_between_two_files() -> None:
     assert sum(op.op == "rename" for op in two) == 3  # one goes through a temporary name
 
 
+def test_a_name_in_a_removed_directory_goes_before_the_directory() -> None:
+    s1 = [
+        F(30, [(2, b"d")], kind="dir", crtime=1),
+        F(31, [(2, b"a"), (30, b"b")], size=7, crtime=2),
+    ]
+    s2 = [F(31, [(2, b"a")], size=7, crtime=2, ctime=150 * S)]
+    (_, two), _ = _chain(s1, s2)
+    assert _body(two) == ['{"op":"delete","path":"d/b"}', '{"op":"delete","path":"d"}']
+
+
+def test_an_inode_reused_without_generation_drops_every_old_name() -> None:
+    # No generation or creation time recorded (libext2fs-written images): a new name and
+    # moved blocks mean a new file in the old inode; all the old file's names go.
+    s1 = [F(22, [(2, b"a"), (2, b"b")], size=BS, gen=0, ext=[(0, 10, 1)])]
+    s2 = [F(22, [(2, b"z")], size=2 * BS, gen=0, mtime=150 * S, ext=[(0, 50, 2)])]
+    (_, two), bld = _chain(s1, s2)
+    assert _body(two) == [
+        '{"op":"delete","path":"b"}',
+        '{"op":"delete","path":"a"}',
+        f'{{"op":"create","path":"z","size":{2 * BS}}}',
+    ]
+    assert bld.stats.inferred["unlink"] == 1 and bld.stats.inferred["delete"] == 1
+
+
 def test_start_from_a_snapshot_with_hard_links() -> None:
     s1 = [F(22, [(2, b"a"), (2, b"b")], size=7, crtime=1)]
     s2 = [F(22, [(2, b"b")], size=7, crtime=1, ctime=150 * S)]
