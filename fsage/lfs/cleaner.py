@@ -175,7 +175,7 @@ def plan_cleaning(
     now_ms: int,
     capacity: int,
     want_segments: int,
-    room_segments: int,
+    room_segments: float,
     cached: frozenset[int] = frozenset(),
 ) -> list[int]:
     """Segments to clean: in policy order, until the free space they yield makes
@@ -274,7 +274,7 @@ def plan(
     blocks_per_segment: int,
     block_size: int,
     want_segments: int,
-    room_segments: int,
+    room_segments: float,
     disk: DiskModel,
     cached: frozenset[int] = frozenset(),
 ) -> Plan | None:

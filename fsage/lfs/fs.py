@@ -24,7 +24,7 @@ import struct
 import time
 import uuid as uuid_mod
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +56,9 @@ from fsage.lfs.format import (
 )
 
 _NAMED_SYSTEM = (INO_ROOT, INO_UNLINKED)
+#: Clean segments that writes of new data never take: they are left for the metadata that
+#: deletes commit and for the cleaner's output, so a full log can still shrink.
+_RESERVE = 2
 
 
 class LfsOpError(FsageError):
@@ -1109,9 +1112,10 @@ class LFS:
         if self._cleaning or len(self.clean) >= need + self._low_water():
             return
         self.clean_now(want=need + self._low_water() - len(self.clean))
-        if len(self.clean) < need:
+        if len(self.clean) < need + _RESERVE:
             raise LfsNoSpace(
-                f"{self.path}: no space left ({len(self.clean)} clean segments, {need} needed)"
+                f"{self.path}: no space left ({len(self.clean)} clean segments, "
+                f"{need} needed and {_RESERVE} kept for deletes and cleaning)"
             )
 
     # ------------------------------------------------------------------ cleaning
@@ -1124,7 +1128,9 @@ class LFS:
         while len(self.clean) < target and stalls < 3:
             got = self._gc_pass(target - len(self.clean))
             freed += got
-            stalls = stalls + 1 if got <= 0 else 0
+            if got < 0:
+                break  # the pass cost more than it freed: do not eat into the reserve
+            stalls = stalls + 1 if got == 0 else 0
         return freed
 
     def _gc_pass(self, want: int) -> int:
@@ -1135,9 +1141,20 @@ class LFS:
             for s in range(self.geo.first_log_segment, self.geo.segments)
             if s not in self.clean and s != self.cur_seg and s != self.next_seg and self.live[s] > 0
         ]
-        room = len(self.clean) - 2
-        if not cands or room < 1:
+        # Room for the live blocks moved: what is left of the current segment and of the next
+        # one (already taken from the clean set) and all clean segments but one (the segment
+        # after those needs it). The pass also commits metadata for what it moved (indirect
+        # and inode-table blocks, up to one per block moved for small files): the live blocks
+        # moved get half of the room.
+        room_blocks = (
+            (self.ndata - self.cur_pos)
+            + (self.ndata if self.next_seg >= 0 else 0)
+            + max(0, len(self.clean) - 1) * self.ndata
+            - 8
+        ) // 2
+        if not cands or room_blocks < 1:
             return 0
+        room = room_blocks / self.ndata
         p = cl.plan(
             self.policy,
             cands,
@@ -1325,6 +1342,25 @@ class LFS:
         inode.mtime = inode.ctime = now_ms()
         self._end_op()
         return len(mv)
+
+    def writev(
+        self, path: str, pieces: Sequence[tuple[int, bytes | bytearray | memoryview]]
+    ) -> int:
+        """Several writes ``(offset, data)`` to one file as one unit: they reach the log
+        together, with one commit, as writes followed by a sync would. Pieces are limited to
+        what one cleaning step can make room for (32 segments); returns the octets written."""
+        inode = self._iget(self._lookup(path))
+        if inode.mode & S_IFMT != S_IFREG:
+            raise LfsOpError(f"not a regular file: {path!r}")
+        nblocks = sum(-(-len(d) // self.bs) + 1 for _, d in pieces)
+        if nblocks > 32 * self.ndata:
+            raise LfsOpError(f"writev of {nblocks} blocks: at most {32 * self.ndata}")
+        self._ensure_space(nblocks + 2)
+        for off, d in pieces:
+            self._write_data(inode, off, d)
+        inode.mtime = inode.ctime = now_ms()
+        self._end_op()
+        return sum(len(d) for _, d in pieces)
 
     def append(self, path: str, data: bytes | bytearray | memoryview) -> int:
         return self.write(path, self.stat(path).size, data)
