@@ -97,7 +97,8 @@ def test_lfs_run_records_write_cost_and_utilization(tmp_path: Path) -> None:
     assert m["disk"] == {"access_s": 0.015, "bandwidth_bps": 5e6}
     assert m["overall_write_cost"] > m["write_cost"]
     # Utilization against `fsage lfs info`, which reads the image on its own.
-    info = json.loads(CliRunner().invoke(main, ["lfs", "info", str(img), "--format", "json"]).output)
+    shown = CliRunner().invoke(main, ["lfs", "info", str(img), "--format", "json"])
+    info = json.loads(shown.output)
     assert u["live_blocks"] == info["utilization"]["live_blocks"]
     assert u["histogram"] == info["histogram"]
     assert sum(h["segments"] for h in u["histogram"]) == u["segments"] == 45
