@@ -159,9 +159,9 @@ def deltas_cmd(
 ) -> None:  # fmt: skip
     """Write the operations between snapshots of FS as a workload (JSON Lines).
 
-    Creates, deletes, grows, shrinks, rewrites and renames are inferred from the snapshots and
-    ordered by the recorded times; a snapshot marker closes each interval. Replay the stream
-    with `fsage age TARGET --ops FILE`.
+    Creates, deletes, grows, shrinks, rewrites, renames and hard links are inferred from the
+    snapshots and ordered by the recorded times; a snapshot marker closes each interval. Replay
+    the stream with `fsage age TARGET --ops FILE`.
 
     \b
     Examples:
