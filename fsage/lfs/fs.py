@@ -1328,7 +1328,7 @@ class LFS:
         if inode.mode & S_IFMT != S_IFREG:
             raise LfsOpError(f"not a regular file: {path!r}")
         mv = memoryview(data)
-        chunk = max(1, 32 * self.ndata) * self.bs
+        chunk = 2 * self.ndata * self.bs  # space is ensured (and cleaned) two segments at a time
         pos = 0
         while pos < len(mv) or pos == 0:
             piece = mv[pos : pos + chunk]
