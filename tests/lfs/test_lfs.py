@@ -457,6 +457,7 @@ def test_reader_layout(tmp_path: Path) -> None:
 def test_executor_runs_a_workload(tmp_path: Path) -> None:
     img = small(tmp_path / "e.img", segments=64)
     with LfsExecutor(img) as ex:
+        assert isinstance(ex, LfsExecutor)
         ops = [
             Op("mkdir", "a"),
             Op("create", "a/b/c", size=50000),

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,9 @@ def test_sections_left_out_without_lfs_data(tmp_path: Path) -> None:
     names = [s.id for s in build_sections(data)]
     assert "lfs-segments" not in names and "lfs-write-cost" not in names
     # Runs without write-cost metrics (a failed run) draw nothing either.
-    failed = {"runs": [{"id": 1, "fs": None, "target": "x", "metrics": {}, "utilization": {}}]}
+    failed: dict[str, Any] = {
+        "runs": [{"id": 1, "fs": None, "target": "x", "metrics": {}, "utilization": {}}]
+    }
     data = ReportData(analyses=[], trends={}, extra={"lfs": {**failed, "snapshots": []}})
     assert lfs_segments(data) is None and lfs_write_cost(data) is None
 
