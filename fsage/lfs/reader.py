@@ -6,6 +6,9 @@ consecutive blocks within a segment and the Layout's block numbers count from th
 image in file-system blocks. ``facts.groups`` is the segment usage table, one row per segment:
 start (linear block), length (blocks per segment), live_blocks, age_ms (now minus the newest
 data time; -1 for a segment never written). ``free`` is the clean log segments' data blocks.
+``files`` holds the user's inodes (the root directory included); the inode bitmap, inode
+vector and inode table files (16, 17, 18) and the unlinked directory (20) go to ``special``
+with their blocks. ``facts.uuid`` is the superblock's UUID (fsage's field 102).
 """
 
 from __future__ import annotations
