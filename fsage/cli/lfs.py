@@ -149,8 +149,9 @@ def info_cmd(image: Path, fmt: str) -> None:
         "summary_blocks",
         "cleaning_policy",
         "checkpoint_interval",
+        "uuid",
     ):
-        click.echo(f"{k:22} {geo[k]}")
+        click.echo(f"{k:22} {geo[k] or '-'}")
     cp = info["checkpoint"]
     click.echo(
         f"{'checkpoint':22} region {cp['region']}, timestamp {cp['timestamp_ms']} ms, "
