@@ -38,7 +38,6 @@ def _fig(data: list[dict[str, Any]], title: str, xtitle: str, ytitle: str) -> di
             "xaxis": {"title": {"text": _esc(xtitle)}},
             "yaxis": {"title": {"text": _esc(ytitle)}},
             "margin": {"t": 50, "l": 60, "r": 20, "b": 60},
-            "legend": {"orientation": "h"},
         },
     }
 
