@@ -111,8 +111,16 @@ class Target:
         """(relative path, is_dir, size) of everything in the target, for resuming."""
         return _layout_entries(self.layout())
 
-    def run_metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(metrics, utilization) recorded with the aging run; the executor is open."""
+    def counters_mark(self) -> Any:
+        """What ``run_metrics`` needs to report the part of a run after this moment."""
+        return None
+
+    def run_metrics(
+        self, fill_mark: tuple[int, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(metrics, utilization) recorded with the aging run; the executor is open.
+        ``fill_mark``: (op index, ``counters_mark()``) taken when a generated workload's fill
+        phase ended."""
         return {}, {"fullness": self.executor.fullness()}
 
     def close(self) -> None:
@@ -268,13 +276,34 @@ class LfsTarget(ReopenTarget):
         if isinstance(self.executor, LfsExecutor):
             self.carried.add(self.executor.counters)
 
-    def run_metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def counters_mark(self) -> Any:
+        from fsage.lfs.cleaner import Counters
         from fsage.lfs.executor import LfsExecutor
 
+        total = Counters()
+        total.add(self.carried)
+        if isinstance(self.executor, LfsExecutor):
+            total.add(self.executor.counters)
+        return total
+
+    def run_metrics(
+        self, fill_mark: tuple[int, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Seed 001 EQ 1-6 over the whole run and, when the workload had a fill phase, over
+        the ops after it (``metrics["after_fill"]``: seed 001 counts the updates only)."""
+        from fsage.lfs.cleaner import Counters
+        from fsage.lfs.executor import LfsExecutor, lfs_metrics
+
         if not isinstance(self.executor, LfsExecutor):  # pragma: no cover - by construction
-            return super().run_metrics()
+            return super().run_metrics(fill_mark)
         metrics, util = self.executor.aging_metrics(self.carried)
         util["fullness"] = self.executor.fullness()
+        if fill_mark is not None and isinstance(fill_mark[1], Counters):
+            after = self.counters_mark()
+            after.subtract(fill_mark[1])
+            part = lfs_metrics(self.executor.fs, after, self.executor.disk)
+            part["from_op"] = fill_mark[0]
+            metrics["after_fill"] = part
         return metrics, util
 
 
@@ -498,6 +527,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             last_snap[0] = done
 
         save(False)
+        fill_mark: tuple[int, Any] | None = None  # (op index, counters) when the fill ended
         run_id = None
         if store is not None:
             run_id = _start_aging_run(store, tgt, path, params)
@@ -506,6 +536,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             if store is not None and start == 0:
                 snapshot("start")
             for op in ops:
+                if fill_mark is None and gen is not None and gen.stats.phase != "fill":
+                    fill_mark = (done, tgt.counters_mark())
                 try:
                     bytes_written += ex_apply(op)
                 except NoSpaceError:
@@ -561,7 +593,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                     )
             raise
         if store is not None and run_id is not None:
-            metrics, utilization = tgt.run_metrics()
+            metrics, utilization = tgt.run_metrics(fill_mark)
             metrics = {
                 "elapsed_s": time.perf_counter() - t0,
                 "nospace": res.nospace,

@@ -62,6 +62,10 @@ class Counters:
         for k, v in asdict(other).items():
             setattr(self, k, getattr(self, k) + v)
 
+    def subtract(self, other: Counters) -> None:
+        for k, v in asdict(other).items():
+            setattr(self, k, getattr(self, k) - v)
+
 
 def write_cost_metrics(
     c: Counters, *, block_size: int, blocks_per_segment: int, disk: DiskModel

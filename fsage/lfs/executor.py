@@ -29,6 +29,8 @@ class LfsExecutor(Executor):
         checkpoint_interval: int | None = None,
     ) -> None:
         self.fs = LFS.open(image_path, policy=policy, checkpoint_interval=checkpoint_interval)
+        #: The disk model write costs are priced on (seed 001: 15 ms access, 5 MB/s).
+        self.disk = DiskModel()
         self._pattern = bytes(range(256)) * (_CHUNK // 256)
 
     def _write(self, path: str, offset: int, size: int) -> None:
@@ -142,7 +144,7 @@ class LfsExecutor(Executor):
         themselves, the disk model, the cleaning policy and the segment geometry.
         utilization: live and data blocks, their ratio, clean segments and the segment
         utilization histogram (``utilization_histogram``, ten buckets) of the log now."""
-        disk = disk or DiskModel()
+        disk = disk or self.disk
         total = Counters()
         if carried is not None:
             total.add(carried)

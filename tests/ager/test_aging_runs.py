@@ -103,6 +103,14 @@ def test_lfs_run_records_write_cost_and_utilization(tmp_path: Path) -> None:
     assert u["histogram"] == info["histogram"]
     assert sum(h["segments"] for h in u["histogram"]) == u["segments"] == 45
     assert u["fraction"] == pytest.approx(0.6, abs=0.03)
+    # The part after the fill (one mkdir and one 3.4 MB create): seed 001 counts only that.
+    a = m["after_fill"]
+    assert a["from_op"] == 2
+    ac = a["counters"]
+    assert 0 < ac["new_blocks"] < c["new_blocks"]
+    assert c["new_blocks"] - ac["new_blocks"] >= int(0.6 * 45 * 31) - 31  # the fill's blocks
+    assert ac["clean_segs_read"] == c["clean_segs_read"]  # no cleaning while filling
+    assert a["write_cost"] > m["write_cost"]
 
 
 def test_runs_command(tmp_path: Path) -> None:

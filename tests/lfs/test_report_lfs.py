@@ -73,7 +73,9 @@ def test_write_cost_against_utilization(lfs_db: tuple[Path, dict[str, Path]]) ->
         runs = [r for r in data.extra["lfs"]["runs"] if r["metrics"]["policy"] == policy]
         runs.sort(key=lambda r: r["utilization"]["fraction"])
         assert traces[policy]["x"] == [r["utilization"]["fraction"] for r in runs]
-        assert traces[policy]["y"] == [r["metrics"]["overall_write_cost"] for r in runs]
+        assert all("after_fill" in r["metrics"] for r in runs)
+        want = [r["metrics"]["after_fill"]["overall_write_cost"] for r in runs]
+        assert traces[policy]["y"] == want
         assert [round(x, 1) for x in traces[policy]["x"]] == [0.5, 0.8]
     (table,) = sec.tables
     assert len(table.rows) == 4
