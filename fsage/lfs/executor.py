@@ -6,6 +6,7 @@ import contextlib
 import os
 from typing import Any
 
+from fsage.errors import WorkloadError
 from fsage.lfs.cleaner import Counters, DiskModel, utilization_histogram, write_cost_metrics
 from fsage.lfs.format import LfsNoSpace, is_lfs_image
 from fsage.lfs.fs import LFS, LfsOpError
@@ -111,10 +112,16 @@ class LfsExecutor(Executor):
             self._mkdirs(op.dest, made)
             fs.rename(op.path, op.dest)
             return 0
+        if op.op == "link":
+            self._mkdirs(op.dest, made)
+            fs.link(op.path, op.dest)
+            return 0
         if op.op in ("fsync", "sync"):
             fs.sync()
             return 0
-        return 0  # snapshot markers
+        if op.op == "snapshot":
+            return 0
+        raise WorkloadError(f"op {op.op!r} is not supported on an LFS image")
 
     def capacity_blocks(self) -> tuple[int, int, int]:
         total, live = self.fs.usage()

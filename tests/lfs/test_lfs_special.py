@@ -13,12 +13,13 @@ from fsage.ager.profile import get_preset
 from fsage.ager.run import AgeOptions, age
 from fsage.cli import main
 from fsage.db.store import Store
+from fsage.errors import WorkloadError
 from fsage.lfs import format as fmt
 from fsage.lfs.executor import LfsExecutor
 from fsage.lfs.fs import LFS, mkfs
 from fsage.lfs.fsck import fsck
 from fsage.lfs.reader import read_lfs_layout
-from fsage.workload import NoSpaceError, Op
+from fsage.workload import NoSpaceError, Op, OpFailedError
 
 
 def small(path: Path, **kw: object) -> Path:
@@ -120,3 +121,24 @@ def test_images_have_distinct_uuids(tmp_path: Path) -> None:
     out = r.invoke(main, ["snapshots", "--db", str(db), "--format", "json"])
     rows = json.loads(out.output)
     assert len({row["fs"] for row in rows}) == 2
+
+
+def test_link_ops_give_one_file_two_names_and_unknown_ops_fail(tmp_path: Path) -> None:
+    img = small(tmp_path / "l.img")
+    ex = LfsExecutor(img)
+    try:
+        ex.apply(Op("create", "a/f", size=10000))
+        ex.apply(Op("link", "a/f", dest="b/g"))  # the destination's directory is made
+        with pytest.raises(OpFailedError, match="exists"):
+            ex.apply(Op("link", "a/f", dest="b/g"))
+        with pytest.raises(OpFailedError, match="directories"):
+            ex.apply(Op("link", "a", dest="c"))
+        with pytest.raises(WorkloadError, match="not supported"):
+            ex.apply(Op("bogus", "a/f"))
+        first, second = ex.fs.stat("a/f"), ex.fs.stat("b/g")
+        assert first.ino == second.ino and first.nlink == second.nlink == 2
+        ex.apply(Op("delete", "a/f"))
+        assert ex.fs.stat("b/g").nlink == 1 and ex.fs.stat("b/g").size == 10000
+    finally:
+        ex.close()
+    assert fsck(img).ok
