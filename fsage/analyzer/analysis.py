@@ -33,6 +33,7 @@ from fsage.analyzer.scores import (
     filefrag_extents,
     xfs_frag_counts,
 )
+from fsage.analyzer.segments import segment_utilization
 from fsage.layout import Layout
 
 I64 = npt.NDArray[np.int64]
@@ -432,6 +433,9 @@ class SnapshotAnalyzer:
             out["by_age"] = self.by_age()
         if "dist" in want:
             out["size_distribution"] = self.size_distribution()
+        segments = segment_utilization(self.layout.facts.to_json())
+        if segments is not None:
+            out["segments"] = segments
         return out
 
 

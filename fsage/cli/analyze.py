@@ -149,6 +149,17 @@ def _text(a: dict[str, Any], by: str) -> None:
         ["extent size", "free extents", "free blocks"],
         [[r["label"], r["count"], r["blocks"]] for r in a["free_extents"]],
     )
+    seg = a.get("segments")
+    if seg:
+        click.echo("")
+        click.echo(
+            f"LFS segments: {len(seg['live'])} of {seg['capacity']} blocks, "
+            f"{seg['fraction']:.1%} live"
+        )
+        echo_table(
+            ["utilization", "segments"],
+            [[f"{h['low']:.0%}-{h['high']:.0%}", h["segments"]] for h in seg["histogram"]],
+        )
     t = a["tools"]
     click.echo("")
     click.echo(

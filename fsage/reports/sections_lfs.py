@@ -20,8 +20,8 @@ import html
 from typing import Any
 
 from fsage.ager.run import aging_runs
+from fsage.analyzer.segments import segment_utilization
 from fsage.db.store import Store
-from fsage.lfs.cleaner import utilization_histogram
 from fsage.reports.build import register_extra
 from fsage.reports.html import ReportData, Section, Table, register_section
 
@@ -44,19 +44,6 @@ def _fig(data: list[dict[str, Any]], title: str, xtitle: str, ytitle: str) -> di
     }
 
 
-def segment_usage(facts: dict[str, Any]) -> dict[str, Any] | None:
-    """Live blocks per log segment and the segment capacity from an LFS snapshot's facts (the
-    reader's segment usage table), or None if the facts hold no such table."""
-    groups = facts.get("groups") or []
-    geo = (facts.get("extra") or {}).get("geometry") or {}
-    if facts.get("kind") != "lfs" or not groups or not geo:
-        return None
-    first = int(facts.get("first_data_block", 0))
-    capacity = int(geo["blocks_per_segment"]) - int(geo["summary_blocks"])
-    live = [int(g["live_blocks"]) for g in groups if int(g["start"]) >= first]
-    return {"capacity": capacity, "live": live}
-
-
 @register_extra("lfs")
 def lfs_extra(store: Store, fs_name: str | None) -> dict[str, Any] | None:
     """``{"runs": [aging run JSON...], "snapshots": [{snapshot_id, fs, taken_at, capacity,
@@ -68,19 +55,15 @@ def lfs_extra(store: Store, fs_name: str | None) -> dict[str, Any] | None:
             newest[row.fs_name] = row
     snaps = []
     for row in newest.values():
-        usage = segment_usage(store.load_layout(row.id).facts.to_json())
+        usage = segment_utilization(store.load_layout(row.id).facts.to_json(), bins=BINS)
         if usage is None:
             continue
-        live, cap = usage["live"], usage["capacity"]
         snaps.append(
             {
                 "snapshot_id": row.id,
                 "fs": row.fs_name,
                 "taken_at": row.taken_at.isoformat(),
-                "capacity": cap,
-                "live": live,
-                "fraction": sum(live) / (cap * len(live)) if live and cap else 0.0,
-                "histogram": utilization_histogram(live, cap, bins=BINS),
+                **usage,
             }
         )
     if not runs and not snaps:

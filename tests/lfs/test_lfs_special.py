@@ -142,3 +142,33 @@ def test_link_ops_give_one_file_two_names_and_unknown_ops_fail(tmp_path: Path) -
     finally:
         ex.close()
     assert fsck(img).ok
+
+
+def test_analyze_shows_segment_utilization(tmp_path: Path) -> None:
+    img = small(tmp_path / "l.img")
+    ex = LfsExecutor(img)
+    try:
+        for i in range(30):
+            ex.apply(Op("create", f"d/f{i}", size=20000 + 1000 * i))
+        for i in range(0, 30, 3):
+            ex.apply(Op("delete", f"d/f{i}"))
+        ex.apply(Op("sync"))
+    finally:
+        ex.close()
+    db = tmp_path / "db.sqlite"
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    out = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    seg = json.loads(out.output)[0]["segments"]
+    fs = LFS.open(img, readonly=True)
+    try:
+        _total, live = fs.usage()
+        capacity = fs.geo.data_blocks_per_segment
+    finally:
+        fs.close()
+    assert seg["capacity"] == capacity
+    assert sum(seg["live"]) == live  # the usage table agrees with the live LFS's own count
+    assert sum(h["segments"] for h in seg["histogram"]) == len(seg["live"])
+    text = runner.invoke(main, ["analyze", "--db", str(db)])
+    assert "LFS segments:" in text.output
