@@ -610,67 +610,97 @@ static int set_dotdot(ext2_ino_t dir, int entry, struct ext2_dir_entry *dirent, 
     return 0;
 }
 
+/* The two paths of rename and link: copies the resolution may write into, the parent and
+ * last name of each, and the source's inode. */
+typedef struct {
+    char *scopy, *dcopy, *sname, *dname;
+    ext2_ino_t sparent, dparent, ino;
+    struct ext2_inode inode;
+} path_pair;
+
+static void path_pair_free(path_pair *pp) {
+    PyMem_Free(pp->scopy);
+    PyMem_Free(pp->dcopy);
+}
+
+/* Resolve src (which must exist) and dst's parent; -1 with MemoryError set, else a libext2fs
+ * or errno code (0: all found). Call path_pair_free afterwards in every case. */
+static errcode_t path_pair_resolve(ext2_filsys fs, path_pair *pp, const char *src,
+                                   Py_ssize_t slen, const char *dst, Py_ssize_t dlen) {
+    memset(pp, 0, sizeof *pp);
+    pp->scopy = PyMem_Malloc((size_t)slen + 1);
+    pp->dcopy = PyMem_Malloc((size_t)dlen + 1);
+    if (pp->scopy == NULL || pp->dcopy == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(pp->scopy, src, (size_t)slen + 1);
+    memcpy(pp->dcopy, dst, (size_t)dlen + 1);
+    errcode_t err = resolve_parent(fs, pp->scopy, &pp->sparent, &pp->sname);
+    if (!err)
+        err = resolve_parent(fs, pp->dcopy, &pp->dparent, &pp->dname);
+    if (!err)
+        err = lookup_in(fs, pp->sparent, pp->sname, &pp->ino);
+    if (!err)
+        err = ext2fs_read_inode(fs, pp->ino, &pp->inode);
+    return err;
+}
+
+/* The directory-entry file type of an inode mode. */
+static int dirent_type(uint16_t mode) {
+    return LINUX_S_ISREG(mode)    ? EXT2_FT_REG_FILE
+           : LINUX_S_ISDIR(mode)  ? EXT2_FT_DIR
+           : LINUX_S_ISLNK(mode)  ? EXT2_FT_SYMLINK
+           : LINUX_S_ISCHR(mode)  ? EXT2_FT_CHRDEV
+           : LINUX_S_ISBLK(mode)  ? EXT2_FT_BLKDEV
+           : LINUX_S_ISFIFO(mode) ? EXT2_FT_FIFO
+           : LINUX_S_ISSOCK(mode) ? EXT2_FT_SOCK
+                                  : EXT2_FT_UNKNOWN;
+}
+
 static PyObject *writer_rename(PyObject *self, PyObject *args) {
     PyObject *cap;
     const char *src, *dst;
     Py_ssize_t slen, dlen;
-    char *scopy = NULL, *dcopy = NULL, *sname, *dname;
-    ext2_ino_t sparent, dparent, ino = 0, existing;
-    struct ext2_inode inode;
-    errcode_t err;
+    ext2_ino_t existing;
     writer_t *w;
-    ext2_filsys fs;
+    path_pair pp;
     (void)self;
     if (!PyArg_ParseTuple(args, "Oy#y#:writer_rename", &cap, &src, &slen, &dst, &dlen) ||
         (w = get_writer(cap)) == NULL)
         return NULL;
-    fs = w->fs;
-    scopy = PyMem_Malloc((size_t)slen + 1);
-    dcopy = PyMem_Malloc((size_t)dlen + 1);
-    if (scopy == NULL || dcopy == NULL) {
-        PyMem_Free(scopy);
-        PyMem_Free(dcopy);
-        return PyErr_NoMemory();
-    }
-    memcpy(scopy, src, (size_t)slen + 1);
-    memcpy(dcopy, dst, (size_t)dlen + 1);
-    err = resolve_parent(fs, scopy, &sparent, &sname);
-    if (!err)
-        err = resolve_parent(fs, dcopy, &dparent, &dname);
-    if (!err)
-        err = lookup_in(fs, sparent, sname, &ino);
-    if (!err)
-        err = ext2fs_read_inode(fs, ino, &inode);
+    ext2_filsys fs = w->fs;
+    errcode_t err = path_pair_resolve(fs, &pp, src, slen, dst, dlen);
+    ext2_ino_t ino = pp.ino;
+    struct ext2_inode inode = pp.inode;
     if (!err && LINUX_S_ISDIR(inode.i_mode) && dlen > slen && strncmp(dst, src, (size_t)slen) == 0 &&
         dst[slen] == '/')
         err = EINVAL; /* a directory into itself */
-    if (!err && lookup_in(fs, dparent, dname, &existing) == 0) {
+    if (!err && lookup_in(fs, pp.dparent, pp.dname, &existing) == 0) {
         if (existing == ino)
             goto done; /* same file: nothing to do */
-        err = drop_link(fs, dparent, dname, existing);
+        err = drop_link(fs, pp.dparent, pp.dname, existing);
     }
     if (!err) {
-        int ft = LINUX_S_ISDIR(inode.i_mode) ? EXT2_FT_DIR
-                 : LINUX_S_ISLNK(inode.i_mode) ? EXT2_FT_SYMLINK
-                                                : EXT2_FT_REG_FILE;
-        err = link_grow(fs, dparent, dname, ino, ft);
+        err = link_grow(fs, pp.dparent, pp.dname, ino, dirent_type(inode.i_mode));
         if (!err)
-            err = ext2fs_unlink(fs, sparent, sname, ino, 0);
-        if (!err && LINUX_S_ISDIR(inode.i_mode) && sparent != dparent) {
+            err = ext2fs_unlink(fs, pp.sparent, pp.sname, ino, 0);
+        if (!err && LINUX_S_ISDIR(inode.i_mode) && pp.sparent != pp.dparent) {
             struct ext2_inode p;
+            ext2_ino_t dparent = pp.dparent;
             err = ext2fs_dir_iterate2(fs, ino, DIRENT_FLAG_INCLUDE_EMPTY, NULL, set_dotdot,
                                       &dparent);
             if (!err)
-                err = ext2fs_read_inode(fs, sparent, &p);
+                err = ext2fs_read_inode(fs, pp.sparent, &p);
             if (!err) {
                 p.i_links_count--;
-                err = ext2fs_write_inode(fs, sparent, &p);
+                err = ext2fs_write_inode(fs, pp.sparent, &p);
             }
             if (!err)
-                err = ext2fs_read_inode(fs, dparent, &p);
+                err = ext2fs_read_inode(fs, pp.dparent, &p);
             if (!err) {
                 p.i_links_count++;
-                err = ext2fs_write_inode(fs, dparent, &p);
+                err = ext2fs_write_inode(fs, pp.dparent, &p);
             }
         }
         if (!err) {
@@ -682,8 +712,9 @@ static PyObject *writer_rename(PyObject *self, PyObject *args) {
         }
     }
 done:
-    PyMem_Free(scopy);
-    PyMem_Free(dcopy);
+    path_pair_free(&pp);
+    if (err == (errcode_t)-1)
+        return NULL;
     if (err)
         return fsage_raise(err, "rename");
     Py_RETURN_NONE;
@@ -696,61 +727,37 @@ static PyObject *writer_link(PyObject *self, PyObject *args) {
     PyObject *cap;
     const char *src, *dst;
     Py_ssize_t slen, dlen;
-    char *scopy = NULL, *dcopy = NULL, *sname, *dname;
-    ext2_ino_t sparent, dparent, ino = 0, existing;
-    struct ext2_inode inode;
-    errcode_t err;
+    ext2_ino_t existing;
     writer_t *w;
-    ext2_filsys fs;
+    path_pair pp;
     (void)self;
     if (!PyArg_ParseTuple(args, "Oy#y#:writer_link", &cap, &src, &slen, &dst, &dlen) ||
         (w = get_writer(cap)) == NULL)
         return NULL;
-    fs = w->fs;
-    scopy = PyMem_Malloc((size_t)slen + 1);
-    dcopy = PyMem_Malloc((size_t)dlen + 1);
-    if (scopy == NULL || dcopy == NULL) {
-        PyMem_Free(scopy);
-        PyMem_Free(dcopy);
-        return PyErr_NoMemory();
-    }
-    memcpy(scopy, src, (size_t)slen + 1);
-    memcpy(dcopy, dst, (size_t)dlen + 1);
-    err = resolve_parent(fs, scopy, &sparent, &sname);
-    if (!err)
-        err = resolve_parent(fs, dcopy, &dparent, &dname);
-    if (!err)
-        err = lookup_in(fs, sparent, sname, &ino);
-    if (!err)
-        err = ext2fs_read_inode(fs, ino, &inode);
-    if (!err && LINUX_S_ISDIR(inode.i_mode))
+    ext2_filsys fs = w->fs;
+    errcode_t err = path_pair_resolve(fs, &pp, src, slen, dst, dlen);
+    if (!err && LINUX_S_ISDIR(pp.inode.i_mode))
         err = EPERM; /* no hard links to directories */
-    if (!err && lookup_in(fs, dparent, dname, &existing) == 0)
+    if (!err && lookup_in(fs, pp.dparent, pp.dname, &existing) == 0)
         err = EEXIST;
-    if (!err && inode.i_links_count >= EXT2_LINK_MAX)
+    if (!err && pp.inode.i_links_count >= EXT2_LINK_MAX)
         err = EMLINK;
-    if (!err) {
-        int ft = LINUX_S_ISREG(inode.i_mode)   ? EXT2_FT_REG_FILE
-                 : LINUX_S_ISLNK(inode.i_mode) ? EXT2_FT_SYMLINK
-                 : LINUX_S_ISCHR(inode.i_mode) ? EXT2_FT_CHRDEV
-                 : LINUX_S_ISBLK(inode.i_mode) ? EXT2_FT_BLKDEV
-                 : LINUX_S_ISFIFO(inode.i_mode) ? EXT2_FT_FIFO
-                 : LINUX_S_ISSOCK(inode.i_mode) ? EXT2_FT_SOCK
-                                                 : EXT2_FT_UNKNOWN;
-        err = link_grow(fs, dparent, dname, ino, ft);
-    }
+    if (!err)
+        err = link_grow(fs, pp.dparent, pp.dname, pp.ino, dirent_type(pp.inode.i_mode));
     if (!err) {
         /* Read again: growing the directory wrote other inodes, never this one, but the
          * cached copy must not go stale between calls. */
-        err = ext2fs_read_inode(fs, ino, &inode);
+        struct ext2_inode inode;
+        err = ext2fs_read_inode(fs, pp.ino, &inode);
         if (!err) {
             inode.i_links_count++;
             inode.i_ctime = now32(fs);
-            err = ext2fs_write_inode(fs, ino, &inode);
+            err = ext2fs_write_inode(fs, pp.ino, &inode);
         }
     }
-    PyMem_Free(scopy);
-    PyMem_Free(dcopy);
+    path_pair_free(&pp);
+    if (err == (errcode_t)-1)
+        return NULL;
     if (err)
         return fsage_raise(err, "link");
     Py_RETURN_NONE;
