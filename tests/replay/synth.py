@@ -1,4 +1,5 @@
-"""Synthetic Layouts for the delta tests: a few files and directories described by hand."""
+"""Synthetic Layouts for the delta tests (a few files and directories described by hand) and a
+namespace model that replays op streams with POSIX-like checks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
+from fsage.workload import Op, check_relpath
 
 BS = 4096
 S = 10**9  # one second in ns
@@ -72,3 +74,84 @@ def layout(entries: list[F]) -> Layout:
         block_size=BS, blocks_total=1 << 16, blocks_free=1 << 15,
     )  # fmt: skip
     return Layout(facts=facts, files=files, links=lt, free=FreeExtents.empty())
+
+
+class Model:
+    """A POSIX-like namespace that checks each op's preconditions: names -> inode numbers,
+    inode -> size (files) or None (directories)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {"lost+found": 0}
+        self.inodes: dict[int, int | None] = {0: None}
+        self._next = 1
+
+    def _parent_ok(self, p: str) -> None:
+        head = p.rpartition("/")[0]
+        assert head == "" or self.inodes.get(self.names.get(head, -1), 0) is None, p
+
+    def _drop(self, p: str) -> None:
+        ino = self.names.pop(p)
+        if ino not in self.names.values():
+            del self.inodes[ino]
+
+    def apply(self, op: Op) -> None:
+        if op.op in ("sync", "snapshot", "fsync"):
+            return
+        p = check_relpath(op.path)
+        if op.op in ("mkdir", "create"):
+            self._parent_ok(p)
+            assert p not in self.names, f"{p} exists"
+            self.names[p] = self._next
+            self.inodes[self._next] = None if op.op == "mkdir" else op.size
+            self._next += 1
+        elif op.op == "link":
+            check_relpath(op.dest)
+            assert p in self.names and self.inodes[self.names[p]] is not None, p
+            assert op.dest not in self.names, f"{op.dest} exists"
+            self._parent_ok(op.dest)
+            self.names[op.dest] = self.names[p]
+        elif op.op == "delete":
+            assert p in self.names, f"delete of missing {p}"
+            if self.inodes[self.names[p]] is None:
+                assert not any(k.startswith(p + "/") for k in self.names), f"{p} not empty"
+            self._drop(p)
+        elif op.op == "rename":
+            check_relpath(op.dest)
+            assert p in self.names and op.dest not in self.names, (p, op.dest)
+            self._parent_ok(op.dest)
+            assert not op.dest.startswith(p + "/")
+            moved = {k: v for k, v in self.names.items() if k == p or k.startswith(p + "/")}
+            for k in moved:
+                del self.names[k]
+            for k, v in moved.items():
+                self.names[op.dest + k[len(p) :]] = v
+        else:
+            ino = self.names[p]
+            size = self.inodes[ino]
+            assert size is not None, f"{op.op} on directory {p}"
+            if op.op == "append":
+                self.inodes[ino] = size + op.size
+            elif op.op == "truncate":
+                self.inodes[ino] = op.size
+            elif op.op == "overwrite":
+                self.inodes[ino] = max(size, op.offset + op.size)
+            else:
+                raise AssertionError(op.op)
+
+    def run(self, ops: list[Op]) -> Model:
+        for op in ops:
+            self.apply(op)
+        return self
+
+    @property
+    def t(self) -> dict[str, int | None]:
+        """Each name with its file's size (None: a directory)."""
+        return {name: self.inodes[ino] for name, ino in self.names.items()}
+
+    def view(self) -> set[tuple[tuple[str, ...], int | None]]:
+        """Each inode as (its sorted names, size), mkfs's lost+found left out."""
+        groups: dict[int, list[str]] = {}
+        for name, ino in self.names.items():
+            if ino:
+                groups.setdefault(ino, []).append(name)
+        return {(tuple(sorted(v)), self.inodes[k]) for k, v in groups.items()}

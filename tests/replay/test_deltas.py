@@ -16,61 +16,9 @@ from fsage.errors import UsageError
 from fsage.replay.deltas import DeltaBuilder, IntraDay, parse_when
 from fsage.workload import Op, WorkloadHeader, check_relpath, read_workload, write_workload
 
-from .synth import BS, F, S, layout
+from .synth import BS, F, Model, S, layout
 
 LF = F(11, [(2, b"lost+found")], kind="dir", gen=0)
-
-
-class Model:
-    """Paths -> size (files) or None (directories); POSIX-like preconditions."""
-
-    def __init__(self) -> None:
-        self.t: dict[str, int | None] = {"lost+found": None}
-
-    def _parent_ok(self, p: str) -> None:
-        head = p.rpartition("/")[0]
-        assert head == "" or self.t.get(head, 0) is None, f"no directory {head!r} for {p!r}"
-
-    def apply(self, op: Op) -> None:
-        if op.op in ("sync", "snapshot", "fsync"):
-            return
-        check_relpath(op.path)
-        p = op.path
-        if op.op in ("mkdir", "create"):
-            self._parent_ok(p)
-            assert p not in self.t, f"{p} exists"
-            self.t[p] = None if op.op == "mkdir" else op.size
-        elif op.op == "delete":
-            assert p in self.t, f"delete of missing {p}"
-            if self.t[p] is None:
-                assert not any(k.startswith(p + "/") for k in self.t), f"{p} not empty"
-            del self.t[p]
-        elif op.op == "rename":
-            check_relpath(op.dest)
-            assert p in self.t and op.dest not in self.t, (p, op.dest)
-            self._parent_ok(op.dest)
-            assert not op.dest.startswith(p + "/")
-            moved = {k: v for k, v in self.t.items() if k == p or k.startswith(p + "/")}
-            for k in moved:
-                del self.t[k]
-            for k, v in moved.items():
-                self.t[op.dest + k[len(p) :]] = v
-        else:
-            size = self.t[p]
-            assert size is not None, f"{op.op} on directory {p}"
-            if op.op == "append":
-                self.t[p] = size + op.size
-            elif op.op == "truncate":
-                self.t[p] = op.size
-            elif op.op == "overwrite":
-                self.t[p] = max(size, op.offset + op.size)
-            else:
-                raise AssertionError(op.op)
-
-    def run(self, ops: list[Op]) -> Model:
-        for op in ops:
-            self.apply(op)
-        return self
 
 
 def _two(a: list[F], b: list[F], **kw: object) -> tuple[list[Op], list[Op], DeltaBuilder]:
