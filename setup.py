@@ -24,7 +24,7 @@ def pkg_config(*args: str) -> list[str]:
 
 ext2fs = Extension(
     "fsage._ext2fs",
-    sources=["fsage/_ext2fs.c", "fsage/_ext2fs_writer.c", "fsage/_digest.c"],
+    sources=["fsage/_ext2fs.c", "fsage/_ext2fs_writer.c", "fsage/_digest.c", "fsage/_columns.c"],
     depends=["fsage/_ext2fs.h"],
     extra_compile_args=[*pkg_config("--cflags"), "-O2", "-Wall", "-Wno-unused-function"],
     extra_link_args=pkg_config("--libs"),

@@ -88,6 +88,11 @@ static PyObject *buf_bytes(Buf *b) {
     return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
 }
 
+/* A column as a bytearray: numpy views it writable, so Python needs no copy of its own. */
+static PyObject *buf_column(Buf *b) {
+    return PyByteArray_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+}
+
 /* ---------- the scanner object ---------- */
 
 typedef struct {
@@ -460,7 +465,7 @@ static PyObject *scanner_next_batch(Scanner *self, PyObject *args) {
         {"meta_kind", &t.meta_kind},
     };
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
-        PyObject *b = buf_bytes(cols[i].buf);
+        PyObject *b = buf_column(cols[i].buf);
         if (!b || PyDict_SetItemString(out, cols[i].name, b)) {
             Py_XDECREF(b);
             Py_DECREF(out);
@@ -546,8 +551,8 @@ static PyObject *scanner_links(Scanner *self, PyObject *noargs) {
         buf_free(&damaged);
         return PyErr_NoMemory();
     }
-    PyObject *out = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N}", "parent", buf_bytes(&d.parent), "ino",
-                                  buf_bytes(&d.ino), "name_len", buf_bytes(&d.name_len), "names",
+    PyObject *out = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N}", "parent", buf_column(&d.parent), "ino",
+                                  buf_column(&d.ino), "name_len", buf_column(&d.name_len), "names",
                                   buf_bytes(&d.names), "damaged_dirs", buf_bytes(&damaged));
     buf_free(&d.parent);
     buf_free(&d.ino);
@@ -593,7 +598,7 @@ static PyObject *scanner_free_extents(Scanner *self, PyObject *noargs) {
         buf_free(&lengths);
         return PyErr_NoMemory();
     }
-    PyObject *out = Py_BuildValue("(NN)", buf_bytes(&starts), buf_bytes(&lengths));
+    PyObject *out = Py_BuildValue("(NN)", buf_column(&starts), buf_column(&lengths));
     buf_free(&starts);
     buf_free(&lengths);
     return out;
@@ -815,7 +820,8 @@ PyMODINIT_FUNC PyInit__ext2fs(void) {
     if (!fsage_Ext2fsError || PyModule_AddObjectRef(m, "Ext2fsError", fsage_Ext2fsError) < 0 ||
         PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
         PyModule_AddFunctions(m, fsage_writer_methods) < 0 ||
-        PyModule_AddFunctions(m, fsage_digest_methods) < 0) {
+        PyModule_AddFunctions(m, fsage_digest_methods) < 0 ||
+        PyModule_AddFunctions(m, fsage_columns_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

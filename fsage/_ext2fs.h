@@ -18,5 +18,7 @@ PyObject *fsage_raise(errcode_t err, const char *what);
 extern PyMethodDef fsage_writer_methods[];
 /* file_digests, in _digest.c. */
 extern PyMethodDef fsage_digest_methods[];
+/* pack_columns and unpack_columns, in _columns.c. */
+extern PyMethodDef fsage_columns_methods[];
 
 #endif

@@ -212,6 +212,23 @@ class FileTable:
             meta_kind=self.meta_kind[meta_idx],
         )
 
+    def reorder_head(self, order: npt.NDArray[np.int64]) -> None:
+        """Put the first ``len(order)`` rows in that order, in place (the rest stay put)."""
+        head = len(order)
+        for k in FILE_COLUMNS:
+            col = getattr(self, k)
+            col[:head] = col[:head][order]
+        for off_name, children in (
+            ("ext_off", ("ext_logical", "ext_physical", "ext_length", "ext_flags")),
+            ("meta_off", ("meta_physical", "meta_kind")),
+        ):
+            off = getattr(self, off_name)
+            idx, new_off = csr_take(off[: head + 1], order)
+            for name in children:
+                col = getattr(self, name)
+                col[: idx.size] = col[idx]
+            off[: head + 1] = new_off
+
     def slice(self, start: int, stop: int) -> FileTable:
         """Rows ``start:stop`` as views of this table's arrays (no copy)."""
         cols: dict[str, Any] = {k: getattr(self, k)[start:stop] for k in FILE_COLUMNS}
@@ -235,6 +252,10 @@ class FileTable:
             return FileTable.empty()
         if len(tables) == 1:
             return tables[0]
+        if len(tables) == 2:
+            joined = FileTable._join_adjacent(tables[0], tables[1])
+            if joined is not None:
+                return joined
         cols: dict[str, Any] = {
             k: np.concatenate([getattr(t, k) for t in tables]) for k in FILE_COLUMNS
         }
@@ -248,6 +269,23 @@ class FileTable:
             meta_off=concat_offsets([t.meta_off for t in tables]),
             meta_physical=np.concatenate([t.meta_physical for t in tables]),
             meta_kind=np.concatenate([t.meta_kind for t in tables]),
+        )
+
+    @staticmethod
+    def _join_adjacent(a: FileTable, b: FileTable) -> FileTable | None:
+        """``a`` then ``b`` without a copy, when they are consecutive slices of one table."""
+        cols: dict[str, Any] = {}
+        for f in fields(FileTable):
+            if f.name in ("ext_off", "meta_off"):
+                continue
+            view = _adjacent_view(getattr(a, f.name), getattr(b, f.name))
+            if view is None:
+                return None
+            cols[f.name] = view
+        return FileTable(
+            **cols,
+            ext_off=concat_offsets([a.ext_off, b.ext_off]),
+            meta_off=concat_offsets([a.meta_off, b.meta_off]),
         )
 
     def sorted_by_ino(self) -> FileTable:
@@ -365,6 +403,27 @@ def derive_paths(links: LinkTable, root_ino: int) -> dict[int, list[str]]:
     for paths in out.values():
         paths.sort()
     return out
+
+
+def _adjacent_view(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any] | None:
+    """One view of ``a`` followed by ``b`` when both are consecutive slices of one 1-D array."""
+    if len(a) == 0 and a.dtype == b.dtype:
+        return b
+    if len(b) == 0 and a.dtype == b.dtype:
+        return a
+    base = a.base
+    if not isinstance(base, np.ndarray) or b.base is not base or base.ndim != 1:
+        return None
+    if a.dtype != base.dtype or b.dtype != base.dtype:
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    start_a = a.__array_interface__["data"][0]
+    start_b = b.__array_interface__["data"][0]
+    if start_a + a.nbytes != start_b:
+        return None
+    first = (start_a - base.__array_interface__["data"][0]) // base.itemsize
+    return base[first : first + len(a) + len(b)]
 
 
 def concat_offsets(offs: Sequence[U64]) -> U64:

@@ -1,11 +1,11 @@
 """How file records travel to and from SQLite: per-file digests and version chunks.
 
-A version chunk holds the versions of files one snapshot recorded, column by column: one blob
-per column (keys, inode fields, extents, metadata blocks, names), packed and unpacked by numpy
-with no per-file Python work.
+A version chunk holds the versions of files one snapshot recorded, column by column (inode
+fields, extents, metadata blocks, names), each column narrowed to the bytes its values need
+(``fsage/_columns.c``), with no per-file Python work.
 
-Digests are computed for every file with numpy (no per-file Python work), so an incremental
-snapshot can tell which files changed before it builds a blob for any of them.
+Digests are computed for every file in one C pass (``file_digests_numpy`` defines them), so an
+incremental snapshot can tell which files changed before it packs any of them.
 
 ``atime`` is stored but left out of the digest: reading a file is not a change of layout, and
 counting it would store every file read since yesterday again. A rebuilt snapshot therefore
@@ -25,15 +25,8 @@ from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets
 
 U64 = npt.NDArray[np.uint64]
 
-EXTENT_DTYPE = np.dtype([("l", "<u8"), ("p", "<u8"), ("n", "<u8"), ("f", "<u4")])
-META_DTYPE = np.dtype([("p", "<u8"), ("k", "u1")])
-# What tells versions apart when a snapshot is compared with the current state.
-KEY_DTYPE = np.dtype([("ino", "<u8"), ("generation", "<u4"), ("digest", "<i8")])
-# Every inode field but the number, plus whether it is a reserved (special) inode.
+# Every inode field but the number.
 INODE_FIELDS = [c for c in FILE_COLUMNS if c != "ino"]
-INODE_DTYPE = np.dtype(
-    [(c, np.dtype(FILE_COLUMNS[c]).newbyteorder("<")) for c in INODE_FIELDS] + [("special", "<u4")]
-)
 
 # Columns that take part in the digest (all but atime, see the module docstring).
 DIGEST_COLUMNS = [c for c in FILE_COLUMNS if c not in ("ino", "atime")]
@@ -70,17 +63,15 @@ def _segment_sums(values: U64, off: U64) -> U64:
 
 
 def link_order(files: FileTable, links: LinkTable) -> tuple[npt.NDArray[np.int64], U64]:
-    """Links sorted by owning file, and CSR offsets of each file's links.
+    """Links grouped by owning file (in the order of ``files``), and CSR offsets of each file's
+    links.
 
     Links whose inode is not among ``files`` (entries pointing at free inodes) are dropped.
     """
-    order = np.lexsort((links.parent, links.ino))
-    ino_sorted = links.ino[order]
-    pos = np.searchsorted(files.ino, ino_sorted)
-    pos_clipped = np.minimum(pos, max(len(files) - 1, 0))
-    known = (pos < len(files)) & (files.ino[pos_clipped] == ino_sorted) if len(files) else pos < 0
-    order = order[known]
-    counts = np.bincount(pos[known], minlength=len(files)).astype(np.uint64)
+    row = link_files(files, links)
+    known = np.flatnonzero(row >= 0)
+    order = known[np.lexsort((links.parent[known], row[known]))]
+    counts = np.bincount(row[known], minlength=len(files)).astype(np.uint64)
     off = np.zeros(len(files) + 1, np.uint64)
     np.cumsum(counts, out=off[1:])
     return order.astype(np.int64), off
@@ -108,32 +99,38 @@ def _name_hashes(links: LinkTable) -> U64:
 
 
 def link_files(files: FileTable, links: LinkTable) -> npt.NDArray[np.int64]:
-    """The row in ``files`` (sorted by ino) of each link's inode; -1 where no file has it
-    (an entry pointing at a free inode)."""
-    pos = np.searchsorted(files.ino, links.ino)
+    """The row in ``files`` (any order, inode numbers unique) of each link's inode; -1 where
+    no file has it (an entry pointing at a free inode)."""
     if len(files) == 0:
         return np.full(len(links), -1, np.int64)
-    clipped = np.minimum(pos, len(files) - 1)
+    order = np.argsort(files.ino, kind="stable")  # fast: nearly sorted
+    pos = np.searchsorted(files.ino, links.ino, sorter=order)
+    clipped = order[np.minimum(pos, len(files) - 1)]
     return np.where(files.ino[clipped] == links.ino, clipped, -1).astype(np.int64)
+
+
+def _u64(values: npt.NDArray[Any]) -> U64:
+    """The values as a contiguous u64 array; 8-byte integers are viewed, not copied."""
+    if values.dtype.itemsize == 8:
+        return np.ascontiguousarray(values).view(np.uint64)
+    return values.astype(np.uint64)
 
 
 def file_digests(files: FileTable, links: LinkTable, link_file: npt.NDArray[np.int64]) -> U64:
     """One 64-bit digest per file (see the module docstring), computed in C."""
-    cols = [files.ino.astype(np.uint64)]
-    cols += [np.ascontiguousarray(getattr(files, c), dtype=np.uint64) for c in DIGEST_COLUMNS]
     raw = _ext2fs.file_digests(
-        cols,
-        files.ext_off.astype(np.uint64),
-        files.ext_logical.astype(np.uint64),
-        files.ext_physical.astype(np.uint64),
-        files.ext_length.astype(np.uint64),
-        files.ext_flags.astype(np.uint64),
-        files.meta_off.astype(np.uint64),
-        files.meta_physical.astype(np.uint64),
-        files.meta_kind.astype(np.uint64),
-        link_file.astype(np.uint64),
-        links.parent.astype(np.uint64),
-        links.name_off.astype(np.uint64),
+        [_u64(files.ino)] + [_u64(getattr(files, c)) for c in DIGEST_COLUMNS],
+        _u64(files.ext_off),
+        _u64(files.ext_logical),
+        _u64(files.ext_physical),
+        _u64(files.ext_length),
+        _u64(files.ext_flags),
+        _u64(files.meta_off),
+        _u64(files.meta_physical),
+        _u64(files.meta_kind),
+        _u64(link_file),
+        _u64(links.parent),
+        _u64(links.name_off),
         links.names,
     )
     return np.frombuffer(raw, np.uint64)
@@ -159,18 +156,33 @@ def file_digests_numpy(
     return h
 
 
-CHUNK_COLUMNS = (
-    "keys",  # KEY_DTYPE per version, in ino order
-    "inodes",  # INODE_DTYPE per version
-    "ext_counts",  # u32 extents per version
-    "extents",  # EXTENT_DTYPE rows
-    "meta_counts",  # u32 metadata blocks per version
-    "meta",  # META_DTYPE rows
-    "link_rows",  # u32 per name: the version (row of the chunk) it names
-    "link_parents",  # u64 directory inode of each name
-    "name_lens",  # u16 length of each name
-    "names",  # the names' bytes, back to back
-)
+# A chunk is two blobs of narrowed columns (fsage/_columns.c): ``keys``, all that the current
+# state needs to tell changed files (read for every snapshot), and ``body``, the rest.
+# (name, dtype, delta): delta columns are stored as differences of consecutive values.
+KEY_COLUMNS: list[tuple[str, type[np.generic], bool]] = [
+    ("ino", np.uint64, True),
+    ("generation", np.uint32, False),
+    ("digest", np.int64, False),
+]
+BODY_COLUMNS: list[tuple[str, type[np.generic], bool]] = [
+    *((c, FILE_COLUMNS[c], False) for c in INODE_FIELDS if c != "generation"),
+    ("special", np.uint8, False),  # a reserved inode
+    ("ext_counts", np.uint32, False),  # extents per version
+    ("ext_logical", np.uint64, False),
+    ("ext_physical", np.uint64, False),
+    ("ext_length", np.uint64, False),
+    ("ext_flags", np.uint32, False),
+    ("meta_counts", np.uint32, False),  # metadata blocks per version
+    ("meta_physical", np.uint64, False),
+    ("meta_kind", np.uint8, False),
+    ("link_rows", np.uint32, True),  # per name: the version (row of the chunk) it names
+    ("link_parents", np.uint64, False),  # the directory inode holding each name
+    ("name_lens", np.uint32, False),
+    ("names", np.uint8, False),  # the names' bytes, back to back
+]
+CHUNK_BLOBS = ("keys", "body")
+
+Arrays = dict[str, npt.NDArray[Any]]
 
 
 def _offsets(counts: npt.NDArray[np.integer[Any]]) -> U64:
@@ -205,6 +217,46 @@ def _renumber(
     return new[link_row]
 
 
+def chunk_arrays(
+    files: FileTable,
+    special: npt.NDArray[np.bool_],
+    digests: npt.NDArray[np.int64],
+    links: LinkTable,
+    link_row: npt.NDArray[np.int64],
+) -> Arrays:
+    """The columns of a chunk holding ``files``; ``link_row``: the row of each link's file."""
+    arrays: Arrays = {"ino": files.ino, "generation": files.generation, "digest": digests}
+    for c in INODE_FIELDS:
+        arrays[c] = getattr(files, c)
+    arrays.update(
+        special=special,
+        ext_counts=np.diff(files.ext_off),
+        ext_logical=files.ext_logical,
+        ext_physical=files.ext_physical,
+        ext_length=files.ext_length,
+        ext_flags=files.ext_flags,
+        meta_counts=np.diff(files.meta_off),
+        meta_physical=files.meta_physical,
+        meta_kind=files.meta_kind,
+        link_rows=link_row,
+        link_parents=links.parent,
+        name_lens=np.diff(links.name_off),
+        names=np.frombuffer(links.names, np.uint8),
+    )
+    return arrays
+
+
+def pack_arrays(arrays: Arrays) -> dict[str, bytes]:
+    """The chunk blobs of ``chunk_arrays()``."""
+
+    def pack(columns: list[tuple[str, type[np.generic], bool]]) -> bytes:
+        return _ext2fs.pack_columns(
+            [(np.ascontiguousarray(arrays[name]), delta) for name, _, delta in columns]
+        )
+
+    return {"keys": pack(KEY_COLUMNS), "body": pack(BODY_COLUMNS)}
+
+
 def pack_chunk(
     files: FileTable,
     special: npt.NDArray[np.bool_],
@@ -213,44 +265,36 @@ def pack_chunk(
     link_file: npt.NDArray[np.int64],
     rows: npt.NDArray[np.int64] | None = None,
 ) -> dict[str, bytes]:
-    """The chunk blobs of ``rows`` of ``files`` (all of them when None), which must be in ino
-    order; ``link_file`` comes from ``link_files()``."""
+    """The chunk blobs of ``rows`` of ``files`` (all of them when None); ``link_file`` comes
+    from ``link_files()``."""
     link_row = link_file
     if rows is not None:
         link_row = _renumber(len(files), rows, link_file)
         files, special, digests = files.take(rows), special[rows], digests[rows]
     links, link_row = _select_links(links, link_row, link_row >= 0)
-    keys = np.empty(len(files), KEY_DTYPE)
-    keys["ino"], keys["generation"], keys["digest"] = files.ino, files.generation, digests
-    inodes = np.empty(len(files), INODE_DTYPE)
-    for c in INODE_FIELDS:
-        inodes[c] = getattr(files, c)
-    inodes["special"] = special
-    ext = np.empty(files.ext_logical.size, EXTENT_DTYPE)
-    ext["l"], ext["p"], ext["n"], ext["f"] = (
-        files.ext_logical,
-        files.ext_physical,
-        files.ext_length,
-        files.ext_flags,
-    )
-    meta = np.empty(files.meta_physical.size, META_DTYPE)
-    meta["p"], meta["k"] = files.meta_physical, files.meta_kind
+    return pack_arrays(chunk_arrays(files, special, digests, links, link_row))
+
+
+def _unpack(blob: bytes, columns: list[tuple[str, type[np.generic], bool]]) -> Arrays:
+    sizes = [np.dtype(dtype).itemsize for _, dtype, _ in columns]
+    raw = _ext2fs.unpack_columns(blob, sizes)
     return {
-        "keys": keys.tobytes(),
-        "inodes": inodes.tobytes(),
-        "ext_counts": np.diff(files.ext_off).astype("<u4").tobytes(),
-        "extents": ext.tobytes(),
-        "meta_counts": np.diff(files.meta_off).astype("<u4").tobytes(),
-        "meta": meta.tobytes(),
-        "link_rows": link_row.astype("<u4").tobytes(),
-        "link_parents": links.parent.astype("<u8").tobytes(),
-        "name_lens": np.diff(links.name_off).astype("<u2").tobytes(),
-        "names": links.names,
+        name: np.frombuffer(buf, dtype) for (name, dtype, _), buf in zip(columns, raw, strict=True)
     }
 
 
-def chunk_keys(blob: bytes) -> npt.NDArray[np.void]:
-    return np.frombuffer(blob, KEY_DTYPE)
+@dataclass
+class Keys:
+    """What the current state keeps of each version of a chunk."""
+
+    ino: U64
+    generation: npt.NDArray[np.uint32]
+    digest: npt.NDArray[np.int64]
+
+
+def chunk_keys(blob: bytes) -> Keys:
+    k = _unpack(blob, KEY_COLUMNS)
+    return Keys(k["ino"], k["generation"], k["digest"])
 
 
 @dataclass
@@ -269,33 +313,33 @@ class Versions:
         return Versions(self.files.take(rows), self.special[rows], link_row, links)
 
 
-def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
-    keys = chunk_keys(blobs["keys"])
-    inodes = np.frombuffer(blobs["inodes"], INODE_DTYPE)
-    ext = np.frombuffer(blobs["extents"], EXTENT_DTYPE)
-    meta = np.frombuffer(blobs["meta"], META_DTYPE)
-    ino = keys["ino"].astype(np.uint64)
-    values = {c: inodes[c].astype(FILE_COLUMNS[c]) for c in INODE_FIELDS}
+def versions_of(arrays: Arrays) -> Versions:
+    """The versions a chunk's columns hold."""
+    ino = arrays["ino"].astype(np.uint64, copy=False)
     files = FileTable(
-        ino=ino,
-        **values,
-        ext_off=_offsets(np.frombuffer(blobs["ext_counts"], "<u4")),
-        ext_logical=ext["l"].astype(np.uint64),
-        ext_physical=ext["p"].astype(np.uint64),
-        ext_length=ext["n"].astype(np.uint64),
-        ext_flags=ext["f"].astype(np.uint32),
-        meta_off=_offsets(np.frombuffer(blobs["meta_counts"], "<u4")),
-        meta_physical=meta["p"].astype(np.uint64),
-        meta_kind=meta["k"].astype(np.uint8),
+        **{c: arrays[c].astype(FILE_COLUMNS[c], copy=False) for c in FILE_COLUMNS},
+        ext_off=_offsets(arrays["ext_counts"]),
+        ext_logical=arrays["ext_logical"].astype(np.uint64, copy=False),
+        ext_physical=arrays["ext_physical"].astype(np.uint64, copy=False),
+        ext_length=arrays["ext_length"].astype(np.uint64, copy=False),
+        ext_flags=arrays["ext_flags"].astype(np.uint32, copy=False),
+        meta_off=_offsets(arrays["meta_counts"]),
+        meta_physical=arrays["meta_physical"].astype(np.uint64, copy=False),
+        meta_kind=arrays["meta_kind"].astype(np.uint8, copy=False),
     )
-    link_row = np.frombuffer(blobs["link_rows"], "<u4").astype(np.int64)
+    link_row = arrays["link_rows"].astype(np.int64)
     links = LinkTable(
-        parent=np.frombuffer(blobs["link_parents"], "<u8").astype(np.uint64),
+        parent=arrays["link_parents"].astype(np.uint64, copy=False),
         ino=ino[link_row],
-        name_off=_offsets(np.frombuffer(blobs["name_lens"], "<u2")),
-        names=blobs["names"],
+        name_off=_offsets(arrays["name_lens"]),
+        names=arrays["names"].tobytes(),
     )
-    return Versions(files, inodes["special"].astype(bool), link_row, links)
+    return Versions(files, arrays["special"].astype(bool), link_row, links)
+
+
+def unpack_chunk(blobs: dict[str, bytes]) -> Versions:
+    keys = _unpack(blobs["keys"], KEY_COLUMNS)
+    return versions_of({**keys, **_unpack(blobs["body"], BODY_COLUMNS)})
 
 
 def concat_versions(parts: list[Versions]) -> Versions:

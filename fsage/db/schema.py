@@ -21,6 +21,12 @@ def _version_chunks(con: sqlite3.Connection) -> None:
     con.execute("DROP TABLE file_versions")
 
 
+def _chunk_blobs(con: sqlite3.Connection) -> None:
+    from fsage.db.legacy import convert_v5_chunks
+
+    convert_v5_chunks(con)
+
+
 # (version, name, SQL, then an optional Python step in the same transaction)
 MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | None]] = [
     (
@@ -73,7 +79,7 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
             last_snap INTEGER,
             digest INTEGER NOT NULL,
             generation INTEGER NOT NULL,
-            inode BLOB NOT NULL,        -- fsage.db.codec.INODE_DTYPE: the inode's fields
+            inode BLOB NOT NULL,        -- fsage.db.legacy.INODE_DTYPE: the inode's fields
             extents BLOB NOT NULL,      -- u64 (logical, physical, length, flags) rows
             meta BLOB NOT NULL,         -- u64 (physical, kind) rows
             link_parents BLOB NOT NULL, -- u64 directory inode of each name
@@ -200,7 +206,7 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         5,
         "file versions stored in column chunks",
         """
-        -- The versions one snapshot recorded, column by column (fsage.db.codec.CHUNK_COLUMNS);
+        -- The versions one snapshot recorded, column by column (fsage.db.legacy.V5_BLOBS);
         -- replaces file_versions' one row per version. See fsage.db.versions.
         CREATE TABLE version_chunks (
             id INTEGER PRIMARY KEY,
@@ -238,6 +244,21 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
             FROM snapshots;
         """,
         _version_chunks,
+    ),
+    (
+        6,
+        "version chunk blobs narrowed and kept apart from the chunk counters",
+        """
+        -- The versions of a chunk, column by column, each column narrowed to the bytes its
+        -- values need (fsage.db.codec). Apart from version_chunks, whose counters change as
+        -- versions end: SQLite rewrites a whole row to change one field of it.
+        CREATE TABLE chunk_blobs (
+            chunk_id INTEGER PRIMARY KEY REFERENCES version_chunks(id),
+            keys BLOB NOT NULL,             -- codec.KEY_COLUMNS
+            body BLOB NOT NULL              -- codec.BODY_COLUMNS
+        );
+        """,
+        _chunk_blobs,
     ),
 ]
 

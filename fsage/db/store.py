@@ -341,7 +341,7 @@ class Store:
                     everything, is_special, digests, layout.links, link_file,
                     None if whole else part,
                 )  # fmt: skip
-                versions.write_chunk(con, fs_id, snap_id, blobs)
+                versions.write_chunk(con, fs_id, snap_id, len(part), blobs)
             seconds = time.monotonic() - t0
             con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
         return SnapshotSummary(
@@ -472,11 +472,13 @@ def _compare(
 
 
 def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
-    """User files and reserved inodes as one ino-sorted table, with a flag for the latter."""
+    """Reserved inodes then user files as one table, with a flag for the former.
+
+    Not in ino order (the root directory, a user file, comes after the reserved inodes): nothing
+    downstream needs it, and readers that hand over both as parts of one table are joined
+    without a copy.
+    """
     both = FileTable.concat([layout.special, layout.files])
     special = np.zeros(len(both), bool)
     special[: len(layout.special)] = True
-    if np.all(both.ino[1:] > both.ino[:-1]):  # readers usually hand them over in order
-        return both, special
-    order = np.argsort(both.ino, kind="stable")
-    return both.take(order), special[order]
+    return both, special

@@ -1,7 +1,8 @@
 """File versions in version chunks: what each snapshot recorded and when each version ended.
 
 A snapshot that stores N changed or new files writes one chunk (a row of ``version_chunks``
-holding N versions column by column, see ``codec``) instead of N rows, and one
+with its N versions column by column in a row of ``chunk_blobs``, see ``codec``) instead of N
+rows, and one
 ``version_ends`` row per older chunk that holds versions it superseded (the row numbers, and the
 last snapshot in which they were valid). A version is valid in snapshot S when its chunk's
 ``first_snap`` <= S and it has no end before S. Snapshot ids increase with time within a file
@@ -9,7 +10,8 @@ system, so comparisons by id stay right when snapshots in between are deleted.
 
 Each chunk counts its ``live`` versions (not ended yet) and, once none is, the last snapshot that
 still sees one (``dead_after``), so finding the current versions or rebuilding a snapshot reads
-only the chunks that can matter.
+only the chunks that can matter. The counters live apart from the blobs because SQLite rewrites
+a whole row, blobs and all, to change one field of it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def _ended_rows(con: sqlite3.Connection, query: str, args: tuple[int, ...]) -> d
 
 def current(con: sqlite3.Connection, fs_id: int) -> Current:
     chunks = con.execute(
-        "SELECT id, keys FROM version_chunks WHERE fs_id = ? AND live > 0 ORDER BY id", (fs_id,)
+        "SELECT c.id, b.keys FROM version_chunks c JOIN chunk_blobs b ON b.chunk_id = c.id"
+        " WHERE c.fs_id = ? AND c.live > 0 ORDER BY c.id",
+        (fs_id,),
     ).fetchall()
     ended = _ended_rows(
         con,
@@ -62,34 +66,42 @@ def current(con: sqlite3.Connection, fs_id: int) -> Current:
     parts = []
     for chunk_id, blob in chunks:
         keys = codec.chunk_keys(blob)
-        alive = np.ones(len(keys), bool)
-        alive[ended.get(chunk_id, np.zeros(0, np.int64))] = False
-        rows = np.flatnonzero(alive)
-        parts.append((keys[rows], np.full(len(rows), chunk_id, np.int64), rows))
+        gone = ended.get(chunk_id)
+        if gone is None:
+            rows = np.arange(len(keys.ino), dtype=np.int64)
+        else:
+            alive = np.ones(len(keys.ino), bool)
+            alive[gone] = False
+            rows = np.flatnonzero(alive)
+            keys = codec.Keys(keys.ino[rows], keys.generation[rows], keys.digest[rows])
+        parts.append((keys, np.full(len(rows), chunk_id, np.int64), rows))
     if not parts:
         empty = np.zeros(0, np.int64)
         return Current(np.zeros(0, np.uint64), empty, empty, empty, empty)
-    keys = np.concatenate([p[0] for p in parts])
-    order = np.argsort(keys["ino"], kind="stable")
+    ino = np.concatenate([p[0].ino for p in parts])
+    order = np.argsort(ino, kind="stable")
     return Current(
-        ino=keys["ino"][order].astype(np.uint64),
-        generation=keys["generation"][order].astype(np.int64),
-        digest=keys["digest"][order].astype(np.int64),
+        ino=ino[order],
+        generation=np.concatenate([p[0].generation for p in parts]).astype(np.int64)[order],
+        digest=np.concatenate([p[0].digest for p in parts])[order],
         chunk=np.concatenate([p[1] for p in parts])[order],
         row=np.concatenate([p[2] for p in parts])[order],
     )
 
 
-def write_chunk(con: sqlite3.Connection, fs_id: int, snap_id: int, blobs: dict[str, bytes]) -> int:
-    n = len(blobs["keys"]) // codec.KEY_DTYPE.itemsize
-    cols = ", ".join(codec.CHUNK_COLUMNS)
-    marks = ", ".join("?" * len(codec.CHUNK_COLUMNS))
+def write_chunk(
+    con: sqlite3.Connection, fs_id: int, snap_id: int, n: int, blobs: dict[str, bytes]
+) -> int:
+    """Store a chunk of ``n`` versions (``codec.pack_chunk``) recorded by ``snap_id``."""
     cur = con.execute(
-        f"INSERT INTO version_chunks(fs_id, first_snap, n, live, {cols})"
-        f" VALUES (?, ?, ?, ?, {marks})",
-        (fs_id, snap_id, n, n, *(blobs[c] for c in codec.CHUNK_COLUMNS)),
+        "INSERT INTO version_chunks(fs_id, first_snap, n, live) VALUES (?, ?, ?, ?)",
+        (fs_id, snap_id, n, n),
     )
     assert cur.lastrowid is not None
+    con.execute(
+        "INSERT INTO chunk_blobs(chunk_id, keys, body) VALUES (?, ?, ?)",
+        (cur.lastrowid, blobs["keys"], blobs["body"]),
+    )
     return cur.lastrowid
 
 
@@ -116,10 +128,10 @@ def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64
 
 def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
     """Every version valid in snapshot ``snap_id``, in ino order."""
-    cols = ", ".join(codec.CHUNK_COLUMNS)
     chunks = con.execute(
-        f"SELECT id, {cols} FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
-        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        "SELECT c.id, b.keys, b.body FROM version_chunks c"
+        " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.first_snap <= ?"
+        " AND (c.dead_after IS NULL OR c.dead_after >= ?) ORDER BY c.id",
         (fs_id, snap_id, snap_id),
     ).fetchall()
     ended = _ended_rows(
@@ -130,7 +142,7 @@ def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Vers
     )
     parts = []
     for chunk_id, *blobs in chunks:
-        v = codec.unpack_chunk(dict(zip(codec.CHUNK_COLUMNS, blobs, strict=True)))
+        v = codec.unpack_chunk(dict(zip(codec.CHUNK_BLOBS, blobs, strict=True)))
         gone = ended.get(chunk_id)
         if gone is not None and gone.size:
             alive = np.ones(len(v.files), bool)
@@ -187,6 +199,7 @@ def forget_snapshot(
 def _drop_chunks(con: sqlite3.Connection, ids: list[int]) -> None:
     for chunk_id in ids:
         con.execute("DELETE FROM version_ends WHERE chunk_id = ?", (chunk_id,))
+        con.execute("DELETE FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,))
         con.execute("DELETE FROM version_chunks WHERE id = ?", (chunk_id,))
 
 

@@ -24,7 +24,8 @@ from fsage.layout import (
     LinkTable,
 )
 
-BATCH_INODES = 1 << 20  # few batches: fewer copies when they are joined
+# One batch for the whole table in practice: its columns become the Layout's without a copy.
+BATCH_INODES = 1 << 40
 ROOT_INO = 2
 
 # Features that only ext4 knows; with none of them an fs with a journal is ext3, else ext2.
@@ -97,12 +98,10 @@ def read_ext_layout(path: Path) -> Layout:
     damaged_dirs = np.frombuffer(raw_links["damaged_dirs"], np.uint64)
     if damaged_dirs.size:
         hit = np.isin(files.ino, damaged_dirs)
-        files.damaged[hit] |= DAMAGE_DIRECTORY
+        files.damaged[hit] |= DAMAGE_DIRECTORY  # a view: marks the joined table's column too
     _check_root(path, files)
     facts = _facts(raw_facts)
-    free = FreeExtents(
-        np.frombuffer(free_start, np.uint64).copy(), np.frombuffer(free_length, np.uint64).copy()
-    )
+    free = FreeExtents(np.frombuffer(free_start, np.uint64), np.frombuffer(free_length, np.uint64))
     # The superblock's free count lags behind the bitmaps on a mounted fs; trust the bitmap.
     facts.blocks_free = free.blocks
     return Layout(
@@ -124,9 +123,11 @@ def _check_root(path: Path, files: FileTable) -> None:
         raise SourceError(f"{path}: the root directory inode is damaged; run e2fsck")
 
 
-def _batch_to_tables(batch: dict[str, bytes]) -> tuple[FileTable, FileTable]:
+def _batch_to_tables(batch: dict[str, bytearray]) -> tuple[FileTable, FileTable]:
+    """User files and reserved inodes of a batch: two views of one table, reserved inodes
+    first, so that the store joins them again without a copy."""
     cols: dict[str, Any] = {
-        name: np.frombuffer(batch[name], dtype).copy() for name, dtype in FILE_COLUMNS.items()
+        name: np.frombuffer(batch[name], dtype) for name, dtype in FILE_COLUMNS.items()
     }
     ext_count = np.frombuffer(batch["ext_count"], np.uint32)
     meta_count = np.frombuffer(batch["meta_count"], np.uint32)
@@ -137,22 +138,24 @@ def _batch_to_tables(batch: dict[str, bytes]) -> tuple[FileTable, FileTable]:
     table = FileTable(
         **cols,
         ext_off=ext_off,
-        ext_logical=np.frombuffer(batch["ext_logical"], np.uint64).copy(),
-        ext_physical=np.frombuffer(batch["ext_physical"], np.uint64).copy(),
-        ext_length=np.frombuffer(batch["ext_length"], np.uint64).copy(),
-        ext_flags=np.frombuffer(batch["ext_flags"], np.uint32).copy(),
+        ext_logical=np.frombuffer(batch["ext_logical"], np.uint64),
+        ext_physical=np.frombuffer(batch["ext_physical"], np.uint64),
+        ext_length=np.frombuffer(batch["ext_length"], np.uint64),
+        ext_flags=np.frombuffer(batch["ext_flags"], np.uint32),
         meta_off=meta_off,
-        meta_physical=np.frombuffer(batch["meta_physical"], np.uint64).copy(),
-        meta_kind=np.frombuffer(batch["meta_kind"], np.uint8).copy(),
+        meta_physical=np.frombuffer(batch["meta_physical"], np.uint64),
+        meta_kind=np.frombuffer(batch["meta_kind"], np.uint8),
     )
     special = np.frombuffer(batch["special"], np.uint8).astype(bool)
     if not special.any():
         return table, FileTable.empty()
-    # Reserved inodes come first (lowest numbers): sort out only the rows up to the last.
+    # Reserved inodes have the lowest numbers, among them the root directory: only the rows up
+    # to the last reserved one need reordering, in place.
     head = int(np.flatnonzero(special)[-1]) + 1
-    user = np.flatnonzero(~special[:head])
-    files = FileTable.concat([table.take(user), table.slice(head, len(table))])
-    return files, table.take(np.flatnonzero(special))
+    order = np.argsort(~special[:head], kind="stable")
+    table.reorder_head(order)
+    k = int(np.count_nonzero(special))
+    return table.slice(k, len(table)), table.slice(0, k)
 
 
 def _links(raw: dict[str, bytes]) -> LinkTable:
@@ -160,8 +163,8 @@ def _links(raw: dict[str, bytes]) -> LinkTable:
     off = np.zeros(name_len.size + 1, np.uint64)
     np.cumsum(name_len, out=off[1:])
     return LinkTable(
-        parent=np.frombuffer(raw["parent"], np.uint64).copy(),
-        ino=np.frombuffer(raw["ino"], np.uint64).copy(),
+        parent=np.frombuffer(raw["parent"], np.uint64),
+        ino=np.frombuffer(raw["ino"], np.uint64),
         name_off=off,
         names=raw["names"],
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fsage.db import codec
+from fsage.db import codec, legacy
 from fsage.db.schema import LATEST_VERSION, MIGRATIONS
 from fsage.db.store import Store
 from fsage.db.versions import stored_versions
@@ -271,8 +271,89 @@ def _rows(db: Path, table: str) -> int:
 
 def test_every_file_column_is_stored() -> None:
     # Guards the codec against a new Layout column that the store would silently drop.
-    names = codec.INODE_DTYPE.names or ()
-    assert set(FILE_COLUMNS) - {"ino"} <= set(names)
+    names = [name for name, _, _ in codec.KEY_COLUMNS + codec.BODY_COLUMNS]
+    assert set(FILE_COLUMNS) <= set(names)
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(
+    ("values", "delta", "width"),
+    [
+        (np.zeros(0, np.uint64), False, 0),
+        (np.full(5, 7, np.uint32), False, 0),  # a constant column costs its header only
+        (np.array([1, 3, 4, 10, 2, 11, 12], np.uint64), True, 1),  # a step back is fine
+        (np.array([10**6, 10**6 + 300], np.uint64), False, 2),
+        (np.array([-(2**63), 2**63 - 1], np.int64), False, 8),
+        (np.array([2**64 - 1, 0, 2**63], np.uint64), True, 8),
+        (np.array([-5, 3, -1], np.int16), True, 1),
+        (np.array([True, False, True]), False, 1),
+        (np.frombuffer(b"names\xff\x00", np.uint8), False, 1),
+    ],
+)
+def test_narrowed_columns_round_trip(values: np.ndarray, delta: bool, width: int) -> None:
+    from fsage import _ext2fs
+
+    blob = _ext2fs.pack_columns([(values, delta)])
+    assert len(blob) == 26 + width * len(values)
+    (back,) = _ext2fs.unpack_columns(blob, [values.dtype.itemsize])
+    np.testing.assert_array_equal(np.frombuffer(back, values.dtype), values)
+
+
+def test_corrupt_column_blobs_are_refused() -> None:
+    from fsage import _ext2fs
+
+    blob = _ext2fs.pack_columns([(np.arange(100, dtype=np.uint64) * 1000, False)])
+    for bad in (blob[:-1], blob + b"x", blob[:20]):
+        with pytest.raises(ValueError, match="corrupt"):
+            _ext2fs.unpack_columns(bad, [8])
+    with pytest.raises(TypeError, match="unsupported"):
+        _ext2fs.pack_columns([(np.zeros(3, np.float64), False)])
+
+
+def test_schema_5_databases_are_converted(tmp_path: Path) -> None:
+    """A database written by fsage at store schema 5 (tests/db/data/make_store_v5.py) reads
+    back exactly what that fsage printed for it, after the conversion on opening."""
+    import gzip
+    import shutil
+
+    data = Path(__file__).parent / "data"
+    db = tmp_path / "v5.db"
+    shutil.copyfile(data / "store_v5.db", db)
+    with gzip.open(data / "store_v5.json.gz", "rt") as fh:
+        expected = json.load(fh)
+    from click.testing import CliRunner
+
+    from fsage.cli import main
+
+    def cli(*args: str) -> object:
+        result = CliRunner().invoke(main, [*args, "--db", str(db), "--format", "json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    assert cli("snapshots") == expected["snapshots"]
+    for snap, listing in expected["show"].items():
+        assert cli("show", snap) == listing
+    with Store.open(db) as store:
+        for snap, columns in expected["layouts"].items():
+            layout = store.load_layout(int(snap))
+            for key, want in columns.items():
+                part, _, name = key.partition(".")
+                if part in ("files", "special"):
+                    got = getattr(getattr(layout, part), name).tolist()
+                elif key == "links.names":
+                    got = [n.decode("utf-8", "surrogateescape") for n in layout.links.iter_names()]
+                elif part == "links":
+                    got = getattr(layout.links, name).tolist()
+                else:
+                    got = [layout.free.start.tolist(), layout.free.length.tolist()]
+                assert got == want, (snap, key)
+        columns = {r[1] for r in store.con.execute("PRAGMA table_info(version_chunks)")}
+        assert columns == {"id", "fs_id", "first_snap", "n", "live", "dead_after"}
+        # It goes on incrementally from the converted state: nothing changed since snapshot 4.
+        again = store.add_snapshot(store.load_layout(4), name="old")
+        assert (again.new_files, again.changed_files, again.deleted_files) == (0, 0, 0)
+        assert again.snapshot_id == 5
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_deleted_snapshots_leave_the_others_exact(tmp_path: Path) -> None:
@@ -335,7 +416,7 @@ def _write_v1_snapshot(
         ino = int(files.ino[k])
         if prev.get(ino) == now[ino]:
             continue
-        inode = np.zeros(1, codec.INODE_DTYPE)
+        inode = np.zeros(1, legacy.INODE_DTYPE)
         for c in codec.INODE_FIELDS:
             inode[c] = getattr(files, c)[k]
         inode["special"] = special[k]

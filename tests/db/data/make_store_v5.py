@@ -13,15 +13,16 @@ import gzip
 import json
 import os
 import random
+import sqlite3
 import subprocess
 import tempfile
-from pathlib import Path
-
 from dataclasses import fields
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from fsage.cli import main
+from fsage.db.store import Store
 from fsage.layout import FileTable, Layout
 
 HERE = Path(__file__).resolve().parent
@@ -70,8 +71,11 @@ def main_() -> None:
         db = HERE / "store_v5.db"
         db.unlink(missing_ok=True)
         run("snapshot", str(image), "--db", str(db), "--name", "old")
-        debugfs(image, [f"write {blob} /d1/new{i}" for i in range(5)]
-                + ["rm /d2/f002", "rm /d3/f003", "ln /d4/f004 /d0/again", "mkdir /fresh"])
+        debugfs(
+            image,
+            [f"write {blob} /d1/new{i}" for i in range(5)]
+            + ["rm /d2/f002", "rm /d3/f003", "ln /d4/f004 /d0/again", "mkdir /fresh"],
+        )
         run("snapshot", str(image), "--db", str(db), "--name", "old")
         debugfs(image, ["rm /d1/new0", "rm /d1/new1", f"write {blob} /fresh/x",
                         "rm /d5/f005"])  # fmt: skip
@@ -79,10 +83,6 @@ def main_() -> None:
         debugfs(image, [f"write {blob} /fresh/y"])
         run("snapshot", str(image), "--db", str(db), "--name", "old")
         # Retention's kind of deletion: a snapshot in the middle goes.
-        import sqlite3
-
-        from fsage.db.store import Store
-
         with Store.open(db) as store:
             store.delete_snapshots([2])
         expected = {
