@@ -26,8 +26,14 @@ ext2fs = Extension(
     "fsage._ext2fs",
     sources=["fsage/_ext2fs.c", "fsage/_ext2fs_writer.c", "fsage/_digest.c", "fsage/_columns.c"],
     depends=["fsage/_ext2fs.h"],
-    extra_compile_args=[*pkg_config("--cflags"), "-O2", "-Wall", "-Wno-unused-function"],
-    extra_link_args=pkg_config("--libs"),
+    extra_compile_args=[
+        *pkg_config("--cflags"),
+        "-O2",
+        "-Wall",
+        "-Wno-unused-function",
+        "-pthread",
+    ],
+    extra_link_args=[*pkg_config("--libs"), "-pthread"],
 )
 
 # The live reader's tree walk (fsage/snapshotter/live.py); Linux only, no libraries.

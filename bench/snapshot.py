@@ -128,6 +128,8 @@ def main() -> None:
         work = Path(tmp)
         image = work / "work.img"
         shutil.copyfile(base, image)  # the incremental step modifies it
+        # Flush the copy's gigabytes now: otherwise the snapshots' fsync waits behind them.
+        os.sync()
         subprocess.run(["cat", str(image)], stdout=subprocess.DEVNULL, check=True)  # warm up
         fsck, _ = best(["e2fsck", "-fn", str(image)], args.repeat)
 
@@ -149,6 +151,7 @@ def main() -> None:
         )
 
         change_one_percent(image, args.files, args.seed, work)
+        os.sync()
         subprocess.run(["cat", str(image)], stdout=subprocess.DEVNULL, check=True)
         fsck2, _ = best(["e2fsck", "-fn", str(image)], args.repeat)
         inc_times = []

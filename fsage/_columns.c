@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define HEADER_BYTES 26
+#define SLACK 8 /* room past the end for the last value's 8-byte store */
 #define FLAG_DELTA 1u
 
 typedef struct {
@@ -28,34 +29,40 @@ typedef struct {
  * let the compiler keep the element type out of the inner loop. */
 #define KERNELS(T)                                                                                 \
     static void range_##T(const T *v, Py_ssize_t n, int delta, int64_t *lo, int64_t *hi) {         \
-        uint64_t prev = n ? (uint64_t)(int64_t)v[0] : 0;                                           \
-        int64_t a = 0, b = 0;                                                                      \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            uint64_t x = (uint64_t)(int64_t)v[i];                                                  \
-            int64_t y = delta ? (int64_t)(x - prev) : (int64_t)x;                                  \
-            prev = x;                                                                              \
-            if (i == 0 || y < a)                                                                   \
-                a = y;                                                                             \
-            if (i == 0 || y > b)                                                                   \
-                b = y;                                                                             \
+        if (n == 0) {                                                                              \
+            *lo = *hi = 0;                                                                         \
+            return;                                                                                \
+        }                                                                                          \
+        if (!delta) { /* a plain min/max the compiler can vectorise */                             \
+            int64_t a = (int64_t)v[0], b = a;                                                      \
+            for (Py_ssize_t i = 1; i < n; i++) {                                                   \
+                int64_t x = (int64_t)v[i];                                                         \
+                a = x < a ? x : a;                                                                 \
+                b = x > b ? x : b;                                                                 \
+            }                                                                                      \
+            *lo = a;                                                                               \
+            *hi = b;                                                                               \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t a = 0, b = 0; /* the first difference is 0 */                                      \
+        for (Py_ssize_t i = 1; i < n; i++) {                                                       \
+            int64_t y = (int64_t)((uint64_t)(int64_t)v[i] - (uint64_t)(int64_t)v[i - 1]);          \
+            a = y < a ? y : a;                                                                     \
+            b = y > b ? y : b;                                                                     \
         }                                                                                          \
         *lo = a;                                                                                   \
         *hi = b;                                                                                   \
     }                                                                                              \
     static unsigned char *write_##T(const T *v, Py_ssize_t n, int delta, uint64_t first,           \
-                                    uint64_t base, int w, unsigned char *p,                        \
-                                    const unsigned char *end) {                                    \
+                                    uint64_t base, int w, unsigned char *p) {                      \
+        if (w == 0)                                                                                \
+            return p;                                                                              \
         uint64_t prev = first;                                                                     \
         for (Py_ssize_t i = 0; i < n; i++) {                                                       \
             uint64_t x = (uint64_t)(int64_t)v[i];                                                  \
             uint64_t y = (delta ? x - prev : x) - base;                                            \
             prev = x;                                                                              \
-            if (p + 8 <= end) {                                                                    \
-                memcpy(p, &y, 8); /* the next value overwrites the bytes past w */                 \
-            } else {                                                                               \
-                for (int k = 0; k < w; k++)                                                        \
-                    p[k] = (unsigned char)(y >> (8 * k));                                          \
-            }                                                                                      \
+            memcpy(p, &y, 8); /* the next value overwrites the bytes past w; see SLACK */          \
             p += w;                                                                                \
         }                                                                                          \
         return p;                                                                                  \
@@ -164,11 +171,10 @@ static PyObject *pack_columns(PyObject *self, PyObject *arg) {
         total += HEADER_BYTES + (size_t)n * (size_t)width[k];
     }
     Py_END_ALLOW_THREADS;
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total + SLACK));
     if (!out)
         goto done;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    const unsigned char *end = p + total;
     Py_BEGIN_ALLOW_THREADS;
     for (Py_ssize_t k = 0; k < ncols; k++) {
         const Column *c = &cols[k];
@@ -179,11 +185,13 @@ static PyObject *pack_columns(PyObject *self, PyObject *arg) {
         p[24] = (unsigned char)width[k];
         p[25] = delta[k] ? FLAG_DELTA : 0;
         p += HEADER_BYTES;
-#define WRITE(T) p = write_##T(c->view.buf, (Py_ssize_t)n, delta[k], first[k], base[k], width[k], p, end)
+#define WRITE(T) p = write_##T(c->view.buf, (Py_ssize_t)n, delta[k], first[k], base[k], width[k], p)
         BY_TYPE(c, WRITE);
 #undef WRITE
     }
     Py_END_ALLOW_THREADS;
+    if (_PyBytes_Resize(&out, (Py_ssize_t)total) < 0) /* drop the slack; out is NULL on error */
+        goto done;
 done:
     if (cols)
         for (Py_ssize_t k = 0; k < ncols; k++)

@@ -6,6 +6,7 @@ them as numpy arrays and assembles the Layout.
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from fsage.layout import (
     LinkTable,
 )
 
-# One batch for the whole table in practice: its columns become the Layout's without a copy.
-BATCH_INODES = 1 << 40
+# The inode scan and the directory pass run on this many threads at most (each thread reads
+# through a libext2fs handle of its own; more than a few only contend for the same disk).
+MAX_SCAN_THREADS = 4
 ROOT_INO = 2
 
 # Features that only ext4 knows; with none of them an fs with a journal is ext3, else ext2.
@@ -78,22 +80,16 @@ def read_ext_layout(path: Path) -> Layout:
     try:
         raw_facts = scanner.facts()
         _check_size(path, raw_facts["blocks_count"] * raw_facts["block_size"])
-        batches = []
-        while True:
-            try:
-                batch = scanner.next_batch(BATCH_INODES)
-            except _ext2fs.Ext2fsError as exc:
-                raise SourceError(f"{path}: {exc.args[1]}: {exc.args[2]}") from None
-            if batch is None:
-                break
-            batches.append(_batch_to_tables(batch))
-        raw_links = scanner.links()
+        threads = scan_threads()
+        try:
+            files, special = _batch_to_tables(scanner.scan(threads))
+            raw_links = scanner.links(threads)
+        except _ext2fs.Ext2fsError as exc:
+            raise SourceError(f"{path}: {exc.args[1]}: {exc.args[2]}") from None
         free_start, free_length = scanner.free_extents()
     finally:
         scanner.close()
 
-    files = FileTable.concat([b[0] for b in batches])
-    special = FileTable.concat([b[1] for b in batches])
     links = _links(raw_links)
     damaged_dirs = np.frombuffer(raw_links["damaged_dirs"], np.uint64)
     if damaged_dirs.size:
@@ -107,6 +103,15 @@ def read_ext_layout(path: Path) -> Layout:
     return Layout(
         facts=facts, files=files, links=links, free=free, special=special, root_ino=ROOT_INO
     )
+
+
+def scan_threads() -> int:
+    """Threads for the scan: the CPUs this process may use, up to MAX_SCAN_THREADS
+    (``FSAGE_SCAN_THREADS`` overrides)."""
+    wanted = os.environ.get("FSAGE_SCAN_THREADS")
+    if wanted:
+        return max(1, int(wanted))
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_SCAN_THREADS))
 
 
 def _check_size(path: Path, expected: int) -> None:
