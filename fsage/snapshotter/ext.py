@@ -108,8 +108,10 @@ def read_ext_layout(path: Path) -> Layout:
 def scan_threads() -> int:
     """Threads for the scan: the CPUs this process may use, up to MAX_SCAN_THREADS
     (``FSAGE_SCAN_THREADS`` overrides)."""
-    wanted = os.environ.get("FSAGE_SCAN_THREADS")
+    wanted = os.environ.get("FSAGE_SCAN_THREADS", "").strip()
     if wanted:
+        if not wanted.isdigit():
+            raise SourceError(f"FSAGE_SCAN_THREADS must be a whole number, not {wanted!r}")
         return max(1, int(wanted))
     return max(1, min(len(os.sched_getaffinity(0)), MAX_SCAN_THREADS))
 
