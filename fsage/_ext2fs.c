@@ -535,15 +535,17 @@ static void run_jobs(void *(*fn)(void *), void *jobs, size_t job_size, int n) {
     }
 }
 
-/* Column k of every job's batch, joined in job order, as one bytearray. */
-static PyObject *join_column(Buf *const *parts, int n) {
+/* Every job's part of one column, joined in job order: a bytearray (numeric columns, viewed
+ * by numpy) or, with as_bytes, a bytes object (names). */
+static PyObject *join_parts(Buf *const *parts, int n, int as_bytes) {
     size_t total = 0;
     for (int k = 0; k < n; k++)
         total += parts[k]->len;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    PyObject *out = as_bytes ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total)
+                             : PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
     if (!out)
         return NULL;
-    char *p = PyByteArray_AS_STRING(out);
+    char *p = as_bytes ? PyBytes_AS_STRING(out) : PyByteArray_AS_STRING(out);
     for (int k = 0; k < n; k++) {
         if (parts[k]->len)
             memcpy(p, parts[k]->data, parts[k]->len);
@@ -628,7 +630,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
             Buf *parts[MAX_JOBS];
             for (int k = 0; k < n; k++)
                 parts[k] = (Buf *)&jobs[k].t + c;
-            PyObject *col = join_column(parts, n);
+            PyObject *col = join_parts(parts, n, 0);
             if (!col || PyDict_SetItemString(out, BATCH_COLUMNS[c], col)) {
                 Py_XDECREF(col);
                 Py_CLEAR(out);
@@ -753,15 +755,11 @@ static PyObject *scanner_links(Scanner *self, PyObject *args) {
             names[k] = &jobs[k].d.names;
             damaged[k] = &jobs[k].damaged;
         }
-        PyObject *joined_names = join_column(names, n);
-        PyObject *names_bytes = joined_names ? PyBytes_FromObject(joined_names) : NULL;
-        Py_XDECREF(joined_names);
-        PyObject *joined_damaged = join_column(damaged, n);
-        PyObject *damaged_bytes = joined_damaged ? PyBytes_FromObject(joined_damaged) : NULL;
-        Py_XDECREF(joined_damaged);
+        PyObject *names_bytes = join_parts(names, n, 1);
+        PyObject *damaged_bytes = join_parts(damaged, n, 1);
         if (names_bytes && damaged_bytes)
-            out = Py_BuildValue("{s:N,s:N,s:N,s:O,s:O}", "parent", join_column(parent, n), "ino",
-                                join_column(ino, n), "name_len", join_column(name_len, n),
+            out = Py_BuildValue("{s:N,s:N,s:N,s:O,s:O}", "parent", join_parts(parent, n, 0), "ino",
+                                join_parts(ino, n, 0), "name_len", join_parts(name_len, n, 0),
                                 "names", names_bytes, "damaged_dirs", damaged_bytes);
         Py_XDECREF(names_bytes);
         Py_XDECREF(damaged_bytes);
