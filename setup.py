@@ -40,7 +40,8 @@ ext2fs = Extension(
 live = Extension(
     "fsage._live",
     sources=["fsage/_live.c"],
-    extra_compile_args=["-O2", "-Wall"],
+    extra_compile_args=["-O2", "-Wall", "-pthread"],
+    extra_link_args=["-pthread"],
 )
 
 setup(ext_modules=[ext2fs, live])

@@ -14,9 +14,12 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
 * **The walk.** In C (``fsage._live``, built by setup.py): getdents64 on each directory,
   ``openat``/``statx``/ioctls relative to the directory's descriptor (so any name survives
   and paths may exceed PATH_MAX), pending directories on an explicit stack (no depth limit, at
-  most three descriptors open), interrupted calls retried, the GIL released; the columns come
-  back as buffers that numpy wraps without per-file Python objects. ``workers`` threads walk
-  subtrees at once. Where the extension is not built, the same walk runs in Python
+  most three descriptors open per thread), interrupted calls retried, the GIL released.
+  ``workers`` threads take directories from that one stack, so a lopsided tree keeps them all
+  busy; each has its own descriptor table, which spares the kernel a shared lock on every
+  open and close. The C walk merges extents, sorts the records by inode and hands back the
+  columns of the FileTable as buffers that numpy wraps without a copy or a per-file Python
+  object. Where the extension is not built, the same walk runs in Python
   (``os.scandir`` on byte paths, forked workers); ``engine=`` picks one, and the tests hold
   the two to the same Layout. Directories on another device (another mount, a btrfs
   subvolume) and mount points listed in mountinfo are not entered; they are counted in
@@ -30,7 +33,10 @@ block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layo
 * **Extents.** ``FS_IOC_FIEMAP`` on every regular file and every directory (where the file
   system maps directories; xfs and btrfs do not, and those directories get no extents), with
   ``FIEMAP_FLAG_SYNC`` off unless ``sync=True`` (so dirty data shows as delalloc). Files with
-  more extents than one buffer holds are read in several calls. Adjacent extents (logically
+  more extents than one buffer holds are read in several calls. The C walk first asks for the
+  extents up to the file's size and asks for the rest only when those cover fewer bytes than
+  stat's block count (space allocated past the end, such as ``fallocate --keep-size``, is
+  then read too); the Python walk asks for everything at once. Adjacent extents (logically
   and physically contiguous, same flags) are merged. Byte offsets become blocks of
   ``statvfs().f_frsize``; an extent that does not fill its last block is rounded up. FIEMAP
   flags map to ``EXTENT_UNWRITTEN``, ``EXTENT_DELALLOC``, ``EXTENT_INLINE`` (data-inline,
@@ -80,6 +86,7 @@ from fsage.layout import (
     EXTENT_INLINE,
     EXTENT_SHARED,
     EXTENT_UNWRITTEN,
+    FILE_COLUMNS,
     FileTable,
     FreeExtents,
     FsFacts,
@@ -873,6 +880,49 @@ def _merge_parts(parts: list[_Part]) -> _Part:
     )
 
 
+@dataclass
+class _Seen:
+    """What a walk saw, ready for the Layout: files sorted by inode, one record each."""
+
+    files: FileTable
+    links: LinkTable
+    skipped: list[tuple[bytes, str]]
+    not_crossed: list[bytes]
+    no_fiemap: list[tuple[bytes, str]]
+    fiemap_ok: int
+    root_ino: int
+
+
+def _files_of(part: _Part, block_size: int) -> FileTable:
+    """The Python walk's columns as a FileTable (extents merged, in blocks), sorted by inode."""
+    meta, counts = part.meta, part.counts
+    n = int(counts.shape[0])
+    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(part.raw, counts, block_size)
+    return FileTable(
+        ino=meta[:, 0].astype(np.uint64),
+        generation=meta[:, 1].astype(np.uint32),
+        mode=meta[:, 2].astype(np.uint32),
+        nlink=meta[:, 3].astype(np.uint32),
+        uid=meta[:, 4].astype(np.uint32),
+        gid=meta[:, 5].astype(np.uint32),
+        size=meta[:, 6].astype(np.uint64),
+        atime=meta[:, 7].copy(),
+        mtime=meta[:, 8].copy(),
+        ctime=meta[:, 9].copy(),
+        crtime=meta[:, 10].copy(),
+        flags=np.zeros(n, np.uint32),
+        damaged=np.zeros(n, np.uint32),
+        ext_off=ext_off,
+        ext_logical=e_log,
+        ext_physical=e_phys,
+        ext_length=e_len,
+        ext_flags=e_flags,
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    ).sorted_by_ino()
+
+
 def _listed(items: list[bytes]) -> str:
     shown = ", ".join(os.fsdecode(r or b"/") for r in items[:_SKIPPED_SHOWN])
     more = f" and {len(items) - _SKIPPED_SHOWN} more" if len(items) > _SKIPPED_SHOWN else ""
@@ -886,17 +936,17 @@ def _by_reason(pairs: list[tuple[bytes, str]]) -> dict[str, list[bytes]]:
     return out
 
 
-def _notes(w: _Part, extra_notes: list[str]) -> list[str]:
+def _notes(w: _Seen, extra_notes: list[str]) -> list[str]:
     notes = []
-    for reason, rels in _by_reason(w.skipped).items():
+    for reason, rels in _by_reason(sorted(w.skipped)).items():
         noun = "path" if len(rels) == 1 else "paths"
         notes.append(f"skipped {len(rels)} {noun} ({reason}): {_listed(rels)}")
     if w.not_crossed:
         notes.append(
             f"did not cross {len(w.not_crossed)} mount point(s) or subvolume(s): "
-            f"{_listed(w.not_crossed)}"
+            f"{_listed(sorted(w.not_crossed))}"
         )
-    for reason, rels in _by_reason(w.no_fiemap).items():
+    for reason, rels in _by_reason(sorted(w.no_fiemap)).items():
         noun = "file" if len(rels) == 1 else "files"
         notes.append(
             f"recorded {len(rels)} {noun} without extents (FIEMAP: {reason}): {_listed(rels)}"
@@ -904,23 +954,35 @@ def _notes(w: _Part, extra_notes: list[str]) -> list[str]:
     return notes + extra_notes
 
 
-def _c_part(res: dict[str, Any]) -> _Part:
-    """A _Part over the columns fsage._live.walk returned (no per-file Python objects)."""
-    meta = np.frombuffer(res["meta"], np.int64).reshape(-1, _META_COLS)
-    return _Part(
-        meta,
-        np.frombuffer(res["counts"], np.int64),
-        np.frombuffer(res["raw"], FIEMAP_EXTENT_DTYPE),
-        LinkTable(
-            np.frombuffer(res["l_parent"], np.uint64),
-            np.frombuffer(res["l_ino"], np.uint64),
-            np.frombuffer(res["name_off"], np.uint64),
-            res["names"],
-        ),
-        [(rel, _reason(err)) for rel, err in res["skipped"]],
-        list(res["not_crossed"]),
-        [(rel, _reason(err)) for rel, err in res["no_fiemap"]],
-        int(res["fiemap_ok"]),
+def _c_files(res: dict[str, Any]) -> FileTable:
+    """The FileTable over the columns fsage._live.walk returned (no copies)."""
+    n = len(res["ino"]) // 8
+    cols: dict[str, Any] = {
+        name: np.frombuffer(res[name], dtype)
+        for name, dtype in FILE_COLUMNS.items()
+        if name not in ("flags", "damaged")
+    }
+    return FileTable(
+        **cols,
+        flags=np.zeros(n, np.uint32),
+        damaged=np.zeros(n, np.uint32),
+        ext_off=np.frombuffer(res["ext_off"], np.uint64),
+        ext_logical=np.frombuffer(res["ext_logical"], np.uint64),
+        ext_physical=np.frombuffer(res["ext_physical"], np.uint64),
+        ext_length=np.frombuffer(res["ext_length"], np.uint64),
+        ext_flags=np.frombuffer(res["ext_flags"], np.uint32),
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    )
+
+
+def _c_links(res: dict[str, Any]) -> LinkTable:
+    return LinkTable(
+        np.frombuffer(res["l_parent"], np.uint64),
+        np.frombuffer(res["l_ino"], np.uint64),
+        np.frombuffer(res["name_off"], np.uint64),
+        res["names"],
     )
 
 
@@ -938,13 +1000,15 @@ class _Scope:
     batch: int
     workers: int
     progress: Callable[[int], None] | None
+    block_size: int
+    expect: int  # about how many inodes the walk will meet (sizes the C walk's buffers)
 
     @property
     def comps(self) -> list[bytes]:
         return [c for c in self.sub.split(b"/") if c]
 
 
-def _walk_python(sc: _Scope) -> tuple[list[_Part], int]:
+def _walk_python(sc: _Scope) -> _Seen:
     """The walk in Python (os.scandir, fcntl.ioctl); the fallback and the tests' oracle."""
     w = _Walk(
         dev=sc.dev, submounts=sc.submounts, sync=sc.sync, batch=sc.batch, progress=sc.progress
@@ -977,26 +1041,32 @@ def _walk_python(sc: _Scope) -> tuple[list[_Part], int]:
         raise SourceError(f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}")
     if len(w.counts) == first:
         raise SourceError(f"{sc.path}: cannot open this directory")
-    return [_part(w), *parts], int(w.meta[0])
+    root_ino = int(w.meta[0])
+    seen = _merge_parts([_part(w), *parts])
+    return _Seen(
+        _files_of(seen, sc.block_size),
+        seen.links,
+        seen.skipped,
+        seen.not_crossed,
+        seen.no_fiemap,
+        seen.fiemap_ok,
+        root_ino,
+    )
 
 
-def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
-    """The walk in C (fsage._live), without the GIL; ``workers`` > 1 walks in threads."""
+def _walk_c(sc: _Scope) -> _Seen:
+    """The walk in C (fsage._live), on ``workers`` threads without the GIL."""
     from fsage import _live
 
     subs = sorted(sc.submounts)
     state = {"dir_fiemap": True, "getversion": True}
-    done = [0]
-    stop = bytearray(1)  # set when the walk must end early (an exception in another thread)
+    results: list[dict[str, Any]] = []
 
-    def call(
-        tasks: list[tuple[bytes, int | None]],
-        mode: int,
-        progress: Callable[[int], None] | None = None,
-    ) -> _Part:
+    def call(task: tuple[bytes, int | None], mode: int, threads: int) -> int | None:
+        """Walk (or only record) one directory; its inode, None if it could not be opened."""
         res = _live.walk(
             sc.mount_point,
-            tasks,
+            [task],
             mode=mode,
             dev=sc.dev,
             submounts=subs,
@@ -1004,62 +1074,48 @@ def _walk_c(sc: _Scope) -> tuple[list[_Part], int]:
             batch=sc.batch,
             dir_fiemap=state["dir_fiemap"],
             getversion=state["getversion"],
-            progress=progress,
-            progress_base=done[0],
-            stop=stop,
+            block_size=sc.block_size,
+            threads=threads,
+            expect=sc.expect if mode == _live.MODE_WALK else 0,
+            progress=sc.progress if mode == _live.MODE_WALK else None,
+            progress_base=sum(len(r["ino"]) // 8 for r in results),
         )
         state["dir_fiemap"] = state["dir_fiemap"] and bool(res["dir_fiemap"])
         state["getversion"] = state["getversion"] and bool(res["getversion"])
-        part = _c_part(res)
-        part_deferred[id(part)] = res["deferred"]
-        return part
+        results.append(res)
+        top: int | None = res["top_ino"][0]
+        return top
 
-    part_deferred: dict[int, list[tuple[bytes, int | None]]] = {}
-    parts: list[_Part] = []
+    # The directories from the mount root down to the one asked for, each with its one name.
     parent: int | None = None
     comps = sc.comps
     for i, comp in enumerate([b"", *comps[:-1]] if comps else []):
         relp = b"/" + b"/".join(comps[:i]) if i else b""
-        part = call([(relp, parent)], _live.MODE_RECORD)
-        if not part.counts.shape[0]:
+        ino = call((relp, parent), _live.MODE_RECORD, 1)
+        if ino is None:
             walked = os.path.join(sc.mount_point, relp[1:]) if comp else sc.mount_point
             raise SourceError(f"{sc.path}: cannot open {os.fsdecode(walked)}")
-        parts.append(part)
-        parent = int(part.meta[0, 0])
-    top: tuple[bytes, int | None] = (sc.sub, parent)
-    done[0] = sum(int(p.counts.shape[0]) for p in parts)
-    if sc.workers <= 1:
-        main = call([top], _live.MODE_WALK, sc.progress)
-        parts.append(main)
-    else:
-        main = call([top], _live.MODE_DEFER)
-        parts.append(main)
-        tasks = part_deferred[id(main)]
-        for _ in range(2):  # go down until there are enough subtrees to share out
-            if len(tasks) >= 2 * sc.workers or not tasks:
-                break
-            level = call(tasks, _live.MODE_DEFER)
-            parts.append(level)
-            tasks = part_deferred[id(level)]
-        if tasks:
-            from concurrent.futures import ThreadPoolExecutor
-
-            n_chunks = min(len(tasks), 8 * sc.workers)
-            chunks = [tasks[i::n_chunks] for i in range(n_chunks)]
-            with ThreadPoolExecutor(sc.workers) as pool:
-                try:
-                    for part in pool.map(lambda c: call(c, _live.MODE_WALK), chunks):
-                        parts.append(part)
-                        if sc.progress is not None:
-                            sc.progress(sum(int(p.counts.shape[0]) for p in parts))
-                except BaseException:
-                    stop[0] = 1  # the other threads end at their next entry
-                    raise
-    if not parts[0].counts.shape[0]:
-        raise SourceError(f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}")
-    if not main.counts.shape[0]:
+        parent = ino
+    top = call((sc.sub, parent), _live.MODE_WALK, min(sc.workers, _live.MAX_THREADS))
+    if top is None:
+        if not comps:
+            raise SourceError(
+                f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}"
+            )
         raise SourceError(f"{sc.path}: cannot open this directory")
-    return parts, int(parts[0].meta[0, 0])
+    root_ino = results[0]["top_ino"][0]
+    files = FileTable.concat([_c_files(r) for r in results])
+    if len(results) > 1:
+        files = files.sorted_by_ino()
+    return _Seen(
+        files,
+        _concat_links([_c_links(r) for r in results]),
+        [(rel, _reason(err)) for r in results for rel, err in r["skipped"]],
+        [rel for r in results for rel in r["not_crossed"]],
+        [(rel, _reason(err)) for r in results for rel, err in r["no_fiemap"]],
+        sum(int(r["fiemap_ok"]) for r in results),
+        int(root_ino),
+    )
 
 
 def c_walker_available() -> bool:
@@ -1082,9 +1138,10 @@ def read_live_layout(
 ) -> Layout:
     """Read the layout of the mounted tree at ``path`` (see the module docstring).
 
-    ``workers`` > 1 walks subtrees in that many threads (C walk) or forked processes (Python
-    walk): the top levels are read first, then the subdirectories are shared out; the result
-    is the same as with one (but for the order of the link table). ``workers=0`` (the default)
+    ``workers`` > 1 walks in that many threads (C walk; they share the pending directories)
+    or forked processes (Python walk: the top levels are read first, then the subdirectories
+    are shared out); the result is the same as with one (but for the order of the link
+    table). ``workers=0`` (the default)
     is one thread per CPU this process may run on, up to 4, for the C walk and 1 for the
     Python walk. ``progress`` is called now and then with the number of inodes read
     so far. ``engine`` is "c" (fsage._live), "python" or "auto" (C where it is built).
@@ -1137,9 +1194,10 @@ def read_live_layout(
         batch=fiemap_batch,
         workers=workers,
         progress=progress,
+        block_size=block_size,
+        expect=max(int(vfs.f_files) - int(vfs.f_ffree), 0),
     )
-    parts, root_ino = (_walk_c if engine == "c" else _walk_python)(scope)
-    seen = _merge_parts(parts)
+    seen = (_walk_c if engine == "c" else _walk_python)(scope)
     if seen.no_fiemap and not seen.fiemap_ok:
         rel, reason = seen.no_fiemap[0]
         raise SourceError(
@@ -1160,32 +1218,7 @@ def read_live_layout(
     if free is None:
         extra_notes.append(f"free space unknown: {why}")
 
-    meta, counts = seen.meta, seen.counts
-    n = int(counts.shape[0])
-    ext_off, e_log, e_phys, e_len, e_flags = merge_extents(seen.raw, counts, block_size)
-    files = FileTable(
-        ino=meta[:, 0].astype(np.uint64),
-        generation=meta[:, 1].astype(np.uint32),
-        mode=meta[:, 2].astype(np.uint32),
-        nlink=meta[:, 3].astype(np.uint32),
-        uid=meta[:, 4].astype(np.uint32),
-        gid=meta[:, 5].astype(np.uint32),
-        size=meta[:, 6].astype(np.uint64),
-        atime=meta[:, 7].copy(),
-        mtime=meta[:, 8].copy(),
-        ctime=meta[:, 9].copy(),
-        crtime=meta[:, 10].copy(),
-        flags=np.zeros(n, np.uint32),
-        damaged=np.zeros(n, np.uint32),
-        ext_off=ext_off,
-        ext_logical=e_log,
-        ext_physical=e_phys,
-        ext_length=e_len,
-        ext_flags=e_flags,
-        meta_off=np.zeros(n + 1, np.uint64),
-        meta_physical=np.zeros(0, np.uint64),
-        meta_kind=np.zeros(0, np.uint8),
-    ).sorted_by_ino()
+    files = seen.files
     links = seen.links
 
     scale = block_size
@@ -1221,6 +1254,6 @@ def read_live_layout(
         files=files,
         links=links,
         free=free if free is not None else FreeExtents.empty(),
-        root_ino=int(root_ino),
+        root_ino=seen.root_ino,
         notes=_notes(seen, extra_notes),
     )

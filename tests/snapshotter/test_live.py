@@ -130,6 +130,11 @@ def _populate(root: Path, fstype: str) -> None:
         f.write(b"a" * 4096)
         f.seek(10 << 20)
         f.write(b"b" * 4096)
+    # Space allocated past the end of the file (fallocate --keep-size).
+    (root / "beyond").write_bytes(b"y" * 5000)
+    _run(
+        "fallocate", "--keep-size", "--offset", "0", "--length", str(1 << 20), str(root / "beyond")
+    )
     # Hard links: three names of one inode, in two directories.
     (root / "links").mkdir()
     (root / "links/h1").write_bytes(b"h" * 9000)
@@ -255,6 +260,9 @@ def test_extents_match_filefrag_for_every_file(fs: Mounted, layouts: dict[int, L
     prealloc = _extents(layout, paths["/prealloc"])
     assert any(e[3] & EXTENT_UNWRITTEN for e in prealloc)
     assert sum(e[2] for e in prealloc) == 256
+    beyond = _extents(layout, paths["/beyond"])
+    assert sum(e[2] for e in beyond) == 256  # the extents past the end of the file are there
+    assert any(e[3] & EXTENT_UNWRITTEN and e[0] >= 2 for e in beyond)
     sparse = _extents(layout, paths["/sparse"])
     assert [(e[0], e[2]) for e in sparse] == [(0, 1), (2560, 1)]
     assert _extents(layout, paths["/empty"]) == []
@@ -626,32 +634,19 @@ def test_c_walk_huge_directory_and_hard_links(workdir: Path) -> None:
         c = read_live_layout(m.mnt, engine="c", workers=1)
         c2 = read_live_layout(m.mnt, engine="c", workers=2)
         ino = os.stat(m.mnt / "h/a").st_ino
-        # A progress callback that raises ends the walk with its exception; so does the stop
-        # byte another thread sets.
-        seen: list[int] = []
+        # A progress callback that raises ends the walk with its exception, with one worker
+        # thread or several.
+        for workers in (1, 2):
+            seen: list[int] = []
 
-        def progress(n: int) -> None:
-            seen.append(n)
-            raise KeyError("enough")
+            def progress(n: int, seen: list[int] = seen) -> None:
+                seen.append(n)
+                raise KeyError("enough")
 
-        with pytest.raises(KeyError, match="enough"):
-            read_live_layout(m.mnt, engine="c", workers=1, progress=progress)
-        assert seen == [4096]
-        from fsage import _live
-
-        with pytest.raises(InterruptedError):
-            _live.walk(
-                os.fsencode(m.mnt),
-                [(b"", None)],
-                mode=_live.MODE_WALK,
-                dev=os.stat(m.mnt).st_dev,
-                submounts=[],
-                sync=False,
-                batch=8,
-                dir_fiemap=True,
-                getversion=True,
-                stop=bytearray(b"\x01"),
-            )
+            with pytest.raises(KeyError, match="enough"):
+                read_live_layout(m.mnt, engine="c", workers=workers, progress=progress)
+            assert len(seen) == 1
+            assert seen[0] == 4096 if workers == 1 else 4096 <= seen[0] < 9000
     finally:
         _umount(m)
     _same_layout(py, c)
@@ -709,6 +704,7 @@ def test_c_walk_rejects_bad_tasks() -> None:
         batch=8,
         dir_fiemap=True,
         getversion=True,
+        block_size=4096,
     )
     with pytest.raises(ValueError, match="start with '/'"):
         _live.walk(b"/", [(b"etc", None)], **kw)
@@ -716,3 +712,66 @@ def test_c_walk_rejects_bad_tasks() -> None:
         _live.walk(b"/", [(b"", None)], **{**kw, "batch": 0})
     with pytest.raises(FileNotFoundError):
         _live.walk(b"/nonexistent-fsage-dir", [(b"", None)], **kw)
+    for threads in (0, _live.MAX_THREADS + 1):
+        with pytest.raises(ValueError, match="threads must be between"):
+            _live.walk(b"/", [(b"", None)], **{**kw, "threads": threads})
+    with pytest.raises(TypeError, match="block_size"):
+        _live.walk(b"/", [(b"", None)], **{**kw, "block_size": 0})
+
+
+def test_c_walk_extent_flags_are_fsages() -> None:
+    """The C walk converts FIEMAP flags to fsage's own; its constants must be layout.py's."""
+    if not c_walker_available():
+        pytest.skip("fsage._live is not built")
+    from fsage import _live
+
+    assert (
+        _live.EXTENT_UNWRITTEN,
+        _live.EXTENT_DELALLOC,
+        _live.EXTENT_INLINE,
+        _live.EXTENT_SHARED,
+        _live.EXTENT_ENCODED,
+    ) == (EXTENT_UNWRITTEN, EXTENT_DELALLOC, EXTENT_INLINE, EXTENT_SHARED, EXTENT_ENCODED)
+
+
+def test_c_walk_threads_share_a_wide_tree(workdir: Path) -> None:
+    """Many directories read by several threads at once, with hard links whose names lie in
+    directories different threads read: each inode is recorded once, with every name, and the
+    layout is the one a single thread reads."""
+    m = _scratch(workdir, "-wide")
+    try:
+        rnd = random.Random(3)
+        for d in range(60):
+            sub = m.mnt / f"d{d:02d}" / f"e{d % 7}"
+            sub.mkdir(parents=True)
+            for f in range(30):
+                (sub / f"f{f}").write_bytes(rnd.randbytes(rnd.randrange(1, 40000)))
+        shared = m.mnt / "d00/e0/f0"
+        for d in range(1, 60, 3):
+            os.link(shared, m.mnt / f"d{d:02d}/e{d % 7}/link")
+        os.sync()
+        read_live_layout(m.mnt, engine="python")  # directories' atime settles (relatime)
+        py = read_live_layout(m.mnt, engine="python")
+        one = read_live_layout(m.mnt, engine="c", workers=1)
+        many = [read_live_layout(m.mnt, engine="c", workers=w) for w in (2, 3, 8)]
+        ino = os.stat(shared).st_ino
+    finally:
+        _umount(m)
+    _same_layout(py, one)
+
+    def link_set(layout: Layout) -> set[tuple[int, int, bytes]]:
+        t = layout.links
+        return {
+            (int(t.parent[i]), int(t.ino[i]), t.names[int(t.name_off[i]) : int(t.name_off[i + 1])])
+            for i in range(len(t))
+        }
+
+    for got in many:
+        for col in dataclasses.fields(one.files):
+            name = col.name
+            assert np.array_equal(getattr(got.files, name), getattr(one.files, name)), name
+        assert link_set(got) == link_set(one)
+        assert len(got.links) == len(one.links)
+        assert int(np.count_nonzero(got.files.ino == ino)) == 1
+        assert len(got.paths()[ino]) == 1 + len(range(1, 60, 3))
+    assert len(one.files) >= 60 * 30
