@@ -283,6 +283,7 @@ typedef struct {
     uint64_t unflushed;
     pathlist_t skipped, not_crossed, no_fiemap;
     uint64_t fiemap_ok;
+    int pend_lo, pend_n; /* files read but not yet closed: descriptors pend_lo.. +pend_n-1 */
     tasks_t found;  /* subdirectories of the directory being read */
     buf_t scratch;  /* rel + "/" + name for messages and tasks */
     int oom;
@@ -342,6 +343,31 @@ static int xopenat(int dfd, const char *name, int flags) {
 }
 
 static void xclose(int fd) { (void)syscall(SYS_close, fd); }
+
+/* Files are closed in runs with one close_range: the descriptors of one directory's files
+ * are consecutive (the lowest free number is always taken), and every number in a run is a
+ * descriptor this worker opened, so the run closes nothing else. */
+#define CLOSE_RUN 64
+
+static void close_pending(walker_t *w) {
+    if (w->pend_n > 1 && syscall(SYS_close_range, (unsigned)w->pend_lo,
+                                 (unsigned)(w->pend_lo + w->pend_n - 1), 0) == 0) {
+        w->pend_n = 0;
+        return;
+    }
+    for (int i = 0; i < w->pend_n; i++)
+        xclose(w->pend_lo + i);
+    w->pend_n = 0;
+}
+
+static void close_later(walker_t *w, int fd) {
+    if (w->pend_n && fd != w->pend_lo + w->pend_n)
+        close_pending(w);
+    if (!w->pend_n)
+        w->pend_lo = fd;
+    if (++w->pend_n == CLOSE_RUN)
+        close_pending(w);
+}
 
 /* Open the directory at rel (below the base), component by component when the path is long. */
 static int open_rel(const shared_t *sh, const char *rel, size_t len, int flags) {
@@ -656,7 +682,7 @@ static void regular_file(walker_t *w, int dfd, const task_t *t, uint64_t dino,
             w->fiemap_ok++;
         }
     }
-    xclose(fd);
+    close_later(w, fd);
     record(w, &sx, gen, first, n);
     link_name(w, dino, sx.stx_ino, name, nlen);
 }
@@ -756,6 +782,7 @@ static void process(walker_t *w, const task_t *t) {
         return;
     if (w->sh->mode != MODE_RECORD)
         read_dir(w, dfd, t, dino);
+    close_pending(w);
     xclose(dfd);
 }
 
@@ -879,6 +906,41 @@ static void radix_sort(sortkey_t *keys, sortkey_t *tmp, size_t n) {
     }
     if (src != keys)
         memcpy(keys, src, n * sizeof *keys);
+}
+
+/* Sort keys by inode and keep the first of each inode; how many are kept. Inode numbers
+ * mostly fill a range not much wider than their count (ext4, btrfs): then a table indexed by
+ * inode does it in two passes; else (xfs's sparse numbers) the radix sort. */
+static size_t sort_unique(sortkey_t *keys, sortkey_t *tmp, size_t n, int use_table) {
+    if (n == 0)
+        return 0;
+    uint64_t lo = keys[0].key, hi = keys[0].key;
+    for (size_t i = 1; i < n; i++) {
+        lo = keys[i].key < lo ? keys[i].key : lo;
+        hi = keys[i].key > hi ? keys[i].key : hi;
+    }
+    size_t kept = 0;
+    uint32_t *slot = NULL;
+    if (use_table && hi - lo < 4 * (uint64_t)n + 4096 && n < UINT32_MAX)
+        slot = calloc((size_t)(hi - lo) + 1, sizeof *slot);
+    if (slot) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t *s = &slot[keys[i].key - lo];
+            if (!*s)
+                *s = (uint32_t)i + 1;
+        }
+        for (uint64_t v = 0; v <= hi - lo; v++)
+            if (slot[v])
+                tmp[kept++] = keys[slot[v] - 1];
+        free(slot);
+        memcpy(keys, tmp, kept * sizeof *keys);
+        return kept;
+    }
+    radix_sort(keys, tmp, n);
+    for (size_t i = 0; i < n; i++)
+        if (!i || keys[i].key != keys[i - 1].key)
+            keys[kept++] = keys[i];
+    return kept;
 }
 
 static uint32_t fsage_flags(uint32_t f) {
@@ -1084,12 +1146,8 @@ static int join_workers(walker_t *ws, int nw, uint64_t block_size, int filter_li
         for (size_t i = 0; i < cnt; i++)
             keys[at++] = (sortkey_t){r[i].ino, (uint32_t)k, (uint32_t)i};
     }
-    radix_sort(keys, tmp, n);
+    size_t kept = sort_unique(keys, tmp, n, 1);
     free(tmp);
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!i || keys[i].key != keys[i - 1].key)
-            keys[kept++] = keys[i];
     join_t parts[3];
     for (int p = 0; p < 3; p++)
         parts[p] = (join_t){ws, nw, keys, kept, block_size, filter_links, out, 0};
@@ -1515,8 +1573,40 @@ out:
     return result;
 }
 
+PyDoc_STRVAR(sort_unique_doc,
+             "sort_unique(inos, use_table) -> bytes\n\n"
+             "The join's sort on its own, for the tests: the uint32 positions of the first\n"
+             "occurrence of each value of the uint64 buffer ``inos``, in increasing value.");
+
+static PyObject *py_sort_unique(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    int use_table;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &use_table))
+        return NULL;
+    size_t n = (size_t)view.len / sizeof(uint64_t);
+    sortkey_t *keys = malloc((n ? n : 1) * sizeof *keys), *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    PyObject *out = NULL;
+    if (keys && tmp) {
+        const uint64_t *v = view.buf;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = (sortkey_t){v[i], 0, (uint32_t)i};
+        size_t kept = sort_unique(keys, tmp, n, use_table);
+        uint32_t *pos = (uint32_t *)tmp; /* the keys are in keys now */
+        for (size_t i = 0; i < kept; i++)
+            pos[i] = keys[i].index;
+        out = PyBytes_FromStringAndSize((const char *)pos, (Py_ssize_t)(kept * sizeof *pos));
+    } else
+        PyErr_NoMemory();
+    free(keys);
+    free(tmp);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))py_walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
+    {"sort_unique", py_sort_unique, METH_VARARGS, sort_unique_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,3 +40,6 @@ def walk(
     directories; every 4096 records the calling thread calls ``progress`` while the walk
     waits, and it runs signal handlers every 100 ms (an exception ends the walk).
     """
+
+def sort_unique(inos: bytes | bytearray | memoryview, use_table: bool) -> bytes:
+    """The positions (uint32) of the first occurrence of each inode, in increasing order."""
