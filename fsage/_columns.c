@@ -12,6 +12,7 @@
  */
 #include "_ext2fs.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -127,6 +128,69 @@ static int width_of(uint64_t range) {
     return w;
 }
 
+/* What pack_columns works on; the column passes share it between two threads. */
+typedef struct {
+    const Column *cols;
+    Py_ssize_t ncols;
+    const int *delta;
+    uint64_t *first, *base;
+    int *width;
+    size_t *at;         /* where each column's values start in out (write pass) */
+    unsigned char *out; /* NULL in the range pass */
+    Py_ssize_t next;    /* the next column to take (atomic) */
+} PackJob;
+
+static void pack_range(PackJob *j, Py_ssize_t k) {
+    const Column *c = &j->cols[k];
+    Py_ssize_t n = c->view.len / c->view.itemsize;
+    int64_t lo = 0, hi = 0;
+#define RANGE(T)                                                                                   \
+    do {                                                                                           \
+        const T *v = c->view.buf;                                                                  \
+        j->first[k] = j->delta[k] && n ? (uint64_t)(int64_t)v[0] : 0;                              \
+        range_##T(v, n, j->delta[k], &lo, &hi);                                                    \
+    } while (0)
+    BY_TYPE(c, RANGE);
+#undef RANGE
+    j->base[k] = (uint64_t)lo;
+    j->width[k] = width_of((uint64_t)hi - (uint64_t)lo);
+}
+
+static void pack_write(PackJob *j, Py_ssize_t k) {
+    const Column *c = &j->cols[k];
+    Py_ssize_t n = c->view.len / c->view.itemsize;
+    unsigned char *p = j->out + j->at[k];
+#define WRITE(T) write_##T(c->view.buf, n, j->delta[k], j->first[k], j->base[k], j->width[k], p)
+    BY_TYPE(c, WRITE);
+#undef WRITE
+}
+
+/* Take columns until none is left (the range pass, or the write pass when out is set). */
+static void *pack_worker(void *arg) {
+    PackJob *j = arg;
+    for (;;) {
+        Py_ssize_t k = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (k >= j->ncols)
+            return NULL;
+        if (j->out)
+            pack_write(j, k);
+        else
+            pack_range(j, k);
+    }
+}
+
+/* A column pass on this thread and, for large inputs, one more. */
+#define PARALLEL_VALUES (1 << 16)
+static void pack_pass(PackJob *j, size_t values) {
+    j->next = 0;
+    pthread_t helper;
+    int helped = values >= PARALLEL_VALUES && j->ncols > 1 &&
+                 pthread_create(&helper, NULL, pack_worker, j) == 0;
+    pack_worker(j);
+    if (helped)
+        pthread_join(helper, NULL);
+}
+
 /* pack_columns([(array, delta), ...]) -> bytes */
 static PyObject *pack_columns(PyObject *self, PyObject *arg) {
     (void)self;
@@ -139,12 +203,13 @@ static PyObject *pack_columns(PyObject *self, PyObject *arg) {
     uint64_t *first = calloc((size_t)ncols + 1, sizeof(uint64_t));
     uint64_t *base = calloc((size_t)ncols + 1, sizeof(uint64_t));
     int *width = calloc((size_t)ncols + 1, sizeof(int));
+    size_t *at = calloc((size_t)ncols + 1, sizeof(size_t));
     PyObject *out = NULL;
-    if (!cols || !delta || !first || !base || !width) {
+    if (!cols || !delta || !first || !base || !width || !at) {
         PyErr_NoMemory();
         goto done;
     }
-    size_t total = 0;
+    size_t values = 0;
     for (Py_ssize_t k = 0; k < ncols; k++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
         PyObject *arr;
@@ -152,42 +217,33 @@ static PyObject *pack_columns(PyObject *self, PyObject *arg) {
             goto done;
         if (column_open(arr, &cols[k]))
             goto done;
+        values += (size_t)(cols[k].view.len / cols[k].view.itemsize);
     }
+    PackJob job = {cols, ncols, delta, first, base, width, at, NULL, 0};
     Py_BEGIN_ALLOW_THREADS;
+    pack_pass(&job, values);
+    Py_END_ALLOW_THREADS;
+    size_t total = 0;
     for (Py_ssize_t k = 0; k < ncols; k++) {
-        const Column *c = &cols[k];
-        Py_ssize_t n = c->view.len / c->view.itemsize;
-        int64_t lo = 0, hi = 0;
-#define RANGE(T)                                                                                   \
-    do {                                                                                           \
-        const T *v = c->view.buf;                                                                  \
-        first[k] = delta[k] && n ? (uint64_t)(int64_t)v[0] : 0;                                    \
-        range_##T(v, n, delta[k], &lo, &hi);                                                       \
-    } while (0)
-        BY_TYPE(c, RANGE);
-#undef RANGE
-        base[k] = (uint64_t)lo;
-        width[k] = width_of((uint64_t)hi - (uint64_t)lo);
+        Py_ssize_t n = cols[k].view.len / cols[k].view.itemsize;
+        at[k] = total + HEADER_BYTES;
         total += HEADER_BYTES + (size_t)n * (size_t)width[k];
     }
-    Py_END_ALLOW_THREADS;
     out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total + SLACK));
     if (!out)
         goto done;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    job.out = (unsigned char *)PyBytes_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS;
+    pack_pass(&job, values);
+    /* The headers last: each column's last 8-byte store spills into the next header. */
     for (Py_ssize_t k = 0; k < ncols; k++) {
-        const Column *c = &cols[k];
-        uint64_t n = (uint64_t)(c->view.len / c->view.itemsize);
+        unsigned char *p = job.out + at[k] - HEADER_BYTES;
+        uint64_t n = (uint64_t)(cols[k].view.len / cols[k].view.itemsize);
         memcpy(p, &n, 8); /* the wire is little-endian, as is every machine fsage builds on */
         memcpy(p + 8, &first[k], 8);
         memcpy(p + 16, &base[k], 8);
         p[24] = (unsigned char)width[k];
         p[25] = delta[k] ? FLAG_DELTA : 0;
-        p += HEADER_BYTES;
-#define WRITE(T) p = write_##T(c->view.buf, (Py_ssize_t)n, delta[k], first[k], base[k], width[k], p)
-        BY_TYPE(c, WRITE);
-#undef WRITE
     }
     Py_END_ALLOW_THREADS;
     if (_PyBytes_Resize(&out, (Py_ssize_t)total) < 0) /* drop the slack; out is NULL on error */
@@ -202,6 +258,7 @@ done:
     free(first);
     free(base);
     free(width);
+    free(at);
     Py_DECREF(seq);
     return out;
 }
