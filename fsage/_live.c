@@ -332,6 +332,23 @@ static int xstatx(int dfd, const char *name, int flags, struct statx *sx) {
     return r;
 }
 
+/* statx of an open file. Linux 6.11 and later take a NULL path, which spares copying and
+ * looking up the empty name; older kernels answer EFAULT, and "" is used from then on. */
+static int null_path_ok = 1;
+
+static int fstatx(int fd, struct statx *sx) {
+    if (__atomic_load_n(&null_path_ok, __ATOMIC_RELAXED)) {
+        int r;
+        do
+            r = (int)syscall(SYS_statx, fd, NULL, AT_EMPTY_PATH, STATX_WANT, sx);
+        while (r < 0 && errno == EINTR);
+        if (r == 0 || errno != EFAULT)
+            return r;
+        __atomic_store_n(&null_path_ok, 0, __ATOMIC_RELAXED);
+    }
+    return xstatx(fd, "", AT_EMPTY_PATH, sx);
+}
+
 /* openat and close through syscall(): glibc's wrappers are thread-cancellation points, which
  * cost two atomic operations per call in a threaded process. */
 static int xopenat(int dfd, const char *name, int flags) {
@@ -595,7 +612,7 @@ static int open_dir(walker_t *w, const task_t *t, uint64_t *ino) {
         return -1;
     }
     struct statx sx;
-    if (xstatx(fd, "", AT_EMPTY_PATH, &sx) < 0) {
+    if (fstatx(fd, &sx) < 0) {
         note(w, &w->skipped, t->rel, t->len, NULL, errno);
         xclose(fd);
         return -1;
@@ -641,7 +658,7 @@ static void regular_file(walker_t *w, int dfd, const task_t *t, uint64_t dino,
         return;
     }
     struct statx sx;
-    if (xstatx(fd, "", AT_EMPTY_PATH, &sx) < 0) {
+    if (fstatx(fd, &sx) < 0) {
         note(w, &w->skipped, t->rel, t->len, name, errno);
         xclose(fd);
         return;
