@@ -427,12 +427,6 @@ static int open_rel(const shared_t *sh, const char *rel, size_t len, int flags) 
     return cur;
 }
 
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* ---- progress: workers ask, the calling thread (which holds the GIL) answers ------------- */
 
 /* Add this worker's uncounted records to the total; when the total passes the next multiple
@@ -1374,8 +1368,7 @@ static PyObject *top_inos_py(const int64_t *top, size_t n) {
     return out;
 }
 
-static PyObject *result_py(joined_t *j, walker_t *ws, int nw, const shared_t *sh, size_t ntop,
-                           const double seconds[2]) {
+static PyObject *result_py(joined_t *j, walker_t *ws, int nw, const shared_t *sh, size_t ntop) {
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
@@ -1407,8 +1400,6 @@ static PyObject *result_py(joined_t *j, walker_t *ws, int nw, const shared_t *sh
         {"dir_fiemap", PyBool_FromLong(dir_fiemap)},
         {"getversion", PyBool_FromLong(getversion)},
         {"top_ino", top_inos_py(sh->top_ino, ntop)},
-        {"walk_seconds", PyFloat_FromDouble(seconds[0])},
-        {"join_seconds", PyFloat_FromDouble(seconds[1])},
     };
     int err = 0;
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
@@ -1529,7 +1520,6 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
     int base_err = 0, oom = 0, py_error = 0;
     const char *base = PyBytes_AS_STRING(base_obj);
     PyThreadState *ts = PyEval_SaveThread();
-    double started_at = now_seconds();
     sh.base_fd = xopenat(AT_FDCWD, base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (sh.base_fd < 0)
         base_err = errno;
@@ -1551,10 +1541,8 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
         pthread_join(tids[k], NULL);
         oom |= ws[k].oom;
     }
-    double joined_at = now_seconds();
     if (!base_err && !oom && !py_error)
         oom = join_workers(ws, nw, block_size, sh.claimed_failed, &joined) < 0;
-    double seconds[2] = {joined_at - started_at, now_seconds() - joined_at};
     PyEval_RestoreThread(ts);
     if (py_error)
         goto out;
@@ -1567,7 +1555,7 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         goto out;
     }
-    result = result_py(&joined, ws, nw, &sh, top.n, seconds);
+    result = result_py(&joined, ws, nw, &sh, top.n);
 out:
     for (int k = 0; k < nw; k++)
         walker_free(&ws[k]);
