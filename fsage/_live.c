@@ -646,7 +646,12 @@ static int open_dir(walker_t *w, const task_t *t, uint64_t *ino) {
 static void regular_file(walker_t *w, int dfd, const task_t *t, uint64_t dino,
                          const char *name) {
     size_t nlen = strlen(name);
-    int fd = xopenat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    const int flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    int fd = xopenat(dfd, name, flags);
+    if (fd < 0 && errno == EMFILE && w->pend_n) { /* a low descriptor limit: close the run */
+        close_pending(w);
+        fd = xopenat(dfd, name, flags);
+    }
     if (fd < 0) {
         note(w, &w->skipped, t->rel, t->len, name, errno);
         return;

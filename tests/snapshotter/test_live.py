@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -775,3 +776,30 @@ def test_c_walk_threads_share_a_wide_tree(workdir: Path) -> None:
         assert int(np.count_nonzero(got.files.ino == ino)) == 1
         assert len(got.paths()[ino]) == 1 + len(range(1, 60, 3))
     assert len(one.files) >= 60 * 30
+
+
+def test_c_walk_under_a_low_descriptor_limit(workdir: Path) -> None:
+    """Files are closed in runs; with few descriptors allowed the run is closed early instead
+    of files being skipped."""
+    m = _scratch(workdir, "-nofile")
+    try:
+        d = m.mnt / "many"
+        d.mkdir()
+        for i in range(300):
+            (d / f"f{i}").write_bytes(b"x" * 100)
+        os.sync()
+        code = (
+            "import resource, sys\n"
+            "from pathlib import Path\n"
+            "from fsage.snapshotter.live import read_live_layout\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))\n"
+            "layout = read_live_layout(Path(sys.argv[1]), engine='c', workers=2)\n"
+            "print(len(layout.files), layout.facts.extra['skipped'])\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(m.mnt)], check=True, capture_output=True, text=True
+        ).stdout.split()
+    finally:
+        _umount(m)
+    assert int(out[1]) == 0
+    assert int(out[0]) >= 302  # the files, "/" and "/many"
