@@ -575,13 +575,10 @@ static long fiemap(walker_t *w, int fd, uint64_t size, uint64_t allocated) {
         }
         const struct fiemap_extent *last = mapped ? &w->fm->fm_extents[mapped - 1] : NULL;
         uint64_t after = last ? last->fe_logical + last->fe_length : start;
-        if (mapped == sh->batch && !(last->fe_flags & FIEMAP_EXTENT_LAST)) {
-            if (after <= start || after >= end) /* no progress, or the range is done */
-                mapped = 0;
-            else {
-                start = after; /* more of this range */
-                continue;
-            }
+        if (mapped == sh->batch && !(last->fe_flags & FIEMAP_EXTENT_LAST) && after > start &&
+            after < end) {
+            start = after; /* a full buffer: more of this range */
+            continue;
         }
         /* this range is done */
         if (end == UINT64_MAX || (trust_count && covered >= allocated))
@@ -1455,11 +1452,7 @@ static PyObject *py_walk(PyObject *self, PyObject *args, PyObject *kw) {
     joined_t joined;
     memset(&joined, 0, sizeof joined);
     tasks_t top = {0};
-    if (mode != MODE_WALK && mode != MODE_RECORD) {
-        PyErr_SetString(PyExc_ValueError, "bad mode or batch");
-        goto out;
-    }
-    if (batch < 1 || batch > 65536) {
+    if ((mode != MODE_WALK && mode != MODE_RECORD) || batch < 1 || batch > 65536) {
         PyErr_SetString(PyExc_ValueError, "bad mode or batch");
         goto out;
     }
