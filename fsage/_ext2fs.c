@@ -104,7 +104,39 @@ typedef struct {
     ext2_filsys helpers[MAX_JOBS - 1]; /* more handles for the other threads, opened on demand */
     int scan_done;
     Buf dirs; /* u64 inode numbers of directories seen, for the directory pass */
+    long io_errors; /* reads the device refused (EIO, a short read), over all handles */
 } Scanner;
+
+/* Every failed read of a handle of a scanner is counted in the scanner (the channel's
+ * app_data), so that a device that fails under the scan is not taken for a damaged file
+ * system; the error still goes back to libext2fs, which records the damage as before. */
+static errcode_t count_read_error(io_channel channel, unsigned long block, int count, void *data,
+                                  size_t size, int actual, errcode_t error) {
+    (void)block;
+    (void)count;
+    (void)data;
+    (void)size;
+    (void)actual;
+    long *counter = channel->app_data;
+    if (counter)
+        __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+    return error;
+}
+
+static void watch_reads(Scanner *self, ext2_filsys fs) {
+    fs->io->app_data = &self->io_errors;
+    fs->io->read_error = count_read_error;
+}
+
+/* libext2fs reports some problems itself through com_err, on stderr ("Illegal block number
+ * passed to ext2fs_mark_block_bitmap ..."); fsage records them as damage or an error of its
+ * own, so they are dropped here rather than printed ahead of fsage's output. */
+static void quiet_com_err(const char *whoami, errcode_t code, const char *fmt, va_list args) {
+    (void)whoami;
+    (void)code;
+    (void)fmt;
+    (void)args;
+}
 
 /* Columns of one batch of inodes. */
 typedef struct {
@@ -496,6 +528,7 @@ static errcode_t open_helper(Scanner *self, ext2_filsys *out) {
     int flags = EXT2_FLAG_64BITS | EXT2_FLAG_IGNORE_CSUM_ERRORS | EXT2_FLAG_SOFTSUPP_FEATURES;
     errcode_t r = ext2fs_open2(self->path, NULL, flags, 0, 0, unix_io_manager, out);
     if (!r) {
+        watch_reads(self, *out);
         r = ext2fs_read_inode_bitmap(*out);
         if (r)
             ext2fs_close_free(out);
@@ -883,7 +916,7 @@ static PyObject *scanner_facts(Scanner *self, PyObject *noargs) {
     if (!features)
         goto fail;
     PyObject *out = Py_BuildValue(
-        "{s:s,s:s,s:i,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:N,"
+        "{s:s,s:y,s:i,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:N,"
         "s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:i,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:K,s:L,"
         "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}}",
         "uuid", uuid, "label", label, "block_size", (int)fs->blocksize, "cluster_size",
@@ -940,6 +973,7 @@ static int scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
     Py_BEGIN_ALLOW_THREADS;
     r = ext2fs_open2(path, NULL, flags, 0, 0, unix_io_manager, &fs);
     if (!r) {
+        watch_reads(self, fs);
         r = ext2fs_read_bitmaps(fs);
         if (r) {
             ext2fs_close_free(&fs);
@@ -967,6 +1001,11 @@ static int scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     return 0;
+}
+
+static PyObject *scanner_io_errors(Scanner *self, PyObject *noargs) {
+    (void)noargs;
+    return PyLong_FromLong(__atomic_load_n(&self->io_errors, __ATOMIC_RELAXED));
 }
 
 static PyObject *scanner_close(Scanner *self, PyObject *noargs) {
@@ -997,6 +1036,8 @@ static PyMethodDef scanner_methods[] = {
      "links(threads) -> dict: every directory entry of the directories the scan saw."},
     {"free_extents", (PyCFunction)scanner_free_extents, METH_NOARGS,
      "free_extents() -> (start, length) u64 bytes from the block bitmap."},
+    {"io_errors", (PyCFunction)scanner_io_errors, METH_NOARGS,
+     "io_errors() -> int: reads the device or image refused so far (all handles)."},
     {"close", (PyCFunction)scanner_close, METH_NOARGS, "Release the file system."},
     {NULL, NULL, 0, NULL},
 };
@@ -1019,6 +1060,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__ext2fs(void) {
     initialize_ext2_error_table();
+    set_com_err_hook(quiet_com_err);
     if (PyType_Ready(&ScannerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

@@ -16,6 +16,7 @@ import click
 
 from fsage import __version__
 from fsage.errors import FsageError
+from fsage.text import shown
 
 # command name -> module of fsage.cli that defines it
 COMMAND_MODULES = {
@@ -55,7 +56,7 @@ class FsageGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FsageError as exc:
-            click.echo(f"fsage: error: {exc}", err=True)
+            click.echo(f"fsage: error: {shown(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("fsage: interrupted", err=True)

@@ -14,6 +14,7 @@ from fsage.analyzer.history import analyze_many, select_snapshots, trends
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
 from fsage.db.store import Store
 from fsage.errors import UsageError
+from fsage.text import shown
 
 BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
 
@@ -120,10 +121,7 @@ def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
     )
 
 
-def _printable(s: str) -> str:
-    """Terminal-safe: undecodable bytes and control characters shown escaped."""
-    s = s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+_printable = shown  # terminal-safe: undecodable bytes and control characters escaped
 
 
 def _text(a: dict[str, Any], by: str) -> None:

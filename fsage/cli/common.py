@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from fsage.text import shown
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -62,7 +64,7 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         cols = zip(cells, widths, numeric, strict=True)
         return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in cols).rstrip()
 
-    click.echo(fmt(list(headers)))
+    click.echo(fmt([shown(h) for h in headers]))
     click.echo("  ".join("-" * w for w in widths))
     for row in text:
         click.echo(fmt(row))
@@ -73,7 +75,7 @@ def _cell(v: Any) -> str:
         return "-"
     if isinstance(v, float):
         return f"{v:.3f}"
-    return str(v)
+    return shown(str(v))  # a name with a newline must not forge a row
 
 
 def progress_enabled() -> bool:

@@ -22,19 +22,29 @@ from fsage.snapshotter import read_source
     " the name it already has there).",
 )
 @click.option("--label", help="A note stored with this snapshot.")
-def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> None:
+@click.option(
+    "--freeze",
+    is_flag=True,
+    help="An ext source mounted read-write: freeze it (FIFREEZE) for an offline read instead"
+    " of reading it through its mount point; writers wait until it is thawed.",
+)
+def snapshot(source: Path, db: Path, name: str | None, label: str | None, freeze: bool) -> None:
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
-    Prints one summary line.
+    Prints one summary line. An ext source mounted read-write is read through its mount point
+    (a line on stderr says so) and recorded as the device.
 
     \b
     Examples:
       fsage snapshot /dev/sdb1 --name home
       fsage snapshot disk.img --db /var/lib/fsage/fsage.db
+      fsage snapshot /dev/sdb1 --freeze
     """
     started = time.monotonic()
-    layout = read_source(source)
+    layout = read_source(
+        source, freeze=freeze, notice=lambda line: click.echo(f"fsage: {line}", err=True)
+    )
     with Store.open(db, create=True) as store:
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started

@@ -27,6 +27,7 @@ from fsage.db import codec, versions
 from fsage.db.schema import migrate
 from fsage.errors import StoreError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
+from fsage.text import shown
 
 BUSY_TIMEOUT_MS = 60_000
 PAGE_SIZE = 16384
@@ -89,7 +90,7 @@ class SnapshotSummary:
     def line(self) -> str:
         damaged = f", {self.damaged} damaged" if self.damaged else ""
         return (
-            f"snapshot {self.snapshot_id} of {self.fs_name}: {self.files} files, "
+            f"snapshot {self.snapshot_id} of {shown(self.fs_name)}: {self.files} files, "
             f"{self.extents} extents, {self.free_extents} free extents; "
             f"{self.new_files} new, {self.changed_files} changed, {self.deleted_files} deleted"
             f"{damaged}; {self.seconds:.2f} s"
@@ -103,6 +104,14 @@ _SNAPSHOT_SELECT = """
            s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of
     FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
 """
+
+
+def _check_text(what: str, text: str) -> None:
+    """A name or note given by the user is stored as text: it must be valid UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StoreError(f"{what} {shown(text)!r} is not valid UTF-8") from None
 
 
 def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
@@ -223,29 +232,32 @@ class Store:
 
     def _resolve_fs(self, facts: FsFacts, name: str | None) -> tuple[int, str]:
         con = self.con
+        # Labels and uuids are read from disk and need not be UTF-8: stored as shown.
+        uuid = shown(facts.uuid)
         if name is not None:
+            _check_text("--name", name)
             row = con.execute("SELECT id, uuid FROM filesystems WHERE name = ?", (name,)).fetchone()
             if row is not None:
-                if row[1] != facts.uuid:
+                if row[1] != uuid:
                     raise StoreError(
-                        f"file system name {name!r} belongs to UUID {row[1]}, but this source "
-                        f"has UUID {facts.uuid}; choose another --name"
+                        f"file system name {shown(name)!r} belongs to UUID {row[1]}, but this "
+                        f"source has UUID {uuid}; choose another --name"
                     )
                 return int(row[0]), name
         else:
             row = con.execute(
-                "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id", (facts.uuid,)
+                "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id", (uuid,)
             ).fetchone()
             if row is not None:
                 return int(row[0]), str(row[1])
-            name = facts.label or f"fs-{facts.uuid[:8]}"
+            name = shown(facts.label) or f"fs-{uuid[:8]}"
             base, n = name, 1
             while con.execute("SELECT 1 FROM filesystems WHERE name = ?", (name,)).fetchone():
                 n += 1
                 name = f"{base}-{n}"
         cur = con.execute(
             "INSERT INTO filesystems(name, uuid, kind, created_at) VALUES (?, ?, ?, ?)",
-            (name, facts.uuid, facts.kind, datetime.now(UTC).isoformat()),
+            (name, uuid, facts.kind, datetime.now(UTC).isoformat()),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid, name
@@ -270,6 +282,9 @@ class Store:
         taken = taken_at or datetime.now(UTC)
         if taken.tzinfo is None:
             raise StoreError("snapshot time must carry a time zone")
+        source = shown(source)  # a path given on the command line need not be UTF-8
+        if label is not None:
+            _check_text("--label", label)
         everything, is_special = _all_files(layout)
         link_file = codec.link_files(everything, layout.links)
         digests = codec.file_digests(everything, layout.links, link_file).view(np.int64)

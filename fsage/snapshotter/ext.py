@@ -24,6 +24,7 @@ from fsage.layout import (
     Layout,
     LinkTable,
 )
+from fsage.text import from_disk
 
 # The inode scan and the directory pass run on this many threads at most (each thread reads
 # through a libext2fs handle of its own; more than a few only contend for the same disk).
@@ -87,9 +88,15 @@ def read_ext_layout(path: Path) -> Layout:
         except _ext2fs.Ext2fsError as exc:
             raise SourceError(f"{path}: {exc.args[1]}: {exc.args[2]}") from None
         free_start, free_length = scanner.free_extents()
+        failed_reads = scanner.io_errors()
     finally:
         scanner.close()
 
+    if failed_reads:
+        raise SourceError(
+            f"{path}: {failed_reads} read(s) of the source failed during the scan (an I/O error"
+            " or a short read); nothing recorded"
+        )
     links = _links(raw_links)
     damaged_dirs = np.frombuffer(raw_links["damaged_dirs"], np.uint64)
     if damaged_dirs.size:
@@ -178,6 +185,7 @@ def _links(raw: dict[str, bytes]) -> LinkTable:
 
 
 def _facts(raw: dict[str, Any]) -> FsFacts:
+    label = from_disk(bytes(raw["label"]).split(b"\0", 1)[0])
     groups_raw = {k: np.frombuffer(v, np.uint64).tolist() for k, v in raw["groups"].items()}
     keys = list(groups_raw)
     groups = [{k: int(groups_raw[k][i]) for k in keys} for i in range(len(groups_raw["start"]))]
@@ -196,7 +204,7 @@ def _facts(raw: dict[str, Any]) -> FsFacts:
         "reserved_gdt_blocks": raw["reserved_gdt_blocks"],
         "desc_size": raw["desc_size"],
         "journal_blocks": raw["journal_blocks"] or None,
-        "label": raw["label"],
+        "label": label,
         "uuid": raw["uuid"],
         "hash_seed": raw["hash_seed"],
         "default_hash_version": raw["default_hash_version"],
@@ -228,7 +236,7 @@ def _facts(raw: dict[str, Any]) -> FsFacts:
     return FsFacts(
         kind=ext_kind(features),
         uuid=raw["uuid"],
-        label=raw["label"],
+        label=label,
         block_size=raw["block_size"],
         blocks_total=raw["blocks_count"],
         blocks_free=raw["free_blocks"],

@@ -1,18 +1,32 @@
-"""Pick the reader for a snapshot source: ext image or device, LFS image, mounted directory."""
+"""Pick the reader for a snapshot source: ext image or device, LFS image, mounted directory.
+
+An ext source that is mounted read-write is read through its mount point (or frozen and read
+offline): see ``fsage.snapshotter.mounted``. An image file or device that changes while it is
+read (its size or change time differ afterwards, or reads of it fail) yields a SourceError,
+never a layout, so that nothing is recorded.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from fsage.errors import SourceError
 from fsage.layout import Layout
 from fsage.snapshotter.ext import has_ext_magic, read_ext_layout
 
+Notice = Callable[[str], None]
 
-def read_source(path: Path | str) -> Layout:
-    """Read any supported source into a Layout; SourceError with one clear line otherwise."""
+
+def read_source(path: Path | str, *, freeze: bool = False, notice: Notice | None = None) -> Layout:
+    """Read any supported source into a Layout; SourceError with one clear line otherwise.
+
+    ``freeze``: an ext source mounted read-write is frozen for an offline read instead of
+    being read through its mount point. ``notice`` is called with a line that says how a
+    mounted source was read.
+    """
     path = Path(path)
     try:
         st = path.stat()
@@ -29,12 +43,51 @@ def read_source(path: Path | str) -> Layout:
     if stat.S_ISREG(st.st_mode) and st.st_size == 0:
         raise SourceError(f"{path}: empty file, not a file system")
     if has_ext_magic(path):
-        return read_ext_layout(path)
+        from fsage.snapshotter.mounted import find_mounted, read_mounted
+
+        where = find_mounted(path, st)
+        if where is not None and where.read_write:
+            return read_mounted(path, where, freeze=freeze, notice=notice)
+        return _unchanged(path, st, lambda: read_ext_layout(path))
     if _is_lfs_image(path):
         from fsage.lfs.reader import read_lfs_layout
 
-        return read_lfs_layout(path)
+        return _unchanged(path, st, lambda: read_lfs_layout(path))
     raise SourceError(f"{path}: not a recognised file system (ext2/3/4 or fsage LFS)")
+
+
+def _changes(before: os.stat_result, after: os.stat_result) -> str:
+    """What differs between two stats of a source ("" if nothing that matters)."""
+    if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
+        return "it was replaced by another file"
+    if stat.S_ISBLK(before.st_mode):
+        return "" if before.st_rdev == after.st_rdev else "it is another device now"
+    if before.st_size != after.st_size:
+        return f"its size went from {before.st_size} to {after.st_size} bytes"
+    if (before.st_mtime_ns, before.st_ctime_ns) != (after.st_mtime_ns, after.st_ctime_ns):
+        return "it was written to"
+    return ""
+
+
+def _unchanged(path: Path, before: os.stat_result, read: Callable[[], Layout]) -> Layout:
+    """``read()``, provided that the source is the same before and after it."""
+    failure: Exception | None = None
+    try:
+        layout = read()
+    except Exception as exc:  # a reader may fail in any way on a file cut short under it
+        failure = exc
+    try:
+        after = path.stat()
+    except OSError as exc:
+        raise SourceError(
+            f"{path} went away while it was read ({exc.strerror}); nothing recorded"
+        ) from None
+    changed = _changes(before, after)
+    if changed:
+        raise SourceError(f"{path} changed while it was read ({changed}); nothing recorded")
+    if failure is not None:
+        raise failure
+    return layout
 
 
 def _read_directory(path: Path) -> Layout:

@@ -1,0 +1,37 @@
+"""Text read from a file system, and text shown to a person: one rule for each.
+
+Bytes read from a file system (names, symlink targets, volume labels, uuids) need not be UTF-8.
+They become ``str`` through :func:`from_disk` (UTF-8 with ``surrogateescape``: every byte
+survives and :func:`to_disk` gives the same bytes back); JSON written by fsage carries such a
+string with ``\\udcXX`` escapes, which ``json.loads`` reads back to the same string.
+
+Anything shown on a terminal, in a text table or line, in a log line, in an HTML page or
+stored as SQLite text goes through :func:`shown` first: bytes that are not UTF-8 appear as
+``\\xNN`` and control characters (a newline, an escape sequence) as their escapes, so no name
+can break a line, forge a row or drive the terminal.
+"""
+
+from __future__ import annotations
+
+__all__ = ["from_disk", "shown", "to_disk"]
+
+
+def from_disk(raw: bytes) -> str:
+    """Bytes from a file system as a str that keeps every byte (see the module docstring)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def to_disk(text: str) -> bytes:
+    """The bytes that :func:`from_disk` made ``text`` from."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print or store as text: undecodable bytes as ``\\xNN``, control and
+    other unprintable characters as Python-style escapes, everything else unchanged."""
+    if text.isprintable():
+        return text
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
