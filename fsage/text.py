@@ -13,12 +13,18 @@ can break a line, forge a row or drive the terminal.
 
 from __future__ import annotations
 
-__all__ = ["from_disk", "shown", "to_disk"]
+__all__ = ["disk_text", "from_disk", "shown", "to_disk"]
 
 
 def from_disk(raw: bytes) -> str:
     """Bytes from a file system as a str that keeps every byte (see the module docstring)."""
     return raw.decode("utf-8", "surrogateescape")
+
+
+def disk_text(value: str | bytes) -> str:
+    """A text field of an on-disk record as decoded by a library: protobuf, for one, hands
+    back bytes where the field is not valid UTF-8. Either way, a str by the rule above."""
+    return from_disk(value) if isinstance(value, bytes) else value
 
 
 def to_disk(text: str) -> bytes:

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from fsage.errors import SourceError
 from fsage.lfs import lfs_pb2
+from fsage.text import disk_text
 
 MAGIC = bytes.fromhex(
     "f67ff2207a499a8a0a6ad1e327c6b21d42e1e790b13205fc257589bc1f7ab305"
@@ -384,7 +385,8 @@ def read_geometry(fd: int, image_size: int, where: str) -> Geometry:
         summary_blocks=sb.nblk_segsummary,
         cleaning_policy=policy,
         checkpoint_interval=max(1, interval),
-        uuid=sb.uuid if sb.HasField("uuid") else "",
+        # protobuf hands back bytes for a string field that is not UTF-8: one rule for both
+        uuid=disk_text(sb.uuid) if sb.HasField("uuid") else "",
     )
     if geo.summary_blocks != expect.summary_blocks:
         raise LfsError(f"{where}: superblock summary block count {geo.summary_blocks} is wrong")
