@@ -22,6 +22,7 @@ from typing import IO, Any, cast
 
 from fsage import __version__
 from fsage.errors import WorkloadError
+from fsage.private import private_opener
 
 FORMAT_VERSION = 1
 
@@ -121,7 +122,7 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
     count = 0
     tmp = path.with_name(path.name + ".part")
     raw: IO[bytes]
-    with open(tmp, "wb") as fh:
+    with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
         raw = (
             cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
             if path.suffix == ".gz"

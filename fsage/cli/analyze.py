@@ -70,7 +70,7 @@ def analyze(
     parts = {"size", "free", "tools", "locality", "model", "age"}
     if by == "dir":
         parts.add("dir")
-    with Store.open(db) as store:
+    with Store.open(db, readonly=True) as store:
         rows = select_snapshots(store, fs_name, snapshot_id, history)
         results = analyze_many(store, rows, parts, models, depth, path_order=True)
     tr = trends(results) if history else None

@@ -13,6 +13,7 @@ from fsage.lfs.cleaner import POLICIES
 from fsage.lfs.fs import mkfs
 from fsage.lfs.fsck import fsck
 from fsage.lfs.info import lfs_info
+from fsage.overwrite import refuse_overwrite
 
 
 def _size(text: str) -> int:
@@ -59,6 +60,7 @@ def lfs_group() -> None:
     show_default=True,
     help="Write a checkpoint after this many segments.",
 )
+@click.option("--force", is_flag=True, help="Overwrite an existing non-empty file or file system.")
 def mkfs_cmd(
     image: Path,
     size: str | None,
@@ -68,16 +70,20 @@ def mkfs_cmd(
     sector_size: int,
     policy: str,
     checkpoint_interval: int,
+    force: bool,
 ) -> None:
-    """Make an empty LFS image (created, or overwritten).
+    """Make an empty LFS image. An existing non-empty file or a device holding a file system
+    is overwritten only with --force (a mounted device never).
 
     \b
     Examples:
       fsage lfs mkfs lfs.img --size 256M
       fsage lfs mkfs small.img --segments 64 --blocks-per-segment 32 --block-size 8192
+      fsage lfs mkfs old.img --size 64M --force
     """
     if (size is None) == (segments is None):
         raise UsageError("give exactly one of --size and --segments")
+    refuse_overwrite(image, force)
     geo = mkfs(
         image,
         segments=segments,

@@ -34,7 +34,7 @@ def report(db: Path, fs_name: str | None, output: Path) -> None:
       fsage report -o report.html
       fsage report --fs home --db /var/lib/fsage/fsage.db -o home.html
     """
-    with Store.open(db) as store:
+    with Store.open(db, readonly=True) as store:
         data = report_data_from_store(store, fs_name)
     figures = write_report(output, data)
     click.echo(f"wrote {output}: {len(data.analyses)} snapshot(s), {figures} figure(s)")

@@ -64,7 +64,7 @@ def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
       fsage snapshots
       fsage snapshots --fs home --format json
     """
-    with Store.open(db) as store:
+    with Store.open(db, readonly=True) as store:
         rows = store.snapshots(fs_name)
     if fmt == "json":
         echo_json([r.to_json() for r in rows])
@@ -113,7 +113,7 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
       fsage show 3
       fsage show 3 --path /home/alice --format json
     """
-    with Store.open(db) as store:
+    with Store.open(db, readonly=True) as store:
         layout = store.load_layout(snapshot_id)
     entries = file_listing(layout, prefix)
     if fmt == "json":

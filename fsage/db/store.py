@@ -9,9 +9,12 @@ never block the writer.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -24,9 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec, versions
-from fsage.db.schema import migrate
+from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
+from fsage.private import PRIVATE_MODE
 from fsage.text import shown
 
 BUSY_TIMEOUT_MS = 60_000
@@ -106,6 +110,85 @@ _SNAPSHOT_SELECT = """
 """
 
 
+_MIGRATION_COLUMNS = ["version", "name", "applied_at"]
+
+
+def _uri(path: Path, **params: str) -> str:
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return f"file:{urllib.parse.quote(str(path.resolve()))}?{query}"
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse a database that is not fsage's before anything is written to it: one that holds
+    tables but not fsage's ``schema_migrations``, or not an SQLite database at all."""
+    try:
+        con = sqlite3.connect(_uri(path, mode="ro"), uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot use the database ({exc})") from None
+    try:
+        try:
+            tables, columns = _schema_of(con)
+        except sqlite3.OperationalError:
+            # A WAL database whose -shm cannot be made here: look at the file as it is.
+            con.close()
+            con = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True)
+            tables, columns = _schema_of(con)
+    except sqlite3.OperationalError as exc:  # I/O, a lock: not the file's fault
+        raise StoreError(f"{path}: cannot use the database ({exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: not an fsage database ({exc}); left untouched") from None
+    finally:
+        con.close()
+    if tables and columns != _MIGRATION_COLUMNS:
+        shown_tables = ", ".join(shown(t) for t in sorted(tables)[:5])
+        more = ", ..." if len(tables) > 5 else ""
+        raise StoreError(
+            f"{path}: not an fsage database (it holds the tables {shown_tables}{more});"
+            " left untouched"
+        )
+
+
+def _schema_of(con: sqlite3.Connection) -> tuple[list[str], list[str]]:
+    """The tables of a database, and the columns of its schema_migrations table."""
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    columns = [r[1] for r in con.execute("PRAGMA table_info(schema_migrations)")]
+    return tables, columns
+
+
+def _writable(path: Path) -> bool:
+    """Whether a WAL connection can write here: the file, and the directory for -wal/-shm."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection to a database that cannot be written; through its WAL where it
+    can be read, else the file as it is (immutable: no lock, no -shm)."""
+    con = sqlite3.connect(_uri(path, mode="ro"), uri=True, isolation_level=None)
+    try:
+        version = current_version(con)
+    except sqlite3.OperationalError:
+        con.close()
+        con = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True, isolation_level=None)
+        version = current_version(con)
+    if version != LATEST_VERSION:
+        con.close()
+        raise StoreError(
+            f"{path}: read-only database of schema version {version} (this fsage reads"
+            f" {LATEST_VERSION}); copy it somewhere writable so that it can be migrated"
+        )
+    return con
+
+
+def _create_private(path: Path) -> None:
+    """An empty database file (SQLite takes an empty file for a new database) that only its
+    owner can read, whatever the umask; SQLite gives -wal and -shm the same mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_MODE)
+    finally:
+        os.close(fd)
+
+
 def _check_text(what: str, text: str) -> None:
     """A name or note given by the user is stored as text: it must be valid UTF-8."""
     try:
@@ -128,7 +211,15 @@ class Store:
         self.path = path
 
     @classmethod
-    def open(cls, path: Path | str, create: bool = False) -> Store:
+    def open(cls, path: Path | str, create: bool = False, readonly: bool = False) -> Store:
+        """Open (``create``: or make) the database at ``path``.
+
+        A file that is not an fsage database is refused untouched. A new database is created
+        readable by its owner only (its -wal and -shm files take the same mode), whatever the
+        umask. ``readonly``: the caller only reads, so a database that cannot be written (on
+        read-only media, immutable, or in a directory this user cannot write) is opened
+        read-only instead of refused.
+        """
         path = Path(path)
         if not path.exists() and not create:
             raise StoreError(
@@ -136,8 +227,31 @@ class Store:
             )
         if path.is_dir():
             raise StoreError(f"{path} is a directory, not a database file")
+        new = False
+        if not path.exists():
+            try:
+                _create_private(path)
+                new = True
+            except FileExistsError:  # made by someone else meanwhile: open it as it is
+                pass
+            except OSError as exc:
+                raise StoreError(f"{path}: cannot create the database ({exc.strerror})") from None
         try:
-            new = not path.exists()
+            return cls._connect(path, new, readonly)
+        except BaseException:
+            if new:  # nothing left behind by a database that could not be made
+                for suffix in ("", "-wal", "-shm"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(f"{path}{suffix}")
+            raise
+
+    @classmethod
+    def _connect(cls, path: Path, new: bool, readonly: bool) -> Store:
+        try:
+            if not new:
+                _refuse_foreign(path)
+                if readonly and not _writable(path):
+                    return cls(_open_readonly(path), path)
             con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if new:

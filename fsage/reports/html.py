@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fsage import __version__
+from fsage.private import write_private_text
 
 
 @dataclass
@@ -209,6 +210,6 @@ def write_report(path: Path | str, data: ReportData) -> int:
     secs = build_sections(data)
     text = render(data, secs)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    write_private_text(tmp, text)  # it names files: readable by its owner only
     tmp.replace(path)
     return sum(len(s.figures) for s in secs)

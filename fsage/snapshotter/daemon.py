@@ -301,8 +301,14 @@ class DatabaseLock:
                         f" (lock {self.path} is held)"
                     ) from None
                 time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk, a quota: one line, not a traceback
+            os.close(fd)
+            raise FsageError(
+                f"cannot write the pid into the lock file {self.path}: {exc.strerror}"
+            ) from None
         self.fd = fd
 
     def release(self) -> None:
@@ -904,7 +910,7 @@ def daemon_status(
             )
     if config is not None and not database.exists():
         return DaemonStatus(database, pid, list(statuses.values()))
-    with Store.open(database) as store:
+    with Store.open(database, readonly=True) as store:
         con = store.con
         plans = con.execute(
             "SELECT target, source, schedule, next_run, pid FROM daemon_targets ORDER BY rowid"
