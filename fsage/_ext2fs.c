@@ -27,6 +27,7 @@
 #define DAMAGE_BLOCK_MAP 8u
 #define DAMAGE_BLOCK_OUT_OF_RANGE 16u
 #define DAMAGE_DIRECTORY 32u
+#define DAMAGE_BLOCK_COUNT 64u
 
 PyObject *fsage_Ext2fsError;
 
@@ -157,6 +158,8 @@ typedef struct {
     ext2_filsys fs;
     uint32_t n_ext, n_meta;
     uint32_t damage;
+    uint64_t data_blocks; /* blocks of all extents, for the check against i_blocks */
+    uint64_t next_logical; /* where the previous leaf extent ended: extents come in order */
     int have_last;
     uint64_t last_logical, last_physical, last_length;
     uint32_t last_flags;
@@ -182,7 +185,8 @@ nomem:
 static void check_range(FileAcc *a, uint64_t physical, uint64_t length) {
     uint64_t first = a->fs->super->s_first_data_block;
     uint64_t total = ext2fs_blocks_count(a->fs->super);
-    if (physical < first || physical + length > total || physical + length < physical)
+    if (physical == 0 || physical < first || physical + length > total ||
+        physical + length < physical)
         a->damage |= DAMAGE_BLOCK_OUT_OF_RANGE;
 }
 
@@ -191,6 +195,7 @@ static void check_range(FileAcc *a, uint64_t physical, uint64_t length) {
 static int acc_extent(FileAcc *a, uint64_t logical, uint64_t physical, uint64_t length,
                       uint32_t flags) {
     check_range(a, physical, length);
+    a->data_blocks += length;
     if (a->have_last && a->last_flags == flags && a->last_logical + a->last_length == logical &&
         a->last_physical + a->last_length == physical) {
         a->last_length += length;
@@ -235,11 +240,15 @@ static int walk_inline_extents(FileAcc *a, struct ext2_inode *inode) {
             len -= EXT_INIT_MAX_LEN;
             fl = EXTENT_UNWRITTEN;
         }
-        if (len == 0)
+        uint32_t lblk = ext2fs_le32_to_cpu(ex[i].ee_block);
+        if (len == 0 || lblk < a->next_logical) {
+            a->damage |= DAMAGE_EXTENT_TREE; /* e2fsck: invalid or out-of-order extent */
             continue;
+        }
+        a->next_logical = (uint64_t)lblk + len;
         uint64_t pblk = ((uint64_t)ext2fs_le16_to_cpu(ex[i].ee_start_hi) << 32) |
                         ext2fs_le32_to_cpu(ex[i].ee_start);
-        if (acc_extent(a, ext2fs_le32_to_cpu(ex[i].ee_block), pblk, len, fl))
+        if (acc_extent(a, lblk, pblk, len, fl))
             break;
     }
     return 1;
@@ -274,8 +283,11 @@ static void walk_extents(FileAcc *a, ext2_ino_t ino, struct ext2_inode *inode) {
                 break;
             continue;
         }
-        if (ex.e_len == 0)
+        if (ex.e_len == 0 || ex.e_lblk < a->next_logical) {
+            a->damage |= DAMAGE_EXTENT_TREE; /* e2fsck: invalid or out-of-order extent */
             continue;
+        }
+        a->next_logical = (uint64_t)ex.e_lblk + ex.e_len;
         uint32_t fl = (ex.e_flags & EXT2_EXTENT_FLAGS_UNINIT) ? EXTENT_UNWRITTEN : 0;
         if (acc_extent(a, ex.e_lblk, ex.e_pblk, ex.e_len, fl))
             break;
@@ -487,6 +499,14 @@ static void *scan_job_run(void *arg) {
             if (acl)
                 acc_meta(&a, acl, META_XATTR);
             acc_flush(&a);
+            /* i_blocks counts every block the inode maps (data, tree or indirect blocks, its
+             * xattr block), as e2fsck checks it. Reserved inodes (the resize inode maps the
+             * reserved descriptor blocks its own way) and bigalloc's clusters are left out. */
+            if (!special && !ext2fs_has_feature_bigalloc(fs->super)) {
+                uint64_t mapped = (a.data_blocks + a.n_meta) * (fs->blocksize / 512);
+                if (mapped != ext2fs_get_stat_i_blocks(fs, in))
+                    a.damage |= DAMAGE_BLOCK_COUNT;
+            }
         }
         if (a.oom)
             goto nomem;
@@ -974,7 +994,12 @@ static int scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
     r = ext2fs_open2(path, NULL, flags, 0, 0, unix_io_manager, &fs);
     if (!r) {
         watch_reads(self, fs);
-        r = ext2fs_read_bitmaps(fs);
+        /* Group descriptors whose bitmaps or inode table lie outside their group (or overlap
+         * other metadata) would have the scan read inodes from the wrong place: refuse the
+         * file system, as e2fsck does before it uses them. */
+        r = ext2fs_check_desc(fs);
+        if (!r)
+            r = ext2fs_read_bitmaps(fs);
         if (r) {
             ext2fs_close_free(&fs);
         } else {

@@ -60,6 +60,8 @@ DAMAGE_EXTENT_TREE = 4
 DAMAGE_BLOCK_MAP = 8
 DAMAGE_BLOCK_OUT_OF_RANGE = 16
 DAMAGE_DIRECTORY = 32
+DAMAGE_BLOCK_COUNT = 64  # the inode's block count disagrees with the blocks it maps
+DAMAGE_CROSS_LINKED = 128  # a block it maps is mapped by another inode too
 DAMAGE_NAMES = {
     DAMAGE_INODE_CHECKSUM: "inode-checksum",
     DAMAGE_GARBAGE_INODE: "garbage-inode",
@@ -67,6 +69,8 @@ DAMAGE_NAMES = {
     DAMAGE_BLOCK_MAP: "block-map",
     DAMAGE_BLOCK_OUT_OF_RANGE: "block-out-of-range",
     DAMAGE_DIRECTORY: "directory",
+    DAMAGE_BLOCK_COUNT: "block-count",
+    DAMAGE_CROSS_LINKED: "cross-linked",
 }
 
 

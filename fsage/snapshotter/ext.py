@@ -16,8 +16,10 @@ import numpy as np
 from fsage import _ext2fs
 from fsage.errors import SourceError
 from fsage.layout import (
+    DAMAGE_CROSS_LINKED,
     DAMAGE_DIRECTORY,
     FILE_COLUMNS,
+    META_XATTR,
     FileTable,
     FreeExtents,
     FsFacts,
@@ -97,6 +99,7 @@ def read_ext_layout(path: Path) -> Layout:
             f"{path}: {failed_reads} read(s) of the source failed during the scan (an I/O error"
             " or a short read); nothing recorded"
         )
+    _mark_cross_linked(files, special)
     links = _links(raw_links)
     damaged_dirs = np.frombuffer(raw_links["damaged_dirs"], np.uint64)
     if damaged_dirs.size:
@@ -128,6 +131,40 @@ def _check_size(path: Path, expected: int) -> None:
     st = path.stat()
     if stat.S_ISREG(st.st_mode) and st.st_size < expected:
         raise SourceError(f"{path}: truncated image ({st.st_size} of {expected} bytes)")
+
+
+def _mark_cross_linked(*tables: FileTable) -> None:
+    """Flag every inode that maps a block another inode (or another of its own extents)
+    maps too, as e2fsck's "multiply-claimed blocks" does: a corrupt pointer into someone
+    else's blocks must not pass for a healthy file. Xattr blocks are shared by design."""
+    starts, ends, owners = [], [], []
+    for t, table in enumerate(tables):
+        n = len(table)
+        if n == 0:
+            continue
+        rows = np.arange(n, dtype=np.int64)
+        ext_rows = np.repeat(rows, np.diff(table.ext_off).astype(np.int64))
+        meta = table.meta_kind != META_XATTR
+        meta_rows = np.repeat(rows, np.diff(table.meta_off).astype(np.int64))[meta]
+        starts += [table.ext_physical, table.meta_physical[meta]]
+        ends += [table.ext_physical + table.ext_length, table.meta_physical[meta] + 1]
+        owners += [ext_rows + (t << 40), meta_rows + (t << 40)]
+    if not starts:
+        return
+    start = np.concatenate(starts).astype(np.uint64)
+    if start.size < 2:
+        return
+    end = np.concatenate(ends).astype(np.uint64)
+    owner = np.concatenate(owners)
+    order = np.argsort(start, kind="stable")
+    start, end, owner = start[order], end[order], owner[order]
+    reach = np.maximum.accumulate(end)
+    hit = np.flatnonzero(start[1:] < reach[:-1]) + 1
+    if hit.size == 0:
+        return
+    for who in np.unique(np.concatenate([owner[hit], owner[hit - 1]])).tolist():
+        table = tables[who >> 40]
+        table.damaged[who & ((1 << 40) - 1)] |= DAMAGE_CROSS_LINKED
 
 
 def _check_root(path: Path, files: FileTable) -> None:

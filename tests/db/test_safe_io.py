@@ -235,23 +235,23 @@ def test_immutable_database_is_readable(tmp_path: Path, image: Path) -> None:
 # ---------------------------------------------------------------- libext2fs on stderr
 
 
-def test_libext2fs_messages_do_not_reach_stderr(tmp_path: Path, image: Path) -> None:
-    """Block bitmaps pointed outside the file system: libext2fs would print "Illegal block
-    number passed to ext2fs_test_block_bitmap" itself; only fsage's line may appear."""
-    bad = tmp_path / "bad.img"
-    bad.write_bytes(image.read_bytes())
-    from images import dumpe2fs_header
-
-    hdr = dumpe2fs_header(bad)
-    desc = 1024 * (int(hdr["First block"]) + 1)
-    with open(bad, "r+b") as f:  # group 1's block bitmap at a block past the end
-        f.seek(desc + int(hdr.get("Group descriptor size", "32")))
-        f.write((10_000_000).to_bytes(4, "little"))
-    proc = fsage("snapshot", str(bad), "--db", str(tmp_path / "a.db"))
-    assert "Traceback" not in proc.stderr
-    assert "Illegal" not in proc.stderr and "ext2fs_" not in proc.stderr, proc.stderr
-    if proc.returncode != 0:
-        one_error_line(proc)
+def test_libext2fs_messages_do_not_reach_stderr() -> None:
+    """libext2fs prints some problems itself through com_err ("Illegal block number passed
+    to ext2fs_mark_block_bitmap ..."); once fsage's extension is loaded they are dropped (the
+    damage or error is fsage's to report). The control run shows the message does print."""
+    call = (
+        "import ctypes, ctypes.util\n"
+        "lib = ctypes.CDLL(ctypes.util.find_library('com_err') or 'libcom_err.so.2')\n"
+        "lib.com_err(b'ext2fs_mark_block_bitmap', ctypes.c_long(0),"
+        " b'Illegal block number passed to %s', b'ext2fs_mark_block_bitmap')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for preload, shows in (("", True), ("import fsage._ext2fs\n", False)):
+        proc = subprocess.run(
+            [sys.executable, "-c", preload + call], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert ("Illegal block number" in proc.stderr) == shows, proc.stderr
 
 
 # ---------------------------------------------------------------- private files

@@ -284,6 +284,7 @@ def test_unreadable_image_is_refused(
     image.chmod(0)
     db = open_dir / "fsage.db"
     shutil.copy(baseline_db, db)
+    db.chmod(0o666)  # fsage makes databases private; here the image is what cannot be read
     before = db_state(db)
     fresh = open_dir / "fresh.db"
     for target in (db, fresh):
