@@ -239,3 +239,26 @@ def test_killed_while_frozen_the_watchdog_thaws(mounted: Loop) -> None:
     while _is_frozen(mounted.mnt) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _is_frozen(mounted.mnt)
+
+
+def test_daemon_reads_a_mounted_target_the_same_way(mounted: Loop, tmp_path: Path) -> None:
+    import io
+
+    from fsage.snapshotter.daemon import Daemon, Log, load_config
+
+    m = mounted
+    _write(m.mnt, "a", 1500, 37)
+    os.sync()
+    _write(m.mnt, "b", 1500, 41)
+    cfg = tmp_path / "fsage.toml"
+    cfg.write_text(
+        f'database = "{tmp_path / "d.db"}"\n[[target]]\nname = "loop"\nsource = "{m.device}"\n'
+    )
+    daemon = Daemon(load_config(cfg), log=Log(io.StringIO(), style="plain"), use_jitter=False)
+    assert daemon.run_once() == 0
+    with Store.open(tmp_path / "d.db") as store:
+        snap = store.snapshots()[-1]
+        layout = store.load_layout(snap.id)
+    assert snap.fs_name == "loop" and snap.kind == "ext4"
+    assert any("through the mount point" in n for n in layout.notes)
+    _check_against_filefrag(m, layout)
