@@ -7,6 +7,7 @@ SourceError that says why, and `fsage snapshot` must leave the database as it wa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -161,3 +162,37 @@ def test_cli_records_nothing(image: Path, tmp_path: Path) -> None:
     assert "changed while it was read" in proc.stderr
     assert not db.exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_failed_reads_are_counted_and_refused(
+    image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads the source refuses (here: past the end of a file cut short after the open) are
+    counted by the scanner, and read_ext_layout refuses the result even where the stat check
+    of read_source is not there (a block device's size and times do not change)."""
+    copy = _copy(image, tmp_path / "z.img")
+    scanner = ext_mod._ext2fs.Scanner(str(copy))
+    try:
+        assert scanner.io_errors() == 0
+        os.truncate(copy, 64 * 1024)
+        with contextlib.suppress(ext_mod._ext2fs.Ext2fsError):
+            scanner.scan(1)
+        assert scanner.io_errors() > 0
+    finally:
+        scanner.close()
+
+    copy = _copy(image, tmp_path / "w.img")
+    real = ext_mod._ext2fs.Scanner
+
+    class CutAfterOpen:
+        def __init__(self, path: str) -> None:
+            self._s = real(path)
+            os.truncate(copy, 64 * 1024)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._s, name)
+
+    monkeypatch.setattr(ext_mod._ext2fs, "Scanner", CutAfterOpen)
+    monkeypatch.setattr(ext_mod, "_check_size", lambda path, expected: None)
+    with pytest.raises(SourceError, match=r"read\(s\) of the source failed|scanning inodes"):
+        ext_mod.read_ext_layout(copy)
