@@ -14,6 +14,7 @@ from fsage.lfs.fs import mkfs
 from fsage.lfs.fsck import fsck
 from fsage.lfs.info import lfs_info
 from fsage.overwrite import refuse_overwrite
+from fsage.text import shown
 
 
 def _size(text: str) -> int:
@@ -117,9 +118,9 @@ def fsck_cmd(image: Path, fmt: str) -> None:
         echo_json(rep.to_json())
     else:
         for note in rep.notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {shown(note)}")
         for prob in rep.problems:
-            click.echo(f"problem: {prob}")
+            click.echo(f"problem: {shown(prob)}")
         click.echo(
             f"{image}: {rep.files} files, {rep.directories} directories, "
             f"{rep.blocks} blocks: {'clean' if rep.ok else f'{len(rep.problems)} problems'}"

@@ -13,6 +13,7 @@ from fsage.cli.common import db_option, echo_json, echo_table, format_option, pr
 from fsage.db.store import Store
 from fsage.replay.deltas import IntraDay, snapshot_deltas
 from fsage.replay.recreate import RecreateOptions, recreate
+from fsage.text import shown
 from fsage.workload import write_workload
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -113,8 +114,8 @@ def replay_cmd(
         click.echo(f"  intra-day files added: {sum(res.intra_day['files_added'])}")
     for n in res.notices:
         if n != res.description:
-            click.echo(f"  note: {n}")
-    click.echo(f"  recorded as snapshot {res.recreation_snapshot_id} of {res.recreation_fs}")
+            click.echo(f"  note: {shown(n)}")
+    click.echo(f"  recorded as snapshot {res.recreation_snapshot_id} of {shown(res.recreation_fs)}")
     fid = res.fidelity
     assert fid is not None
     for line in fid.lines():
