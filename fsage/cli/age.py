@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fsage.ager.profile import load_profile
-from fsage.ager.run import AgeOptions, age
+from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import UsageError
 
@@ -58,7 +58,7 @@ from fsage.errors import UsageError
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
-    churn: float | None, ops_limit: int | None, seed: int, db: Path | None,
+    churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, force: bool,
     resume: bool, fmt: str,
 ) -> None:  # fmt: skip
@@ -67,22 +67,28 @@ def age_cmd(
     With --profile, ops are generated as they run and the fill target is steered by the real
     fullness (statvfs). An ext image is loop-mounted and aged through the kernel when fsage
     runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
-    the kernel's). Ctrl-C stops between two ops; --resume continues.
+    the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
+    ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
+    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there. Every
+    op that ran is written to a journal beside the target, which --ops replays exactly.
 
     \b
     Examples:
       fsage age /mnt/test --profile hfs-surge --fill 0.8 --churn 2
       fsage age ext4.img --profile hfs-aging --db fsage.db --snapshot-every 2000
       fsage age ext4.img --ops ops.jsonl.gz --offline
+      fsage age ext4.img --resume
     """
-    if (profile_spec is None) == (ops_file is None):
+    if (profile_spec is not None and ops_file is not None) or (
+        not resume and profile_spec is None and ops_file is None
+    ):
         raise UsageError("give exactly one of --profile or --ops")
     if snapshot_every and db is None:
         raise UsageError("--snapshot-every needs --db")
     profile = None
     if profile_spec is not None:
-        profile = load_profile(profile_spec).with_overrides(
-            fill=fill, churn=churn, ops_limit=ops_limit
+        profile = shape_profile(
+            load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit
         )
     elif fill is not None or churn is not None or ops_limit is not None:
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
@@ -94,9 +100,29 @@ def age_cmd(
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(res.to_json())
-        return
+    else:
+        _print_result(target, res)
+    if res.interrupted:
+        click.echo("fsage: interrupted (resume with --resume)", err=True)
+        raise SystemExit(130)
+
+
+_STOPPED = {
+    "fill": "the fill target",
+    "churn": "the churn asked for",
+    "ops-limit": "the op limit",
+    "converged": "convergence",
+    "written": "the bytes-written cap of convergence mode",
+    "updates": "the random updates asked for",
+    "prefragment": "the prefragmentation's end",
+    "end-of-stream": "the end of the op stream",
+    "interrupted": "Ctrl-C",
+}
+
+
+def _print_result(target: Path, res: AgeResult) -> None:
     rate = (res.ops - res.resumed_from) / res.elapsed if res.elapsed else 0.0
-    state = "interrupted (resume with --resume)" if res.interrupted else "done"
+    state = "interrupted" if res.interrupted else "done"
     click.echo(
         f"{target}: {state}: {res.ops} ops, {res.bytes_written / 2**20:,.1f} MiB written, "
         f"fullness {res.fullness:.3f}, {rate:,.0f} ops/s"
@@ -105,6 +131,10 @@ def age_cmd(
         + (f", {len(res.snapshots)} snapshots" if res.snapshots else "")
     )
     click.echo(f"  via {res.description}")
+    if res.stopped_by:
+        click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
+    if res.journal:
+        click.echo(f"  ops run: {res.journal}")
     if res.convergence:
         for key, h in res.convergence.items():
             click.echo(
