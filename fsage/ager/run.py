@@ -435,6 +435,12 @@ def age(
     if opts.profile is not None and opts.ops_file is not None:
         raise UsageError("give exactly one of a profile or an op stream")
     say = echo or (lambda s: None)
+    if opts.resume:
+        # The workload, seed and way of reaching the target are the interrupted run's.
+        real = Path(os.path.realpath(target_path))
+        record = _read_record(record_path_for(real))
+        if record.get("finished") is False:
+            opts = _workload_from_record(Path(target_path), opts, record)
     tgt = open_target(Path(target_path), opts)
     try:
         return _run(tgt, Path(target_path), opts, say)
@@ -455,7 +461,7 @@ def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) 
             os.path.realpath(rec_ops)
         ):
             raise UsageError(f"{path}: the interrupted run ran the op stream {rec_ops}")
-        return replace(opts, ops_file=rec_ops)
+        return replace(opts, ops_file=rec_ops, mode=_record_mode(path, opts, record))
     if ident.get("kind") != "profile" or "profile" not in ident:
         raise UsageError(f"{path}: the record of the interrupted run is unreadable")
     rec_profile = Profile.from_json(ident["profile"], name=str(ident["profile"].get("name", "")))
@@ -476,7 +482,16 @@ def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) 
     rec_seed = int(ident.get("seed", 0))
     if opts.seed is not None and opts.seed != rec_seed:
         raise UsageError(f"{path}: the interrupted run used seed {rec_seed}")
-    return replace(opts, profile=rec_profile, seed=rec_seed)
+    return replace(opts, profile=rec_profile, seed=rec_seed, mode=_record_mode(path, opts, record))
+
+
+def _record_mode(path: Path, opts: AgeOptions, record: dict[str, Any]) -> str:
+    """The interrupted run's --mount/--offline choice (an image aged offline is not resumed
+    through the kernel's allocator, nor the other way round)."""
+    rec_mode = str(record.get("mode", opts.mode))
+    if opts.mode != "auto" and rec_mode not in ("auto", opts.mode):
+        raise UsageError(f"{path}: the interrupted run ran {rec_mode}, not {opts.mode}")
+    return rec_mode if opts.mode == "auto" else opts.mode
 
 
 class _Journal:
@@ -544,9 +559,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             f"{path}: an earlier run stopped at op {record.get('ops_done')}; "
             "use --resume to continue it or --force to start another"
         )
-    if opts.resume:
-        opts = _workload_from_record(path, opts, record)
-    else:
+    if not opts.resume:
         record = {}
     seed = opts.seed or 0
 
@@ -638,6 +651,10 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     }
 
     done = start
+    # How the target was reached (recorded so --resume reaches it the same way).
+    tgt_mode = "offline" if tgt.kind == "offline-ext" else "auto"
+    if tgt.kind.startswith("mounted"):
+        tgt_mode = "mount"
 
     def save(finished: bool, clean: bool = False) -> None:
         data: dict[str, Any] = {
@@ -646,6 +663,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             "bytes_written": bytes_written,
             "finished": finished,
             "clean": clean or finished,
+            "mode": tgt_mode,
             "journal": str(journal.path),
             "journal_bytes": journal.bytes,
             "updated": time.time(),

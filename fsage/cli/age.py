@@ -30,10 +30,11 @@ from fsage.errors import UsageError
 @click.option(
     "--churn",
     type=float,
-    help="After the fill, churn until this many times the capacity is written.",
+    help="After the fill, churn until this many times the capacity is written "
+    "(with --fill, lifts the profile's own op limit unless --ops-limit is given).",
 )
-@click.option("--ops-limit", type=int, help="Stop after this many ops.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--ops-limit", type=int, help="Stop after exactly this many ops.")
+@click.option("--seed", type=int, help="Random seed (default 0; with --resume, the run's).")
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
