@@ -8,6 +8,7 @@ with ``write``/``pwrite`` — never only ``fallocate``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -24,6 +25,9 @@ _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256
+#: How file data reaches the disk: written (the default: real data), or only allocated with
+#: fallocate (unwritten extents, as Geriatrix ages).
+DATA_MODES = ("write", "fallocate")
 
 #: A directory's resume record lives beside it, as ``<directory>.fsage-age`` (never inside the
 #: aged file system, where it would be one of its files); older runs kept it inside as this
@@ -42,20 +46,51 @@ def record_path_for(target: Path) -> Path:
 _libc: ctypes.CDLL | None = None
 
 
-def _syncfs(fd: int) -> None:
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def _libc_fn() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if _libc.syncfs(fd) != 0:
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return _libc
+
+
+def _fallocate(fd: int, mode: int, offset: int, size: int) -> None:
+    if _libc_fn().fallocate(fd, mode, offset, size) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def punch_hole(fd: int, offset: int, size: int) -> None:
+    """fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): free the range, keep the size."""
+    _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, size)
+
+
+def allocate(fd: int, offset: int, size: int) -> None:
+    """fallocate(mode 0): allocate the range (unwritten extents), growing the size to its end.
+    Never emulated by writing zeros (``os.posix_fallocate`` would, on a file system without
+    fallocate): EOPNOTSUPP is an error."""
+    _fallocate(fd, 0, offset, size)
+
+
+def _syncfs(fd: int) -> None:
+    if _libc_fn().syncfs(fd) != 0:
         os.sync()
 
 
 class PosixExecutor(Executor):
     """Runs ops below ``root`` (a directory, typically a mounted file system)."""
 
-    def __init__(self, root: Path, *, fsync: bool = False) -> None:
+    def __init__(self, root: Path, *, fsync: bool = False, data: str = "write") -> None:
+        if data not in DATA_MODES:
+            raise WorkloadError(f"unknown data mode {data!r} (one of {', '.join(DATA_MODES)})")
         self.root = Path(root)
         self.fsync = fsync
+        #: "fallocate": creates and appends allocate their blocks instead of writing them.
+        self.allocate_only = data == "fallocate"
         try:
             self._root_fd = os.open(self.root, _DIR_FLAGS)
         except OSError as exc:
@@ -69,6 +104,7 @@ class PosixExecutor(Executor):
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
             + (" (fsync after every op)" if fsync else "")
+            + (" (data allocated with fallocate, not written)" if self.allocate_only else "")
             + f", block size {st.f_frsize}"
         )
 
@@ -133,6 +169,10 @@ class PosixExecutor(Executor):
     # ------------------------------------------------------------------ data
 
     def _write(self, fd: int, size: int, offset: int | None = None) -> int:
+        if self.allocate_only:
+            if size:
+                allocate(fd, os.fstat(fd).st_size if offset is None else offset, size)
+            return size
         done = 0
         while done < size:
             n = min(_CHUNK, size - done)
@@ -193,7 +233,8 @@ class PosixExecutor(Executor):
                     if kind == "append":
                         self._write(fd, op.size, old)
                     elif kind == "overwrite":
-                        self._write(fd, op.size, op.offset)
+                        if not self.allocate_only:  # the blocks are allocated already
+                            self._write(fd, op.size, op.offset)
                     else:
                         os.ftruncate(fd, op.size)
                     if self.fsync:
@@ -205,6 +246,26 @@ class PosixExecutor(Executor):
             finally:
                 os.close(fd)
             return 0 if kind == "truncate" else op.size
+        if kind in ("punch", "fallocate"):
+            fd = self._open_file(op.path, os.O_WRONLY)
+            try:
+                old = os.fstat(fd).st_size
+                try:
+                    if op.size and kind == "punch":
+                        punch_hole(fd, op.offset, op.size)
+                    elif op.size:
+                        allocate(fd, op.offset, op.size)
+                    if self.fsync:
+                        os.fsync(fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and kind == "fallocate":
+                        with contextlib.suppress(OSError):  # undo what was allocated
+                            punch_hole(fd, op.offset, op.size)
+                            os.ftruncate(fd, old)
+                    raise
+            finally:
+                os.close(fd)
+            return 0
         if kind == "mkdir":
             dfd, name = self._split(op.path)
             os.mkdir(name, 0o755, dir_fd=dfd)

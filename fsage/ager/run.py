@@ -16,6 +16,7 @@ continues from it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -62,6 +63,10 @@ class AgeOptions:
     force: bool = False
     resume: bool = False
     fsync: bool = False
+    #: "write" (real data) or "fallocate" (blocks allocated, not written; mounted and offline
+    #: ext targets).
+    #: None: "write" for a new run, the record's for --resume.
+    data: str | None = None
     db: Path | None = None
     snapshot_every: int = 0
     name: str | None = None
@@ -160,7 +165,7 @@ class DirTarget(Target):
         real = Path(os.path.realpath(path))
         self.record_path = record_path_for(real)
         self.source = check_target_dir(path, force=opts.force, record=self.record_path)
-        self.executor = PosixExecutor(self.source, fsync=opts.fsync)
+        self.executor = PosixExecutor(self.source, fsync=opts.fsync, data=opts.data or "write")
         self.notices = []
 
     def walk(self) -> list[tuple[str, bool, int]]:
@@ -204,7 +209,7 @@ class MountedImageTarget(Target):
             mount(image, self.mnt)
             self._mounted = True
             check_target_dir(self.mnt, force=opts.force, record=self.record_path)
-            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync)
+            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync, data=opts.data or "write")
         except BaseException:
             self._unmount()
             raise
@@ -228,7 +233,9 @@ class MountedImageTarget(Target):
         finally:
             mount(self.source, self.mnt)
             self._mounted = True
-            self.executor = PosixExecutor(self.mnt, fsync=self.opts.fsync)
+            self.executor = PosixExecutor(
+                self.mnt, fsync=self.opts.fsync, data=self.opts.data or "write"
+            )
 
     def walk(self) -> list[tuple[str, bool, int]]:
         return _walk_dir(self.mnt)
@@ -337,14 +344,20 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         raise UsageError(
             f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
         )
+    if opts.data not in (None, "write", "fallocate"):
+        raise UsageError(f"unknown data mode {opts.data!r} (write or fallocate)")
     if kind == "lfs":
+        if opts.data == "fallocate":
+            raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
         return LfsTarget(real)
     if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(
                 f"{path}: a {kind} image can only be aged mounted (needs root and loop devices)"
             )
-        tgt = ReopenTarget(real, OfflineExtExecutor, OFFLINE_NOTICE)
+        tgt = ReopenTarget(
+            real, functools.partial(OfflineExtExecutor, data=opts.data or "write"), OFFLINE_NOTICE
+        )
         if opts.mode == "auto":
             tgt.notices.insert(0, "not root or no loop devices: aging the image offline")
         return tgt
@@ -441,6 +454,11 @@ def age(
         record = _read_record(record_path_for(real))
         if record.get("finished") is False:
             opts = _workload_from_record(Path(target_path), opts, record)
+            rec_data = str(record.get("data", "write"))
+            if opts.data is not None and opts.data != rec_data:
+                raise UsageError(f"{target_path}: the interrupted run ran with --data {rec_data}")
+            opts = replace(opts, data=rec_data)
+    opts = replace(opts, data=opts.data or "write")
     tgt = open_target(Path(target_path), opts)
     try:
         return _run(tgt, Path(target_path), opts, say)
@@ -646,6 +664,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         "name": name,
         "resumed_from": start,
         "fsync": opts.fsync,
+        "data": opts.data,
         "description": tgt.executor.description,
         "journal": str(journal.path),
     }
@@ -664,6 +683,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             "finished": finished,
             "clean": clean or finished,
             "mode": tgt_mode,
+            "data": opts.data,
             "journal": str(journal.path),
             "journal_bytes": journal.bytes,
             "updated": time.time(),

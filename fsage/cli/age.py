@@ -51,6 +51,12 @@ from fsage.errors import UsageError
 )
 @click.option("--fsync", is_flag=True, help="fsync after every op (mounted targets).")
 @click.option(
+    "--data",
+    type=click.Choice(["write", "fallocate"]),
+    help="write (default): real data; fallocate: allocate the blocks only, as Geriatrix does (ext "
+    "images and mounted targets).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
@@ -60,8 +66,8 @@ from fsage.errors import UsageError
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
-    snapshot_every: int, name: str | None, mode: str | None, fsync: bool, force: bool,
-    resume: bool, fmt: str,
+    snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
+    force: bool, resume: bool, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -95,7 +101,7 @@ def age_cmd(
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
-        resume=resume, fsync=fsync, db=db, snapshot_every=snapshot_every, name=name,
+        resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
         progress=progress_enabled() and fmt == "text",
     )  # fmt: skip
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
