@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsage.ager.patterns import PATTERN_KINDS, run_pattern
 from fsage.ager.profile import Histogram, Profile
 from fsage.errors import WorkloadError
 from fsage.workload import Op, WorkloadHeader
@@ -324,6 +325,12 @@ class Generator:
                 yield self._overwrite()
             elif kind == "truncate":
                 yield self._truncate()
+            elif kind in PATTERN_KINDS:
+                # A write pattern of real use: a burst of ops (fsage.ager.patterns).
+                if f >= 0.99:
+                    yield self._delete()
+                else:
+                    yield from run_pattern(self, kind)
             else:
                 yield self._rename()
 
