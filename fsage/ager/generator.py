@@ -326,9 +326,11 @@ class Generator:
             elif kind == "truncate":
                 yield self._truncate()
             elif kind in PATTERN_KINDS:
-                # A write pattern of real use: a burst of ops (fsage.ager.patterns).
-                if f >= 0.99:
-                    yield self._delete()
+                # A write pattern of real use: a burst of ops (fsage.ager.patterns). Above
+                # the fill target, deletes bring the fullness back to it first.
+                if f > p.fill + 0.01:
+                    while self.files and self.fullness() > p.fill:
+                        yield self._delete()
                 else:
                     yield from run_pattern(self, kind)
             else:

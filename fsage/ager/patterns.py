@@ -17,6 +17,7 @@ takes them back from the tree it adopts.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 
 #: The mix kinds this module adds, with what each models.
 PATTERNS: dict[str, str] = {
-    "streams": "four files growing at once by interleaved 64 KiB appends, a sync per round "
-    "(downloads, recorders, parallel log writers: allocation happens between the appends)",
+    "streams": "four files (256 KiB-8 MiB) growing at once by interleaved 64 KiB appends, a sync "
+    "per round (downloads, recorders, parallel log writers: allocation happens between the "
+    "appends)",
     "log": "a log growing by small appends (256 B-8 KiB) with an fsync every fourth, rotated "
     "(renamed to .1 over the previous one) past 4 MiB",
     "dbwrite": "a database file: grown by 256 KiB-1 MiB extensions, 16 random in-place page "
@@ -44,8 +46,8 @@ PATTERNS: dict[str, str] = {
     "rmtree": "remove a whole directory tree (files, then directories, deepest first)",
     "spool": "a news spool: 16 small articles into a few group directories, the oldest expired "
     "first once the spool is at the fill target",
-    "prealloc": "fallocate a file whole, then fill it by 64 KiB writes in random order "
-    "(torrents, VM images)",
+    "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
+    "order (torrents, VM images)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
 
@@ -141,6 +143,13 @@ def _room(gen: Generator) -> int:
     return gen._free_bytes()
 
 
+def _large(gen: Generator, lo: int, hi: int) -> int:
+    """A size log-uniform in [lo, hi] bytes (downloads, images: the big files of a desktop),
+    capped by a quarter of the room left."""
+    size = int(math.exp(gen.rng.uniform(math.log(lo), math.log(hi))))
+    return min(size, _room(gen) // 4)
+
+
 def _plain_files(gen: Generator) -> str | None:
     """A random file that no pattern owns (None when there is none)."""
     for _ in range(8):
@@ -156,11 +165,10 @@ def _plain_files(gen: Generator) -> str | None:
 
 
 def _streams(gen: Generator, st: _State) -> Iterator[Op]:
-    rng = gen.rng
     chunk = 64 * KIB
     files: list[tuple[str, int]] = []
     for _ in range(4):
-        want = gen.profile.sizes.sample(rng, cap=max(0, _room(gen) // 4))
+        want = _large(gen, 256 * KIB, 8 * MIB)
         if want < chunk:
             continue
         path, op = _new_file(gen, gen._pick_parent(), 0)
@@ -361,7 +369,7 @@ def _spool(gen: Generator, st: _State) -> Iterator[Op]:
 
 def _prealloc(gen: Generator, st: _State) -> Iterator[Op]:
     rng = gen.rng
-    size = gen.profile.sizes.sample(rng, cap=_room(gen))
+    size = _large(gen, 256 * KIB, 16 * MIB)
     chunk = 64 * KIB
     if size < 2 * chunk:
         return
@@ -377,7 +385,7 @@ def _prealloc(gen: Generator, st: _State) -> Iterator[Op]:
         return
     order = list(range(size // chunk))
     rng.shuffle(order)
-    for i in order[:64]:
+    for i in order:
         gen._undo = None
         yield Op("overwrite", path, size=chunk, offset=i * chunk)
     yield _sync_op(gen, path)
