@@ -43,7 +43,8 @@ def line(what: str, res: AgeResult) -> str:
         f"{res.ops / wall:,.0f} ops/s, {res.bytes_written / 2**20 / wall:,.1f} MiB/s; "
         f"fsage's own share {res.own_share:.1%}; CPU user {res.cpu_user_s:.1f}s, "
         f"system {res.cpu_system_s:.1f}s ({res.ops / cpu if cpu else 0.0:,.0f} ops per CPU "
-        f"second: wall time on a busy machine includes waiting for a CPU); fullness {res.fullness:.3f}, ended by {res.stopped_by}"
+        f"second: wall time on a busy machine includes waiting for a CPU); "
+        f"fullness {res.fullness:.3f}, ended by {res.stopped_by}"
     )
 
 
