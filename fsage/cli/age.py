@@ -17,8 +17,9 @@ from fsage.errors import UsageError
 @click.option(
     "--profile",
     "profile_spec",
-    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment...), "
-    "a JSON profile file, or a Geriatrix profile directory.",
+    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment; write "
+    "patterns of real use: desktop, news, vcs, database), a JSON profile file, or a Geriatrix "
+    "profile directory.",
 )
 @click.option(
     "--ops",
@@ -30,10 +31,14 @@ from fsage.errors import UsageError
 @click.option(
     "--churn",
     type=float,
-    help="After the fill, churn until this many times the capacity is written "
-    "(with --fill, lifts the profile's own op limit unless --ops-limit is given).",
+    help="After the fill, churn until this many times the capacity is written.",
 )
-@click.option("--ops-limit", type=int, help="Stop after exactly this many ops.")
+@click.option(
+    "--ops-limit",
+    type=int,
+    help="Stop after exactly this many ops (--fill or --churn without it lifts a profile's own "
+    "op limit, such as hfs-aging's 10,000).",
+)
 @click.option("--seed", type=int, help="Random seed (default 0; with --resume, the run's).")
 @click.option(
     "--db",
