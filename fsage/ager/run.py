@@ -383,8 +383,11 @@ def _write_record(path: Path, data: dict[str, Any]) -> None:
     if path.is_symlink():
         raise UnsafeTargetError(f"{path} is a symlink")
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise FsageError(f"cannot write the run's record {path}: {exc.strerror}") from None
 
 
 def _rng_state_to_json(state: Any) -> list[Any]:
@@ -518,13 +521,16 @@ class _Journal:
 
     def __init__(self, path: Path, header: WorkloadHeader | None, keep_bytes: int | None) -> None:
         self.path = path
-        if header is not None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            os.write(fd, (header.to_json() + "\n").encode())
-            self.ops = 0
-        else:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            self.ops = 0
+        self.ops = 0
+        try:
+            if header is not None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+                fd = os.open(path, flags, 0o644)
+                os.write(fd, (header.to_json() + "\n").encode())
+            else:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise FsageError(f"cannot write the journal {path}: {exc.strerror}") from None
         self.fd = fd
         if keep_bytes is not None:
             os.ftruncate(fd, keep_bytes)
@@ -548,7 +554,10 @@ class _Journal:
 
     def add(self, op: Op) -> None:
         line = (op.to_json() + "\n").encode()
-        os.write(self.fd, line)
+        try:
+            os.write(self.fd, line)
+        except OSError as exc:
+            raise FsageError(f"cannot write the journal {self.path}: {exc.strerror}") from None
         self.bytes += len(line)
         self.ops += 1
 
