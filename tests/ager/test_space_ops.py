@@ -95,3 +95,21 @@ def test_lfs_refuses_punch_and_fallocate(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="LFS image is aged with --data write"):
         age(img, AgeOptions(profile=get_preset("hfs-surge"), data="fallocate"))
+
+
+@pytest.mark.needs_root
+def test_age_mounted_ext4_with_data_fallocate(tmp_path: Path) -> None:
+    from fsage.ager.images import loop_mount
+    from fsage.ager.profile import get_preset
+    from fsage.ager.run import AgeOptions, age
+
+    img = make_image(tmp_path / "e.img", "ext4", 96 * MIB)
+    prof = get_preset("hfs-surge").with_overrides(fill=0.5, churn=0.0)
+    res = age(img, AgeOptions(profile=prof, seed=2, mode="mount", data="fallocate"))
+    assert res.finished and abs(res.fullness - 0.5) <= 0.02
+    with loop_mount(img) as mnt:
+        big = max((p for p in mnt.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        out = subprocess.run(["filefrag", "-v", str(big)], capture_output=True, text=True).stdout
+        # The kernel's own view: the blocks are allocated (unwritten), never written.
+        assert "unwritten" in out, out
+        assert big.read_bytes() == bytes(big.stat().st_size)
