@@ -553,7 +553,7 @@ class _Journal:
         return ops, from_byte + end
 
     def add(self, op: Op) -> None:
-        line = (op.to_json() + "\n").encode()
+        line = _op_line(op)
         try:
             os.write(self.fd, line)
         except OSError as exc:
@@ -565,6 +565,29 @@ class _Journal:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _plain(text: str) -> bool:
+    """True when JSON writes ``text`` as is between quotes (printable ASCII, no quote or
+    backslash)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def _op_line(op: Op) -> bytes:
+    """``op.to_json()`` and a newline, formatted directly for the common plain-ASCII op (the
+    same bytes; the journal writes one per op)."""
+    if not (_plain(op.op) and _plain(op.path) and _plain(op.dest) and not op.label):
+        return (op.to_json() + "\n").encode()
+    out = '{"op":"' + op.op + '"'
+    if op.path:
+        out += ',"path":"' + op.path + '"'
+    if op.size:
+        out += ',"size":' + str(op.size)
+    if op.offset:
+        out += ',"offset":' + str(op.offset)
+    if op.dest:
+        out += ',"dest":"' + op.dest + '"'
+    return (out + "}\n").encode()
 
 
 def _journal_path(record_path: Path) -> Path:

@@ -199,3 +199,21 @@ def test_usage_errors(tmp_path: Path) -> None:
         age(tmp_path, AgeOptions(resume=True))
     with pytest.raises(UsageError, match="exactly one"):
         age(tmp_path, AgeOptions())
+
+
+def test_journal_lines_are_the_ops_json() -> None:
+    from fsage.ager.run import _op_line
+
+    ops = [
+        Op("create", "a/b", size=5),
+        Op("rename", "x y/\u00e9", dest="q"),
+        Op("overwrite", "f", size=4096, offset=8192),
+        Op("snapshot", label="mid"),
+        Op("sync"),
+        Op("link", 'a"b', dest="c\\d"),
+        Op("create", "tab\there"),
+        Op("punch", "p", size=7),
+    ]
+    for op in ops:
+        assert _op_line(op) == (op.to_json() + "\n").encode()
+        assert Op.from_json(json.loads(_op_line(op))) == op
