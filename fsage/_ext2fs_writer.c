@@ -499,6 +499,85 @@ static PyObject *writer_truncate(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Resolve a regular file for punch/fallocate; 0 or an error code. */
+static errcode_t regular_file(ext2_filsys fs, ext2_ino_t parent, const char *name,
+                              ext2_ino_t *ino) {
+    errcode_t err = lookup_in(fs, parent, name, ino);
+    if (!err) {
+        __u16 mode;
+        err = inode_mode(fs, *ino, &mode);
+        if (!err && !LINUX_S_ISREG(mode))
+            err = EISDIR;
+    }
+    return err;
+}
+
+/* punch(path, offset, size): deallocate the whole blocks inside [offset, offset + size); the
+ * size of the file is kept (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). Partial blocks at the
+ * edges keep their data. */
+static PyObject *writer_punch(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino = 0;
+    unsigned long long offset, size;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#KK:writer_punch", &copy, &parent, &name, &offset, &size, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err)
+        err = regular_file(w->fs, parent, name, &ino);
+    if (!err && size > 0) {
+        __u64 bs = w->fs->blocksize;
+        __u64 start = (offset + bs - 1) / bs, end = (offset + size) / bs; /* [start, end) */
+        if (start < end) {
+            Py_BEGIN_ALLOW_THREADS
+            err = ext2fs_punch(w->fs, ino, NULL, NULL, start, end - 1);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "punch");
+    Py_RETURN_NONE;
+}
+
+/* fallocate(path, offset, size): allocate (unwritten) blocks for [offset, offset + size),
+ * growing the file's size to its end like fallocate(2) with mode 0. */
+static PyObject *writer_fallocate(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino = 0;
+    unsigned long long offset, size;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#KK:writer_fallocate", &copy, &parent, &name, &offset, &size, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err)
+        err = regular_file(w->fs, parent, name, &ino);
+    if (!err && size > 0) {
+        struct ext2_inode inode;
+        __u64 bs = w->fs->blocksize;
+        __u64 start = offset / bs, end = (offset + size + bs - 1) / bs;
+        Py_BEGIN_ALLOW_THREADS
+        err = ext2fs_read_inode(w->fs, ino, &inode);
+        if (!err)
+            err = ext2fs_fallocate(w->fs, EXT2_FALLOCATE_FORCE_UNINIT, ino, &inode, ~0ULL, start,
+                                   end - start);
+        if (!err && offset + size > EXT2_I_SIZE(&inode)) {
+            err = ext2fs_inode_size_set(w->fs, &inode, offset + size);
+        }
+        if (!err)
+            err = ext2fs_write_inode(w->fs, ino, &inode);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "fallocate");
+    Py_RETURN_NONE;
+}
+
 static int count_entries(ext2_ino_t dir, int entry, struct ext2_dir_entry *dirent, int offset,
                          int blocksize, char *buf, void *priv) {
     int *count = priv;
@@ -791,6 +870,10 @@ PyMethodDef fsage_writer_methods[] = {
     {"writer_write", writer_write, METH_VARARGS,
      "writer_write(h, path, offset, size): write data at offset, extending the file."},
     {"writer_truncate", writer_truncate, METH_VARARGS, "writer_truncate(h, path, size)"},
+    {"writer_punch", writer_punch, METH_VARARGS,
+     "writer_punch(h, path, offset, size): free the whole blocks in the range, size kept."},
+    {"writer_fallocate", writer_fallocate, METH_VARARGS,
+     "writer_fallocate(h, path, offset, size): allocate unwritten blocks, size grown."},
     {"writer_unlink", writer_unlink, METH_VARARGS,
      "writer_unlink(h, path): remove a file or an empty directory."},
     {"writer_rename", writer_rename, METH_VARARGS,

@@ -98,6 +98,8 @@ def run_demo(
     for old in (image, db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         old.unlink(missing_ok=True)
     (workdir / (image.name + ".fsage-age")).unlink(missing_ok=True)
+    for journal in workdir.glob(image.name + ".fsage-age.*.ops.jsonl"):
+        journal.unlink()  # the op streams an earlier demo's aging ran
     with tempfile.TemporaryDirectory(dir=workdir, prefix="tree-") as tmp:
         echo(f"making {files} files with hFS sizes (seed {seed})")
         data = make_tree(Path(tmp), files, seed)

@@ -38,6 +38,8 @@ OP_KINDS = (
     "fsync",  # path
     "sync",  # whole file system
     "snapshot",  # marker: a snapshot is wanted here (label)
+    "punch",  # path, offset, size: free the blocks of the range; the file keeps its size
+    "fallocate",  # path, offset, size: allocate blocks for the range, growing the size to its end
 )
 
 

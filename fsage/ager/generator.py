@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fsage.ager.patterns import PATTERN_KINDS, run_pattern
 from fsage.ager.profile import Histogram, Profile
 from fsage.errors import WorkloadError
 from fsage.workload import Op, WorkloadHeader
@@ -85,6 +86,10 @@ class GenStats:
     fill_bytes: int | None = None
     nospace: int = 0
     converged_at: int | None = None
+    #: What ended the stream: "fill" (no churn asked), "churn" (the churn bytes were written),
+    #: "ops-limit", "converged", "written" (convergence: bytes cap), "updates" (random-update),
+    #: "prefragment"; empty while the stream runs.
+    stopped_by: str = ""
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -212,10 +217,17 @@ class Generator:
         else:
             body = self._hybrid()
         limit = self.profile.ops_limit
+        st = self.stats
         for op in body:
-            if limit is not None and self.stats.ops >= limit:
-                return
-            yield from self._emit(op)
+            for out in self._emit(op):
+                yield out
+                if limit is not None and st.ops >= limit:
+                    st.stopped_by = "ops-limit"
+                    return
+        if not st.stopped_by:
+            st.stopped_by = {"random-update": "updates", "prefragment": "prefragment"}.get(
+                mode, "churn"
+            )
 
     def _emit(self, op: Op) -> Iterator[Op]:
         st = self.stats
@@ -252,6 +264,7 @@ class Generator:
                     st.phase = "churn"
                     st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
                     if churn_budget <= 0 and not converging:
+                        st.stopped_by = "fill"
                         return
                     continue
                 if self._force_deletes and self.files:
@@ -267,6 +280,9 @@ class Generator:
             # churn
             assert st.fill_bytes is not None
             if not converging and st.bytes_written - st.fill_bytes >= churn_budget:
+                # The churn drifts around the fill target: end on it, as asked.
+                yield from self._settle()
+                st.stopped_by = "churn"
                 return
             if (
                 converging
@@ -274,6 +290,7 @@ class Generator:
                 and st.bytes_written - st.fill_bytes
                 >= max(churn_budget, self.total_blocks * self.bs)
             ):
+                st.stopped_by = "written"
                 return
             if (
                 converging
@@ -281,6 +298,7 @@ class Generator:
                 and self.converged()
             ):
                 st.converged_at = st.ops
+                st.stopped_by = "converged"
                 return
             if self._force_deletes and self.files:
                 self._force_deletes -= 1
@@ -307,8 +325,29 @@ class Generator:
                 yield self._overwrite()
             elif kind == "truncate":
                 yield self._truncate()
+            elif kind in PATTERN_KINDS:
+                # A write pattern of real use: a burst of ops (fsage.ager.patterns). Above
+                # the fill target, deletes bring the fullness back to it first.
+                if f > p.fill + 0.01:
+                    while self.files and self.fullness() > p.fill:
+                        yield self._delete()
+                else:
+                    yield from run_pattern(self, kind)
             else:
                 yield self._rename()
+
+    def _settle(self) -> Iterator[Op]:
+        """After the churn: delete (above the fill target) or create (below it) until the
+        fullness is within half a percent of ``profile.fill``."""
+        fill = self.profile.fill
+        for _ in range(1_000_000):
+            f = self.fullness()
+            if f > fill + 0.005 and self.files:
+                yield self._delete()
+            elif f < fill - 0.005 and not self._force_deletes:
+                yield self._create()
+            else:
+                return
 
     # ---- namespace helpers
 

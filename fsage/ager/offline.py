@@ -37,7 +37,11 @@ def _ext() -> Any:
 class OfflineExtExecutor(Executor):
     """Runs ops on the ext image at ``image`` (which must not be mounted)."""
 
-    def __init__(self, image: Path) -> None:
+    def __init__(self, image: Path, *, data: str = "write") -> None:
+        if data not in ("write", "fallocate"):
+            raise WorkloadError(f"unknown data mode {data!r} (one of write, fallocate)")
+        #: "fallocate": creates and appends allocate unwritten blocks instead of writing data.
+        self.allocate_only = data == "fallocate"
         self.image = Path(image)
         self._x = _ext()
         codes = self._x.writer_errcodes()
@@ -54,7 +58,9 @@ class OfflineExtExecutor(Executor):
             raise SourceError(
                 f"{image}: cannot open for offline writing: {self._msg(exc)}"
             ) from None
-        self.description = OFFLINE_NOTICE
+        self.description = OFFLINE_NOTICE + (
+            " (data allocated with fallocate, not written)" if self.allocate_only else ""
+        )
 
     def _msg(self, exc: BaseException) -> str:
         code = exc.args[0] if exc.args else 0
@@ -82,7 +88,11 @@ class OfflineExtExecutor(Executor):
         p = os.fsencode(op.path)
         if kind == "create":
             try:
-                self._call(op, "writer_create", p, op.size)
+                if self.allocate_only:
+                    self._call(op, "writer_create", p, 0)
+                    self._call(op, "writer_fallocate", p, 0, op.size)
+                else:
+                    self._call(op, "writer_create", p, op.size)
             except NoSpaceError:
                 # Undo: the target must look as before the op.
                 with contextlib.suppress(self._x.Ext2fsError):
@@ -92,16 +102,31 @@ class OfflineExtExecutor(Executor):
         if kind == "append":
             old = self._call(op, "writer_stat", p)[2]
             try:
-                self._call(op, "writer_write", p, old, op.size)
+                fn = "writer_fallocate" if self.allocate_only else "writer_write"
+                self._call(op, fn, p, old, op.size)
             except NoSpaceError:
                 self._x.writer_truncate(self._h, p, old)
                 raise
             return op.size
         if kind == "overwrite":
-            self._call(op, "writer_write", p, op.offset, op.size)
+            if not self.allocate_only:  # allocated already
+                self._call(op, "writer_write", p, op.offset, op.size)
             return op.size
         if kind == "truncate":
             self._call(op, "writer_truncate", p, op.size)
+            return 0
+        if kind == "punch":
+            self._call(op, "writer_punch", p, op.offset, op.size)
+            return 0
+        if kind == "fallocate":
+            old = self._call(op, "writer_stat", p)[2]
+            try:
+                self._call(op, "writer_fallocate", p, op.offset, op.size)
+            except NoSpaceError:
+                with contextlib.suppress(self._x.Ext2fsError):
+                    self._x.writer_punch(self._h, p, op.offset, op.size)
+                    self._x.writer_truncate(self._h, p, old)
+                raise
             return 0
         if kind == "mkdir":
             self._call(op, "writer_mkdir", p)

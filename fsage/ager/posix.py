@@ -8,12 +8,14 @@ with ``write``/``pwrite`` — never only ``fallocate``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
 import random
 import stat
+from collections import OrderedDict
 from pathlib import Path
 
 from fsage.errors import UnsafeTargetError, WorkloadError
@@ -23,38 +25,86 @@ _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256
+#: How file data reaches the disk: written (the default: real data), or only allocated with
+#: fallocate (unwritten extents, as Geriatrix ages).
+DATA_MODES = ("write", "fallocate")
 
-#: The dotfile that marks a directory as an fsage working directory (and holds the resume record).
+#: A directory's resume record lives beside it, as ``<directory>.fsage-age`` (never inside the
+#: aged file system, where it would be one of its files); older runs kept it inside as this
+#: dotfile, which still marks a directory as an fsage working directory.
 MARKER = ".fsage-age"
+RECORD_SUFFIX = ".fsage-age"
 #: Names in a target root that do not count against "empty".
 IGNORED_NAMES = frozenset({MARKER, "lost+found"})
+
+
+def record_path_for(target: Path) -> Path:
+    """Where the resume record of ``target`` (a directory or an image) lives: beside it."""
+    return target.with_name(target.name + RECORD_SUFFIX)
+
 
 _libc: ctypes.CDLL | None = None
 
 
-def _syncfs(fd: int) -> None:
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def _libc_fn() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if _libc.syncfs(fd) != 0:
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return _libc
+
+
+def _fallocate(fd: int, mode: int, offset: int, size: int) -> None:
+    if _libc_fn().fallocate(fd, mode, offset, size) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def punch_hole(fd: int, offset: int, size: int) -> None:
+    """fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): free the range, keep the size."""
+    _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, size)
+
+
+def allocate(fd: int, offset: int, size: int) -> None:
+    """fallocate(mode 0): allocate the range (unwritten extents), growing the size to its end.
+    Never emulated by writing zeros (``os.posix_fallocate`` would, on a file system without
+    fallocate): EOPNOTSUPP is an error."""
+    _fallocate(fd, 0, offset, size)
+
+
+def _syncfs(fd: int) -> None:
+    if _libc_fn().syncfs(fd) != 0:
         os.sync()
 
 
 class PosixExecutor(Executor):
     """Runs ops below ``root`` (a directory, typically a mounted file system)."""
 
-    def __init__(self, root: Path, *, fsync: bool = False) -> None:
+    def __init__(self, root: Path, *, fsync: bool = False, data: str = "write") -> None:
+        if data not in DATA_MODES:
+            raise WorkloadError(f"unknown data mode {data!r} (one of {', '.join(DATA_MODES)})")
         self.root = Path(root)
         self.fsync = fsync
+        #: "fallocate": creates and appends allocate their blocks instead of writing them.
+        self.allocate_only = data == "fallocate"
         try:
             self._root_fd = os.open(self.root, _DIR_FLAGS)
         except OSError as exc:
             raise UnsafeTargetError(f"cannot open target {root}: {exc.strerror}") from None
-        self._dir_fds: dict[str, int] = {}
+        # Least recently used first. Descriptors handed out during the current op are pinned:
+        # an op that resolves two directories (rename, link) must not see the first one closed
+        # when the second lookup fills the cache.
+        self._dir_fds: OrderedDict[str, int] = OrderedDict()
+        self._pinned: set[str] = set()
         st = os.fstatvfs(self._root_fd)
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
             + (" (fsync after every op)" if fsync else "")
+            + (" (data allocated with fallocate, not written)" if self.allocate_only else "")
             + f", block size {st.f_frsize}"
         )
 
@@ -62,11 +112,13 @@ class PosixExecutor(Executor):
 
     def _dir_fd(self, parent: str) -> int:
         """Descriptor of directory ``parent`` (relative, '' = root), walked without following
-        symlinks; cached."""
+        symlinks; cached (least recently used evicted, never one in use by the current op)."""
         if not parent:
             return self._root_fd
         fd = self._dir_fds.get(parent)
         if fd is not None:
+            self._dir_fds.move_to_end(parent)
+            self._pinned.add(parent)
             return fd
         head, _, name = parent.rpartition("/")
         base = self._dir_fd(head)
@@ -78,15 +130,37 @@ class PosixExecutor(Executor):
                     f"{parent!r} is not a directory inside the target (symlink?)"
                 ) from None
             raise
-        if len(self._dir_fds) >= _MAX_DIR_FDS:
-            self._drop_dir_fds()
+        self._evict(_MAX_DIR_FDS - 1)
         self._dir_fds[parent] = fd
+        self._pinned.add(parent)
         return fd
 
+    def _evict(self, keep: int) -> None:
+        """Close the least recently used unpinned descriptors until at most ``keep`` remain
+        (pinned ones stay even beyond that: an op holds at most a few)."""
+        if len(self._dir_fds) <= keep:
+            return
+        for key in list(self._dir_fds):
+            if len(self._dir_fds) <= keep:
+                break
+            if key not in self._pinned:
+                os.close(self._dir_fds.pop(key))
+
     def _drop_dir_fds(self) -> None:
+        """Close every cached descriptor (after the namespace changed under cached paths);
+        only between ops or after the op's last use of them."""
         for fd in self._dir_fds.values():
             os.close(fd)
         self._dir_fds.clear()
+        self._pinned.clear()
+
+    def _forget_dirs(self, path: str) -> None:
+        """Close the cached descriptors of directory ``path`` and everything below it (it was
+        removed or renamed, so those cache keys no longer name those directories)."""
+        prefix = path + "/"
+        for key in [k for k in self._dir_fds if k == path or k.startswith(prefix)]:
+            os.close(self._dir_fds.pop(key))
+            self._pinned.discard(key)
 
     def _split(self, path: str) -> tuple[int, str]:
         head, _, name = path.rpartition("/")
@@ -95,6 +169,10 @@ class PosixExecutor(Executor):
     # ------------------------------------------------------------------ data
 
     def _write(self, fd: int, size: int, offset: int | None = None) -> int:
+        if self.allocate_only:
+            if size:
+                allocate(fd, os.fstat(fd).st_size if offset is None else offset, size)
+            return size
         done = 0
         while done < size:
             n = min(_CHUNK, size - done)
@@ -118,6 +196,7 @@ class PosixExecutor(Executor):
     # ------------------------------------------------------------------ ops
 
     def apply(self, op: Op) -> int:
+        self._pinned.clear()
         try:
             return self._apply(op)
         except NoSpaceError:
@@ -154,7 +233,8 @@ class PosixExecutor(Executor):
                     if kind == "append":
                         self._write(fd, op.size, old)
                     elif kind == "overwrite":
-                        self._write(fd, op.size, op.offset)
+                        if not self.allocate_only:  # the blocks are allocated already
+                            self._write(fd, op.size, op.offset)
                     else:
                         os.ftruncate(fd, op.size)
                     if self.fsync:
@@ -166,6 +246,26 @@ class PosixExecutor(Executor):
             finally:
                 os.close(fd)
             return 0 if kind == "truncate" else op.size
+        if kind in ("punch", "fallocate"):
+            fd = self._open_file(op.path, os.O_WRONLY)
+            try:
+                old = os.fstat(fd).st_size
+                try:
+                    if op.size and kind == "punch":
+                        punch_hole(fd, op.offset, op.size)
+                    elif op.size:
+                        allocate(fd, op.offset, op.size)
+                    if self.fsync:
+                        os.fsync(fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and kind == "fallocate":
+                        with contextlib.suppress(OSError):  # undo what was allocated
+                            punch_hole(fd, op.offset, op.size)
+                            os.ftruncate(fd, old)
+                    raise
+            finally:
+                os.close(fd)
+            return 0
         if kind == "mkdir":
             dfd, name = self._split(op.path)
             os.mkdir(name, 0o755, dir_fd=dfd)
@@ -176,21 +276,22 @@ class PosixExecutor(Executor):
                 os.unlink(name, dir_fd=dfd)
             except IsADirectoryError:
                 os.rmdir(name, dir_fd=dfd)
-                self._drop_dir_fds()
+                self._forget_dirs(op.path)
             except PermissionError:
                 # Linux reports EPERM (not EISDIR) for unlink of a directory on some fs.
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                 if not stat.S_ISDIR(st.st_mode):
                     raise
                 os.rmdir(name, dir_fd=dfd)
-                self._drop_dir_fds()
+                self._forget_dirs(op.path)
             return 0
         if kind == "rename":
             sfd, sname = self._split(op.path)
             dfd, dname = self._split(op.dest)
             os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
-            if op.path in self._dir_fds or any(k.startswith(op.path + "/") for k in self._dir_fds):
-                self._drop_dir_fds()
+            # A directory renamed (or replaced by the rename) changes what cached paths name.
+            self._forget_dirs(op.path)
+            self._forget_dirs(op.dest)
             return 0
         if kind == "link":
             sfd, sname = self._split(op.path)
@@ -232,9 +333,10 @@ class PosixExecutor(Executor):
 # ---------------------------------------------------------------------- target checks
 
 
-def check_target_dir(path: Path, *, force: bool = False) -> Path:
-    """Refuse '/', a non-directory, and a directory that is neither empty nor marked as an fsage
-    working directory (unless ``force``); mark it. Returns the resolved path."""
+def check_target_dir(path: Path, *, force: bool = False, record: Path | None = None) -> Path:
+    """Refuse '/', a non-directory, and a directory that is neither empty nor an fsage working
+    directory (its record ``record`` exists, or an older run's marker inside it) unless
+    ``force``. Nothing is written into the directory. Returns the resolved path."""
     real = Path(os.path.realpath(path))
     if real == Path("/"):
         raise UnsafeTargetError("refusing to age '/'")
@@ -244,13 +346,14 @@ def check_target_dir(path: Path, *, force: bool = False) -> Path:
         names = set(os.listdir(real))
     except OSError as exc:
         raise UnsafeTargetError(f"cannot list {path}: {exc.strerror}") from None
-    if names - IGNORED_NAMES and MARKER not in names and not force:
+    known = MARKER in names or (record is not None and record.exists())
+    if names - IGNORED_NAMES and not known and not force:
         raise UnsafeTargetError(
             f"{path} is not empty and not an fsage working directory (use --force to age it anyway)"
         )
     marker = real / MARKER
     if marker.is_symlink():
         raise UnsafeTargetError(f"{marker} is a symlink")
-    if not marker.exists():
-        marker.write_text("{}\n", encoding="utf-8")
+    if record is not None and record.is_symlink():
+        raise UnsafeTargetError(f"{record} is a symlink")
     return real

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fsage.ager.distributions import HFS_SURGE, IMPRESSIONS, HybridSize
+from fsage.ager.patterns import PATTERN_KINDS, pattern_presets
 from fsage.errors import WorkloadError
 
 MODES = ("hybrid", "random-update", "prefragment", "convergence")
@@ -32,7 +33,8 @@ DEFAULT_MIX: dict[str, float] = {
     "truncate": 0.05,
     "rename": 0.05,
 }
-MIX_KINDS = tuple(DEFAULT_MIX)
+#: Op kinds and the write patterns of ``fsage.ager.patterns`` (bursts of ops).
+MIX_KINDS = tuple(DEFAULT_MIX) + PATTERN_KINDS
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,8 @@ PRESETS: dict[str, Profile] = {
     # seed 001 §6.3: 40% of the disk in never-referenced 8-block chunks spread evenly.
     "prefragment": Profile(name="prefragment", mode="prefragment", fill=0.4, churn=0.0),
 }
+# Presets of real use built from write patterns: desktop, news, vcs, database.
+PRESETS.update(pattern_presets())
 
 
 def get_preset(name: str) -> Profile:

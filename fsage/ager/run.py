@@ -16,6 +16,7 @@ continues from it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -24,16 +25,16 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from fsage.ager.generator import Generator
+from fsage.ager.generator import DATA_OPS, Generator
 from fsage.ager.images import can_loop_mount, image_kind, mount, umount
 from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
-from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir
+from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir, record_path_for
 from fsage.ager.profile import Profile
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
@@ -56,11 +57,16 @@ RECORD_EVERY = 1000
 class AgeOptions:
     profile: Profile | None = None
     ops_file: Path | None = None
-    seed: int = 0
+    #: None: 0 for a new run, the record's seed for --resume.
+    seed: int | None = None
     mode: str = "auto"  # auto | mount | offline
     force: bool = False
     resume: bool = False
     fsync: bool = False
+    #: "write" (real data) or "fallocate" (blocks allocated, not written; mounted and offline
+    #: ext targets).
+    #: None: "write" for a new run, the record's for --resume.
+    data: str | None = None
     db: Path | None = None
     snapshot_every: int = 0
     name: str | None = None
@@ -81,6 +87,16 @@ class AgeResult:
     resumed_from: int = 0
     finished: bool = False
     phase: str = ""
+    #: What ended the run: fill, churn, ops-limit, converged, written, updates, prefragment
+    #: (generated workloads), end-of-stream (--ops), interrupted.
+    stopped_by: str = ""
+    #: The op stream actually run (JSON Lines with a header): ``fsage age X --ops`` replays it.
+    journal: str | None = None
+    #: Process CPU time during the run, and the share of the run's wall time (snapshots left
+    #: out) spent outside the executor's ops: generating, dispatching, keeping the record.
+    cpu_user_s: float = 0.0
+    cpu_system_s: float = 0.0
+    own_share: float = 0.0
     snapshots: list[int] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     convergence: dict[str, Any] | None = None
@@ -146,9 +162,10 @@ def _layout_entries(layout: Layout) -> list[tuple[str, bool, int]]:
 
 class DirTarget(Target):
     def __init__(self, path: Path, opts: AgeOptions) -> None:
-        self.source = check_target_dir(path, force=opts.force)
-        self.record_path = self.source / MARKER
-        self.executor = PosixExecutor(self.source, fsync=opts.fsync)
+        real = Path(os.path.realpath(path))
+        self.record_path = record_path_for(real)
+        self.source = check_target_dir(path, force=opts.force, record=self.record_path)
+        self.executor = PosixExecutor(self.source, fsync=opts.fsync, data=opts.data or "write")
         self.notices = []
 
     def walk(self) -> list[tuple[str, bool, int]]:
@@ -191,8 +208,8 @@ class MountedImageTarget(Target):
         try:
             mount(image, self.mnt)
             self._mounted = True
-            check_target_dir(self.mnt, force=opts.force)
-            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync)
+            check_target_dir(self.mnt, force=opts.force, record=self.record_path)
+            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync, data=opts.data or "write")
         except BaseException:
             self._unmount()
             raise
@@ -216,7 +233,9 @@ class MountedImageTarget(Target):
         finally:
             mount(self.source, self.mnt)
             self._mounted = True
-            self.executor = PosixExecutor(self.mnt, fsync=self.opts.fsync)
+            self.executor = PosixExecutor(
+                self.mnt, fsync=self.opts.fsync, data=self.opts.data or "write"
+            )
 
     def walk(self) -> list[tuple[str, bool, int]]:
         return _walk_dir(self.mnt)
@@ -325,14 +344,20 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         raise UsageError(
             f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
         )
+    if opts.data not in (None, "write", "fallocate"):
+        raise UsageError(f"unknown data mode {opts.data!r} (write or fallocate)")
     if kind == "lfs":
+        if opts.data == "fallocate":
+            raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
         return LfsTarget(real)
     if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(
                 f"{path}: a {kind} image can only be aged mounted (needs root and loop devices)"
             )
-        tgt = ReopenTarget(real, OfflineExtExecutor, OFFLINE_NOTICE)
+        tgt = ReopenTarget(
+            real, functools.partial(OfflineExtExecutor, data=opts.data or "write"), OFFLINE_NOTICE
+        )
         if opts.mode == "auto":
             tgt.notices.insert(0, "not root or no loop devices: aging the image offline")
         return tgt
@@ -358,8 +383,11 @@ def _write_record(path: Path, data: dict[str, Any]) -> None:
     if path.is_symlink():
         raise UnsafeTargetError(f"{path} is a symlink")
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise FsageError(f"cannot write the run's record {path}: {exc.strerror}") from None
 
 
 def _rng_state_to_json(state: Any) -> list[Any]:
@@ -396,19 +424,175 @@ class _Interrupt:
             signal.signal(signal.SIGINT, self._old)
 
 
+def shape_profile(
+    profile: Profile,
+    *,
+    fill: float | None = None,
+    churn: float | None = None,
+    ops_limit: int | None = None,
+) -> Profile:
+    """``profile`` with the options a user gave explicitly. A --fill or --churn given without
+    --ops-limit lifts the profile's own op limit (hfs-aging's 10,000 ops), so the run stops on
+    what was asked, not on a limit the user did not choose."""
+    shaped = profile.with_overrides(fill=fill, churn=churn, ops_limit=ops_limit)
+    if ops_limit is None and (fill is not None or churn is not None):
+        shaped = replace(shaped, ops_limit=None)
+    return shaped
+
+
 def age(
     target_path: Path, opts: AgeOptions, echo: Callable[[str], None] | None = None
 ) -> AgeResult:
     """Age ``target_path`` with a generated (``opts.profile``) or recorded (``opts.ops_file``)
-    workload; see the module doc."""
-    if (opts.profile is None) == (opts.ops_file is None):
+    workload; see the module doc. With ``opts.resume`` the workload comes from the record, and
+    a profile, op stream or seed given as well must be the record's."""
+    if not opts.resume and (opts.profile is None) == (opts.ops_file is None):
+        raise UsageError("give exactly one of a profile or an op stream")
+    if opts.profile is not None and opts.ops_file is not None:
         raise UsageError("give exactly one of a profile or an op stream")
     say = echo or (lambda s: None)
+    if opts.resume:
+        # The workload, seed and way of reaching the target are the interrupted run's.
+        real = Path(os.path.realpath(target_path))
+        record = _read_record(record_path_for(real))
+        if record.get("finished") is False:
+            opts = _workload_from_record(Path(target_path), opts, record)
+            rec_data = str(record.get("data", "write"))
+            if opts.data is not None and opts.data != rec_data:
+                raise UsageError(f"{target_path}: the interrupted run ran with --data {rec_data}")
+            opts = replace(opts, data=rec_data)
+    opts = replace(opts, data=opts.data or "write")
     tgt = open_target(Path(target_path), opts)
     try:
         return _run(tgt, Path(target_path), opts, say)
     finally:
         tgt.close()
+
+
+def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) -> AgeOptions:
+    """The options of the interrupted run in ``record``; refuse anything given that differs."""
+    ident = record.get("ident") or {}
+    if ident.get("kind") == "ops":
+        rec_ops = Path(str(ident.get("ops_file")))
+        if opts.profile is not None:
+            raise UsageError(
+                f"{path}: the interrupted run ran the op stream {rec_ops}, not a profile"
+            )
+        if opts.ops_file is not None and Path(os.path.realpath(opts.ops_file)) != Path(
+            os.path.realpath(rec_ops)
+        ):
+            raise UsageError(f"{path}: the interrupted run ran the op stream {rec_ops}")
+        return replace(opts, ops_file=rec_ops, mode=_record_mode(path, opts, record))
+    if ident.get("kind") != "profile" or "profile" not in ident:
+        raise UsageError(f"{path}: the record of the interrupted run is unreadable")
+    rec_profile = Profile.from_json(ident["profile"], name=str(ident["profile"].get("name", "")))
+    if opts.ops_file is not None:
+        raise UsageError(f"{path}: the interrupted run generated profile {rec_profile.name}")
+    if opts.profile is not None:
+        given = json.loads(json.dumps(opts.profile.to_json()))
+        if given != ident["profile"]:
+            diff = sorted(
+                k
+                for k in set(given) | set(ident["profile"])
+                if given.get(k) != ident["profile"].get(k)
+            )
+            raise UsageError(
+                f"{path}: the interrupted run used profile {rec_profile.name} with other "
+                f"settings ({', '.join(diff)}); resume without --profile and its options"
+            )
+    rec_seed = int(ident.get("seed", 0))
+    if opts.seed is not None and opts.seed != rec_seed:
+        raise UsageError(f"{path}: the interrupted run used seed {rec_seed}")
+    return replace(opts, profile=rec_profile, seed=rec_seed, mode=_record_mode(path, opts, record))
+
+
+def _record_mode(path: Path, opts: AgeOptions, record: dict[str, Any]) -> str:
+    """The interrupted run's --mount/--offline choice (an image aged offline is not resumed
+    through the kernel's allocator, nor the other way round)."""
+    rec_mode = str(record.get("mode", opts.mode))
+    if opts.mode != "auto" and rec_mode not in ("auto", opts.mode):
+        raise UsageError(f"{path}: the interrupted run ran {rec_mode}, not {opts.mode}")
+    return rec_mode if opts.mode == "auto" else opts.mode
+
+
+class _Journal:
+    """The op stream actually run, one JSON line per op that took effect, written as it runs
+    (one ``write`` per op, so a killed run leaves every completed op in it)."""
+
+    def __init__(self, path: Path, header: WorkloadHeader | None, keep_bytes: int | None) -> None:
+        self.path = path
+        self.ops = 0
+        try:
+            if header is not None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+                fd = os.open(path, flags, 0o644)
+                os.write(fd, (header.to_json() + "\n").encode())
+            else:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise FsageError(f"cannot write the journal {path}: {exc.strerror}") from None
+        self.fd = fd
+        if keep_bytes is not None:
+            os.ftruncate(fd, keep_bytes)
+        os.lseek(fd, 0, os.SEEK_END)
+        self.bytes = os.lseek(fd, 0, os.SEEK_CUR)
+
+    @staticmethod
+    def tail(path: Path, from_byte: int) -> tuple[list[Op], int]:
+        """The complete op lines after ``from_byte`` (what ran after the record's last mark)
+        and the byte offset where they end (a torn last line is dropped)."""
+        with open(path, "rb") as fh:
+            fh.seek(from_byte)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        ops = [
+            Op.from_json(json.loads(line), f"{path}: ")
+            for line in data[:end].splitlines()
+            if line.strip()
+        ]
+        return ops, from_byte + end
+
+    def add(self, op: Op) -> None:
+        line = _op_line(op)
+        try:
+            os.write(self.fd, line)
+        except OSError as exc:
+            raise FsageError(f"cannot write the journal {self.path}: {exc.strerror}") from None
+        self.bytes += len(line)
+        self.ops += 1
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _plain(text: str) -> bool:
+    """True when JSON writes ``text`` as is between quotes (printable ASCII, no quote or
+    backslash)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def _op_line(op: Op) -> bytes:
+    """``op.to_json()`` and a newline, formatted directly for the common plain-ASCII op (the
+    same bytes; the journal writes one per op)."""
+    if not (_plain(op.op) and _plain(op.path) and _plain(op.dest) and not op.label):
+        return (op.to_json() + "\n").encode()
+    out = '{"op":"' + op.op + '"'
+    if op.path:
+        out += ',"path":"' + op.path + '"'
+    if op.size:
+        out += ',"size":' + str(op.size)
+    if op.offset:
+        out += ',"offset":' + str(op.offset)
+    if op.dest:
+        out += ',"dest":"' + op.dest + '"'
+    return (out + "}\n").encode()
+
+
+def _journal_path(record_path: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return record_path.with_name(f"{record_path.name}.{stamp}.ops.jsonl")
 
 
 def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) -> AgeResult:
@@ -427,6 +611,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         )
     if not opts.resume:
         record = {}
+    seed = opts.seed or 0
 
     gen: Generator | None = None
     ident: dict[str, Any]
@@ -434,31 +619,37 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     header: WorkloadHeader
     start = int(record.get("ops_done", 0)) if opts.resume else 0
     bytes_written = int(record.get("bytes_written", 0)) if opts.resume else 0
+    # After a run killed between two records, the journal holds the ops that ran after the
+    # last one: they are not run again.
+    ran_after: list[Op] = []
+    journal_keep: int | None = None
+    old_journal = Path(record["journal"]) if opts.resume and record.get("journal") else None
+    if old_journal is not None and old_journal.is_file():
+        ran_after, journal_keep = _Journal.tail(old_journal, int(record.get("journal_bytes", 0)))
+    elif old_journal is not None:
+        old_journal = None
     if opts.ops_file is not None:
         header, ops = read_workload(opts.ops_file)
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
-        if opts.resume and record.get("ident") != ident:
-            raise UsageError(f"{path}: the interrupted run used a different op stream")
+        if opts.resume and record.get("ident", {}).get("header") != ident["header"]:
+            raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")
         ops = itertools.islice(ops, start, None)
+        start += _skip_ran(ops, ran_after)
     else:
         assert opts.profile is not None
         profile = opts.profile
-        if opts.resume:
-            profile = Profile.from_json(record["ident"]["profile"], name=profile.name)
         bs, total, _ = tgt.executor.capacity_blocks()
 
         def probe() -> tuple[int, int, int]:
             return tgt.executor.capacity_blocks()
 
-        gen = Generator(profile, opts.seed, total * bs, probe=probe, block_size=bs)
-        ident = {"kind": "profile", "profile": profile.to_json(), "seed": opts.seed}
+        gen = Generator(profile, seed, total * bs, probe=probe, block_size=bs)
+        ident = {"kind": "profile", "profile": profile.to_json(), "seed": seed}
         if opts.resume:
-            if record.get("ident", {}).get("seed") != opts.seed:
-                raise UsageError(
-                    f"{path}: the interrupted run used seed {record['ident'].get('seed')}"
-                )
             gen.adopt(tgt.walk())
             st = record.get("gen", {})
+            start += len(ran_after)
+            bytes_written += sum(o.size for o in ran_after if o.op in DATA_OPS)
             gen.stats.ops = start
             gen.stats.bytes_written = bytes_written
             gen.stats.phase = st.get("phase", "fill")
@@ -468,8 +659,28 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         header = gen.header()
         ops = gen.ops()
     res.resumed_from = start
+    # A run killed between an op and its journal line: that op may have taken effect; a
+    # namespace op that then fails as already done is counted as done.
+    in_flight = opts.resume and not record.get("clean", False)
     if opts.resume:
         say(f"fsage: resuming at op {start}")
+        if ran_after:
+            res.notices.append(
+                f"the run had stopped without a clean record: {len(ran_after)} ops it ran "
+                "after its last record were taken from its journal"
+            )
+            say(f"fsage: {res.notices[-1]}")
+
+    if old_journal is not None:
+        journal = _Journal(old_journal, None, journal_keep)
+    else:
+        jheader = WorkloadHeader(
+            generator="fsage.age/journal",
+            params={"workload": ident, "target": str(path), "source_header": header.to_json()},
+            seed=seed if gen is not None else header.seed,
+        )
+        journal = _Journal(_journal_path(tgt.record_path), jheader, None)
+    res.journal = str(journal.path)
 
     store_cm: Any = contextlib.nullcontext(None)
     if opts.db is not None:
@@ -485,17 +696,28 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         "name": name,
         "resumed_from": start,
         "fsync": opts.fsync,
+        "data": opts.data,
         "description": tgt.executor.description,
+        "journal": str(journal.path),
     }
 
     done = start
+    # How the target was reached (recorded so --resume reaches it the same way).
+    tgt_mode = "offline" if tgt.kind == "offline-ext" else "auto"
+    if tgt.kind.startswith("mounted"):
+        tgt_mode = "mount"
 
-    def save(finished: bool) -> None:
+    def save(finished: bool, clean: bool = False) -> None:
         data: dict[str, Any] = {
             "ident": ident,
             "ops_done": done,
             "bytes_written": bytes_written,
             "finished": finished,
+            "clean": clean or finished,
+            "mode": tgt_mode,
+            "data": opts.data,
+            "journal": str(journal.path),
+            "journal_bytes": journal.bytes,
             "updated": time.time(),
         }
         if gen is not None:
@@ -508,16 +730,21 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         _write_record(tgt.record_path, data)
 
     t0 = time.perf_counter()
+    cpu0 = os.times()
+    apply_s = 0.0
+    snap_s = 0.0
     last_draw = t0
     progress = opts.progress
     ex_apply = tgt.executor.apply
     last_snap = [-1]
+    clock = time.perf_counter
     with store_cm as store, _Interrupt() as intr:
 
         def snapshot(label: str) -> None:
-            nonlocal ex_apply
+            nonlocal ex_apply, snap_s
             if store is None:
                 return
+            ts = clock()
             layout = tgt.layout()
             ex_apply = tgt.executor.apply
             summ = store.add_snapshot(
@@ -525,6 +752,23 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             )
             res.snapshots.append(int(summ.snapshot_id))
             last_snap[0] = done
+            snap_s += clock() - ts
+
+        def timing() -> dict[str, Any]:
+            wall = clock() - t0
+            cpu1 = os.times()
+            res.cpu_user_s = cpu1.user - cpu0.user
+            res.cpu_system_s = cpu1.system - cpu0.system
+            work = wall - snap_s
+            res.own_share = (work - apply_s) / work if work > 0 else 0.0
+            return {
+                "elapsed_s": wall,
+                "snapshot_s": snap_s,
+                "executor_s": apply_s,
+                "cpu_user_s": res.cpu_user_s,
+                "cpu_system_s": res.cpu_system_s,
+                "own_share": res.own_share,
+            }
 
         save(False)
         fill_mark: tuple[int, Any] | None = None  # (op index, counters) when the fill ended
@@ -538,8 +782,10 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             for op in ops:
                 if fill_mark is None and gen is not None and gen.stats.phase != "fill":
                     fill_mark = (done, tgt.counters_mark())
+                ta = clock()
                 try:
                     bytes_written += ex_apply(op)
+                    journal.add(op)
                 except NoSpaceError:
                     res.nospace += 1
                     if gen is not None:
@@ -547,16 +793,23 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                     else:
                         res.skipped += 1
                 except OpFailedError:
-                    if gen is not None or not res.nospace:
+                    if in_flight and op.op in ("mkdir", "delete", "rename", "link"):
+                        res.notices.append(f"{op.op} {op.path!r} had already run before the stop")
+                        say(f"fsage: {res.notices[-1]}")
+                        journal.add(op)
+                    elif gen is not None or not res.nospace:
                         raise
-                    res.skipped += 1  # a recorded stream after a skipped op: keep going
+                    else:
+                        res.skipped += 1  # a recorded stream after a skipped op: keep going
+                apply_s += clock() - ta
+                in_flight = False
                 done += 1
                 if op.op == "snapshot" or (opts.snapshot_every and done % opts.snapshot_every == 0):
                     snapshot(op.label or f"op {done}")
                 if done % RECORD_EVERY == 0:
                     save(False)
                 if progress and done & 63 == 0:
-                    now = time.perf_counter()
+                    now = clock()
                     if now - last_draw > 0.5:
                         last_draw = now
                         rate = (done - start) / (now - t0)
@@ -572,12 +825,23 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             res.finished = not intr.hit
             res.ops = done
             res.bytes_written = bytes_written
+            if res.interrupted:
+                res.stopped_by = "interrupted"
+            elif gen is not None:
+                res.stopped_by = gen.stats.stopped_by
+            else:
+                res.stopped_by = "end-of-stream"
             if hasattr(tgt.executor, "sync"):
                 tgt.executor.sync()
-            save(res.finished)
+            save(res.finished, clean=True)
             if store is not None and not res.interrupted and last_snap[0] != done:
                 snapshot("end")
         except BaseException as exc:
+            # The record says exactly where the run stopped: the op that failed (or was
+            # interrupted) did not take effect, and --resume runs it again.
+            with contextlib.suppress(Exception):
+                save(False, clean=True)
+            journal.close()
             if store is not None and run_id is not None:
                 status = "failed" if isinstance(exc, Exception) else "interrupted"
                 with contextlib.suppress(Exception):
@@ -589,15 +853,21 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                         ops=done - start,
                         bytes_written=bytes_written - start_bytes,
                         snapshots=res.snapshots,
+                        metrics=timing(),
                         notes=[f"{type(exc).__name__}: {exc}"],
                     )
             raise
+        journal.close()
+        times = timing()
+        if gen is not None and _limit_notice(res, gen, tgt):
+            say(f"fsage: {res.notices[-1]}")
         if store is not None and run_id is not None:
             metrics, utilization = tgt.run_metrics(fill_mark)
             metrics = {
-                "elapsed_s": time.perf_counter() - t0,
+                **times,
                 "nospace": res.nospace,
                 "skipped": res.skipped,
+                "stopped_by": res.stopped_by,
                 **metrics,
             }
             _finish_aging_run(
@@ -621,6 +891,40 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         if gen.profile.mode == "convergence":
             res.convergence = gen.convergence_report()
     return res
+
+
+def _skip_ran(ops: Iterator[Op], ran: list[Op]) -> int:
+    """Consume the stream's ops up to the last of ``ran`` (the ops the journal shows ran after
+    the record's mark, in order; ops between them that are not in the journal ran out of space
+    or were skipped then); returns how many were consumed."""
+    n = 0
+    i = 0
+    while i < len(ran):
+        op = next(ops, None)
+        if op is None:
+            raise WorkloadError("the journal holds ops that are not in the op stream")
+        n += 1
+        if op == ran[i]:
+            i += 1
+    return n
+
+
+def _limit_notice(res: AgeResult, gen: Generator, tgt: Target) -> bool:
+    """Say when a limit other than the fill and churn asked for ended the run."""
+    p = gen.profile
+    if res.stopped_by == "ops-limit":
+        full = tgt.executor.fullness()
+        res.notices.append(
+            f"stopped by the op limit of {p.ops_limit:,} ops"
+            + (
+                f" before the fill target {p.fill:.2f} was reached (fullness {full:.3f})"
+                if gen.stats.phase == "fill"
+                else ""
+            )
+            + "; give --ops-limit, or --fill/--churn without it, to age further"
+        )
+        return True
+    return False
 
 
 # ---------------------------------------------------------------------------- aging runs

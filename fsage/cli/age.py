@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fsage.ager.profile import load_profile
-from fsage.ager.run import AgeOptions, age
+from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import UsageError
 
@@ -17,8 +17,9 @@ from fsage.errors import UsageError
 @click.option(
     "--profile",
     "profile_spec",
-    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment...), "
-    "a JSON profile file, or a Geriatrix profile directory.",
+    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment; write "
+    "patterns of real use: desktop, news, vcs, database), a JSON profile file, or a Geriatrix "
+    "profile directory.",
 )
 @click.option(
     "--ops",
@@ -32,8 +33,13 @@ from fsage.errors import UsageError
     type=float,
     help="After the fill, churn until this many times the capacity is written.",
 )
-@click.option("--ops-limit", type=int, help="Stop after this many ops.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option(
+    "--ops-limit",
+    type=int,
+    help="Stop after exactly this many ops (--fill or --churn without it lifts a profile's own "
+    "op limit, such as hfs-aging's 10,000).",
+)
+@click.option("--seed", type=int, help="Random seed (default 0; with --resume, the run's).")
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -50,6 +56,12 @@ from fsage.errors import UsageError
 )
 @click.option("--fsync", is_flag=True, help="fsync after every op (mounted targets).")
 @click.option(
+    "--data",
+    type=click.Choice(["write", "fallocate"]),
+    help="write (default): real data; fallocate: allocate the blocks only, as Geriatrix does (ext "
+    "images and mounted targets).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
@@ -58,45 +70,71 @@ from fsage.errors import UsageError
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
-    churn: float | None, ops_limit: int | None, seed: int, db: Path | None,
-    snapshot_every: int, name: str | None, mode: str | None, fsync: bool, force: bool,
-    resume: bool, fmt: str,
+    churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
+    snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
+    force: bool, resume: bool, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
     With --profile, ops are generated as they run and the fill target is steered by the real
     fullness (statvfs). An ext image is loop-mounted and aged through the kernel when fsage
     runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
-    the kernel's). Ctrl-C stops between two ops; --resume continues.
+    the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
+    ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
+    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there. Every
+    op that ran is written to a journal beside the target, which --ops replays exactly.
 
     \b
     Examples:
       fsage age /mnt/test --profile hfs-surge --fill 0.8 --churn 2
       fsage age ext4.img --profile hfs-aging --db fsage.db --snapshot-every 2000
       fsage age ext4.img --ops ops.jsonl.gz --offline
+      fsage age ext4.img --resume
     """
-    if (profile_spec is None) == (ops_file is None):
+    if (profile_spec is not None and ops_file is not None) or (
+        not resume and profile_spec is None and ops_file is None
+    ):
         raise UsageError("give exactly one of --profile or --ops")
     if snapshot_every and db is None:
         raise UsageError("--snapshot-every needs --db")
     profile = None
     if profile_spec is not None:
-        profile = load_profile(profile_spec).with_overrides(
-            fill=fill, churn=churn, ops_limit=ops_limit
+        profile = shape_profile(
+            load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit
         )
     elif fill is not None or churn is not None or ops_limit is not None:
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
-        resume=resume, fsync=fsync, db=db, snapshot_every=snapshot_every, name=name,
+        resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
         progress=progress_enabled() and fmt == "text",
     )  # fmt: skip
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(res.to_json())
-        return
+    else:
+        _print_result(target, res)
+    if res.interrupted:
+        click.echo("fsage: interrupted (resume with --resume)", err=True)
+        raise SystemExit(130)
+
+
+_STOPPED = {
+    "fill": "the fill target",
+    "churn": "the churn asked for",
+    "ops-limit": "the op limit",
+    "converged": "convergence",
+    "written": "the bytes-written cap of convergence mode",
+    "updates": "the random updates asked for",
+    "prefragment": "the prefragmentation's end",
+    "end-of-stream": "the end of the op stream",
+    "interrupted": "Ctrl-C",
+}
+
+
+def _print_result(target: Path, res: AgeResult) -> None:
     rate = (res.ops - res.resumed_from) / res.elapsed if res.elapsed else 0.0
-    state = "interrupted (resume with --resume)" if res.interrupted else "done"
+    state = "interrupted" if res.interrupted else "done"
     click.echo(
         f"{target}: {state}: {res.ops} ops, {res.bytes_written / 2**20:,.1f} MiB written, "
         f"fullness {res.fullness:.3f}, {rate:,.0f} ops/s"
@@ -105,6 +143,10 @@ def age_cmd(
         + (f", {len(res.snapshots)} snapshots" if res.snapshots else "")
     )
     click.echo(f"  via {res.description}")
+    if res.stopped_by:
+        click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
+    if res.journal:
+        click.echo(f"  ops run: {res.journal}")
     if res.convergence:
         for key, h in res.convergence.items():
             click.echo(

@@ -26,6 +26,8 @@ def _row(r: AgingRun) -> list[Any]:
         round(r.bytes_written / 2**20, 1),
         snaps,
         None if util is None else round(float(util), 3),
+        _cpu(m),
+        None if m.get("own_share") is None else f"{float(m['own_share']):.0%}",
         m.get("policy", "-"),
         m.get("write_cost"),
         m.get("cleaner_overhead"),
@@ -33,6 +35,12 @@ def _row(r: AgingRun) -> list[Any]:
         m.get("overall_write_cost"),
         (m.get("after_fill") or {}).get("overall_write_cost"),
     ]
+
+
+def _cpu(m: dict[str, Any]) -> str | None:
+    if m.get("cpu_user_s") is None:
+        return None
+    return f"{float(m['cpu_user_s']):.1f}+{float(m.get('cpu_system_s', 0.0)):.1f}"
 
 
 @click.command("runs")
@@ -44,7 +52,9 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
     """List the aging runs recorded by `fsage age ... --db`, oldest first.
 
     Every run records its target, kind, status, ops and bytes written and the snapshots it
-    took. Runs on LFS images also record seed 001's write-cost metrics (EQ 1-6: write cost,
+    took, the process's CPU time (user+system seconds) and fsage's own share of the run's
+    wall time ("own": time outside the executor's ops, snapshots left out). Runs on LFS images
+    also record seed 001's write-cost metrics (EQ 1-6: write cost,
     cleaner overhead, transfer inefficiency, overall write cost under a 15 ms / 5 MB/s disk)
     over the whole run and over the ops after the workload's fill phase ("after fill", what
     seed 001 Figure 5-4 counts), the cleaner's counters and the segment utilization
@@ -77,6 +87,8 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
             "MiB",
             "snapshots",
             "util",
+            "cpu s",
+            "own",
             "policy",
             "write cost",
             "overhead",

@@ -10,6 +10,7 @@ import click
 from fsage.ager import parse_bytes
 from fsage.ager.generator import Generator
 from fsage.ager.profile import load_profile
+from fsage.ager.run import shape_profile
 from fsage.cli.common import echo_json, echo_table, format_option
 from fsage.workload import read_workload, write_workload
 
@@ -30,8 +31,8 @@ def workload() -> None:
     "--profile",
     "profile_spec",
     required=True,
-    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment...), "
-    "a JSON profile file, or a Geriatrix profile directory.",
+    help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment, desktop, news, "
+    "vcs, database...), a JSON profile file, or a Geriatrix profile directory.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--capacity", required=True, help="Capacity of the target in bytes (512M, 4G...).")
@@ -67,7 +68,7 @@ def generate(
       fsage workload generate --profile hfs-surge --seed 7 --capacity 512M -o ops.jsonl
       fsage workload generate --profile random-update --capacity 1G --fill 0.6 -o ru.jsonl.gz
     """
-    profile = load_profile(profile_spec).with_overrides(fill=fill, churn=churn, ops_limit=ops_limit)
+    profile = shape_profile(load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit)
     gen = Generator(profile, seed, parse_bytes(capacity), block_size=block_size)
     count = write_workload(output, gen.header(), gen.ops())
     st = gen.stats

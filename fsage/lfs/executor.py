@@ -121,6 +121,12 @@ class LfsExecutor(Executor):
             return 0
         if op.op == "snapshot":
             return 0
+        if op.op in ("punch", "fallocate"):
+            # A log has no unwritten extents to reserve or holes to punch in place.
+            raise WorkloadError(
+                f"op {op.op!r} is not supported on an LFS image (the log writes data only "
+                "when it is written; age LFS images with --data write and no punch/fallocate)"
+            )
         raise WorkloadError(f"op {op.op!r} is not supported on an LFS image")
 
     def capacity_blocks(self) -> tuple[int, int, int]:

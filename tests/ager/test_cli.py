@@ -70,11 +70,19 @@ def test_interrupt_and_resume_give_the_uninterrupted_tree(tmp_path: Path) -> Non
     env = dict(os.environ, PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "fsage", "age", str(part), "--ops", str(ops), "--fsync"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until ops run (the journal beside the target)
+        journals = list(tmp_path.glob("part.fsage-age.*.ops.jsonl"))
+        if journals and journals[0].read_bytes().count(b"\n") > 20:
+            break
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    out, _err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=60)
     total = sum(1 for _ in read_workload(ops)[1])
-    assert b"interrupted" in out, out
+    assert proc.returncode == 130, err
+    assert b"interrupted" in out and b"ended by Ctrl-C" in out, out
+    assert b"resume with --resume" in err
+    assert not (part / ".fsage-age").exists()  # the record is kept outside the target
     again = r.invoke(main, ["age", str(part), "--ops", str(ops)])
     assert again.exit_code == 2 and "--resume" in again.output
     res = r.invoke(main, ["age", str(part), "--ops", str(ops), "--resume"])

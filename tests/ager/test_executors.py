@@ -10,7 +10,7 @@ import pytest
 
 from fsage.ager.generator import Generator
 from fsage.ager.images import make_image
-from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir
+from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir, record_path_for
 from fsage.ager.profile import get_preset
 from fsage.errors import UnsafeTargetError
 from fsage.workload import NoSpaceError, Op, OpFailedError
@@ -82,8 +82,11 @@ def test_target_checks(tmp_path: Path) -> None:
     with pytest.raises(UnsafeTargetError, match="not empty"):
         check_target_dir(busy)
     check_target_dir(busy, force=True)
-    assert (busy / MARKER).exists()
-    check_target_dir(busy)  # now marked: accepted without --force
+    assert not (busy / MARKER).exists()  # nothing is written into the target
+    record = record_path_for(busy)
+    assert record == tmp_path / "busy.fsage-age"
+    record.write_text("{}\n")
+    check_target_dir(busy, record=record)  # an fsage working directory: no --force needed
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "lost+found").mkdir()

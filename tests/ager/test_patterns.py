@@ -1,0 +1,109 @@
+"""Write patterns and the presets built from them: the streams they generate run on a real
+directory and an offline ext image and leave exactly the tree the generator's model holds."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fsage.ager.generator import Generator
+from fsage.ager.images import make_image
+from fsage.ager.patterns import PATTERN_KINDS, PATTERNS, PRESET_DOCS
+from fsage.ager.posix import PosixExecutor
+from fsage.ager.profile import MIX_KINDS, get_preset
+from fsage.workload import NoSpaceError, Op
+
+MIB = 1 << 20
+PRESETS = ("desktop", "news", "vcs", "database")
+
+
+def _ops(name: str, capacity: int, seed: int = 1, churn: float = 0.5) -> tuple[Generator, list[Op]]:
+    gen = Generator(get_preset(name).with_overrides(fill=0.6, churn=churn), seed, capacity)
+    return gen, list(gen.ops())
+
+
+def _model_tree(gen: Generator) -> dict[str, int]:
+    out = {p: r.size for p, r in gen.files.items()}
+    out.update({d + "/": -1 for d in gen.dir_depth if d})
+    return out
+
+
+def _tree(root: Path) -> dict[str, int]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "lost+found"]
+        for f in files:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(root))] = p.stat().st_size
+        for d in dirs:
+            out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
+    return out
+
+
+def test_patterns_are_mix_kinds_and_documented() -> None:
+    assert set(PATTERN_KINDS) <= set(MIX_KINDS)
+    for name in PRESETS:
+        prof = get_preset(name)
+        assert set(prof.mix) & set(PATTERN_KINDS), name
+        assert name in PRESET_DOCS
+    assert all(len(PATTERNS[k]) > 40 for k in PATTERN_KINDS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_stream_runs_on_a_directory_and_matches_the_model(tmp_path: Path, name: str) -> None:
+    gen, ops = _ops(name, 16 * MIB)
+    counts = collections.Counter(op.op for op in ops)
+    with PosixExecutor(tmp_path) as ex:
+        for op in ops:
+            ex.apply(op)
+    assert _tree(tmp_path) == _model_tree(gen)
+    # Each preset issues the ops of its patterns.
+    want = {
+        "desktop": {"rename", "fsync", "sync", "fallocate", "append"},
+        "news": {"create", "delete", "fsync"},
+        "vcs": {"rename", "mkdir", "delete"},
+        "database": {"overwrite", "punch", "fsync", "append"},
+    }[name]
+    assert want <= set(counts), counts
+    # Bulk tree removal removes directories too.
+    if name == "vcs":
+        made = counts["mkdir"]
+        assert sum(1 for d in gen.dir_depth if d) < made
+
+
+def test_news_spool_expires_oldest_first() -> None:
+    gen, ops = _ops("news", 16 * MIB, seed=3, churn=1.0)
+    created = [op.path for op in ops if op.op == "create" and op.path.endswith(".art")]
+    deleted = [op.path for op in ops if op.op == "delete" and op.path.endswith(".art")]
+    assert len(deleted) > 1000
+    assert deleted == created[: len(deleted)]  # FIFO expiry
+    assert abs(gen.fullness() - 0.6) <= 0.006
+
+
+@pytest.mark.parametrize("name", ["desktop", "database"])
+def test_preset_on_offline_ext_image(tmp_path: Path, name: str) -> None:
+    pytest.importorskip("fsage._ext2fs")
+    from fsage.ager.offline import OfflineExtExecutor
+
+    img = make_image(tmp_path / "e.img", "ext4", 64 * MIB)
+    ex = OfflineExtExecutor(img)
+    bs, total, _used = ex.capacity_blocks()
+    prof = get_preset(name).with_overrides(fill=0.6, churn=0.5)
+    gen = Generator(prof, 5, total * bs, probe=ex.capacity_blocks, block_size=bs)
+    kinds: collections.Counter[str] = collections.Counter()
+    for op in gen.ops():
+        kinds[op.op] += 1
+        try:
+            ex.apply(op)
+        except NoSpaceError:
+            gen.nospace(op)
+    full = gen.fullness()
+    ex.close()
+    fsck = subprocess.run(["e2fsck", "-fn", str(img)], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout
+    assert kinds["punch"] + kinds["fallocate"] > 0
+    assert abs(full - 0.6) <= 0.01

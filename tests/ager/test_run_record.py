@@ -1,0 +1,219 @@
+"""`fsage age` stops cleanly, resumes from wherever it stopped, honours explicit options and
+keeps the op stream it ran (issue: the README example finishes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fsage.ager.generator import Generator
+from fsage.ager.images import make_image
+from fsage.ager.posix import PosixExecutor
+from fsage.ager.profile import get_preset
+from fsage.ager.run import AgeOptions, _layout_entries, age, aging_runs, shape_profile
+from fsage.cli import main
+from fsage.db.store import Store
+from fsage.errors import UsageError
+from fsage.snapshotter import read_source
+from fsage.workload import Op, OpFailedError, read_workload, write_workload
+
+MIB = 1 << 20
+
+
+def _tree(root: Path) -> dict[str, int]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(root))] = p.stat().st_size
+        for d in dirs:
+            out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
+    return out
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Path:
+    prof = get_preset("hfs-surge").with_overrides(fill=0.6, churn=2.0)
+    gen = Generator(prof, 3, 48 * MIB)  # 4,430 ops
+    path = tmp_path / "ops.jsonl"
+    write_workload(path, gen.header(), gen.ops())
+    return path
+
+
+def _fail_at(monkeypatch: pytest.MonkeyPatch, cls: type, n: int, exc: BaseException) -> None:
+    """Make the ``n``-th op (0-based) of ``cls`` raise ``exc`` before running."""
+    real = cls.apply
+    calls = [0]
+
+    def apply(self: object, op: Op) -> int:
+        calls[0] += 1
+        if calls[0] == n + 1:
+            raise exc
+        return real(self, op)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(cls, "apply", apply)
+
+
+def test_crash_then_resume_gives_the_whole_tree(
+    tmp_path: Path, stream: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    assert age(whole, AgeOptions(ops_file=stream)).finished
+    part = tmp_path / "part"
+    part.mkdir()
+    with monkeypatch.context() as m:
+        _fail_at(m, PosixExecutor, 1234, OpFailedError("rename 'x': Bad file descriptor"))
+        with pytest.raises(OpFailedError):
+            age(part, AgeOptions(ops_file=stream))
+    record = json.loads((tmp_path / "part.fsage-age").read_text())
+    assert record["ops_done"] == 1234 and record["clean"] and not record["finished"]
+    res = age(part, AgeOptions(resume=True))  # the op stream comes from the record
+    assert res.finished and res.resumed_from == 1234
+    assert _tree(part) == _tree(whole)
+    assert ".fsage-age" not in os.listdir(part)
+
+
+def test_resume_after_a_kill_between_records(tmp_path: Path, stream: Path) -> None:
+    """A run killed after op 1,700 left its record at op 1,000: the journal shows which ops
+    ran since, and those are not run again (an append run twice would change the tree)."""
+    total = sum(1 for _ in read_workload(stream)[1])
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    assert age(whole, AgeOptions(ops_file=stream)).finished
+    part = tmp_path / "part"
+    part.mkdir()
+    _h, ops = read_workload(stream)
+    first = [op for _i, op in zip(range(1701), ops, strict=False)]
+    cut = tmp_path / "cut.jsonl"
+    write_workload(cut, read_workload(stream)[0], first)
+    age(part, AgeOptions(ops_file=cut))
+    rec_path = tmp_path / "part.fsage-age"
+    record = json.loads(rec_path.read_text())
+    journal = Path(record["journal"])
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 1 + 1701  # header + every op that ran
+    # The state a kill leaves: the record of op 1,000, a journal holding ops past it with a
+    # torn last line, and (below) the next op already run but not journaled.
+    mark = sum(len(x) for x in lines[: 1 + 1000])
+    journal.write_bytes(b"".join(lines[:-1]) + lines[-1][:7])
+    _h, ops = read_workload(stream)
+    nxt = [op for _i, op in zip(range(1701), ops, strict=False)][-1]
+    assert nxt == first[-1]
+    record.update(
+        ident={**record["ident"], "ops_file": str(stream), "header": record["ident"]["header"]},
+        ops_done=1000,
+        journal_bytes=mark,
+        finished=False,
+        clean=False,
+    )
+    rec_path.write_text(json.dumps(record))
+    res = age(part, AgeOptions(ops_file=stream, resume=True))
+    assert res.finished and res.ops == total
+    assert res.resumed_from == 1700  # ops 1000..1699 came from the journal
+    assert _tree(part) == _tree(whole)
+    # The journal now holds every op exactly once and replays to the same tree.
+    assert sum(1 for _ in read_workload(journal)[1]) == total
+    again = tmp_path / "again"
+    again.mkdir()
+    assert age(again, AgeOptions(ops_file=journal)).finished
+    assert _tree(again) == _tree(whole)
+
+
+def test_resume_takes_the_record_and_refuses_a_mismatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("fsage._ext2fs")
+    from fsage.ager.offline import OfflineExtExecutor
+
+    img = make_image(tmp_path / "e.img", "ext4", 32 * MIB)
+    r = CliRunner()
+    args = ["age", str(img), "--offline", "--profile", "hfs-surge", "--fill", "0.5"]
+    with monkeypatch.context() as m:
+        _fail_at(m, OfflineExtExecutor, 700, KeyboardInterrupt())
+        res = r.invoke(main, [*args, "--churn", "0.5", "--seed", "4"])
+    assert res.exit_code == 130, res.output
+    record = json.loads((tmp_path / "e.img.fsage-age").read_text())
+    assert record["ops_done"] == 700 and record["ident"]["seed"] == 4
+    bad = r.invoke(main, ["age", str(img), "--resume", "--profile", "hfs-surge"])
+    assert bad.exit_code == 2 and "churn" in bad.output and "fill" in bad.output, bad.output
+    bad = r.invoke(main, ["age", str(img), "--resume", "--seed", "5"])
+    assert bad.exit_code == 2 and "seed 4" in bad.output, bad.output
+    bad = r.invoke(main, ["age", str(img), "--resume", "--ops", str(tmp_path / "x.jsonl")])
+    assert bad.exit_code == 2 and "generated profile hfs-surge" in bad.output, bad.output
+    ok = r.invoke(main, ["age", str(img), "--resume", "--format", "json"])
+    assert ok.exit_code == 0, ok.output
+    out = json.loads(ok.stdout)
+    assert out["resumed_from"] == 700 and out["stopped_by"] == "churn"
+    assert abs(out["fullness"] - 0.5) <= 0.01
+    # The journal of the whole run (both parts) replays to the same tree on a fresh image.
+    fresh = make_image(tmp_path / "f.img", "ext4", 32 * MIB)
+    replay = age(fresh, AgeOptions(ops_file=Path(out["journal"]), mode="offline"))
+    assert replay.finished and replay.nospace == 0
+    aged = sorted(_layout_entries(read_source(img)))
+    assert aged and aged == sorted(_layout_entries(read_source(fresh)))
+
+
+def test_explicit_options_are_honoured() -> None:
+    hfs = get_preset("hfs-aging")
+    assert hfs.ops_limit == 10_000
+    assert shape_profile(hfs).ops_limit == 10_000
+    assert shape_profile(hfs, fill=0.8, churn=2).ops_limit is None
+    assert shape_profile(hfs, fill=0.8, ops_limit=500).ops_limit == 500
+    # The op limit is exact even when an fsync follows the op that reaches it.
+    prof = get_preset("hfs-surge").with_overrides(ops_limit=1001, fsync_every=1)
+    gen = Generator(prof, 1, 64 * MIB)
+    ops = list(gen.ops())
+    assert len(ops) == 1001 and gen.stats.stopped_by == "ops-limit"
+    assert ops[-1].op != "fsync" or ops[-2].op in ("create", "append", "overwrite", "truncate")
+    # A churned run ends on its fill target, not wherever the churn drifted to.
+    for name in ("impressions", "hfs-surge"):
+        gen = Generator(get_preset(name).with_overrides(fill=0.7, churn=1.0), 2, 256 * MIB)
+        for _ in gen.ops():
+            pass
+        assert gen.stats.stopped_by == "churn"
+        assert abs(gen.fullness() - 0.7) <= 0.006, name
+
+
+def test_run_records_cpu_and_own_share(tmp_path: Path, stream: Path) -> None:
+    target = tmp_path / "t"
+    target.mkdir()
+    db = tmp_path / "d.db"
+    res = age(target, AgeOptions(ops_file=stream, db=db))
+    with Store.open(db) as store:
+        (run,) = aging_runs(store)
+    m = run.metrics
+    assert m["cpu_user_s"] > 0 and m["cpu_system_s"] > 0
+    assert 0.0 < m["own_share"] < 1.0 and m["executor_s"] < m["elapsed_s"]
+    assert m["stopped_by"] == "end-of-stream" and run.params["journal"] == res.journal
+    out = CliRunner().invoke(main, ["runs", "--db", str(db)])
+    assert out.exit_code == 0 and "cpu" in out.output, out.output
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no interrupted run"):
+        age(tmp_path, AgeOptions(resume=True))
+    with pytest.raises(UsageError, match="exactly one"):
+        age(tmp_path, AgeOptions())
+
+
+def test_journal_lines_are_the_ops_json() -> None:
+    from fsage.ager.run import _op_line
+
+    ops = [
+        Op("create", "a/b", size=5),
+        Op("rename", "x y/\u00e9", dest="q"),
+        Op("overwrite", "f", size=4096, offset=8192),
+        Op("snapshot", label="mid"),
+        Op("sync"),
+        Op("link", 'a"b', dest="c\\d"),
+        Op("create", "tab\there"),
+        Op("punch", "p", size=7),
+    ]
+    for op in ops:
+        assert _op_line(op) == (op.to_json() + "\n").encode()
+        assert Op.from_json(json.loads(_op_line(op))) == op
