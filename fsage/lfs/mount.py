@@ -1,59 +1,58 @@
-"""`fsage lfs mount`: the LFS of seed 003 mounted through FUSE (libfuse3, via pyfuse3).
+"""`fsage lfs mount`: the LFS of seed 003 mounted through FUSE.
 
-A thin adapter: every FUSE request becomes one call of :class:`fsage.lfs.fs.LFS`'s public,
-path-based API (seed 003 §3.7 splits the same work into file, stream, directory and
-file-system operations). What the adapter keeps itself:
+libfuse3's low-level session loop runs in C (``fsage._fuse``) and hands each request to a
+method of :class:`LfsOperations`, a thin adapter that makes one call of
+:class:`fsage.lfs.fs.LFS`'s public, path-based API per request (seed 003 §3.7 splits the same
+work into file, stream, directory and file-system operations). What the adapter keeps itself:
 
 * **Inode numbers.** FUSE inode numbers are the LFS's own, except that the FUSE root (1) is
   the LFS root (2). For each inode the kernel knows, the adapter remembers one
   (parent, name) pair it was reached by, so a request on an inode turns back into a path.
-  Names that the adapter did not see go away (a hard link removed elsewhere) are found again
-  by a walk of the tree.
+  A name lost to an operation the adapter did not see is found again by a walk of the tree.
 * **Open files that are unlinked** keep their data under a hidden name in the same directory
   (``.fuse_hidden<ino>``, as libfuse's path API does) until their last handle is released.
 * **Caching.** The kernel's writeback cache is on: small writes reach the LFS as page-sized
-  or larger runs; ``fsync`` makes the kernel write its dirty pages, then the LFS commits
-  its buffer to the log and the image file is fdatasync'ed.
-* **Unmount.** When the mount goes away (``fusermount3 -u``, SIGINT or SIGTERM to the
-  mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
-  ``kill -9`` the image holds what was committed (every completed operation reaches the log
-  as a committed unit, and ``fsync`` forces it there); the next mount rolls forward from the
-  last checkpoint.
+  or larger runs. ``fsync`` makes the kernel write its dirty pages; then the LFS commits its
+  buffer to the log and the image file is fdatasync'ed.
+* **Unmount.** When the mount goes away (``fusermount3 -u``, or SIGINT, SIGTERM or SIGHUP to
+  the mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
+  ``kill -9`` the image holds what was committed (what was fsync'ed at least); the next mount
+  rolls forward from the last checkpoint. The dead mount must still be detached with
+  ``fusermount3 -u``.
 
-The live reader cannot map files on this mount (FUSE passes no FIEMAP); it names the image
-to snapshot instead.
+Times: the LFS keeps milliseconds; finer parts of a utimens are dropped.
+The live reader cannot map files on this mount (FUSE passes no FIEMAP); ``fsage snapshot
+MOUNTPOINT`` reads the image instead (:mod:`fsage.lfs.mounted`).
 """
 
 from __future__ import annotations
 
 import errno
-import logging
 import os
+import shutil
 import stat as stat_mod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from fsage.errors import FsageError, UsageError
 from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
+from fsage.lfs.mounted import FSTYPE
 
 try:
-    import pyfuse3
-    import trio
-except ImportError:  # pragma: no cover - reported by mount()
-    pyfuse3 = None  # type: ignore[assignment]
-    trio = None  # type: ignore[assignment]
+    from fsage import _fuse
+except ImportError:  # pragma: no cover - reported by fuse_available()
+    _fuse = None  # type: ignore[assignment]
 
-#: The FUSE subtype: mounts show as ``fuse.fsage-lfs`` in /proc/self/mountinfo.
-SUBTYPE = "fsage-lfs"
-FSTYPE = "fuse." + SUBTYPE
+SUBTYPE = FSTYPE.split(".", 1)[1]
+FUSE_ROOT = 1
 _HIDDEN = ".fuse_hidden"
-_TIMEOUT = 1.0  # seconds the kernel may cache entries and attributes
-_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: (ino, mode, nlink, uid, gid, size, 512-octet blocks, atime, mtime, ctime (ns), generation)
+Attr = tuple[int, int, int, int, int, int, int, int, int, int, int]
 
 # LfsOpError carries no errno; its messages start with these words.
 _ERRNO_BY_MESSAGE = (
@@ -77,7 +76,7 @@ class MountError(FsageError):
     """The image cannot be mounted (FUSE missing, mount point unusable, ...)."""
 
 
-def errno_of(exc: Exception) -> int:
+def errno_of(exc: BaseException) -> int:
     """The errno a failed LFS call answers the kernel with."""
     if isinstance(exc, LfsNoSpace):
         return errno.ENOSPC
@@ -94,422 +93,359 @@ def errno_of(exc: Exception) -> int:
 
 def fuse_available() -> str | None:
     """None when this machine can mount through FUSE, else why not."""
-    if pyfuse3 is None:
-        return "pyfuse3 is not installed (pip install pyfuse3; needs libfuse3)"
+    if _fuse is None:
+        return "fsage._fuse is not built (needs libfuse3-dev; python3 setup.py build_ext)"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist"
-    if not any(
-        os.access(os.path.join(d, "fusermount3"), os.X_OK)
-        for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
-    ):
+    if shutil.which("fusermount3") is None:
         return "fusermount3 is not installed (Debian package fuse3)"
     return None
 
 
-@dataclass
-class _Handle:
-    ino: int
-    writes: int = 0
+def _err(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
 
 
 @dataclass
-class _DirHandle:
+class _Dir:
     ino: int
-    entries: list[tuple[str, int]] = field(default_factory=list)
+    entries: list[tuple[bytes, int, int]]
 
 
-class LfsOperations(pyfuse3.Operations if pyfuse3 is not None else object):  # type: ignore[misc]
-    """FUSE requests onto an open :class:`LFS`."""
-
-    supports_dot_lookup = False
-    enable_writeback_cache = True
+class LfsOperations:
+    """FUSE requests (as ``fsage._fuse`` calls them) onto an open :class:`LFS`. Methods
+    answer errors by raising OSError with the errno for the kernel."""
 
     def __init__(self, fs: LFS) -> None:
-        super().__init__()
         self.fs = fs
         self.bs = fs.geo.block_size
         self._name: dict[int, tuple[int, str]] = {}
-        self._files: dict[int, _Handle] = {}
-        self._dirs: dict[int, _DirHandle] = {}
-        self._open: dict[int, int] = {}  # ino -> open handles
-        self._hidden: dict[int, str] = {}  # ino -> hidden path of an unlinked open file
+        self._files: dict[int, int] = {}  # fh -> LFS ino
+        self._dirs: dict[int, _Dir] = {}
+        self._open: dict[int, int] = {}  # LFS ino -> open handles
+        self._hidden: dict[int, str] = {}  # LFS ino -> hidden path of an unlinked open file
         self._next_fh = 1
-        self.errors = 0
+        self.errors = 0  # requests that failed with something other than an LFS refusal
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
-    def _lfs_ino(ino: int) -> int:
-        return INO_ROOT if ino == pyfuse3.ROOT_INODE else ino
-
-    @staticmethod
-    def _fuse_ino(ino: int) -> int:
-        return pyfuse3.ROOT_INODE if ino == INO_ROOT else ino
+    def _lfs(ino: int) -> int:
+        return INO_ROOT if ino == FUSE_ROOT else ino
 
     def _call(self, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
-        except pyfuse3.FUSEError:
+        except OSError:
             raise
         except (LfsOpError, LfsNoSpace) as exc:
-            raise pyfuse3.FUSEError(errno_of(exc)) from None
-        except Exception as exc:  # anything else must not end the session
+            raise _err(errno_of(exc)) from None
+        except Exception as exc:  # the loop must go on: log it, answer EIO
             self.errors += 1
-            _log.exception("fsage lfs mount: %s failed", getattr(fn, "__name__", fn))
-            raise pyfuse3.FUSEError(errno_of(exc)) from None
+            import traceback
+
+            traceback.print_exc()
+            raise _err(errno_of(exc)) from None
 
     def _path(self, ino: int) -> str:
-        ino = self._lfs_ino(ino)
+        ino = self._lfs(ino)
         parts: list[str] = []
-        seen = 0
         while ino != INO_ROOT:
             where = self._name.get(ino)
             if where is None:
                 where = self._find(ino)
             ino, name = where
             parts.append(name)
-            seen += 1
-            if seen > 4096:
-                raise pyfuse3.FUSEError(errno.ELOOP)
+            if len(parts) > 4096:
+                raise _err(errno.ELOOP)
         return "/".join(reversed(parts))
 
     def _find(self, ino: int) -> tuple[int, str]:
-        """A (parent, name) of ``ino`` from a walk of the whole tree (names the adapter lost)."""
+        """A (parent, name) of ``ino`` from a walk of the whole tree."""
         stack = [(INO_ROOT, "")]
         while stack:
             dino, dpath = stack.pop()
-            for name, child in self.fs.readdir(dpath):
-                cpath = f"{dpath}/{name}" if dpath else name
+            for name, child in self._call(self.fs.readdir, dpath):
                 if child == ino:
                     self._name[ino] = (dino, name)
                     return dino, name
                 if self.fs.is_dir(child):
                     self._name.setdefault(child, (dino, name))
-                    stack.append((child, cpath))
-        raise pyfuse3.FUSEError(errno.ENOENT)
+                    stack.append((child, f"{dpath}/{name}" if dpath else name))
+        raise _err(errno.ENOENT)
 
     def _child(self, parent: int, name: bytes) -> str:
         base = self._path(parent)
         n = os.fsdecode(name)
         return f"{base}/{n}" if base else n
 
-    def _entry(self, st: Stat) -> pyfuse3.EntryAttributes:
-        e = pyfuse3.EntryAttributes()
-        e.st_ino = self._fuse_ino(st.ino)
-        e.generation = st.version
-        e.entry_timeout = _TIMEOUT
-        e.attr_timeout = _TIMEOUT
-        e.st_mode = st.mode
-        e.st_nlink = st.nlink
-        e.st_uid = st.uid
-        e.st_gid = st.gid
-        e.st_rdev = 0
-        e.st_size = st.size
-        e.st_blksize = self.bs
-        e.st_blocks = st.blocks * self.bs // 512
-        e.st_atime_ns = st.atime_ms * 1_000_000
-        e.st_mtime_ns = st.mtime_ms * 1_000_000
-        e.st_ctime_ns = st.ctime_ms * 1_000_000
-        return e
+    def _attr(self, st: Stat) -> Attr:
+        ms = 1_000_000
+        return (
+            FUSE_ROOT if st.ino == INO_ROOT else st.ino,
+            st.mode,
+            st.nlink,
+            st.uid,
+            st.gid,
+            st.size,
+            st.blocks * self.bs // 512,
+            st.atime_ms * ms,
+            st.mtime_ms * ms,
+            st.ctime_ms * ms,
+            st.version,
+        )
 
-    def _stat(self, ino: int) -> pyfuse3.EntryAttributes:
-        return self._entry(self._call(self.fs.stat_ino, self._lfs_ino(ino)))
+    def _stat(self, ino: int) -> Attr:
+        return self._attr(self._call(self.fs.stat_ino, self._lfs(ino)))
 
-    def _new_entry(
-        self, parent: int, name: bytes, ino: int, ctx: object
-    ) -> pyfuse3.EntryAttributes:
-        self._name[ino] = (self._lfs_ino(parent), os.fsdecode(name))
-        uid, gid = getattr(ctx, "uid", 0), getattr(ctx, "gid", 0)
+    def _made(self, parent: int, name: bytes, ino: int, uid: int, gid: int) -> Attr:
+        self._name[ino] = (self._lfs(parent), os.fsdecode(name))
         if uid or gid:
-            path = self._path(ino)
-            return self._entry(self._call(self.fs.setattr, path, None, uid, gid))
+            return self._attr(self._call(self.fs.setattr, self._path(ino), None, uid, gid))
         return self._stat(ino)
 
-    def _lookup_ino(self, parent: int, name: bytes) -> int:
-        path = self._child(parent, name)
-        st = self._call(self.fs.stat, path)
-        self._name[st.ino] = (self._lfs_ino(parent), os.fsdecode(name))
-        return st.ino
-
-    def _forget_name(self, parent: int, name: str, ino: int) -> None:
-        if self._name.get(ino) == (self._lfs_ino(parent), name):
+    def _forget_name(self, parent: int, name: bytes, ino: int) -> None:
+        if self._name.get(ino) == (self._lfs(parent), os.fsdecode(name)):
             del self._name[ino]
 
-    # ------------------------------------------------------------------ lookups, attributes
-    async def lookup(
-        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
-        if name in (b".", b".."):
-            raise pyfuse3.FUSEError(errno.ENOENT)
+    # ------------------------------------------------------------------ attributes
+    def lookup(self, parent: int, name: bytes) -> Attr | None:
         try:
-            ino = self._lookup_ino(parent_inode, name)
-        except pyfuse3.FUSEError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
-            neg = pyfuse3.EntryAttributes()  # a negative entry the kernel may cache
-            neg.st_ino = 0
-            neg.entry_timeout = _TIMEOUT
-            return neg
+            st = self.fs.stat(self._child(parent, name))
+        except LfsOpError:
+            return None  # a negative entry the kernel may cache
+        self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
+        return self._attr(st)
+
+    def getattr(self, ino: int) -> Attr:
         return self._stat(ino)
 
-    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._stat(inode)
-
-    async def setattr(
+    def setattr(
         self,
-        inode: int,
-        attr: pyfuse3.EntryAttributes,
-        fields: pyfuse3.SetattrFields,
-        fh: int | None,
-        ctx: pyfuse3.RequestContext,
-    ) -> pyfuse3.EntryAttributes:
-        path = self._path(inode)
-        if fields.update_size:
-            self._call(self.fs.truncate, path, attr.st_size)
-        mode = attr.st_mode & 0o7777 if fields.update_mode else None
-        uid = attr.st_uid if fields.update_uid else None
-        gid = attr.st_gid if fields.update_gid else None
-        atime = attr.st_atime_ns // 1_000_000 if fields.update_atime else None
-        mtime = attr.st_mtime_ns // 1_000_000 if fields.update_mtime else None
-        if (mode, uid, gid, atime, mtime) != (None,) * 5:
-            return self._entry(self._call(self.fs.setattr, path, mode, uid, gid, atime, mtime))
-        return self._stat(inode)
+        ino: int,
+        to_set: int,
+        mode: int,
+        uid: int,
+        gid: int,
+        size: int,
+        atime_ns: int,
+        mtime_ns: int,
+        fh: int,
+    ) -> Attr:
+        assert _fuse is not None
+        path = self._path(ino)
+        if to_set & _fuse.SET_SIZE:
+            self._call(self.fs.truncate, path, size)
+        now_ns = None
+        if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
+            import time
 
-    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
-        return os.fsencode(self._call(self.fs.readlink, self._path(inode)))
+            now_ns = time.time_ns()
+        atime = mtime = None
+        if to_set & _fuse.SET_ATIME:
+            atime = (now_ns if to_set & _fuse.SET_ATIME_NOW and now_ns else atime_ns) // 1_000_000
+        if to_set & _fuse.SET_MTIME:
+            mtime = (now_ns if to_set & _fuse.SET_MTIME_NOW and now_ns else mtime_ns) // 1_000_000
+        args = (
+            mode & 0o7777 if to_set & _fuse.SET_MODE else None,
+            uid if to_set & _fuse.SET_UID else None,
+            gid if to_set & _fuse.SET_GID else None,
+            atime,
+            mtime,
+        )
+        if args != (None,) * 5:
+            return self._attr(self._call(self.fs.setattr, path, *args))
+        return self._stat(ino)
 
-    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+    def readlink(self, ino: int) -> bytes:
+        return os.fsencode(self._call(self.fs.readlink, self._path(ino)))
+
+    def statfs(self) -> tuple[int, int, int, int, int, int]:
         total, live = self._call(self.fs.usage)
-        used_inodes = sum(1 for _ in self._call(self.fs.inodes))
-        s = pyfuse3.StatvfsData()
-        s.f_bsize = s.f_frsize = self.bs
-        s.f_blocks = total
-        s.f_bfree = s.f_bavail = max(0, total - live)
-        s.f_files = max(total, used_inodes)
-        s.f_ffree = s.f_favail = s.f_files - used_inodes
-        s.f_namemax = 255
-        return s
+        used = sum(1 for _ in self._call(self.fs.inodes))
+        files = max(total, used)
+        return self.bs, total, max(0, total - live), files, files - used, 255
 
     # ------------------------------------------------------------------ namespace
-    async def mknod(
-        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
+    def mknod(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
         if not stat_mod.S_ISREG(mode):
-            raise pyfuse3.FUSEError(errno.EPERM)  # the LFS has files, directories, links
-        ino = self._call(self.fs.create, self._child(parent_inode, name), mode & 0o7777)
-        return self._new_entry(parent_inode, name, ino, ctx)
+            raise _err(errno.EPERM)  # the LFS holds files, directories and symbolic links
+        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        return self._made(parent, name, ino, uid, gid)
 
-    async def mkdir(
-        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
-        ino = self._call(self.fs.mkdir, self._child(parent_inode, name), mode & 0o7777)
-        return self._new_entry(parent_inode, name, ino, ctx)
+    def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
+        ino = self._call(self.fs.mkdir, self._child(parent, name), mode & 0o7777)
+        return self._made(parent, name, ino, uid, gid)
 
-    async def symlink(
-        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
-        path = self._child(parent_inode, name)
+    def symlink(self, target: bytes, parent: int, name: bytes, uid: int, gid: int) -> Attr:
+        path = self._child(parent, name)
         ino = self._call(self.fs.symlink, os.fsdecode(target), path)
-        return self._new_entry(parent_inode, name, ino, ctx)
+        return self._made(parent, name, ino, uid, gid)
 
-    async def link(
-        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
-        src = self._path(inode)
-        self._call(self.fs.link, src, self._child(new_parent_inode, new_name))
-        return self._stat(inode)
+    def link(self, ino: int, parent: int, name: bytes) -> Attr:
+        src = self._path(ino)
+        self._call(self.fs.link, src, self._child(parent, name))
+        return self._stat(ino)
 
-    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        path = self._child(parent_inode, name)
+    def unlink(self, parent: int, name: bytes) -> None:
+        path = self._child(parent, name)
         st = self._call(self.fs.stat, path)
-        sname = os.fsdecode(name)
         if self._open.get(st.ino) and st.nlink == 1 and st.ino not in self._hidden:
-            base = self._path(parent_inode)
             hidden = f"{_HIDDEN}{st.ino:08x}"
-            self._call(self.fs.rename, path, f"{base}/{hidden}" if base else hidden)
-            self._hidden[st.ino] = f"{base}/{hidden}" if base else hidden
-            self._name[st.ino] = (self._lfs_ino(parent_inode), hidden)
+            base = self._path(parent)
+            hpath = f"{base}/{hidden}" if base else hidden
+            self._call(self.fs.rename, path, hpath)
+            self._hidden[st.ino] = hpath
+            self._name[st.ino] = (self._lfs(parent), hidden)
             return
         self._call(self.fs.unlink, path)
-        self._forget_name(parent_inode, sname, st.ino)
+        self._forget_name(parent, name, st.ino)
 
-    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        path = self._child(parent_inode, name)
+    def rmdir(self, parent: int, name: bytes) -> None:
+        path = self._child(parent, name)
         st = self._call(self.fs.stat, path)
         if not stat_mod.S_ISDIR(st.mode):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
+            raise _err(errno.ENOTDIR)
         self._call(self.fs.rmdir, path)
-        self._forget_name(parent_inode, os.fsdecode(name), st.ino)
+        self._forget_name(parent, name, st.ino)
 
-    async def rename(
-        self,
-        parent_inode_old: int,
-        name_old: bytes,
-        parent_inode_new: int,
-        name_new: bytes,
-        flags: int,
-        ctx: pyfuse3.RequestContext,
-    ) -> None:
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            raise pyfuse3.FUSEError(errno.EINVAL)
-        src = self._child(parent_inode_old, name_old)
-        dst = self._child(parent_inode_new, name_new)
+    def rename(self, parent: int, name: bytes, newparent: int, newname: bytes, flags: int) -> None:
+        assert _fuse is not None
+        if flags & _fuse.RENAME_EXCHANGE:
+            raise _err(errno.EINVAL)
+        src = self._child(parent, name)
+        dst = self._child(newparent, newname)
         st = self._call(self.fs.stat, src)
-        victim: Stat | None = None
         try:
-            victim = self.fs.stat(dst)
+            victim: Stat | None = self.fs.stat(dst)
         except LfsOpError:
             victim = None
         if victim is not None:
-            if flags & pyfuse3.RENAME_NOREPLACE:
-                raise pyfuse3.FUSEError(errno.EEXIST)
+            if flags & _fuse.RENAME_NOREPLACE:
+                raise _err(errno.EEXIST)
             if victim.ino == st.ino:
                 return  # two names of one inode: POSIX says do nothing
-            if stat_mod.S_ISDIR(victim.mode) and not stat_mod.S_ISDIR(st.mode):
-                raise pyfuse3.FUSEError(errno.EISDIR)
-            if stat_mod.S_ISDIR(st.mode) and not stat_mod.S_ISDIR(victim.mode):
-                raise pyfuse3.FUSEError(errno.ENOTDIR)
+            if stat_mod.S_ISDIR(victim.mode) != stat_mod.S_ISDIR(st.mode):
+                raise _err(errno.EISDIR if stat_mod.S_ISDIR(victim.mode) else errno.ENOTDIR)
             if self._open.get(victim.ino) and victim.nlink == 1:
-                await self.unlink(parent_inode_new, name_new, ctx)  # kept while open
+                self.unlink(newparent, newname)  # kept under a hidden name while open
         self._call(self.fs.rename, src, dst)
         if victim is not None:
-            self._forget_name(parent_inode_new, os.fsdecode(name_new), victim.ino)
-        self._name[st.ino] = (self._lfs_ino(parent_inode_new), os.fsdecode(name_new))
+            self._forget_name(newparent, newname, victim.ino)
+        self._name[st.ino] = (self._lfs(newparent), os.fsdecode(newname))
 
     # ------------------------------------------------------------------ files
     def _new_fh(self, ino: int) -> int:
         fh = self._next_fh
         self._next_fh += 1
-        self._files[fh] = _Handle(ino)
+        self._files[fh] = ino
         self._open[ino] = self._open.get(ino, 0) + 1
         return fh
 
-    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        ino = self._lfs_ino(inode)
+    def _fh(self, fh: int) -> int:
+        ino = self._files.get(fh)
+        if ino is None:
+            raise _err(errno.EBADF)
+        return ino
+
+    def open(self, ino: int, flags: int) -> int:
         if flags & os.O_TRUNC:
-            self._call(self.fs.truncate, self._path(inode), 0)
-        return pyfuse3.FileInfo(fh=self._new_fh(ino), keep_cache=True)
+            self._call(self.fs.truncate, self._path(ino), 0)
+        return self._new_fh(self._lfs(ino))
 
-    async def create(
-        self,
-        parent_inode: int,
-        name: bytes,
-        mode: int,
-        flags: int,
-        ctx: pyfuse3.RequestContext,
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        ino = self._call(self.fs.create, self._child(parent_inode, name), mode & 0o7777)
-        entry = self._new_entry(parent_inode, name, ino, ctx)
-        return pyfuse3.FileInfo(fh=self._new_fh(ino), keep_cache=True), entry
+    def create(
+        self, parent: int, name: bytes, mode: int, flags: int, uid: int, gid: int
+    ) -> tuple[int, Attr]:
+        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        attr = self._made(parent, name, ino, uid, gid)
+        return self._new_fh(ino), attr
 
-    def _handle(self, fh: int) -> _Handle:
-        h = self._files.get(fh)
-        if h is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
-        return h
+    def read(self, fh: int, size: int, off: int) -> bytes:
+        return self._call(self.fs.read, self._path(self._fh(fh)), off, size)
 
-    async def read(self, fh: int, off: int, size: int) -> bytes:
-        h = self._handle(fh)
-        return self._call(self.fs.read, self._path(h.ino), off, size)
+    def write(self, fh: int, data: bytes, off: int) -> int:
+        return self._call(self.fs.write, self._path(self._fh(fh)), off, data)
 
-    async def write(self, fh: int, off: int, buf: bytes) -> int:
-        h = self._handle(fh)
-        h.writes += 1
-        return self._call(self.fs.write, self._path(h.ino), off, buf)
+    def flush(self, fh: int) -> None:
+        self._fh(fh)
 
-    async def flush(self, fh: int) -> None:
-        self._handle(fh)
-
-    async def fsync(self, fh: int, datasync: bool) -> None:
-        self._handle(fh)
+    def fsync(self, fh: int, datasync: int) -> None:
+        self._fh(fh)
         self._sync()
 
     def _sync(self) -> None:
         self._call(self.fs.sync)
         self._call(os.fdatasync, self.fs.fd)
 
-    async def release(self, fh: int) -> None:
-        h = self._files.pop(fh, None)
-        if h is None:
+    def release(self, fh: int) -> None:
+        ino = self._files.pop(fh, None)
+        if ino is None:
             return
-        left = self._open.get(h.ino, 1) - 1
+        left = self._open.get(ino, 1) - 1
         if left > 0:
-            self._open[h.ino] = left
+            self._open[ino] = left
             return
-        self._open.pop(h.ino, None)
-        hidden = self._hidden.pop(h.ino, None)
+        self._open.pop(ino, None)
+        hidden = self._hidden.pop(ino, None)
         if hidden is not None:
             self._call(self.fs.unlink, hidden)
-            self._name.pop(h.ino, None)
+            self._name.pop(ino, None)
 
     # ------------------------------------------------------------------ directories
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        path = self._path(inode)
-        entries = sorted(self._call(self.fs.readdir, path))
+    def opendir(self, ino: int) -> int:
+        lino = self._lfs(ino)
+        entries: list[tuple[bytes, int, int]] = []
+        parent = self._name.get(lino, (INO_ROOT, ""))[0]
+        entries.append((b".", ino, stat_mod.S_IFDIR))
+        entries.append((b"..", FUSE_ROOT if parent == INO_ROOT else parent, stat_mod.S_IFDIR))
+        for name, child in sorted(self._call(self.fs.readdir, self._path(ino))):
+            try:
+                mode = self.fs.stat_ino(child).mode
+            except (LfsOpError, LfsError):
+                continue
+            entries.append((os.fsencode(name), child, mode))
         fh = self._next_fh
         self._next_fh += 1
-        self._dirs[fh] = _DirHandle(self._lfs_ino(inode), entries)
+        self._dirs[fh] = _Dir(lino, entries)
         return fh
 
-    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+    def readdir(self, fh: int, off: int) -> list[tuple[bytes, int, int, int]]:
         d = self._dirs.get(fh)
         if d is None:
-            raise pyfuse3.FUSEError(errno.EBADF)
-        for i in range(start_id, len(d.entries)):
-            name, ino = d.entries[i]
-            try:
-                st = self.fs.stat_ino(ino)
-            except (LfsOpError, LfsError):
-                continue  # removed since opendir
-            if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(st), i + 1):
-                return
-            self._name.setdefault(ino, (d.ino, name))
+            raise _err(errno.EBADF)
+        return [(n, i, m, k + 1) for k, (n, i, m) in enumerate(d.entries) if k >= off][:512]
 
-    async def releasedir(self, fh: int) -> None:
+    def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
 
-    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+    def fsyncdir(self, fh: int, datasync: int) -> None:
         self._sync()
 
 
 # ---------------------------------------------------------------------------- mount
 
 
-def _options(image: Path, extra: tuple[str, ...]) -> set[str]:
-    opts = set(pyfuse3.default_options)
-    opts.add(f"fsname={image}")
-    opts.add(f"subtype={SUBTYPE}")
+def _options(image: Path, extra: tuple[str, ...]) -> str:
+    opts = ["default_permissions", f"fsname={image}", f"subtype={SUBTYPE}"]
     if os.geteuid() == 0:
-        opts.add("allow_other")
-    opts.update(extra)
-    return opts
-
-
-async def _serve() -> None:
-    import signal
-
-    async with trio.open_nursery() as nursery:
-
-        async def watch() -> None:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
-                async for _ in sigs:
-                    pyfuse3.terminate()
-                    return
-
-        nursery.start_soon(watch)
-        await pyfuse3.main(min_tasks=1, max_tasks=1)
-        nursery.cancel_scope.cancel()
+        opts.append("allow_other")
+    opts.extend(extra)
+    for o in opts:
+        if "," in o.replace("\\,", ""):
+            raise UsageError(f"FUSE option {o!r}: give one option per -o (or escape ',')")
+    return ",".join(opts)
 
 
 def _daemonize(ready: Callable[[int], None]) -> None:
-    """Fork: the parent reports the child's pid and exits at once, without closing anything
-    (the child owns the image and the FUSE session)."""
+    """Fork: the parent reports the child's pid and exits at once without closing anything
+    (the child owns the image and the FUSE session); the child leaves the terminal."""
     r, w = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(w)
-        status = os.read(r, 1)
-        ready(pid)
-        os._exit(0 if status == b"1" else 1)
+        ok = os.read(r, 1) == b"1"
+        if ok:
+            ready(pid)
+        os._exit(0 if ok else 1)
     os.close(r)
     os.setsid()
     os.chdir("/")
@@ -529,26 +465,29 @@ def mount(
     foreground: bool = True,
     policy: str | None = None,
     options: tuple[str, ...] = (),
+    writeback: bool = True,
     ready: Callable[[int], None] | None = None,
 ) -> int:
     """Mount ``image`` on ``mountpoint`` and serve until it is unmounted (``fusermount3 -u``)
-    or the process gets SIGINT/SIGTERM/SIGHUP; then close the LFS (write and checkpoint).
-    With ``foreground=False`` the process forks once the mount is up: the parent calls
-    ``ready(pid)`` and exits, the child serves. Returns the number of requests that failed
-    with an unexpected error (logged)."""
+    or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
+    checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
+    parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
+    writeback cache. Returns the number of requests that failed unexpectedly (printed)."""
     why = fuse_available()
     if why is not None:
         raise MountError(f"cannot mount through FUSE: {why}")
+    assert _fuse is not None
     image = image.resolve()
     mp = mountpoint.resolve()
     if not mp.is_dir():
         raise UsageError(f"{mountpoint}: not a directory")
     if os.path.ismount(mp):
         raise UsageError(f"{mountpoint}: something is already mounted there")
+    opts = _options(image, options)
     fs = LFS.open(image, policy=policy)
     ops = LfsOperations(fs)
     try:
-        pyfuse3.init(ops, str(mp), _options(image, options))
+        session = _fuse.Session(ops, str(mp), opts, writeback)
     except BaseException as exc:
         fs.close()
         raise MountError(f"cannot mount {image} on {mountpoint}: {exc}") from None
@@ -556,19 +495,11 @@ def mount(
         _daemonize(ready or (lambda pid: None))
     elif ready is not None:
         ready(os.getpid())
-    unmount = True
     try:
-        trio.run(_serve)
-    except BaseException:
-        _log.exception("fsage lfs mount: the FUSE loop failed")
-        raise
+        session.loop()
     finally:
         try:
-            unmount = os.path.ismount(mp)
-        except OSError:
-            unmount = False
-        try:
-            pyfuse3.close(unmount=unmount)
+            session.unmount()
         finally:
             fs.close()
     return ops.errors
