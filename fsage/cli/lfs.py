@@ -181,9 +181,20 @@ def info_cmd(image: Path, fmt: str) -> None:
 @click.option(
     "--policy", type=click.Choice(POLICIES), help="Cleaning policy (default: the image's)."
 )
+@click.option(
+    "--writeback/--no-writeback",
+    default=True,
+    show_default=True,
+    help="The kernel's writeback cache (small writes reach the LFS in page-sized runs).",
+)
 @click.option("-o", "options", multiple=True, help="Extra FUSE mount option (repeatable).")
 def mount_cmd(
-    image: Path, mountpoint: Path, foreground: bool, policy: str | None, options: tuple[str, ...]
+    image: Path,
+    mountpoint: Path,
+    foreground: bool,
+    policy: str | None,
+    writeback: bool,
+    options: tuple[str, ...],
 ) -> None:
     """Mount an LFS image through FUSE. `fusermount3 -u MOUNTPOINT` unmounts it: the log is
     written and a checkpoint taken. After a crash (kill -9) the next mount rolls forward.
@@ -200,7 +211,13 @@ def mount_cmd(
         click.echo(f"{image}: mounted on {mountpoint} (pid {pid})")
 
     errors = mount(
-        image, mountpoint, foreground=foreground, policy=policy, options=options, ready=ready
+        image,
+        mountpoint,
+        foreground=foreground,
+        policy=policy,
+        options=options,
+        writeback=writeback,
+        ready=ready,
     )
     if errors:
         raise SystemExit(1)

@@ -124,6 +124,9 @@ class LfsOperations:
         self._dirs: dict[int, _Dir] = {}
         self._open: dict[int, int] = {}  # LFS ino -> open handles
         self._hidden: dict[int, str] = {}  # LFS ino -> hidden path of an unlinked open file
+        # Inodes removed through this mount: the kernel may still send requests for them
+        # (the times of a file it closed late), answered ENOENT without a walk of the tree.
+        self._gone: set[int] = set()
         self._next_fh = 1
         self.errors = 0  # requests that failed with something other than an LFS refusal
 
@@ -152,6 +155,8 @@ class LfsOperations:
         while ino != INO_ROOT:
             where = self._name.get(ino)
             if where is None:
+                if ino in self._gone:
+                    raise _err(errno.ENOENT)
                 where = self._find(ino)
             ino, name = where
             parts.append(name)
@@ -199,13 +204,18 @@ class LfsOperations:
 
     def _made(self, parent: int, name: bytes, ino: int, uid: int, gid: int) -> Attr:
         self._name[ino] = (self._lfs(parent), os.fsdecode(name))
+        self._gone.discard(ino)
         if uid or gid:
             return self._attr(self._call(self.fs.setattr, self._path(ino), None, uid, gid))
         return self._stat(ino)
 
-    def _forget_name(self, parent: int, name: bytes, ino: int) -> None:
+    def _forget_name(self, parent: int, name: bytes, ino: int, last: bool) -> None:
+        """``name`` in ``parent`` no longer leads to ``ino``; ``last``: it was its last name."""
         if self._name.get(ino) == (self._lfs(parent), os.fsdecode(name)):
             del self._name[ino]
+        if last:
+            self._name.pop(ino, None)
+            self._gone.add(ino)
 
     # ------------------------------------------------------------------ attributes
     def lookup(self, parent: int, name: bytes) -> Attr | None:
@@ -214,6 +224,7 @@ class LfsOperations:
         except LfsOpError:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
+        self._gone.discard(st.ino)
         return self._attr(st)
 
     def getattr(self, ino: int) -> Attr:
@@ -298,7 +309,7 @@ class LfsOperations:
             self._name[st.ino] = (self._lfs(parent), hidden)
             return
         self._call(self.fs.unlink, path)
-        self._forget_name(parent, name, st.ino)
+        self._forget_name(parent, name, st.ino, st.nlink <= 1)
 
     def rmdir(self, parent: int, name: bytes) -> None:
         path = self._child(parent, name)
@@ -306,7 +317,7 @@ class LfsOperations:
         if not stat_mod.S_ISDIR(st.mode):
             raise _err(errno.ENOTDIR)
         self._call(self.fs.rmdir, path)
-        self._forget_name(parent, name, st.ino)
+        self._forget_name(parent, name, st.ino, True)
 
     def rename(self, parent: int, name: bytes, newparent: int, newname: bytes, flags: int) -> None:
         assert _fuse is not None
@@ -328,9 +339,11 @@ class LfsOperations:
                 raise _err(errno.EISDIR if stat_mod.S_ISDIR(victim.mode) else errno.ENOTDIR)
             if self._open.get(victim.ino) and victim.nlink == 1:
                 self.unlink(newparent, newname)  # kept under a hidden name while open
+                victim = None
         self._call(self.fs.rename, src, dst)
         if victim is not None:
-            self._forget_name(newparent, newname, victim.ino)
+            last = stat_mod.S_ISDIR(victim.mode) or victim.nlink <= 1
+            self._forget_name(newparent, newname, victim.ino, last)
         self._name[st.ino] = (self._lfs(newparent), os.fsdecode(newname))
 
     # ------------------------------------------------------------------ files
@@ -389,6 +402,7 @@ class LfsOperations:
         if hidden is not None:
             self._call(self.fs.unlink, hidden)
             self._name.pop(ino, None)
+            self._gone.add(ino)
 
     # ------------------------------------------------------------------ directories
     def opendir(self, ino: int) -> int:
