@@ -228,30 +228,23 @@ def seq_tables(tmp: Path, size_mb: int) -> dict[str, Any]:
 
 
 def print_seq(out: dict[str, Any]) -> None:
-    def table(doc: dict[str, Any]) -> dict[tuple[str, str], float]:
-        t: dict[tuple[str, str], float] = {}
-        for r in _results(doc):
-            if r.get("unit") == "MB/s":
-                t[(r["name"], r["params"].get("file_size", ""))] = r["value"]
-        return t
+    def table(doc: dict[str, Any]) -> dict[tuple[str, int], float]:
+        return {
+            (r["metric"], int(r["params"]["file_size"])): r["value"] / 1024
+            for r in _results(doc)
+            if r.get("unit") == "KB/s" and "file_size" in r["params"]
+        }
 
     lt, et = table(out["lfs"]), table(out["ext4"])
-    sizes = sorted({k[1] for k in lt}, key=lambda s: _size_key(s))
     print("\nSeed 000 Figures 1-2: sequential throughput by file size (MB/s; cold)")
-    print(
-        f"{'file size':>10} {'read LFS':>9} {'read ext4':>10} {'write LFS':>10} {'write ext4':>11}"
-    )
-    for s in sizes:
+    head = ("file size", "read LFS", "read ext4", "write LFS", "write ext4")
+    print("{:>10} {:>9} {:>10} {:>10} {:>11}".format(*head))
+    for s in sorted({k[1] for k in lt}):
+        label = f"{s // 1024} KB" if s < 1 << 20 else f"{s >> 20} MB"
         print(
-            f"{s:>10} {lt.get(('read', s), 0):9.1f} {et.get(('read', s), 0):10.1f} "
+            f"{label:>10} {lt.get(('read', s), 0):9.1f} {et.get(('read', s), 0):10.1f} "
             f"{lt.get(('write', s), 0):10.1f} {et.get(('write', s), 0):11.1f}"
         )
-
-
-def _size_key(s: str) -> float:
-    units = {"K": 1, "M": 1024, "G": 1024 * 1024}
-    m = re.match(r"(\d+(?:\.\d+)?)\s*([KMG])", str(s))
-    return float(m.group(1)) * units[m.group(2)] if m else 0.0
 
 
 def tpcb_table(tmp: Path, utils: list[float], tx: int) -> list[dict[str, Any]]:
@@ -273,7 +266,7 @@ def tpcb_table(tmp: Path, utils: list[float], tx: int) -> list[dict[str, Any]]:
                     mp, "--suite", "tpcb", "--size", f"{account_mb}M", "--transactions", str(tx)
                 )
             img.unlink()
-            tps = [r["value"] for r in _results(doc) if r["name"] == "transactions"]
+            tps = [r["value"] for r in _results(doc) if r["metric"] == "tps"]
             row[fs] = tps[0] if tps else None
         rows.append(row)
     return rows
@@ -302,6 +295,7 @@ def main() -> None:
     ap.add_argument("--seq-size", type=int, default=8, help="MB per file size (seq)")
     ap.add_argument("--tpcb", action="store_true", help="seed 000 Figure 4 too")
     ap.add_argument("--tpcb-tx", type=int, default=2000, help="transactions per TPC-B run")
+    ap.add_argument("--no-table1", action="store_true", help="only the seed 000 tables")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args()
     why = fuse_available()
@@ -309,9 +303,10 @@ def main() -> None:
         raise SystemExit(f"needs FUSE, root with loop devices and postmark ({why or 'ok'})")
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     report: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="fsage-t1-", dir=shm) as t:
-        report["table1"] = table1(Path(t))
-        print_table1(report["table1"])
+    if not args.no_table1:
+        with tempfile.TemporaryDirectory(prefix="fsage-t1-", dir=shm) as t:
+            report["table1"] = table1(Path(t))
+            print_table1(report["table1"])
     if args.seq:
         with tempfile.TemporaryDirectory(prefix="fsage-seq-") as t:
             report["seq"] = seq_tables(Path(t), args.seq_size)
