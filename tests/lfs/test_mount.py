@@ -385,10 +385,45 @@ def test_snapshot_of_the_mount_reads_the_image(
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
+    from fsage.errors import SourceError
+    from fsage.snapshotter.live import read_live_layout
     from fsage.snapshotter.sources import read_source
+
+    with pytest.raises(SourceError, match="no FIEMAP"):
+        read_live_layout(mp)
 
     layout = read_source(mp)
     assert layout.facts.kind == "lfs"
     assert any("mounted through FUSE" in n for n in layout.notes)
     sizes = sorted(int(s) for s in layout.files.size if s)
     assert sizes[-19:] == [i * 5000 for i in range(1, 20)]
+
+
+def test_foreground_mount_checkpoints_on_sigterm(tmp_path: Path, image: Path) -> None:
+    mp = tmp_path / "fg"
+    mp.mkdir()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsage", "lfs", "mount", str(image), str(mp), "--foreground"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "mounted on" in proc.stdout.readline()
+        (mp / "f").write_bytes(b"x" * 10000)  # not fsync'ed: the unmount writes it
+        proc.send_signal(15)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if os.path.ismount(mp):
+            subprocess.run(["fusermount3", "-u", str(mp)], check=False)
+    assert not os.path.ismount(mp)
+    with LFS.open(image, readonly=True) as fs:
+        assert fs.rolled_forward == 0
+        assert fs.read("f") == b"x" * 10000
+    assert rep_ok(image)
