@@ -347,6 +347,7 @@ def rep_ok(image: Path) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_kill9_loses_nothing_fsynced(tmp_path: Path, mounted: Mounted) -> None:
     mp = mounted.mp
     data = random.Random(3).randbytes(300_000)
@@ -370,6 +371,7 @@ def test_kill9_loses_nothing_fsynced(tmp_path: Path, mounted: Mounted) -> None:
     assert rep_ok(mounted.image)
 
 
+@pytest.mark.slow
 def test_snapshot_of_the_mount_reads_the_image(
     tmp_path: Path, mounted: Mounted, fsage_env: dict[str, str]
 ) -> None:
@@ -399,6 +401,7 @@ def test_snapshot_of_the_mount_reads_the_image(
     assert sizes[-19:] == [i * 5000 for i in range(1, 20)]
 
 
+@pytest.mark.slow
 def test_foreground_mount_checkpoints_on_sigterm(tmp_path: Path, image: Path) -> None:
     mp = tmp_path / "fg"
     mp.mkdir()
