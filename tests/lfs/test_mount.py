@@ -430,3 +430,46 @@ def test_foreground_mount_checkpoints_on_sigterm(tmp_path: Path, image: Path) ->
         assert fs.rolled_forward == 0
         assert fs.read("f") == b"x" * 10000
     assert rep_ok(image)
+
+
+@pytest.mark.slow
+def test_age_through_the_mount_matches_tmpfs(
+    tmp_path: Path, mounted: Mounted, twin: Path, fsage_env: dict[str, str]
+) -> None:
+    ops = tmp_path / "ops.jsonl"
+
+    def fsage(*args: str) -> None:
+        out = subprocess.run(
+            [sys.executable, "-m", "fsage", *args],
+            env=fsage_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+
+    fsage(
+        "workload",
+        "generate",
+        "--profile",
+        "hfs-surge",
+        "--seed",
+        "5",
+        "--capacity",
+        "24M",
+        "--fill",
+        "0.5",
+        "-o",
+        str(ops),
+    )
+    first = tmp_path / "first.jsonl"  # the header and the first 600 ops
+    first.write_text("".join(ops.read_text().splitlines(keepends=True)[:601]))
+    for target in (mounted.mp, twin):
+        fsage("age", str(target), "--ops", str(first), "--force")
+    skip = {".fsage-age"}
+    got = {k: v for k, v in _strip_times(_tree(mounted.mp)).items() if k not in skip}
+    want = {k: v for k, v in _strip_times(_tree(twin)).items() if k not in skip}
+    assert len(want) > 50
+    assert got == want
+    mounted.unmount()
+    assert rep_ok(mounted.image)
