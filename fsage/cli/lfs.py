@@ -171,7 +171,7 @@ def info_cmd(image: Path, fmt: str) -> None:
 
 @lfs_group.command("mount")
 @click.argument("image", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("mountpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("mountpoint", type=click.Path(path_type=Path))
 @click.option(
     "--foreground/--daemon",
     default=False,

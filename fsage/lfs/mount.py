@@ -493,6 +493,14 @@ def mount(
     assert _fuse is not None
     image = image.resolve()
     mp = mountpoint.resolve()
+    try:
+        os.stat(mp)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise UsageError(
+                f"{mountpoint}: a FUSE mount whose process died; detach it with "
+                f"fusermount3 -u {mountpoint}"
+            ) from None
     if not mp.is_dir():
         raise UsageError(f"{mountpoint}: not a directory")
     if os.path.ismount(mp):
