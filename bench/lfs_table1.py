@@ -18,7 +18,8 @@ Each case runs in a fresh directory, removed afterwards. Target: LFS ≤ 2× ext
 ``--seq``: seed 000 Figures 1–2 (read and write throughput by file size, 1 KB–4 MB) with
 ``fsage bench --suite seq``; ``--tpcb``: Figure 4 (TPC-B transactions/s against utilization)
 with ``fsage bench --suite tpcb``, the LFS at each utilization with its cleaner and, as the
-paper does for "no cleaner", on an image large enough that the cleaner never runs.
+paper does for "no cleaner", on an image large enough that the cleaner never runs. These use
+fsage's default LFS geometry (1 MB segments) on images in the temporary directory.
 
     sudo PYTHONPATH=. python3 bench/lfs_table1.py [--seq] [--tpcb] [--json out.json]
 """
@@ -47,6 +48,7 @@ from fsage.replay.bench.postmark import VARIANTS
 REPO = Path(__file__).resolve().parent.parent
 SECTORS = 50_000  # the paper's disks: 50,000 512-octet sectors
 LFS_BPS = 16  # 64 KB segments of 4 KB blocks (mklfs -l65536 -b8)
+DEFAULT_BPS = 256  # fsage's default: 1 MB segments (seed 000's comparisons)
 
 CASES = {
     "touch+ls": "for i in $(seq 1 100); do touch $D/$i; ls $D > /dev/null; done",
@@ -67,10 +69,10 @@ def _timed(argv: list[str], **kw: Any) -> tuple[float, subprocess.CompletedProce
     return time.perf_counter() - t, proc
 
 
-def mkfs_lfs(image: Path, sectors: int) -> float:
-    segs = sectors * 512 // (LFS_BPS * 4096)
+def mkfs_lfs(image: Path, sectors: int, bps: int = LFS_BPS) -> float:
+    segs = sectors * 512 // (bps * 4096)
     cmd = [sys.executable, "-m", "fsage", "lfs", "mkfs", str(image), "--segments", str(segs)]
-    dt, p = _timed([*cmd, "--blocks-per-segment", str(LFS_BPS)], env=_env())
+    dt, p = _timed([*cmd, "--blocks-per-segment", str(bps)], env=_env())
     if p.returncode:
         raise SystemExit(f"fsage lfs mkfs failed: {p.stderr.strip()}")
     return dt
@@ -216,8 +218,8 @@ def _results(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def seq_tables(tmp: Path, size_mb: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     lfs_img, ext_img = tmp / "seq-lfs.img", tmp / "seq-ext4.img"
-    sectors = (4 * size_mb + 64) * 2048
-    mkfs_lfs(lfs_img, sectors)
+    sectors = (4 * size_mb * 13 + 64) * 2048  # 13 file sizes; the log a quarter full
+    mkfs_lfs(lfs_img, sectors, DEFAULT_BPS)
     mkfs_ext4(ext_img, sectors)
     args = ("--suite", "seq", "--size", f"{size_mb}M")
     with lfs_mounted(lfs_img) as lmp:
@@ -257,7 +259,10 @@ def tpcb_table(tmp: Path, utils: list[float], tx: int) -> list[dict[str, Any]]:
             img = tmp / f"tpcb-{fs}.img"
             big = fs == "lfs-no-cleaner"
             sectors = (size_mb * 8 if big else size_mb) * 2048
-            (mkfs_ext4 if fs == "ext4" else mkfs_lfs)(img, sectors)
+            if fs == "ext4":
+                mkfs_ext4(img, sectors)
+            else:
+                mkfs_lfs(img, sectors, DEFAULT_BPS)
             ctx = loop_mount(img) if fs == "ext4" else lfs_mounted(img)
             with ctx as mp:
                 fill = int(size_mb * u * (1 << 20)) - account_mb * (1 << 20)
