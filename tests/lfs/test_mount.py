@@ -78,15 +78,17 @@ class Mounted:
         self.wait_gone()
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        out = subprocess.run(
-            [sys.executable, "-m", "fsage", "lfs", "mount", str(self.image), str(self.mp)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 2 and "fusermount3 -u" in out.stderr, out.stderr
-        subprocess.run(["fusermount3", "-u", str(self.mp)], check=True, timeout=30)
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "fsage", "lfs", "mount", str(self.image), str(self.mp)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 2 and "fusermount3 -u" in out.stderr, out.stderr
+        finally:  # the dead mount is detached whatever happens
+            subprocess.run(["fusermount3", "-u", str(self.mp)], check=True, timeout=30)
 
 
 @pytest.fixture
