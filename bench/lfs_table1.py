@@ -300,6 +300,9 @@ def main() -> None:
     ap.add_argument("--seq-size", type=int, default=8, help="MB per file size (seq)")
     ap.add_argument("--tpcb", action="store_true", help="seed 000 Figure 4 too")
     ap.add_argument("--tpcb-tx", type=int, default=2000, help="transactions per TPC-B run")
+    ap.add_argument(
+        "--utils", default="0.3,0.5,0.7,0.8", help="TPC-B utilizations (comma-separated)"
+    )
     ap.add_argument("--no-table1", action="store_true", help="only the seed 000 tables")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args()
@@ -318,7 +321,8 @@ def main() -> None:
             print_seq(report["seq"])
     if args.tpcb:
         with tempfile.TemporaryDirectory(prefix="fsage-tpcb-") as t:
-            report["tpcb"] = tpcb_table(Path(t), [0.3, 0.5, 0.7, 0.8], args.tpcb_tx)
+            utils = [float(u) for u in args.utils.split(",")]
+            report["tpcb"] = tpcb_table(Path(t), utils, args.tpcb_tx)
             print_tpcb(report["tpcb"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
