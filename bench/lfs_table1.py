@@ -264,12 +264,15 @@ def tpcb_table(tmp: Path, utils: list[float], tx: int) -> list[dict[str, Any]]:
             else:
                 mkfs_lfs(img, sectors, DEFAULT_BPS)
             ctx = loop_mount(img) if fs == "ext4" else lfs_mounted(img)
-            with ctx as mp:
-                fill = int(size_mb * u * (1 << 20)) - account_mb * (1 << 20)
-                _fill(mp / "filler", max(0, fill))
-                doc = bench_json(
-                    mp, "--suite", "tpcb", "--size", f"{account_mb}M", "--transactions", str(tx)
-                )
+            doc: dict[str, Any] = {}
+            try:
+                with ctx as mp:
+                    fill = int(size_mb * u * (1 << 20)) - account_mb * (1 << 20)
+                    _fill(mp / "filler", max(0, fill))
+                    args = ("--size", f"{account_mb}M", "--transactions", str(tx))
+                    doc = bench_json(mp, "--suite", "tpcb", *args)
+            except (OSError, SystemExit) as exc:  # a full file system is a result too
+                row[f"{fs}_error"] = str(exc)
             img.unlink()
             tps = [r["value"] for r in _results(doc) if r["metric"] == "tps"]
             row[fs] = tps[0] if tps else None
@@ -292,6 +295,9 @@ def print_tpcb(rows: list[dict[str, Any]]) -> None:
         vals = [r.get(k) for k in ("lfs", "lfs-no-cleaner", "ext4")]
         cells = [f"{v:.0f}" if isinstance(v, (int, float)) else "-" for v in vals]
         print(f"{r['utilization']:11.2f} {cells[0]:>12} {cells[1]:>15} {cells[2]:>8}")
+        for k in ("lfs", "lfs-no-cleaner", "ext4"):
+            if r.get(f"{k}_error"):
+                print(f"  {k} at {r['utilization']:.2f}: {r[f'{k}_error'][:160]}")
 
 
 def main() -> None:
