@@ -1,4 +1,4 @@
-"""Build fsage and its C extension over libext2fs (flags from pkg-config)."""
+"""Build fsage and its C extensions over libext2fs and libfuse3 (flags from pkg-config)."""
 
 import shlex
 import subprocess
@@ -6,18 +6,18 @@ import subprocess
 from setuptools import Extension, setup
 
 
-def pkg_config(*args: str) -> list[str]:
+def pkg_config(*args: str, libs: tuple[str, ...] = ("ext2fs", "e2p", "com_err")) -> list[str]:
     try:
         out = subprocess.run(
-            ["pkg-config", *args, "ext2fs", "e2p", "com_err"],
+            ["pkg-config", *args, *libs],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise SystemExit(
-            "fsage needs libext2fs headers and pkg-config "
-            "(Debian: apt-get install libext2fs-dev pkg-config)"
+            "fsage needs libext2fs and libfuse3 headers and pkg-config "
+            "(Debian: apt-get install libext2fs-dev libfuse3-dev pkg-config)"
         ) from exc
     return shlex.split(out)
 
@@ -44,4 +44,12 @@ live = Extension(
     extra_link_args=["-pthread"],
 )
 
-setup(ext_modules=[ext2fs, live])
+# `fsage lfs mount`: libfuse3's low-level loop calling fsage/lfs/mount.py (fsage/_fuse.c).
+fuse = Extension(
+    "fsage._fuse",
+    sources=["fsage/_fuse.c"],
+    extra_compile_args=[*pkg_config("--cflags", libs=("fuse3",)), "-O2", "-Wall"],
+    extra_link_args=pkg_config("--libs", libs=("fuse3",)),
+)
+
+setup(ext_modules=[ext2fs, live, fuse])

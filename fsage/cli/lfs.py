@@ -37,6 +37,7 @@ def lfs_group() -> None:
       fsage lfs mkfs lfs.img --size 256M
       fsage lfs fsck lfs.img
       fsage lfs info lfs.img --format json
+      fsage lfs mount lfs.img /mnt/lfs
     """
 
 
@@ -173,6 +174,60 @@ def info_cmd(image: Path, fmt: str) -> None:
         ["utilization", "segments"],
         [[f"{r['low']:.1f}-{r['high']:.1f}", r["segments"]] for r in info["histogram"]],
     )
+
+
+@lfs_group.command("mount")
+@click.argument("image", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("mountpoint", type=click.Path(path_type=Path))
+@click.option(
+    "--foreground/--daemon",
+    default=False,
+    show_default=True,
+    help="Serve in this process (until unmounted or Ctrl-C), or fork and return.",
+)
+@click.option(
+    "--policy", type=click.Choice(POLICIES), help="Cleaning policy (default: the image's)."
+)
+@click.option(
+    "--writeback/--no-writeback",
+    default=True,
+    show_default=True,
+    help="The kernel's writeback cache (small writes reach the LFS in page-sized runs).",
+)
+@click.option("-o", "options", multiple=True, help="Extra FUSE mount option (repeatable).")
+def mount_cmd(
+    image: Path,
+    mountpoint: Path,
+    foreground: bool,
+    policy: str | None,
+    writeback: bool,
+    options: tuple[str, ...],
+) -> None:
+    """Mount an LFS image through FUSE. `fusermount3 -u MOUNTPOINT` unmounts it: the log is
+    written and a checkpoint taken. After a crash (kill -9) the next mount rolls forward.
+
+    \b
+    Examples:
+      fsage lfs mount lfs.img /mnt/lfs
+      fsage lfs mount lfs.img /mnt/lfs --foreground --policy cost-benefit
+      fusermount3 -u /mnt/lfs
+    """
+    from fsage.lfs.mount import mount
+
+    def ready(pid: int) -> None:
+        click.echo(f"{image}: mounted on {mountpoint} (pid {pid})")
+
+    errors = mount(
+        image,
+        mountpoint,
+        foreground=foreground,
+        policy=policy,
+        options=options,
+        writeback=writeback,
+        ready=ready,
+    )
+    if errors:
+        raise SystemExit(1)
 
 
 COMMANDS = [lfs_group]

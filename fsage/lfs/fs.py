@@ -1582,3 +1582,32 @@ class LFS:
 
     def is_dir(self, ino: int) -> bool:
         return stat_mod.S_ISDIR(self._iget(ino).mode)
+
+    # ------------------------------------------------------------------ for the FUSE layer
+    # (fsage/lfs/mount.py): attribute changes that POSIX has and the operations above do not.
+    def setattr(
+        self,
+        path: str,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        atime_ms: int | None = None,
+        mtime_ms: int | None = None,
+    ) -> Stat:
+        """chmod (permission bits of ``mode``), chown and utimens in one unit; the change
+        time becomes now. Returns the new attributes."""
+        inode = self._iget(self._lookup(path))
+        if mode is not None:
+            inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
+        if uid is not None:
+            inode.uid = uid
+        if gid is not None:
+            inode.gid = gid
+        if atime_ms is not None:
+            inode.atime = atime_ms
+        if mtime_ms is not None:
+            inode.mtime = mtime_ms
+        inode.ctime = now_ms()
+        self._mark(inode)
+        self._end_op()
+        return self.stat_ino(inode.ino)

@@ -1166,6 +1166,12 @@ def read_live_layout(
     real = os.path.realpath(raw_path)
     mounts = read_mountinfo()
     mount = find_mount(real, mounts)
+    if mount.fstype == "fuse.fsage-lfs":
+        raise SourceError(
+            f"{path}: is on an fsage LFS mounted through FUSE ({mount.source}); FUSE passes no "
+            "FIEMAP, so the live reader cannot map it: `fsage snapshot` of the mount point or "
+            "of the image reads the image instead"
+        )
     if is_pseudo_fs(mount.fstype):
         raise SourceError(
             f"{path}: is on a {mount.fstype} file system, which has no block layout; "

@@ -1,0 +1,527 @@
+"""`fsage lfs mount`: the LFS of seed 003 mounted through FUSE.
+
+libfuse3's low-level session loop runs in C (``fsage._fuse``) and hands each request to a
+method of :class:`LfsOperations`, a thin adapter that makes one call of
+:class:`fsage.lfs.fs.LFS`'s public, path-based API per request (seed 003 §3.7 splits the same
+work into file, stream, directory and file-system operations). What the adapter keeps itself:
+
+* **Inode numbers.** FUSE inode numbers are the LFS's own, except that the FUSE root (1) is
+  the LFS root (2). For each inode the kernel knows, the adapter remembers one
+  (parent, name) pair it was reached by, so a request on an inode turns back into a path.
+  A name lost to an operation the adapter did not see is found again by a walk of the tree.
+* **Open files that are unlinked** keep their data under a hidden name in the same directory
+  (``.fuse_hidden<ino>``, as libfuse's path API does) until their last handle is released.
+* **Caching.** The kernel's writeback cache is on: small writes reach the LFS as page-sized
+  or larger runs. ``fsync`` makes the kernel write its dirty pages; then the LFS commits its
+  buffer to the log and the image file is fdatasync'ed.
+* **Unmount.** When the mount goes away (``fusermount3 -u``, or SIGINT, SIGTERM or SIGHUP to
+  the mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
+  ``kill -9`` the image holds what was committed (what was fsync'ed at least); the next mount
+  rolls forward from the last checkpoint. The dead mount must still be detached with
+  ``fusermount3 -u``.
+
+Times: the LFS keeps milliseconds; finer parts of a utimens are dropped.
+The live reader cannot map files on this mount (FUSE passes no FIEMAP); ``fsage snapshot
+MOUNTPOINT`` reads the image instead (:mod:`fsage.lfs.mounted`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat as stat_mod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from fsage.errors import FsageError, UsageError
+from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
+from fsage.lfs.fs import LFS, LfsOpError, Stat
+from fsage.lfs.mounted import FSTYPE
+
+try:
+    from fsage import _fuse
+except ImportError:  # pragma: no cover - reported by fuse_available()
+    _fuse = None  # type: ignore[assignment]
+
+SUBTYPE = FSTYPE.split(".", 1)[1]
+FUSE_ROOT = 1
+_HIDDEN = ".fuse_hidden"
+
+T = TypeVar("T")
+#: (ino, mode, nlink, uid, gid, size, 512-octet blocks, atime, mtime, ctime (ns), generation)
+Attr = tuple[int, int, int, int, int, int, int, int, int, int, int]
+
+# LfsOpError carries no errno; its messages start with these words.
+_ERRNO_BY_MESSAGE = (
+    ("no such", errno.ENOENT),
+    ("file exists", errno.EEXIST),
+    ("directory not empty", errno.ENOTEMPTY),
+    ("cannot replace directory", errno.ENOTEMPTY),
+    ("cannot replace file", errno.ENOTDIR),
+    ("not a directory", errno.ENOTDIR),
+    ("is a directory", errno.EISDIR),
+    ("name too long", errno.ENAMETOOLONG),
+    ("not a regular file", errno.EINVAL),
+    ("not a symbolic link", errno.EINVAL),
+    ("cannot move", errno.EINVAL),
+    ("hard links to directories", errno.EPERM),
+    ("inode", errno.ENOENT),
+)
+
+
+class MountError(FsageError):
+    """The image cannot be mounted (FUSE missing, mount point unusable, ...)."""
+
+
+def errno_of(exc: BaseException) -> int:
+    """The errno a failed LFS call answers the kernel with."""
+    if isinstance(exc, LfsNoSpace):
+        return errno.ENOSPC
+    if isinstance(exc, LfsOpError):
+        msg = str(exc).lower()
+        for prefix, code in _ERRNO_BY_MESSAGE:
+            if msg.startswith(prefix):
+                return code
+        return errno.EINVAL
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    return errno.EIO
+
+
+def fuse_available() -> str | None:
+    """None when this machine can mount through FUSE, else why not."""
+    if _fuse is None:
+        return "fsage._fuse is not built (needs libfuse3-dev; python3 setup.py build_ext)"
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse does not exist"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed (Debian package fuse3)"
+    return None
+
+
+def _err(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
+
+
+@dataclass
+class _Dir:
+    ino: int
+    entries: list[tuple[bytes, int, int]]
+
+
+class LfsOperations:
+    """FUSE requests (as ``fsage._fuse`` calls them) onto an open :class:`LFS`. Methods
+    answer errors by raising OSError with the errno for the kernel."""
+
+    def __init__(self, fs: LFS) -> None:
+        self.fs = fs
+        self.bs = fs.geo.block_size
+        self._name: dict[int, tuple[int, str]] = {}
+        self._files: dict[int, int] = {}  # fh -> LFS ino
+        self._dirs: dict[int, _Dir] = {}
+        self._open: dict[int, int] = {}  # LFS ino -> open handles
+        self._hidden: dict[int, str] = {}  # LFS ino -> hidden path of an unlinked open file
+        # Inodes removed through this mount: the kernel may still send requests for them
+        # (the times of a file it closed late), answered ENOENT without a walk of the tree.
+        self._gone: set[int] = set()
+        self._next_fh = 1
+        self.errors = 0  # requests that failed with something other than an LFS refusal
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _lfs(ino: int) -> int:
+        return INO_ROOT if ino == FUSE_ROOT else ino
+
+    def _call(self, fn: Callable[..., T], *args: object) -> T:
+        try:
+            return fn(*args)
+        except OSError:
+            raise
+        except (LfsOpError, LfsNoSpace) as exc:
+            raise _err(errno_of(exc)) from None
+        except Exception as exc:  # the loop must go on: log it, answer EIO
+            self.errors += 1
+            import traceback
+
+            traceback.print_exc()
+            raise _err(errno_of(exc)) from None
+
+    def _path(self, ino: int) -> str:
+        ino = self._lfs(ino)
+        parts: list[str] = []
+        while ino != INO_ROOT:
+            where = self._name.get(ino)
+            if where is None:
+                if ino in self._gone:
+                    raise _err(errno.ENOENT)
+                where = self._find(ino)
+            ino, name = where
+            parts.append(name)
+            if len(parts) > 4096:
+                raise _err(errno.ELOOP)
+        return "/".join(reversed(parts))
+
+    def _find(self, ino: int) -> tuple[int, str]:
+        """A (parent, name) of ``ino`` from a walk of the whole tree."""
+        stack = [(INO_ROOT, "")]
+        while stack:
+            dino, dpath = stack.pop()
+            for name, child in self._call(self.fs.readdir, dpath):
+                if child == ino:
+                    self._name[ino] = (dino, name)
+                    return dino, name
+                if self.fs.is_dir(child):
+                    self._name.setdefault(child, (dino, name))
+                    stack.append((child, f"{dpath}/{name}" if dpath else name))
+        raise _err(errno.ENOENT)
+
+    def _child(self, parent: int, name: bytes) -> str:
+        base = self._path(parent)
+        n = os.fsdecode(name)
+        return f"{base}/{n}" if base else n
+
+    def _attr(self, st: Stat) -> Attr:
+        ms = 1_000_000
+        return (
+            FUSE_ROOT if st.ino == INO_ROOT else st.ino,
+            st.mode,
+            st.nlink,
+            st.uid,
+            st.gid,
+            st.size,
+            st.blocks * self.bs // 512,
+            st.atime_ms * ms,
+            st.mtime_ms * ms,
+            st.ctime_ms * ms,
+            st.version,
+        )
+
+    def _stat(self, ino: int) -> Attr:
+        return self._attr(self._call(self.fs.stat_ino, self._lfs(ino)))
+
+    def _made(self, parent: int, name: bytes, ino: int, uid: int, gid: int) -> Attr:
+        self._name[ino] = (self._lfs(parent), os.fsdecode(name))
+        self._gone.discard(ino)
+        if uid or gid:
+            return self._attr(self._call(self.fs.setattr, self._path(ino), None, uid, gid))
+        return self._stat(ino)
+
+    def _forget_name(self, parent: int, name: bytes, ino: int, last: bool) -> None:
+        """``name`` in ``parent`` no longer leads to ``ino``; ``last``: it was its last name."""
+        if self._name.get(ino) == (self._lfs(parent), os.fsdecode(name)):
+            del self._name[ino]
+        if last:
+            self._name.pop(ino, None)
+            self._gone.add(ino)
+
+    # ------------------------------------------------------------------ attributes
+    def lookup(self, parent: int, name: bytes) -> Attr | None:
+        try:
+            st = self.fs.stat(self._child(parent, name))
+        except LfsOpError:
+            return None  # a negative entry the kernel may cache
+        self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
+        self._gone.discard(st.ino)
+        return self._attr(st)
+
+    def getattr(self, ino: int) -> Attr:
+        return self._stat(ino)
+
+    def setattr(
+        self,
+        ino: int,
+        to_set: int,
+        mode: int,
+        uid: int,
+        gid: int,
+        size: int,
+        atime_ns: int,
+        mtime_ns: int,
+        fh: int,
+    ) -> Attr:
+        assert _fuse is not None
+        path = self._path(ino)
+        if to_set & _fuse.SET_SIZE:
+            self._call(self.fs.truncate, path, size)
+        now_ns = None
+        if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
+            import time
+
+            now_ns = time.time_ns()
+        atime = mtime = None
+        if to_set & _fuse.SET_ATIME:
+            atime = (now_ns if to_set & _fuse.SET_ATIME_NOW and now_ns else atime_ns) // 1_000_000
+        if to_set & _fuse.SET_MTIME:
+            mtime = (now_ns if to_set & _fuse.SET_MTIME_NOW and now_ns else mtime_ns) // 1_000_000
+        args = (
+            mode & 0o7777 if to_set & _fuse.SET_MODE else None,
+            uid if to_set & _fuse.SET_UID else None,
+            gid if to_set & _fuse.SET_GID else None,
+            atime,
+            mtime,
+        )
+        if args != (None,) * 5:
+            return self._attr(self._call(self.fs.setattr, path, *args))
+        return self._stat(ino)
+
+    def readlink(self, ino: int) -> bytes:
+        return os.fsencode(self._call(self.fs.readlink, self._path(ino)))
+
+    def statfs(self) -> tuple[int, int, int, int, int, int]:
+        total, live = self._call(self.fs.usage)
+        used = sum(1 for _ in self._call(self.fs.inodes))
+        files = max(total, used)
+        return self.bs, total, max(0, total - live), files, files - used, 255
+
+    # ------------------------------------------------------------------ namespace
+    def mknod(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
+        if not stat_mod.S_ISREG(mode):
+            raise _err(errno.EPERM)  # the LFS holds files, directories and symbolic links
+        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        return self._made(parent, name, ino, uid, gid)
+
+    def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
+        ino = self._call(self.fs.mkdir, self._child(parent, name), mode & 0o7777)
+        return self._made(parent, name, ino, uid, gid)
+
+    def symlink(self, target: bytes, parent: int, name: bytes, uid: int, gid: int) -> Attr:
+        path = self._child(parent, name)
+        ino = self._call(self.fs.symlink, os.fsdecode(target), path)
+        return self._made(parent, name, ino, uid, gid)
+
+    def link(self, ino: int, parent: int, name: bytes) -> Attr:
+        src = self._path(ino)
+        self._call(self.fs.link, src, self._child(parent, name))
+        return self._stat(ino)
+
+    def unlink(self, parent: int, name: bytes) -> None:
+        path = self._child(parent, name)
+        st = self._call(self.fs.stat, path)
+        if self._open.get(st.ino) and st.nlink == 1 and st.ino not in self._hidden:
+            hidden = f"{_HIDDEN}{st.ino:08x}"
+            base = self._path(parent)
+            hpath = f"{base}/{hidden}" if base else hidden
+            self._call(self.fs.rename, path, hpath)
+            self._hidden[st.ino] = hpath
+            self._name[st.ino] = (self._lfs(parent), hidden)
+            return
+        self._call(self.fs.unlink, path)
+        self._forget_name(parent, name, st.ino, st.nlink <= 1)
+
+    def rmdir(self, parent: int, name: bytes) -> None:
+        path = self._child(parent, name)
+        st = self._call(self.fs.stat, path)
+        if not stat_mod.S_ISDIR(st.mode):
+            raise _err(errno.ENOTDIR)
+        self._call(self.fs.rmdir, path)
+        self._forget_name(parent, name, st.ino, True)
+
+    def rename(self, parent: int, name: bytes, newparent: int, newname: bytes, flags: int) -> None:
+        assert _fuse is not None
+        if flags & _fuse.RENAME_EXCHANGE:
+            raise _err(errno.EINVAL)
+        src = self._child(parent, name)
+        dst = self._child(newparent, newname)
+        st = self._call(self.fs.stat, src)
+        try:
+            victim: Stat | None = self.fs.stat(dst)
+        except LfsOpError:
+            victim = None
+        if victim is not None:
+            if flags & _fuse.RENAME_NOREPLACE:
+                raise _err(errno.EEXIST)
+            if victim.ino == st.ino:
+                return  # two names of one inode: POSIX says do nothing
+            if stat_mod.S_ISDIR(victim.mode) != stat_mod.S_ISDIR(st.mode):
+                raise _err(errno.EISDIR if stat_mod.S_ISDIR(victim.mode) else errno.ENOTDIR)
+            if self._open.get(victim.ino) and victim.nlink == 1:
+                self.unlink(newparent, newname)  # kept under a hidden name while open
+                victim = None
+        self._call(self.fs.rename, src, dst)
+        if victim is not None:
+            last = stat_mod.S_ISDIR(victim.mode) or victim.nlink <= 1
+            self._forget_name(newparent, newname, victim.ino, last)
+        self._name[st.ino] = (self._lfs(newparent), os.fsdecode(newname))
+
+    # ------------------------------------------------------------------ files
+    def _new_fh(self, ino: int) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._files[fh] = ino
+        self._open[ino] = self._open.get(ino, 0) + 1
+        return fh
+
+    def _fh(self, fh: int) -> int:
+        ino = self._files.get(fh)
+        if ino is None:
+            raise _err(errno.EBADF)
+        return ino
+
+    def open(self, ino: int, flags: int) -> int:
+        if flags & os.O_TRUNC:
+            self._call(self.fs.truncate, self._path(ino), 0)
+        return self._new_fh(self._lfs(ino))
+
+    def create(
+        self, parent: int, name: bytes, mode: int, flags: int, uid: int, gid: int
+    ) -> tuple[int, Attr]:
+        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        attr = self._made(parent, name, ino, uid, gid)
+        return self._new_fh(ino), attr
+
+    def read(self, fh: int, size: int, off: int) -> bytes:
+        return self._call(self.fs.read, self._path(self._fh(fh)), off, size)
+
+    def write(self, fh: int, data: bytes, off: int) -> int:
+        return self._call(self.fs.write, self._path(self._fh(fh)), off, data)
+
+    def flush(self, fh: int) -> None:
+        self._fh(fh)
+
+    def fsync(self, fh: int, datasync: int) -> None:
+        self._fh(fh)
+        self._sync()
+
+    def _sync(self) -> None:
+        self._call(self.fs.sync)
+        self._call(os.fdatasync, self.fs.fd)
+
+    def release(self, fh: int) -> None:
+        ino = self._files.pop(fh, None)
+        if ino is None:
+            return
+        left = self._open.get(ino, 1) - 1
+        if left > 0:
+            self._open[ino] = left
+            return
+        self._open.pop(ino, None)
+        hidden = self._hidden.pop(ino, None)
+        if hidden is not None:
+            self._call(self.fs.unlink, hidden)
+            self._name.pop(ino, None)
+            self._gone.add(ino)
+
+    # ------------------------------------------------------------------ directories
+    def opendir(self, ino: int) -> int:
+        lino = self._lfs(ino)
+        entries: list[tuple[bytes, int, int]] = []
+        parent = self._name.get(lino, (INO_ROOT, ""))[0]
+        entries.append((b".", ino, stat_mod.S_IFDIR))
+        entries.append((b"..", FUSE_ROOT if parent == INO_ROOT else parent, stat_mod.S_IFDIR))
+        for name, child in sorted(self._call(self.fs.readdir, self._path(ino))):
+            try:
+                mode = self.fs.stat_ino(child).mode
+            except (LfsOpError, LfsError):
+                continue
+            entries.append((os.fsencode(name), child, mode))
+        fh = self._next_fh
+        self._next_fh += 1
+        self._dirs[fh] = _Dir(lino, entries)
+        return fh
+
+    def readdir(self, fh: int, off: int) -> list[tuple[bytes, int, int, int]]:
+        d = self._dirs.get(fh)
+        if d is None:
+            raise _err(errno.EBADF)
+        return [(n, i, m, k + 1) for k, (n, i, m) in enumerate(d.entries) if k >= off][:512]
+
+    def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    def fsyncdir(self, fh: int, datasync: int) -> None:
+        self._sync()
+
+
+# ---------------------------------------------------------------------------- mount
+
+
+def _options(image: Path, extra: tuple[str, ...]) -> str:
+    opts = ["default_permissions", f"fsname={image}", f"subtype={SUBTYPE}"]
+    if os.geteuid() == 0:
+        opts.append("allow_other")
+    opts.extend(extra)
+    for o in opts:
+        if "," in o.replace("\\,", ""):
+            raise UsageError(f"FUSE option {o!r}: give one option per -o (or escape ',')")
+    return ",".join(opts)
+
+
+def _daemonize(ready: Callable[[int], None]) -> None:
+    """Fork: the parent reports the child's pid and exits at once without closing anything
+    (the child owns the image and the FUSE session); the child leaves the terminal."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(w)
+        ok = os.read(r, 1) == b"1"
+        if ok:
+            ready(pid)
+        os._exit(0 if ok else 1)
+    os.close(r)
+    os.setsid()
+    os.chdir("/")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
+    os.write(w, b"1")
+    os.close(w)
+
+
+def mount(
+    image: Path,
+    mountpoint: Path,
+    *,
+    foreground: bool = True,
+    policy: str | None = None,
+    options: tuple[str, ...] = (),
+    writeback: bool = True,
+    ready: Callable[[int], None] | None = None,
+) -> int:
+    """Mount ``image`` on ``mountpoint`` and serve until it is unmounted (``fusermount3 -u``)
+    or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
+    checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
+    parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
+    writeback cache. Returns the number of requests that failed unexpectedly (printed)."""
+    why = fuse_available()
+    if why is not None:
+        raise MountError(f"cannot mount through FUSE: {why}")
+    assert _fuse is not None
+    image = image.resolve()
+    mp = mountpoint.resolve()
+    try:
+        os.stat(mp)
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise UsageError(
+                f"{mountpoint}: a FUSE mount whose process died; detach it with "
+                f"fusermount3 -u {mountpoint}"
+            ) from None
+    if not mp.is_dir():
+        raise UsageError(f"{mountpoint}: not a directory")
+    if os.path.ismount(mp):
+        raise UsageError(f"{mountpoint}: something is already mounted there")
+    opts = _options(image, options)
+    fs = LFS.open(image, policy=policy)
+    ops = LfsOperations(fs)
+    try:
+        session = _fuse.Session(ops, str(mp), opts, writeback)
+    except BaseException as exc:
+        fs.close()
+        raise MountError(f"cannot mount {image} on {mountpoint}: {exc}") from None
+    if not foreground:
+        _daemonize(ready or (lambda pid: None))
+    elif ready is not None:
+        ready(os.getpid())
+    try:
+        session.loop()
+    finally:
+        try:
+            session.unmount()
+        finally:
+            fs.close()
+    return ops.errors
