@@ -228,18 +228,6 @@ def _metadata(table: str) -> dict[bytes, bytes]:
     return {METADATA_KEY: json.dumps({"schema_version": SCHEMA_VERSION, "table": table}).encode()}
 
 
-def dataset_schema_version(path: Path) -> int | None:
-    """The schema version recorded in one Parquet file of a dataset (None if none)."""
-    require_pyarrow()
-    import pyarrow.parquet as pq
-
-    meta = pq.read_schema(path).metadata or {}
-    raw = meta.get(METADATA_KEY)
-    if raw is None:
-        return None
-    return int(json.loads(raw)["schema_version"])
-
-
 @contextmanager
 def _locked(root: Path, host: str) -> Iterator[None]:
     lock = root / f".export-{quote(host, safe='')}.lock"

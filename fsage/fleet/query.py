@@ -22,12 +22,12 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
 from fsage.errors import FsageError
-from fsage.fleet import SCHEMA_VERSION, TABLES
-from fsage.fleet.export import dataset_schema_version
+from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
 
 MIN_SPAN_DAYS = 7
 DAYS_PER_MONTH = 30.436875
@@ -55,7 +55,7 @@ def connect(root: Path) -> Any:
         if not parts:
             continue
         found = found or table == "snapshots"
-        version = dataset_schema_version(parts[0])
+        version = _schema_version(con, parts[0])
         if version is None or version > SCHEMA_VERSION:
             raise FleetError(
                 f"{parts[0]}: export schema version {version}, this fsage reads up to "
@@ -75,6 +75,19 @@ def connect(root: Path) -> Any:
         if not row or not row[0]:
             raise FleetError(f"{root} has no {table} table (an incomplete export?)")
     return con
+
+
+def _schema_version(con: Any, path: Path) -> int | None:
+    """The export schema version in one Parquet file's key-value metadata (None if none)."""
+    row = con.execute(
+        "SELECT value FROM parquet_kv_metadata(?) WHERE key = ?", [str(path), METADATA_KEY]
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        return int(json.loads(row[0])["schema_version"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _rows(con: Any, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
