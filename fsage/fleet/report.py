@@ -65,7 +65,14 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
         Section(
             "Layout score over time",
             figures=[
-                _fig(traces, "Layout score, fastest-declining file systems", "date", "layout score")
+                _fig(
+                    traces,
+                    "Layout score, fastest-declining file systems",
+                    "date",
+                    "layout score",
+                    legend={"orientation": "v", "x": 1.02, "y": 1},
+                    margin={"r": 160},
+                )
             ],
             tables=[
                 Table(
@@ -136,7 +143,8 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                 _fig(
                     [
                         {
-                            "type": "bar",
+                            "type": "scatter",
+                            "mode": "lines+markers",
                             "name": "fleet (block-weighted)",
                             "x": labels,
                             "y": [r["layout_score"] for r in size],
@@ -153,6 +161,8 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                     "file size (blocks)",
                     "layout score",
                     xaxis={"type": "category"},
+                    legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
+                    margin={"b": 120},
                 )
             ],
             tables=[
