@@ -196,7 +196,7 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     taken = [start + dt.timedelta(days=d) for d in range(nsnap)]
     nb, nf = 16, 12
     t0 = time.perf_counter()
-    for i in range(args.metrics_filesystems):
+    for i in range(args.metrics_filesystems if not (root / "metrics").exists() else 0):
         host, fs = f"host{i // 2:04d}", f"fs{i % 2}"
         ids = np.arange(i * nsnap + 1, (i + 1) * nsnap + 1, dtype=np.int64)
         s0 = rng.uniform(0.93, 0.999)
@@ -284,7 +284,7 @@ def main() -> None:
     ap.add_argument("--metrics-filesystems", type=int, default=1000)
     ap.add_argument("--metrics-snapshots", type=int, default=365)
     ap.add_argument("--skip-a", action="store_true", help="only the metrics-only part")
-    ap.add_argument("--keep", type=Path, help="work here and keep the data")
+    ap.add_argument("--keep", type=Path, help="work here and keep the data (B reuses it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
