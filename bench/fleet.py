@@ -284,6 +284,7 @@ def main() -> None:
     ap.add_argument("--metrics-filesystems", type=int, default=1000)
     ap.add_argument("--metrics-snapshots", type=int, default=365)
     ap.add_argument("--skip-a", action="store_true", help="only the metrics-only part")
+    ap.add_argument("--skip-b", action="store_true", help="only the per-file part")
     ap.add_argument("--keep", type=Path, help="work here and keep the data (B reuses it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -300,7 +301,8 @@ def main() -> None:
     try:
         if not args.skip_a:
             part_a(args, work, env, fig)
-        part_b(args, work, env, fig)
+        if not args.skip_b:
+            part_b(args, work, env, fig)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -328,6 +330,8 @@ def main() -> None:
               f"({fig['history_duckdb_peak_mib']:.0f} MiB) vs analyzing every snapshot "
               f"{fig['history_naive_s']:.1f} s ({fig['history_naive_peak_mib']:.0f} MiB): "
               f"{fig['history_speedup']:.0f}x")  # fmt: skip
+    if args.skip_b:
+        return
     print(f"B. metrics only: {args.metrics_filesystems} file systems x "
           f"{args.metrics_snapshots} snapshots, dataset "
           f"{fig['metrics_dataset_bytes'] / MIB:.1f} MiB")  # fmt: skip
