@@ -26,6 +26,8 @@ COMMAND_MODULES = {
     "daemon": "daemon",
     "deltas": "replay",
     "demo": "demo",
+    "export": "fleet",
+    "fleet": "fleet",
     "lfs": "lfs",
     "replay": "replay",
     "report": "report",

@@ -39,8 +39,27 @@ _config_option = click.option(
 )
 @click.option("--no-jitter", is_flag=True, help="Ignore the configured jitter.")
 @click.option("--check", is_flag=True, help="Only validate the configuration and exit.")
+@click.option(
+    "--install-units",
+    "units_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the systemd units (fsage.service, fsage.timer, fsage-daemon.service) for this "
+    "configuration and this fsage's path to DIR (e.g. /etc/systemd/system), then exit.",
+)
+@click.option(
+    "--install-cron",
+    "cron_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the cron line for this configuration to FILE (e.g. /etc/cron.d/fsage), then exit.",
+)
 def daemon(
-    config_path: Path, once: bool, targets: tuple[str, ...], no_jitter: bool, check: bool
+    config_path: Path,
+    once: bool,
+    targets: tuple[str, ...],
+    no_jitter: bool,
+    check: bool,
+    units_dir: Path | None,
+    cron_file: Path | None,
 ) -> None:
     """Snapshot the configured targets on their schedules, recording every attempt.
 
@@ -65,6 +84,7 @@ def daemon(
       fsage daemon --config /etc/fsage/fsage.toml
       fsage daemon --config fsage.toml --once
       fsage daemon --config fsage.toml --check
+      fsage daemon --config /etc/fsage/fsage.toml --install-units /etc/systemd/system
     """
     if targets and not once:
         raise UsageError("--target needs --once")
@@ -74,6 +94,15 @@ def daemon(
         for line in exc.problems:
             click.echo(f"fsage: error: {line}", err=True)
         sys.exit(exc.exit_code)
+    if units_dir is not None or cron_file is not None:
+        from fsage.snapshotter.units import install_cron, install_units
+
+        written = install_units(units_dir, config_path) if units_dir is not None else []
+        if cron_file is not None:
+            written.append(install_cron(cron_file, config_path))
+        for path in written:
+            click.echo(f"wrote {path}")
+        return
     if check:
         n = len(config.targets)
         click.echo(f"{config_path}: ok, {n} target(s), database {config.database}")

@@ -6,6 +6,8 @@ Configuration (TOML; relative paths are relative to the configuration file)::
     schedule = "30 2 * * *"        # cron expression (default); or: every = "6h"
     timezone = "Europe/Berlin"     # for the schedule and retention periods (default: local)
     jitter = "10m"                 # random delay of up to this much before each run
+    export_dir = "/srv/fsage-export"  # after each snapshot: fsage export (Parquet) there
+    export_host = "web1"           # host name in the export (default: this machine's)
     [retention]                    # default: keep everything
     daily = 14
     monthly = 12
@@ -16,6 +18,7 @@ Configuration (TOML; relative paths are relative to the configuration file)::
     name = "scratch"
     source = "/srv/scratch"
     every = "1h"                   # per-target schedule, jitter and retention override the top
+    retention = { hourly = 48, daily = 14 }
 
 Behaviour:
 
@@ -32,9 +35,14 @@ Behaviour:
   store's transaction rolls back: the run is recorded as ``interrupted`` and nothing of it is
   left (if the signal lands after the commit, the snapshot is kept and the run recorded as
   ``ok``). While idle the daemon exits at once. Either way the exit status is 0.
+- A target that runs more than once a day and inherits the top-level retention must have
+  ``hourly`` or ``last`` in it (or its own ``retention``): a policy of days would delete
+  every intra-day snapshot; the configuration check says so.
+- With ``export_dir``, each successful snapshot is exported (``fsage export``, Parquet) to
+  that directory afterwards; a failed export is logged and does not fail the run.
 - Log lines: one per event on stderr. Under systemd (``JOURNAL_STREAM``) they carry syslog
-  ``<N>`` priority prefixes and no time stamp; on a terminal a local time stamp and the level;
-  otherwise (cron, pipes) just the level.
+  ``<N>`` priority prefixes and no time stamp (the journal has its own); elsewhere a time
+  stamp (ISO 8601, local time with its UTC offset) and the level.
 """
 
 from __future__ import annotations
@@ -107,9 +115,21 @@ class DaemonConfig:
     targets: list[Target]
     timezone: tzinfo | None = None
     timezone_name: str | None = None
+    export_dir: Path | None = None
+    export_host: str | None = None
 
 
-_TOP_KEYS = {"database", "schedule", "every", "timezone", "jitter", "retention", "target"}
+_TOP_KEYS = {
+    "database",
+    "schedule",
+    "every",
+    "timezone",
+    "jitter",
+    "retention",
+    "target",
+    "export_dir",
+    "export_host",
+}
 _TARGET_KEYS = {"name", "source", "schedule", "every", "jitter", "retention"}
 
 
@@ -157,6 +177,20 @@ def parse_config(data: dict[str, Any], path: Path) -> DaemonConfig:
                 problems.append(f"timezone: unknown time zone {tz_name!r}")
                 tz_name = None
 
+    export_dir: Path | None = None
+    raw_export = data.get("export_dir")
+    if raw_export is not None:
+        if not isinstance(raw_export, str) or not raw_export:
+            problems.append("export_dir: expected a directory path (a non-empty string)")
+        else:
+            export_dir = base / Path(raw_export).expanduser()
+    export_host = data.get("export_host")
+    if export_host is not None and (
+        not isinstance(export_host, str) or not export_host.strip() or "/" in export_host
+    ):
+        problems.append("export_host: expected a host name (a non-empty string without '/')")
+        export_host = None
+
     default_schedule = _schedule(data, "", tz, problems) or CronSchedule.parse(DEFAULT_SCHEDULE, tz)
     default_jitter = _jitter(data, "", problems)
     default_retention = _retention(data, "", problems)
@@ -199,12 +233,33 @@ def parse_config(data: dict[str, Any], path: Path) -> DaemonConfig:
         sched = _schedule(raw, prefix, tz, problems) or default_schedule
         jitter = _jitter(raw, prefix, problems) if "jitter" in raw else default_jitter
         retention = _retention(raw, prefix, problems) if "retention" in raw else default_retention
+        if "retention" not in raw and retention is not None:
+            _check_inherited_retention(sched, retention, prefix, problems)
         if name is not None and source_path is not None:
             targets.append(Target(name, source_path, sched, jitter, retention))
     if problems:
         raise ConfigError(path, problems)
     assert database is not None
-    return DaemonConfig(path, database, targets, tz, tz_name)
+    return DaemonConfig(path, database, targets, tz, tz_name, export_dir, export_host)
+
+
+def _check_inherited_retention(
+    schedule: Schedule, retention: Retention, prefix: str, problems: list[str]
+) -> None:
+    """A target run several times a day keeps only one a day under an inherited policy of
+    days, weeks...: say so rather than delete its intra-day snapshots."""
+    try:
+        per_day = schedule.runs_per_day()
+    except ScheduleError:
+        return
+    if per_day <= 1 or retention.hourly or retention.last:
+        return
+    problems.append(
+        f"{prefix}runs {per_day} times a day but inherits the top-level retention "
+        f"({retention.describe()}), which keeps one snapshot a day and would delete the "
+        f"others; give the target its own, e.g. retention = {{ hourly = {per_day * 7}, "
+        f"daily = {retention.daily or 14} }}"
+    )
 
 
 def _schedule(
@@ -368,8 +423,8 @@ def _journal_stream(stream: TextIO) -> bool:
 
 
 class Log:
-    """One line per event: ``<6>text`` under journald, ``info: text`` elsewhere, plus a time
-    stamp on a terminal."""
+    """One line per event: ``<6>text`` under journald; elsewhere a time stamp then
+    ``info: text`` (local time on a terminal, ISO 8601 with the UTC offset otherwise)."""
 
     def __init__(self, stream: TextIO | None = None, style: str | None = None) -> None:
         self.stream = stream or sys.stderr
@@ -388,8 +443,8 @@ class Log:
             line = f"<{_PRIORITY[level]}>{text}"
         elif self.style == "tty":
             line = f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S')} {level}: {text}"
-        else:
-            line = f"{level}: {text}"
+        else:  # cron mail, log files: the time with its offset
+            line = f"{datetime.now().astimezone().isoformat(timespec='seconds')} {level}: {text}"
         try:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -489,6 +544,8 @@ class RunResult:
     recorded: bool = False
     record_error: str | None = None
     line: str = ""
+    exported: int | None = None
+    export_error: str | None = None
 
 
 def error_text(exc: BaseException) -> str:
@@ -564,7 +621,29 @@ class Daemon:
             self._record(store, target, result, started_at, trigger)
         finally:
             store.close()
+        if result.status == "ok" and self.config.export_dir is not None:
+            self._export(target, result)
         return result
+
+    def _export(self, target: Target, result: RunResult) -> None:
+        """Export the target's new snapshots; a failure is logged, the run stays ok."""
+        assert self.config.export_dir is not None
+        try:
+            from fsage.fleet.export import export_parquet
+
+            with self.stopper.armed():
+                summary = export_parquet(
+                    self.config.database,
+                    self.config.export_dir,
+                    host=self.config.export_host,
+                    fs_names=[target.name],
+                )
+            result.exported = summary.new_snapshots
+        except (DaemonStop, Exception) as exc:
+            result.export_error = (
+                f"stopped by {self.stopper.requested}" if self.stopper.requested
+                else error_text(exc)
+            )  # fmt: skip
 
     def _snapshot(self, store: Store, target: Target, result: RunResult, t0: float) -> None:
         from fsage.snapshotter import read_source
@@ -688,6 +767,10 @@ class Daemon:
                 self.log.info(f"target {name}: retention deleted snapshots {ids}")
             if result.error:
                 self.log.warning(f"target {name}: {result.error}")
+            if result.exported is not None:
+                self.log.info(f"target {name}: exported {result.exported} snapshot(s)")
+            if result.export_error:
+                self.log.warning(f"target {name}: export failed: {result.export_error}")
         elif result.status == "interrupted":
             self.log.warning(
                 f"target {name}: interrupted ({result.error}); the snapshot was rolled back"

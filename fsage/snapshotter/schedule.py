@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 from typing import Protocol
 
 from fsage.errors import UsageError
@@ -51,8 +51,6 @@ _NICKNAMES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-# Long enough for any satisfiable expression (e.g. "0 0 29 2 *" with a 2100 gap: 8 years).
-_SEARCH_DAYS = 366 * 9
 
 
 class ScheduleError(UsageError):
@@ -69,6 +67,10 @@ class Schedule(Protocol):
 
     def next_run(self, after: float) -> float:
         """The first run time strictly after ``after`` (both Unix timestamps)."""
+        ...
+
+    def runs_per_day(self) -> int:
+        """How many runs a day brings at most."""
         ...
 
 
@@ -88,7 +90,8 @@ def _parse_value(token: str, index: int) -> int:
     return value
 
 
-def _parse_field(text: str, index: int) -> frozenset[int]:
+def _check_field(text: str, index: int) -> frozenset[int]:
+    """The values a field allows; ValueError saying what is wrong with it."""
     low, high = _RANGES[index]
     values: set[int] = set()
     if not text:
@@ -121,17 +124,19 @@ def _parse_field(text: str, index: int) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class CronSchedule:
-    """A parsed five-field cron expression, evaluated in ``tz`` (None: local time)."""
+    """A five-field cron expression, evaluated by croniter in ``tz`` (None: local time).
+
+    fsage checks each field first, so that a mistake is reported with the field's name and
+    position; croniter then computes the run times on wall-clock time, and fsage maps them to
+    instants (daylight-saving gaps and repeated hours, see the module docstring).
+    """
 
     text: str
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday
-    dom_restricted: bool
-    dow_restricted: bool
+    expression: str  # the five fields (nicknames expanded)
     tz: tzinfo | None = None
+    # cron(8): a day matches either day field only when both are restricted (neither
+    # starts with "*"); otherwise both must match.
+    day_or: bool = True
 
     @classmethod
     def parse(cls, text: str, tz: tzinfo | None = None) -> CronSchedule:
@@ -143,68 +148,55 @@ class CronSchedule:
                 f"schedule {text!r}: expected 5 fields (minute hour day-of-month month"
                 f" day-of-week), found {len(fields)}"
             )
-        sets = []
         for i, field in enumerate(fields):
             try:
-                sets.append(_parse_field(field, i))
+                _check_field(field, i)
             except ValueError as exc:
                 raise ScheduleError(
                     f"schedule {text!r}: field {i + 1} ({FIELD_NAMES[i]}) {field!r}: {exc}"
                 ) from None
-        sched = cls(
-            text=text,
-            minutes=sets[0],
-            hours=sets[1],
-            days=sets[2],
-            months=sets[3],
-            weekdays=sets[4],
-            dom_restricted=not fields[2].startswith("*"),
-            dow_restricted=not fields[4].startswith("*"),
-            tz=tz,
-        )
-        if sched.next_wall(datetime(2000, 1, 1)) is None:
-            raise ScheduleError(f"schedule {text!r}: never matches any date")
+        day_or = not fields[2].startswith("*") and not fields[4].startswith("*")
+        sched = cls(text=text, expression=" ".join(fields), tz=tz, day_or=day_or)
+        try:
+            sched.next_wall(datetime(2000, 1, 1))
+        except ScheduleError:
+            raise ScheduleError(f"schedule {text!r}: never matches any date") from None
+        except ValueError as exc:  # anything else croniter refuses
+            raise ScheduleError(f"schedule {text!r}: {exc}") from None
         return sched
 
-    def day_matches(self, day: date) -> bool:
-        if day.month not in self.months:
-            return False
-        dom = day.day in self.days
-        dow = (day.isoweekday() % 7) in self.weekdays
-        if self.dom_restricted and self.dow_restricted:
-            return dom or dow
-        return dom and dow
-
-    def next_wall(self, after: datetime) -> datetime | None:
+    def next_wall(self, after: datetime) -> datetime:
         """The first matching wall-clock minute strictly after the naive ``after``."""
-        start = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
-        minutes = sorted(self.minutes)
-        hours = sorted(self.hours)
-        day = start.date()
-        for offset in range(_SEARCH_DAYS):
-            if self.day_matches(day):
-                first = offset == 0
-                for h in hours:
-                    if first and h < start.hour:
-                        continue
-                    for m in minutes:
-                        if first and h == start.hour and m < start.minute:
-                            continue
-                        return datetime(day.year, day.month, day.day, h, m)
-            day += timedelta(days=1)
-        return None
+        from croniter import CroniterBadDateError, CroniterError, croniter
+
+        try:
+            it = croniter(self.expression, after.replace(tzinfo=None), day_or=self.day_or)
+            nxt = it.get_next(datetime)
+        except CroniterBadDateError:
+            raise ScheduleError(f"schedule {self.text!r}: never matches any date") from None
+        except CroniterError as exc:
+            raise ValueError(str(exc)) from None
+        assert isinstance(nxt, datetime)
+        return nxt
 
     def next_run(self, after: float) -> float:
         wall = datetime.fromtimestamp(after, self.tz).replace(tzinfo=None)
         while True:
             nxt = self.next_wall(wall)
-            if nxt is None:  # parse() refuses such expressions
-                raise ScheduleError(f"schedule {self.text!r}: never matches any date")
             ts = _wall_to_timestamp(nxt, self.tz)
             if ts > after:
                 return ts
             # The second pass through a repeated (daylight-saving) hour: already run.
             wall = nxt
+
+    def runs_per_day(self) -> int:
+        """The most runs on any one day of a sample week (for retention checks)."""
+        wall = datetime(2001, 1, 1)  # a Monday
+        counts: dict[object, int] = {}
+        while wall < datetime(2001, 1, 8):
+            wall = self.next_wall(wall)
+            counts[wall.date()] = counts.get(wall.date(), 0) + 1
+        return max(counts.values(), default=1)
 
 
 def _wall_to_timestamp(wall: datetime, tz: tzinfo | None) -> float:
@@ -262,3 +254,6 @@ class Interval:
     def next_run(self, after: float) -> float:
         n = math.floor(after / self.seconds) + 1
         return n * self.seconds
+
+    def runs_per_day(self) -> int:
+        return max(1, math.ceil(86400 / self.seconds))

@@ -60,8 +60,8 @@ def test_every_problem_of_a_config_gets_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     assert err.value.problems == [
-        f"{cfg}: unknown key 'databse' (known: database, every, jitter, retention, schedule,"
-        " target, timezone)",
+        f"{cfg}: unknown key 'databse' (known: database, every, export_dir, export_host, jitter,"
+        " retention, schedule, target, timezone)",
         f"{cfg}: missing key 'database' (the SQLite file, e.g. database = \"fsage.db\")",
         f"{cfg}: schedule '30 25 * * *': field 2 (hour) '25': 25 is out of range 0-23",
         f"{cfg}: jitter: -3 is not a duration of zero or more seconds",
@@ -120,7 +120,12 @@ def test_log_line_styles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     out = io.StringIO()
     Log(out, style="journal").error("target a: failed: x\ny")
     Log(out, style="plain").info("daemon started")
-    assert out.getvalue() == "<3>target a: failed: x y\ninfo: daemon started\n"
+    journal, plain = out.getvalue().splitlines()
+    assert journal == "<3>target a: failed: x y"  # the journal stamps lines itself
+    stamp, rest = plain.split(" ", 1)
+    assert rest == "info: daemon started"
+    when = datetime.fromisoformat(stamp)  # local time with its UTC offset
+    assert when.utcoffset() is not None and abs((datetime.now(UTC) - when).total_seconds()) < 60
     # Auto-detection: JOURNAL_STREAM naming this very file means journald.
     path = tmp_path / "stream"
     with open(path, "w") as fh:
@@ -129,7 +134,9 @@ def test_log_line_styles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         Log(fh).warning("w")
         monkeypatch.setenv("JOURNAL_STREAM", "1:2")
         Log(fh).warning("w")
-    assert path.read_text() == "<4>w\nwarning: w\n"
+    first, second = path.read_text().splitlines()
+    assert first == "<4>w" and second.endswith(" warning: w")
+    datetime.fromisoformat(second.split(" ", 1)[0])
 
 
 def test_once_records_every_attempt_and_a_failure_does_not_stop_the_others(

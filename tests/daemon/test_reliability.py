@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,13 @@ def test_several_snapshots_of_two_targets_then_sigterm(
         assert [s.id for s in snaps] == sorted(r[2] for r in runs)
         for s in snaps:
             assert store.load_layout(s.id).files.ino.size > 0
-    log = d.log().splitlines()
-    # One event per line, level-prefixed, no time stamps (stderr is a file here).
+    stamped = d.log().splitlines()
+    # One event per line: an ISO 8601 time with its offset (stderr is a file here), the level.
+    for line in stamped:
+        stamp = datetime.fromisoformat(line.split(" ", 1)[0])
+        assert stamp.utcoffset() is not None
+        assert abs((datetime.now(UTC) - stamp).total_seconds()) < 600
+    log = [line.split(" ", 1)[1] for line in stamped]
     assert log[0].startswith("info: daemon started: pid ")
     assert log[-1] == "info: daemon stopping on SIGTERM"
     assert all(line.split(": ", 1)[0] in {"info", "warning", "error"} for line in log)

@@ -1,0 +1,229 @@
+"""The fleet metrics of `fsage fleet` on Spark, for fleets that outgrow one machine.
+
+Reads a dataset written by `fsage export --format parquet` (collected from many hosts into one
+directory, HDFS or object-storage path) and computes the same tables as fsage's DuckDB queries
+(``fsage.fleet.query``): filesystems, size, free, outliers and files_by_size (the layout score
+per size bucket from the exported extents). Needs only pyspark; fsage need not be installed.
+
+    spark-submit contrib/spark/fleet_metrics.py s3a://bucket/fleet fleet.json
+    python3 contrib/spark/fleet_metrics.py /data/fleet fleet.json --master 'local[2]'
+
+The output is one JSON object: table name -> list of rows (as `fsage fleet --format json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+SCHEMA_VERSION = 1
+TABLES = ("snapshots", "metrics", "size_buckets", "free_buckets", "files", "file_ends")
+MIN_SPAN_DAYS = 7
+DAYS_PER_MONTH = 30.436875
+
+
+def register(spark: Any, root: str) -> None:
+    """One temporary view per table. Partition directories are not parsed (recursive lookup):
+    the host and fs columns inside the files carry the names."""
+    for table in TABLES:
+        df = spark.read.option("recursiveFileLookup", "true").parquet(f"{root}/{table}")
+        df.createOrReplaceTempView(table)
+
+
+def check_schema_version(root: str) -> None:
+    """Refuse a dataset of a newer schema (read from one Parquet footer, local paths only)."""
+    try:
+        import pathlib
+
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    part = next(pathlib.Path(root, "snapshots").rglob("*.parquet"), None)
+    if part is None:
+        return
+    raw = (pq.read_schema(part).metadata or {}).get(b"fsage.export")
+    version = json.loads(raw)["schema_version"] if raw else None
+    if version is None or version > SCHEMA_VERSION:
+        raise SystemExit(f"{part}: export schema version {version}, this job reads 1")
+
+
+LATEST = "latest AS (SELECT host, fs, max(snapshot_id) AS sid FROM metrics GROUP BY host, fs)"
+
+SLOPES = f"""
+    fs_trend AS (
+        SELECT host, fs, count(*) AS snapshots,
+               min(taken_at) AS first_taken_at, max(taken_at) AS last_taken_at,
+               (unix_micros(max(taken_at)) - unix_micros(min(taken_at))) / 86400e6 AS span_days,
+               min_by(layout_score, snapshot_id) AS first_layout_score,
+               max_by(layout_score, snapshot_id) AS last_layout_score,
+               regr_slope(layout_score, unix_micros(taken_at) / 86400e6) AS slope
+        FROM metrics WHERE layout_score IS NOT NULL GROUP BY host, fs),
+    decline AS (
+        SELECT *, last_layout_score - first_layout_score AS total_change,
+               CASE WHEN span_days >= {MIN_SPAN_DAYS} AND snapshots >= 2
+                    THEN slope * {DAYS_PER_MONTH} END AS change_per_month,
+               CASE WHEN snapshots < 2 THEN 'one snapshot'
+                    WHEN span_days < {MIN_SPAN_DAYS}
+                    THEN 'history spans under {MIN_SPAN_DAYS} days' END AS no_rate_reason
+        FROM fs_trend)
+"""
+
+QUERIES = {
+    "filesystems": f"""
+        WITH {LATEST}, {SLOPES}
+        SELECT m.host, m.fs, d.snapshots, d.first_taken_at, d.last_taken_at,
+               d.span_days, m.snapshot_id AS latest_snapshot, m.files, m.layout_score,
+               m.dynamic_layout_score_inode AS dynamic_layout_score,
+               d.first_layout_score, d.total_change, d.change_per_month, d.no_rate_reason,
+               CAST(m.blocks_free AS DOUBLE) / m.blocks_total AS free_fraction,
+               m.free_extent_count, m.largest_free_extent,
+               CASE WHEN m.blocks_free > 0 THEN CAST(m.free_chunks AS DOUBLE) * m.chunk_bytes
+                    / m.block_size / m.blocks_free END AS free_in_whole_chunks
+        FROM metrics m JOIN latest l ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
+        LEFT JOIN decline d ON d.host = m.host AND d.fs = m.fs
+        ORDER BY d.change_per_month ASC NULLS LAST, m.layout_score ASC NULLS LAST, m.host, m.fs
+    """,
+    "size": f"""
+        WITH {LATEST},
+        cur AS (
+            SELECT b.* FROM size_buckets b JOIN latest l
+            ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid),
+        bm AS (
+            SELECT b.host, b.fs, b.bucket, b.layout_score,
+                   unix_micros(m.taken_at) / 86400e6 AS day
+            FROM size_buckets b JOIN metrics m
+            ON b.host = m.host AND b.fs = m.fs AND b.snapshot_id = m.snapshot_id
+            WHERE b.layout_score IS NOT NULL),
+        slopes AS (
+            SELECT host, fs, bucket, regr_slope(layout_score, day) * {DAYS_PER_MONTH} AS rate
+            FROM bm GROUP BY host, fs, bucket
+            HAVING max(day) - min(day) >= {MIN_SPAN_DAYS} AND count(*) >= 2),
+        rates AS (
+            SELECT bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
+            FROM slopes GROUP BY bucket)
+        SELECT c.bucket, min(c.min_blocks) AS min_blocks, max(c.max_blocks) AS max_blocks,
+               count(*) AS filesystems, sum(c.files) AS files, sum(c.blocks) AS blocks,
+               CAST(sum(c.contiguous) AS DOUBLE) / sum(c.denominator) AS layout_score,
+               min(c.layout_score) AS worst_layout_score,
+               max(r.mean_change_per_month) AS mean_change_per_month,
+               coalesce(max(r.rated), 0) AS rated_filesystems
+        FROM cur c LEFT JOIN rates r ON r.bucket = c.bucket
+        GROUP BY c.bucket ORDER BY c.bucket
+    """,
+    "free": f"""
+        WITH {LATEST},
+        cur AS (
+            SELECT f.* FROM free_buckets f JOIN latest l
+            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid),
+        total AS (SELECT sum(blocks) AS all_blocks FROM cur)
+        SELECT min_blocks, max(max_blocks) AS max_blocks, count(*) AS filesystems,
+               sum(count) AS free_extents, sum(blocks) AS free_blocks,
+               CAST(sum(blocks) AS DOUBLE) / max(all_blocks) AS share_of_free_blocks
+        FROM cur CROSS JOIN total GROUP BY min_blocks ORDER BY min_blocks
+    """,
+    "outliers": f"""
+        WITH {LATEST}, {SLOPES},
+        vals AS (
+            SELECT m.host, m.fs, 'layout_score' AS metric, m.layout_score AS value
+            FROM metrics m JOIN latest l
+            ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
+            WHERE m.layout_score IS NOT NULL
+            UNION ALL
+            SELECT host, fs, 'change_per_month', change_per_month FROM decline
+            WHERE change_per_month IS NOT NULL),
+        stats AS (
+            SELECT metric, avg(value) AS mean, stddev_samp(value) AS sd, count(*) AS n
+            FROM vals GROUP BY metric),
+        z AS (
+            SELECT v.host, v.fs, v.metric, v.value, s.mean AS fleet_mean, s.sd AS fleet_sd,
+                   (v.value - s.mean) / s.sd AS z
+            FROM vals v JOIN stats s ON s.metric = v.metric WHERE s.n >= 3 AND s.sd > 0)
+        SELECT * FROM z WHERE abs(z) >= {{threshold}} ORDER BY z ASC, host, fs, metric
+    """,
+    "files_by_size": """
+        WITH want AS (SELECT host, fs, max(snapshot_id) AS sid FROM snapshots GROUP BY host, fs),
+        cand AS (
+            SELECT v.host, v.fs, w.sid, v.ino, v.first_snapshot, v.mode, v.extents
+            FROM files v JOIN want w
+            ON v.host = w.host AND v.fs = w.fs AND v.first_snapshot <= w.sid),
+        live AS (
+            SELECT c.* FROM cand c LEFT ANTI JOIN file_ends e
+            ON e.host = c.host AND e.fs = c.fs AND e.ino = c.ino
+               AND e.first_snapshot = c.first_snapshot AND e.last_snapshot < c.sid
+            WHERE (c.mode & 61440) = 32768),
+        ext AS (
+            SELECT host, fs, sid, ino, x.logical AS logical, x.physical AS physical,
+                   x.length AS length
+            FROM (SELECT host, fs, sid, ino, explode(extents) AS x FROM live)
+            WHERE (x.flags & 6) = 0 AND x.length > 0),
+        ordered AS (
+            SELECT *, lag(physical + length) OVER (
+                PARTITION BY host, fs, sid, ino ORDER BY logical) AS prev_end
+            FROM ext),
+        per_file AS (
+            SELECT host, fs, sid, ino, sum(length) AS blocks,
+                   sum(length - 1)
+                   + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
+            FROM ordered GROUP BY host, fs, sid, ino),
+        bucketed AS (
+            SELECT *, CAST(ceil(log2(blocks)) AS INT) AS bucket
+            FROM per_file WHERE blocks >= 2)
+        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
+               sum(blocks) AS blocks, sum(contiguous) AS contiguous,
+               sum(blocks - 1) AS denominator,
+               CAST(sum(contiguous) AS DOUBLE) / sum(blocks - 1) AS layout_score
+        FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
+    """,
+}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dt.datetime):  # the session runs in UTC
+        return v.replace(tzinfo=dt.UTC).isoformat()
+    return v
+
+
+def compute(spark: Any, root: str, threshold: float = 2.0) -> dict[str, list[dict[str, Any]]]:
+    """Every fleet table of the dataset at ``root``, as lists of plain dicts."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    register(spark, root)
+    out = {}
+    for name, sql in QUERIES.items():
+        rows = spark.sql(sql.replace("{threshold}", repr(float(threshold)))).collect()
+        out[name] = [{k: _plain(v) for k, v in r.asDict().items()} for r in rows]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", help="directory (or URI) written by fsage export")
+    ap.add_argument("output", help="JSON file to write ('-' for stdout)")
+    ap.add_argument("--threshold", type=float, default=2.0, help="outliers: standard deviations")
+    ap.add_argument("--master", help="Spark master, e.g. 'local[2]' (default: spark-submit's)")
+    args = ap.parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    if "://" not in args.dataset:
+        check_schema_version(args.dataset)
+    builder = SparkSession.builder.appName("fsage-fleet")
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
+    try:
+        result = compute(spark, args.dataset, args.threshold)
+    finally:
+        spark.stop()
+    text = json.dumps(result, indent=2, default=str)
+    if args.output == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""`fsage export` and `fsage fleet`: a database's history as Parquet, fleet questions over many."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_enabled
+from fsage.errors import UsageError
+
+
+@click.command()
+@db_option
+@click.option(
+    "--format",
+    "out_format",
+    type=click.Choice(["parquet"]),
+    default="parquet",
+    show_default=True,
+    help="Dataset format.",
+)
+@click.option("--host", help="Host name recorded in the dataset (default: this machine's).")
+@click.option("--fs", "fs_names", multiple=True, help="Export only this file system (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def export(
+    db: Path,
+    out_format: str,
+    host: str | None,
+    fs_names: tuple[str, ...],
+    as_json: bool,
+    directory: Path,
+) -> None:
+    """Export the database's history to DIRECTORY as a Parquet dataset, partitioned by host and
+    file system: snapshots, file versions with their extents, free extents and the
+    per-snapshot metrics of `fsage analyze`. Incremental: a second run adds only the snapshots
+    taken since. Collect the directories of many hosts in one place (rsync, object storage)
+    and ask `fsage fleet` about them.
+
+    \b
+    Examples:
+      fsage export --db /var/lib/fsage/fsage.db --format parquet /srv/fleet
+      rsync -a /srv/fleet/ central:/data/fleet/ && fsage fleet /data/fleet
+    """
+    from fsage.fleet.export import export_parquet
+
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = click.progressbar(length=total, label="exporting snapshots", file=sys.stderr)
+            bar.__enter__()
+        bar.update(1)
+
+    try:
+        summary = export_parquet(
+            db,
+            directory,
+            host=host,
+            fs_names=list(fs_names) or None,
+            progress=progress if progress_enabled() else None,
+        )
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        echo_json(summary.to_json())
+    else:
+        click.echo(summary.line())
+
+
+class _DefaultGroup(click.Group):
+    """A group whose first argument, when it is not a subcommand, goes to ``summary``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["summary", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultGroup)
+def fleet() -> None:
+    """Fleet questions over exported datasets (DuckDB, in process): which file systems decline
+    fastest, in which size classes, free-space fragmentation across hosts, outliers.
+
+    `fsage fleet DIR` is `fsage fleet summary DIR`.
+
+    \b
+    Examples:
+      fsage fleet /data/fleet
+      fsage fleet /data/fleet --format csv > filesystems.csv
+      fsage fleet report /data/fleet -o fleet.html
+    """
+
+
+TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_size"]
+
+
+@fleet.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    type=click.Choice(TABLE_CHOICES),
+    help="Tables to print (default: filesystems, size, free, outliers; CSV: filesystems). "
+    "files_by_size computes the layout score per size bucket from the exported extents.",
+)
+@click.option(
+    "--threshold",
+    default=2.0,
+    show_default=True,
+    help="Outliers: standard deviations from the fleet's mean.",
+)
+@format_option("text", "json", "csv")
+def summary(directory: Path, tables: tuple[str, ...], threshold: float, fmt: str) -> None:
+    """The fleet analysis of DIRECTORY (a dataset written by `fsage export`).
+
+    Change per month is the least-squares slope of the layout score over time, given only for
+    histories spanning 7 days or more; the total change is printed beside it.
+
+    \b
+    Examples:
+      fsage fleet summary /data/fleet
+      fsage fleet /data/fleet --table size --format json
+    """
+    from fsage.fleet.query import DEFAULT_TABLES, fleet_tables
+
+    if fmt == "csv" and len(tables) > 1:
+        raise UsageError("--format csv prints one table: give one --table")
+    want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
+    result = fleet_tables(directory, tuple(want), threshold)
+    if fmt == "json":
+        echo_json(result)
+    elif fmt == "csv":
+        rows = result[want[0]]
+        if rows:
+            w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    else:
+        _text(result)
+
+
+_TEXT_COLUMNS = {
+    "filesystems": (
+        "file systems, fastest decline first",
+        ["host", "fs", "snapshots", "span_days", "layout_score", "total_change",
+         "change_per_month", "free_fraction", "free_extent_count"],
+    ),
+    "size": (
+        "layout score by file size (blocks), latest snapshots",
+        ["min_blocks", "max_blocks", "filesystems", "files", "layout_score",
+         "worst_layout_score", "mean_change_per_month"],
+    ),
+    "free": (
+        "free space across the fleet (latest snapshots)",
+        ["min_blocks", "max_blocks", "free_extents", "free_blocks", "share_of_free_blocks"],
+    ),
+    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z"]),
+    "trend": ("layout score over time", ["host", "fs", "snapshot_id", "taken_at",
+                                          "layout_score", "free_fraction"]),
+    "files_by_size": (
+        "layout score by size bucket from the exported extents",
+        ["host", "fs", "snapshot_id", "bucket", "files", "blocks", "layout_score"],
+    ),
+}  # fmt: skip
+
+
+def _text(result: dict[str, list[dict[str, Any]]]) -> None:
+    first = True
+    for name, rows in result.items():
+        title, cols = _TEXT_COLUMNS[name]
+        if not first:
+            click.echo()
+        first = False
+        click.echo(f"{title}:")
+        if not rows:
+            click.echo("  (none)")
+            continue
+        echo_table(cols, [[r[c] for c in cols] for r in rows])
+    if "filesystems" in result and any(r["no_rate_reason"] for r in result["filesystems"]):
+        click.echo("change_per_month '-': the history spans under 7 days (total_change given)")
+
+
+@fleet.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("fleet.html"),
+    show_default=True,
+    help="HTML file to write.",
+)
+def report(directory: Path, output: Path) -> None:
+    """Draw the fleet analysis of DIRECTORY as one self-contained HTML file (opens offline).
+
+    \b
+    Examples:
+      fsage fleet report /data/fleet -o fleet.html
+    """
+    from fsage.fleet.report import write_fleet_report
+
+    figures = write_fleet_report(directory, output)
+    click.echo(f"wrote {output} ({figures} figures)")
+
+
+COMMANDS = [export, fleet]

@@ -1,0 +1,308 @@
+"""Fleet questions over an exported dataset, with DuckDB in process.
+
+Every figure is defined once here (and once more, independently, in Spark SQL in
+``contrib/spark/fleet_metrics.py``, which the tests compare with these):
+
+* ``filesystems``: per file system, its latest layout score, dynamic layout score and free-space
+  figures, the total change of the layout score over its history and — where the history spans
+  at least ``MIN_SPAN_DAYS`` days — the change per month (least-squares slope of the score
+  against time, × 30.436875 days), else ``no_rate_reason`` says why not.
+* ``size``: per size bucket over the latest snapshot of every file system: the fleet's
+  block-weighted layout score (Σ contiguous / Σ (blocks − 1)), the worst file system's, and the
+  mean over file systems of the bucket's change per month (spans of ``MIN_SPAN_DAYS`` or more).
+* ``free``: the fleet's free-space histogram (e2freefrag's buckets) over the latest snapshots.
+* ``outliers``: file systems whose latest layout score or change per month lies ``threshold``
+  or more sample standard deviations from the fleet's mean.
+* ``trend``: the layout score of every snapshot.
+* ``files_by_size``: the per-file layout score computed from the exported extents (not from the
+  stored metrics), aggregated per file system and size bucket, for the latest (or every)
+  snapshot; it equals `fsage analyze`'s ``by_size``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from fsage.errors import FsageError
+from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
+
+MIN_SPAN_DAYS = 7
+DAYS_PER_MONTH = 30.436875
+DEFAULT_TABLES = ("filesystems", "size", "free", "outliers")
+ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
+
+
+class FleetError(FsageError):
+    """The dataset is missing, unreadable or of an unknown schema version."""
+
+
+def connect(root: Path) -> Any:
+    """A DuckDB connection with one view per exported table of ``root``."""
+    try:
+        import duckdb
+    except ImportError:
+        raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
+    if not root.is_dir():
+        raise FleetError(f"{root} is not a directory (export one: fsage export DIR)")
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # it would write to stdout
+    con.execute("SET parquet_metadata_cache = true")  # every query reads the same footers
+    found = False
+    created: set[str] = set()
+    for table in TABLES:
+        parts = sorted((root / table).glob("host=*/fs=*/*.parquet"))
+        if not parts:
+            continue
+        found = found or table == "snapshots"
+        version = _schema_version(con, parts[0])
+        if version is None or version > SCHEMA_VERSION:
+            raise FleetError(
+                f"{parts[0]}: export schema version {version}, this fsage reads up to "
+                f"{SCHEMA_VERSION} (upgrade fsage)"
+            )
+        # The file list, not a glob: DuckDB would list every partition again in every query.
+        files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
+        con.execute(
+            f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{files}],"
+            " hive_partitioning = false)"
+        )
+        created.add(table)
+    if not found:
+        raise FleetError(f"no fsage export in {root} (make one: fsage export --db DB {root})")
+    for table in TABLES:
+        if table not in created:
+            raise FleetError(f"{root} has no {table} table (an incomplete export?)")
+    return con
+
+
+def _schema_version(con: Any, path: Path) -> int | None:
+    """The export schema version in one Parquet file's key-value metadata (None if none)."""
+    row = con.execute(
+        "SELECT value FROM parquet_kv_metadata(?) WHERE key = ?", [str(path), METADATA_KEY]
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        return int(json.loads(row[0])["schema_version"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _rows(con: Any, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [{k: _plain(v) for k, v in zip(names, r, strict=True)} for r in cur.fetchall()]
+
+
+def _plain(v: Any) -> Any:
+    """Times as ISO 8601 strings in UTC (the queries cast them to UTC timestamps)."""
+    if isinstance(v, dt.datetime):
+        return v.replace(tzinfo=dt.UTC).isoformat()
+    return v
+
+
+_LATEST = "latest AS (SELECT host, fs, max(snapshot_id) AS sid FROM metrics GROUP BY host, fs)"
+
+_SLOPES = f"""
+    fs_trend AS (
+        SELECT host, fs, count(*) AS snapshots,
+               min(taken_at) AS first_taken_at, max(taken_at) AS last_taken_at,
+               (epoch_us(max(taken_at)) - epoch_us(min(taken_at))) / 86400e6 AS span_days,
+               min_by(layout_score, snapshot_id) AS first_layout_score,
+               max_by(layout_score, snapshot_id) AS last_layout_score,
+               regr_slope(layout_score, epoch_us(taken_at) / 86400e6) AS slope
+        FROM metrics WHERE layout_score IS NOT NULL GROUP BY host, fs),
+    decline AS (
+        SELECT *, last_layout_score - first_layout_score AS total_change,
+               CASE WHEN span_days >= {MIN_SPAN_DAYS} AND snapshots >= 2
+                    THEN slope * {DAYS_PER_MONTH} END AS change_per_month,
+               CASE WHEN snapshots < 2 THEN 'one snapshot'
+                    WHEN span_days < {MIN_SPAN_DAYS}
+                    THEN 'history spans under {MIN_SPAN_DAYS} days' END AS no_rate_reason
+        FROM fs_trend)
+"""
+
+
+def filesystems(con: Any) -> list[dict[str, Any]]:
+    return _rows(
+        con,
+        f"""
+        WITH {_LATEST}, {_SLOPES}
+        SELECT m.host, m.fs, d.snapshots, d.first_taken_at::TIMESTAMP AS first_taken_at,
+               d.last_taken_at::TIMESTAMP AS last_taken_at,
+               d.span_days, m.snapshot_id AS latest_snapshot, m.files, m.layout_score,
+               m.dynamic_layout_score_inode AS dynamic_layout_score,
+               d.first_layout_score, d.total_change, d.change_per_month, d.no_rate_reason,
+               m.blocks_free::DOUBLE / m.blocks_total AS free_fraction,
+               m.free_extent_count, m.largest_free_extent,
+               CASE WHEN m.blocks_free > 0 THEN m.free_chunks::DOUBLE * m.chunk_bytes
+                    / m.block_size / m.blocks_free END AS free_in_whole_chunks
+        FROM metrics m JOIN latest l ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
+        LEFT JOIN decline d ON d.host = m.host AND d.fs = m.fs
+        ORDER BY d.change_per_month ASC NULLS LAST, m.layout_score ASC NULLS LAST, m.host, m.fs
+        """,
+    )
+
+
+def by_size(con: Any) -> list[dict[str, Any]]:
+    return _rows(
+        con,
+        f"""
+        WITH {_LATEST},
+        cur AS (
+            SELECT b.* FROM size_buckets b JOIN latest l
+            ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid),
+        bm AS (
+            SELECT b.host, b.fs, b.bucket, b.layout_score,
+                   epoch_us(m.taken_at) / 86400e6 AS day
+            FROM size_buckets b JOIN metrics m
+            ON b.host = m.host AND b.fs = m.fs AND b.snapshot_id = m.snapshot_id
+            WHERE b.layout_score IS NOT NULL),
+        slopes AS (
+            SELECT host, fs, bucket, regr_slope(layout_score, day) * {DAYS_PER_MONTH} AS rate
+            FROM bm GROUP BY host, fs, bucket
+            HAVING max(day) - min(day) >= {MIN_SPAN_DAYS} AND count(*) >= 2),
+        rates AS (
+            SELECT bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
+            FROM slopes GROUP BY bucket)
+        SELECT c.bucket, min(c.min_blocks) AS min_blocks, max(c.max_blocks) AS max_blocks,
+               count(*) AS filesystems, sum(c.files) AS files, sum(c.blocks) AS blocks,
+               sum(c.contiguous)::DOUBLE / sum(c.denominator) AS layout_score,
+               min(c.layout_score) AS worst_layout_score,
+               any_value(r.mean_change_per_month) AS mean_change_per_month,
+               coalesce(any_value(r.rated), 0) AS rated_filesystems
+        FROM cur c LEFT JOIN rates r ON r.bucket = c.bucket
+        GROUP BY c.bucket ORDER BY c.bucket
+        """,
+    )
+
+
+def free_histogram(con: Any) -> list[dict[str, Any]]:
+    return _rows(
+        con,
+        f"""
+        WITH {_LATEST},
+        cur AS (
+            SELECT f.* FROM free_buckets f JOIN latest l
+            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid)
+        SELECT min_blocks, max(max_blocks) AS max_blocks, count(*) AS filesystems,
+               sum(count) AS free_extents, sum(blocks) AS free_blocks,
+               sum(blocks)::DOUBLE / (SELECT sum(blocks) FROM cur) AS share_of_free_blocks
+        FROM cur GROUP BY min_blocks ORDER BY min_blocks
+        """,
+    )
+
+
+def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
+    return _rows(
+        con,
+        f"""
+        WITH {_LATEST}, {_SLOPES},
+        vals AS (
+            SELECT m.host, m.fs, 'layout_score' AS metric, m.layout_score AS value
+            FROM metrics m JOIN latest l
+            ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
+            WHERE m.layout_score IS NOT NULL
+            UNION ALL
+            SELECT host, fs, 'change_per_month', change_per_month FROM decline
+            WHERE change_per_month IS NOT NULL),
+        stats AS (
+            SELECT metric, avg(value) AS mean, stddev_samp(value) AS sd, count(*) AS n
+            FROM vals GROUP BY metric),
+        z AS (
+            SELECT v.host, v.fs, v.metric, v.value, s.mean AS fleet_mean, s.sd AS fleet_sd,
+                   (v.value - s.mean) / s.sd AS z
+            FROM vals v JOIN stats s ON s.metric = v.metric WHERE s.n >= 3 AND s.sd > 0)
+        SELECT * FROM z WHERE abs(z) >= ? ORDER BY z ASC, host, fs, metric
+        """,
+        [threshold],
+    )
+
+
+def trend(con: Any) -> list[dict[str, Any]]:
+    return _rows(
+        con,
+        """
+        SELECT host, fs, snapshot_id, taken_at::TIMESTAMP AS taken_at, layout_score,
+               dynamic_layout_score_inode AS dynamic_layout_score,
+               blocks_free::DOUBLE / blocks_total AS free_fraction, free_extent_count
+        FROM metrics ORDER BY host, fs, snapshot_id
+        """,
+    )
+
+
+def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]]:
+    """Per file system and size bucket, the layout score computed from the exported extents
+    of the regular files valid in the latest snapshot (or in every snapshot)."""
+    snaps = (
+        "SELECT host, fs, snapshot_id AS sid FROM snapshots"
+        if every_snapshot
+        else "SELECT host, fs, max(snapshot_id) AS sid FROM snapshots GROUP BY host, fs"
+    )
+    return _rows(
+        con,
+        f"""
+        WITH want AS ({snaps}),
+        live AS (
+            SELECT v.host, v.fs, w.sid, v.ino, v.first_snapshot, v.extents
+            FROM files v JOIN want w
+            ON v.host = w.host AND v.fs = w.fs AND v.first_snapshot <= w.sid
+            ANTI JOIN file_ends e
+            ON e.host = v.host AND e.fs = v.fs AND e.ino = v.ino
+               AND e.first_snapshot = v.first_snapshot AND e.last_snapshot < w.sid
+            WHERE (v.mode & 61440) = 32768),
+        ext AS (
+            SELECT host, fs, sid, ino, x.logical AS logical, x.physical AS physical,
+                   x.length AS length
+            FROM (SELECT host, fs, sid, ino, unnest(extents) AS x FROM live)
+            WHERE (x.flags & 6) = 0 AND x.length > 0),
+        ordered AS (
+            SELECT *, lag(physical + length) OVER (
+                PARTITION BY host, fs, sid, ino ORDER BY logical) AS prev_end
+            FROM ext),
+        per_file AS (
+            SELECT host, fs, sid, ino, sum(length) AS blocks,
+                   sum(length - 1)
+                   + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
+            FROM ordered GROUP BY host, fs, sid, ino),
+        bucketed AS (
+            SELECT *, CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
+            FROM per_file WHERE blocks >= 2)
+        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
+               sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
+               sum(blocks - 1)::BIGINT AS denominator,
+               sum(contiguous)::DOUBLE / sum(blocks - 1) AS layout_score
+        FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
+        """,
+    )
+
+
+def fleet_tables(
+    root: Path, tables: tuple[str, ...] = DEFAULT_TABLES, threshold: float = 2.0
+) -> dict[str, list[dict[str, Any]]]:
+    """The named tables of the fleet analysis of the dataset at ``root``."""
+    con = connect(root)
+    try:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for t in tables:
+            if t == "filesystems":
+                out[t] = filesystems(con)
+            elif t == "size":
+                out[t] = by_size(con)
+            elif t == "free":
+                out[t] = free_histogram(con)
+            elif t == "outliers":
+                out[t] = outliers(con, threshold)
+            elif t == "trend":
+                out[t] = trend(con)
+            elif t == "files_by_size":
+                out[t] = files_by_size(con)
+            else:
+                raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
+        return out
+    finally:
+        con.close()

@@ -1,0 +1,205 @@
+"""Synthetic nightly histories for the fleet benchmark and tests.
+
+Each file system starts with ``files`` regular files (sizes from a log-normal distribution, in
+one directory per 1,000 files) laid out mostly contiguously, then ages: every night a share of
+the files is deleted, new files are created and some are rewritten, and files written later are
+more fragmented (the fragmentation probability grows with the night's index), so layout scores
+decline over the history as on an aging file system. Unchanged files keep their exact extents
+from night to night, so the store and the export see them as the same version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+import uuid as uuidlib
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.db.store import Store
+from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
+
+I64 = npt.NDArray[np.int64]
+BLOCK = 4096
+PER_DIR = 1000
+
+
+class _Allocator:
+    """Hands out physical runs from a cursor, with small gaps between files."""
+
+    def __init__(self, rng: np.random.Generator, start: int) -> None:
+        self.rng = rng
+        self.cursor = start
+
+    def place(self, blocks: I64, frag: float) -> tuple[I64, I64, I64, I64]:
+        """Extents (owner offsets, logical, physical, length) of new files of ``blocks``."""
+        n = blocks.size
+        pieces = 1 + self.rng.binomial(np.maximum(blocks - 1, 0), frag / 8.0)
+        pieces = np.minimum(np.maximum(pieces, 1), np.maximum(blocks, 1))
+        pieces[blocks == 0] = 0
+        off = np.zeros(n + 1, np.int64)
+        np.cumsum(pieces, out=off[1:])
+        owner = np.repeat(np.arange(n), pieces)
+        idx = np.arange(off[-1]) - off[:-1][owner]  # piece index within its file
+        base = blocks[owner] // pieces[owner]
+        length = base + np.where(idx == pieces[owner] - 1, blocks[owner] % pieces[owner], 0)
+        logical = idx * base
+        gap = np.where(idx == 0, self.rng.integers(0, 4, owner.size), 0)
+        gap += np.where(idx > 0, self.rng.integers(1, 256, owner.size), 0)
+        step = length + gap
+        physical = self.cursor + np.cumsum(step) - length
+        self.cursor = int(physical[-1] + length[-1]) if physical.size else self.cursor
+        return off, logical.astype(np.int64), physical.astype(np.int64), length.astype(np.int64)
+
+
+def _new_files(
+    rng: np.random.Generator, alloc: _Allocator, inos: I64, frag: float, now_ns: int
+) -> FileTable:
+    n = inos.size
+    size = np.minimum(rng.lognormal(9.5, 2.0, n), 2**30).astype(np.int64)
+    blocks = (size + BLOCK - 1) // BLOCK
+    off, logical, physical, length = alloc.place(blocks, frag)
+    z32, t = np.zeros(n, np.uint32), np.full(n, now_ns, np.int64)
+    return FileTable(
+        ino=inos.astype(np.uint64),
+        generation=rng.integers(1, 2**31, n).astype(np.uint32),
+        mode=np.full(n, stat.S_IFREG | 0o644, np.uint32),
+        nlink=np.ones(n, np.uint32),
+        uid=z32.copy(),
+        gid=z32.copy(),
+        size=size.astype(np.uint64),
+        atime=t.copy(),
+        mtime=t.copy(),
+        ctime=t.copy(),
+        crtime=t.copy(),
+        flags=z32.copy(),
+        damaged=z32.copy(),
+        ext_off=off.astype(np.uint64),
+        ext_logical=logical.astype(np.uint64),
+        ext_physical=physical.astype(np.uint64),
+        ext_length=length.astype(np.uint64),
+        ext_flags=np.zeros(length.size, np.uint32),
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    )
+
+
+def _dirs(ndirs: int) -> FileTable:
+    """The root (ino 2) and ``ndirs`` directories below it (ino 3...), one block each."""
+    n = ndirs + 1
+    z32, z64 = np.zeros(n, np.uint32), np.zeros(n, np.int64)
+    return FileTable(
+        ino=np.array([2, *range(3, 3 + ndirs)], np.uint64),
+        generation=z32.copy(),
+        mode=np.full(n, stat.S_IFDIR | 0o755, np.uint32),
+        nlink=np.full(n, 2, np.uint32),
+        uid=z32.copy(),
+        gid=z32.copy(),
+        size=np.full(n, BLOCK, np.uint64),
+        atime=z64.copy(),
+        mtime=z64.copy(),
+        ctime=z64.copy(),
+        crtime=z64.copy(),
+        flags=z32.copy(),
+        damaged=z32.copy(),
+        ext_off=np.arange(n + 1, dtype=np.uint64),
+        ext_logical=np.zeros(n, np.uint64),
+        ext_physical=np.arange(100, 100 + n, dtype=np.uint64),
+        ext_length=np.ones(n, np.uint64),
+        ext_flags=np.zeros(n, np.uint32),
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    )
+
+
+def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -> Layout:
+    ndirs = len(dirs) - 1
+    everything = FileTable.concat([dirs, files])
+    fino = files.ino.astype(np.int64)
+    parent = 3 + ((fino - first_ino) // PER_DIR) % max(ndirs, 1)
+    names = [f"f{i}".encode() for i in fino.tolist()]
+    dnames = [f"d{i}".encode() for i in range(ndirs)]
+    links = LinkTable.from_lists(
+        [2] * ndirs + parent.tolist(), list(range(3, 3 + ndirs)) + fino.tolist(), dnames + names
+    )
+    start = everything.ext_physical.astype(np.int64)
+    length = everything.ext_length.astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    start, length = start[order], length[order]
+    end = np.maximum.accumulate(start + length)
+    gap_start = np.concatenate([[0], end])
+    gap_end = np.concatenate([start, [facts.blocks_total]])
+    keep = gap_end > gap_start
+    free = FreeExtents(
+        gap_start[keep].astype(np.uint64), (gap_end[keep] - gap_start[keep]).astype(np.uint64)
+    )
+    used = int(length.sum())
+    facts = FsFacts(**{**facts.__dict__, "blocks_free": max(facts.blocks_total - used, 0)})
+    return Layout(facts=facts, files=everything, links=links, free=free)
+
+
+def synthetic_history(
+    store: Store,
+    name: str,
+    *,
+    files: int,
+    snapshots: int,
+    seed: int,
+    churn: float = 0.02,
+    start: dt.datetime | None = None,
+    interval: dt.timedelta = dt.timedelta(days=1),
+    skip: int = 0,
+) -> list[int]:
+    """Record ``snapshots`` nightly snapshots of an aging synthetic file system; their ids.
+
+    The first ``skip`` nights are generated but not recorded: a second call with the same
+    seed and ``skip`` = the first call's ``snapshots`` continues the same history."""
+    rng = np.random.default_rng(seed)
+    start = start or dt.datetime(2025, 1, 1, 2, 30, tzinfo=dt.UTC)
+    ndirs = max(1, files // PER_DIR)
+    first_ino = 3 + ndirs + 8
+    dirs = _dirs(ndirs)
+    alloc = _Allocator(rng, 1000 + ndirs)
+    now_ns = int(start.timestamp()) * 10**9
+    current = _new_files(rng, alloc, np.arange(first_ino, first_ino + files), 0.05, now_ns)
+    blocks_total = int(max(alloc.cursor * 3, 1 << 16))
+    facts = FsFacts(
+        kind="ext4",
+        uuid=str(uuidlib.UUID(int=int(rng.integers(0, 2**63)) << 64 | seed)),
+        label=name,
+        block_size=BLOCK,
+        blocks_total=blocks_total,
+        blocks_free=0,
+        inodes_total=files * 4,
+        inodes_free=files * 3,
+    )
+    next_ino = first_ino + files
+    ids = []
+    for night in range(snapshots):
+        when = start + night * interval
+        now_ns = int(when.timestamp()) * 10**9
+        if night:
+            frag = min(0.9, 0.05 + night / 30)
+            n = len(current)
+            k = round(n * churn)
+            gone = rng.choice(n, size=min(k, n), replace=False)
+            keep = np.ones(n, bool)
+            keep[gone] = False
+            rewrite = np.flatnonzero(keep & (rng.random(n) < churn / 2))
+            keep[rewrite] = False
+            new_inos = np.arange(next_ino, next_ino + k)
+            next_ino += k
+            redone = _new_files(rng, alloc, current.ino[rewrite].astype(np.int64), frag, now_ns)
+            redone.generation[:] = current.generation[rewrite]
+            born = _new_files(rng, alloc, new_inos, frag, now_ns)
+            current = FileTable.concat([current.take(np.flatnonzero(keep)), redone, born])
+            current = current.sorted_by_ino()
+        if night < skip:
+            continue
+        layout = _layout(dirs, current, facts, first_ino)
+        ids.append(store.add_snapshot(layout, name=name, source=f"synthetic:{name}",
+                                      taken_at=when).snapshot_id)  # fmt: skip
+    return ids
