@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -106,11 +107,29 @@ def age_cmd(
     )
     click.echo(f"  via {res.description}")
     if res.convergence:
-        for key, h in res.convergence.items():
-            click.echo(
-                f"  {key}: max bucket difference {h['max_diff']:.3f}, chi-square {h['chi2']:.1f} "
-                f"({h['dof']} dof, p={h['p_value']:.3g})"
-            )
+        for line in convergence_lines(res.convergence):
+            click.echo(f"  {line}")
+
+
+def convergence_lines(rep: dict[str, Any]) -> list[str]:
+    """Per target histogram: ideal vs actual per bucket and the chi-square verdict."""
+    out = [
+        ("converged" if rep["converged"] else "NOT converged")
+        + f" at op {rep['ops']:,} (chi-square at confidence {rep['confidence']:g},"
+        f" every bucket within {rep['tolerance']:g})"
+    ]
+    for key, h in rep["histograms"].items():
+        chi2 = "inf" if h["chi2"] is None else f"{h['chi2']:.1f}"
+        out.append(
+            f"{key}: {'pass' if h['passed'] else 'FAIL'}, chi-square {chi2} ({h['dof']} dof,"
+            f" p={h['p_value']:.3g}), max bucket difference {h['max_diff']:.3f},"
+            f" {h['files']:,} files"
+        )
+        unit = " (fraction of ops so far)" if key == "age" and rep.get("age_relative") else ""
+        out.append(f"  {'bucket <=':>14} {'ideal':>7} {'actual':>7} {'files':>8}{unit}")
+        for e, i, a, c in zip(h["edges"], h["ideal"], h["actual"], h["counts"], strict=True):
+            out.append(f"  {e:>14.6g} {i:>7.4f} {a:>7.4f} {c:>8,}")
+    return out
 
 
 COMMANDS = [age_cmd]
