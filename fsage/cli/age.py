@@ -56,12 +56,25 @@ from fsage.errors import UsageError
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from its record.")
+@click.option(
+    "--match",
+    "match_spec",
+    help="Age until the layout matches this target: a snapshot id (with --db) or a JSON "
+    "target (layout score per size bucket, free-space histogram, fullness).",
+)
+@click.option(
+    "--time-limit",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="With --match: give up after this many seconds and report the closest state.",
+)
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, force: bool,
-    resume: bool, fmt: str,
+    resume: bool, match_spec: str | None, time_limit: float, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -75,7 +88,13 @@ def age_cmd(
       fsage age /mnt/test --profile hfs-surge --fill 0.8 --churn 2
       fsage age ext4.img --profile hfs-aging --db fsage.db --snapshot-every 2000
       fsage age ext4.img --ops ops.jsonl.gz --offline
+      fsage age /mnt/test --match 12 --db fsage.db
     """
+    if match_spec is not None:
+        if profile_spec is not None or ops_file is not None or resume:
+            raise UsageError("--match takes no --profile, --ops or --resume")
+        _match(target, match_spec, db, seed, time_limit, fmt)
+        return
     if (profile_spec is None) == (ops_file is None):
         raise UsageError("give exactly one of --profile or --ops")
     if snapshot_every and db is None:
@@ -109,6 +128,49 @@ def age_cmd(
     if res.convergence:
         for line in convergence_lines(res.convergence):
             click.echo(f"  {line}")
+
+
+def _match(
+    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, fmt: str
+) -> None:
+    from fsage.ager.match import load_target, match_layout
+
+    goal = load_target(spec, db)
+    quiet = not progress_enabled() or fmt != "text"
+    res = match_layout(
+        target, goal, seed=seed, time_limit=time_limit,
+        say=None if quiet else (lambda s: click.echo(s, err=True)),
+    )  # fmt: skip
+    if fmt == "json":
+        echo_json(res.to_json())
+        return
+    for line in match_lines(res.to_json()):
+        click.echo(line)
+
+
+def match_lines(res: dict[str, Any]) -> list[str]:
+    """The per-bucket table, target vs reached (the closest state when not matched)."""
+    rep = res["report"] if res["matched"] else res["closest"]
+    state = "matched" if res["matched"] else f"NOT matched ({res['stop']}); closest state"
+    out = [
+        f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
+        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        f"  {'blocks':>13} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
+    ]
+    for r in rep["buckets"]:
+        got = "-" if r["score"] is None else f"{r['score']:.3f}"
+        mark = "" if r["ok"] else "  <- off" if r["judged"] else ""
+        out.append(
+            f"  {r['min_blocks']:>6}-{r['max_blocks']:<6} {r['target_files']:>12,}"
+            f" {r['target_score']:>6.3f} {r['files']:>7,} {got:>7}{mark}"
+        )
+    out.append(
+        f"  free-space histogram: total variation {rep['free_tv']:.3f} (<= 0.1 to match);"
+        f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
+    )
+    for key, why in res["reasons"].items():
+        out.append(f"  {key}: {why}")
+    return out
 
 
 def convergence_lines(rep: dict[str, Any]) -> list[str]:
