@@ -11,9 +11,9 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
      fsync'ed appends of several files at once (their blocks alternate on disk);
    - a bucket below the target gets its most fragmented files rewritten whole;
    - free space with too few small extents gets holes: contiguous files whose blocks are
-     surrounded by used blocks are deleted, and as many blocks are written back as large
-     files, which take the large free extents (and the reverse when free space is too
-     fragmented: small files to fill small holes, deletes next to large free extents).
+     surrounded by used blocks are deleted (the fill already leaves holes shaped like the
+     target's free extents: it writes spacer files of those sizes among the others and
+     deletes them).
 3. It stops when every size bucket holding at least ``MIN_FILES`` files in the target is
    within ``SCORE_TOL`` of the target's score and the free-space histograms are within total
    variation ``FREE_TV``; or at the time limit, or when rounds stop making progress, and then
@@ -47,6 +47,7 @@ FREE_TV = 0.1
 MIN_FILES = 50
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
 PER_DIR = 256
+STALL_ROUNDS = 6
 
 
 @dataclass
@@ -253,14 +254,14 @@ class MatchResult:
 
 
 def _distance(rep: dict[str, Any]) -> float:
-    """How far a state is from the target: the worst judged bucket's excess over its
-    tolerance plus the free-space excess."""
+    """How far a state is from the target: the larger of the worst judged bucket's excess
+    over its tolerance and the free-space histogram's excess over its own."""
     worst = 0.0
     for r in rep["buckets"]:
         if r["judged"]:
             d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
             worst = max(worst, d - SCORE_TOL)
-    return float(max(worst, 0.0) + max(rep["free_tv"] - FREE_TV, 0.0))
+    return float(max(worst, rep["free_tv"] - FREE_TV, 0.0))
 
 
 class Matcher:
@@ -430,7 +431,10 @@ class Matcher:
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
         os.sync()
-        keys = [k for k in t.buckets if k >= 1]
+        # Top up with whole files of the buckets whose files are contiguous in the target
+        # (whole files would raise the others' scores).
+        keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
+        keys = keys or [k for k in t.buckets if k >= 1]
         weights = [t.buckets[k][0] for k in keys]
         n = 0
         while keys and self.fullness() < t.fullness - 0.002:
@@ -462,8 +466,8 @@ class Matcher:
                 need = (cs - s) * den
                 order_list = idx[st.cont[idx] > 0].tolist()
                 self.rng.shuffle(order_list)
-                chunk = 1 if k <= 4 else 1 << (k - 4)
-                group: list[tuple[str, int]] = []
+                chunk = 1
+                victims: list[tuple[str, int]] = []
                 done = 0.0
                 for i in order_list:
                     if done >= 0.8 * need:
@@ -472,27 +476,31 @@ class Matcher:
                     if rel is None:
                         continue
                     b = int(st.blocks[i])
-                    group.append((rel, b * self.bs))
+                    victims.append((rel, b * self.bs))
                     done += max(0.0, float(st.cont[i]) - (b - math.ceil(b / chunk)))
-                    if len(group) == 4:
-                        self.write_interleaved(group, chunk)
-                        group = []
-                if group:
-                    self.write_interleaved(group, chunk)
+                # Freed blocks are reused only once the deletes are committed: commit them so
+                # that the rewritten files take the holes the old ones leave.
+                os.sync()
+                for g in range(0, len(victims), 4):
+                    self.write_interleaved(victims[g : g + 4], chunk)
                 actions[f"bucket {k}"] = f"fragmented by interleaving ({done:.0f} of {need:.0f})"
             else:
                 need = (s - cs) * den
                 gap = st.den[idx] - st.cont[idx]
                 order = idx[np.argsort(-gap, kind="stable")]
                 done = 0.0
+                redo: list[tuple[str, int]] = []
                 for i in order.tolist():
                     if done >= 0.8 * need or st.den[i] == st.cont[i]:
                         break
                     rel = self.delete(int(st.ino[i]))
                     if rel is None:
                         continue
-                    self.write_whole(rel, int(st.blocks[i]) * self.bs)
+                    redo.append((rel, int(st.blocks[i]) * self.bs))
                     done += float(st.den[i] - st.cont[i])
+                os.sync()
+                for rel, size in redo:
+                    self.write_whole(rel, size)
                 actions[f"bucket {k}"] = (
                     f"rewrote fragmented files whole ({done:.0f} of {need:.0f})"
                 )
@@ -531,16 +539,9 @@ class Matcher:
                 ends.add(b)
                 starts.add(a)
             freed += got
-        # Give the blocks back as large files: they take the largest free extents.
-        over = sorted((k for k in have if have[k] > want.get(k, 0.0)), reverse=True)
-        if freed and over:
-            big = max(over)
-            left = freed
-            while left > 0:
-                n = min(left, 1 << big, 32768)
-                self.write_whole(self._new_path(), n * self.bs)
-                left -= n
-        return f"free space: holes of {freed} blocks made, as many written as large files"
+        # The blocks are not written back: a large file lands in one of the few large free
+        # extents and splits it, which moves far more of the histogram than the holes did.
+        return f"free space: holes of {freed} blocks made by deleting contiguous files"
 
     # -- the loop
 
@@ -573,8 +574,8 @@ class Matcher:
             if time.perf_counter() - t0 > self.time_limit:
                 res.stop = f"time limit ({self.time_limit:.0f} s)"
                 break
-            if stalled >= 4:
-                res.stop = "no progress in 4 rounds"
+            if stalled >= STALL_ROUNDS:
+                res.stop = f"no progress in {STALL_ROUNDS} rounds"
                 break
             last_actions = self.steer_scores(st)
             free_action = self.steer_free(st)

@@ -64,9 +64,9 @@ def test_json_target_round_trip_and_errors(tmp_path: Path) -> None:
 
 
 def _fragment(root: Path, fill: float, seed: int) -> None:
-    """A workload fsage's matcher does not use: small files written four at a time, most of
-    their blocks fsync'ed one by one (so they interleave), larger files whole; then 30% of
-    the larger files deleted."""
+    """A fragmenting workload: small files made four at a time with most of their blocks
+    allocated in turn (fallocate, one block at a time), larger files written whole; then 30%
+    of the larger files deleted."""
     rng = random.Random(seed)
     buf = b"z" * 4096
     n = 0
@@ -83,11 +83,10 @@ def _fragment(root: Path, fill: float, seed: int) -> None:
             fds = [os.open(d / f"s{n}_{j}", os.O_CREAT | os.O_WRONLY) for j in range(4)]
             for b in range(max(sizes)):
                 for fd, sz in zip(fds, sizes, strict=True):
-                    if b < sz:
-                        os.write(fd, buf)
-                        if b == 0 or rng.random() < 0.75:
-                            os.fsync(fd)
-            for fd in fds:
+                    if b < sz and (b == 0 or rng.random() < 0.75):
+                        os.posix_fallocate(fd, b * 4096, 4096)
+            for fd, sz in zip(fds, sizes, strict=True):
+                os.write(fd, buf * sz)
                 os.close(fd)
         else:
             p = d / f"l{n}"
@@ -109,7 +108,7 @@ def test_match_a_fragmented_ext4(tmp_path: Path) -> None:
     from fsage.cli.age import match_lines
     from fsage.snapshotter import read_source
 
-    size = 160 * MIB
+    size = 512 * MIB
     src = make_image(tmp_path / "target.img", "ext4", size)
     with loop_mount(src) as mnt:
         _fragment(mnt, 0.7, seed=3)
