@@ -13,6 +13,16 @@ probability that falls as the fs fills, and deletes), then churn in ``profile.mi
 ``profile.churn`` × capacity bytes have been written or ``ops_limit`` ops issued. A delete picks
 a random non-empty directory and a victim from its sorted listing (seed 004), so the same file is
 deleted on every file system.
+
+Mode ``convergence`` (Geriatrix profiles, see ``fsage.ager.profile``) first makes the
+profile's directory tree, fills with creates only, then churns with creates and deletes steered
+toward the target histograms of size, age and depth: a create takes the size bucket and depth
+furthest below target, a delete takes a file from the age bucket furthest above target,
+preferring over-represented sizes and depths. The histograms are kept incrementally (a count
+per bucket; ages through a Fenwick tree over birth order), so an op costs O(buckets · log n).
+It stops when every histogram passes a chi-square test at ``profile.confidence`` (checked every
+``check_every`` ops), or when the churn budget or op limit is spent — and then says it did not
+converge.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsage.ager.patterns import PATTERN_KINDS, run_pattern
-from fsage.ager.profile import Histogram, Profile
+from fsage.ager.profile import Profile
 from fsage.errors import WorkloadError
 from fsage.workload import Op, WorkloadHeader
 
@@ -43,8 +53,123 @@ class _File:
     size: int
     born: int
     parent: str
-    depth: int
+    depth: int  # directories above the file (0: in the root), as Geriatrix counts depth
     bucket: int = -1  # size bucket in convergence mode
+    dbucket: int = -1  # depth bucket in convergence mode
+    slot: int = -1  # index in the age index
+
+
+class _AgeIndex:
+    """Live files by birth op. Births are appended in creation order (so never decrease);
+    a Fenwick tree over the slots counts the live ones, giving the number of live files born
+    before any op and the k-th live file in birth order in O(log n)."""
+
+    __slots__ = ("alive", "births", "cap", "paths", "tree")
+
+    def __init__(self) -> None:
+        self.births: list[int] = []
+        self.paths: list[str] = []
+        self.alive = bytearray()
+        self.cap = 1024
+        self.tree = [0] * (self.cap + 1)
+
+    def _add(self, slot: int, delta: int) -> None:
+        tree, cap = self.tree, self.cap
+        i = slot + 1
+        while i <= cap:
+            tree[i] += delta
+            i += i & -i
+
+    def _grow(self) -> None:
+        self.cap *= 2
+        tree = [0] * (self.cap + 1)
+        for i, a in enumerate(self.alive, 1):
+            tree[i] += a
+        for i in range(1, self.cap + 1):
+            j = i + (i & -i)
+            if j <= self.cap:
+                tree[j] += tree[i]
+        self.tree = tree
+
+    def add(self, born: int, path: str) -> int:
+        slot = len(self.births)
+        if self.births and born < self.births[-1]:
+            raise ValueError("births must not decrease")
+        if slot >= self.cap:
+            self._grow()
+        self.births.append(born)
+        self.paths.append(path)
+        self.alive.append(1)
+        self._add(slot, 1)
+        return slot
+
+    def revive(self, slot: int, path: str) -> None:
+        self.paths[slot] = path
+        if not self.alive[slot]:
+            self.alive[slot] = 1
+            self._add(slot, 1)
+
+    def remove(self, slot: int) -> None:
+        if self.alive[slot]:
+            self.alive[slot] = 0
+            self._add(slot, -1)
+
+    def _prefix(self, n: int) -> int:
+        """Live files among the first ``n`` slots."""
+        tree = self.tree
+        total = 0
+        while n > 0:
+            total += tree[n]
+            n -= n & -n
+        return total
+
+    def born_before(self, op: float) -> int:
+        """Live files born before ``op``."""
+        return self._prefix(bisect.bisect_left(self.births, op))
+
+    def sample(self, first: int, count: int, k: int, rng: random.Random) -> list[str]:
+        """``k`` random live files (with repeats) among the ``count`` live ones after the
+        first ``first`` in birth order: tries at random slots of their span, else an exact
+        descent of the tree."""
+        lo = self.slot_of(first)
+        hi = self.slot_of(first + count - 1) + 1
+        alive, paths = self.alive, self.paths
+        out: list[str] = []
+        for _ in range(k):
+            for _ in range(4):
+                s = rng.randrange(lo, hi)
+                if alive[s]:
+                    break
+            else:
+                s = self.slot_of(first + rng.randrange(count))
+            out.append(paths[s])
+        return out
+
+    def slot_of(self, k: int) -> int:
+        """The slot of the k-th (0-based) live file in birth order."""
+        pos = 0
+        step = self.cap
+        tree = self.tree
+        while step:
+            nxt = pos + step
+            if nxt <= self.cap and tree[nxt] <= k:
+                pos = nxt
+                k -= tree[nxt]
+            step >>= 1
+        return pos
+
+    def kth(self, k: int) -> str:
+        """The path of the k-th (0-based) live file in birth order."""
+        pos = 0
+        step = self.cap
+        tree = self.tree
+        while step:
+            nxt = pos + step
+            if nxt <= self.cap and tree[nxt] <= k:
+                pos = nxt
+                k -= tree[nxt]
+            step >>= 1
+        return self.paths[pos]
 
 
 class _Bag:
@@ -87,7 +212,7 @@ class GenStats:
     nospace: int = 0
     converged_at: int | None = None
     #: What ended the stream: "fill" (no churn asked), "churn" (the churn bytes were written),
-    #: "ops-limit", "converged", "written" (convergence: bytes cap), "updates" (random-update),
+    #: "ops-limit", "converged", "updates" (random-update),
     #: "prefragment"; empty while the stream runs.
     stopped_by: str = ""
     counts: dict[str, int] = field(default_factory=dict)
@@ -132,10 +257,24 @@ class Generator:
         self._force_deletes = 0
         self._undo: Callable[[], None] | None = None
         self._writes = 0
-        # Convergence mode: files per size bucket.
+        # Convergence mode: files per size bucket and depth bucket, files by birth.
         self._size_bags: list[_Bag] = []
         if profile.size_hist is not None:
             self._size_bags = [_Bag() for _ in profile.size_hist.edges]
+        self._depth_counts: list[int] = []
+        self._depth_parents: list[list[str]] = []
+        self._dir_plan: list[str] = []
+        if profile.depth_hist is not None:
+            self._depth_counts = [0] * len(profile.depth_hist.edges)
+            self._plan_dirs(profile)
+        self._ages = _AgeIndex() if profile.age_hist is not None else None
+        self._age_cache: list[int] = []
+        self._age_cache_at = -(1 << 62)
+        hs, hd, ha = profile.size_hist, profile.depth_hist, profile.age_hist
+        self._size_frac = hs.fractions if hs is not None else []
+        self._size_vals = [int(e) for e in hs.edges] if hs is not None else []
+        self._depth_frac = hd.fractions if hd is not None else []
+        self._age_frac = ha.fractions if ha is not None else []
         mix = profile.mix
         self._mix_kinds = [k for k in mix if mix[k] > 0]
         self._mix_cum: list[float] = []
@@ -257,12 +396,16 @@ class Generator:
         st = self.stats
         churn_budget = p.churn * self.total_blocks * self.bs
         converging = p.mode == "convergence"
+        next_check = 0
+        if converging:
+            yield from self._make_planned_dirs()
         while True:
             f = self.fullness()
             if st.phase == "fill":
                 if f >= p.fill:
                     st.phase = "churn"
                     st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
+                    next_check = st.ops
                     if churn_budget <= 0 and not converging:
                         st.stopped_by = "fill"
                         return
@@ -270,6 +413,9 @@ class Generator:
                 if self._force_deletes and self.files:
                     self._force_deletes -= 1
                     yield self._delete()
+                    continue
+                if converging:  # the fill is creates only (Geriatrix)
+                    yield self._create()
                     continue
                 p_create = 1.0 - 0.4 * f / p.fill
                 if not self.files or self.rng.random() < p_create:
@@ -279,26 +425,17 @@ class Generator:
                 continue
             # churn
             assert st.fill_bytes is not None
-            if not converging and st.bytes_written - st.fill_bytes >= churn_budget:
-                # The churn drifts around the fill target: end on it, as asked.
-                yield from self._settle()
+            if converging and st.ops >= next_check:
+                next_check = st.ops + p.check_every
+                if self.converged():
+                    st.converged_at = st.ops
+                    st.stopped_by = "converged"
+                    return
+            if st.bytes_written - st.fill_bytes >= churn_budget:
+                if not converging:
+                    # The churn drifts around the fill target: end on it, as asked.
+                    yield from self._settle()
                 st.stopped_by = "churn"
-                return
-            if (
-                converging
-                and p.ops_limit is None
-                and st.bytes_written - st.fill_bytes
-                >= max(churn_budget, self.total_blocks * self.bs)
-            ):
-                st.stopped_by = "written"
-                return
-            if (
-                converging
-                and (st.ops - (st.fill_ops or 0)) % p.check_every == 0
-                and self.converged()
-            ):
-                st.converged_at = st.ops
-                st.stopped_by = "converged"
                 return
             if self._force_deletes and self.files:
                 self._force_deletes -= 1
@@ -398,10 +535,22 @@ class Generator:
         self._undo = undo
         return Op("mkdir", path)
 
-    def _add_file(self, parent: str, name: str, size: int) -> str:
+    def _add_file(self, parent: str, name: str, size: int, keep: _File | None = None) -> str:
+        """Enter a file; ``keep``: the record of the same file before a rename or an undo
+        (its birth and age slot carry over)."""
         path = self._join(parent, name)
-        depth = self.dir_depth[parent] + 1
-        rec = _File(size, self.stats.ops, parent, depth)
+        depth = self.dir_depth[parent]
+        rec = _File(size, self.stats.ops if keep is None else keep.born, parent, depth)
+        if self._ages is not None:
+            if keep is None or keep.slot < 0:
+                rec.slot = self._ages.add(rec.born, path)
+            else:
+                rec.slot = keep.slot
+                self._ages.revive(rec.slot, path)
+        if self._depth_counts:
+            assert self.profile.depth_hist is not None
+            rec.dbucket = self.profile.depth_hist.bucket(depth)
+            self._depth_counts[rec.dbucket] += 1
         self.files[path] = rec
         self.file_bag.add(path)
         self.dir_names[parent].add(name)
@@ -423,6 +572,10 @@ class Generator:
         self.used_blocks -= _blocks(rec.size, self.bs)
         if rec.bucket >= 0:
             self._size_bags[rec.bucket].remove(path)
+        if rec.dbucket >= 0:
+            self._depth_counts[rec.dbucket] -= 1
+        if self._ages is not None and rec.slot >= 0:
+            self._ages.remove(rec.slot)
         return rec
 
     def _dropper(self, path: str) -> Callable[[], None]:
@@ -481,8 +634,7 @@ class Generator:
         rec = self._drop_file(path)
 
         def undo() -> None:
-            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size)
-            self.files[path].born = rec.born
+            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size, keep=rec)
 
         self._undo = undo
         return Op("delete", path)
@@ -519,121 +671,201 @@ class Generator:
         parent = self._pick_parent()
         name = self._new_name(parent)
         rec = self._drop_file(path)
-        dest = self._add_file(parent, name, rec.size)
-        self.files[dest].born = rec.born
+        dest = self._add_file(parent, name, rec.size, keep=rec)
 
         def undo() -> None:
             self._drop_file(dest)
-            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size)
-            self.files[path].born = rec.born
+            self._add_file(rec.parent, path.rsplit("/", 1)[-1], rec.size, keep=rec)
 
         self._undo = undo
         return Op("rename", path, dest=dest)
 
     # ---- convergence mode
 
-    def _deficits(self, hist: Histogram, counts: list[int], extra: int = 0) -> list[float]:
-        n = sum(counts) + extra
-        return [f * n - c for f, c in zip(hist.fractions, counts, strict=True)]
+    def _plan_dirs(self, p: Profile) -> None:
+        """The directory tree of the depth histogram, Geriatrix's shape: files at depth ``d``
+        go to ``k`` sibling directories ``d1/.../d<d-1>/d1 .. d<k>`` (or, for ``k`` = 0, the
+        one directory ``d1/.../d<d>``); the chain ``d1/d2/...`` joins the depths."""
+        hd = p.depth_hist
+        assert hd is not None
+        plan: list[str] = []
+        seen: set[str] = set()
+
+        def need(path: str) -> None:
+            if path and path not in seen:
+                seen.add(path)
+                plan.append(path)
+
+        for i, edge in enumerate(hd.edges):
+            depth = math.floor(edge)
+            low = hd.edges[i - 1] if i else -1.0
+            if depth <= low or depth < 0 or hd.weights[i] <= 0:
+                self._depth_parents.append([])
+                continue
+            if depth == 0:
+                self._depth_parents.append([""])
+                continue
+            chain = "/".join(f"d{j}" for j in range(1, depth))
+            for j in range(1, depth):
+                need("/".join(f"d{x}" for x in range(1, j + 1)))
+            k = p.depth_dirs[i] if p.depth_dirs is not None else 1
+            names = [f"d{depth}"] if k == 0 else [f"d{j}" for j in range(1, k + 1)]
+            level = [self._join(chain, n) for n in names]
+            for d in level:
+                need(d)
+            self._depth_parents.append(level)
+        self._dir_plan = plan
+
+    def _make_planned_dirs(self) -> Iterator[Op]:
+        for path in self._dir_plan:
+            if path in self.dir_depth:
+                continue  # adopted from an earlier run
+            parent, _, name = path.rpartition("/")
+            self._add_dir(parent, name, path)
+            self._undo = None
+            yield Op("mkdir", path)
+
+    @staticmethod
+    def _argmax(values: list[float]) -> int:
+        """Index of the largest value (the first of equals)."""
+        return values.index(max(values))
 
     def _create_converging(self) -> Op:
         p = self.profile
         hs = p.size_hist
         assert hs is not None
-        # Directory depth: the depth bucket furthest below its target share.
-        parent = ""
+        n = len(self.files) + 1
         if p.depth_hist is not None:
-            counts = self.histogram_counts()["depth"]
-            d = self._deficits(p.depth_hist, counts, 1)
-            want = int(p.depth_hist.edges[max(range(len(d)), key=lambda i: (d[i], -i))])
-            want_parent = max(0, want - 1)
-            have = max(dd for dd in self.dirs_by_depth if self.dirs_by_depth[dd])
-            if have < want_parent:
-                level = self.dirs_by_depth[have]
-                return self._mkdir(level[self.rng.randrange(len(level))])
-            level = self.dirs_by_depth[want_parent]
+            d = [
+                f * n - c if lv else -math.inf
+                for f, c, lv in zip(
+                    self._depth_frac, self._depth_counts, self._depth_parents, strict=True
+                )
+            ]
+            b = self._argmax(d)
+            level = self._depth_parents[b] if d[b] > -math.inf else [""]
             parent = level[self.rng.randrange(len(level))]
         elif self.rng.random() < p.dir_prob:
             return self._mkdir(self._pick_parent())
         else:
             parent = self._pick_parent()
-        counts = [len(b) for b in self._size_bags]
-        d = self._deficits(hs, counts, 1)
-        b = max(range(len(d)), key=lambda i: (d[i], -i))
-        lo = hs.edges[b - 1] + 1 if b else 0.0
-        hi = hs.edges[b]
-        if hi < 1:
-            size = 0
-        else:
-            lo = max(lo, 1.0)
-            size = round(math.exp(self.rng.uniform(math.log(lo), math.log(max(hi, lo)))))
-        size = min(size, self._free_bytes())
-        return self._create_file(parent, size)
+        # Every file of a size bucket has the bucket's size (Geriatrix); the bucket furthest
+        # below its share among those that fit.
+        room = self._free_bytes()
+        sizes = self._size_vals
+        d = [
+            f * n - len(bag.items) if sz <= room and f > 0 else -math.inf
+            for f, bag, sz in zip(self._size_frac, self._size_bags, sizes, strict=True)
+        ]
+        b = self._argmax(d)
+        if self._age_cache:
+            self._age_cache[0] += 1
+        if d[b] == -math.inf:
+            if self.files:
+                self._force_deletes = max(self._force_deletes, 1)
+                return self._delete()
+            b = 0
+        return self._create_file(parent, sizes[b])
+
+    def _age_bounds(self, now: int) -> list[float]:
+        """Birth-op bounds of the age buckets: bucket i holds files born in
+        [bounds[i+1], bounds[i]) (the last from op -inf)."""
+        h = self.profile.age_hist
+        assert h is not None
+        scale = now if self.profile.age_relative else 1
+        return [now + 1.0] + [now - e * scale for e in h.edges[:-1]] + [-math.inf]
+
+    def _age_counts(self) -> list[int]:
+        ages = self._ages
+        assert ages is not None
+        before = [ages.born_before(x) for x in self._age_bounds(self.stats.ops)]
+        return [before[i] - before[i + 1] for i in range(len(before) - 1)]
+
+    def _steering_age_counts(self) -> list[int]:
+        """Age counts for steering: exact every 16 ops, kept up by the ops in between."""
+        now = self.stats.ops
+        if now - self._age_cache_at >= 16:
+            self._age_cache = self._age_counts()
+            self._age_cache_at = now
+        return self._age_cache
 
     def _victim_converging(self) -> str:
         p = self.profile
         hs = p.size_hist
         assert hs is not None
-        counts = [len(b) for b in self._size_bags]
-        d = self._deficits(hs, counts)
-        order = sorted((i for i in range(len(d)) if counts[i]), key=lambda i: (d[i], i))
-        bag = self._size_bags[order[0]]
-        cands = [bag.pick(self.rng) for _ in range(min(16, len(bag)))]
-        if p.age_hist is None:
-            return cands[0]
-        ages = self.histogram_counts()["age"]
-        da = self._deficits(p.age_hist, ages)
-        now = self.stats.ops
-        return min(cands, key=lambda c: (da[p.age_hist.bucket(now - self.files[c].born)], c))  # type: ignore[union-attr]
+        n = len(self.files)
+        size_over = [
+            len(bag.items) - f * n for f, bag in zip(self._size_frac, self._size_bags, strict=True)
+        ]
+        depth_over = [c - f * n for f, c in zip(self._depth_frac, self._depth_counts, strict=True)]
+
+        files = self.files
+
+        def excess(path: str) -> tuple[float, str]:
+            rec = files[path]
+            e = size_over[rec.bucket] if rec.bucket >= 0 else 0.0
+            return (e + (depth_over[rec.dbucket] if rec.dbucket >= 0 else 0.0), path)
+
+        ages = self._ages
+        if ages is not None and p.age_hist is not None:
+            counts = self._steering_age_counts()
+            over = [
+                c - f * n if c > 0 else -math.inf
+                for f, c in zip(self._age_frac, counts, strict=True)
+            ]
+            b = self._argmax(over)
+            bounds = self._age_bounds(self.stats.ops)
+            first = ages.born_before(bounds[b + 1])
+            count = ages.born_before(bounds[b]) - first  # exact, the steering counts are not
+            cands = ages.sample(first, count, min(4, count), self.rng) if count > 0 else []
+            counts[b] -= 1
+        else:
+            b = self._argmax(
+                [
+                    x if len(bag) else -math.inf
+                    for x, bag in zip(size_over, self._size_bags, strict=True)
+                ]
+            )
+            bag = self._size_bags[b]
+            cands = [bag.pick(self.rng) for _ in range(min(4, len(bag)))]
+        if not cands:
+            return self.file_bag.pick(self.rng)
+        return max(cands, key=excess)
 
     def histogram_counts(self) -> dict[str, list[int]]:
-        """Current counts per bucket of the profile's target histograms."""
+        """Current counts per bucket of the profile's target histograms (kept incrementally)."""
         p = self.profile
         out: dict[str, list[int]] = {}
-        now = self.stats.ops
-        for key, hist in (("size", p.size_hist), ("age", p.age_hist), ("depth", p.depth_hist)):
-            if hist is None:
-                continue
-            counts = [0] * len(hist.edges)
-            if key == "size":
-                counts = [len(b) for b in self._size_bags]
-            else:
-                for rec in self.files.values():
-                    v = now - rec.born if key == "age" else rec.depth
-                    counts[hist.bucket(v)] += 1
-            out[key] = counts
+        if p.size_hist is not None:
+            out["size"] = [len(b) for b in self._size_bags]
+        if p.age_hist is not None:
+            out["age"] = self._age_counts()
+        if p.depth_hist is not None:
+            out["depth"] = list(self._depth_counts)
         return out
 
     def convergence_report(self) -> dict[str, Any]:
-        """Per histogram: ideal vs actual fraction per bucket, chi-square on counts, p-value."""
+        """Per target histogram: ideal vs actual per bucket and a chi-square test of the counts;
+        ``converged`` when every histogram passes at ``profile.confidence``."""
         p = self.profile
         hists = {"size": p.size_hist, "age": p.age_hist, "depth": p.depth_hist}
         out: dict[str, Any] = {}
         for key, counts in self.histogram_counts().items():
             hist = hists[key]
             assert hist is not None
-            n = sum(counts)
-            ideal = hist.fractions
-            actual = [c / n if n else 0.0 for c in counts]
-            chi2 = sum(
-                (c - f * n) ** 2 / (f * n) for c, f in zip(counts, ideal, strict=True) if f > 0
-            )
-            dof = max(1, sum(1 for f in ideal if f > 0) - 1)
-            out[key] = {
-                "edges": list(hist.edges),
-                "ideal": ideal,
-                "actual": actual,
-                "max_diff": max(abs(a - b) for a, b in zip(ideal, actual, strict=True)),
-                "chi2": chi2,
-                "dof": dof,
-                "p_value": chi2_sf(chi2, dof),
-                "files": n,
-            }
-        return out
+            out[key] = chi_square_test(hist.fractions, counts, p.confidence, p.tolerance)
+            out[key]["edges"] = list(hist.edges)
+        return {
+            "converged": bool(out) and all(h["passed"] for h in out.values()),
+            "confidence": p.confidence,
+            "tolerance": p.tolerance,
+            "ops": self.stats.ops,
+            "age_relative": p.age_relative,
+            "histograms": out,
+        }
 
     def converged(self) -> bool:
-        rep = self.convergence_report()
-        return bool(rep) and all(h["max_diff"] <= self.profile.tolerance for h in rep.values())
+        return bool(self.convergence_report()["converged"])
 
     # ---- random update (seed 001 §5.2.1.1)
 
@@ -737,6 +969,74 @@ def generate(
 
 
 # ------------------------------------------------------------------ statistics
+
+#: Buckets are merged with their neighbours until each group expects at least this many files.
+MIN_EXPECTED = 5.0
+
+
+def chi_square_test(
+    ideal: list[float], counts: list[int], confidence: float, tolerance: float = 1.0
+) -> dict[str, Any]:
+    """Pearson's chi-square goodness of fit of ``counts`` to the fractions ``ideal``.
+
+    Expected counts are ``ideal[i] * n``. Adjacent buckets are merged, left to right, until
+    each group expects at least ``MIN_EXPECTED`` files (a short last group joins the one
+    before); a file in a bucket whose ideal fraction is 0 fails the test outright. ``passed``:
+    the p-value is at least ``1 - confidence`` and no bucket's fraction is more than
+    ``tolerance`` from its ideal; with fewer than two groups the test cannot be made and does
+    not pass unless the ideal has a single non-empty bucket.
+    """
+    n = sum(counts)
+    expected = [f * n for f in ideal]
+    impossible = any(c > 0 and e <= 0 for c, e in zip(counts, expected, strict=True))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    acc = 0.0
+    for i, e in enumerate(expected):
+        cur.append(i)
+        acc += e
+        if acc >= MIN_EXPECTED:
+            groups.append(cur)
+            cur, acc = [], 0.0
+    if cur:
+        if groups:
+            groups[-1].extend(cur)
+        else:
+            groups.append(cur)
+    chi2 = 0.0
+    for g in groups:
+        e = sum(expected[i] for i in g)
+        o = sum(counts[i] for i in g)
+        if e > 0:
+            chi2 += (o - e) ** 2 / e
+    dof = len(groups) - 1
+    actual = [c / n if n else 0.0 for c in counts]
+    max_diff = max(abs(a - b) for a, b in zip(ideal, actual, strict=True))
+    if impossible:
+        chi2, p_value = math.inf, 0.0
+    else:
+        p_value = chi2_sf(chi2, dof) if dof > 0 else 1.0
+    single = sum(1 for f in ideal if f > 0) <= 1
+    passed = (
+        n > 0
+        and not impossible
+        and (dof > 0 or single)
+        and p_value >= 1.0 - confidence
+        and max_diff <= tolerance
+    )
+    return {
+        "ideal": list(ideal),
+        "actual": actual,
+        "counts": list(counts),
+        "expected": expected,
+        "groups": [[g[0], g[-1]] for g in groups],
+        "max_diff": max_diff,
+        "chi2": None if impossible else chi2,
+        "dof": dof,
+        "p_value": p_value,
+        "files": n,
+        "passed": passed,
+    }
 
 
 def chi2_sf(x: float, dof: int) -> float:

@@ -8,11 +8,20 @@ for convergence mode.
 ``load_profile`` accepts a preset name (``PRESETS``), a JSON profile file, or a Geriatrix
 profile (a directory holding ``size_distribution.txt``, ``age_distribution.txt`` and
 ``dir_distribution.txt``, or one of those files): each of those files is a count line, then
-``<upper bound> <weight> [...]`` lines.
+``<value> <weight> [...]`` lines. They are read as Geriatrix reads them:
+
+- sizes: every file of bucket ``i`` is exactly ``value[i]`` bytes (not a range);
+- ages: the bucket edges are relative — a file's age is ``(now - birth) / now`` in ops, and
+  bucket ``i`` ends at ``value[i] / value[-1]``;
+- directories: ``<depth> <weight> <sub-directories>``; a file at depth ``d`` has ``d``
+  directories above it (0: the root), and lives in one of ``sub-directories`` sibling
+  directories ``d1/d2/.../d<d-1>/d<k>`` (0 sub-directories: the one directory ``.../d<d>``);
+- the fill is creates only; churn is half creates, half deletes.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,16 +68,7 @@ class Histogram:
 
     def bucket(self, value: float) -> int:
         """Index of the bucket holding ``value``; values past the last edge go to the last."""
-        lo, hi = 0, len(self.edges) - 1
-        if value > self.edges[hi]:
-            return hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if value <= self.edges[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return min(bisect.bisect_left(self.edges, value), len(self.edges) - 1)
 
     def to_json(self) -> dict[str, Any]:
         return {"edges": list(self.edges), "weights": list(self.weights)}
@@ -110,6 +110,13 @@ class Profile:
     size_hist: Histogram | None = None
     age_hist: Histogram | None = None
     depth_hist: Histogram | None = None
+    #: Age histogram edges are fractions of the ops so far (Geriatrix), not op counts.
+    age_relative: bool = False
+    #: Sibling directories per depth-histogram bucket (Geriatrix's third column).
+    depth_dirs: tuple[int, ...] | None = None
+    #: Converged when every target histogram passes a chi-square goodness-of-fit test at
+    #: this confidence and no bucket's fraction is further than ``tolerance`` from its target.
+    confidence: float = 0.95
     tolerance: float = 0.02
     check_every: int = 1000
 
@@ -127,6 +134,18 @@ class Profile:
             )
         if self.mode == "convergence" and self.size_hist is None:
             raise WorkloadError(f"profile {self.name}: convergence mode needs a size histogram")
+        if not 0.0 < self.confidence < 1.0 or self.check_every < 1:
+            raise WorkloadError(
+                f"profile {self.name}: confidence must be in (0, 1), check_every >= 1"
+            )
+        if self.depth_dirs is not None and (
+            self.depth_hist is None
+            or len(self.depth_dirs) != len(self.depth_hist.edges)
+            or any(n < 0 for n in self.depth_dirs)
+        ):
+            raise WorkloadError(
+                f"profile {self.name}: depth_dirs needs one count >= 0 per depth_hist bucket"
+            )
 
     def with_overrides(self, **kw: Any) -> Profile:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
@@ -148,7 +167,10 @@ class Profile:
             "update_factor": self.update_factor,
             "block_size": self.block_size,
             "tolerance": self.tolerance,
+            "confidence": self.confidence,
             "check_every": self.check_every,
+            "age_relative": self.age_relative,
+            "depth_dirs": None if self.depth_dirs is None else list(self.depth_dirs),
         }
         for key in ("size_hist", "age_hist", "depth_hist"):
             h: Histogram | None = getattr(self, key)
@@ -163,7 +185,7 @@ class Profile:
             "name", "sizes", "mode", "fill", "churn", "ops_limit", "dir_prob", "max_depth",
             "depth_weights", "mix", "fsync_every", "sync_every", "update_factor",
             "block_size", "size_hist", "age_hist", "depth_hist", "tolerance", "check_every",
-            "base",
+            "base", "confidence", "age_relative", "depth_dirs",
         }  # fmt: skip
         unknown = set(data) - known
         if unknown:
@@ -174,7 +196,7 @@ class Profile:
             for key in ("mode",):
                 if key in data:
                     kw[key] = str(data[key])
-            for key in ("fill", "churn", "dir_prob", "update_factor", "tolerance"):
+            for key in ("fill", "churn", "dir_prob", "update_factor", "tolerance", "confidence"):
                 if key in data:
                     kw[key] = float(data[key])
             for key in ("max_depth", "fsync_every", "sync_every", "block_size", "check_every"):
@@ -191,6 +213,10 @@ class Profile:
                 )
             if data.get("depth_weights") is not None:
                 kw["depth_weights"] = tuple(float(w) for w in data["depth_weights"])
+            if "age_relative" in data:
+                kw["age_relative"] = bool(data["age_relative"])
+            if data.get("depth_dirs") is not None:
+                kw["depth_dirs"] = tuple(int(n) for n in data["depth_dirs"])
             if "mix" in data:
                 kw["mix"] = {str(k): float(v) for k, v in data["mix"].items()}
             for key in ("size_hist", "age_hist", "depth_hist"):
@@ -248,20 +274,73 @@ GERIATRIX_FILES = {
 }
 
 
-def parse_geriatrix(text: str, where: str = "geriatrix profile") -> Histogram:
-    """One Geriatrix distribution file: a count line, then ``<bound> <weight> [...]`` lines."""
+def _geriatrix_rows(text: str, where: str, columns: int) -> list[list[float]]:
+    """The ``count`` rows after a Geriatrix file's count line, ``columns`` numbers each."""
     lines = [ln.split() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln]
     try:
         count = int(lines[0][0])
         rows = lines[1 : 1 + count]
-        if len(rows) != count:
-            raise ValueError(f"{count} rows announced, {len(rows)} present")
-        edges = tuple(float(r[0]) for r in rows)
-        weights = tuple(float(r[1]) for r in rows)
+        if len(rows) != count or any(len(r) < columns for r in rows):
+            raise ValueError(f"{count} rows of {columns} numbers announced")
+        return [[float(x) for x in r[:columns]] for r in rows]
     except (IndexError, ValueError) as exc:
         raise WorkloadError(f"{where}: not a Geriatrix distribution ({exc})") from None
-    return Histogram(edges, weights)
+
+
+def parse_geriatrix(text: str, where: str = "geriatrix profile") -> Histogram:
+    """One Geriatrix distribution file: a count line, then ``<value> <weight> [...]`` lines."""
+    rows = _geriatrix_rows(text, where, 2)
+    return Histogram(tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+
+
+def parse_geriatrix_ages(text: str, where: str = "age_distribution.txt") -> Histogram:
+    """Geriatrix age buckets as fractions of the run so far: edge ``i`` = value[i] / value[-1]."""
+    h = parse_geriatrix(text, where)
+    last = h.edges[-1]
+    if h.edges[0] <= 0:
+        raise WorkloadError(f"{where}: age bucket bounds must be positive")
+    return Histogram(tuple(e / last for e in h.edges), h.weights)
+
+
+def parse_geriatrix_dirs(
+    text: str, where: str = "dir_distribution.txt"
+) -> tuple[Histogram, tuple[int, ...]]:
+    """Geriatrix's ``<depth> <weight> <sub-directories>`` rows: the depth histogram and the
+    sibling directories per depth."""
+    rows = _geriatrix_rows(text, where, 3)
+    if any(r[0] < 0 or r[0] != int(r[0]) or r[2] < 0 for r in rows):
+        raise WorkloadError(f"{where}: depths and sub-directory counts must be whole, >= 0")
+    hist = Histogram(tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+    return hist, tuple(int(r[2]) for r in rows)
+
+
+#: Geriatrix's churn: a create or a delete with equal odds.
+GERIATRIX_MIX = {"create": 0.5, "delete": 0.5}
+
+
+def load_geriatrix(path: Path) -> Profile:
+    """A Geriatrix profile directory (see the module doc for how it is read)."""
+    kw: dict[str, Any] = {}
+    f = path / "size_distribution.txt"
+    if not f.is_file():
+        raise WorkloadError(f"{path}: no size_distribution.txt (Geriatrix profile)")
+    kw["size_hist"] = parse_geriatrix(_read(f), str(f))
+    f = path / "age_distribution.txt"
+    if f.is_file():
+        kw["age_hist"] = parse_geriatrix_ages(_read(f), str(f))
+        kw["age_relative"] = True
+    f = path / "dir_distribution.txt"
+    if f.is_file():
+        kw["depth_hist"], kw["depth_dirs"] = parse_geriatrix_dirs(_read(f), str(f))
+    return Profile(name=path.name, mode="convergence", mix=dict(GERIATRIX_MIX), **kw)
+
+
+def _read(f: Path) -> str:
+    try:
+        return f.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {f}: {exc}") from None
 
 
 def load_profile(spec: str) -> Profile:
@@ -270,14 +349,7 @@ def load_profile(spec: str) -> Profile:
         return PRESETS[spec]
     path = Path(spec)
     if path.is_dir():
-        kw: dict[str, Any] = {}
-        for fname, key in GERIATRIX_FILES.items():
-            f = path / fname
-            if f.is_file():
-                kw[key] = parse_geriatrix(f.read_text(encoding="utf-8", errors="replace"), str(f))
-        if "size_hist" not in kw:
-            raise WorkloadError(f"{path}: no size_distribution.txt (Geriatrix profile)")
-        return Profile(name=path.name, mode="convergence", **kw)
+        return load_geriatrix(path)
     if not path.is_file():
         return get_preset(spec)
     try:
@@ -288,9 +360,7 @@ def load_profile(spec: str) -> Profile:
         key = GERIATRIX_FILES[path.name]
         if key != "size_hist":
             raise WorkloadError(f"{path}: a Geriatrix profile needs size_distribution.txt")
-        return Profile(
-            name=path.stem, mode="convergence", size_hist=parse_geriatrix(text, str(path))
-        )
+        return load_geriatrix(path.parent)  # with its age and directory files, if present
     try:
         data = json.loads(text)
     except ValueError:
@@ -298,5 +368,5 @@ def load_profile(spec: str) -> Profile:
             hist = parse_geriatrix(text, str(path))
         except WorkloadError:
             raise WorkloadError(f"{path}: neither a JSON profile nor a Geriatrix file") from None
-        return Profile(name=path.stem, mode="convergence", size_hist=hist)
+        return Profile(name=path.stem, mode="convergence", mix=dict(GERIATRIX_MIX), size_hist=hist)
     return Profile.from_json(data, name=path.stem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -67,12 +68,25 @@ from fsage.errors import UsageError
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from its record.")
+@click.option(
+    "--match",
+    "match_spec",
+    help="Age until the layout matches this target: a snapshot id (with --db) or a JSON "
+    "target (layout score per size bucket, free-space histogram, fullness).",
+)
+@click.option(
+    "--time-limit",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="With --match: give up after this many seconds and report the closest state.",
+)
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, fmt: str,
+    force: bool, resume: bool, match_spec: str | None, time_limit: float, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -90,7 +104,13 @@ def age_cmd(
       fsage age ext4.img --profile hfs-aging --db fsage.db --snapshot-every 2000
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
+      fsage age /mnt/test --match 12 --db fsage.db
     """
+    if match_spec is not None:
+        if profile_spec is not None or ops_file is not None or resume:
+            raise UsageError("--match takes no --profile, --ops or --resume")
+        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, fmt)
+        return
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
     ):
@@ -124,7 +144,6 @@ _STOPPED = {
     "churn": "the churn asked for",
     "ops-limit": "the op limit",
     "converged": "convergence",
-    "written": "the bytes-written cap of convergence mode",
     "updates": "the random updates asked for",
     "prefragment": "the prefragmentation's end",
     "end-of-stream": "the end of the op stream",
@@ -148,11 +167,72 @@ def _print_result(target: Path, res: AgeResult) -> None:
     if res.journal:
         click.echo(f"  ops run: {res.journal}")
     if res.convergence:
-        for key, h in res.convergence.items():
-            click.echo(
-                f"  {key}: max bucket difference {h['max_diff']:.3f}, chi-square {h['chi2']:.1f} "
-                f"({h['dof']} dof, p={h['p_value']:.3g})"
-            )
+        for line in convergence_lines(res.convergence):
+            click.echo(f"  {line}")
+
+
+def _match(
+    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, fmt: str
+) -> None:
+    from fsage.ager.match import load_target, match_layout
+
+    goal = load_target(spec, db)
+    quiet = not progress_enabled() or fmt != "text"
+    res = match_layout(
+        target, goal, seed=seed, time_limit=time_limit,
+        say=None if quiet else (lambda s: click.echo(s, err=True)),
+    )  # fmt: skip
+    if fmt == "json":
+        echo_json(res.to_json())
+        return
+    for line in match_lines(res.to_json()):
+        click.echo(line)
+
+
+def match_lines(res: dict[str, Any]) -> list[str]:
+    """The per-bucket table, target vs reached (the closest state when not matched)."""
+    rep = res["report"] if res["matched"] else res["closest"]
+    state = "matched" if res["matched"] else f"NOT matched ({res['stop']}); closest state"
+    out = [
+        f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
+        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        f"  {'blocks':>13} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
+    ]
+    for r in rep["buckets"]:
+        got = "-" if r["score"] is None else f"{r['score']:.3f}"
+        mark = "" if r["ok"] else "  <- off" if r["judged"] else ""
+        out.append(
+            f"  {r['min_blocks']:>6}-{r['max_blocks']:<6} {r['target_files']:>12,}"
+            f" {r['target_score']:>6.3f} {r['files']:>7,} {got:>7}{mark}"
+        )
+    out.append(
+        f"  free-space histogram: total variation {rep['free_tv']:.3f} (<= 0.1 to match);"
+        f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
+    )
+    for key, why in res["reasons"].items():
+        out.append(f"  {key}: {why}")
+    return out
+
+
+def convergence_lines(rep: dict[str, Any]) -> list[str]:
+    """Per target histogram: ideal vs actual per bucket and the chi-square verdict."""
+    out = [
+        ("converged" if rep["converged"] else "NOT converged")
+        + f" at op {rep['ops']:,} (chi-square at confidence {rep['confidence']:g},"
+        f" every bucket within {rep['tolerance']:g})"
+    ]
+    for key, h in rep["histograms"].items():
+        chi2 = "inf" if h["chi2"] is None else f"{h['chi2']:.1f}"
+        out.append(
+            f"{key}: {'pass' if h['passed'] else 'FAIL'}, chi-square {chi2} ({h['dof']} dof,"
+            f" p={h['p_value']:.3g}), max bucket difference {h['max_diff']:.3f},"
+            f" {h['files']:,} files"
+        )
+        unit = " (fraction of ops so far)" if key == "age" and rep.get("age_relative") else ""
+        out.append(f"  {'bucket <=':>14} {'ideal':>7} {'actual':>7} {'files':>8}{unit}")
+        for e, i, a, c in zip(h["edges"], h["ideal"], h["actual"], h["counts"], strict=True):
+            out.append(f"  {e:>14.6g} {i:>7.4f} {a:>7.4f} {c:>8,}")
+    return out
 
 
 COMMANDS = [age_cmd]

@@ -230,10 +230,11 @@ def test_geriatrix_profile_and_convergence(tmp_path: Path) -> None:
     for _ in gen.ops():
         pass
     rep = gen.convergence_report()
-    assert rep["size"]["max_diff"] <= 0.02
-    assert rep["depth"]["max_diff"] <= 0.02
+    assert rep["converged"]
+    assert rep["histograms"]["size"]["max_diff"] <= 0.02
+    assert rep["histograms"]["depth"]["max_diff"] <= 0.02
     assert gen.stats.converged_at is not None
-    assert sum(rep["size"]["ideal"]) == pytest.approx(1.0)
+    assert sum(rep["histograms"]["size"]["ideal"]) == pytest.approx(1.0)
     with pytest.raises(WorkloadError):
         parse_geriatrix("3\n1 1\n")
 

@@ -1,0 +1,659 @@
+"""Age a mounted file system until its layout matches a target (``fsage age T --match``).
+
+The target is a layout: files and layout score per size bucket (seed 000 buckets of blocks),
+the free-space histogram (free blocks per log2 extent length, e2freefrag's buckets) and the
+fullness — taken from a stored snapshot or a JSON file. The matcher
+
+1. fills the target with files drawn from the target's size buckets (file counts scaled to
+   the capacity) up to the target's fullness, each written whole;
+2. then, in rounds, reads the mounted tree with fsage's live reader and steers:
+   - a size bucket whose score is above the target's gets files rewritten as interleaved,
+     fsync'ed appends of several files at once (their blocks alternate on disk);
+   - a bucket below the target gets its most fragmented files rewritten whole;
+   - free space with too few small extents gets holes: contiguous files whose blocks are
+     surrounded by used blocks are deleted (the fill already leaves holes shaped like the
+     target's free extents: it writes spacer files of those sizes among the others and
+     deletes them).
+3. It stops when every size bucket holding at least ``MIN_FILES`` files in the target is
+   within ``SCORE_TOL`` of the target's score and the free-space histograms are within total
+   variation ``FREE_TV``; or at the time limit, or when rounds stop making progress, and then
+   reports the closest state reached per bucket and why it could not get closer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fsage.analyzer.analysis import bucket_range, size_bucket
+from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
+from fsage.analyzer.scores import file_scores
+from fsage.errors import UsageError, WorkloadError
+from fsage.layout import Layout
+
+SCORE_TOL = 0.02
+FREE_TV = 0.1
+MIN_FILES = 50
+AREA = "fsage-match"  # the matcher's files live under this directory of the target
+PER_DIR = 256
+STALL_ROUNDS = 6
+
+
+@dataclass
+class LayoutTarget:
+    """What a layout is matched on (see the module doc)."""
+
+    block_size: int
+    blocks_total: int
+    fullness: float
+    #: size bucket k -> (files, layout score or None); k = 0: one-block files.
+    buckets: dict[int, tuple[int, float | None]]
+    #: log2 free-extent bucket -> free blocks.
+    free: dict[int, int]
+    source: str = ""
+
+    def free_fractions(self) -> dict[int, float]:
+        total = sum(self.free.values())
+        return {k: v / total for k, v in self.free.items()} if total else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "block_size": self.block_size,
+            "blocks_total": self.blocks_total,
+            "fullness": self.fullness,
+            "size_buckets": [
+                {
+                    "min_blocks": bucket_range(k)[0],
+                    "max_blocks": bucket_range(k)[1],
+                    "files": n,
+                    "layout_score": s,
+                }
+                for k, (n, s) in sorted(self.buckets.items())
+            ],
+            "free_extents": [
+                {"min_blocks": 1 << k, "blocks": b} for k, b in sorted(self.free.items())
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "JSON target") -> LayoutTarget:
+        """The form ``to_json`` writes; ``fsage analyze --format json`` output also works
+        (its ``by_size`` and ``free`` parts)."""
+        try:
+            rows = data.get("size_buckets", data.get("by_size"))
+            free = data.get("free_extents")
+            if free is None and isinstance(data.get("free"), dict):
+                free = data["free"].get("free_extents")
+            summary = data.get("summary", {})
+            bs = int(data.get("block_size", summary.get("block_size", 4096)))
+            total = int(data.get("blocks_total", summary.get("blocks_total", 0)))
+            fullness = float(data.get("fullness", summary.get("fullness", 0.0)))
+            buckets: dict[int, tuple[int, float | None]] = {}
+            for r in rows or []:
+                k = int(size_bucket(np.array([int(r["max_blocks"])]))[0])
+                score = r.get("layout_score")
+                buckets[k] = (int(r["files"]), None if score is None else float(score))
+            free_h: dict[int, int] = {}
+            for r in free or []:
+                k = min(int(r["min_blocks"]).bit_length() - 1, MAX_BUCKET)
+                free_h[k] = free_h.get(k, 0) + int(r["blocks"])
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{source}: not a layout target ({exc})") from None
+        if not buckets or not 0.0 < fullness < 1.0:
+            raise UsageError(
+                f"{source}: a layout target needs size_buckets and a fullness in (0, 1)"
+            )
+        return cls(bs, total, fullness, buckets, free_h, source)
+
+
+@dataclass
+class _State:
+    """A measured layout, with per-file arrays for choosing what to rewrite."""
+
+    target: LayoutTarget  # the measured layout in target form
+    ino: np.ndarray
+    blocks: np.ndarray
+    cont: np.ndarray
+    den: np.ndarray
+    frags: np.ndarray
+    first: np.ndarray
+    bucket: np.ndarray
+    free_start: np.ndarray
+    free_len: np.ndarray
+    cont_k: dict[int, int] = field(default_factory=dict)
+    den_k: dict[int, int] = field(default_factory=dict)
+
+
+def measure(layout: Layout, source: str = "") -> _State:
+    files = layout.files
+    reg = files.is_regular()
+    sc = file_scores(files)
+    blocks = sc.blocks[reg]
+    cont = sc.contiguous[reg]
+    den = sc.denominator[reg]
+    k = size_bucket(blocks)
+    buckets: dict[int, tuple[int, float | None]] = {}
+    cont_k: dict[int, int] = {}
+    den_k: dict[int, int] = {}
+    for b in np.unique(k[k >= 0]).tolist():
+        sel = k == b
+        c, d = int(cont[sel].sum()), int(den[sel].sum())
+        buckets[int(b)] = (int(sel.sum()), c / d if d else None)
+        cont_k[int(b)], den_k[int(b)] = c, d
+    fs, fl = merge_runs(layout.free)
+    fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
+    free = {int(b): int(fl[fk == b].sum()) for b in np.unique(fk).tolist()}
+    f = layout.facts
+    used = f.blocks_total - f.blocks_free
+    tgt = LayoutTarget(
+        f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
+        buckets, free, source,
+    )  # fmt: skip
+    return _State(
+        tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
+        sc.first_block[reg], k, fs, fl, cont_k, den_k,
+    )  # fmt: skip
+
+
+def target_from_layout(layout: Layout, source: str) -> LayoutTarget:
+    return measure(layout, source).target
+
+
+def load_target(spec: str, db: Path | None) -> LayoutTarget:
+    """A snapshot id (with ``db``) or a JSON target file."""
+    if spec.isdigit():
+        if db is None:
+            raise UsageError("--match SNAPSHOT_ID needs --db")
+        from fsage.db.store import Store
+
+        with Store.open(db) as store:
+            layout = store.load_layout(int(spec))
+        return target_from_layout(layout, f"snapshot {spec} of {db}")
+    path = Path(spec)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{spec}: neither a snapshot id nor a JSON target file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{spec}: cannot read the JSON target ({exc})") from None
+    return LayoutTarget.from_json(data, str(path))
+
+
+# ---------------------------------------------------------------------------- comparing
+
+
+def free_tv(a: dict[int, float], b: dict[int, float]) -> float:
+    """Total-variation distance between two free-space histograms (fractions of blocks)."""
+    keys = set(a) | set(b)
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys)
+
+
+def compare(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
+    rows = []
+    for k, (n, s) in sorted(target.buckets.items()):
+        if k == 0 or s is None:
+            continue
+        cn, cs = now.buckets.get(k, (0, None))
+        judged = n >= MIN_FILES
+        ok = cs is not None and abs(cs - s) <= SCORE_TOL
+        rows.append(
+            {
+                "bucket": k,
+                "min_blocks": bucket_range(k)[0],
+                "max_blocks": bucket_range(k)[1],
+                "target_files": n,
+                "target_score": s,
+                "files": cn,
+                "score": cs,
+                "judged": judged,
+                "ok": ok or not judged,
+            }
+        )
+    tv = free_tv(target.free_fractions(), now.free_fractions())
+    return {
+        "buckets": rows,
+        "free_tv": tv,
+        "free_ok": tv <= FREE_TV,
+        "fullness": now.fullness,
+        "target_fullness": target.fullness,
+        "matched": all(r["ok"] for r in rows) and tv <= FREE_TV,
+    }
+
+
+# ---------------------------------------------------------------------------- matching
+
+
+@dataclass
+class MatchResult:
+    target: str
+    source: str
+    matched: bool = False
+    elapsed: float = 0.0
+    rounds: int = 0
+    files_written: int = 0
+    bytes_written: int = 0
+    stop: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    closest: dict[str, Any] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _distance(rep: dict[str, Any]) -> float:
+    """How far a state is from the target: the larger of the worst judged bucket's excess
+    over its tolerance and the free-space histogram's excess over its own."""
+    worst = 0.0
+    for r in rep["buckets"]:
+        if r["judged"]:
+            d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
+            worst = max(worst, d - SCORE_TOL)
+    return float(max(worst, rep["free_tv"] - FREE_TV, 0.0))
+
+
+class Matcher:
+    def __init__(
+        self,
+        root: Path,
+        target: LayoutTarget,
+        *,
+        seed: int = 0,
+        time_limit: float = 600.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = root
+        self.area = root / AREA
+        self.target = target
+        self.rng = random.Random(seed)
+        self.time_limit = time_limit
+        self.say = say or (lambda s: None)
+        vfs = os.statvfs(root)
+        self.bs = vfs.f_frsize
+        self.total = vfs.f_blocks
+        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
+        self.sizes: dict[str, int] = {}
+        self.serial = 0
+        self.files_written = 0
+        self.bytes_written = 0
+        self._buf = b"\xa5" * (1 << 20)
+        self._falloc = True
+
+    # -- primitives
+
+    def _new_path(self) -> str:
+        i = self.serial
+        self.serial += 1
+        d = f"d{i // PER_DIR:05d}"
+        if i % PER_DIR == 0:
+            (self.area / d).mkdir(exist_ok=True)
+        return f"{d}/f{i:08d}"
+
+    def _open(self, rel: str) -> int:
+        fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.paths[os.fstat(fd).st_ino] = rel
+        self.files_written += 1
+        return fd
+
+    def _write(self, fd: int, n: int) -> None:
+        while n > 0:
+            w = os.write(fd, self._buf[: min(n, len(self._buf))])
+            n -= w
+            self.bytes_written += w
+
+    def write_whole(self, rel: str, size: int) -> None:
+        fd = self._open(rel)
+        try:
+            self._write(fd, size)
+        finally:
+            os.close(fd)
+        self.sizes[rel] = size
+
+    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
+        """Allocate the files ``chunk`` blocks at a time in turn (fallocate, so each piece is
+        placed at once, next to the other files' pieces), then write their data; where
+        fallocate is not supported, write each piece and fsync it."""
+        fds = [self._open(rel) for rel, _ in items]
+        sizes = [size for _, size in items]
+        step = chunk * self.bs
+        try:
+            for off in range(0, max(sizes), step):
+                for fd, size in zip(fds, sizes, strict=True):
+                    if off < size:
+                        n = min(step, size - off)
+                        if self._falloc:
+                            try:
+                                os.posix_fallocate(fd, off, n)
+                                continue
+                            except OSError:
+                                self._falloc = False
+                        os.lseek(fd, off, os.SEEK_SET)
+                        self._write(fd, n)
+                        os.fsync(fd)
+            for fd, size in zip(fds, sizes, strict=True):
+                os.lseek(fd, 0, os.SEEK_SET)
+                self._write(fd, size)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        for rel, size in items:
+            self.sizes[rel] = size
+
+    def delete(self, ino: int) -> str | None:
+        rel = self.paths.pop(ino, None)
+        if rel is None:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.area / rel)
+        self.sizes.pop(rel, None)
+        return rel
+
+    def fullness(self) -> float:
+        v = os.statvfs(self.root)
+        return (v.f_blocks - v.f_bfree) / v.f_blocks
+
+    def snapshot(self) -> _State:
+        from fsage.snapshotter.live import read_live_layout
+
+        os.sync()
+        return measure(read_live_layout(self.root))
+
+    # -- fill
+
+    def _draw_blocks(self, k: int) -> int:
+        lo, hi = bucket_range(k)
+        return self.rng.randint(lo, hi)
+
+    def _size_of(self, blocks: int) -> int:
+        return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
+
+    def fill(self) -> None:
+        """Write the target's files, a share ``1 - score`` of each bucket's files with their
+        blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
+        files sized like the target's free extents (all but the largest bucket, which the
+        unwritten rest of the disk gives); delete the spacers, then top up to the target's
+        fullness."""
+        t = self.target
+        scale = self.total / t.blocks_total if t.blocks_total else 1.0
+        plan: list[tuple[str, int]] = []
+        for k, (n, score) in t.buckets.items():
+            count = max(0, round(n * scale))
+            frag = round(count * (1.0 - score)) if score is not None and k >= 1 else 0
+            plan += [("frag", k)] * frag + [("whole", k)] * (count - frag)
+        free_after = (1.0 - t.fullness) * self.total
+        want = t.free_fractions()
+        if want:
+            top = max(want, key=lambda k: want[k])
+            for k, f in want.items():
+                if k == top:
+                    continue
+                left = f * free_after
+                while left >= 1 << k:
+                    b = min(self.rng.randint(1 << k, (1 << (k + 1)) - 1), int(left))
+                    plan.append(("spacer", b))
+                    left -= b
+        self.rng.shuffle(plan)
+        pending: dict[int, list[tuple[str, int]]] = {}
+        spacers: list[str] = []
+        for i, (kind, v) in enumerate(plan):
+            if kind == "spacer":
+                rel = self._new_path()
+                self.write_whole(rel, v * self.bs)
+                spacers.append(rel)
+            elif kind == "whole":
+                self.write_whole(self._new_path(), self._size_of(self._draw_blocks(v)))
+            else:
+                group = pending.setdefault(v, [])
+                group.append((self._new_path(), self._draw_blocks(v) * self.bs))
+                if len(group) == 4:
+                    self.write_interleaved(group, 1)
+                    group.clear()
+            if i % 2048 == 2047 and self.fullness() >= 0.97:
+                break  # the target is smaller than this file system expected
+        for group in pending.values():
+            if group:
+                self.write_interleaved(group, 1)
+        os.sync()
+        for rel in spacers:
+            os.unlink(self.area / rel)
+            self.sizes.pop(rel, None)
+        self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
+        os.sync()
+        # Top up with whole files of the buckets whose files are contiguous in the target
+        # (whole files would raise the others' scores).
+        keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
+        keys = keys or [k for k in t.buckets if k >= 1]
+        weights = [t.buckets[k][0] for k in keys]
+        n = 0
+        while keys and self.fullness() < t.fullness - 0.002:
+            k = self.rng.choices(keys, weights)[0]
+            room = int((t.fullness - self.fullness()) * self.total) + 1
+            self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
+            n += 1
+            if n % 256 == 0:
+                os.sync()
+
+    # -- steering
+
+    def steer_scores(self, st: _State) -> dict[str, str]:
+        actions: dict[str, str] = {}
+        by_bucket = st.bucket
+        for k, (n, s) in self.target.buckets.items():
+            if k == 0 or s is None or n < MIN_FILES:
+                continue
+            cs = st.target.buckets.get(k, (0, None))[1]
+            if cs is None or abs(cs - s) <= SCORE_TOL * 0.5:
+                continue
+            den = st.den_k.get(k, 0)
+            idx = np.flatnonzero(by_bucket == k)
+            idx = np.array([i for i in idx.tolist() if int(st.ino[i]) in self.paths], np.int64)
+            if idx.size == 0:
+                actions[f"bucket {k}"] = "no files of fsage's in this bucket to rewrite"
+                continue
+            if cs > s:
+                need = (cs - s) * den
+                order_list = idx[st.cont[idx] > 0].tolist()
+                self.rng.shuffle(order_list)
+                chunk = 1
+                victims: list[tuple[str, int]] = []
+                done = 0.0
+                for i in order_list:
+                    if done >= 0.8 * need:
+                        break
+                    rel = self.delete(int(st.ino[i]))
+                    if rel is None:
+                        continue
+                    b = int(st.blocks[i])
+                    victims.append((rel, b * self.bs))
+                    done += max(0.0, float(st.cont[i]) - (b - math.ceil(b / chunk)))
+                # Freed blocks are reused only once the deletes are committed: commit them so
+                # that the rewritten files take the holes the old ones leave.
+                os.sync()
+                for g in range(0, len(victims), 4):
+                    self.write_interleaved(victims[g : g + 4], chunk)
+                actions[f"bucket {k}"] = f"fragmented by interleaving ({done:.0f} of {need:.0f})"
+            else:
+                need = (s - cs) * den
+                gap = st.den[idx] - st.cont[idx]
+                order = idx[np.argsort(-gap, kind="stable")]
+                done = 0.0
+                redo: list[tuple[str, int]] = []
+                for i in order.tolist():
+                    if done >= 0.8 * need or st.den[i] == st.cont[i]:
+                        break
+                    rel = self.delete(int(st.ino[i]))
+                    if rel is None:
+                        continue
+                    redo.append((rel, int(st.blocks[i]) * self.bs))
+                    done += float(st.den[i] - st.cont[i])
+                os.sync()
+                for rel, size in redo:
+                    self.write_whole(rel, size)
+                actions[f"bucket {k}"] = (
+                    f"rewrote fragmented files whole ({done:.0f} of {need:.0f})"
+                )
+        return actions
+
+    def steer_free(self, st: _State) -> str:
+        want = self.target.free_fractions()
+        have = st.target.free_fractions()
+        tv = free_tv(want, have)
+        if tv <= FREE_TV * 0.6:
+            return ""
+        free_total = int(st.free_len.sum())
+        # Holes for the buckets short of free blocks: delete contiguous files of that many
+        # blocks that touch no free extent.
+        ends = set((st.free_start + st.free_len).tolist())
+        starts = set(st.free_start.tolist())
+        freed = 0
+        short = sorted(k for k in want if want[k] > have.get(k, 0.0))
+        ours = np.array([int(i) in self.paths for i in st.ino.tolist()], bool)
+        solo = (st.frags == 1) & ours
+        for k in short:
+            need = (want[k] - have.get(k, 0.0)) * free_total
+            lo, hi = 1 << k, (1 << (k + 1)) - 1
+            idx = np.flatnonzero(solo & (st.blocks >= lo) & (st.blocks <= hi))
+            idx = idx[self.rng.sample(range(idx.size), idx.size)] if idx.size else idx
+            got = 0
+            for i in idx.tolist():
+                if got >= 0.8 * need:
+                    break
+                a, b = int(st.first[i]), int(st.first[i] + st.blocks[i])
+                if a in ends or b in starts:
+                    continue  # would join a free extent, not make a hole
+                if self.delete(int(st.ino[i])) is None:
+                    continue
+                got += int(st.blocks[i])
+                ends.add(b)
+                starts.add(a)
+            freed += got
+        # The blocks are not written back: a large file lands in one of the few large free
+        # extents and splits it, which moves far more of the histogram than the holes did.
+        return f"free space: holes of {freed} blocks made by deleting contiguous files"
+
+    # -- the loop
+
+    def run(self) -> MatchResult:
+        t0 = time.perf_counter()
+        res = MatchResult(target=str(self.root), source=self.target.source)
+        self.area.mkdir(exist_ok=True)
+        self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
+        self.fill()
+        best: tuple[float, dict[str, Any]] | None = None
+        stalled = 0
+        last_actions: dict[str, str] = {}
+        while True:
+            st = self.snapshot()
+            rep = compare(self.target, st.target)
+            res.rounds += 1
+            dist = _distance(rep)
+            self.say(
+                f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV "
+                f"{rep['free_tv']:.3f}, {time.perf_counter() - t0:.0f} s"
+            )
+            if best is None or dist < best[0] - 1e-4:
+                best = (dist, rep)
+                stalled = 0
+            else:
+                stalled += 1
+            if rep["matched"]:
+                res.matched, res.stop = True, "matched"
+                break
+            if time.perf_counter() - t0 > self.time_limit:
+                res.stop = f"time limit ({self.time_limit:.0f} s)"
+                break
+            if stalled >= STALL_ROUNDS:
+                res.stop = f"no progress in {STALL_ROUNDS} rounds"
+                break
+            last_actions = self.steer_scores(st)
+            free_action = self.steer_free(st)
+            if free_action:
+                last_actions["free space"] = free_action
+        assert best is not None
+        res.report = rep
+        res.closest = best[1]
+        res.reasons = _reasons(best[1], last_actions) if not res.matched else {}
+        res.elapsed = time.perf_counter() - t0
+        res.files_written = self.files_written
+        res.bytes_written = self.bytes_written
+        return res
+
+
+def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for r in rep["buckets"]:
+        if r["ok"]:
+            continue
+        key = f"bucket {r['bucket']}"
+        if r["score"] is None:
+            out[key] = "no files of this size reached"
+        else:
+            way = "above" if r["score"] > r["target_score"] else "below"
+            last = actions.get(key, "no rewrite possible")
+            out[key] = f"still {way} target after the last round ({last})"
+    if not rep["free_ok"]:
+        out["free space"] = actions.get(
+            "free space", "no contiguous file of a needed hole size touches no free extent"
+        )
+    return out
+
+
+@contextlib.contextmanager
+def _mounted(path: Path) -> Iterator[Path]:
+    """``path`` itself if a directory, else the image loop-mounted for the run."""
+    if path.is_dir():
+        yield path
+        return
+    from fsage.ager.images import can_loop_mount, image_kind, mount, umount
+
+    if image_kind(path) not in ("ext", "xfs", "btrfs"):
+        raise UsageError(f"{path}: not a directory or an ext4, xfs or btrfs image")
+    if not can_loop_mount():
+        raise UsageError(f"{path}: matching an image needs root and loop devices")
+    mnt = Path(tempfile.mkdtemp(prefix="fsage-match-"))
+    try:
+        mount(path, mnt)
+        try:
+            yield mnt
+        finally:
+            os.sync()
+            umount(mnt)
+    finally:
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
+
+
+def match_layout(
+    path: Path,
+    target: LayoutTarget,
+    *,
+    seed: int = 0,
+    time_limit: float = 600.0,
+    say: Callable[[str], None] | None = None,
+) -> MatchResult:
+    """Age the mounted directory or image ``path`` until its layout matches ``target``."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if not math.isfinite(time_limit) or time_limit <= 0:
+        raise UsageError("the time limit must be a positive number of seconds")
+    with _mounted(path) as root:
+        if (root / AREA).exists():
+            raise UsageError(f"{root / AREA} exists: an earlier match left it; remove it first")
+        try:
+            res = Matcher(root, target, seed=seed, time_limit=time_limit, say=say).run()
+        except OSError as exc:
+            raise WorkloadError(f"matching {path}: {exc}") from None
+    res.target = str(path)
+    return res

@@ -1,0 +1,136 @@
+"""Aging to a layout target (``fsage age T --match``): unit checks of the target and the
+comparison, and a real match of a deliberately fragmented ext4 (root + loop devices)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fsage.ager.match import (
+    FREE_TV,
+    SCORE_TOL,
+    LayoutTarget,
+    compare,
+    free_tv,
+    load_target,
+    match_layout,
+    target_from_layout,
+)
+from fsage.errors import UsageError
+
+MIB = 1 << 20
+
+
+def _target(buckets: dict[int, tuple[int, float | None]], free: dict[int, int]) -> LayoutTarget:
+    return LayoutTarget(4096, 1 << 19, 0.75, buckets, free, "t")
+
+
+def test_compare_judges_only_buckets_with_enough_files() -> None:
+    want = _target({1: (400, 0.5), 3: (60, 0.9), 6: (10, 0.2)}, {0: 100, 4: 300})
+    now = _target({1: (380, 0.515), 3: (55, 0.95), 6: (9, 0.9)}, {0: 100, 4: 300})
+    rep = compare(want, now)
+    rows = {r["bucket"]: r for r in rep["buckets"]}
+    assert rows[1]["ok"] and rows[1]["judged"]
+    assert not rows[3]["ok"]  # 0.05 off with 60 files in the target
+    assert rows[6]["ok"] and not rows[6]["judged"]  # 10 files: not judged
+    assert rep["free_tv"] == 0.0 and not rep["matched"]
+    now.buckets[3] = (55, 0.9 + SCORE_TOL / 2)
+    assert compare(want, now)["matched"]
+
+
+def test_free_tv() -> None:
+    assert free_tv({0: 0.5, 1: 0.5}, {1: 0.5, 2: 0.5}) == pytest.approx(0.5)
+    assert free_tv({0: 1.0}, {0: 1.0}) == 0.0
+
+
+def test_json_target_round_trip_and_errors(tmp_path: Path) -> None:
+    t = _target({0: (5, None), 2: (100, 0.75), 4: (70, 0.5)}, {1: 40, 7: 900})
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(t.to_json()))
+    back = load_target(str(f), None)
+    assert back.buckets == t.buckets and back.free == t.free and back.fullness == t.fullness
+    with pytest.raises(UsageError, match="needs --db"):
+        load_target("12", None)
+    f.write_text('{"size_buckets": []}')
+    with pytest.raises(UsageError, match="layout target"):
+        load_target(str(f), None)
+    with pytest.raises(UsageError, match="neither"):
+        load_target(str(tmp_path / "missing.json"), None)
+
+
+def _fragment(root: Path, fill: float, seed: int) -> None:
+    """A fragmenting workload: small files made four at a time with most of their blocks
+    allocated in turn (fallocate, one block at a time), larger files written whole; then 30%
+    of the larger files deleted."""
+    rng = random.Random(seed)
+    buf = b"z" * 4096
+    n = 0
+    big: list[Path] = []
+    (root / "t").mkdir()
+    while True:
+        v = os.statvfs(root)
+        if (v.f_blocks - v.f_bfree) / v.f_blocks >= fill:
+            break
+        d = root / "t" / f"{n // 200:04d}"
+        d.mkdir(exist_ok=True)
+        if rng.random() < 0.75:
+            sizes = [rng.randint(2, 16) for _ in range(4)]
+            fds = [os.open(d / f"s{n}_{j}", os.O_CREAT | os.O_WRONLY) for j in range(4)]
+            for b in range(max(sizes)):
+                for fd, sz in zip(fds, sizes, strict=True):
+                    if b < sz and (b == 0 or rng.random() < 0.75):
+                        os.posix_fallocate(fd, b * 4096, 4096)
+            for fd, sz in zip(fds, sizes, strict=True):
+                os.write(fd, buf * sz)
+                os.close(fd)
+        else:
+            p = d / f"l{n}"
+            p.write_bytes(buf * rng.randint(17, 256))
+            big.append(p)
+        n += 1
+        if n % 200 == 0:
+            os.sync()
+    for p in big:
+        if rng.random() < 0.3:
+            p.unlink()
+    os.sync()
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_match_a_fragmented_ext4(tmp_path: Path) -> None:
+    from fsage.ager.images import loop_mount, make_image
+    from fsage.cli.age import match_lines
+    from fsage.snapshotter import read_source
+
+    size = 512 * MIB
+    src = make_image(tmp_path / "target.img", "ext4", size)
+    with loop_mount(src) as mnt:
+        _fragment(mnt, 0.7, seed=3)
+    # The target, read offline through libext2fs.
+    target = target_from_layout(read_source(src), "fragmented target")
+    small = [s for k, (n, s) in target.buckets.items() if 1 <= k <= 3 and n >= 50]
+    assert small and all(s is not None and s <= 0.8 for s in small)
+    img = make_image(tmp_path / "aged.img", "ext4", size)
+    res = match_layout(img, target, seed=1, time_limit=150.0)
+    text = "\n".join(match_lines(res.to_json()))
+    assert res.matched, text
+    # Judge the result with the offline reader, not the live one the matcher steered by.
+    rep = compare(target, target_from_layout(read_source(img), "aged"))
+    for r in rep["buckets"]:
+        if r["judged"]:
+            assert r["score"] is not None
+            assert abs(r["score"] - r["target_score"]) <= SCORE_TOL + 0.01, text
+    assert rep["free_tv"] <= FREE_TV + 0.02, text
+
+
+def test_cli_match_needs_db_for_a_snapshot_id(tmp_path: Path) -> None:
+    from fsage.cli import main
+
+    r = CliRunner().invoke(main, ["age", str(tmp_path), "--match", "3"])
+    assert r.exit_code != 0 and "--match SNAPSHOT_ID needs --db" in r.output
