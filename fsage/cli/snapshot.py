@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
-from fsage.db.store import Store
+from fsage.db.store import Store, parse_taken_at
 from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
@@ -22,7 +22,14 @@ from fsage.snapshotter import read_source
     " the name it already has there).",
 )
 @click.option("--label", help="A note stored with this snapshot.")
-def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> None:
+@click.option(
+    "--taken-at",
+    help="When the layout was taken (ISO 8601; naive means UTC), for histories collected "
+    "elsewhere or backfilled; default: now. Snapshots of a file system go in time order.",
+)
+def snapshot(
+    source: Path, db: Path, name: str | None, label: str | None, taken_at: str | None
+) -> None:
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
@@ -32,12 +39,14 @@ def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> Non
     Examples:
       fsage snapshot /dev/sdb1 --name home
       fsage snapshot disk.img --db /var/lib/fsage/fsage.db
+      fsage snapshot v1.img --name src --taken-at 2024-03-01T02:30:00Z
     """
+    when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
     layout = read_source(source)
     with Store.open(db, create=True) as store:
         summary = store.add_snapshot(
-            layout, name=name, source=str(source), label=label, started=started
+            layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
     click.echo(summary.line())
 
