@@ -17,12 +17,18 @@ import stat
 from pathlib import Path
 
 from fsage.errors import UnsafeTargetError, WorkloadError
-from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
+from fsage.workload import Executor, NoSpaceError, Op, OpFailedError, symlink_target
 
 _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256
+_SPECIAL_MODES = {
+    "fifo": stat.S_IFIFO,
+    "socket": stat.S_IFSOCK,
+    "char": stat.S_IFCHR,
+    "block": stat.S_IFBLK,
+}
 
 #: The dotfile that marks a directory as an fsage working directory (and holds the resume record).
 MARKER = ".fsage-age"
@@ -196,6 +202,14 @@ class PosixExecutor(Executor):
             sfd, sname = self._split(op.path)
             dfd, dname = self._split(op.dest)
             os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return 0
+        if kind == "symlink":
+            dfd, name = self._split(op.path)
+            os.symlink(symlink_target(op), name, dir_fd=dfd)
+            return 0
+        if kind == "mknod":
+            dfd, name = self._split(op.path)
+            os.mknod(name, _SPECIAL_MODES[op.label] | 0o644, 0, dir_fd=dfd)
             return 0
         if kind == "fsync":
             dfd, name = self._split(op.path)

@@ -121,6 +121,8 @@ class LfsExecutor(Executor):
             return 0
         if op.op == "snapshot":
             return 0
+        if op.op in ("symlink", "mknod"):
+            raise OpFailedError(f"{op.op} {op.path}: not supported on an LFS image")
         raise WorkloadError(f"op {op.op!r} is not supported on an LFS image")
 
     def capacity_blocks(self) -> tuple[int, int, int]:
