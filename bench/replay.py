@@ -77,8 +77,9 @@ def download(versions: list[str], dest: Path) -> None:
 
 
 def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
-    """Seconds to write ``nbytes`` once, sequentially, on a fresh file system of the geometry
-    recorded in the snapshot file system ``image_like`` holds (mkfs not timed)."""
+    """Seconds to write ``nbytes`` once, sequentially (1 MiB writes), on a fresh file system of
+    ``image_like``'s geometry (mkfs not timed). More bytes than half the free space are
+    written in turns: the file is synced and truncated to nothing, and the writing goes on."""
     from fsage.snapshotter import read_source
 
     img = tmp / "seq.img"
@@ -86,11 +87,20 @@ def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
     buf = os.urandom(1 << 20)
     with loop_mount(img) as mnt:
         t0 = time.perf_counter()
+        st = os.statvfs(mnt)
+        cap = max(st.f_bavail * st.f_frsize // 2, len(buf))
         fd = os.open(mnt / "seq", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            left = nbytes
+            left, in_file = nbytes, 0
             while left > 0:
-                left -= os.write(fd, buf[: min(left, len(buf))])
+                if in_file >= cap:
+                    os.fsync(fd)
+                    os.ftruncate(fd, 0)
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    in_file = 0
+                n = os.write(fd, buf[: min(left, len(buf), cap - in_file)])
+                left -= n
+                in_file += n
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -173,6 +183,7 @@ def main() -> None:
     ap.add_argument("--fill", type=float, default=0.8)
     ap.add_argument("--ends", default="remount", help="comma-separated --interval-end values")
     ap.add_argument("--intra", type=float, default=0.0, help="also replay with N files/day")
+    ap.add_argument("--intra-lifetime", type=float, default=3600.0, help="their mean life, s")
     ap.add_argument("--at", default="last,middle", help="which snapshots to recreate")
     ap.add_argument("--noise-runs", type=int, default=2)
     ap.add_argument("--workdir", type=Path, default=None)
