@@ -3,6 +3,7 @@ files, clean up, and store the results (tables ``bench_runs`` and ``bench_result
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Callable
@@ -123,14 +124,28 @@ def run_bench(
             notes.append(f"no layout scores: the target's layout cannot be read ({exc})")
             say(f"fsage: {notes[-1]}")
         tgt.make_bench_dir()
+        exhausted: str | None = None
         try:
-            out = fn(tgt, opts, say)
+            try:
+                out = fn(tgt, opts, say)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                st = tgt.statvfs()
+                what = "inodes" if st.f_files and st.f_favail == 0 else "space"
+                exhausted = (
+                    f"{target}: the {opts.suite} benchmark ran out of {what} "
+                    f"({st.f_bavail * st.f_frsize / 2**20:.1f} MiB and {st.f_favail:,} inodes "
+                    "left); its files were removed; use --size or --file-size"
+                )
             after: Layout | None = None
-            if before is not None and out.keeps_files:
+            if exhausted is None and before is not None and out.keeps_files:
                 after = tgt.layout()
         finally:
-            if not opts.keep:
+            if not opts.keep or exhausted is not None:
                 tgt.remove_bench_dir()
+        if exhausted is not None:
+            raise FsageError(exhausted)
         notes += out.notes
         if opts.keep:
             notes.append(f"benchmark files kept in {tgt.bench_name}")
