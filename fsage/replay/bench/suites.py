@@ -385,8 +385,7 @@ def run_tpcb(tgt: BenchTarget, opts: BenchOptions, say: Say) -> SuiteOutput:
     # at different ages compare.
     account_bytes = opts.size or TPCB_DEFAULT_MAX
     notes.append(
-        f"account file of {account_bytes / MIB:.1f} MiB at the file system's utilization "
-        f"{util:.3f}"
+        f"account file of {account_bytes / MIB:.1f} MiB at the file system's utilization {util:.3f}"
     )
     nblocks = account_bytes // TPCB_BLOCK
     if nblocks < 1:
