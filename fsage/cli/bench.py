@@ -201,7 +201,8 @@ def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None
         if fit is not None:
             click.echo(
                 f"  {name}: relative = {fit.intercept:.3f} + {fit.slope:.3f} x layout score "
-                f"(r = {fit.r:.2f}, {fit.points} runs)"
+                f"(r = {fit.r:.2f}, {fit.points} runs, layout scores {fit.x_min:.3f}-"
+                f"{fit.x_max:.3f})"
             )
     for n in pred.notes:
         click.echo(f"  note: {n}")

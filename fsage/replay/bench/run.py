@@ -246,6 +246,7 @@ class StoredResult:
     params: dict[str, Any]
     layout_score_bench_files: float | None
     layout_score_old_files: float | None
+    snapshot_id: int | None = None
 
 
 def has_bench_tables(con: Any) -> bool:
@@ -263,7 +264,8 @@ def stored_results(store: Any, suite: str | None = None) -> list[StoredResult]:
     sql = (
         "SELECT r.id, r.suite, r.fs_name, r.target, r.started_at, r.cold, r.params, r.layout, "
         "x.metric, x.value, x.unit, x.params, x.layout_score_bench_files, "
-        "x.layout_score_old_files FROM bench_results x JOIN bench_runs r ON r.id = x.run_id"
+        "x.layout_score_old_files, r.snapshot_id FROM bench_results x "
+        "JOIN bench_runs r ON r.id = x.run_id"
     )
     args: tuple[Any, ...] = ()
     if suite is not None:
@@ -288,6 +290,7 @@ def stored_results(store: Any, suite: str | None = None) -> list[StoredResult]:
                 params=json.loads(row[11] or "{}"),
                 layout_score_bench_files=row[12],
                 layout_score_old_files=row[13],
+                snapshot_id=None if row[14] is None else int(row[14]),
             )
         )
     return out
