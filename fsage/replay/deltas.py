@@ -29,10 +29,12 @@ the workload header says so.
 Ordering inside an interval follows the recorded times: a create at the file's creation time
 (``crtime``; its modification time where the file system records no creation time), a size or
 content change at its ``mtime``, a rename at its ``ctime``. Times outside the interval (files
-unpacked with preserved times) are clamped into it. Deletes have no recorded time; they are
-placed at the start of the interval (``deletes="first"``), so the space they free is there for
-every create after them, or at the parent directory's last modification (``deletes="parent"``),
-an upper bound of the real time. Removed directories go at the end of the interval, once
+unpacked with preserved times) are clamped into it. Deletes have no recorded time. A file
+whose name a new file took (rewrite by a new inode, as editors, package managers and tar do) is
+deleted just before that new file is created (``replaced_at_create``); any other delete is
+placed at the start of the interval (``deletes="first"``), so the space it frees is there for every create after it, or at
+the parent directory's last modification (``deletes="parent"``), an upper bound of the real
+time. Removed directories go at the end of the interval, once
 empty. Any op whose precondition does not hold yet (its directory not made, its name still
 taken, its directory not empty) waits for the op that makes it hold; a cycle of renames is
 broken through a temporary name.
@@ -459,11 +461,18 @@ class DeltaBuilder:
     snapshot as the starting state without any op (a stream that starts at that snapshot).
     """
 
-    def __init__(self, *, intra: IntraDay | None = None, deletes: str = "first") -> None:
+    def __init__(
+        self,
+        *,
+        intra: IntraDay | None = None,
+        deletes: str = "first",
+        replaced_at_create: bool = True,
+    ) -> None:
         if deletes not in ("first", "parent"):
             raise UsageError(f"unknown delete placement {deletes!r} (first or parent)")
         self.intra = intra
         self.deletes = deletes
+        self.replaced_at_create = replaced_at_create
         self.stats = DeltaStats()
         self.ns = _Namespace()
         self._rng = random.Random(intra.seed if intra else 0)
@@ -615,6 +624,13 @@ class DeltaBuilder:
                         of=e.key,
                     )
                 )
+        # A name a new file takes over (rewrite by a new inode: editors, package managers,
+        # tar) is freed when the new file comes, as those tools unlink just before creating.
+        taken_at: dict[tuple[Key, str], int] = {}
+        for e in news.values():
+            if e.key not in ns.nodes and not e.is_dir:
+                lk = e.links[0]
+                taken_at.setdefault((lk.parent, lk.name), clamp(born(e)))
         for key, node in list(ns.nodes.items()):
             if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
                 continue
@@ -625,7 +641,9 @@ class DeltaBuilder:
                 plans.append(p)
             else:
                 t = lo
-                if self.deletes == "parent" and node.parent is not None:
+                if self.replaced_at_create and node.parent is not None:
+                    t = taken_at.get((node.parent, node.name), lo)
+                if t == lo and self.deletes == "parent" and node.parent is not None:
                     pe = news.get(node.parent)
                     if pe is not None and lo < pe.mtime <= hi:
                         t = pe.mtime
