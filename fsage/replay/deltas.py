@@ -32,9 +32,9 @@ content change at its ``mtime``, a rename at its ``ctime``. Times outside the in
 unpacked with preserved times) are clamped into it. Deletes have no recorded time. A file
 whose name a new file took (rewrite by a new inode, as editors, package managers and tar do) is
 deleted just before that new file is created (``replaced_at_create``); any other delete is
-placed at the start of the interval (``deletes="first"``), so the space it frees is there for every create after it, or at
-the parent directory's last modification (``deletes="parent"``), an upper bound of the real
-time. Removed directories go at the end of the interval, once
+placed at the start of the interval (``deletes="first"``), so the space it frees is there for
+every create after it, or at the parent directory's last modification (``deletes="parent"``),
+an upper bound of the real time. Removed directories go at the end of the interval, once
 empty. Any op whose precondition does not hold yet (its directory not made, its name still
 taken, its directory not empty) waits for the op that makes it hold; a cycle of renames is
 broken through a temporary name.

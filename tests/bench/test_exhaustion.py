@@ -64,3 +64,36 @@ def test_running_out_of_inodes_is_one_line_and_a_clean_target(
     with loop_mount(img) as mnt:
         assert sorted(os.listdir(mnt)) == ["lost+found"]
         assert os.statvfs(mnt).f_favail == free_inodes
+
+
+@pytest.mark.needs_root
+def test_repeats_and_empty_fs_baseline_in_one_invocation(tmp_path: Path) -> None:
+    img = _ext4(tmp_path / "aged.img", 64 * MIB)
+    with loop_mount(img) as mnt:
+        for i in range(40):  # some old files, so the target is not empty
+            (mnt / f"old{i}").write_bytes(b"o" * (i * 3000))
+    said: list[str] = []
+    run = run_bench(
+        img,
+        BenchOptions("seq", size=256 * 1024, file_sizes=[16384, 65536], repeat=3, baseline=True),
+        echo=said.append,
+    )
+    assert run.params["repeat"] == 3
+    assert len(run.results) == 4  # read and write for two sizes: medians, not 12 rows
+    for r in run.results:
+        vals = r.params["values"]
+        assert r.params["repeats"] == 3 and len(vals) == 3
+        assert r.value == sorted(vals)[1]
+        assert r.params["spread"] == pytest.approx((max(vals) - min(vals)) / r.value)
+        assert r.params["baseline"] > 0
+        assert r.params["relative"] == pytest.approx(r.value / r.params["baseline"])
+    assert any("empty-file-system baseline run" in n for n in run.notes)
+    assert any("repeat 3/3" in s for s in said)
+    # Where the spread is wider than the effect, a note says so for that result.
+    for r in run.results:
+        wide = max(r.params["spread"], r.params["baseline_spread"]) > abs(1 - r.params["relative"])
+        assert wide == any(n.startswith(f"{r.metric} of {r.group}:") for n in run.notes)
+    # The baseline image is gone and the target holds only its old files.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aged.img"]
+    with loop_mount(img) as mnt:
+        assert len(os.listdir(mnt)) == 41

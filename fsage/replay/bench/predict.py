@@ -43,7 +43,7 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 22: 2.074, 24: 2.064, 26: 2.056, 28: 2.048,
         30: 2.042}  # fmt: skip
 #: Run parameters that do not make runs incomparable.
-_IGNORED_PARAMS = frozenset({"seed", "file_sizes", "size"})
+_IGNORED_PARAMS = frozenset({"seed", "file_sizes", "size", "repeat"})
 
 
 def t95(df: int) -> float:

@@ -59,6 +59,8 @@ class BenchOptions:
     seed: int = 42
     keep: bool = False
     name: str | None = None
+    repeat: int = 1  # runs of the suite; results are the medians
+    baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
 
 
 @dataclass
