@@ -36,11 +36,29 @@ OP_KINDS = (
     "rename",  # path -> dest
     "link",  # path -> dest: a new name for the existing file at path
     "fsync",  # path
+    "symlink",  # path, size: a symlink whose target is ``size`` bytes long (dest: the target)
+    "mknod",  # path, label: a special file (fifo, socket, char, block; device number 0)
     "sync",  # whole file system
     "snapshot",  # marker: a snapshot is wanted here (label)
     "punch",  # path, offset, size: free the blocks of the range; the file keeps its size
     "fallocate",  # path, offset, size: allocate blocks for the range, growing the size to its end
 )
+
+
+#: Kinds of special file a ``mknod`` op makes.
+SPECIAL_KINDS = ("fifo", "socket", "char", "block")
+#: The longest symlink target (PATH_MAX - 1).
+SYMLINK_MAX = 4095
+
+
+def symlink_target(op: Op) -> str:
+    """The target a ``symlink`` op gives: ``dest`` when set, else a placeholder of ``size``
+    bytes (snapshots record a target's length, which decides where it is stored, not its
+    text). The link is never followed by fsage."""
+    if op.dest:
+        return op.dest
+    n = max(op.size, 1)
+    return ("fsage-symlink-" * (n // 14 + 1))[:n]
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,10 @@ class Op:
             check_relpath(self.path, where)
         if self.op in ("rename", "link"):
             check_relpath(self.dest, where)
+        if self.op == "mknod" and self.label not in SPECIAL_KINDS:
+            raise WorkloadError(f"{where}mknod of unknown kind {self.label!r}")
+        if self.op == "symlink" and (self.size > SYMLINK_MAX or "\0" in self.dest):
+            raise WorkloadError(f"{where}bad symlink target for {self.path!r}")
 
 
 def check_relpath(path: str, where: str = "") -> str:

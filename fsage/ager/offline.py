@@ -140,6 +140,8 @@ class OfflineExtExecutor(Executor):
         if kind == "link":
             self._call(op, "writer_link", p, os.fsencode(op.dest))
             return 0
+        if kind in ("symlink", "mknod"):
+            raise OpFailedError(f"{kind} {op.path!r}: not supported by the offline writer")
         if kind in ("fsync", "snapshot"):
             return 0
         if kind == "sync":

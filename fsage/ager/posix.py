@@ -19,7 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from fsage.errors import UnsafeTargetError, WorkloadError
-from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
+from fsage.workload import Executor, NoSpaceError, Op, OpFailedError, symlink_target
 
 _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
@@ -28,6 +28,12 @@ _MAX_DIR_FDS = 256
 #: How file data reaches the disk: written (the default: real data), or only allocated with
 #: fallocate (unwritten extents, as Geriatrix ages).
 DATA_MODES = ("write", "fallocate")
+_SPECIAL_MODES = {
+    "fifo": stat.S_IFIFO,
+    "socket": stat.S_IFSOCK,
+    "char": stat.S_IFCHR,
+    "block": stat.S_IFBLK,
+}
 
 #: A directory's resume record lives beside it, as ``<directory>.fsage-age`` (never inside the
 #: aged file system, where it would be one of its files); older runs kept it inside as this
@@ -297,6 +303,14 @@ class PosixExecutor(Executor):
             sfd, sname = self._split(op.path)
             dfd, dname = self._split(op.dest)
             os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return 0
+        if kind == "symlink":
+            dfd, name = self._split(op.path)
+            os.symlink(symlink_target(op), name, dir_fd=dfd)
+            return 0
+        if kind == "mknod":
+            dfd, name = self._split(op.path)
+            os.mknod(name, _SPECIAL_MODES[op.label] | 0o644, 0, dir_fd=dfd)
             return 0
         if kind == "fsync":
             dfd, name = self._split(op.path)

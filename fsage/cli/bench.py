@@ -74,6 +74,21 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
 @click.option("--seed", type=int, default=42, show_default=True, help="Random seed.")
 @click.option("--name", help="File-system name recorded with the run (default: target's name).")
 @click.option("--keep", is_flag=True, help="Keep the benchmark's files afterwards.")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs of the suite; the results are their medians, with the spread.",
+)
+@click.option(
+    "--baseline/--no-baseline",
+    default=True,
+    show_default=True,
+    help="Also run the suite (as often) on an empty file system of the image's mkfs "
+    "parameters and size, made and removed in this invocation; results are also given "
+    "relative to it.",
+)
 @format_option("text", "json")
 def run_cmd(
     target: Path,
@@ -86,6 +101,8 @@ def run_cmd(
     seed: int,
     name: str | None,
     keep: bool,
+    repeat: int,
+    baseline: bool,
     fmt: str,
 ) -> None:
     """Run SUITE on TARGET (an image, loop-mounted when root, or a mounted directory).
@@ -94,6 +111,10 @@ def run_cmd(
     mounted; without root it says the run is warm. The benchmark works in a directory of its
     own on the target and removes it afterwards unless --keep. Layout scores of the
     benchmark's files and of the files already there are read from snapshots before and after.
+    The suite runs --repeat times (medians and spread reported; a spread wider than the effect
+    is said), and on an image also as often on an empty file system of the same mkfs
+    parameters and size, made for the run and removed after (the baseline results are stored
+    with the run's, and each result is also given relative to it).
 
     \b
     Examples:
@@ -112,6 +133,8 @@ def run_cmd(
         seed=seed,
         keep=keep,
         name=name,
+        repeat=repeat,
+        baseline=baseline,
     )
     run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
@@ -128,12 +151,19 @@ def run_cmd(
                 r.metric,
                 what,
                 r.value,
+                r.params.get("spread"),
                 r.unit,
+                r.params.get("baseline"),
+                r.params.get("relative"),
                 j["layout_score_bench_files"],
                 j["layout_score_old_files"],
             ]
         )
-    echo_table(["metric", "of", "value", "unit", "bench layout", "old layout"], rows)
+    echo_table(
+        ["metric", "of", "median", "spread", "unit", "empty fs", "relative", "bench layout",
+         "old layout"],
+        rows,
+    )  # fmt: skip
     if run.run_id is not None:
         click.echo(f"stored as bench run {run.run_id}")
 
@@ -201,7 +231,8 @@ def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None
         if fit is not None:
             click.echo(
                 f"  {name}: relative = {fit.intercept:.3f} + {fit.slope:.3f} x layout score "
-                f"(r = {fit.r:.2f}, {fit.points} runs)"
+                f"(r = {fit.r:.2f}, {fit.points} runs, layout scores {fit.x_min:.3f}-"
+                f"{fit.x_max:.3f})"
             )
     for n in pred.notes:
         click.echo(f"  note: {n}")

@@ -3,6 +3,7 @@ operations between snapshots as a workload)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,8 +12,15 @@ import click
 
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_enabled
 from fsage.db.store import Store
+from fsage.errors import FsageError, UsageError
 from fsage.replay.deltas import IntraDay, snapshot_deltas
-from fsage.replay.recreate import RecreateOptions, recreate
+from fsage.replay.fidelity import FREE_TOLERANCE, MIN_TOLERANCE, Fidelity, NoiseFloor, fidelity
+from fsage.replay.recreate import (
+    DEFAULT_INTERVAL_END,
+    INTERVAL_ENDS,
+    RecreateOptions,
+    recreate,
+)
 from fsage.text import shown
 from fsage.workload import write_workload
 
@@ -61,6 +69,21 @@ def _intra(per_day: float, lifetime: float, seed: int) -> IntraDay | None:
     return IntraDay(files_per_day=per_day, lifetime_s=lifetime, seed=seed)
 
 
+def _judge_options(f: F) -> F:
+    f = click.option(
+        "--check",
+        is_flag=True,
+        help="Exit with status 3 when the recreation is outside tolerance.",
+    )(f)
+    return click.option(
+        "--noise-floor",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="The noise floor to judge against (JSON from `fsage noise-floor --format json`); "
+        f"default: none measured, so tolerances of {MIN_TOLERANCE} per size bucket and "
+        f"{FREE_TOLERANCE} for free space.",
+    )(f)
+
+
 @click.command("replay")
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
@@ -70,12 +93,22 @@ def _intra(per_day: float, lifetime: float, seed: int) -> IntraDay | None:
 @click.option(
     "--offline", "mode", flag_value="offline", help="Replay through libext2fs, unmounted."
 )
+@click.option(
+    "--interval-end",
+    type=click.Choice(INTERVAL_ENDS),
+    default=DEFAULT_INTERVAL_END,
+    show_default=True,
+    help="How each snapshot interval is put on disk before the next starts: unmount and "
+    "mount again, syncfs and drop the kernel's caches, syncfs only, or nothing.",
+)
+@_judge_options
 @click.option("--force", is_flag=True, help="Replace an existing TARGET image.")
 @format_option("text", "json")
 def replay_cmd(
     target: Path, db: Path, fs_name: str, until: str | None, deletes: str,
     intra_files_per_day: float, intra_lifetime: float, intra_seed: int, name: str | None,
-    mode: str | None, force: bool, fmt: str,
+    mode: str | None, interval_end: str, noise_floor: Path | None, check: bool, force: bool,
+    fmt: str,
 ) -> None:  # fmt: skip
     """Recreate file system FS as it was at a snapshot, on a new image TARGET.
 
@@ -93,18 +126,22 @@ def replay_cmd(
     opts = RecreateOptions(
         db=db, fs_name=fs_name, target=target, until=until, mode=mode or "auto", force=force,
         intra=_intra(intra_files_per_day, intra_lifetime, intra_seed), deletes=deletes,
-        name=name, progress=progress_enabled() and fmt == "text",
+        interval_end=interval_end, noise_floor=_load_floor(noise_floor), name=name,
+        progress=progress_enabled() and fmt == "text",
     )  # fmt: skip
     res = recreate(opts, echo=lambda s: click.echo(s, err=True))
+    fid = res.fidelity
+    assert fid is not None
     if fmt == "json":
         echo_json(res.to_json())
+        _exit_on_check(fid, check)
         return
     click.echo(
         f"{target}: recreated {fs_name} as of snapshot {res.snapshot_id} "
         f"({res.snapshot_taken_at}) from {len(res.snapshots_replayed)} snapshots: {res.ops} ops, "
         f"{res.bytes_written / 2**20:,.1f} MiB written, {res.elapsed:.1f} s"
     )
-    click.echo(f"  via {res.description}")
+    click.echo(f"  via {res.description}; each interval ends with: {res.interval_end}")
     inferred = ", ".join(f"{v} {k}" for k, v in res.deltas["inferred"].items() if v)
     click.echo(f"  inferred: {inferred or 'nothing'}")
     if res.deltas["skipped"]:
@@ -116,25 +153,53 @@ def replay_cmd(
         if n != res.description:
             click.echo(f"  note: {shown(n)}")
     click.echo(f"  recorded as snapshot {res.recreation_snapshot_id} of {shown(res.recreation_fs)}")
-    fid = res.fidelity
-    assert fid is not None
+    _echo_fidelity(fid)
+    _exit_on_check(fid, check)
+
+
+def _load_floor(path: Path | None) -> NoiseFloor | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read noise floor {path}: {exc}") from None
+    return NoiseFloor.from_json(data)
+
+
+class OutsideTolerance(FsageError):
+    exit_code = 3
+
+
+def _exit_on_check(fid: Fidelity, check: bool) -> None:
+    if check and fid.verdict is not None and not fid.verdict.faithful:
+        raise OutsideTolerance("recreation outside tolerance: " + "; ".join(fid.verdict.reasons))
+
+
+def _echo_fidelity(fid: Fidelity) -> None:
     for line in fid.lines():
         click.echo(f"  {line}")
-    if fid.by_size:
-        click.echo("")
-        echo_table(
-            ["blocks", "files orig", "files rec", "score orig", "score rec"],
+    if not fid.by_size:
+        return
+    click.echo("")
+    echo_table(
+        ["blocks", "files orig", "files rec", "score orig", "score rec", "diff", "noise",
+         "tolerance", "judged"],
+        [
             [
-                [
-                    f"{r['min_blocks']}-{r['max_blocks']}",
-                    r["files_original"],
-                    r["files_recreated"],
-                    r["layout_score_original"],
-                    r["layout_score_recreated"],
-                ]
-                for r in fid.by_size
-            ],
-        )
+                f"{r['min_blocks']}-{r['max_blocks']}",
+                r["files_original"],
+                r["files_recreated"],
+                r["layout_score_original"],
+                r["layout_score_recreated"],
+                r.get("difference"),
+                r.get("noise_floor"),
+                r.get("tolerance"),
+                ("ok" if r.get("within") else "OUT") if r.get("judged") else "-",
+            ]
+            for r in fid.by_size
+        ],
+    )  # fmt: skip
 
 
 @click.command("deltas")
@@ -198,4 +263,85 @@ def deltas_cmd(
         )
 
 
-COMMANDS = [replay_cmd, deltas_cmd]
+@click.command("noise-floor")
+@db_option
+@click.option("--fs", "fs_name", required=True, help="File system name in the database.")
+@click.option("--until", help="Snapshot id or date to measure at (default: the latest).")
+@click.option("--runs", type=int, default=2, show_default=True, help="Runs of the op stream.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Where the run images go (removed after); default: the temporary directory.",
+)
+@click.option(
+    "--mount",
+    "mode",
+    flag_value="mount",
+    help="Run through a loop mount (root; the default when possible).",
+)
+@click.option("--offline", "mode", flag_value="offline", help="Run through libext2fs.")
+@format_option("text", "json")
+def noise_floor_cmd(
+    db: Path, fs_name: str, until: str | None, runs: int, workdir: Path | None,
+    mode: str | None, fmt: str,
+) -> None:  # fmt: skip
+    """Measure how far two runs of FS's op stream land apart: the noise floor of a recreation.
+
+    Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times with
+    `fsage age --ops` (unmounting at every snapshot) onto fresh file systems of the recorded
+    geometry, and compares the runs: per size bucket the largest layout-score difference, and
+    the largest free-space distance. `fsage replay --noise-floor FILE` judges against it.
+
+    \b
+    Examples:
+      fsage noise-floor --fs home --until 2024-05-01 --format json > floor.json
+      fsage replay --fs home --until 2024-05-01 --noise-floor floor.json --check rec.img
+    """
+    from fsage.replay.noise import noise_floor
+
+    floor, _ = noise_floor(
+        db, fs_name, until, runs=runs, mode=mode or "auto", workdir=workdir,
+        echo=(lambda s: click.echo(s, err=True)) if fmt == "text" else None,
+    )  # fmt: skip
+    if fmt == "json":
+        echo_json({"noise_floor": floor.to_json()})
+        return
+    click.echo(f"noise floor of {fs_name}: {floor.note}")
+    click.echo(f"  free-space distance between runs: {floor.free_tv:.3f}")
+    echo_table(
+        ["min blocks", "layout score difference"],
+        [[k, v] for k, v in sorted(floor.by_bucket.items())],
+    )
+
+
+@click.command("fidelity")
+@click.argument("original", type=int)
+@click.argument("recreation", type=int)
+@db_option
+@_judge_options
+@format_option("text", "json")
+def fidelity_cmd(
+    original: int, recreation: int, db: Path, noise_floor: Path | None, check: bool, fmt: str
+) -> None:
+    """Compare snapshot ORIGINAL with RECREATION (any two snapshots) and give the verdict.
+
+    \b
+    Examples:
+      fsage fidelity 31 40 --noise-floor floor.json --check
+      fsage fidelity 31 40 --format json
+    """
+    floor = _load_floor(noise_floor)
+    with Store.open(db) as store:
+        a = store.load_layout(original)
+        b = store.load_layout(recreation)
+    fid = fidelity(a, b)
+    fid.judge(floor)
+    if fmt == "json":
+        echo_json(fid.to_json())
+    else:
+        click.echo(f"snapshot {original} vs snapshot {recreation}")
+        _echo_fidelity(fid)
+    _exit_on_check(fid, check)
+
+
+COMMANDS = [replay_cmd, deltas_cmd, noise_floor_cmd, fidelity_cmd]

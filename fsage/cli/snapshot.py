@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
-from fsage.db.store import Store
+from fsage.db.store import Store, parse_taken_at
 from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
@@ -28,7 +28,19 @@ from fsage.snapshotter import read_source
     help="An ext source mounted read-write: freeze it (FIFREEZE) for an offline read instead"
     " of reading it through its mount point; writers wait until it is thawed.",
 )
-def snapshot(source: Path, db: Path, name: str | None, label: str | None, freeze: bool) -> None:
+@click.option(
+    "--taken-at",
+    help="When the layout was taken (ISO 8601; naive means UTC), for histories collected "
+    "elsewhere or backfilled; default: now. Snapshots of a file system go in time order.",
+)
+def snapshot(
+    source: Path,
+    db: Path,
+    name: str | None,
+    label: str | None,
+    freeze: bool,
+    taken_at: str | None,
+) -> None:
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
@@ -40,14 +52,16 @@ def snapshot(source: Path, db: Path, name: str | None, label: str | None, freeze
       fsage snapshot /dev/sdb1 --name home
       fsage snapshot disk.img --db /var/lib/fsage/fsage.db
       fsage snapshot /dev/sdb1 --freeze
+      fsage snapshot v1.img --name src --taken-at 2024-03-01T02:30:00Z
     """
+    when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
     layout = read_source(
         source, freeze=freeze, notice=lambda line: click.echo(f"fsage: {line}", err=True)
     )
     with Store.open(db, create=True) as store:
         summary = store.add_snapshot(
-            layout, name=name, source=str(source), label=label, started=started
+            layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
     click.echo(summary.line())
 

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from fsage.db import codec, versions
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
-from fsage.errors import StoreError
+from fsage.errors import StoreError, UsageError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
 from fsage.private import PRIVATE_MODE
 from fsage.text import shown
@@ -44,6 +44,17 @@ _SNAPSHOT_REFERENCES = [
     ("collection_runs", "snapshot_id"),
     ("bench_runs", "snapshot_id"),
 ]
+
+
+def parse_taken_at(spec: str) -> datetime:
+    """A snapshot time given by the user (ISO 8601 date or date and time; naive means UTC)."""
+    try:
+        when = datetime.fromisoformat(spec.strip())
+    except ValueError:
+        raise UsageError(
+            f"--taken-at {spec!r} is not an ISO 8601 time (YYYY-MM-DD[THH:MM[:SS]][+HH:MM])"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,8 @@ class LfsExecutor(Executor):
                 f"op {op.op!r} is not supported on an LFS image (the log writes data only "
                 "when it is written; age LFS images with --data write and no punch/fallocate)"
             )
+        if op.op in ("symlink", "mknod"):
+            raise OpFailedError(f"{op.op} {op.path}: not supported on an LFS image")
         raise WorkloadError(f"op {op.op!r} is not supported on an LFS image")
 
     def capacity_blocks(self) -> tuple[int, int, int]:

@@ -29,9 +29,11 @@ the workload header says so.
 Ordering inside an interval follows the recorded times: a create at the file's creation time
 (``crtime``; its modification time where the file system records no creation time), a size or
 content change at its ``mtime``, a rename at its ``ctime``. Times outside the interval (files
-unpacked with preserved times) are clamped into it. Deletes have no recorded time; they are
-placed at the start of the interval (``deletes="first"``), so the space they free is there for
-every create after them, or at the parent directory's last modification (``deletes="parent"``),
+unpacked with preserved times) are clamped into it. Deletes have no recorded time. A file
+whose name a new file took (rewrite by a new inode, as editors, package managers and tar do) is
+deleted just before that new file is created (``replaced_at_create``); any other delete is
+placed at the start of the interval (``deletes="first"``), so the space it frees is there for
+every create after it, or at the parent directory's last modification (``deletes="parent"``),
 an upper bound of the real time. Removed directories go at the end of the interval, once
 empty. Any op whose precondition does not hold yet (its directory not made, its name still
 taken, its directory not empty) waits for the op that makes it hold; a cycle of renames is
@@ -39,9 +41,13 @@ broken through a temporary name.
 
 Recorded names are never trusted: a name that is empty, '.', '..', holds '/' or NUL, or is
 longer than 255 bytes cannot be carried by the op vocabulary; the entry (and what lies below
-it) is skipped and counted. Symlinks and device/fifo/socket inodes have no op either and are
-counted (and so is a second name of a directory: a damaged tree). Paths in the ops (and link
-and rename destinations) always pass ``check_relpath``.
+it) is skipped and counted (and so is a second name of a directory: a damaged tree). Symlinks
+are made with a target of the recorded length (``symlink``; snapshots keep the length, which
+decides whether the target sits in the inode or in a block, not the text), FIFOs, sockets and
+device nodes with ``mknod`` (device number 0), and a sparse regular file as a ``create`` of
+nothing, an ``overwrite`` of each piece that holds blocks and a ``truncate`` to its size, so
+its holes stay holes. Paths in the ops (and link and rename destinations) always pass
+``check_relpath``.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ import numpy as np
 
 from fsage.errors import StoreError, UsageError, WorkloadError
 from fsage.layout import Layout
-from fsage.workload import Op, WorkloadHeader, check_relpath
+from fsage.workload import SYMLINK_MAX, Op, WorkloadHeader, check_relpath
 
 #: Identity of a file: (inode, generation, creation time ns). Synthetic entries (the root, the
 #: mkfs-made lost+found, intra-day files, temporaries) use negative inode numbers.
@@ -68,6 +74,15 @@ ROOT: Key = (-1, 0, 0)
 LOST_FOUND: Key = (-2, 0, 0)
 LOST_FOUND_NAME = "lost+found"
 NAME_MAX = 255
+#: Inode types the op vocabulary makes: directories, regular files (``create``), symlinks
+#: (``symlink``, a target of the recorded length) and special files (``mknod``).
+_SPECIAL = {
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "char",
+    stat.S_IFBLK: "block",
+}
+_MADE_TYPES = frozenset({stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK, *_SPECIAL})
 DAY_NS = 86_400 * 10**9
 
 # Phases break ties between ops at the same time.
@@ -98,6 +113,8 @@ INFERRED_KINDS = (
     "rmdir",
     "intra_create",
     "intra_delete",
+    "symlink",
+    "special",
 )
 
 
@@ -174,6 +191,7 @@ class _Entry:
     ctime: int
     crtime: int
     links: list[_Link]  # valid names, sorted by path; the first is the primary
+    ftype: int = stat.S_IFREG  # S_IFMT of the inode
 
 
 def _name_ok(raw: bytes) -> bool:
@@ -242,8 +260,8 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
                 seen_dirs.add(c)
                 dkey[c] = key
                 stack.append((c, path))
-            elif fmt != stat.S_IFREG:
-                stats.skip("symlink" if fmt == stat.S_IFLNK else "special_file", key)
+            elif fmt not in _MADE_TYPES:
+                stats.skip("special_file", key)
                 continue
             parent = dkey[d]
             e = out.get(key)
@@ -257,6 +275,7 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
                     ctime=int(files.ctime[r]),
                     crtime=int(files.crtime[r]),
                     links=[],
+                    ftype=fmt,
                 )
                 out[key] = e
             e.links.append(_Link(parent, name, path))
@@ -283,6 +302,35 @@ def _runs(layout: Layout, row: int) -> list[tuple[int, int, int]]:
         else:
             out.append((lo, p, n))
     return out
+
+
+def _sparse_pieces(layout: Layout, e: _Entry, bs: int) -> list[tuple[int, int]] | None:
+    """The (byte offset, bytes) pieces of a sparse regular file that hold blocks, or None when
+    the file has no hole (or may keep its data in the inode)."""
+    if e.size <= 0:
+        return None
+    runs = _runs(layout, e.row)
+    nblocks = -(-e.size // bs)
+    covered = sum(min(lo + n, nblocks) - lo for lo, _p, n in runs if lo < nblocks)
+    if covered >= nblocks:
+        return None
+    if not runs:
+        # No block at all: all hole, unless the data is in the inode (inline data) or the
+        # layout does not say which features the file system has.
+        feats = layout.facts.mkfs.get("features")
+        if not feats or "inline_data" in feats:
+            return None
+    pieces: list[tuple[int, int]] = []
+    for lo, _p, n in runs:
+        if lo >= nblocks:
+            continue
+        start = lo * bs
+        end = min((lo + n) * bs, e.size)
+        if pieces and pieces[-1][0] + pieces[-1][1] == start:
+            pieces[-1] = (pieces[-1][0], end - pieces[-1][0])
+        else:
+            pieces.append((start, end - start))
+    return pieces
 
 
 def _blocks_moved(
@@ -399,6 +447,9 @@ class _Plan:
     size: int = field(compare=False, default=0)
     inferred: str = field(compare=False, default="")
     of: Key | None = field(compare=False, default=None)  # link: the file given a new name
+    ftype: int = field(compare=False, default=stat.S_IFREG)  # create: what it makes
+    runs: list[tuple[int, int]] | None = field(compare=False, default=None)  # sparse create:
+    # the (offset, bytes) pieces with data; the rest of the file's size is holes
 
 
 class DeltaBuilder:
@@ -410,11 +461,18 @@ class DeltaBuilder:
     snapshot as the starting state without any op (a stream that starts at that snapshot).
     """
 
-    def __init__(self, *, intra: IntraDay | None = None, deletes: str = "first") -> None:
+    def __init__(
+        self,
+        *,
+        intra: IntraDay | None = None,
+        deletes: str = "first",
+        replaced_at_create: bool = True,
+    ) -> None:
         if deletes not in ("first", "parent"):
             raise UsageError(f"unknown delete placement {deletes!r} (first or parent)")
         self.intra = intra
         self.deletes = deletes
+        self.replaced_at_create = replaced_at_create
         self.stats = DeltaStats()
         self.ns = _Namespace()
         self._rng = random.Random(intra.seed if intra else 0)
@@ -545,7 +603,15 @@ class DeltaBuilder:
                     clamp(born(e)), kind, e.key, parent=lk.parent, name=lk.name, size=e.size
                 )
             )
-            plans[-1].inferred = kind
+            plans[-1].ftype = e.ftype
+            if e.ftype == stat.S_IFLNK:
+                plans[-1].inferred = "symlink"
+            elif e.ftype in _SPECIAL:
+                plans[-1].inferred = "special"
+            else:
+                plans[-1].inferred = kind
+                if kind == "create":
+                    plans[-1].runs = _sparse_pieces(new, e, bs)
             for extra in e.links[1:]:
                 plans.append(
                     self._new_plan(
@@ -558,6 +624,13 @@ class DeltaBuilder:
                         of=e.key,
                     )
                 )
+        # A name a new file takes over (rewrite by a new inode: editors, package managers,
+        # tar) is freed when the new file comes, as those tools unlink just before creating.
+        taken_at: dict[tuple[Key, str], int] = {}
+        for e in news.values():
+            if e.key not in ns.nodes and not e.is_dir:
+                lk = e.links[0]
+                taken_at.setdefault((lk.parent, lk.name), clamp(born(e)))
         for key, node in list(ns.nodes.items()):
             if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
                 continue
@@ -568,7 +641,9 @@ class DeltaBuilder:
                 plans.append(p)
             else:
                 t = lo
-                if self.deletes == "parent" and node.parent is not None:
+                if self.replaced_at_create and node.parent is not None:
+                    t = taken_at.get((node.parent, node.name), lo)
+                if t == lo and self.deletes == "parent" and node.parent is not None:
                     pe = news.get(node.parent)
                     if pe is not None and lo < pe.mtime <= hi:
                         t = pe.mtime
@@ -580,7 +655,7 @@ class DeltaBuilder:
             if cur is None:
                 continue
             self._plan_names(plans, e, clamp(e.ctime))
-            if e.is_dir or old is None:
+            if e.is_dir or old is None or e.ftype != stat.S_IFREG:
                 continue
             o = olds.get(key)
             if o is None:
@@ -786,7 +861,21 @@ class DeltaBuilder:
                 check_relpath(path)
                 ns.add(p.key, p.parent, p.name, kind == "mkdir")
                 pending.discard(p.key)
-                out.append(Op(kind, path, size=p.size if kind == "create" else 0))
+                if kind == "mkdir":
+                    out.append(Op("mkdir", path))
+                elif p.ftype == stat.S_IFLNK:
+                    out.append(Op("symlink", path, size=min(max(p.size, 1), SYMLINK_MAX)))
+                elif p.ftype in _SPECIAL:
+                    out.append(Op("mknod", path, label=_SPECIAL[p.ftype]))
+                elif p.runs is not None:
+                    # A sparse file: its data pieces where they were, holes elsewhere.
+                    out.append(Op("create", path))
+                    for off, n in p.runs:
+                        out.append(Op("overwrite", path, offset=off, size=n))
+                    if not p.runs or p.runs[-1][0] + p.runs[-1][1] < p.size:
+                        out.append(Op("truncate", path, size=p.size))
+                else:
+                    out.append(Op("create", path, size=p.size))
                 self.stats.inferred[p.inferred] += 1
                 return [("key", p.key)]
             if kind == "link":

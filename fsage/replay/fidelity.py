@@ -8,7 +8,16 @@
   free blocks): total variation distance (half the L1 distance of the two distributions, 0 =
   the same, 1 = disjoint) and earth mover's distance in buckets (how many doublings of extent
   size the free space would have to move, on average, to match);
-* the geometry: the mkfs parameters of both, and whether they agree.
+* the geometry: the mkfs parameters of both, and whether they agree;
+* symlinks (same path, same target length) and other inodes (device nodes, FIFOs, sockets:
+  same path, same type) matched;
+* a verdict (``Verdict``): the recreation is faithful when every count matches, in every size
+  bucket holding at least ``MIN_BUCKET_FILES`` files of the original the layout scores differ by
+  at most the tolerance (the noise floor of that bucket, or ``MIN_TOLERANCE``, whichever is
+  larger) and the free-space total variation distance is within the free-space noise floor +
+  ``FREE_TOLERANCE``. The noise floor (``NoiseFloor``) is how far two runs of the same op
+  stream on the same kernel land from each other (``fsage.replay.noise``): ext4's allocator is
+  not deterministic, so no recreation can be asked to come closer than that.
 """
 
 from __future__ import annotations
@@ -43,6 +52,72 @@ GEOMETRY_KEYS = (
 #: Paths left out of the comparison: made by mkfs, not by the recorded activity.
 IGNORED_TOP = frozenset({"lost+found"})
 EXAMPLES = 10
+#: Size buckets with fewer files of the original than this are shown but not judged.
+MIN_BUCKET_FILES = 50
+#: The smallest tolerance of a bucket's layout score.
+MIN_TOLERANCE = 0.02
+#: Added to the free-space noise floor to get its tolerance.
+FREE_TOLERANCE = 0.1
+
+
+@dataclass
+class NoiseFloor:
+    """How far two runs of one op stream land from each other: per size bucket (its smallest
+    block count) the largest layout-score difference seen, and the largest free-space total
+    variation distance."""
+
+    by_bucket: dict[int, float] = field(default_factory=dict)
+    free_tv: float = 0.0
+    runs: int = 0
+    note: str = ""
+
+    def bucket(self, min_blocks: int) -> float:
+        return self.by_bucket.get(int(min_blocks), 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "by_bucket": {str(k): v for k, v in sorted(self.by_bucket.items())},
+            "free_tv": self.free_tv,
+            "runs": self.runs,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> NoiseFloor:
+        from fsage.errors import UsageError
+
+        try:
+            if "noise_floor" in data:
+                data = data["noise_floor"]
+            return cls(
+                by_bucket={int(k): float(v) for k, v in data["by_bucket"].items()},
+                free_tv=float(data["free_tv"]),
+                runs=int(data.get("runs", 0)),
+                note=str(data.get("note", "")),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UsageError("not a noise floor (see fsage noise-floor)") from None
+
+
+@dataclass
+class Verdict:
+    faithful: bool
+    reasons: list[str]
+    free_tolerance: float
+    noise_floor: NoiseFloor | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "faithful": self.faithful,
+            "reasons": self.reasons,
+            "free_tolerance": self.free_tolerance,
+            "noise_floor": self.noise_floor.to_json() if self.noise_floor else None,
+        }
+
+    def line(self) -> str:
+        if self.faithful:
+            return "verdict: FAITHFUL (within tolerance in every judged bucket)"
+        return "verdict: NOT FAITHFUL: " + "; ".join(self.reasons)
 
 
 @dataclass
@@ -56,6 +131,12 @@ class Fidelity:
     dirs_original: int
     dirs_recreated: int
     dirs_matched: int
+    symlinks_original: int
+    symlinks_recreated: int
+    symlinks_matched: int
+    others_original: int
+    others_recreated: int
+    others_matched: int
     layout_score_original: float | None
     layout_score_recreated: float | None
     by_size: list[dict[str, Any]]
@@ -68,6 +149,50 @@ class Fidelity:
     missing: list[str] = field(default_factory=list)  # examples: in the original only
     extra: list[str] = field(default_factory=list)  # examples: in the recreation only
     size_differs: list[str] = field(default_factory=list)
+    verdict: Verdict | None = None
+
+    def judge(self, floor: NoiseFloor | None = None) -> Verdict:
+        """The verdict against ``floor`` (None: no measured floor, so the fixed minimum
+        tolerances); fills each size row's difference and tolerance and sets ``verdict``."""
+        reasons: list[str] = []
+        for what, a, m in (
+            ("files", self.files_original, self.files_matched),
+            ("bytes", self.bytes_original, self.bytes_matched),
+            ("directories", self.dirs_original, self.dirs_matched),
+            ("symlinks", self.symlinks_original, self.symlinks_matched),
+            ("other inodes", self.others_original, self.others_matched),
+        ):
+            if a != m:
+                reasons.append(f"{what} matched {m:,} of {a:,}")
+        for what, a, b in (
+            ("files", self.files_original, self.files_recreated),
+            ("symlinks", self.symlinks_original, self.symlinks_recreated),
+            ("other inodes", self.others_original, self.others_recreated),
+        ):
+            if b > a:
+                reasons.append(f"{b - a:,} {what} in the recreation only")
+        for r in self.by_size:
+            so, sr = r["layout_score_original"], r["layout_score_recreated"]
+            tol = max(floor.bucket(r["min_blocks"]) if floor else 0.0, MIN_TOLERANCE)
+            diff = None if so is None or sr is None else sr - so
+            judged = r["files_original"] >= MIN_BUCKET_FILES
+            r["difference"] = diff
+            r["tolerance"] = tol
+            r["noise_floor"] = floor.bucket(r["min_blocks"]) if floor else None
+            r["judged"] = judged
+            r["within"] = None if not judged else (diff is not None and abs(diff) <= tol)
+            if judged and not r["within"]:
+                got = "no score" if diff is None else f"{diff:+.3f}"
+                reasons.append(
+                    f"blocks {r['min_blocks']}-{r['max_blocks']}: score {got}, tolerance {tol:.3f}"
+                )
+        free_tol = (floor.free_tv if floor else 0.0) + FREE_TOLERANCE
+        if self.free_tv_distance > free_tol:
+            reasons.append(
+                f"free-space distance {self.free_tv_distance:.3f} > tolerance {free_tol:.3f}"
+            )
+        self.verdict = Verdict(not reasons, reasons, free_tol, floor)
+        return self.verdict
 
     @property
     def layout_score_difference(self) -> float | None:
@@ -78,6 +203,7 @@ class Fidelity:
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["layout_score_difference"] = self.layout_score_difference
+        out["verdict"] = self.verdict.to_json() if self.verdict else None
         return out
 
     def lines(self) -> list[str]:
@@ -90,7 +216,9 @@ class Fidelity:
             f"files matched {self.files_matched}/{self.files_original} "
             f"(recreation has {self.files_recreated}); bytes matched "
             f"{self.bytes_matched:,}/{self.bytes_original:,}; directories matched "
-            f"{self.dirs_matched}/{self.dirs_original}",
+            f"{self.dirs_matched}/{self.dirs_original}; symlinks matched "
+            f"{self.symlinks_matched}/{self.symlinks_original}; others matched "
+            f"{self.others_matched}/{self.others_original}",
             f"layout score original {sc(self.layout_score_original)}, recreated "
             f"{sc(self.layout_score_recreated)}",
             f"free space: total variation distance {self.free_tv_distance:.3f}, earth mover's "
@@ -99,20 +227,30 @@ class Fidelity:
             f"{self.free_recreated['free_extent_count']}",
             "geometry: " + ("same" if self.geometry_matches else "DIFFERS: " + self._geo_diff()),
         ]
+        if self.verdict is not None:
+            out.append(self.verdict.line())
         return out
 
     def _geo_diff(self) -> str:
         return ", ".join(f"{k} {a} vs {b}" for k, (a, b) in self.geometry.items() if a != b)
 
 
-def _path_sizes(layout: Layout) -> tuple[dict[str, int], set[str]]:
-    """Regular files (path -> size) and directories (paths), relative, mkfs's own left out."""
+@dataclass
+class _Names:
+    regular: dict[str, int]  # path -> size
+    dirs: set[str]
+    symlinks: dict[str, int]  # path -> target length
+    others: dict[str, int]  # path -> file type (S_IFMT)
+
+
+def _path_sizes(layout: Layout) -> _Names:
+    """Regular files, directories, symlinks and other inodes by relative path, mkfs's own
+    left out."""
     files = layout.files
     mode = files.mode.tolist()
     size = files.size.tolist()
     row = {int(i): r for r, i in enumerate(files.ino.tolist())}
-    regular: dict[str, int] = {}
-    dirs: set[str] = set()
+    out = _Names({}, set(), {}, {})
     for ino, paths in layout.paths().items():
         r = row.get(ino)
         if r is None:
@@ -123,10 +261,14 @@ def _path_sizes(layout: Layout) -> tuple[dict[str, int], set[str]]:
             if not rel or rel in IGNORED_TOP:
                 continue
             if fmt == stat.S_IFREG:
-                regular[rel] = int(size[r])
+                out.regular[rel] = int(size[r])
             elif fmt == stat.S_IFDIR:
-                dirs.add(rel)
-    return regular, dirs
+                out.dirs.add(rel)
+            elif fmt == stat.S_IFLNK:
+                out.symlinks[rel] = int(size[r])
+            else:
+                out.others[rel] = fmt
+    return out
 
 
 def _by_size(layout: Layout) -> dict[int, tuple[int, int, int]]:
@@ -189,8 +331,8 @@ def geometry(layout: Layout) -> dict[str, Any]:
 
 def fidelity(original: Layout, recreated: Layout) -> Fidelity:
     """Compare a recorded snapshot with its recreation (see the module doc)."""
-    fa, da = _path_sizes(original)
-    fb, db = _path_sizes(recreated)
+    names_a, names_b = _path_sizes(original), _path_sizes(recreated)
+    fa, da, fb, db = names_a.regular, names_a.dirs, names_b.regular, names_b.dirs
     matched = [p for p, s in fa.items() if fb.get(p) == s]
     missing = sorted(p for p in fa if p not in fb)
     extra = sorted(p for p in fb if p not in fa)
@@ -227,6 +369,14 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
         dirs_original=len(da),
         dirs_recreated=len(db),
         dirs_matched=len(da & db),
+        symlinks_original=len(names_a.symlinks),
+        symlinks_recreated=len(names_b.symlinks),
+        symlinks_matched=sum(
+            1 for p, n in names_a.symlinks.items() if names_b.symlinks.get(p) == n
+        ),
+        others_original=len(names_a.others),
+        others_recreated=len(names_b.others),
+        others_matched=sum(1 for p, t in names_a.others.items() if names_b.others.get(p) == t),
         layout_score_original=_overall(original),
         layout_score_recreated=_overall(recreated),
         by_size=rows,
@@ -242,4 +392,33 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
     )
 
 
-__all__ = ["GEOMETRY_KEYS", "Fidelity", "fidelity", "free_distances", "geometry"]
+def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
+    """The noise floor from several runs of one op stream: the largest pairwise layout-score
+    difference per size bucket and the largest pairwise free-space distance."""
+    floor = NoiseFloor(runs=len(layouts), note=note)
+    for i in range(len(layouts)):
+        for j in range(i + 1, len(layouts)):
+            f = fidelity(layouts[i], layouts[j])
+            for r in f.by_size:
+                so, sr = r["layout_score_original"], r["layout_score_recreated"]
+                if so is None or sr is None:
+                    continue
+                k = int(r["min_blocks"])
+                floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(sr - so))
+            floor.free_tv = max(floor.free_tv, f.free_tv_distance)
+    return floor
+
+
+__all__ = [
+    "FREE_TOLERANCE",
+    "GEOMETRY_KEYS",
+    "MIN_BUCKET_FILES",
+    "MIN_TOLERANCE",
+    "Fidelity",
+    "NoiseFloor",
+    "Verdict",
+    "fidelity",
+    "free_distances",
+    "geometry",
+    "noise_between",
+]

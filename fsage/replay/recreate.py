@@ -34,13 +34,16 @@ from fsage.ager.images import run_tool
 from fsage.errors import SourceError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
-from fsage.replay.fidelity import Fidelity, fidelity, geometry
+from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
 from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
 
 #: Features mke2fs cannot be asked for: states, not choices.
 _STATE_FEATURES = frozenset({"needs_recovery", "orphan_present", "journal_dev", "snapshot_bitmap"})
 _HASH_ALGS = {0: "legacy", 1: "half_md4", 2: "tea"}
 _FAILED_EXAMPLES = 5
+#: How each snapshot interval ends before the next one starts (``--interval-end``).
+INTERVAL_ENDS = ("remount", "drop-caches", "sync", "none")
+DEFAULT_INTERVAL_END = "remount"
 
 
 @dataclass
@@ -53,6 +56,8 @@ class RecreateOptions:
     force: bool = False
     intra: IntraDay | None = None
     deletes: str = "first"
+    interval_end: str = DEFAULT_INTERVAL_END
+    noise_floor: NoiseFloor | None = None
     name: str | None = None
     progress: bool = False
 
@@ -68,6 +73,7 @@ class RecreateResult:
     recreation_fs: str
     mode: str
     description: str
+    interval_end: str = ""
     ops: int = 0
     bytes_written: int = 0
     nospace: int = 0
@@ -198,29 +204,112 @@ def _check_target(target: Path, force: bool) -> None:
         raise UsageError(f"{parent}: no such directory")
 
 
-@contextlib.contextmanager
-def _executor(image: Path, mode: str) -> Iterator[tuple[Executor, str]]:
-    from fsage.ager.images import can_loop_mount, loop_mount
+class _Session:
+    """The executor a replay writes through, and how an interval is put on disk.
 
-    if mode == "mount" or (mode == "auto" and can_loop_mount()):
-        if not can_loop_mount():
-            raise UsageError("--mount needs root and /dev/loop-control")
+    A night between two snapshots ends with the day's data and metadata on disk (the
+    allocator of the next day sees it allocated, not as delayed allocations in the page
+    cache). ``end_interval`` does that: ``sync`` (``syncfs``), ``drop-caches`` (``syncfs``,
+    then the kernel's clean page, dentry and inode caches dropped), ``remount`` (unmount and
+    mount again: what ``fsage age`` does at every snapshot; offline, the image is closed and
+    reopened), ``none`` (nothing: the whole replay stays in the page cache as long as it fits).
+    """
+
+    def __init__(self, image: Path, mode: str) -> None:
+        from fsage.ager.images import can_loop_mount
+
+        self.image = image
+        self.mnt: Path | None = None
+        self.ex: Executor
+        if mode == "mount" or (mode == "auto" and can_loop_mount()):
+            if not can_loop_mount():
+                raise UsageError("--mount needs root and /dev/loop-control")
+            import tempfile
+
+            from fsage.ager.images import mount
+
+            self.mode = "mount"
+            self.mnt = Path(tempfile.mkdtemp(prefix="fsage-replay-"))
+            try:
+                mount(image, self.mnt)
+            except BaseException:
+                self.mnt.rmdir()
+                self.mnt = None
+                raise
+        else:
+            self.mode = "offline"
+        self._open()
+
+    def _open(self) -> None:
+        if self.mnt is not None:
+            from fsage.ager.posix import PosixExecutor
+
+            self.ex = PosixExecutor(self.mnt)
+        else:
+            from fsage.ager.offline import OfflineExtExecutor
+
+            self.ex = OfflineExtExecutor(self.image)
+
+    def end_interval(self, how: str) -> None:
+        if how == "none":
+            return
+        if self.mnt is None:  # offline: the library writes everything at close
+            if how == "remount":
+                self.ex.close()
+                self._open()
+            else:
+                flush = getattr(self.ex, "flush", None)
+                if flush is not None:
+                    flush()
+            return
+        from fsage.ager.images import mount, umount
         from fsage.ager.posix import PosixExecutor
 
-        with loop_mount(image) as mnt:
-            ex = PosixExecutor(mnt)
-            try:
-                yield ex, "mount"
-            finally:
-                ex.close()
-        return
-    from fsage.ager.offline import OfflineExtExecutor
+        ex = self.ex
+        assert isinstance(ex, PosixExecutor)
+        if how == "remount":
+            ex.close()
+            umount(self.mnt)
+            mount(self.image, self.mnt)
+            self._open()
+            return
+        ex.sync()
+        if how == "drop-caches":
+            drop_caches()
 
-    ox = OfflineExtExecutor(image)
+    def close(self) -> None:
+        try:
+            self.ex.close()
+        finally:
+            if self.mnt is not None:
+                from fsage.ager.images import umount
+
+                try:
+                    if os.path.ismount(self.mnt):
+                        umount(self.mnt)
+                finally:
+                    with contextlib.suppress(OSError):
+                        self.mnt.rmdir()
+                    self.mnt = None
+
+
+def drop_caches() -> None:
+    """Drop the kernel's clean page cache, dentries and inodes (root only; dirty data is
+    written first by the caller)."""
     try:
-        yield ox, "offline"
+        with open("/proc/sys/vm/drop_caches", "w", encoding="ascii") as fh:
+            fh.write("3\n")
+    except OSError as exc:
+        raise UsageError(f"cannot drop caches: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _executor(image: Path, mode: str) -> Iterator[_Session]:
+    sess = _Session(image, mode)
+    try:
+        yield sess
     finally:
-        ox.close()
+        sess.close()
 
 
 # ---------------------------------------------------------------------------- the run
@@ -236,6 +325,8 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
     say = echo or (lambda s: None)
     if opts.mode not in ("auto", "mount", "offline"):
         raise UsageError(f"unknown mode {opts.mode!r}")
+    if opts.interval_end not in INTERVAL_ENDS:
+        raise UsageError(f"unknown interval end {opts.interval_end!r}")
     target = Path(opts.target)
     _check_target(target, opts.force)
     t0 = time.perf_counter()
@@ -297,6 +388,7 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
     res.recreation_snapshot_id = summ.snapshot_id
     res.recreation_fs = summ.fs_name
     res.fidelity = fidelity(final_layout, recreated)
+    res.fidelity.judge(opts.noise_floor)
     res.elapsed = time.perf_counter() - t0
     return res
 
@@ -324,11 +416,12 @@ def _replay(
     prev: Layout | None = None
     prev_t: int | None = None
     last_draw = 0.0
-    with _executor(image, opts.mode) as (ex, mode):
+    with _executor(image, opts.mode) as sess:
         res = RecreateResult(
             target=str(opts.target), fs=opts.fs_name, snapshot_id=chain[-1].id,
             snapshot_taken_at="", snapshots_replayed=[], recreation_snapshot_id=0,
-            recreation_fs="", mode=mode, description=ex.description,
+            recreation_fs="", mode=sess.mode, description=sess.ex.description,
+            interval_end=opts.interval_end,
         )  # fmt: skip
         for i, snap in enumerate(chain):
             layout = first_layout if i == 0 else store.load_layout(snap.id)
@@ -341,7 +434,7 @@ def _replay(
                 label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
             )
             for j, op in enumerate(ops):
-                _apply(ex, op, res)
+                _apply(sess.ex, op, res)
                 if progress and j & 63 == 0:
                     now = time.perf_counter()
                     if now - last_draw > 0.5:
@@ -351,6 +444,8 @@ def _replay(
                             f"{res.bytes_written / 2**20:,.0f} MiB written "
                         )
                         sys.stderr.flush()
+            if i + 1 < len(chain):
+                sess.end_interval(opts.interval_end)
             prev, prev_t = layout, t
         if progress:
             sys.stderr.write("\n")

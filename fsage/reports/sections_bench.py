@@ -65,8 +65,12 @@ def _fit_line(fit: dict[str, Any] | None, name: str, color: str) -> list[dict[st
             "type": "scatter",
             "mode": "lines",
             "name": esc(f"{name} fit"),
-            "x": [0.0, 1.0],
-            "y": [fit["intercept"], fit["intercept"] + fit["slope"]],
+            # Only over the layout scores the fit observed: a fit is not extrapolated.
+            "x": [fit.get("x_min", 0.0), fit.get("x_max", 1.0)],
+            "y": [
+                fit["intercept"] + fit["slope"] * fit.get("x_min", 0.0),
+                fit["intercept"] + fit["slope"] * fit.get("x_max", 1.0),
+            ],
             "line": {"dash": "dot", "color": color},
         }
     ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from fsage.replay.bench.run import BenchRun, store_run
 from fsage.replay.bench.suites import Result
 from fsage.reports import ReportData, build_sections, render
 from fsage.reports.sections_bench import bench_extra
+from tests.replay.synth import layout
 
 # Seed 002's table: fs, date, bench layout, old layout, diff, pred read, actual read,
 # pred write, actual write.
@@ -100,11 +103,15 @@ def store(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "p.db", create=True)
 
 
+# (bench layout, old layout) of the aged runs: bench scores span 0.2-0.9.
+AGED = ((0.5, 0.4), (0.2, 0.9), (0.8, 0.6), (0.9, 0.3), (0.3, 0.5))
+
+
 def test_predict_on_runs_with_a_known_line(store: Store) -> None:
     # relative read = 0.3 + 0.7 x, relative write = 0.5 x + 0.5; the empty-fs run scores 1.0.
     with store:
         store_run(store, _run(1.0, None, 0, 2000.0, 1000.0))
-        for bench, old in ((0.5, 0.4), (0.2, 0.9), (0.8, 0.6)):
+        for bench, old in AGED:
             store_run(
                 store,
                 _run(bench, old, 50, 2000.0 * (0.3 + 0.7 * bench), 1000 * (0.5 + 0.5 * bench)),
@@ -116,16 +123,38 @@ def test_predict_on_runs_with_a_known_line(store: Store) -> None:
         0.3
     )
     assert pred.write_fit.slope == pytest.approx(0.5)
-    assert pred.notes == []
+    assert (pred.read_fit.x_min, pred.read_fit.x_max) == (0.2, 1.0)
     rows = {r.run_id: r for r in pred.rows}
     assert rows[1].pred_read is None  # the empty file system has no old files
     assert rows[2].actual_read == pytest.approx(0.65)
     assert rows[2].pred_read == pytest.approx(0.3 + 0.7 * 0.4)
     assert rows[2].pred_write == pytest.approx(0.5 + 0.5 * 0.4)
+    assert rows[2].read_ci == pytest.approx(0.0, abs=1e-9)  # points exactly on the line
     assert rows[3].diff == pytest.approx(0.2 - 0.9)
+    # Run 5's old files score 0.3... inside; nothing is outside 0.2-1.0 here.
+    assert not any(r.outside for r in pred.rows) and pred.notes == []
 
 
-def test_too_few_runs_is_said_plainly(tmp_path: Path) -> None:
+def test_intervals_widen_with_noise_and_no_extrapolation(store: Store) -> None:
+    rng = np.random.default_rng(3)
+    with store:
+        store_run(store, _run(1.0, None, 0, 2000.0, 1000.0))
+        for bench, old in ((0.5, 0.55), (0.6, 0.7), (0.7, 0.1), (0.65, 0.6), (0.55, 0.65)):
+            noise = float(rng.normal(0, 0.05))
+            store_run(store, _run(bench, old, 50, 2000.0 * (0.3 + 0.7 * bench + noise), 900.0))
+        pred = predict(store, "create-read")
+    fit = pred.read_fit
+    assert fit is not None and fit.points == 6 and fit.residual_sd > 0
+    rows = {r.run_id: r for r in pred.rows}
+    r2, r3 = rows[2], rows[4]
+    assert r2.read_ci is not None and r2.read_ci > 0
+    assert r3.outside and r3.pred_read is None  # old layout 0.1 < the lowest fitted 0.5
+    assert any("outside" in n for n in pred.notes)
+    # The interval is narrowest at the mean layout score.
+    assert fit.ci(fit.x_mean) < fit.ci(fit.x_min) and fit.ci(fit.x_mean) < fit.ci(fit.x_max)
+
+
+def test_too_few_or_too_close_runs_say_why(tmp_path: Path) -> None:
     db = tmp_path / "few.db"
     with Store.open(db, create=True) as store:
         store_run(store, _run(1.0, None, 0, 100.0, 100.0))
@@ -133,17 +162,57 @@ def test_too_few_runs_is_said_plainly(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["bench", "predict", "--db", str(db)])
     assert res.exit_code == 0, res.output
     assert (
-        "note: too few runs to fit read performance against layout score: 2 with a layout "
-        "score and a read result, need 3 with at least two different scores"
+        "note: no fit of read performance against layout score: 2 comparable runs with a "
+        "layout score and a read result spanning 0.500; need 5 spanning 0.1 or more"
     ) in res.output
     lines = res.output.splitlines()
     header = next(i for i, ln in enumerate(lines) if ln.startswith("run "))
     assert re.split(r"\s{2,}", lines[header]) == [
-        "run", "fs", "date", "bench layout", "old layout", "diff", "pred read", "actual read",
-        "pred write", "actual write",
+        "run", "fs", "date", "bench layout", "old layout", "diff", "pred read", "± 95%",
+        "actual read", "pred write", "± 95%", "actual write",
     ]  # fmt: skip
     assert lines[header + 3].split()[:6] == ["2", "home", "2024-01-02", "0.500", "0.500", "0.000"]
-    assert lines[header + 3].split()[6:] == ["-", "0.800", "-", "0.700"]
+    assert lines[header + 3].split()[6:] == ["-", "-", "0.800", "-", "-", "0.700"]
+    # Five runs whose scores lie within 0.04 (no empty-fs run): no fit either.
+    close = tmp_path / "close.db"
+    with Store.open(close, create=True) as store:
+        for b in (0.50, 0.52, 0.54, 0.51, 0.53):
+            store_run(store, _run(b, 0.5, 3, 80.0 * b, 70.0))
+    res = CliRunner().invoke(main, ["bench", "predict", "--db", str(close), "--format", "json"])
+    data = json.loads(res.output)
+    assert data["read_fit"] is None
+    assert any("5 comparable runs" in n and "spanning 0.040" in n for n in data["notes"])
+    # An unknown file size is an error, not a silent fallback.
+    res = CliRunner().invoke(main, ["bench", "predict", "--db", str(db), "--file-size", "8K"])
+    assert res.exit_code != 0 and "fsage: error: no create-read results for 8192-byte" in (
+        res.output
+    )
+
+
+def test_only_comparable_runs_are_fitted_and_dates_are_the_snapshots(store: Store) -> None:
+    from fsage.replay.bench.run import stored_results
+
+    with store:
+        for bench, old in AGED:
+            store_run(store, _run(bench, old, 50, 1000.0 * (0.3 + 0.7 * bench), 500.0))
+        other = _run(0.9, 0.9, 50, 10.0, 10.0)
+        other.params = {"files_per_dir": 100}
+        store_run(store, other)
+        pred = predict(store, "create-read")
+        assert [r.run_id for r in pred.rows] == [1, 2, 3, 4, 5]
+        assert any(n.startswith("runs 6 left out") for n in pred.notes)
+        # A run linked to a recreation is dated by the snapshot it recreates.
+        orig = store.add_snapshot(
+            layout([]), name="x", taken_at=datetime(1994, 4, 26, 2, tzinfo=UTC)
+        ).snapshot_id
+        rec_layout = layout([])
+        rec_layout.facts.uuid = "00000000-0000-0000-0000-0000000000aa"
+        rec = store.add_snapshot(rec_layout, name="x-rec", recreation_of=orig).snapshot_id
+        store.con.execute("UPDATE bench_runs SET snapshot_id = ? WHERE id = 2", (rec,))
+        assert stored_results(store, "create-read")[2].snapshot_id == rec
+        pred = predict(store, "create-read")
+    assert {r.run_id: r.date for r in pred.rows}[2] == "1994-04-26"
+    assert {r.run_id: r.date for r in pred.rows}[1] == "2024-01-02"
 
 
 def test_report_section(store: Store) -> None:
@@ -151,16 +220,18 @@ def test_report_section(store: Store) -> None:
         assert bench_extra(store, None) is None
         assert not [s for s in build_sections(ReportData([], {})) if s.id == "benchmarks"]
         store_run(store, _run(1.0, None, 0, 2000.0, 1000.0))
-        for bench, old in ((0.5, 0.4), (0.2, 0.9), (0.8, 0.6)):
+        for bench, old in AGED:
             store_run(store, _run(bench, old, 50, 2000.0 * (0.3 + 0.7 * bench), 1000.0 * bench))
         extra = bench_extra(store, None)
-    assert extra is not None and len(extra["runs"]) == 4
+    assert extra is not None and len(extra["runs"]) == 6
     data = ReportData([], {}, extra={"bench": extra})
     (sec,) = [s for s in build_sections(data) if s.id == "benchmarks"]
-    assert len(sec.tables) == 2 and len(sec.tables[1].rows) == 4
+    assert len(sec.tables) == 2 and len(sec.tables[1].rows) == 6
     assert sec.tables[1].rows[1][3:6] == [0.5, 0.4, pytest.approx(0.1)]
     fig = sec.figures[0]
     assert [t["name"] for t in fig["data"]] == ["read", "read fit", "write", "write fit"]
-    assert fig["data"][1]["y"] == [pytest.approx(0.3), pytest.approx(1.0)]
+    # The fit is drawn over the observed layout scores only (0.2 to 1.0).
+    assert fig["data"][1]["x"] == [0.2, 1.0]
+    assert fig["data"][1]["y"] == [pytest.approx(0.3 + 0.7 * 0.2), pytest.approx(1.0)]
     html = render(data, [sec])
     assert "Predicted vs actual relative performance" in html

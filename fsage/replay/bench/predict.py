@@ -11,8 +11,16 @@ Here the points of the fit are the stored benchmark runs of one suite: x = the l
 the files a result measured (seed 002 uses the 64 KB files: ``file_size``), y = the result over
 the baseline. The baseline is the best result among runs on an empty file system (no old files);
 without such a run, the best result of all, and the output says so. The fit is
-``numpy.polyfit(x, y, 1)``; it needs at least :data:`MIN_POINTS` runs with a layout score and two
-different scores.
+``numpy.polyfit(x, y, 1)``.
+
+Only comparable runs are fitted: the same suite, the same parameters (data set, files per
+directory, fsync, transactions...; the seed aside) and the same file size; where the stored
+runs fall into several such groups, the largest is used and the others are named. A fit needs
+at least :data:`MIN_POINTS` runs spanning layout scores :data:`MIN_RANGE` apart, else the output
+says why there is none. Each prediction carries the 95 % confidence interval of the fitted
+mean at its layout score (Student's t with n - 2 degrees of freedom), and no prediction is made
+outside the layout scores the fit observed (the row says "outside"). The date of a row is that
+of the snapshot the benchmarked file system recreates (or is), not the day the run was made.
 """
 
 from __future__ import annotations
@@ -22,9 +30,33 @@ from typing import Any
 
 import numpy as np
 
+from fsage.errors import UsageError
 from fsage.replay.bench.run import StoredResult, stored_results
 
-MIN_POINTS = 3
+MIN_POINTS = 5
+MIN_RANGE = 0.1
+#: Points any straight line needs (fit_line alone; predictions need MIN_POINTS).
+_LINE_POINTS = 3
+#: Two-sided 95 % quantiles of Student's t by degrees of freedom (beyond 30: the normal's).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 22: 2.074, 24: 2.064, 26: 2.056, 28: 2.048,
+        30: 2.042}  # fmt: skip
+#: Run parameters that do not make runs incomparable.
+_IGNORED_PARAMS = frozenset({"seed", "file_sizes", "size", "repeat"})
+
+
+def t95(df: int) -> float:
+    if df <= 0:
+        return float("inf")
+    if df in _T95:
+        return _T95[df]
+    if df > 30:
+        return 1.960 + 2.4 / df  # within 0.003 of the quantile above 30 degrees of freedom
+    lower = max(k for k in _T95 if k < df)
+    return _T95[lower]  # the next smaller tabulated df: a slightly wider interval
+
+
 DEFAULT_FILE_SIZE = 64 * 1024  # seed 002's table is for the benchmark's 64 KB files
 
 
@@ -34,9 +66,26 @@ class Fit:
     intercept: float
     r: float  # correlation coefficient of the points
     points: int
+    x_min: float = 0.0
+    x_max: float = 1.0
+    x_mean: float = 0.0
+    sxx: float = 0.0  # sum of squared deviations of x
+    residual_sd: float = 0.0  # standard error of the regression (n - 2 degrees of freedom)
 
     def __call__(self, x: float) -> float:
         return self.intercept + self.slope * x
+
+    def ci(self, x: float) -> float:
+        """Half-width of the 95 % confidence interval of the fitted mean at ``x``."""
+        if self.points <= 2 or self.sxx <= 0:
+            return float("inf")
+        se = self.residual_sd * float(
+            np.sqrt(1.0 / self.points + (x - self.x_mean) ** 2 / self.sxx)
+        )
+        return t95(self.points - 2) * se
+
+    def covers(self, x: float) -> bool:
+        return self.x_min - 1e-12 <= x <= self.x_max + 1e-12
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,17 +93,24 @@ class Fit:
             "intercept": self.intercept,
             "r": self.r,
             "points": self.points,
+            "x_min": self.x_min,
+            "x_max": self.x_max,
+            "residual_sd": self.residual_sd,
         }
 
 
 def fit_line(x: list[float], y: list[float]) -> Fit | None:
-    """Least-squares line through (x, y); None with fewer than MIN_POINTS points or one x."""
-    if len(x) < MIN_POINTS or len(set(x)) < 2:
+    """Least-squares line through (x, y); None with fewer than 3 points or one x."""
+    if len(x) < _LINE_POINTS or len(set(x)) < 2:
         return None
     xa, ya = np.asarray(x, float), np.asarray(y, float)
     slope, intercept = np.polyfit(xa, ya, 1)
     r = float(np.corrcoef(xa, ya)[0, 1]) if np.std(ya) > 0 else 0.0
-    return Fit(float(slope), float(intercept), r, len(x))
+    resid = ya - (intercept + slope * xa)
+    sd = float(np.sqrt((resid**2).sum() / (len(x) - 2))) if len(x) > 2 else 0.0
+    xm = float(xa.mean())
+    return Fit(float(slope), float(intercept), r, len(x), float(xa.min()), float(xa.max()), xm,
+               float(((xa - xm) ** 2).sum()), sd)  # fmt: skip
 
 
 @dataclass
@@ -68,6 +124,9 @@ class Row:
     actual_write: float | None
     pred_read: float | None = None
     pred_write: float | None = None
+    read_ci: float | None = None
+    write_ci: float | None = None
+    outside: bool = False  # the old layout lies outside the fitted range: no prediction
 
     @property
     def diff(self) -> float | None:
@@ -84,9 +143,12 @@ class Row:
             "old_layout": self.old_layout,
             "diff": self.diff,
             "pred_read": self.pred_read,
+            "read_ci95": self.read_ci,
             "actual_read": self.actual_read,
             "pred_write": self.pred_write,
+            "write_ci95": self.write_ci,
             "actual_write": self.actual_write,
+            "outside_fitted_range": self.outside,
         }
 
 
@@ -102,7 +164,7 @@ class Prediction:
 
     HEADERS = (
         "run", "fs", "date", "bench layout", "old layout", "diff",
-        "pred read", "actual read", "pred write", "actual write",
+        "pred read", "± 95%", "actual read", "pred write", "± 95%", "actual write",
     )  # fmt: skip
 
     def table_rows(self) -> list[list[Any]]:
@@ -114,9 +176,11 @@ class Prediction:
                 r.bench_layout,
                 r.old_layout,
                 r.diff,
-                r.pred_read,
+                "outside" if r.outside else r.pred_read,
+                r.read_ci,
                 r.actual_read,
-                r.pred_write,
+                "outside" if r.outside else r.pred_write,
+                r.write_ci,
                 r.actual_write,
             ]
             for r in self.rows
@@ -170,12 +234,25 @@ def predict(
     if sized and file_size is not None:
         have = {int(r.params["file_size"]) for r in sized}
         if file_size not in have:
-            fallback = max(have)
-            notes.append(f"no results for {file_size}-byte files; using {fallback}-byte files")
-            file_size = fallback
+            raise UsageError(
+                f"no {suite} results for {file_size}-byte files (stored: "
+                + ", ".join(str(h) for h in sorted(have))
+                + "); give one of those with --file-size"
+            )
         allres = [r for r in allres if r.params.get("file_size") == file_size]
     elif not sized:
         file_size = None
+    groups: dict[str, list[StoredResult]] = {}
+    for r in allres:
+        groups.setdefault(_comparable_key(r), []).append(r)
+    if len(groups) > 1:
+        ranked = sorted(groups.items(), key=lambda kv: -len({r.run_id for r in kv[1]}))
+        allres = ranked[0][1]
+        left = sorted({r.run_id for _, rs in ranked[1:] for r in rs})
+        notes.append(
+            f"runs {', '.join(map(str, left))} left out: other parameters than the "
+            f"{len({r.run_id for r in allres})} runs fitted ({ranked[0][0]})"
+        )
     by_run: dict[int, dict[str, StoredResult]] = {}
     for r in allres:
         if r.metric in ("read", "write"):
@@ -200,7 +277,7 @@ def predict(
             Row(
                 run_id=run_id,
                 fs_name=any_r.fs_name,
-                date=any_r.started_at[:10],
+                date=_snapshot_date(store, any_r) or any_r.started_at[:10],
                 bench_layout=any_r.layout_score_bench_files,
                 old_layout=any_r.layout_score_old_files,
                 actual_read=_rel(m.get("read"), baseline["read"] if baseline else None),
@@ -214,20 +291,59 @@ def predict(
             for r in rows
             if r.bench_layout is not None and getattr(r, f"actual_{metric}") is not None
         ]
-        fits[metric] = fit_line([p[0] for p in pts], [p[1] for p in pts])
-        if fits[metric] is None:
+        xs = [p[0] for p in pts]
+        span = max(xs) - min(xs) if xs else 0.0
+        if len(pts) < MIN_POINTS or span < MIN_RANGE:
+            fits[metric] = None
             notes.append(
-                f"too few runs to fit {metric} performance against layout score: "
-                f"{len(pts)} with a layout score and a {metric} result, need {MIN_POINTS} "
-                "with at least two different scores"
+                f"no fit of {metric} performance against layout score: {len(pts)} comparable "
+                f"runs with a layout score and a {metric} result spanning {span:.3f}; need "
+                f"{MIN_POINTS} spanning {MIN_RANGE} or more"
             )
+            continue
+        fits[metric] = fit_line(xs, [p[1] for p in pts])
     rf, wf = fits["read"], fits["write"]
     for row in rows:
         if row.old_layout is None:
             continue
-        row.pred_read = rf(row.old_layout) if rf is not None else None
-        row.pred_write = wf(row.old_layout) if wf is not None else None
+        x = row.old_layout
+        if (rf is not None and not rf.covers(x)) or (wf is not None and not wf.covers(x)):
+            row.outside = True
+            continue
+        if rf is not None:
+            row.pred_read, row.read_ci = rf(x), rf.ci(x)
+        if wf is not None:
+            row.pred_write, row.write_ci = wf(x), wf.ci(x)
+    if any(r.outside for r in rows):
+        notes.append(
+            "rows marked outside: their old files' layout score lies outside the scores the fit "
+            "observed, and a fit is not extrapolated"
+        )
     return Prediction(suite, file_size, rows, fits["read"], fits["write"], baseline, notes)
+
+
+def _comparable_key(r: StoredResult) -> str:
+    import json
+
+    return json.dumps(
+        {k: v for k, v in sorted(r.run_params.items()) if k not in _IGNORED_PARAMS},
+        default=str,
+        sort_keys=True,
+    )
+
+
+def _snapshot_date(store: Any, r: StoredResult) -> str | None:
+    """The date of the snapshot the run's file system recreates (or of its own snapshot)."""
+    if r.snapshot_id is None:
+        return None
+    row = store.con.execute(
+        "SELECT s.taken_at, o.taken_at FROM snapshots s LEFT JOIN snapshots o "
+        "ON o.id = s.recreation_of WHERE s.id = ?",
+        (r.snapshot_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return str(row[1] or row[0])[:10]
 
 
 def _old_files(r: StoredResult) -> int | None:

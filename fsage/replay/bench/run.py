@@ -3,13 +3,17 @@ files, clean up, and store the results (tables ``bench_runs`` and ``bench_result
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
@@ -19,7 +23,7 @@ from fsage.replay.bench.layoutscore import (
     bench_files_score,
     old_files_score,
 )
-from fsage.replay.bench.suites import SUITES, BenchOptions, Result
+from fsage.replay.bench.suites import SUITES, BenchOptions, Result, SuiteOutput
 from fsage.replay.bench.target import BENCH_PREFIX, BenchTarget
 
 
@@ -122,16 +126,17 @@ def run_bench(
         except FsageError as exc:
             notes.append(f"no layout scores: the target's layout cannot be read ({exc})")
             say(f"fsage: {notes[-1]}")
-        tgt.make_bench_dir()
-        try:
-            out = fn(tgt, opts, say)
-            after: Layout | None = None
-            if before is not None and out.keeps_files:
-                after = tgt.layout()
-        finally:
-            if not opts.keep:
-                tgt.remove_bench_dir()
+        out, after = _repeated(tgt, fn, opts, say, str(target), want_after=before is not None)
         notes += out.notes
+        baseline: BaselineRun | None = None
+        if opts.baseline and before is not None and tgt.image is not None:
+            baseline = _baseline(tgt, before, fn, opts, say)
+        elif opts.baseline:
+            notes.append(
+                "no empty-file-system baseline: the target is "
+                + ("a directory (its mkfs parameters are not known)" if tgt.image is None
+                   else "an image whose layout cannot be read")
+            )  # fmt: skip
         if opts.keep:
             notes.append(f"benchmark files kept in {tgt.bench_name}")
         via = tgt.description
@@ -144,6 +149,9 @@ def run_bench(
         if after is not None:
             bench, groups = bench_files_score(after, tgt.bench_name)
         layout = BenchLayout(before.facts.block_size, bench, old, groups)
+    if baseline is not None:
+        notes.append(f"empty-file-system baseline run in {baseline.seconds:.1f} s")
+        notes += _relate(out.results, baseline)
     run = BenchRun(
         suite=opts.suite,
         target=str(target),
@@ -152,7 +160,12 @@ def run_bench(
         started_at=started.isoformat(timespec="seconds"),
         seconds=time.perf_counter() - t0,
         cold=cold,
-        params={**out.params, "size": opts.size, "variant": opts.variant},
+        params={
+            **out.params,
+            "size": opts.size,
+            "variant": opts.variant,
+            "repeat": max(opts.repeat, 1),
+        },
         results=out.results,
         layout=layout,
         notes=notes,
@@ -163,6 +176,145 @@ def run_bench(
         with Store.open(db, create=True) as store:
             store_run(store, run, uuid=None if before is None else before.facts.uuid)
     return run
+
+
+@dataclass
+class BaselineRun:
+    """The same suite, repeated as often, on an empty file system of the target's mkfs
+    parameters and size, made for this invocation and removed after."""
+
+    results: list[Result]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def _repeated(
+    tgt: BenchTarget,
+    fn: Callable[[BenchTarget, BenchOptions, Callable[[str], None]], SuiteOutput],
+    opts: BenchOptions,
+    say: Callable[[str], None],
+    target: str,
+    *,
+    want_after: bool,
+) -> tuple[SuiteOutput, Layout | None]:
+    """Run the suite ``opts.repeat`` times (each starting cold, in a fresh directory), and
+    the results as their medians; the layout after the last repeat when ``want_after``."""
+    outs: list[SuiteOutput] = []
+    after: Layout | None = None
+    n = max(opts.repeat, 1)
+    for i in range(n):
+        last = i == n - 1
+        if n > 1:
+            say(f"fsage: repeat {i + 1}/{n}")
+        tgt.make_bench_dir()
+        exhausted: str | None = None
+        try:
+            try:
+                out = fn(tgt, opts, say)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                st = tgt.statvfs()
+                what = "inodes" if st.f_files and st.f_favail == 0 else "space"
+                exhausted = (
+                    f"{target}: the {opts.suite} benchmark ran out of {what} "
+                    f"({st.f_bavail * st.f_frsize / 2**20:.1f} MiB and {st.f_favail:,} inodes "
+                    "left); its files were removed; use --size or --file-size"
+                )
+            if exhausted is None and last and want_after and out.keeps_files:
+                after = tgt.layout()
+        finally:
+            if not (opts.keep and last) or exhausted is not None:
+                tgt.remove_bench_dir()
+        if exhausted is not None:
+            raise FsageError(exhausted)
+        outs.append(out)
+    if n == 1:
+        return outs[0], after
+    return SuiteOutput(median_results([o.results for o in outs]), outs[-1].params,
+                       outs[-1].notes, outs[-1].keeps_files), after  # fmt: skip
+
+
+def _result_key(r: Result) -> str:
+    p = {k: v for k, v in r.params.items() if k not in _PER_REPEAT}
+    return json.dumps([r.metric, r.unit, r.group, p], sort_keys=True, default=str)
+
+
+#: Result parameters that differ from one repeat to the next.
+_PER_REPEAT = frozenset({"seconds", "values", "spread", "repeats", "median_seconds"})
+
+
+def median_results(runs: list[list[Result]]) -> list[Result]:
+    """One result per measurement: the median of its values over the repeats, with the values
+    and their spread ((max - min) / median) in its params."""
+    order: list[str] = []
+    by: dict[str, list[Result]] = {}
+    for results in runs:
+        for r in results:
+            k = _result_key(r)
+            if k not in by:
+                order.append(k)
+            by.setdefault(k, []).append(r)
+    out = []
+    for k in order:
+        rs = by[k]
+        vals = [float(r.value) for r in rs]
+        med = float(np.median(vals))
+        spread = (max(vals) - min(vals)) / med if med else 0.0
+        params = {**rs[0].params, "repeats": len(vals), "values": vals, "spread": spread}
+        if "seconds" in params:
+            params["seconds"] = float(np.median([float(r.params["seconds"]) for r in rs]))
+        out.append(Result(rs[0].metric, med, rs[0].unit, params, rs[0].group))
+    return out
+
+
+def _baseline(
+    tgt: BenchTarget,
+    before: Layout,
+    fn: Callable[[BenchTarget, BenchOptions, Callable[[str], None]], SuiteOutput],
+    opts: BenchOptions,
+    say: Callable[[str], None],
+) -> BaselineRun | None:
+    from fsage.replay.recreate import make_filesystem
+
+    assert tgt.image is not None
+    if not before.facts.kind.startswith("ext") or not before.facts.mkfs.get("blocks_count"):
+        return None
+    image = tgt.image.with_name(f".{tgt.image.name}.fsage-baseline")
+    say("fsage: the same suite on an empty file system of the same mkfs parameters and size")
+    t0 = time.perf_counter()
+    try:
+        make_filesystem(image, before)
+        with BenchTarget(image, opts.suite) as btgt:
+            out, _ = _repeated(btgt, fn, replace(opts, keep=False), say, str(image),
+                               want_after=False)  # fmt: skip
+    finally:
+        with contextlib.suppress(OSError):
+            image.unlink()
+    return BaselineRun(out.results, time.perf_counter() - t0, out.notes)
+
+
+def _relate(results: list[Result], base: BaselineRun) -> list[str]:
+    """Each result's baseline value and relative performance (result / baseline) in its params;
+    notes where the spread of the repeats is wider than the effect (|1 - relative|)."""
+    bases = {_result_key(b): b for b in base.results}
+    notes = []
+    for r in results:
+        b = bases.get(_result_key(r))
+        if b is None or not b.value:
+            continue
+        rel = float(r.value) / float(b.value)
+        r.params["baseline"] = float(b.value)
+        r.params["relative"] = rel
+        spread = max(float(r.params.get("spread", 0.0)), float(b.params.get("spread", 0.0)))
+        r.params["baseline_spread"] = float(b.params.get("spread", 0.0))
+        if spread > abs(1.0 - rel):
+            what = f"{r.metric} of {r.group}" if r.group else r.metric
+            notes.append(
+                f"{what}: the repeats spread {spread:.1%}, wider than the effect they report "
+                f"({rel:.3f} of the empty file system)"
+            )
+    return notes
 
 
 def store_run(store: Any, run: BenchRun, uuid: str | None = None) -> int:
@@ -231,6 +383,7 @@ class StoredResult:
     params: dict[str, Any]
     layout_score_bench_files: float | None
     layout_score_old_files: float | None
+    snapshot_id: int | None = None
 
 
 def has_bench_tables(con: Any) -> bool:
@@ -248,7 +401,8 @@ def stored_results(store: Any, suite: str | None = None) -> list[StoredResult]:
     sql = (
         "SELECT r.id, r.suite, r.fs_name, r.target, r.started_at, r.cold, r.params, r.layout, "
         "x.metric, x.value, x.unit, x.params, x.layout_score_bench_files, "
-        "x.layout_score_old_files FROM bench_results x JOIN bench_runs r ON r.id = x.run_id"
+        "x.layout_score_old_files, r.snapshot_id FROM bench_results x "
+        "JOIN bench_runs r ON r.id = x.run_id"
     )
     args: tuple[Any, ...] = ()
     if suite is not None:
@@ -273,6 +427,7 @@ def stored_results(store: Any, suite: str | None = None) -> list[StoredResult]:
                 params=json.loads(row[11] or "{}"),
                 layout_score_bench_files=row[12],
                 layout_score_old_files=row[13],
+                snapshot_id=None if row[14] is None else int(row[14]),
             )
         )
     return out

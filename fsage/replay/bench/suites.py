@@ -59,6 +59,8 @@ class BenchOptions:
     seed: int = 42
     keep: bool = False
     name: str | None = None
+    repeat: int = 1  # runs of the suite; results are the medians
+    baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
 
 
 @dataclass
@@ -144,6 +146,30 @@ def _files_phase(
         raise UsageError(f"no file size fits in a {size_label(total)} data set")
     need = sum((total // s) * s for s in sizes)
     free = tgt.free_bytes()
+    st = tgt.statvfs()
+    free_inodes = int(st.f_favail) if st.f_files else 1 << 62  # 0 files: no inode limit
+    if opts.size is None:
+        # The default set is scaled down (halved until it fits in 80 % of the free space and
+        # of the free inodes), so it runs on a small recreation too; the size is recorded.
+        scaled = total
+        while scaled > max(sizes) and (
+            _set_bytes(scaled, sizes) > free * 0.8
+            or _set_inodes(scaled, sizes, per_dir) > free_inodes * 0.8
+        ):
+            scaled //= 2
+        if scaled != total:
+            notes.append(
+                f"data set scaled down from {size_label(total)} to {size_label(scaled)} per file "
+                f"size to fit {free / MIB:.1f} MiB and {free_inodes:,} inodes free"
+            )
+            say(f"fsage: {notes[-1]}")
+            total = scaled
+            need = _set_bytes(total, sizes)
+    if _set_inodes(total, sizes, per_dir) > free_inodes:
+        raise UsageError(
+            f"{tgt.path}: the {label} data set needs {_set_inodes(total, sizes, per_dir):,} "
+            f"inodes but {free_inodes:,} are free; use --size or --file-size"
+        )
     if need > free * 0.95:
         raise UsageError(
             f"{tgt.path}: the {label} data set needs {need / MIB:.1f} MiB "
@@ -208,6 +234,15 @@ def _files_phase(
         "seed": opts.seed,
     }
     return SuiteOutput(results, params, notes)
+
+
+def _set_bytes(total: int, sizes: list[int]) -> int:
+    return sum((total // s) * s for s in sizes)
+
+
+def _set_inodes(total: int, sizes: list[int], per_dir: int) -> int:
+    """Files, their directories and one directory per file size."""
+    return sum(total // s + -(-(total // s) // per_dir) + 1 for s in sizes)
 
 
 def run_seq(tgt: BenchTarget, opts: BenchOptions, say: Say) -> SuiteOutput:
@@ -348,15 +383,12 @@ def run_tpcb(tgt: BenchTarget, opts: BenchOptions, say: Say) -> SuiteOutput:
     notes: list[str] = []
     util = tgt.utilization()
     free = tgt.free_bytes()
-    if opts.size:
-        account_bytes = opts.size
-    else:
-        account_bytes = min(TPCB_DEFAULT_MAX, free // 10)
-        notes.append(
-            f"account file sized {account_bytes / MIB:.1f} MiB (a tenth of the free space, at "
-            f"most {TPCB_DEFAULT_MAX >> 20} MiB) to run at the file system's current "
-            f"utilization {util:.3f}"
-        )
+    # A fixed size (not a share of the free space), so runs on different file systems and
+    # at different ages compare.
+    account_bytes = opts.size or TPCB_DEFAULT_MAX
+    notes.append(
+        f"account file of {account_bytes / MIB:.1f} MiB at the file system's utilization {util:.3f}"
+    )
     nblocks = account_bytes // TPCB_BLOCK
     if nblocks < 1:
         raise UsageError("the tpcb account file needs at least one 4 KB block")

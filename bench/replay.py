@@ -1,0 +1,297 @@
+"""Benchmark replay on a real history, and its fidelity.
+
+The history: successive released versions of source trees (sdists from PyPI, fetched with
+``pip download --no-deps --no-binary :all: PKG==VERSION`` into ``--sdists``, or already there),
+unpacked in order over one directory per project on a loop-mounted ext4, a snapshot after each
+batch (``fsage.replay.unpack``), the file system sized so the last state fills it to ``--fill``.
+
+Then, for the last snapshot and one in the middle: the noise floor (the op stream run twice
+with ``fsage age --ops``), ``fsage replay`` with each ``--interval-end`` asked for (and,
+with ``--intra``, intra-day activity added), fidelity per size bucket and the verdict; and the
+replay time against writing the bytes the replay wrote once, sequentially (1 MiB writes, one
+file, fsync: what ``dd bs=1M conv=fsync`` does) on a fresh file system of the same geometry,
+in the same run. Target: replay <= 2x the sequential write.
+
+    python3 bench/replay.py --sdists /tmp/sdists [--block-size 4096] [--fill 0.8]
+        [--ends remount,sync,drop-caches,none] [--intra 2000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fsage.ager.images import can_loop_mount, loop_mount
+from fsage.db.store import Store
+from fsage.replay.deltas import IntraDay
+from fsage.replay.fidelity import Fidelity
+from fsage.replay.noise import noise_floor
+from fsage.replay.recreate import RecreateOptions, make_filesystem, recreate
+from fsage.replay.unpack import history_size, unpack_history
+
+_SDIST = re.compile(r"^(?P<name>[A-Za-z0-9_.\-]+?)-(?P<version>\d[^-]*)\.tar\.gz$")
+
+
+def _version_key(v: str) -> tuple[Any, ...]:
+    from packaging.version import Version
+
+    return (Version(v),)
+
+
+def batches_from(sdists: Path, snapshots: int) -> list[list[tuple[str, Path]]]:
+    """Batch i holds the i-th release (by version) of every project that has one."""
+    by_project: dict[str, list[tuple[str, Path]]] = {}
+    for p in sorted(sdists.iterdir()):
+        m = _SDIST.match(p.name)
+        if m:
+            by_project.setdefault(m["name"].lower(), []).append((m["version"], p))
+    if not by_project:
+        sys.exit(f"no sdists (NAME-VERSION.tar.gz) in {sdists}")
+    out: list[list[tuple[str, Path]]] = []
+    for name, rel in sorted(by_project.items()):
+        rel.sort(key=lambda r: _version_key(r[0]))
+        for i, (_v, p) in enumerate(rel[:snapshots]):
+            while len(out) <= i:
+                out.append([])
+            out[i].append((name, p))
+    return out
+
+
+def download(versions: list[str], dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for spec in versions:
+        subprocess.run(
+            ["pip", "download", "-q", "--no-deps", "--no-binary", ":all:", spec, "-d", str(dest)],
+            check=True,
+        )
+
+
+def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
+    """Seconds to write ``nbytes`` once, sequentially (1 MiB writes), on a fresh file system of
+    ``image_like``'s geometry (mkfs not timed). More bytes than half the free space are
+    written in turns: the file is synced and truncated to nothing, and the writing goes on."""
+    from fsage.snapshotter import read_source
+
+    img = tmp / "seq.img"
+    make_filesystem(img, read_source(image_like))
+    buf = os.urandom(1 << 20)
+    with loop_mount(img) as mnt:
+        t0 = time.perf_counter()
+        st = os.statvfs(mnt)
+        cap = max(st.f_bavail * st.f_frsize // 2, len(buf))
+        fd = os.open(mnt / "seq", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            left, in_file = nbytes, 0
+            while left > 0:
+                if in_file >= cap:
+                    os.fsync(fd)
+                    os.ftruncate(fd, 0)
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    in_file = 0
+                n = os.write(fd, buf[: min(left, len(buf), cap - in_file)])
+                left -= n
+                in_file += n
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        elapsed = time.perf_counter() - t0
+    img.unlink()
+    return elapsed
+
+
+def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
+    """Bytes of a file system whose blocks left after mkfs hold ``need`` at ``fill``."""
+    from fsage.ager.images import run_tool
+    from fsage.snapshotter import read_source
+
+    size = int(need / fill)
+    with tempfile.TemporaryDirectory() as t:
+        img = Path(t) / "probe.img"
+        for _ in range(3):
+            with open(img, "wb") as fh:
+                fh.truncate(size)
+            run_tool(["mkfs.ext4", "-F", "-q", "-b", str(bs), "-N", str(max(inodes, 16384)),
+                      str(img)], "probe")  # fmt: skip
+            f = read_source(img).facts
+            usable = f.blocks_free * bs
+            size += int(need / fill) - usable
+    return -(-size // (1 << 20)) * (1 << 20)
+
+
+def rows(fid: Fidelity) -> list[dict[str, Any]]:
+    return [
+        {
+            "blocks": f"{r['min_blocks']}-{r['max_blocks']}",
+            "files": r["files_original"],
+            "original": r["layout_score_original"],
+            "recreated": r["layout_score_recreated"],
+            "noise_floor": r.get("noise_floor"),
+            "tolerance": r.get("tolerance"),
+            "judged": r.get("judged"),
+            "within": r.get("within"),
+        }
+        for r in fid.by_size
+    ]
+
+
+def show(title: str, fid: Fidelity) -> None:
+    v = fid.verdict
+    print(
+        f"  {title}: layout score original {fid.layout_score_original:.3f}, recreated "
+        f"{fid.layout_score_recreated:.3f}; free extents {fid.free_original['free_extent_count']}"
+        f" vs {fid.free_recreated['free_extent_count']}, free distance "
+        f"{fid.free_tv_distance:.3f} (tolerance {v.free_tolerance if v else 0:.3f}); "
+        f"{'FAITHFUL' if v and v.faithful else 'NOT FAITHFUL'}"
+    )
+    print(
+        f"    {'blocks':>12} {'files':>6} {'orig':>6} {'rec':>6} {'diff':>7} {'noise':>6} "
+        f"{'tol':>6}"
+    )
+    for r in fid.by_size:
+        so, sr = r["layout_score_original"], r["layout_score_recreated"]
+        d = "-" if so is None or sr is None else f"{sr - so:+.3f}"
+        nf = r.get("noise_floor")
+        mark = "" if not r.get("judged") else ("  ok" if r.get("within") else "  OUT")
+        print(
+            f"    {r['min_blocks']:>5}-{r['max_blocks']:<6} {r['files_original']:>6} "
+            f"{'-' if so is None else f'{so:.3f}':>6} {'-' if sr is None else f'{sr:.3f}':>6} "
+            f"{d:>7} {'-' if nf is None else f'{nf:.3f}':>6} {r.get('tolerance', 0):>6.3f}{mark}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sdists", type=Path, required=True, help="directory of sdists")
+    ap.add_argument("--download", nargs="*", default=[], help="PKG==VERSION to fetch first")
+    ap.add_argument("--snapshots", type=int, default=30)
+    ap.add_argument(
+        "--members",
+        default="*/docs/*,*/django/contrib/admin/*",
+        help="comma-separated tar patterns to unpack ('' = everything)",
+    )
+    ap.add_argument("--block-size", type=int, default=4096)
+    ap.add_argument("--fill", type=float, default=0.8)
+    ap.add_argument("--ends", default="remount", help="comma-separated --interval-end values")
+    ap.add_argument("--intra", type=float, default=0.0, help="also replay with N files/day")
+    ap.add_argument("--intra-lifetime", type=float, default=3600.0, help="their mean life, s")
+    ap.add_argument("--at", default="last,middle", help="which snapshots to recreate")
+    ap.add_argument("--noise-runs", type=int, default=2)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    if not can_loop_mount():
+        sys.exit("bench/replay.py needs root and loop devices")
+    if args.download:
+        download(args.download, args.sdists)
+    batches = batches_from(args.sdists, args.snapshots)
+    bs = args.block_size
+    members = [m for m in args.members.split(",") if m]
+    need, inodes = history_size(batches, bs, members)
+    size = fit_size(need, inodes * 2, bs, args.fill)
+    report: dict[str, Any] = {
+        "block_size": bs,
+        "snapshots": len(batches),
+        "size": size,
+        "projects": sorted({n for b in batches for n, _ in b}),
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="fsage-bench-replay-", dir=args.workdir) as t:
+        tmp = Path(t)
+        db = tmp / "h.db"
+        orig = tmp / "orig.img"
+        print(
+            f"history: {len(batches)} batches of {report['projects']}, ext4 {bs} B blocks, "
+            f"{size >> 20} MiB (estimated last state {need >> 20} MiB, {inodes} inodes)"
+        )
+        t0 = time.perf_counter()
+        hist = unpack_history(
+            batches,
+            orig,
+            db,
+            "orig",
+            block_size=bs,
+            size=size,
+            inodes=max(inodes * 2, 16384),
+            members=members,
+            echo=print,
+        )
+        report["unpack_seconds"] = time.perf_counter() - t0
+        report["fullness"] = hist.fullness
+        ids = hist.snapshot_ids
+        targets = {"last": ids[-1], "middle": ids[len(ids) // 2 - 1]}
+        for which in args.at.split(","):
+            sid = targets[which]
+            t0 = time.perf_counter()
+            floor, _ = noise_floor(db, "orig", str(sid), runs=args.noise_runs, workdir=tmp)
+            noise_s = time.perf_counter() - t0
+            print(
+                f"\nsnapshot {sid} ({which}): noise floor from {floor.runs} runs of "
+                f"`fsage age --ops` ({noise_s:.0f} s): free {floor.free_tv:.3f}, buckets "
+                + ", ".join(f"{k}:{v:.3f}" for k, v in sorted(floor.by_bucket.items()))
+            )
+            variants: list[tuple[str, IntraDay | None]] = [(e, None) for e in args.ends.split(",")]
+            if args.intra:
+                variants.append((args.ends.split(",")[0], IntraDay(files_per_day=args.intra)))
+            for end, intra in variants:
+                target = tmp / "rec.img"
+                res = recreate(
+                    RecreateOptions(
+                        db=db,
+                        fs_name="orig",
+                        target=target,
+                        until=str(sid),
+                        mode="mount",
+                        force=True,
+                        interval_end=end,
+                        intra=intra,
+                        noise_floor=floor,
+                        name=f"rec-{sid}-{end}-{int(bool(intra))}",
+                    )
+                )
+                fid = res.fidelity
+                assert fid is not None
+                seq = sequential_write(target, res.bytes_written, tmp)
+                target.unlink()
+                label = f"--interval-end {end}"
+                if intra:
+                    label += f" --intra-files-per-day {args.intra:g}"
+                print(
+                    f"\n  replay {label}: {res.ops} ops, {res.bytes_written / 2**20:,.0f} MiB in "
+                    f"{res.elapsed:.1f} s; sequential write of the same bytes {seq:.1f} s; "
+                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x)"
+                )
+                show(f"snapshot {sid}", fid)
+                report["runs"].append(
+                    {
+                        "snapshot": sid,
+                        "which": which,
+                        "interval_end": end,
+                        "intra_files_per_day": args.intra if intra else 0,
+                        "replay_seconds": res.elapsed,
+                        "sequential_seconds": seq,
+                        "bytes_written": res.bytes_written,
+                        "ops": res.ops,
+                        "noise_floor": floor.to_json(),
+                        "noise_seconds": noise_s,
+                        "fidelity": fid.to_json(),
+                        "buckets": rows(fid),
+                    }
+                )
+        with Store.open(db):
+            pass
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

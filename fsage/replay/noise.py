@@ -1,0 +1,77 @@
+"""The noise floor of a recreation: how far two runs of the original op stream land apart.
+
+ext4's allocator is not deterministic (delayed allocation, per-CPU preallocation, the order
+writeback reaches the blocks), so two runs of one workload on one kernel differ. The floor is
+measured the way a user would by hand: the op stream inferred from the snapshots up to the
+judged one (``fsage deltas``) is run ``runs`` times with ``fsage age --ops`` (through a loop
+mount, unmounted at every snapshot marker) onto fresh file systems of the recorded geometry,
+and the runs are compared with each other (``fsage.replay.fidelity.noise_between``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from fsage.errors import UsageError
+from fsage.layout import Layout
+from fsage.replay.deltas import snapshot_deltas
+from fsage.replay.fidelity import NoiseFloor, noise_between
+from fsage.workload import write_workload
+
+
+def noise_floor(
+    db: Path,
+    fs_name: str,
+    until: str | None = None,
+    *,
+    runs: int = 2,
+    mode: str = "auto",
+    workdir: Path | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> tuple[NoiseFloor, list[Layout]]:
+    """Run the op stream of ``fs_name`` up to ``until`` ``runs`` times; the floor and the
+    layouts the runs ended with. Nothing is left in ``workdir`` (default: a temporary
+    directory)."""
+    from fsage.ager.run import AgeOptions, age
+    from fsage.db.store import Store
+    from fsage.replay.recreate import make_filesystem
+    from fsage.snapshotter import read_source
+
+    say = echo or (lambda s: None)
+    if runs < 2:
+        raise UsageError("a noise floor needs at least 2 runs")
+    with Store.open(db) as store:
+        header, ops, _stats = snapshot_deltas(store, fs_name, until=until)
+        until_id = header.params["until"]
+        first = store.load_layout(int(header.params["snapshots"][0]))
+    if not first.facts.kind.startswith("ext") or not first.facts.mkfs.get("blocks_count"):
+        raise UsageError(f"{fs_name}: the noise floor needs a recorded ext file system")
+    base = Path(tempfile.mkdtemp(prefix="fsage-noise-", dir=workdir))
+    layouts: list[Layout] = []
+    try:
+        ops_file = base / "ops.jsonl"
+        write_workload(ops_file, header, ops)
+        for r in range(runs):
+            image = base / f"run{r}.img"
+            make_filesystem(image, first)
+            say(f"fsage: noise run {r + 1}/{runs}: {len(ops)} ops onto {image}")
+            age(
+                image,
+                AgeOptions(
+                    ops_file=ops_file, mode=mode, db=base / "runs.db", name=f"run{r}", force=True
+                ),
+            )
+            layouts.append(read_source(image))
+            image.unlink()
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(base)
+    note = f"{runs} runs of the op stream of {fs_name} up to snapshot {until_id} ({len(ops)} ops)"
+    return noise_between(layouts, note), layouts
+
+
+__all__ = ["noise_floor"]

@@ -1,0 +1,99 @@
+"""Benchmarks on a small or inode-poor file system: the default seq set is scaled down with a
+notice; running out of inodes or space mid-suite is one line and leaves the target clean."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fsage.ager.images import loop_mount
+from fsage.cli import main
+from fsage.replay.bench import BenchOptions, run_bench
+
+MIB = 1 << 20
+
+
+def _ext4(path: Path, size: int, *extra: str) -> Path:
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    subprocess.run(["mkfs.ext4", "-F", "-q", *extra, str(path)], check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.needs_root
+def test_default_seq_set_is_scaled_to_fit(tmp_path: Path) -> None:
+    img = _ext4(tmp_path / "small.img", 64 * MIB)
+    run = run_bench(img, BenchOptions("seq", file_sizes=[256 * 1024, 1 << 20]))
+    scaled = [n for n in run.notes if "scaled down" in n]
+    assert scaled and "32M to 16M" in scaled[0], run.notes
+    assert run.params["data_size"] == 16 * MIB
+    assert {r.params["files"] for r in run.results} == {64, 16}
+
+
+@pytest.mark.needs_root
+def test_running_out_of_inodes_is_one_line_and_a_clean_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 256 inodes: the 4K files of a 2 MiB set (512 of them) cannot all be made. Given --size,
+    # the set is not scaled; the check before the run refuses it in one line.
+    img = _ext4(tmp_path / "few.img", 64 * MIB, "-N", "256")
+    with loop_mount(img) as mnt:
+        free_inodes = os.statvfs(mnt).f_favail
+    assert free_inodes < 512
+    argv = ["bench", str(img), "--suite", "seq", "--size", "2M", "--file-size", "4K"]
+
+    def one_error_line() -> str:
+        r = CliRunner().invoke(main, argv)
+        assert r.exit_code != 0 and "Traceback" not in r.output
+        lines = [ln for ln in r.output.splitlines() if ln.startswith("fsage: error:")]
+        assert len(lines) == 1, r.output
+        return lines[0]
+
+    assert "inodes but" in one_error_line()
+    # Without that check the kernel runs out of inodes mid-suite: one line too, and the
+    # benchmark's files are gone.
+    from fsage.replay.bench import suites
+
+    monkeypatch.setattr(suites, "_set_inodes", lambda *a: 0)
+    line = one_error_line()
+    assert "ran out of inodes" in line and "files were removed" in line
+    with loop_mount(img) as mnt:
+        assert sorted(os.listdir(mnt)) == ["lost+found"]
+        assert os.statvfs(mnt).f_favail == free_inodes
+
+
+@pytest.mark.needs_root
+def test_repeats_and_empty_fs_baseline_in_one_invocation(tmp_path: Path) -> None:
+    img = _ext4(tmp_path / "aged.img", 64 * MIB)
+    with loop_mount(img) as mnt:
+        for i in range(40):  # some old files, so the target is not empty
+            (mnt / f"old{i}").write_bytes(b"o" * (i * 3000))
+    said: list[str] = []
+    run = run_bench(
+        img,
+        BenchOptions("seq", size=256 * 1024, file_sizes=[16384, 65536], repeat=3, baseline=True),
+        echo=said.append,
+    )
+    assert run.params["repeat"] == 3
+    assert len(run.results) == 4  # read and write for two sizes: medians, not 12 rows
+    for r in run.results:
+        vals = r.params["values"]
+        assert r.params["repeats"] == 3 and len(vals) == 3
+        assert r.value == sorted(vals)[1]
+        assert r.params["spread"] == pytest.approx((max(vals) - min(vals)) / r.value)
+        assert r.params["baseline"] > 0
+        assert r.params["relative"] == pytest.approx(r.value / r.params["baseline"])
+    assert any("empty-file-system baseline run" in n for n in run.notes)
+    assert any("repeat 3/3" in s for s in said)
+    # Where the spread is wider than the effect, a note says so for that result.
+    for r in run.results:
+        wide = max(r.params["spread"], r.params["baseline_spread"]) > abs(1 - r.params["relative"])
+        assert wide == any(n.startswith(f"{r.metric} of {r.group}:") for n in run.notes)
+    # The baseline image is gone and the target holds only its old files.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aged.img"]
+    with loop_mount(img) as mnt:
+        assert len(os.listdir(mnt)) == 41
