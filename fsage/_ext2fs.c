@@ -912,6 +912,8 @@ static PyObject *scanner_facts(Scanner *self, PyObject *noargs) {
     Buf *gb[] = {&g_start, &g_len, &g_free, &g_ifree, &g_bbitmap, &g_ibitmap, &g_itable, &g_flags};
     for (size_t i = 0; i < 8; i++)
         memset(gb[i], 0, sizeof(Buf));
+    Buf fixed;
+    memset(&fixed, 0, sizeof fixed);
     for (dgrp_t g = 0; g < fs->group_desc_count; g++) {
         blk64_t first = ext2fs_group_first_block2(fs, g), last = ext2fs_group_last_block2(fs, g);
         PUT(&g_start, uint64_t, first);
@@ -922,6 +924,32 @@ static PyObject *scanner_facts(Scanner *self, PyObject *noargs) {
         PUT(&g_ibitmap, uint64_t, ext2fs_inode_bitmap_loc(fs, g));
         PUT(&g_itable, uint64_t, ext2fs_inode_table_loc(fs, g));
         PUT(&g_flags, uint64_t, ext2fs_bg_flags(fs, g));
+    }
+
+    /* Blocks the file system keeps for itself outside any inode: the boot block and primary
+     * superblock, the backup superblocks and descriptor blocks (reserved ones included) of
+     * each group; as (start, length) pairs. The bitmaps and inode tables are in the groups. */
+    PUT(&fixed, uint64_t, 0);
+    PUT(&fixed, uint64_t, (uint64_t)sb->s_first_data_block + 1);
+    uint64_t old_desc_blocks = ext2fs_has_feature_meta_bg(sb)
+                                   ? sb->s_first_meta_bg
+                                   : fs->desc_blocks + sb->s_reserved_gdt_blocks;
+    for (dgrp_t g = 0; g < fs->group_desc_count; g++) {
+        blk64_t super_blk = 0, old_desc = 0, new_desc = 0;
+        blk_t used = 0;
+        ext2fs_super_and_bgd_loc2(fs, g, &super_blk, &old_desc, &new_desc, &used);
+        if (super_blk) {
+            PUT(&fixed, uint64_t, super_blk);
+            PUT(&fixed, uint64_t, 1);
+        }
+        if (old_desc) {
+            PUT(&fixed, uint64_t, old_desc);
+            PUT(&fixed, uint64_t, old_desc_blocks);
+        }
+        if (new_desc) {
+            PUT(&fixed, uint64_t, new_desc);
+            PUT(&fixed, uint64_t, 1);
+        }
     }
 
     /* The journal's size, for recreating the file system. */
@@ -937,7 +965,7 @@ static PyObject *scanner_facts(Scanner *self, PyObject *noargs) {
         goto fail;
     PyObject *out = Py_BuildValue(
         "{s:s,s:y,s:i,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:K,s:N,"
-        "s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:i,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:K,s:L,"
+        "s:K,s:K,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:i,s:K,s:K,s:i,s:i,s:i,s:i,s:s,s:K,s:L,s:N,"
         "s:{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}}",
         "uuid", uuid, "label", label, "block_size", (int)fs->blocksize, "cluster_size",
         (int)EXT2_CLUSTER_SIZE(sb), "blocks_count",
@@ -963,18 +991,20 @@ static PyObject *scanner_facts(Scanner *self, PyObject *noargs) {
         (int)sb->s_errors, "state", (int)sb->s_state, "journal_inum", (int)sb->s_journal_inum,
         "min_extra_isize", (int)sb->s_min_extra_isize, "journal_uuid", journal_uuid,
         "default_mount_opts", (unsigned long long)sb->s_default_mount_opts, "journal_blocks",
-        journal_blocks, "groups", "start", buf_bytes(&g_start), "length", buf_bytes(&g_len),
+        journal_blocks, "fixed_meta", buf_bytes(&fixed), "groups", "start", buf_bytes(&g_start), "length", buf_bytes(&g_len),
         "free_blocks", buf_bytes(&g_free), "free_inodes", buf_bytes(&g_ifree), "block_bitmap",
         buf_bytes(&g_bbitmap), "inode_bitmap", buf_bytes(&g_ibitmap), "inode_table",
         buf_bytes(&g_itable), "flags", buf_bytes(&g_flags));
     for (size_t i = 0; i < 8; i++)
         buf_free(gb[i]);
+    buf_free(&fixed);
     return out;
 nomem:
     PyErr_NoMemory();
 fail:
     for (size_t i = 0; i < 8; i++)
         buf_free(gb[i]);
+    buf_free(&fixed);
     return NULL;
 }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fsage import _ext2fs
 from fsage.errors import SourceError
@@ -99,7 +100,7 @@ def read_ext_layout(path: Path) -> Layout:
             f"{path}: {failed_reads} read(s) of the source failed during the scan (an I/O error"
             " or a short read); nothing recorded"
         )
-    _mark_cross_linked(files, special)
+    _mark_cross_linked(_fixed_metadata(raw_facts), files, special)
     links = _links(raw_links)
     damaged_dirs = np.frombuffer(raw_links["damaged_dirs"], np.uint64)
     if damaged_dirs.size:
@@ -133,11 +134,39 @@ def _check_size(path: Path, expected: int) -> None:
         raise SourceError(f"{path}: truncated image ({st.st_size} of {expected} bytes)")
 
 
-def _mark_cross_linked(*tables: FileTable) -> None:
-    """Flag every inode that maps a block another inode (or another of its own extents)
-    maps too, as e2fsck's "multiply-claimed blocks" does: a corrupt pointer into someone
-    else's blocks must not pass for a healthy file. Xattr blocks are shared by design."""
-    starts, ends, owners = [], [], []
+def _fixed_metadata(raw: dict[str, Any]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """(start, length) of the blocks the file system keeps outside any inode: superblocks,
+    descriptor blocks (reserved ones included), bitmaps and inode tables."""
+    pairs = np.frombuffer(raw["fixed_meta"], np.uint64).reshape(-1, 2)
+    groups = raw["groups"]
+    table_blocks = -(-raw["inodes_per_group"] * raw["inode_size"] // raw["block_size"])
+    bitmaps = np.concatenate(
+        [
+            np.frombuffer(groups["block_bitmap"], np.uint64),
+            np.frombuffer(groups["inode_bitmap"], np.uint64),
+        ]
+    )
+    tables = np.frombuffer(groups["inode_table"], np.uint64)
+    start = np.concatenate([pairs[:, 0], bitmaps, tables])
+    length = np.concatenate(
+        [
+            pairs[:, 1],
+            np.ones(bitmaps.size, np.uint64),
+            np.full(tables.size, table_blocks, np.uint64),
+        ]
+    )
+    keep = length > 0
+    return start[keep], length[keep]
+
+
+def _mark_cross_linked(
+    fixed: tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]], *tables: FileTable
+) -> None:
+    """Flag every inode that maps a block another inode (or another of its own extents), or
+    the file system's own metadata (``fixed``), maps too, as e2fsck's "multiply-claimed
+    blocks" does: a corrupt pointer into someone else's blocks must not pass for a healthy
+    file. Xattr blocks are shared by design."""
+    starts, ends, owners = [fixed[0]], [fixed[0] + fixed[1]], [np.full(fixed[0].size, -1)]
     for t, table in enumerate(tables):
         n = len(table)
         if n == 0:
@@ -162,9 +191,13 @@ def _mark_cross_linked(*tables: FileTable) -> None:
     hit = np.flatnonzero(start[1:] < reach[:-1]) + 1
     if hit.size == 0:
         return
-    for who in np.unique(np.concatenate([owner[hit], owner[hit - 1]])).tolist():
-        table = tables[who >> 40]
-        table.damaged[who & ((1 << 40) - 1)] |= DAMAGE_CROSS_LINKED
+    # Reserved inodes are not flagged (the resize inode holds the reserved descriptor
+    # blocks, which are the file system's too); a file that overlaps one is.
+    special = len(tables) - 1  # the last table holds the reserved inodes
+    who = np.unique(np.concatenate([owner[hit], owner[hit - 1]]))
+    for w in who[(who >= 0) & ((who >> 40) != special)].tolist():
+        table = tables[w >> 40]
+        table.damaged[w & ((1 << 40) - 1)] |= DAMAGE_CROSS_LINKED
 
 
 def _check_root(path: Path, files: FileTable) -> None:
