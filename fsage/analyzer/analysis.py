@@ -124,7 +124,7 @@ class SnapshotAnalyzer:
         facts = self.layout.facts
         multi = reg & (s.blocks >= 2)
         return {
-            "snapshot_id": self.snapshot_id,
+            "id": self.snapshot_id,
             "taken_at": self.taken_at.isoformat() if self.taken_at else None,
             "kind": facts.kind,
             "block_size": self.bs,

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from fsage.analyzer.diskmodel import PRESETS
-from fsage.analyzer.history import analyze_many, select_snapshots, trends
+from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, trends
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
 from fsage.db.store import Store
 from fsage.errors import UsageError
@@ -30,7 +30,18 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     help="Break the layout score down by file size (seed 000 Fig. 5), directory subtree or "
     "file age.",
 )
-@click.option("--history", is_flag=True, help="Analyze every snapshot and print trends.")
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Every snapshot of the file system(s): one line each (date, operations done, layout "
+    "score, free space) and the trends (total change; a rate per month only over 7 days or "
+    "more).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --history: the full analysis of every snapshot as well as the table.",
+)
 @click.option(
     "--model",
     "models",
@@ -46,6 +57,7 @@ def analyze(
     snapshot_id: int | None,
     by: str,
     history: bool,
+    full: bool,
     models: tuple[str, ...],
     depth: int,
     fmt: str,
@@ -66,7 +78,11 @@ def analyze(
     if depth < 0:
         raise UsageError("--depth must be 0 or more")
     models = models or ("dsp3105", "hdd", "ssd")
+    if full and not history:
+        raise UsageError("--full goes with --history")
     parts = {"size", "free", "tools", "locality", "model", "age"}
+    if history and not full and fmt != "json":
+        parts = {"size", "free"}
     if by == "dir":
         parts.add("dir")
     with Store.open(db) as store:
@@ -74,13 +90,17 @@ def analyze(
         results = analyze_many(store, rows, parts, models, depth, path_order=True)
     tr = trends(results) if history else None
     if fmt == "json":
-        echo_json({"snapshots": results, "trends": tr} if history else results)
+        echo_json({"snapshots": results, "trends": tr})
     elif fmt == "csv":
-        _csv(results, by)
+        if tr is not None and not full:
+            _csv_history(tr)
+        else:
+            _csv(results, by)
     else:
-        for a in results:
-            _text(a, by)
-        if tr:
+        if tr is None or full:
+            for a in results:
+                _text(a, by)
+        if tr is not None:
             _text_trends(tr)
 
 
@@ -128,7 +148,7 @@ def _printable(s: str) -> str:
 
 def _text(a: dict[str, Any], by: str) -> None:
     click.echo(
-        f"snapshot {a['snapshot_id']} of {_printable(str(a['fs']))} ({a['kind']}, "
+        f"snapshot {a['id']} of {_printable(str(a['fs']))} ({a['kind']}, "
         f"{a['block_size']} B blocks) taken {a['taken_at']}"
     )
     click.echo(
@@ -201,39 +221,127 @@ def _text(a: dict[str, Any], by: str) -> None:
     click.echo("")
 
 
+def _ops(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
 def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
     for fs, t in tr.items():
-        d = t["decline_per_month"]
-        click.echo(
-            f"trend of {_printable(fs)}: decline per month "
-            f"{'-' if d is None else f'{d:.5f}'} (seed 000: 0.016 worst, 0.00725 average)"
-        )
+        click.echo(f"history of {_printable(fs)}: {trend_line(t)}")
+        click.echo(f"  ({SEED000_TREND})")
         echo_table(
-            ["snapshot", "taken at", "layout score", "files", "largest free extent"],
+            [
+                "id",
+                "taken at (UTC)",
+                "ops done",
+                "GiB written",
+                "files",
+                "layout score",
+                "free blocks",
+                "free extents",
+                "largest free extent (blocks)",
+            ],
             [
                 [
-                    s["snapshot_id"],
-                    s["taken_at"],
-                    s["layout_score"],
+                    s["id"],
+                    str(s["taken_at"])[:19],
+                    s["op_count"],
+                    None if s["bytes_written"] is None else round(s["bytes_written"] / 2**30, 3),
                     s["files"],
+                    s["layout_score"],
+                    s["blocks_free"],
+                    sum(b["count"] for b in s["free_extents"] or []),
                     s["largest_free_extent"],
                 ]
                 for s in t["snapshots"]
             ],
         )
+        rec = t.get("recreations") or []
+        if rec:
+            click.echo("recreations (fsage replay) beside the snapshot they recreate:")
+            echo_table(
+                ["id", "recreates", "original score", "recreated score", "ops replayed"],
+                [
+                    [
+                        r["id"],
+                        r["recreation_of"],
+                        r["original_layout_score"],
+                        r["layout_score"],
+                        _ops(r["op_count"]),
+                    ]
+                    for r in rec
+                ],
+            )
+        click.echo("")
+
+
+SEED000_TREND = (
+    "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
+    "0.016 per month worst, 0.00725 average"
+)
+
+
+def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
+    w = csv.writer(sys.stdout)
+    w.writerow(
+        [
+            "id",
+            "fs",
+            "taken_at",
+            "op_count",
+            "bytes_written",
+            "files",
+            "layout_score",
+            "blocks_free",
+            "free_extents",
+            "largest_free_extent",
+            "recreation_of",
+        ]
+    )
+    for fs, t in tr.items():
+        for s in t["snapshots"]:
+            w.writerow(
+                [
+                    s["id"],
+                    fs,
+                    s["taken_at"],
+                    s["op_count"],
+                    s["bytes_written"],
+                    s["files"],
+                    s["layout_score"],
+                    s["blocks_free"],
+                    sum(b["count"] for b in s["free_extents"] or []),
+                    s["largest_free_extent"],
+                    None,
+                ]
+            )
+        for r in t.get("recreations") or []:
+            w.writerow(
+                [
+                    r["id"],
+                    r["fs"],
+                    r["taken_at"],
+                    r["op_count"],
+                    r["bytes_written"],
+                    r["files"],
+                    r["layout_score"],
+                    r["blocks_free"],
+                    None,
+                    None,
+                    r["recreation_of"],
+                ]
+            )
 
 
 def _csv(results: list[dict[str, Any]], by: str) -> None:
     w = csv.writer(sys.stdout)
     if by == "size":
-        w.writerow(
-            ["snapshot_id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"]
-        )
+        w.writerow(["id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_size"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["min_blocks"],
                         r["max_blocks"],
@@ -243,12 +351,12 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     elif by == "dir":
-        w.writerow(["snapshot_id", "fs", "path", "depth", "files", "blocks", "layout_score"])
+        w.writerow(["id", "fs", "path", "depth", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_dir"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["path"],
                         r["depth"],
@@ -258,14 +366,12 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     else:
-        w.writerow(
-            ["snapshot_id", "fs", "age", "min_days", "max_days", "files", "blocks", "layout_score"]
-        )
+        w.writerow(["id", "fs", "age", "min_days", "max_days", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_age"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["label"],
                         r["min_days"],

@@ -41,7 +41,7 @@ def report_data_from_store(
     newest = [r for r in rows if r.id in latest_ids]
     analyses = analyze_many(store, older, HISTORY_PARTS, path_order=False, progress=progress)
     analyses += analyze_many(store, newest, LATEST_PARTS, dir_depth=1, progress=progress)
-    analyses.sort(key=lambda a: a["snapshot_id"])
+    analyses.sort(key=lambda a: a["id"])
     title = "fsage layout report" + (f": {fs_name}" if fs_name else "")
     extra: dict[str, Any] = {}
     for name, provide in _EXTRA_PROVIDERS.items():

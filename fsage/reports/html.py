@@ -58,7 +58,7 @@ class ReportData:
     def latest(self) -> list[dict[str, Any]]:
         """The newest analysis of each file system."""
         out: dict[str, dict[str, Any]] = {}
-        for a in sorted(self.analyses, key=lambda a: (a.get("taken_at") or "", a["snapshot_id"])):
+        for a in sorted(self.analyses, key=lambda a: (a.get("taken_at") or "", a["id"])):
             out[str(a.get("fs"))] = a
         return list(out.values())
 

@@ -7,6 +7,7 @@ import html
 from typing import Any
 
 from fsage.analyzer.fit import SizeFit
+from fsage.analyzer.history import trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 
 
@@ -34,7 +35,7 @@ def _fig(
 
 
 def _name(a: dict[str, Any]) -> str:
-    return esc(f"{a.get('fs')} #{a['snapshot_id']}")
+    return esc(f"{a.get('fs')} #{a['id']}")
 
 
 @register_section("summary", order=10)
@@ -48,11 +49,12 @@ def summary(data: ReportData) -> Section:
         rows.append(
             [
                 a.get("fs"),
-                a["snapshot_id"],
+                a["id"],
                 a.get("taken_at"),
                 a.get("kind"),
                 a["files"],
                 a["layout_score"],
+                tr.get("total_change"),
                 tr.get("decline_per_month"),
                 dyn.get("path"),
                 fs.get("blocks_free"),
@@ -73,7 +75,8 @@ def summary(data: ReportData) -> Section:
                     "kind",
                     "files",
                     "layout score",
-                    "decline / month",
+                    "total change (first to last snapshot)",
+                    "decline / month (spans of 7 days or more)",
                     "dynamic score (path order)",
                     "free blocks",
                     "largest free extent",
@@ -86,10 +89,7 @@ def summary(data: ReportData) -> Section:
                 "that follow their predecessor (seed 000 §4.1).",
             )
         ],
-        notes=[
-            "Seed 000 §4.3 saw layout scores fall by 0.016 per month in the worst case and "
-            "0.00725 on average."
-        ],
+        notes=[trend_note(fs, t) for fs, t in data.trends.items()],
     )
 
 
@@ -135,41 +135,187 @@ def _first_and_last(data: ReportData) -> list[dict[str, Any]]:
         by_fs.setdefault(str(a.get("fs")), []).append(a)
     out = []
     for items in by_fs.values():
-        items.sort(key=lambda a: (a.get("taken_at") or "", a["snapshot_id"]))
+        items.sort(key=lambda a: (a.get("taken_at") or "", a["id"]))
         out.extend([items[0]] if len(items) == 1 else [items[0], items[-1]])
     return out
 
 
+def _score_range(values: list[float | None]) -> list[float]:
+    """A y range zoomed to the data (a fall from 1.000 to 0.991 must not look flat), padded,
+    never above 1.005."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return [0.0, 1.02]
+    lo, hi = min(vals), max(vals)
+    pad = max((hi - lo) * 0.15, 0.002)
+    return [max(lo - pad, 0.0), min(hi + pad, 1.005)]
+
+
+def _clock_x(s: dict[str, Any], clock: str) -> Any:
+    if clock == "time":
+        return s["taken_at"]
+    if clock == "ops":
+        return s.get("op_count")
+    b = s.get("bytes_written")
+    return None if b is None else b / 2**30
+
+
+CLOCKS = {
+    "time": ("snapshot time (UTC)", "date"),
+    "ops": ("operations done by the aging run or replay", "linear"),
+    "bytes": ("GiB written by the aging run or replay", "linear"),
+}
+
+
+def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
+    ops = s.get("op_count")
+    written = s.get("bytes_written")
+    parts = [
+        f"{esc(fs)} snapshot {s['id']}",
+        f"taken {str(s['taken_at'])[:19]} UTC",
+        "layout score " + ("-" if s["layout_score"] is None else f"{s['layout_score']:.4f}"),
+    ]
+    if ops is not None:
+        parts.append(f"{ops:,} ops done")
+    if written is not None:
+        parts.append(f"{human_bytes(written)} written")
+    if extra:
+        parts.append(esc(extra))
+    return "<br>".join(parts)
+
+
+def human_bytes(n: float | int | None) -> str:
+    """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
+    if n is None:
+        return "-"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def trend_note(fs: str, t: dict[str, Any]) -> str:
+    return f"{fs}: {trend_line(t)}"
+
+
 @register_section("score-over-time", order=30)
 def score_over_time(data: ReportData) -> Section | None:
-    traces = []
+    traces: list[dict[str, Any]] = []
+    xs: dict[str, list[list[Any]]] = {c: [] for c in CLOCKS}
+    values: list[float | None] = []
     for fs, t in data.trends.items():
         snaps = t["snapshots"]
+        values += [s["layout_score"] for s in snaps]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": esc(fs),
-                "x": [s["taken_at"] for s in snaps],
                 "y": [s["layout_score"] for s in snaps],
+                "text": [_hover(s, fs) for s in snaps],
+                "hoverinfo": "text",
             }
         )
+        for c in CLOCKS:
+            xs[c].append([_clock_x(s, c) for s in snaps])
+        rec = t.get("recreations") or []
+        if rec:
+            by_id = {s["id"]: s for s in snaps}
+            values += [r["layout_score"] for r in rec]
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "marker": {"symbol": "diamond-open", "size": 11},
+                    "name": esc(f"{fs}: recreation (fsage replay)"),
+                    "y": [r["layout_score"] for r in rec],
+                    "text": [
+                        _hover(
+                            {**r, "taken_at": r["taken_at"]},
+                            str(r.get("fs")),
+                            f"recreates snapshot {r['recreation_of']} "
+                            f"(score {r['original_layout_score']:.4f})"
+                            if r["original_layout_score"] is not None
+                            else f"recreates snapshot {r['recreation_of']}",
+                        )
+                        for r in rec
+                    ],
+                    "hoverinfo": "text",
+                }
+            )
+            # drawn at the x of the snapshot it recreates
+            for c in CLOCKS:
+                xs[c].append(
+                    [
+                        _clock_x(by_id[r["recreation_of"]], c)
+                        if r["recreation_of"] in by_id
+                        else None
+                        for r in rec
+                    ]
+                )
     if not traces:
         return None
-    notes = [
-        f"{fs}: decline per month "
-        + ("-" if t["decline_per_month"] is None else f"{t['decline_per_month']:.5f}")
-        for fs, t in data.trends.items()
-    ]
+    ops_clock = any(t.get("clock") == "ops" for t in data.trends.values())
+    default = "ops" if ops_clock else "time"
+    for tr, x in zip(traces, xs[default], strict=True):
+        tr["x"] = x
+    layout: dict[str, Any] = {
+        "yaxis": {"range": _score_range(values), "tickformat": ".3f"},
+        "xaxis": {"type": CLOCKS[default][1]},
+        "shapes": [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1,
+                "y1": 1,
+                "line": {"dash": "dot", "color": "#888", "width": 1},
+            }
+        ],
+    }
+    if ops_clock:
+        layout["updatemenus"] = [
+            {
+                "type": "buttons",
+                "direction": "right",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1.12,
+                "yanchor": "bottom",
+                "showactive": True,
+                "active": list(CLOCKS).index(default),
+                "buttons": [
+                    {
+                        "label": label,
+                        "method": "update",
+                        "args": [
+                            {"x": xs[c]},
+                            {"xaxis.title.text": CLOCKS[c][0], "xaxis.type": CLOCKS[c][1]},
+                        ],
+                    }
+                    for c, label in (("time", "time"), ("ops", "ops done"), ("bytes", "written"))
+                ],
+            }
+        ]
+    notes = [trend_note(fs, t) for fs, t in data.trends.items()]
+    notes.append(
+        "A rate per month is given only for histories spanning 7 days or more. Seltzer et al., "
+        "'File System Logging versus Clustering: A Performance Comparison', USENIX 1995 "
+        "(seed 000), section 4.3, saw layout scores fall by 0.016 per month in the worst case "
+        "and 0.00725 on average. The dotted line is a perfect layout (1.0)."
+    )
     return Section(
         "Layout score over time",
         figures=[
             _fig(
                 traces,
                 "Layout score per snapshot",
-                "snapshot time",
-                "layout score",
-                yaxis={"range": [0, 1.05]},
+                CLOCKS[default][0],
+                "layout score (1 = every block follows its predecessor)",
+                **layout,
             )
         ],
         notes=notes,
@@ -413,7 +559,7 @@ def by_directory(data: ReportData) -> Section | None:
                 Table(
                     ["directory", "files", "data blocks", "layout score"],
                     [[r["path"], r["files"], r["blocks"], r["layout_score"]] for r in rows],
-                    f"{a.get('fs')} snapshot {a['snapshot_id']}: aggregate layout score of each "
+                    f"{a.get('fs')} snapshot {a['id']}: aggregate layout score of each "
                     "directory subtree",
                 )
             )
