@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   e2fsprogs libext2fs-dev pkg-config gcc make python3-dev
-  xfsprogs btrfs-progs util-linux postmark chromium
+  xfsprogs btrfs-progs util-linux postmark chromium blktrace
 )
 
 missing=()

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
+from fsage.analyzer.dynamic import modeled_reads, walk_order
 from fsage.analyzer.fit import fit_sizes
 from fsage.analyzer.freespace import free_space
 from fsage.analyzer.locality import (
@@ -264,9 +265,22 @@ class SnapshotAnalyzer:
         orders = {"inode": self.inode_order()}
         if paths:
             orders["path"] = self.path_order()
-        out: dict[str, Any] = {"models": {}, "dynamic_layout_score": {}}
+        out: dict[str, Any] = {
+            "models": {},
+            "dynamic_layout_score": {},
+            "dynamic_reads": {},
+            "dynamic_layout_score_data_only": {},
+        }
+        objects = self.regular | self.dirs
+        walks = {"inode": np.flatnonzero(objects).astype(np.int64)}
+        if paths:
+            walks["path"] = walk_order(self.layout, objects)
+        for name, walk in walks.items():
+            reads = modeled_reads(self.layout, s, walk).score()
+            out["dynamic_layout_score"][name] = reads["score"]
+            out["dynamic_reads"][name] = reads
         for name, order in orders.items():
-            out["dynamic_layout_score"][name] = self.dynamic_score(order)
+            out["dynamic_layout_score_data_only"][name] = self.dynamic_score(order)
         for mname in models:
             m = PRESETS[mname]
             rows = []

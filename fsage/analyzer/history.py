@@ -62,6 +62,9 @@ def analyze_snapshot(
     out["op_count"] = row.op_count
     out["bytes_written"] = row.bytes_written
     out["recreation_of"] = row.recreation_of
+    from fsage.trace import traces
+
+    out["traces"] = [t.to_json() for t in traces(store, snapshot_id=row.id)]
     return out
 
 

@@ -199,10 +199,22 @@ def _text(a: dict[str, Any], by: str) -> None:
         + (f"; metadata->data median {m2d['median']:.0f} blocks" if m2d else "")
     )
     dm = a["disk_model"]
-    dyn = dm["dynamic_layout_score"]
+    dyn = dm["dynamic_reads"]
     click.echo(
-        "dynamic layout score: " + ", ".join(f"{k} order {_score(v)}" for k, v in dyn.items())
+        "dynamic layout score (Conway et al., FAST'17; modeled cold read of every directory and "
+        "file: inode, extent/indirect blocks, data): "
+        + ", ".join(
+            f"{k} order {_score(v['score'])} ({v['discontiguous']} of {v['requests']} requests "
+            f"seek, {v['blocks']} blocks)"
+            for k, v in dyn.items()
+        )
     )
+    for tr in a.get("traces") or []:
+        click.echo(
+            f"traced dynamic layout score {_score(tr['score'])} (trace {tr['id']}: "
+            f"{tr['discontiguous']} of {tr['requests']} requests seek, {tr['blocks']} blocks; "
+            f"{_printable(tr['command'])})"
+        )
     for name, m in dm["models"].items():
         click.echo("")
         click.echo(f"modeled read, {name} ({m['description']}):")

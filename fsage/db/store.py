@@ -38,6 +38,7 @@ _SNAPSHOT_REFERENCES = [
     ("aging_runs", "last_snap"),
     ("collection_runs", "snapshot_id"),
     ("bench_runs", "snapshot_id"),
+    ("traces", "snapshot_id"),
 ]
 
 
