@@ -68,21 +68,95 @@ def request_score(start: I64, length: I64) -> dict[str, Any]:
     }
 
 
-def walk_order(layout: Layout, sel: npt.NDArray[np.bool_]) -> I64:
+def walk_order(layout: Layout, sel: npt.NDArray[np.bool_], pos: I64 | None = None) -> I64:
     """Indices of the selected files in the order of a recursive walk: depth first, each
-    directory before its entries, entries by name (byte order). Files without a path are left
-    out; a file with several names is read at its first."""
-    paths = layout.paths()
-    ino = layout.files.ino
-    idx = np.flatnonzero(sel)
-    keyed = []
-    for j, i in zip(idx.tolist(), ino[idx].tolist(), strict=True):
-        p = paths.get(i)
-        if p:
-            # "\0" below every other byte: a directory's subtree sorts right after it
-            keyed.append((p[0].replace("/", "\0"), j))
-    keyed.sort()
-    return np.array([j for _, j in keyed], np.int64)
+    directory before its entries, entries by name (byte order). Files not reachable from the
+    root are left out; a file with several names is read at its first link's place."""
+    if pos is None:
+        pos = preorder(layout)
+    idx = np.flatnonzero(sel & (pos >= 0))
+    return idx[np.argsort(pos[idx], kind="stable")].astype(np.int64)
+
+
+def preorder(layout: Layout) -> I64:
+    """Each file's position in a depth-first walk from the root (-1: not reachable), without
+    building path strings: siblings are ranked by name, subtree sizes summed bottom-up, and
+    positions handed down level by level."""
+    files, links = layout.files, layout.links
+    n = len(files)
+    pos = np.full(n, -1, np.int64)
+    ino = files.ino.astype(np.int64)
+    root = int(np.searchsorted(ino, layout.root_ino))
+    if n == 0 or root >= n or ino[root] != layout.root_ino:
+        return pos
+    parent = np.full(n, -1, np.int64)
+    link_of = np.full(n, -1, np.int64)
+    if len(links):
+        li = np.searchsorted(ino, links.ino.astype(np.int64))
+        lp = np.searchsorted(ino, links.parent.astype(np.int64))
+        li_c, lp_c = np.minimum(li, n - 1), np.minimum(lp, n - 1)
+        ok = (ino[li_c] == links.ino.astype(np.int64)) & (
+            ino[lp_c] == links.parent.astype(np.int64)
+        )
+        ok &= li_c != lp_c
+        ok &= li_c != root
+        rows = np.flatnonzero(ok)[::-1]  # reversed: the first link of a file wins
+        parent[li_c[rows]] = lp_c[rows]
+        link_of[li_c[rows]] = rows
+    # depth below the root, level by level (files in loops or cut off stay -1)
+    dep = np.full(n, -1, np.int64)
+    dep[root] = 0
+    has = np.flatnonzero(parent >= 0)
+    level = 0
+    frontier = np.array([root], np.int64)
+    by_parent = has[np.argsort(parent[has], kind="stable")]
+    sorted_parent = parent[by_parent]
+    while frontier.size:
+        lo = np.searchsorted(sorted_parent, frontier, side="left")
+        hi = np.searchsorted(sorted_parent, frontier, side="right")
+        kids = _ranges(by_parent, lo, hi)
+        kids = kids[dep[kids] < 0]
+        level += 1
+        dep[kids] = level
+        frontier = kids
+    reach = np.flatnonzero(dep > 0)
+    # rank every reachable file among its siblings by name
+    all_names = list(links.iter_names())
+    names = [all_names[r] for r in link_of[reach].tolist()]
+    name_rank = np.empty(reach.size, np.int64)
+    name_rank[sorted(range(reach.size), key=names.__getitem__)] = np.arange(reach.size)
+    order = reach[np.lexsort((name_rank, parent[reach]))]
+    size = np.where(dep >= 0, 1, 0).astype(np.int64)
+    maxdep = int(dep.max())
+    for d in range(maxdep, 0, -1):
+        at = np.flatnonzero(dep == d)
+        size += np.bincount(parent[at], weights=size[at], minlength=n).astype(np.int64)
+    # offset of each child within its parent: sizes of the siblings before it
+    op = parent[order]
+    csum = np.cumsum(size[order]) - size[order]
+    first = np.ones(order.size, bool)
+    first[1:] = op[1:] != op[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    offset = np.empty(n, np.int64)
+    offset[order] = csum - csum[group_start]
+    pos[root] = 0
+    for d in range(1, maxdep + 1):
+        at = np.flatnonzero(dep == d)
+        pos[at] = pos[parent[at]] + 1 + offset[at]
+    return pos
+
+
+def _ranges(values: I64, lo: I64, hi: I64) -> I64:
+    """values[lo[i]:hi[i]] for every i, concatenated."""
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    first = np.zeros(lo.size + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    row = np.repeat(np.arange(lo.size), counts)
+    out: I64 = values[lo[row] + np.arange(total) - first[row]]
+    return out
 
 
 def _inode_requests(layout: Layout, objs: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
