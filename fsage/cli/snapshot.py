@@ -9,6 +9,7 @@ import click
 
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
 from fsage.db.store import Store
+from fsage.errors import StoreError
 from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
@@ -106,6 +107,8 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
     with Store.open(db) as store:
         layout = store.load_layout(snapshot_id)
     entries = file_listing(layout, prefix)
+    if prefix is not None and not entries:
+        raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
     if fmt == "json":
         echo_json([e.to_json() for e in entries])
         return

@@ -164,3 +164,26 @@ def test_trends_put_a_recreation_beside_its_snapshot() -> None:
     (rec,) = tr["home"]["recreations"]
     assert (rec["id"], rec["recreation_of"], rec["original_layout_score"]) == (5, 2, 0.97)
     assert [s["id"] for s in tr["home"]["snapshots"]] == [1, 2]
+
+
+def test_show_path_lists_the_subtree_and_says_when_nothing_matches(tmp_path: Path) -> None:
+    from fsage.db.store import Store
+    from fsage.listing import file_listing
+
+    img = make_image(tmp_path, seed=5, block_size=4096, size_mb=16, files=120, max_bytes=20_000)
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    with Store.open(db) as store:
+        layout = store.load_layout(1)
+    everything = file_listing(layout)
+    dirs = sorted(
+        {e.path.rsplit("/", 1)[0] for e in everything if e.path and e.path.count("/") > 1}
+    )
+    assert dirs
+    for d in dirs[:3]:
+        # the subtree found from the root down is the full listing filtered by path
+        want = [e for e in everything if e.path and (e.path == d or e.path.startswith(d + "/"))]
+        assert file_listing(layout, d) == want and want
+    r = runner.invoke(main, ["show", "1", "--db", str(db), "--path", "/nope"])
+    assert r.exit_code != 0 and "fsage: error: no file at or below /nope" in r.output
