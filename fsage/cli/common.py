@@ -79,3 +79,13 @@ def _cell(v: Any) -> str:
 def progress_enabled() -> bool:
     """Progress bars only on a terminal, so cron stays quiet."""
     return sys.stderr.isatty()
+
+
+def echo_csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows as CSV on stdout (empty cells for missing values; numbers unrounded)."""
+    import csv
+
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(headers)
+    for row in rows:
+        w.writerow(["" if v is None else v for v in row])

@@ -20,7 +20,7 @@ from fsage.reports import report_data_from_store, write_report
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="HTML file to write.",
+    help="HTML file to write ('-': standard output).",
 )
 def report(db: Path, fs_name: str | None, output: Path) -> None:
     """Write an HTML report (plotly.js inlined; opens offline) of the snapshots in the database.
@@ -36,6 +36,14 @@ def report(db: Path, fs_name: str | None, output: Path) -> None:
     """
     with Store.open(db) as store:
         data = report_data_from_store(store, fs_name)
+    if str(output) == "-":
+        from fsage.reports.html import build_sections, render
+
+        secs = build_sections(data)
+        click.echo(render(data, secs))
+        figures = sum(len(s.figures) for s in secs)
+        click.echo(f"report: {len(data.analyses)} snapshot(s), {figures} figure(s)", err=True)
+        return
     figures = write_report(output, data)
     click.echo(f"wrote {output}: {len(data.analyses)} snapshot(s), {figures} figure(s)")
 

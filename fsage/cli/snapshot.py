@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.db.store import Store
 from fsage.errors import StoreError
 from fsage.listing import file_listing
@@ -23,7 +23,8 @@ from fsage.snapshotter import read_source
     " the name it already has there).",
 )
 @click.option("--label", help="A note stored with this snapshot.")
-def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> None:
+@format_option("text", "json")
+def snapshot(source: Path, db: Path, name: str | None, label: str | None, fmt: str) -> None:
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
@@ -40,13 +41,16 @@ def snapshot(source: Path, db: Path, name: str | None, label: str | None) -> Non
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started
         )
-    click.echo(summary.line())
+    if fmt == "json":
+        echo_json(summary.to_json())
+    else:
+        click.echo(summary.line())
 
 
 @click.command()
 @db_option
 @click.option("--fs", "fs_name", help="Only snapshots of this file system.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
     """List the snapshots in the database.
 
@@ -60,42 +64,49 @@ def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
     if fmt == "json":
         echo_json([r.to_json() for r in rows])
         return
-    echo_table(
+    headers = [
+        "id",
+        "fs",
+        "taken at (UTC)",
+        "kind",
+        "files",
+        "inodes",
+        "block size (B)",
+        "used blocks",
+        "free blocks",
+        "new",
+        "changed",
+        "deleted",
+    ]
+    table = [
         [
-            "id",
-            "fs",
-            "taken at (UTC)",
-            "kind",
-            "files",
-            "used blocks",
-            "free blocks",
-            "new",
-            "changed",
-            "deleted",
-        ],
-        [
-            [
-                r.id,
-                r.fs_name,
-                r.taken_at.strftime("%Y-%m-%d %H:%M:%S"),
-                r.kind,
-                r.files,
-                r.blocks_used,
-                r.blocks_free,
-                r.new_files,
-                r.changed_files,
-                r.deleted_files,
-            ]
-            for r in rows
-        ],
-    )
+            r.id,
+            r.fs_name,
+            r.taken_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.kind,
+            r.regular_files,
+            r.files,
+            r.block_size,
+            r.blocks_used,
+            r.blocks_free,
+            r.new_files,
+            r.changed_files,
+            r.deleted_files,
+        ]
+        for r in rows
+    ]
+    if fmt == "csv":
+        echo_csv([h.split(" (")[0].replace(" ", "_") for h in headers], table)
+        return
+    echo_table(headers, table)
+    click.echo("(files: regular files; inodes: every user inode, directories included)")
 
 
 @click.command()
 @click.argument("snapshot_id", type=int)
 @db_option
 @click.option("--path", "prefix", help="Only this file, or the files below this directory.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
     """Show the files of a snapshot with their extents (in file-system blocks).
 
@@ -111,6 +122,22 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
         raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
     if fmt == "json":
         echo_json([e.to_json() for e in entries])
+        return
+    if fmt == "csv":
+        echo_csv(
+            ["path", "ino", "mode", "size", "blocks", "extents"],
+            [
+                [
+                    e.path,
+                    e.ino,
+                    f"{e.mode:o}",
+                    e.size,
+                    e.blocks,
+                    " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e.extents),
+                ]
+                for e in entries
+            ],
+        )
         return
     echo_table(
         ["path", "ino", "size", "blocks", "extents (logical:physical+length)"],
