@@ -27,8 +27,8 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     type=click.Choice(["size", "dir", "age"]),
     default="size",
     show_default=True,
-    help="Break the layout score down by file size (seed 000 Fig. 5), directory subtree or "
-    "file age.",
+    help="Break the layout score down by file size in blocks (Seltzer et al., USENIX 1995, "
+    "Figure 5), directory subtree or file age (mtime).",
 )
 @click.option(
     "--history",
@@ -64,8 +64,11 @@ def analyze(
 ) -> None:
     """Analyze the layout of recorded snapshots (the latest of each file system by default).
 
-    Prints the aggregate layout score (block-weighted, seed 000), its breakdown, the free-space
-    histogram in e2freefrag's buckets, the numbers filefrag, e4defrag -c and xfs_db frag would
+    Prints the aggregate layout score (block-weighted, as Seltzer et al., "File System Logging
+    versus Clustering: A Performance Comparison", USENIX 1995, section 4.1 define it: the share
+    of a file's blocks, after its first, that follow the previous block on disk), its breakdown
+    (sizes in file-system blocks), the free-space histogram in e2freefrag's buckets, the
+    numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 
     \b
@@ -181,11 +184,12 @@ def _text(a: dict[str, Any], by: str) -> None:
             [[f"{h['low']:.0%}-{h['high']:.0%}", h["segments"]] for h in seg["histogram"]],
         )
     t = a["tools"]
+    e4 = "-" if t["e4defrag_score"] is None else f"{t['e4defrag_score']:.2f}"
     click.echo("")
     click.echo(
         f"filefrag: {t['filefrag_extents_total']} extents; e4defrag -c: "
         f"{t['e4defrag_extents_now']}/{t['e4defrag_extents_best']} extents, score "
-        f"{'-' if t['e4defrag_score'] is None else round(t['e4defrag_score'])}; xfs_db frag: "
+        f"{e4}; xfs_db frag: "
         f"factor {t['xfs_frag_factor']:.2f}%"
     )
     loc = a["locality"]

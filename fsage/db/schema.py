@@ -262,7 +262,7 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
     ),
     (
         7,
-        "block traces and their dynamic layout score; regular files per snapshot",
+        "block traces and their dynamic layout score",
         """
         -- A trace of the block requests a command made (blktrace / blkparse), with Conway et
         -- al.'s dynamic layout score of it and the modeled score of its snapshot beside it.
@@ -282,7 +282,13 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
             params TEXT NOT NULL DEFAULT '{}'
         );
         CREATE INDEX traces_snapshot ON traces(snapshot_id);
-
+        """,
+        None,
+    ),
+    (
+        8,
+        "regular files per snapshot",
+        """
         -- "files" are regular files everywhere in fsage's output; snapshots.files counts every
         -- user inode. NULL for snapshots recorded before this migration.
         ALTER TABLE snapshots ADD COLUMN regular_files INTEGER;

@@ -60,7 +60,7 @@ def summary(data: ReportData) -> Section:
                 fs.get("blocks_free"),
                 a.get("largest_free_extent"),
                 fs.get("free_chunks"),
-                tools.get("e4defrag_score"),
+                None if tools.get("e4defrag_score") is None else f"{tools['e4defrag_score']:.2f}",
                 tools.get("xfs_frag_factor"),
             ]
         )
