@@ -18,7 +18,7 @@ import numpy.typing as npt
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
 from fsage.analyzer.dynamic import modeled_reads, preorder, walk_order
 from fsage.analyzer.fit import fit_sizes
-from fsage.analyzer.freespace import free_space
+from fsage.analyzer.freespace import free_space, group_map
 from fsage.analyzer.locality import (
     blocks_per_group,
     groups_per_flex,
@@ -202,6 +202,7 @@ class SnapshotAnalyzer:
         fs = free_space(self.layout.free, f.block_size, f.blocks_total, f.first_data_block)
         out = fs.to_json()
         out["free_space_known"] = f.free_space_known
+        out["map"] = group_map(self.layout.free, f.groups, f.blocks_total)
         return out
 
     def tools(self) -> dict[str, Any]:

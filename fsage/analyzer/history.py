@@ -154,6 +154,7 @@ def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
             "taken_at": a["taken_at"],
             "layout_score": a["layout_score"],
             "files": a["files"],
+            "block_size": a.get("block_size"),
             "blocks_free": a["blocks_free"],
             "largest_free_extent": a.get("largest_free_extent"),
             "free_extents": a.get("free_extents"),

@@ -22,7 +22,15 @@ from fsage.reports import report_data_from_store, write_report
     show_default=True,
     help="HTML file to write ('-': standard output).",
 )
-def report(db: Path, fs_name: str | None, output: Path) -> None:
+@click.option(
+    "--compare",
+    nargs=2,
+    type=int,
+    metavar="A B",
+    help="Also compare snapshots A and B: layout score by size class, free space by extent "
+    "size, and how many files moved to other blocks.",
+)
+def report(db: Path, fs_name: str | None, output: Path, compare: tuple[int, int] | None) -> None:
     """Write an HTML report (plotly.js inlined; opens offline) of the snapshots in the database.
 
     Layout score vs file size and over time, free-space histogram over time, fragments per
@@ -33,9 +41,10 @@ def report(db: Path, fs_name: str | None, output: Path) -> None:
     Examples:
       fsage report -o report.html
       fsage report --fs home --db /var/lib/fsage/fsage.db -o home.html
+      fsage report --compare 3 12 -o compare.html
     """
     with Store.open(db) as store:
-        data = report_data_from_store(store, fs_name)
+        data = report_data_from_store(store, fs_name, compare=compare or None)
     if str(output) == "-":
         from fsage.reports.html import build_sections, render
 

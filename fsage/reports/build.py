@@ -34,7 +34,9 @@ def report_data_from_store(
     store: Store,
     fs_name: str | None = None,
     progress: Callable[[int], None] | None = None,
+    compare: tuple[int, int] | None = None,
 ) -> ReportData:
+    """What the report draws; ``compare`` adds two chosen snapshots side by side."""
     rows = select_snapshots(store, fs_name, history=True)
     latest_ids = {r.id for r in select_snapshots(store, fs_name)}
     older = [r for r in rows if r.id not in latest_ids]
@@ -48,4 +50,8 @@ def report_data_from_store(
         value = provide(store, fs_name)
         if value is not None:
             extra[name] = value
+    if compare is not None:
+        from fsage.analyzer.compare import compare_snapshots
+
+        extra["compare"] = compare_snapshots(store, *compare)
     return ReportData(analyses=analyses, trends=trends(analyses), title=title, extra=extra)
