@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import importlib.util
+import io
 import json
 import os
 import shutil
