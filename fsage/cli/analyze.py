@@ -11,7 +11,7 @@ import click
 
 from fsage.analyzer.diskmodel import PRESETS
 from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, trends
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
 
@@ -90,7 +90,10 @@ def analyze(
         parts.add("dir")
     with Store.open(db) as store:
         rows = select_snapshots(store, fs_name, snapshot_id, history)
-        results = analyze_many(store, rows, parts, models, depth, path_order=True)
+        with progress_bar(len(rows), "analyzing snapshots") as step:
+            results = analyze_many(
+                store, rows, parts, models, depth, path_order=True, progress=step
+            )
     tr = trends(results) if history else None
     if fmt == "json":
         echo_json({"snapshots": results, "trends": tr})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fsage.cli.common import db_option
+from fsage.cli.common import db_option, progress_bar
 from fsage.db.store import Store
 from fsage.reports import report_data_from_store, write_report
 
@@ -44,7 +44,9 @@ def report(db: Path, fs_name: str | None, output: Path, compare: tuple[int, int]
       fsage report --compare 3 12 -o compare.html
     """
     with Store.open(db) as store:
-        data = report_data_from_store(store, fs_name, compare=compare or None)
+        total = len(store.snapshots(fs_name))
+        with progress_bar(total, "analyzing snapshots") as step:
+            data = report_data_from_store(store, fs_name, progress=step, compare=compare or None)
     if str(output) == "-":
         from fsage.reports.html import build_sections, render
 
