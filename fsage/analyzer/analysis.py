@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
-from fsage.analyzer.dynamic import modeled_reads, preorder, walk_order
+from fsage.analyzer.dynamic import modeled_reads, preorder, ranges, walk_order
 from fsage.analyzer.fit import fit_sizes
 from fsage.analyzer.freespace import free_space, group_map
 from fsage.analyzer.locality import (
@@ -89,15 +89,7 @@ def _ratio(a: int, b: int) -> float | None:
 
 def _csr_order(off: I64, order: I64) -> I64:
     """Indices into a CSR child array that visit rows in ``order``."""
-    starts = off[:-1][order]
-    counts = off[1:][order] - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    new_off = np.zeros(order.size + 1, np.int64)
-    np.cumsum(counts, out=new_off[1:])
-    row = np.repeat(np.arange(order.size), counts)
-    return starts[row] + np.arange(total, dtype=np.int64) - new_off[:-1][row]
+    return ranges(off[:-1][order], off[1:][order])
 
 
 class SnapshotAnalyzer:

@@ -114,7 +114,7 @@ def preorder(layout: Layout) -> I64:
     while frontier.size:
         lo = np.searchsorted(sorted_parent, frontier, side="left")
         hi = np.searchsorted(sorted_parent, frontier, side="right")
-        kids = _ranges(by_parent, lo, hi)
+        kids = by_parent[ranges(lo, hi)]
         kids = kids[dep[kids] < 0]
         level += 1
         dep[kids] = level
@@ -146,8 +146,8 @@ def preorder(layout: Layout) -> I64:
     return pos
 
 
-def _ranges(values: I64, lo: I64, hi: I64) -> I64:
-    """values[lo[i]:hi[i]] for every i, concatenated."""
+def ranges(lo: I64, hi: I64) -> I64:
+    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... concatenated (a CSR gather)."""
     counts = hi - lo
     total = int(counts.sum())
     if total == 0:
@@ -155,7 +155,7 @@ def _ranges(values: I64, lo: I64, hi: I64) -> I64:
     first = np.zeros(lo.size + 1, np.int64)
     np.cumsum(counts, out=first[1:])
     row = np.repeat(np.arange(lo.size), counts)
-    out: I64 = values[lo[row] + np.arange(total) - first[row]]
+    out: I64 = lo[row] + np.arange(total, dtype=np.int64) - first[row]
     return out
 
 
@@ -206,14 +206,14 @@ def modeled_reads(layout: Layout, scores: FileScores, order: I64) -> Requests:
     # metadata blocks of each object (extent-tree nodes, indirect blocks; not xattr blocks)
     mo = files.meta_off.astype(np.int64)
     m_rows = np.repeat(np.arange(n), mo[order + 1] - mo[order])
-    m_idx = _children(mo, order)
+    m_idx = ranges(mo[order], mo[order + 1])
     keep_m = files.meta_kind[m_idx] != META_XATTR
     m_rows, m_idx = m_rows[keep_m], m_idx[keep_m]
     m_count = np.bincount(m_rows, minlength=n).astype(np.int64)
     # data runs in logical order
     runs = scores.runs
     r_rows = np.repeat(np.arange(n), runs.off[order + 1] - runs.off[order])
-    r_idx = _children(runs.off, order)
+    r_idx = ranges(runs.off[order], runs.off[order + 1])
     r_count = np.bincount(r_rows, minlength=n).astype(np.int64)
     per = ifirst.astype(np.int64) + m_count + r_count
     base = np.zeros(n + 1, np.int64)
@@ -236,15 +236,3 @@ def modeled_reads(layout: Layout, scores: FileScores, order: I64) -> Requests:
     start[r_pos] = runs.start[r_idx]
     length[r_pos] = runs.length[r_idx]
     return Requests(start, length)
-
-
-def _children(off: I64, order: I64) -> I64:
-    starts = off[order]
-    counts = off[order + 1] - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    first = np.zeros(order.size + 1, np.int64)
-    np.cumsum(counts, out=first[1:])
-    row = np.repeat(np.arange(order.size), counts)
-    return starts[row] + np.arange(total, dtype=np.int64) - first[row]
