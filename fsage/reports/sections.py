@@ -376,7 +376,7 @@ def score_over_time(data: ReportData) -> Section | None:
                 traces,
                 "Layout score per snapshot",
                 CLOCKS[default][0],
-                "layout score (1 = every block follows its predecessor)",
+                "layout score",
                 **layout,
             )
         ],
