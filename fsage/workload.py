@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -139,11 +140,20 @@ class WorkloadHeader:
 
 
 def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int:
-    """Write header and ops (gzip when the name ends in .gz); returns the op count.
+    """Write header and ops (gzip when the name ends in .gz; ``-``: standard output); returns
+    the op count.
 
     Gzip output has a fixed mtime so the same stream gives the same bytes.
     """
     count = 0
+    if str(path) == "-":  # standard output, plain text
+        out_text = sys.stdout
+        out_text.write(header.to_json() + "\n")
+        for op in ops:
+            out_text.write(op.to_json() + "\n")
+            count += 1
+        out_text.flush()
+        return count
     tmp = path.with_name(path.name + ".part")
     raw: IO[bytes]
     with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
@@ -162,6 +172,11 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
 
 
 def _open_text(path: Path) -> IO[str]:
+    if str(path) == "-":  # standard input, plain or gzip
+        stdin = sys.stdin.buffer
+        if isinstance(stdin, io.BufferedReader) and stdin.peek(2)[:2] == b"\x1f\x8b":
+            return io.TextIOWrapper(cast(IO[bytes], gzip.GzipFile(fileobj=stdin)), "utf-8")
+        return io.TextIOWrapper(stdin, encoding="utf-8")
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)

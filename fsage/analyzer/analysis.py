@@ -16,8 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
+from fsage.analyzer.dynamic import modeled_reads, preorder, ranges, walk_order
 from fsage.analyzer.fit import fit_sizes
-from fsage.analyzer.freespace import free_space
+from fsage.analyzer.freespace import free_space, group_map
 from fsage.analyzer.locality import (
     blocks_per_group,
     groups_per_flex,
@@ -88,15 +89,7 @@ def _ratio(a: int, b: int) -> float | None:
 
 def _csr_order(off: I64, order: I64) -> I64:
     """Indices into a CSR child array that visit rows in ``order``."""
-    starts = off[:-1][order]
-    counts = off[1:][order] - starts
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    new_off = np.zeros(order.size + 1, np.int64)
-    np.cumsum(counts, out=new_off[1:])
-    row = np.repeat(np.arange(order.size), counts)
-    return starts[row] + np.arange(total, dtype=np.int64) - new_off[:-1][row]
+    return ranges(off[:-1][order], off[1:][order])
 
 
 class SnapshotAnalyzer:
@@ -117,6 +110,7 @@ class SnapshotAnalyzer:
         self.regular = layout.files.is_regular()
         self.dirs = layout.files.is_dir()
         self._paths_order: I64 | None = None
+        self._preorder: I64 | None = None
 
     # -- parts ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -124,12 +118,19 @@ class SnapshotAnalyzer:
         facts = self.layout.facts
         multi = reg & (s.blocks >= 2)
         return {
-            "snapshot_id": self.snapshot_id,
+            "id": self.snapshot_id,
             "taken_at": self.taken_at.isoformat() if self.taken_at else None,
             "kind": facts.kind,
             "block_size": self.bs,
             "blocks_total": facts.blocks_total,
-            "blocks_free": facts.blocks_free,
+            # one value for free blocks in the whole analysis: the free-space map's, which the
+            # free-extent histogram sums to; the reader's own counter (superblock, statfs)
+            # beside it
+            "blocks_free": (
+                self.layout.free.blocks if facts.free_space_known else facts.blocks_free
+            ),
+            "blocks_free_reported": facts.blocks_free,
+            "inodes": len(self.layout.files),
             "files": int(reg.sum()),
             "directories": int(self.dirs.sum()),
             "data_blocks": int(s.blocks[reg].sum()),
@@ -193,6 +194,7 @@ class SnapshotAnalyzer:
         fs = free_space(self.layout.free, f.block_size, f.blocks_total, f.first_data_block)
         out = fs.to_json()
         out["free_space_known"] = f.free_space_known
+        out["map"] = group_map(self.layout.free, f.groups, f.blocks_total)
         return out
 
     def tools(self) -> dict[str, Any]:
@@ -220,18 +222,17 @@ class SnapshotAnalyzer:
     def locality(self) -> dict[str, Any]:
         return locality(self.layout, self.scores.first_block, self.regular)
 
+    def preorder(self) -> I64:
+        """Every file's place in a depth-first walk by name (-1: unreachable)."""
+        if self._preorder is None:
+            self._preorder = preorder(self.layout)
+        return self._preorder
+
     def path_order(self) -> I64:
-        """Regular files with blocks, in the order of their sorted first path."""
+        """Regular files with blocks, in the order of a depth-first walk by name."""
         if self._paths_order is None:
-            paths = self.layout.paths()
-            ino = self.layout.files.ino
-            idx = np.flatnonzero(self.regular & (self.scores.blocks > 0))
-            keyed = sorted(
-                (paths[i][0], int(j))
-                for j, i in zip(idx.tolist(), ino[idx].tolist(), strict=True)
-                if i in paths
-            )
-            self._paths_order = np.array([j for _, j in keyed], np.int64)
+            sel = self.regular & (self.scores.blocks > 0)
+            self._paths_order = walk_order(self.layout, sel, self.preorder())
         return self._paths_order
 
     def inode_order(self) -> I64:
@@ -264,23 +265,79 @@ class SnapshotAnalyzer:
         orders = {"inode": self.inode_order()}
         if paths:
             orders["path"] = self.path_order()
-        out: dict[str, Any] = {"models": {}, "dynamic_layout_score": {}}
+        out: dict[str, Any] = {
+            "models": {},
+            "dynamic_layout_score": {},
+            "dynamic_reads": {},
+            "dynamic_layout_score_data_only": {},
+        }
+        objects = self.regular | self.dirs
+        walks = {"inode": np.flatnonzero(objects).astype(np.int64)}
+        if paths:
+            walks["path"] = walk_order(self.layout, objects, self.preorder())
+        for name, walk in walks.items():
+            reads = modeled_reads(self.layout, s, walk).score()
+            out["dynamic_layout_score"][name] = reads["score"]
+            out["dynamic_reads"][name] = reads
         for name, order in orders.items():
-            out["dynamic_layout_score"][name] = self.dynamic_score(order)
+            out["dynamic_layout_score_data_only"][name] = self.dynamic_score(order)
+        buckets = sorted(set(k[orders["inode"]].tolist()))
+        split = {oname: self._bucket_runs(order, k) for oname, order in orders.items()}
         for mname in models:
             m = PRESETS[mname]
+            per_order = {oname: self._bucket_ms(sp, m) for oname, sp in split.items()}
             rows = []
-            for b in sorted(set(k[orders["inode"]].tolist())):
+            for b in buckets:
                 lo, hi = bucket_range(b)
                 row: dict[str, Any] = {"min_blocks": lo, "max_blocks": hi}
-                for oname, order in orders.items():
-                    sub = order[k[order] == b]
-                    ms, nbytes, _reqs = self.read_time(sub, m)
-                    row[f"{oname}_files"] = int(sub.size)
+                for oname in orders:
+                    files, nbytes, ms = per_order[oname].get(b, (0, 0, 0.0))
+                    row[f"{oname}_files"] = files
                     row[f"{oname}_ms"] = ms
                     row[f"{oname}_mb_per_s"] = (nbytes / 1e6) / (ms / 1000.0) if ms > 0 else None
                 rows.append(row)
             out["models"][mname] = {"description": m.description, "by_size": rows}
+        return out
+
+    def _bucket_runs(self, order: I64, k: I64) -> dict[str, Any]:
+        """The runs of the files at ``order`` grouped by size bucket, each bucket's files in
+        ``order``: what :meth:`read_time` reads for one bucket, for all buckets at once."""
+        kb = k[order]
+        by_bucket = order[np.argsort(kb, kind="stable")]
+        kbs = k[by_bucket]
+        runs = self.scores.runs
+        counts = runs.off[by_bucket + 1] - runs.off[by_bucket]
+        idx = _csr_order(runs.off, by_bucket)
+        run_bucket = np.repeat(kbs, counts)
+        size = self.layout.files.size[by_bucket].astype(np.int64)
+        nbytes = np.minimum(size, self.scores.blocks[by_bucket] * self.bs)
+        return {
+            "start": runs.start[idx] * self.bs,
+            "length": runs.length[idx] * self.bs,
+            "run_bucket": run_bucket,
+            "file_bucket": kbs,
+            "nbytes": nbytes,
+        }
+
+    @staticmethod
+    def _bucket_ms(sp: dict[str, Any], m: DiskModel) -> dict[int, tuple[int, int, float]]:
+        """Per bucket: files, bytes and modeled ms, each bucket read on its own (its first
+        request pays an average access)."""
+        ms = m.service_ms(sp["start"], sp["length"])
+        rb = sp["run_bucket"]
+        if rb.size:
+            head = np.ones(rb.size, bool)
+            head[1:] = rb[1:] != rb[:-1]
+            ms[head] = m.average_access_ms + sp["length"][head] / m.bandwidth * 1000.0
+        out: dict[int, tuple[int, int, float]] = {}
+        fb = sp["file_bucket"]
+        for b in np.unique(fb).tolist():
+            fsel = fb == b
+            out[int(b)] = (
+                int(fsel.sum()),
+                int(sp["nbytes"][fsel].sum()),
+                float(ms[rb == b].sum()),
+            )
         return out
 
     def by_dir(self, depth: int = 2) -> list[dict[str, Any]]:

@@ -136,3 +136,47 @@ def free_space(
         chunks_free=chunks_free,
         buckets=buckets,
     )
+
+
+def group_map(
+    free: FreeExtents, groups: list[dict[str, int]], blocks_total: int, max_cells: int = 4096
+) -> dict[str, Any]:
+    """Free blocks of each block group (ext) or segment (LFS) — the disk as a map. Without
+    groups, the disk is cut into at most ``max_cells`` equal ranges. Ranges come as
+    ``start`` / ``length`` lists in blocks beside ``free`` (free blocks in each)."""
+    if groups:
+        starts = np.array([int(g["start"]) for g in groups], np.int64)
+        lengths = np.array([int(g["length"]) for g in groups], np.int64)
+        unit = "group"
+    else:
+        step = max(1, -(-blocks_total // max_cells))
+        starts = np.arange(0, blocks_total, step, dtype=np.int64)
+        lengths = np.minimum(step, blocks_total - starts)
+        unit = "range"
+    if starts.size > max_cells:  # very large file systems: merge neighbouring groups
+        k = -(-starts.size // max_cells)
+        idx = np.arange(0, starts.size, k)
+        lengths = np.add.reduceat(lengths, idx)
+        starts = starts[idx]
+        unit = f"{k} groups"
+    fs, fl = merge_runs(free)
+    ends = np.concatenate([[0], np.cumsum(fl)])
+
+    def free_before(x: I64) -> I64:
+        # free blocks in [0, x): whole runs that end before x, plus the part of the run at x
+        i = np.searchsorted(fs, x, side="right")  # runs starting at or before x
+        prev = np.maximum(i - 1, 0)
+        partial = np.where(i > 0, np.clip(x - fs[prev], 0, fl[prev] if fl.size else 0), 0)
+        whole = np.where(i > 0, ends[prev], 0)
+        return (whole + partial).astype(np.int64)
+
+    if fs.size:
+        free_blocks = free_before(starts + lengths) - free_before(starts)
+    else:
+        free_blocks = np.zeros(starts.size, np.int64)
+    return {
+        "unit": unit,
+        "start": starts.tolist(),
+        "length": lengths.tolist(),
+        "free": free_blocks.tolist(),
+    }

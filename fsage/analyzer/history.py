@@ -59,6 +59,12 @@ def analyze_snapshot(
     out["new_files"] = row.new_files
     out["changed_files"] = row.changed_files
     out["deleted_files"] = row.deleted_files
+    out["op_count"] = row.op_count
+    out["bytes_written"] = row.bytes_written
+    out["recreation_of"] = row.recreation_of
+    from fsage.trace import traces
+
+    out["traces"] = [t.to_json() for t in traces(store, snapshot_id=row.id)]
     return out
 
 
@@ -80,53 +86,182 @@ def analyze_many(
     return out
 
 
+MIN_RATE_DAYS = 7.0
+"""A rate per month needs at least this much time between the first and last snapshot."""
+MIN_ACTIVITY_DAYS = 1.0
+"""Files created / deleted per day need snapshots at least a day apart."""
+GIB = 1 << 30
+
+
 def trends(analyses: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per file system: layout score series, least-squares decline per month, files created /
-    changed / deleted per day between snapshots, free-space histogram over time."""
+    """Per file system: the layout score series, the total change from the first to the last
+    snapshot, and rates where they mean something.
+
+    A decline per month (least squares) needs snapshots spanning at least ``MIN_RATE_DAYS``
+    days; otherwise it is None and ``decline_per_month_reason`` says why. Snapshots of an aging
+    run or a replay carry their own clock (operations done, bytes written): the change per
+    thousand operations and per GiB written is given where every snapshot has that clock.
+    Files created / changed / deleted per day between two snapshots are given only when they
+    are at least ``MIN_ACTIVITY_DAYS`` apart, and per thousand operations where ops are known.
+    A recreation (``fsage replay``) is listed under ``recreations`` of the file system whose
+    snapshot it recreates, beside that snapshot, instead of as a file system of its own.
+    """
+    by_id = {a["id"]: a for a in analyses}
     by_fs: dict[str, list[dict[str, Any]]] = {}
+    recreations: list[dict[str, Any]] = []
     for a in analyses:
-        by_fs.setdefault(str(a.get("fs")), []).append(a)
+        orig = by_id.get(a.get("recreation_of"))
+        if orig is not None:
+            recreations.append(a)
+        else:
+            by_fs.setdefault(str(a.get("fs")), []).append(a)
     out: dict[str, dict[str, Any]] = {}
     for fs, items in by_fs.items():
-        items = sorted(items, key=lambda a: (a["taken_at"] or "", a["snapshot_id"] or 0))
-        times = np.array([_days(a["taken_at"]) for a in items], np.float64)
-        scores = [a["layout_score"] for a in items]
-        series = [
+        out[fs] = _fs_trend(items)
+    for a in sorted(recreations, key=lambda a: a["id"] or 0):
+        orig = by_id[a["recreation_of"]]
+        out[str(orig.get("fs"))]["recreations"].append(
             {
-                "snapshot_id": a["snapshot_id"],
+                "id": a["id"],
+                "fs": a.get("fs"),
+                "recreation_of": orig["id"],
                 "taken_at": a["taken_at"],
+                "original_taken_at": orig["taken_at"],
+                "original_layout_score": orig["layout_score"],
                 "layout_score": a["layout_score"],
+                "op_count": a.get("op_count"),
+                "bytes_written": a.get("bytes_written"),
                 "files": a["files"],
                 "blocks_free": a["blocks_free"],
-                "largest_free_extent": a.get("largest_free_extent"),
-                "free_extents": a.get("free_extents"),
             }
-            for a in items
-        ]
-        rates = []
-        for prev, cur, t0, t1 in zip(items[:-1], items[1:], times[:-1], times[1:], strict=True):
-            days = float(t1 - t0)
-            rates.append(
-                {
-                    "snapshot_id": cur["snapshot_id"],
-                    "days": days,
-                    "created_per_day": cur.get("new_files", 0) / days if days > 0 else None,
-                    "changed_per_day": cur.get("changed_files", 0) / days if days > 0 else None,
-                    "deleted_per_day": cur.get("deleted_files", 0) / days if days > 0 else None,
-                    "from_snapshot": prev["snapshot_id"],
-                }
-            )
-        out[fs] = {
-            "snapshots": series,
-            "decline_per_month": decline_per_month(times, scores),
-            "total_decline": (
-                scores[0] - scores[-1]
-                if len(scores) > 1 and scores[0] is not None and scores[-1] is not None
-                else None
-            ),
-            "activity": rates,
-        }
+        )
     return out
+
+
+def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
+    items = sorted(items, key=lambda a: (a["taken_at"] or "", a["id"] or 0))
+    times = np.array([_days(a["taken_at"]) for a in items], np.float64)
+    scores = [a["layout_score"] for a in items]
+    ops = [a.get("op_count") for a in items]
+    written = [a.get("bytes_written") for a in items]
+    # An aging run's first snapshot is often taken before it starts (no clock): the rates per
+    # operation use the snapshots that have one.
+    has_ops = sum(o is not None for o in ops) > 1
+    has_bytes = sum(b is not None for b in written) > 1
+    series = [
+        {
+            "id": a["id"],
+            "taken_at": a["taken_at"],
+            "layout_score": a["layout_score"],
+            "files": a["files"],
+            "block_size": a.get("block_size"),
+            "blocks_free": a["blocks_free"],
+            "largest_free_extent": a.get("largest_free_extent"),
+            "free_extents": a.get("free_extents"),
+            "op_count": a.get("op_count"),
+            "bytes_written": a.get("bytes_written"),
+        }
+        for a in items
+    ]
+    activity = []
+    for prev, cur, t0, t1 in zip(items[:-1], items[1:], times[:-1], times[1:], strict=True):
+        days = float(t1 - t0)
+        row: dict[str, Any] = {
+            "id": cur["id"],
+            "from_id": prev["id"],
+            "days": days,
+            "created": cur.get("new_files", 0),
+            "changed": cur.get("changed_files", 0),
+            "deleted": cur.get("deleted_files", 0),
+        }
+        per_day = days >= MIN_ACTIVITY_DAYS
+        for k in ("created", "changed", "deleted"):
+            row[f"{k}_per_day"] = row[k] / days if per_day else None
+        row["per_day_reason"] = (
+            None if per_day else f"snapshots {_span_text(days)} apart (less than a day)"
+        )
+        o0, o1 = prev.get("op_count"), cur.get("op_count")
+        dops = o1 - o0 if o0 is not None and o1 is not None else 0
+        for k in ("created", "changed", "deleted"):
+            row[f"{k}_per_kop"] = row[k] * 1000.0 / dops if dops > 0 else None
+        activity.append(row)
+    span = float(times[-1] - times[0]) if len(items) > 1 else 0.0
+    first, last = scores[0], scores[-1]
+    total = last - first if len(scores) > 1 and first is not None and last is not None else None
+    if len(items) < 2:
+        reason: str | None = "one snapshot"
+        rate = None
+    elif span < MIN_RATE_DAYS:
+        reason = (
+            f"snapshots span {_span_text(span)} (a rate per month needs {MIN_RATE_DAYS:g} days)"
+        )
+        rate = None
+    else:
+        rate = decline_per_month(times, scores)
+        reason = None if rate is not None else "fewer than two scored snapshots"
+    return {
+        "snapshots": series,
+        "span_days": span,
+        "first_layout_score": first,
+        "last_layout_score": last,
+        "total_change": total,
+        "decline_per_month": rate,
+        "decline_per_month_reason": reason,
+        "clock": "ops" if has_ops else "time",
+        "change_per_kop": _slope(ops, scores, 1000.0) if has_ops else None,
+        "change_per_gib_written": _slope(written, scores, float(GIB)) if has_bytes else None,
+        "activity": activity,
+        "recreations": [],
+    }
+
+
+def _slope(x: Sequence[int | None], y: Sequence[float | None], unit: float) -> float | None:
+    """Least-squares change of y per ``unit`` of x; None without two points or any spread."""
+    pts = [(float(a), b) for a, b in zip(x, y, strict=True) if a is not None and b is not None]
+    if len(pts) < 2:
+        return None
+    xs = np.array([p[0] for p in pts])
+    if np.ptp(xs) == 0:
+        return None
+    return float(np.polyfit(xs, np.array([p[1] for p in pts]), 1)[0]) * unit
+
+
+def _fmt_score(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _change(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.4f}"
+
+
+def trend_line(t: dict[str, Any]) -> str:
+    """The trend of one file system in one sentence (also used by the report)."""
+    parts = [
+        f"layout score {_fmt_score(t['first_layout_score'])} -> "
+        f"{_fmt_score(t['last_layout_score'])} (total change {_change(t['total_change'])}) "
+        f"over {_span_text(t['span_days'])}"
+    ]
+    d = t["decline_per_month"]
+    if d is not None:
+        parts.append(f"decline per month {d:.5f}")
+    else:
+        parts.append(f"no rate per month: {t['decline_per_month_reason']}")
+    if t.get("change_per_kop") is not None:
+        parts.append(f"change per 1,000 operations {_change(t['change_per_kop'])}")
+    if t.get("change_per_gib_written") is not None:
+        parts.append(f"per GiB written {_change(t['change_per_gib_written'])}")
+    return "; ".join(parts)
+
+
+def _span_text(days: float) -> str:
+    s = days * 86400.0
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if days < 2:
+        return f"{s / 3600:.1f} h"
+    return f"{days:.1f} days"
 
 
 def decline_per_month(

@@ -38,6 +38,7 @@ COMMAND_MODULES = {
     "snapshot": "snapshot",
     "snapshots": "snapshot",
     "status": "daemon",
+    "trace": "trace",
     "workload": "workload",
 }
 

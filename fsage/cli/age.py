@@ -26,7 +26,8 @@ from fsage.errors import UsageError
     "--ops",
     "ops_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Run this recorded op stream instead of generating one.",
+    help="Run this recorded op stream (JSON Lines, optionally gzip; '-': standard input) "
+    "instead of generating one.",
 )
 @click.option("--fill", type=float, help="Fullness to fill to, 0-1 (profile default 0.8).")
 @click.option(
@@ -115,6 +116,8 @@ def age_cmd(
         not resume and profile_spec is None and ops_file is None
     ):
         raise UsageError("give exactly one of --profile or --ops")
+    if ops_file is not None and str(ops_file) == "-" and resume:
+        raise UsageError("--resume needs the op stream in a file, not standard input")
     if snapshot_every and db is None:
         raise UsageError("--snapshot-every needs --db")
     profile = None

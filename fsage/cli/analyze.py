@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from fsage.analyzer.diskmodel import PRESETS
-from fsage.analyzer.history import analyze_many, select_snapshots, trends
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, trends
+from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
 from fsage.text import shown
@@ -28,10 +28,21 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     type=click.Choice(["size", "dir", "age"]),
     default="size",
     show_default=True,
-    help="Break the layout score down by file size (seed 000 Fig. 5), directory subtree or "
-    "file age.",
+    help="Break the layout score down by file size in blocks (Seltzer et al., USENIX 1995, "
+    "Figure 5), directory subtree or file age (mtime).",
 )
-@click.option("--history", is_flag=True, help="Analyze every snapshot and print trends.")
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Every snapshot of the file system(s): one line each (date, operations done, layout "
+    "score, free space) and the trends (total change; a rate per month only over 7 days or "
+    "more).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --history: the full analysis of every snapshot as well as the table.",
+)
 @click.option(
     "--model",
     "models",
@@ -47,14 +58,18 @@ def analyze(
     snapshot_id: int | None,
     by: str,
     history: bool,
+    full: bool,
     models: tuple[str, ...],
     depth: int,
     fmt: str,
 ) -> None:
     """Analyze the layout of recorded snapshots (the latest of each file system by default).
 
-    Prints the aggregate layout score (block-weighted, seed 000), its breakdown, the free-space
-    histogram in e2freefrag's buckets, the numbers filefrag, e4defrag -c and xfs_db frag would
+    Prints the aggregate layout score (block-weighted, as Seltzer et al., "File System Logging
+    versus Clustering: A Performance Comparison", USENIX 1995, section 4.1 define it: the share
+    of a file's blocks, after its first, that follow the previous block on disk), its breakdown
+    (sizes in file-system blocks), the free-space histogram in e2freefrag's buckets, the
+    numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 
     \b
@@ -67,21 +82,32 @@ def analyze(
     if depth < 0:
         raise UsageError("--depth must be 0 or more")
     models = models or ("dsp3105", "hdd", "ssd")
+    if full and not history:
+        raise UsageError("--full goes with --history")
     parts = {"size", "free", "tools", "locality", "model", "age"}
+    if history and not full and fmt != "json":
+        parts = {"size", "free"}
     if by == "dir":
         parts.add("dir")
     with Store.open(db, readonly=True) as store:
         rows = select_snapshots(store, fs_name, snapshot_id, history)
-        results = analyze_many(store, rows, parts, models, depth, path_order=True)
+        with progress_bar(len(rows), "analyzing snapshots") as step:
+            results = analyze_many(
+                store, rows, parts, models, depth, path_order=True, progress=step
+            )
     tr = trends(results) if history else None
     if fmt == "json":
-        echo_json({"snapshots": results, "trends": tr} if history else results)
+        echo_json({"snapshots": results, "trends": tr})
     elif fmt == "csv":
-        _csv(results, by)
+        if tr is not None and not full:
+            _csv_history(tr)
+        else:
+            _csv(results, by)
     else:
-        for a in results:
-            _text(a, by)
-        if tr:
+        if tr is None or full:
+            for a in results:
+                _text(a, by)
+        if tr is not None:
             _text_trends(tr)
 
 
@@ -126,7 +152,7 @@ _printable = shown  # terminal-safe: undecodable bytes and control characters es
 
 def _text(a: dict[str, Any], by: str) -> None:
     click.echo(
-        f"snapshot {a['snapshot_id']} of {_printable(str(a['fs']))} ({a['kind']}, "
+        f"snapshot {a['id']} of {_printable(str(a['fs']))} ({a['kind']}, "
         f"{a['block_size']} B blocks) taken {a['taken_at']}"
     )
     click.echo(
@@ -159,11 +185,12 @@ def _text(a: dict[str, Any], by: str) -> None:
             [[f"{h['low']:.0%}-{h['high']:.0%}", h["segments"]] for h in seg["histogram"]],
         )
     t = a["tools"]
+    e4 = "-" if t["e4defrag_score"] is None else f"{t['e4defrag_score']:.2f}"
     click.echo("")
     click.echo(
         f"filefrag: {t['filefrag_extents_total']} extents; e4defrag -c: "
         f"{t['e4defrag_extents_now']}/{t['e4defrag_extents_best']} extents, score "
-        f"{'-' if t['e4defrag_score'] is None else round(t['e4defrag_score'])}; xfs_db frag: "
+        f"{e4}; xfs_db frag: "
         f"factor {t['xfs_frag_factor']:.2f}%"
     )
     loc = a["locality"]
@@ -177,10 +204,22 @@ def _text(a: dict[str, Any], by: str) -> None:
         + (f"; metadata->data median {m2d['median']:.0f} blocks" if m2d else "")
     )
     dm = a["disk_model"]
-    dyn = dm["dynamic_layout_score"]
+    dyn = dm["dynamic_reads"]
     click.echo(
-        "dynamic layout score: " + ", ".join(f"{k} order {_score(v)}" for k, v in dyn.items())
+        "dynamic layout score (Conway et al., FAST'17; modeled cold read of every directory and "
+        "file: inode, extent/indirect blocks, data): "
+        + ", ".join(
+            f"{k} order {_score(v['score'])} ({v['discontiguous']} of {v['requests']} requests "
+            f"seek, {v['blocks']} blocks)"
+            for k, v in dyn.items()
+        )
     )
+    for tr in a.get("traces") or []:
+        click.echo(
+            f"traced dynamic layout score {_score(tr['score'])} (trace {tr['id']}: "
+            f"{tr['discontiguous']} of {tr['requests']} requests seek, {tr['blocks']} blocks; "
+            f"{_printable(tr['command'])})"
+        )
     for name, m in dm["models"].items():
         click.echo("")
         click.echo(f"modeled read, {name} ({m['description']}):")
@@ -199,39 +238,127 @@ def _text(a: dict[str, Any], by: str) -> None:
     click.echo("")
 
 
+def _ops(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
 def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
     for fs, t in tr.items():
-        d = t["decline_per_month"]
-        click.echo(
-            f"trend of {_printable(fs)}: decline per month "
-            f"{'-' if d is None else f'{d:.5f}'} (seed 000: 0.016 worst, 0.00725 average)"
-        )
+        click.echo(f"history of {_printable(fs)}: {trend_line(t)}")
+        click.echo(f"  ({SEED000_TREND})")
         echo_table(
-            ["snapshot", "taken at", "layout score", "files", "largest free extent"],
+            [
+                "id",
+                "taken at (UTC)",
+                "ops done",
+                "GiB written",
+                "files",
+                "layout score",
+                "free blocks",
+                "free extents",
+                "largest free extent (blocks)",
+            ],
             [
                 [
-                    s["snapshot_id"],
-                    s["taken_at"],
-                    s["layout_score"],
+                    s["id"],
+                    str(s["taken_at"])[:19],
+                    s["op_count"],
+                    None if s["bytes_written"] is None else round(s["bytes_written"] / 2**30, 3),
                     s["files"],
+                    s["layout_score"],
+                    s["blocks_free"],
+                    sum(b["count"] for b in s["free_extents"] or []),
                     s["largest_free_extent"],
                 ]
                 for s in t["snapshots"]
             ],
         )
+        rec = t.get("recreations") or []
+        if rec:
+            click.echo("recreations (fsage replay) beside the snapshot they recreate:")
+            echo_table(
+                ["id", "recreates", "original score", "recreated score", "ops replayed"],
+                [
+                    [
+                        r["id"],
+                        r["recreation_of"],
+                        r["original_layout_score"],
+                        r["layout_score"],
+                        _ops(r["op_count"]),
+                    ]
+                    for r in rec
+                ],
+            )
+        click.echo("")
+
+
+SEED000_TREND = (
+    "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
+    "0.016 per month worst, 0.00725 average"
+)
+
+
+def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
+    w = csv.writer(sys.stdout)
+    w.writerow(
+        [
+            "id",
+            "fs",
+            "taken_at",
+            "op_count",
+            "bytes_written",
+            "files",
+            "layout_score",
+            "blocks_free",
+            "free_extents",
+            "largest_free_extent",
+            "recreation_of",
+        ]
+    )
+    for fs, t in tr.items():
+        for s in t["snapshots"]:
+            w.writerow(
+                [
+                    s["id"],
+                    fs,
+                    s["taken_at"],
+                    s["op_count"],
+                    s["bytes_written"],
+                    s["files"],
+                    s["layout_score"],
+                    s["blocks_free"],
+                    sum(b["count"] for b in s["free_extents"] or []),
+                    s["largest_free_extent"],
+                    None,
+                ]
+            )
+        for r in t.get("recreations") or []:
+            w.writerow(
+                [
+                    r["id"],
+                    r["fs"],
+                    r["taken_at"],
+                    r["op_count"],
+                    r["bytes_written"],
+                    r["files"],
+                    r["layout_score"],
+                    r["blocks_free"],
+                    None,
+                    None,
+                    r["recreation_of"],
+                ]
+            )
 
 
 def _csv(results: list[dict[str, Any]], by: str) -> None:
     w = csv.writer(sys.stdout)
     if by == "size":
-        w.writerow(
-            ["snapshot_id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"]
-        )
+        w.writerow(["id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_size"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["min_blocks"],
                         r["max_blocks"],
@@ -241,12 +368,12 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     elif by == "dir":
-        w.writerow(["snapshot_id", "fs", "path", "depth", "files", "blocks", "layout_score"])
+        w.writerow(["id", "fs", "path", "depth", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_dir"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["path"],
                         r["depth"],
@@ -256,14 +383,12 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     else:
-        w.writerow(
-            ["snapshot_id", "fs", "age", "min_days", "max_days", "files", "blocks", "layout_score"]
-        )
+        w.writerow(["id", "fs", "age", "min_days", "max_days", "files", "blocks", "layout_score"])
         for a in results:
             for r in a["by_age"]:
                 w.writerow(
                     [
-                        a["snapshot_id"],
+                        a["id"],
                         a["fs"],
                         r["label"],
                         r["min_days"],

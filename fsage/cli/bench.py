@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.errors import StoreError, UsageError
 
 
@@ -243,7 +243,7 @@ def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None
 @bench_group.command("results")
 @db_option
 @click.option("--suite", help="Only this suite.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
     """The stored benchmark results, one line per value.
 
@@ -255,6 +255,20 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
 
     with _open_store(db) as store:
         res = stored_results(store, suite)
+    if not res and suite is not None:
+        raise UsageError(f"no stored results of suite {suite!r} in {db}")
+    if fmt == "csv":
+        echo_csv(
+            ["run_id", "suite", "fs", "started_at", "cold", "metric", "of", "value", "unit",
+             "layout_score_bench_files", "layout_score_old_files"],
+            [
+                [r.run_id, r.suite, r.fs_name, r.started_at, r.cold, r.metric,
+                 str(r.params.get("file_size") or r.params.get("variant") or ""), r.value,
+                 r.unit, r.layout_score_bench_files, r.layout_score_old_files]
+                for r in res
+            ],
+        )  # fmt: skip
+        return
     if fmt == "json":
         echo_json(
             [

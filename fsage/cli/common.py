@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,3 +82,26 @@ def _cell(v: Any) -> str:
 def progress_enabled() -> bool:
     """Progress bars only on a terminal, so cron stays quiet."""
     return sys.stderr.isatty()
+
+
+def echo_csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows as CSV on stdout (empty cells for missing values; numbers unrounded)."""
+    import csv
+
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(headers)
+    for row in rows:
+        w.writerow(["" if v is None else v for v in row])
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar with the total and an ETA on stderr when it is a terminal (and the
+    work has more than one step); None otherwise, so cron stays quiet."""
+    if not progress_enabled() or total <= 1:
+        yield None
+        return
+    with click.progressbar(
+        length=total, label=label, file=sys.stderr, show_eta=True, show_pos=True
+    ) as bar:
+        yield bar.update

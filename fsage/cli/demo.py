@@ -20,8 +20,16 @@ from fsage.demo import run_demo
     show_default=True,
     help="Working directory (made by the demo; an earlier demo's is reused).",
 )
-@click.option("--files", type=click.IntRange(10, 200_000), default=3000, show_default=True)
-@click.option("--seed", type=int, default=42, show_default=True)
+@click.option(
+    "--files",
+    type=click.IntRange(10, 200_000),
+    default=3000,
+    show_default=True,
+    help="Files in the seeded starting tree (regular files).",
+)
+@click.option(
+    "--seed", type=int, default=42, show_default=True, help="Random seed of the tree and aging."
+)
 @click.option(
     "--churn",
     type=click.FloatRange(0, 20),

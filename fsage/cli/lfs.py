@@ -45,9 +45,21 @@ def lfs_group() -> None:
 @click.argument("image", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--size", help="Image size (e.g. 64M, 1G); segments = size / segment size.")
 @click.option("--segments", type=int, help="Segment count (instead of --size).")
-@click.option("--blocks-per-segment", type=int, default=256, show_default=True)
-@click.option("--block-size", type=int, default=4096, show_default=True)
-@click.option("--sector-size", type=int, default=512, show_default=True)
+@click.option(
+    "--blocks-per-segment",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Blocks in a segment (the unit the log writes and the cleaner frees).",
+)
+@click.option("--block-size", type=int, default=4096, show_default=True, help="Bytes per block.")
+@click.option(
+    "--sector-size",
+    type=int,
+    default=512,
+    show_default=True,
+    help="Bytes per sector of the device the image stands for.",
+)
 @click.option(
     "--policy",
     type=click.Choice(POLICIES),

@@ -216,7 +216,8 @@ def _echo_fidelity(fid: Fidelity) -> None:
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
-    help="Workload file to write (.gz: gzip).",
+    help="Workload file to write (.gz: gzip; '-': standard output, the summary then goes to "
+    "stderr).",
 )
 @format_option("text", "json")
 def deltas_cmd(
@@ -241,25 +242,38 @@ def deltas_cmd(
             store, fs_name, until=until, since=since, intra=intra, deletes=deletes
         )
     count = write_workload(output, header, ops)
+    err = str(output) == "-"  # the stream went to stdout: the summary goes to stderr
     if fmt == "json":
-        echo_json({"output": str(output), "header": header.params, **stats.to_json()})
+        click.echo(
+            json.dumps(
+                {"output": str(output), "header": header.params, **stats.to_json()},
+                indent=2,
+                default=str,
+            ),
+            err=err,
+        )
         return
     p = header.params
     start = f"snapshot {p['from']}" if p["from"] is not None else "an empty file system"
     click.echo(
         f"{output}: {count} ops, {stats.bytes / 2**20:,.1f} MiB of data, from {start} to "
-        f"snapshot {p['until']} ({len(p['snapshots'])} snapshots)"
+        f"snapshot {p['until']} ({len(p['snapshots'])} snapshots)",
+        err=err,
     )
     inferred = ", ".join(f"{v} {k}" for k, v in stats.inferred.items() if v)
-    click.echo(f"  inferred: {inferred or 'nothing'}")
+    click.echo(f"  inferred: {inferred or 'nothing'}", err=err)
     if p["skipped"]:
-        click.echo("  not replayable: " + ", ".join(f"{v} {k}" for k, v in p["skipped"].items()))
+        click.echo(
+            "  not replayable: " + ", ".join(f"{v} {k}" for k, v in p["skipped"].items()),
+            err=err,
+        )
     if intra is not None:
         added = sum(p["intra_day"]["files_added"])
         click.echo(
             f"  intra-day activity added: {added} short-lived files "
             f"({intra.files_per_day:g}/day, mean lifetime {intra.lifetime_s:g} s, "
-            f"seed {intra.seed})"
+            f"seed {intra.seed})",
+            err=err,
         )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fsage.cli.common import db_option
+from fsage.cli.common import db_option, progress_bar
 from fsage.db.store import Store
 from fsage.reports import report_data_from_store, write_report
 
@@ -20,9 +20,17 @@ from fsage.reports import report_data_from_store, write_report
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="HTML file to write.",
+    help="HTML file to write ('-': standard output).",
 )
-def report(db: Path, fs_name: str | None, output: Path) -> None:
+@click.option(
+    "--compare",
+    nargs=2,
+    type=int,
+    metavar="A B",
+    help="Also compare snapshots A and B: layout score by size class, free space by extent "
+    "size, and how many files moved to other blocks.",
+)
+def report(db: Path, fs_name: str | None, output: Path, compare: tuple[int, int] | None) -> None:
     """Write an HTML report (plotly.js inlined; opens offline) of the snapshots in the database.
 
     Layout score vs file size and over time, free-space histogram over time, fragments per
@@ -33,9 +41,20 @@ def report(db: Path, fs_name: str | None, output: Path) -> None:
     Examples:
       fsage report -o report.html
       fsage report --fs home --db /var/lib/fsage/fsage.db -o home.html
+      fsage report --compare 3 12 -o compare.html
     """
     with Store.open(db, readonly=True) as store:
-        data = report_data_from_store(store, fs_name)
+        total = len(store.snapshots(fs_name))
+        with progress_bar(total, "analyzing snapshots") as step:
+            data = report_data_from_store(store, fs_name, progress=step, compare=compare or None)
+    if str(output) == "-":
+        from fsage.reports.html import build_sections, render
+
+        secs = build_sections(data)
+        click.echo(render(data, secs))
+        figures = sum(len(s.figures) for s in secs)
+        click.echo(f"report: {len(data.analyses)} snapshot(s), {figures} figure(s)", err=True)
+        return
     figures = write_report(output, data)
     click.echo(f"wrote {output}: {len(data.analyses)} snapshot(s), {figures} figure(s)")
 

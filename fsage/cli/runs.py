@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from fsage.ager.run import AgingRun, aging_runs
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.db.store import Store
+from fsage.errors import StoreError
 
 
 def _row(r: AgingRun) -> list[Any]:
@@ -43,11 +44,32 @@ def _cpu(m: dict[str, Any]) -> str | None:
     return f"{float(m['cpu_user_s']):.1f}+{float(m.get('cpu_system_s', 0.0)):.1f}"
 
 
+RUN_COLUMNS = [
+    "id",
+    "fs",
+    "kind",
+    "status",
+    "started_at",
+    "ops",
+    "mib_written",
+    "snapshots",
+    "utilization",
+    "cpu_user_plus_system_s",
+    "own_share",
+    "policy",
+    "write_cost",
+    "cleaner_overhead",
+    "transfer_inefficiency",
+    "overall_write_cost",
+    "overall_write_cost_after_fill",
+]
+
+
 @click.command("runs")
 @db_option
 @click.option("--fs", "fs_name", help="Only runs on this file system (its database name).")
 @click.option("--kind", help="Only runs on this target kind: dir, mounted-ext, offline-ext, lfs.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
     """List the aging runs recorded by `fsage age ... --db`, oldest first.
 
@@ -70,6 +92,14 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
     """
     with Store.open(db) as store:
         runs = aging_runs(store, fs_name, kind)
+    if not runs and (fs_name is not None or kind is not None):
+        what = " and ".join(
+            x for x in (fs_name and f"fs {fs_name!r}", kind and f"kind {kind!r}") if x
+        )
+        raise StoreError(f"no aging runs with {what} in {db}")
+    if fmt == "csv":
+        echo_csv(RUN_COLUMNS, [_row(r) for r in runs])
+        return
     if fmt == "json":
         echo_json([r.to_json() for r in runs])
         return
@@ -84,7 +114,7 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
             "status",
             "started",
             "ops",
-            "MiB",
+            "MiB written",
             "snapshots",
             "util",
             "cpu s",

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.db.store import Store, parse_taken_at
+from fsage.errors import StoreError
 from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
@@ -33,6 +34,7 @@ from fsage.snapshotter import read_source
     help="When the layout was taken (ISO 8601; naive means UTC), for histories collected "
     "elsewhere or backfilled; default: now. Snapshots of a file system go in time order.",
 )
+@format_option("text", "json")
 def snapshot(
     source: Path,
     db: Path,
@@ -40,6 +42,7 @@ def snapshot(
     label: str | None,
     freeze: bool,
     taken_at: str | None,
+    fmt: str,
 ) -> None:
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
@@ -63,13 +66,16 @@ def snapshot(
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
-    click.echo(summary.line())
+    if fmt == "json":
+        echo_json(summary.to_json())
+    else:
+        click.echo(summary.line())
 
 
 @click.command()
 @db_option
 @click.option("--fs", "fs_name", help="Only snapshots of this file system.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
     """List the snapshots in the database.
 
@@ -83,42 +89,49 @@ def snapshots(db: Path, fs_name: str | None, fmt: str) -> None:
     if fmt == "json":
         echo_json([r.to_json() for r in rows])
         return
-    echo_table(
+    headers = [
+        "id",
+        "fs",
+        "taken at (UTC)",
+        "kind",
+        "files",
+        "inodes",
+        "block size (B)",
+        "used blocks",
+        "free blocks",
+        "new",
+        "changed",
+        "deleted",
+    ]
+    table = [
         [
-            "id",
-            "fs",
-            "taken at (UTC)",
-            "kind",
-            "files",
-            "used blocks",
-            "free blocks",
-            "new",
-            "changed",
-            "deleted",
-        ],
-        [
-            [
-                r.id,
-                r.fs_name,
-                r.taken_at.strftime("%Y-%m-%d %H:%M:%S"),
-                r.kind,
-                r.files,
-                r.blocks_used,
-                r.blocks_free,
-                r.new_files,
-                r.changed_files,
-                r.deleted_files,
-            ]
-            for r in rows
-        ],
-    )
+            r.id,
+            r.fs_name,
+            r.taken_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.kind,
+            r.regular_files,
+            r.files,
+            r.block_size,
+            r.blocks_used,
+            r.blocks_free,
+            r.new_files,
+            r.changed_files,
+            r.deleted_files,
+        ]
+        for r in rows
+    ]
+    if fmt == "csv":
+        echo_csv([h.split(" (")[0].replace(" ", "_") for h in headers], table)
+        return
+    echo_table(headers, table)
+    click.echo("(files: regular files; inodes: every user inode, directories included)")
 
 
 @click.command()
 @click.argument("snapshot_id", type=int)
 @db_option
 @click.option("--path", "prefix", help="Only this file, or the files below this directory.")
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
     """Show the files of a snapshot with their extents (in file-system blocks).
 
@@ -130,8 +143,26 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
     with Store.open(db, readonly=True) as store:
         layout = store.load_layout(snapshot_id)
     entries = file_listing(layout, prefix)
+    if prefix is not None and not entries:
+        raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
     if fmt == "json":
         echo_json([e.to_json() for e in entries])
+        return
+    if fmt == "csv":
+        echo_csv(
+            ["path", "ino", "mode", "size", "blocks", "extents"],
+            [
+                [
+                    e.path,
+                    e.ino,
+                    f"{e.mode:o}",
+                    e.size,
+                    e.blocks,
+                    " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e.extents),
+                ]
+                for e in entries
+            ],
+        )
         return
     echo_table(
         ["path", "ino", "size", "blocks", "extents (logical:physical+length)"],

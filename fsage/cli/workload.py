@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -35,13 +36,18 @@ def workload() -> None:
     "vcs, database...), a JSON profile file, or a Geriatrix profile directory.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
-@click.option("--capacity", required=True, help="Capacity of the target in bytes (512M, 4G...).")
+@click.option(
+    "--capacity",
+    required=True,
+    help="Capacity of the target in bytes; K, M, G, T are binary multiples (512M = 512 MiB, "
+    "4G = 4 GiB).",
+)
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
-    help="Output file (.gz: gzip).",
+    help="Output file (.gz: gzip; '-': standard output, the summary then goes to stderr).",
 )
 @click.option("--fill", type=float, help="Fullness to fill to (0-1).")
 @click.option("--churn", type=float, help="Churn until this many times the capacity is written.")
@@ -80,12 +86,14 @@ def generate(
         "model_fullness": round(gen.fullness(), 4),
         "counts": dict(sorted(st.counts.items())),
     }
+    to_stderr = str(output) == "-"
     if fmt == "json":
-        echo_json(out)
+        click.echo(json.dumps(out, indent=2), err=to_stderr)
     else:
         click.echo(
             f"{output}: {count} ops, {st.bytes_written / 2**20:,.1f} MiB written, "
-            f"model fullness {gen.fullness():.3f}"
+            f"model fullness {gen.fullness():.3f}",
+            err=to_stderr,
         )
 
 

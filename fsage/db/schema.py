@@ -260,6 +260,41 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         """,
         _chunk_blobs,
     ),
+    (
+        7,
+        "block traces and their dynamic layout score",
+        """
+        -- A trace of the block requests a command made (blktrace / blkparse), with Conway et
+        -- al.'s dynamic layout score of it and the modeled score of its snapshot beside it.
+        CREATE TABLE traces (
+            id INTEGER PRIMARY KEY,
+            snapshot_id INTEGER REFERENCES snapshots(id),
+            taken_at TEXT NOT NULL,          -- ISO 8601, UTC
+            source TEXT NOT NULL,            -- blktrace, blk tracer, or the imported file
+            device TEXT,                     -- major,minor
+            command TEXT NOT NULL,
+            block_size INTEGER NOT NULL,
+            requests INTEGER NOT NULL,
+            discontiguous INTEGER NOT NULL,
+            blocks INTEGER NOT NULL,
+            score REAL,
+            modeled_score REAL,
+            params TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX traces_snapshot ON traces(snapshot_id);
+        """,
+        None,
+    ),
+    (
+        8,
+        "regular files per snapshot",
+        """
+        -- "files" are regular files everywhere in fsage's output; snapshots.files counts every
+        -- user inode. NULL for snapshots recorded before this migration.
+        ALTER TABLE snapshots ADD COLUMN regular_files INTEGER;
+        """,
+        None,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -43,6 +43,7 @@ _SNAPSHOT_REFERENCES = [
     ("aging_runs", "last_snap"),
     ("collection_runs", "snapshot_id"),
     ("bench_runs", "snapshot_id"),
+    ("traces", "snapshot_id"),
 ]
 
 
@@ -81,6 +82,7 @@ class SnapshotRow:
     bytes_written: int | None
     label: str | None
     recreation_of: int | None
+    regular_files: int | None = None  # "files" in fsage's output; ``files`` counts inodes
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -101,11 +103,21 @@ class SnapshotSummary:
     deleted_files: int
     damaged: int
     seconds: float
+    regular_files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["id"] = out.pop("snapshot_id")
+        out["fs"] = out.pop("fs_name")
+        out["inodes"] = out.pop("files")
+        out["files"] = out.pop("regular_files")
+        return {"id": out.pop("id"), "fs": out.pop("fs"), **out}
 
     def line(self) -> str:
         damaged = f", {self.damaged} damaged" if self.damaged else ""
         return (
-            f"snapshot {self.snapshot_id} of {shown(self.fs_name)}: {self.files} files, "
+            f"snapshot {self.snapshot_id} of {shown(self.fs_name)}: {self.regular_files} files "
+            f"({self.files} inodes), "
             f"{self.extents} extents, {self.free_extents} free extents; "
             f"{self.new_files} new, {self.changed_files} changed, {self.deleted_files} deleted"
             f"{damaged}; {self.seconds:.2f} s"
@@ -116,7 +128,8 @@ _SNAPSHOT_SELECT = """
     SELECT s.id, f.name, f.uuid, s.kind, s.taken_at, s.source,
            json_extract(s.facts, '$.block_size'), s.files, s.dirs, s.extents, s.blocks_used,
            s.blocks_free, s.free_extents, s.damaged, s.new_files, s.changed_files,
-           s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of
+           s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of,
+           s.regular_files
     FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
 """
 
@@ -433,6 +446,7 @@ class Store:
             user = ~is_special
             diff = _compare(now, everything.ino, everything.generation, digests, user)
             n_files = int(np.count_nonzero(user))
+            n_regular = int(np.count_nonzero(everything.is_regular() & user))
             dirs = int(np.count_nonzero(everything.is_dir() & user))
             extents = int(np.diff(everything.ext_off)[user].sum())
             snap_id = self._next_snapshot_id(con)
@@ -440,8 +454,8 @@ class Store:
                 "INSERT INTO snapshots(id, fs_id, taken_at, source, kind, facts, files, dirs,"
                 " extents, blocks_used, blocks_free, free_extents, damaged, new_files,"
                 " changed_files, deleted_files, seconds, free_map, notes, op_count,"
-                " bytes_written, label, recreation_of)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " bytes_written, label, recreation_of, regular_files)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     snap_id,
                     fs_id,
@@ -466,6 +480,7 @@ class Store:
                     bytes_written,
                     label,
                     recreation_of,
+                    n_regular,
                 ),
             )
             if last is not None:
@@ -495,6 +510,7 @@ class Store:
             deleted_files=diff.deleted,
             damaged=layout.damaged_files,
             seconds=seconds,
+            regular_files=n_regular,
         )
 
     def _next_snapshot_id(self, con: sqlite3.Connection) -> int:

@@ -34,18 +34,24 @@ def report_data_from_store(
     store: Store,
     fs_name: str | None = None,
     progress: Callable[[int], None] | None = None,
+    compare: tuple[int, int] | None = None,
 ) -> ReportData:
+    """What the report draws; ``compare`` adds two chosen snapshots side by side."""
     rows = select_snapshots(store, fs_name, history=True)
     latest_ids = {r.id for r in select_snapshots(store, fs_name)}
     older = [r for r in rows if r.id not in latest_ids]
     newest = [r for r in rows if r.id in latest_ids]
     analyses = analyze_many(store, older, HISTORY_PARTS, path_order=False, progress=progress)
     analyses += analyze_many(store, newest, LATEST_PARTS, dir_depth=1, progress=progress)
-    analyses.sort(key=lambda a: a["snapshot_id"])
+    analyses.sort(key=lambda a: a["id"])
     title = "fsage layout report" + (f": {fs_name}" if fs_name else "")
     extra: dict[str, Any] = {}
     for name, provide in _EXTRA_PROVIDERS.items():
         value = provide(store, fs_name)
         if value is not None:
             extra[name] = value
+    if compare is not None:
+        from fsage.analyzer.compare import compare_snapshots
+
+        extra["compare"] = compare_snapshots(store, *compare)
     return ReportData(analyses=analyses, trends=trends(analyses), title=title, extra=extra)

@@ -59,7 +59,7 @@ class ReportData:
     def latest(self) -> list[dict[str, Any]]:
         """The newest analysis of each file system."""
         out: dict[str, dict[str, Any]] = {}
-        for a in sorted(self.analyses, key=lambda a: (a.get("taken_at") or "", a["snapshot_id"])):
+        for a in sorted(self.analyses, key=lambda a: (a.get("taken_at") or "", a["id"])):
             out[str(a.get("fs"))] = a
         return list(out.values())
 
@@ -147,6 +147,31 @@ _BOOT = """
     String((+document.body.getAttribute('data-errors')||0) + 1)); }
   window.addEventListener('error', function(e){ fail('error: ' + e.message); });
   window.addEventListener('unhandledrejection', function(e){ fail('rejection: ' + e.reason); });
+  // Text that a reader must be able to read: titles, axis titles and tick labels, legend
+  // entries, buttons, colour-bar titles. Two boxes of different kinds must not intersect.
+  var KINDS = [['title', '.g-gtitle text'], ['xtitle', '.g-xtitle text'],
+               ['ytitle', '.g-ytitle text'], ['xtick', '.xtick text'], ['ytick', '.ytick text'],
+               ['legend', '.legend .traces'], ['menu', '.updatemenu-button'],
+               ['colorbar', '.cbtitle text']];
+  function overlaps(div) {
+    var boxes = [], out = [];
+    KINDS.forEach(function(k){
+      div.querySelectorAll(k[1]).forEach(function(el){
+        var r = el.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && (el.textContent || k[0] === 'legend' ||
+            k[0] === 'menu')) boxes.push([k[0], r, (el.textContent || '').slice(0, 30)]);
+      });
+    });
+    for (var i = 0; i < boxes.length; i++) for (var j = i + 1; j < boxes.length; j++) {
+      var a = boxes[i], b = boxes[j];
+      if (a[0] === b[0]) continue;
+      if (a[0].slice(1) === 'tick' && b[0].slice(1) === 'tick') continue;  // the corner
+      var w = Math.min(a[1].right, b[1].right) - Math.max(a[1].left, b[1].left);
+      var h = Math.min(a[1].bottom, b[1].bottom) - Math.max(a[1].top, b[1].top);
+      if (w > 1 && h > 1) out.push(a[0] + ':' + a[2] + '~' + b[0] + ':' + b[2]);
+    }
+    return out.map(function(s){ return s.replace(/\\s+/g, '_'); });
+  }
   var divs = document.querySelectorAll('div.plot'), pending = [];
   for (var i = 0; i < divs.length; i++) {
     (function(div){
@@ -155,7 +180,8 @@ _BOOT = """
         var p = Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false})
           .then(function(){
                   if (div.querySelector('svg.main-svg')) div.setAttribute('data-drawn', '1');
-                  else fail('no svg in ' + div.id); },
+                  else fail('no svg in ' + div.id);
+                  div.setAttribute('data-overlaps', overlaps(div).join(' ')); },
                 function(err){ fail(div.id + ': ' + err); });
         pending.push(p);
       } catch (e) { fail(div.id + ': ' + e); }

@@ -6,7 +6,10 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import numpy as np
+
 from fsage.analyzer.fit import SizeFit
+from fsage.analyzer.history import trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 
 
@@ -15,15 +18,34 @@ def esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
+COLORWAY = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#8c6d31", "#843c39", "#7b4173",
+    "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#fd8d3c", "#74c476", "#9e9ac8",
+]  # fmt: skip
+
+
 def _fig(
     data: list[dict[str, Any]], title: str, xtitle: str, ytitle: str, **layout: Any
 ) -> dict[str, Any]:
+    """A figure with the report's defaults: margins that grow to fit the tick labels, the
+    legend below the x-axis title, 24 distinct colours, hover on the nearest point."""
     lay: dict[str, Any] = {
-        "title": {"text": esc(title)},
-        "xaxis": {"title": {"text": esc(xtitle)}},
-        "yaxis": {"title": {"text": esc(ytitle)}},
-        "margin": {"t": 50, "l": 60, "r": 20, "b": 60},
-        "legend": {"orientation": "h"},
+        "title": {"text": esc(title), "x": 0.02, "xanchor": "left"},
+        "xaxis": {"title": {"text": esc(xtitle), "standoff": 8}, "automargin": True},
+        "yaxis": {"title": {"text": esc(ytitle), "standoff": 8}, "automargin": True},
+        "margin": {"t": 60, "l": 70, "r": 30, "b": 40},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": -0.3,
+            "yanchor": "top",
+        },
+        "colorway": COLORWAY,
+        "hovermode": "closest",
+        "height": 460,
+        "modebar": {"orientation": "v"},
     }
     for k, v in layout.items():
         if isinstance(v, dict) and isinstance(lay.get(k), dict):
@@ -33,8 +55,41 @@ def _fig(
     return {"data": data, "layout": lay}
 
 
+def bytes_axis(lo: float, hi: float) -> dict[str, Any]:
+    """A log axis of bytes with ticks at powers of two labelled in KiB / MiB / GiB."""
+    lo_e = max(int(np.floor(np.log2(max(lo, 1.0)))), 0)
+    hi_e = int(np.ceil(np.log2(max(hi, 2.0))))
+    step = max(1, (hi_e - lo_e + 7) // 8)
+    vals = [float(2**e) for e in range(lo_e, hi_e + 1, step)]
+    return {
+        "type": "log",
+        "tickvals": vals,
+        "ticktext": [human_bytes(v) for v in vals],
+    }
+
+
+def count_axis(top: float) -> dict[str, Any]:
+    """A linear axis of counts: whole-number ticks only."""
+    raw = max(top / 5.0, 1.0)
+    mag = 10 ** int(np.floor(np.log10(raw)))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    return {"tickformat": ",d", "dtick": step, "rangemode": "tozero"}
+
+
+def _ref_line(y: float) -> dict[str, Any]:
+    return {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "y0": y,
+        "y1": y,
+        "line": {"dash": "dot", "color": "#888", "width": 1},
+    }
+
+
 def _name(a: dict[str, Any]) -> str:
-    return esc(f"{a.get('fs')} #{a['snapshot_id']}")
+    return esc(f"{a.get('fs')} #{a['id']}")
 
 
 @register_section("summary", order=10)
@@ -48,17 +103,18 @@ def summary(data: ReportData) -> Section:
         rows.append(
             [
                 a.get("fs"),
-                a["snapshot_id"],
+                a["id"],
                 a.get("taken_at"),
                 a.get("kind"),
                 a["files"],
                 a["layout_score"],
+                tr.get("total_change"),
                 tr.get("decline_per_month"),
                 dyn.get("path"),
                 fs.get("blocks_free"),
                 a.get("largest_free_extent"),
                 fs.get("free_chunks"),
-                tools.get("e4defrag_score"),
+                None if tools.get("e4defrag_score") is None else f"{tools['e4defrag_score']:.2f}",
                 tools.get("xfs_frag_factor"),
             ]
         )
@@ -73,7 +129,8 @@ def summary(data: ReportData) -> Section:
                     "kind",
                     "files",
                     "layout score",
-                    "decline / month",
+                    "total change (first to last snapshot)",
+                    "decline / month (spans of 7 days or more)",
                     "dynamic score (path order)",
                     "free blocks",
                     "largest free extent",
@@ -86,30 +143,37 @@ def summary(data: ReportData) -> Section:
                 "that follow their predecessor (seed 000 §4.1).",
             )
         ],
-        notes=[
-            "Seed 000 §4.3 saw layout scores fall by 0.016 per month in the worst case and "
-            "0.00725 on average."
-        ],
+        notes=[trend_note(fs, t) for fs, t in data.trends.items()],
     )
 
 
 @register_section("score-by-size", order=20)
 def score_by_size(data: ReportData) -> Section | None:
     traces = []
+    values: list[float | None] = []
+    sizes: list[float] = []
     for a in _first_and_last(data):
         rows = a.get("by_size") or []
         if not rows:
             continue
+        bs = int(a.get("block_size") or 4096)
+        values += [r["layout_score"] for r in rows]
+        sizes += [r["max_blocks"] * bs for r in rows]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": _name(a),
-                "x": [r["max_blocks"] for r in rows],
+                "x": [r["max_blocks"] * bs for r in rows],
                 "y": [r["layout_score"] for r in rows],
                 "text": [
-                    f"{r['min_blocks']}-{r['max_blocks']} blocks, {r['files']} files" for r in rows
+                    f"{_name(a)}<br>files of {human_bytes((r['min_blocks'] - 1) * bs + 1)} to "
+                    f"{human_bytes(r['max_blocks'] * bs)} ({r['min_blocks']}-{r['max_blocks']} "
+                    f"blocks of {human_bytes(bs)})<br>{r['files']:,} files, layout score "
+                    + ("-" if r["layout_score"] is None else f"{r['layout_score']:.4f}")
+                    for r in rows
                 ],
+                "hoverinfo": "text",
             }
         )
     if not traces:
@@ -119,12 +183,17 @@ def score_by_size(data: ReportData) -> Section | None:
         figures=[
             _fig(
                 traces,
-                "Layout score vs file size (seed 000 Figure 5)",
-                "file size (blocks, bucket top)",
+                "Layout score vs file size (Seltzer et al., USENIX 1995, Figure 5)",
+                "file size (largest in the size class)",
                 "layout score",
-                xaxis={"type": "log"},
-                yaxis={"range": [0, 1.05]},
+                xaxis=bytes_axis(min(sizes), max(sizes)),
+                yaxis={"range": _score_range(values), "tickformat": ".3f"},
+                shapes=[_ref_line(1.0)],
             )
+        ],
+        notes=[
+            "Size classes are powers of two in blocks; the x axis is in bytes so that file "
+            "systems of different block sizes line up. The dotted line is a perfect layout (1.0)."
         ],
     )
 
@@ -135,45 +204,188 @@ def _first_and_last(data: ReportData) -> list[dict[str, Any]]:
         by_fs.setdefault(str(a.get("fs")), []).append(a)
     out = []
     for items in by_fs.values():
-        items.sort(key=lambda a: (a.get("taken_at") or "", a["snapshot_id"]))
+        items.sort(key=lambda a: (a.get("taken_at") or "", a["id"]))
         out.extend([items[0]] if len(items) == 1 else [items[0], items[-1]])
     return out
 
 
+def _score_range(values: list[float | None]) -> list[float]:
+    """A y range zoomed to the data (a fall from 1.000 to 0.991 must not look flat), padded,
+    never above 1.005."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return [0.0, 1.02]
+    lo, hi = min(vals), max(vals)
+    pad = max((hi - lo) * 0.15, 0.002)
+    return [max(lo - pad, 0.0), min(hi + pad, 1.0 + pad * 0.25)]
+
+
+def _clock_x(s: dict[str, Any], clock: str) -> Any:
+    if clock == "time":
+        return s["taken_at"]
+    if clock == "ops":
+        return s.get("op_count")
+    b = s.get("bytes_written")
+    return None if b is None else b / 2**30
+
+
+CLOCKS = {
+    "time": ("snapshot time (UTC)", "date"),
+    "ops": ("operations done by the aging run or replay", "linear"),
+    "bytes": ("GiB written by the aging run or replay", "linear"),
+}
+
+
+def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
+    ops = s.get("op_count")
+    written = s.get("bytes_written")
+    parts = [
+        f"{esc(fs)} snapshot {s['id']}",
+        f"taken {str(s['taken_at'])[:19]} UTC",
+        "layout score " + ("-" if s["layout_score"] is None else f"{s['layout_score']:.4f}"),
+    ]
+    if ops is not None:
+        parts.append(f"{ops:,} ops done")
+    if written is not None:
+        parts.append(f"{human_bytes(written)} written")
+    if extra:
+        parts.append(esc(extra))
+    return "<br>".join(parts)
+
+
+def human_bytes(n: float | int | None) -> str:
+    """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
+    if n is None:
+        return "-"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            if unit == "B" or v == int(v):
+                return f"{v:.0f} {unit}"
+            return f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def trend_note(fs: str, t: dict[str, Any]) -> str:
+    return f"{fs}: {trend_line(t)}"
+
+
 @register_section("score-over-time", order=30)
 def score_over_time(data: ReportData) -> Section | None:
-    traces = []
+    traces: list[dict[str, Any]] = []
+    xs: dict[str, list[list[Any]]] = {c: [] for c in CLOCKS}
+    values: list[float | None] = []
     for fs, t in data.trends.items():
         snaps = t["snapshots"]
+        values += [s["layout_score"] for s in snaps]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": esc(fs),
-                "x": [s["taken_at"] for s in snaps],
                 "y": [s["layout_score"] for s in snaps],
+                "text": [_hover(s, fs) for s in snaps],
+                "hoverinfo": "text",
             }
         )
+        for c in CLOCKS:
+            xs[c].append([_clock_x(s, c) for s in snaps])
+        rec = t.get("recreations") or []
+        if rec:
+            by_id = {s["id"]: s for s in snaps}
+            values += [r["layout_score"] for r in rec]
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "marker": {"symbol": "diamond-open", "size": 11},
+                    "name": esc(f"{fs}: recreation (fsage replay)"),
+                    "y": [r["layout_score"] for r in rec],
+                    "text": [
+                        _hover(
+                            {**r, "taken_at": r["taken_at"]},
+                            str(r.get("fs")),
+                            f"recreates snapshot {r['recreation_of']} "
+                            f"(score {r['original_layout_score']:.4f})"
+                            if r["original_layout_score"] is not None
+                            else f"recreates snapshot {r['recreation_of']}",
+                        )
+                        for r in rec
+                    ],
+                    "hoverinfo": "text",
+                }
+            )
+            # drawn at the x of the snapshot it recreates
+            for c in CLOCKS:
+                xs[c].append(
+                    [
+                        _clock_x(by_id[r["recreation_of"]], c)
+                        if r["recreation_of"] in by_id
+                        else None
+                        for r in rec
+                    ]
+                )
     if not traces:
         return None
-    notes = [
-        f"{fs}: decline per month "
-        + ("-" if t["decline_per_month"] is None else f"{t['decline_per_month']:.5f}")
-        for fs, t in data.trends.items()
-    ]
+    ops_clock = any(t.get("clock") == "ops" for t in data.trends.values())
+    default = "ops" if ops_clock else "time"
+    for tr, x in zip(traces, xs[default], strict=True):
+        tr["x"] = x
+    layout: dict[str, Any] = {
+        "yaxis": {"range": _score_range(values), "tickformat": ".3f"},
+        "xaxis": {"type": CLOCKS[default][1]},
+        "shapes": [_ref_line(1.0)],
+    }
+    if ops_clock:
+        layout["updatemenus"] = [
+            {
+                "type": "buttons",
+                "direction": "right",
+                "x": 1,
+                "xanchor": "right",
+                "y": 1.0,
+                "yanchor": "bottom",
+                "pad": {"b": 4},
+                "showactive": True,
+                "active": list(CLOCKS).index(default),
+                "buttons": [
+                    {
+                        "label": label,
+                        "method": "update",
+                        "args": [
+                            {"x": xs[c]},
+                            {"xaxis.title.text": CLOCKS[c][0], "xaxis.type": CLOCKS[c][1]},
+                        ],
+                    }
+                    for c, label in (("time", "time"), ("ops", "ops done"), ("bytes", "written"))
+                ],
+            }
+        ]
+    notes = [trend_note(fs, t) for fs, t in data.trends.items()]
+    notes.append(
+        "A rate per month is given only for histories spanning 7 days or more. Seltzer et al., "
+        "'File System Logging versus Clustering: A Performance Comparison', USENIX 1995 "
+        "(seed 000), section 4.3, saw layout scores fall by 0.016 per month in the worst case "
+        "and 0.00725 on average. The dotted line is a perfect layout (1.0)."
+    )
     return Section(
         "Layout score over time",
         figures=[
             _fig(
                 traces,
                 "Layout score per snapshot",
-                "snapshot time",
+                CLOCKS[default][0],
                 "layout score",
-                yaxis={"range": [0, 1.05]},
+                **layout,
             )
         ],
         notes=notes,
     )
+
+
+def _free_label(min_blocks: int, bs: int) -> str:
+    return f"{human_bytes(min_blocks * bs)}-{human_bytes(2 * min_blocks * bs)}"
 
 
 @register_section("free-space", order=40)
@@ -183,8 +395,9 @@ def free_space(data: ReportData) -> Section | None:
         snaps = [s for s in t["snapshots"] if s.get("free_extents") is not None]
         if not snaps:
             continue
-        ks = sorted({(b["min_blocks"], b["label"]) for s in snaps for b in s["free_extents"]})
-        labels = [esc(lbl) for _, lbl in ks]
+        bs = int(snaps[-1].get("block_size") or 4096)
+        ks = sorted({b["min_blocks"] for s in snaps for b in s["free_extents"]})
+        labels = [_free_label(k, bs) for k in ks]
         if len(snaps) == 1:
             cnt = {b["min_blocks"]: b["blocks"] for b in snaps[0]["free_extents"]}
             figs.append(
@@ -194,40 +407,51 @@ def free_space(data: ReportData) -> Section | None:
                             "type": "bar",
                             "name": esc(fs),
                             "x": labels,
-                            "y": [cnt.get(k, 0) for k, _ in ks],
+                            "y": [cnt.get(k, 0) * bs / 2**20 for k in ks],
+                            "hovertemplate": "free extents of %{x}: %{y:.1f} MiB<extra></extra>",
                         }
                     ],
                     f"Free space by extent size — {fs}",
-                    "free extent size (e2freefrag buckets)",
-                    "free blocks",
+                    "free extent size (e2freefrag's buckets)",
+                    "free space (MiB)",
+                    xaxis={"type": "category"},
                 )
             )
             continue
         z = []
-        for k, _ in ks:
+        hover = []
+        for k, lbl in zip(ks, labels, strict=True):
             row = []
+            hrow = []
             for s in snaps:
                 total = sum(b["blocks"] for b in s["free_extents"]) or 1
-                row.append(
-                    next((b["blocks"] for b in s["free_extents"] if b["min_blocks"] == k), 0)
-                    / total
+                blocks = next((b["blocks"] for b in s["free_extents"] if b["min_blocks"] == k), 0)
+                row.append(blocks / total)
+                hrow.append(
+                    f"snapshot {s['id']}, {str(s['taken_at'])[:19]} UTC<br>free extents of {lbl}: "
+                    f"{human_bytes(blocks * bs)}, {blocks / total:.1%} of free space"
                 )
             z.append(row)
+            hover.append(hrow)
         figs.append(
             _fig(
                 [
                     {
                         "type": "heatmap",
-                        "x": [s["taken_at"] for s in snaps],
+                        "x": [f"#{s['id']}" for s in snaps],
                         "y": labels,
                         "z": z,
+                        "text": hover,
+                        "hoverinfo": "text",
                         "colorscale": "Viridis",
-                        "colorbar": {"title": {"text": "share of free"}},
+                        "colorbar": {"title": {"text": "share of<br>free space"}},
                     }
                 ],
-                f"Free-space histogram over time — {fs}",
-                "snapshot time",
-                "free extent size (e2freefrag buckets)",
+                f"Free space by extent size, per snapshot — {fs}",
+                "snapshot (oldest left)",
+                "free extent size",
+                xaxis={"type": "category"},
+                yaxis={"type": "category"},
             )
         )
     if not figs:
@@ -235,7 +459,73 @@ def free_space(data: ReportData) -> Section | None:
     return Section(
         "Free-space fragmentation",
         figures=figs,
-        notes=["Buckets as e2freefrag prints them: [2^k, 2^(k+1)) blocks."],
+        notes=[
+            "Free extents bucketed as e2freefrag buckets them: [2^k, 2^(k+1)) blocks, shown in "
+            "bytes."
+        ],
+    )
+
+
+@register_section("disk-map", order=45)
+def disk_map(data: ReportData) -> Section | None:
+    figs = []
+    for a in data.latest():
+        m = (a.get("free_space") or {}).get("map")
+        if not m or not m["start"]:
+            continue
+        bs = int(a.get("block_size") or 4096)
+        n = len(m["start"])
+        cols = min(64, max(8, int(np.ceil(np.sqrt(n * 4)))))
+        rows = -(-n // cols)
+        z: list[list[float | None]] = [[None] * cols for _ in range(rows)]
+        text: list[list[str]] = [[""] * cols for _ in range(rows)]
+        unit = m["unit"]
+        for i, (st, ln, fr) in enumerate(zip(m["start"], m["length"], m["free"], strict=True)):
+            r, c = divmod(i, cols)
+            used = 1.0 - fr / ln if ln else 0.0
+            z[r][c] = used
+            text[r][c] = (
+                f"{unit} {i}: blocks {st:,}-{st + ln - 1:,}<br>{used:.1%} used, "
+                f"{human_bytes(fr * bs)} free of {human_bytes(ln * bs)}"
+            )
+        figs.append(
+            _fig(
+                [
+                    {
+                        "type": "heatmap",
+                        "z": z,
+                        "text": text,
+                        "hoverinfo": "text",
+                        "zmin": 0,
+                        "zmax": 1,
+                        "colorscale": [[0, "#f7fbff"], [0.5, "#6baed6"], [1, "#08306b"]],
+                        "colorbar": {"title": {"text": "used"}, "tickformat": ".0%"},
+                        "xgap": 1,
+                        "ygap": 1,
+                    }
+                ],
+                f"Disk map — {a.get('fs')} snapshot {a['id']}: space used per {unit.split()[-1]}",
+                f"{unit} (left to right, then next row; {cols} per row)",
+                f"first {unit.split()[-1]} of the row",
+                yaxis={
+                    "autorange": "reversed",
+                    "tickvals": list(range(rows)),
+                    "ticktext": [str(r * cols) for r in range(rows)],
+                    "ticks": "",
+                },
+                xaxis={"showticklabels": False, "ticks": ""},
+                height=max(260, 120 + rows * 18),
+            )
+        )
+    if not figs:
+        return None
+    return Section(
+        "Disk map",
+        figures=figs,
+        notes=[
+            "Each cell is a block group (ext), a segment (LFS) or an equal range of the disk; "
+            "dark is full, light is free. Hover for the block range and free space."
+        ],
     )
 
 
@@ -256,6 +546,7 @@ def fragments(data: ReportData) -> Section | None:
                         for r in rows
                     ],
                     "y": [r["files"] for r in rows],
+                    "hovertemplate": "%{y:,} files with %{x} fragments<extra></extra>",
                 }
             )
     if not traces:
@@ -267,8 +558,9 @@ def fragments(data: ReportData) -> Section | None:
                 traces,
                 "Files by number of fragments",
                 "fragments (runs after merging adjacent extents)",
-                "files",
-                yaxis={"type": "log"},
+                "files (log scale)",
+                xaxis={"type": "category"},
+                yaxis={"type": "log", "tickformat": ",d", "dtick": 1},
                 barmode="group",
             )
         ],
@@ -279,31 +571,51 @@ def fragments(data: ReportData) -> Section | None:
 def disk_model(data: ReportData) -> Section | None:
     traces = []
     dyn_notes = []
+    sizes: list[float] = []
     for a in data.latest():
         dm = a.get("disk_model")
         if not dm:
             continue
-        for mname, m in dm["models"].items():
+        bs = int(a.get("block_size") or 4096)
+        for mi, (mname, m) in enumerate(dm["models"].items()):
             rows = m["by_size"]
             for order, dash in (("inode", "solid"), ("path", "dash")):
                 key = f"{order}_mb_per_s"
                 if not rows or key not in rows[0]:
                     continue
+                sizes += [r["max_blocks"] * bs for r in rows]
                 traces.append(
                     {
                         "type": "scatter",
                         "mode": "lines+markers",
-                        "name": esc(f"{a.get('fs')} {mname} {order} order"),
-                        "line": {"dash": dash},
-                        "x": [r["max_blocks"] for r in rows],
+                        "name": esc(f"{a.get('fs')}: {mname}, {order} order"),
+                        "line": {"dash": dash, "color": COLORWAY[mi % len(COLORWAY)]},
+                        "x": [r["max_blocks"] * bs for r in rows],
                         "y": [r[key] for r in rows],
+                        "text": [
+                            esc(f"{mname} ({m['description']}), {order} order")
+                            + f"<br>files up to {human_bytes(r['max_blocks'] * bs)}: "
+                            + f"{r[f'{order}_files']:,} files, "
+                            + ("-" if r[key] is None else f"{r[key]:.2f} MB/s")
+                            for r in rows
+                        ],
+                        "hoverinfo": "text",
                     }
                 )
-        dyn = dm.get("dynamic_layout_score", {})
+        dyn = dm.get("dynamic_reads", {})
         dyn_notes.append(
-            f"{a.get('fs')}: dynamic layout score "
-            + ", ".join(f"{k} order {'-' if v is None else f'{v:.3f}'}" for k, v in dyn.items())
+            f"{a.get('fs')}: dynamic layout score of a modeled cold read (Conway et al., FAST'17) "
+            + ", ".join(
+                f"{k} order {'-' if v['score'] is None else format(v['score'], '.4f')} "
+                f"({v['discontiguous']:,} of {v['requests']:,} requests seek)"
+                for k, v in dyn.items()
+            )
         )
+        for tr in a.get("traces") or []:
+            dyn_notes.append(
+                f"{a.get('fs')}: traced read ({tr['command']}): dynamic layout score "
+                + ("-" if tr["score"] is None else f"{tr['score']:.4f}")
+            )
     if not traces:
         return None
     return Section(
@@ -312,16 +624,17 @@ def disk_model(data: ReportData) -> Section | None:
             _fig(
                 traces,
                 "Modeled throughput reading every file of a size class",
-                "file size (blocks, bucket top)",
-                "MB/s",
-                xaxis={"type": "log"},
+                "file size (largest in the size class)",
+                "throughput (MB/s, log scale)",
+                xaxis=bytes_axis(min(sizes), max(sizes)),
                 yaxis={"type": "log"},
             )
         ],
         notes=[
             *dyn_notes,
-            "Service time = positioning (seek + rotation) + transfer; a request "
-            "that starts where the previous ended pays transfer only.",
+            "One colour per disk model; solid lines read files in inode order, dashed in path "
+            "order. Service time = positioning (seek + rotation) + transfer; a request that "
+            "starts where the previous ended pays transfer only. MB = 10^6 bytes.",
         ],
     )
 
@@ -335,7 +648,7 @@ def size_distribution(data: ReportData) -> Section | None:
         if not sd or not sd["histogram"]:
             continue
         hist = sd["histogram"]
-        x = [f"{r['min_bytes']}" for r in hist]
+        x = [f"{human_bytes(r['min_bytes'])}-{human_bytes(r['max_bytes'] + 1)}" for r in hist]
         traces: list[dict[str, Any]] = [
             {
                 "type": "bar",
@@ -372,7 +685,7 @@ def size_distribution(data: ReportData) -> Section | None:
                         "files",
                         "lognormal mu",
                         "lognormal sigma",
-                        "tail threshold (B)",
+                        "tail threshold",
                         "tail share",
                         "Pareto alpha",
                     ],
@@ -382,7 +695,7 @@ def size_distribution(data: ReportData) -> Section | None:
                             fit["files"],
                             fit["lognormal_mu"],
                             fit["lognormal_sigma"],
-                            fit["tail_threshold"],
+                            human_bytes(fit["tail_threshold"]),
                             fit["tail_fraction"],
                             fit["pareto_alpha"],
                         ]
@@ -393,9 +706,11 @@ def size_distribution(data: ReportData) -> Section | None:
             _fig(
                 traces,
                 f"File sizes — {a.get('fs')}",
-                "size (bytes, log2 bucket start)",
+                "file size (powers of two)",
                 "files",
-                xaxis={"type": "category"},
+                xaxis={"type": "category", "tickangle": -45},
+                legend={"y": -0.55},
+                yaxis=count_axis(max(r["files"] for r in hist)),
             )
         )
     if not figs:
@@ -413,10 +728,101 @@ def by_directory(data: ReportData) -> Section | None:
                 Table(
                     ["directory", "files", "data blocks", "layout score"],
                     [[r["path"], r["files"], r["blocks"], r["layout_score"]] for r in rows],
-                    f"{a.get('fs')} snapshot {a['snapshot_id']}: aggregate layout score of each "
+                    f"{a.get('fs')} snapshot {a['id']}: aggregate layout score of each "
                     "directory subtree",
                 )
             )
     if not tables:
         return None
     return Section("Layout score by directory", tables=tables)
+
+
+@register_section("compare", order=15)
+def compare(data: ReportData) -> Section | None:
+    cmp = data.extra.get("compare")
+    if not cmp:
+        return None
+    a, b = cmp["a"], cmp["b"]
+
+    def label(x: dict[str, Any]) -> str:
+        return esc(f"{x['fs']} #{x['id']} ({str(x['taken_at'])[:10]})")
+
+    score_traces = []
+    free_traces = []
+    values: list[float | None] = []
+    for side in (a, b):
+        bs = int(side.get("block_size") or 4096)
+        rows = side.get("by_size") or []
+        values += [r["layout_score"] for r in rows]
+        score_traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": label(side),
+                "x": [f"{human_bytes(r['max_blocks'] * bs)}" for r in rows],
+                "y": [r["layout_score"] for r in rows],
+                "customdata": [r["files"] for r in rows],
+                "hovertemplate": "files up to %{x}: layout score %{y:.4f}, %{customdata:,} "
+                "files<extra>" + label(side) + "</extra>",
+            }
+        )
+        free = side.get("free_extents") or []
+        free_traces.append(
+            {
+                "type": "bar",
+                "name": label(side),
+                "x": [_free_label(r["min_blocks"], bs) for r in free],
+                "y": [r["blocks"] * bs / 2**20 for r in free],
+                "hovertemplate": "free extents of %{x}: %{y:.1f} MiB<extra>"
+                + label(side)
+                + "</extra>",
+            }
+        )
+    lo = _score_range(values)[0]
+    f = cmp["files"]
+    table = Table(
+        ["", label(a), label(b)],
+        [
+            ["files", a["files"], b["files"]],
+            ["layout score", a["layout_score"], b["layout_score"]],
+            [
+                "free space",
+                human_bytes(a["blocks_free"] * (a["block_size"] or 0)),
+                human_bytes(b["blocks_free"] * (b["block_size"] or 0)),
+            ],
+            ["largest free extent (blocks)", a["largest_free_extent"], b["largest_free_extent"]],
+        ],
+        "The two snapshots compared.",
+    )
+    moved = Table(
+        ["files in both", "moved to other blocks", "blocks of moved files", "unchanged",
+         f"only in #{a['id']}", f"only in #{b['id']}"],
+        [[f["in_both"], f["moved"], f["moved_blocks"], f["unchanged"], f["only_in_a"],
+          f["only_in_b"]]],
+        "Regular files with the same inode and generation in both snapshots; moved: their "
+        "extents differ.",
+    )  # fmt: skip
+    return Section(
+        f"Snapshot #{a['id']} compared with #{b['id']}",
+        figures=[
+            _fig(
+                score_traces,
+                "Layout score by file size",
+                "file size (largest in the size class)",
+                "layout score",
+                xaxis={"type": "category"},
+                yaxis={"range": [lo, 1.0 + (1.0 - lo) * 0.05], "tickformat": ".3f"},
+                shapes=[_ref_line(1.0)],
+            ),
+            _fig(
+                free_traces,
+                "Free space by extent size",
+                "free extent size (e2freefrag's buckets)",
+                "free space (MiB)",
+                xaxis={"type": "category", "tickangle": -30},
+                barmode="group",
+                legend={"y": -0.45},
+            ),
+        ],
+        tables=[table, moved],
+    )

@@ -81,51 +81,62 @@ def bench_section(data: ReportData) -> Section | None:
     bench = data.extra.get("bench")
     if not bench or not bench.get("runs"):
         return None
-    rows = []
+    from fsage.reports.sections import human_bytes
+
+    # one line per suite, metric and file size: the runs summarised, not every row
+    groups: dict[tuple[str, str, Any, str], list[tuple[str, float, Any, Any]]] = {}
     for run in bench["runs"]:
         for res in run["results"]:
             if res["metric"] not in MAIN_METRICS:
                 continue
-            rows.append(
-                [
-                    run["run_id"],
-                    run["suite"],
-                    run["fs"],
-                    str(run["date"])[:19],
-                    "cold" if run["cold"] else "warm",
-                    res["metric"],
-                    res["file_size"],
-                    res["value"],
-                    res["unit"],
-                    res["bench_layout"],
-                    res["old_layout"],
-                ]
+            key = (run["suite"], res["metric"], res["file_size"], res["unit"])
+            groups.setdefault(key, []).append(
+                (str(run["date"])[:19], float(res["value"]), res["bench_layout"], res["old_layout"])
             )
+    rows = []
+    for (suite, metric, size, unit), vals in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)
+    ):
+        vals.sort()
+        nums = [v[1] for v in vals]
+        last = vals[-1]
+        rows.append(
+            [
+                suite,
+                metric,
+                "-" if not size else human_bytes(size),
+                len(vals),
+                f"{last[1]:.4g} {unit}",
+                f"{min(nums):.4g} - {max(nums):.4g} {unit}",
+                last[2],
+                last[3],
+                last[0],
+            ]
+        )
     tables = [
         Table(
             [
-                "run",
                 "suite",
-                "fs",
-                "started",
-                "cache",
                 "metric",
                 "file size",
-                "value",
-                "unit",
-                "bench layout",
-                "old layout",
+                "runs",
+                "latest",
+                "range over runs",
+                "bench layout (latest)",
+                "old layout (latest)",
+                "latest run",
             ],
             rows,
-            caption="Benchmark results with the layout scores of the benchmark's files and of "
-            "the files already there.",
+            caption="Benchmark results summarised per suite, metric and file size, with the "
+            "layout scores of the benchmark's files and of the files already there in the "
+            "latest run. Every value: fsage bench results --format csv.",
         )
     ]
     figures = []
     notes = []
     for pred in bench.get("predictions", []):
         what = f"{pred['suite']}" + (
-            f", {pred['file_size']}-byte files" if pred["file_size"] else ""
+            f", {pred['file_size']:,}-byte files" if pred["file_size"] else ""
         )
         tables.append(
             Table(

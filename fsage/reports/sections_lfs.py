@@ -46,7 +46,7 @@ def _fig(data: list[dict[str, Any]], title: str, xtitle: str, ytitle: str) -> di
 
 @register_extra("lfs")
 def lfs_extra(store: Store, fs_name: str | None) -> dict[str, Any] | None:
-    """``{"runs": [aging run JSON...], "snapshots": [{snapshot_id, fs, taken_at, capacity,
+    """``{"runs": [aging run JSON...], "snapshots": [{id, fs, taken_at, capacity,
     live, histogram, fraction}...]}`` or None when the store has no LFS data."""
     runs = [r.to_json() for r in aging_runs(store, fs_name, kind="lfs")]
     newest: dict[str, Any] = {}
@@ -60,7 +60,7 @@ def lfs_extra(store: Store, fs_name: str | None) -> dict[str, Any] | None:
             continue
         snaps.append(
             {
-                "snapshot_id": row.id,
+                "id": row.id,
                 "fs": row.fs_name,
                 "taken_at": row.taken_at.isoformat(),
                 **usage,
@@ -82,7 +82,7 @@ def lfs_segments(data: ReportData) -> Section | None:
         return None
     sources: list[tuple[str, list[dict[str, Any]], float]] = []
     for s in lfs.get("snapshots", []):
-        sources.append((f"{s['fs']} #{s['snapshot_id']}", s["histogram"], s["fraction"]))
+        sources.append((f"{s['fs']} #{s['id']}", s["histogram"], s["fraction"]))
     if not sources:
         for r in reversed(lfs.get("runs", [])):
             util = r.get("utilization") or {}

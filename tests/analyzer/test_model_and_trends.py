@@ -77,8 +77,8 @@ def test_analyze_command(tmp_path: Path) -> None:
     )
     r = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
     assert r.exit_code == 0, r.output
-    (a,) = json.loads(r.output)
-    assert a["snapshot_id"] == 1
+    (a,) = json.loads(r.output)["snapshots"]
+    assert a["id"] == 1
     assert {"layout_score", "by_size", "free_extents", "largest_free_extent"} <= set(a)
     for row in a["by_size"]:
         assert set(row) >= {"min_blocks", "max_blocks", "files", "layout_score"}
@@ -91,8 +91,99 @@ def test_analyze_command(tmp_path: Path) -> None:
         t = runner.invoke(main, ["analyze", "--db", str(db), "--by", by])
         assert t.exit_code == 0, t.output
         c = runner.invoke(main, ["analyze", "--db", str(db), "--by", by, "--format", "csv"])
-        assert c.exit_code == 0 and c.output.startswith("snapshot_id,fs,")
+        assert c.exit_code == 0 and c.output.startswith("id,fs,")
     bad = runner.invoke(main, ["analyze", "--db", str(db), "--snapshot", "99"])
     assert bad.exit_code != 0 and "fsage: error: no snapshot 99" in bad.output
     missing = runner.invoke(main, ["analyze", "--db", str(tmp_path / "none.db")])
     assert missing.exit_code != 0 and "Traceback" not in missing.output
+
+
+def _analysis(
+    sid: int,
+    taken_at: str,
+    score: float,
+    fs: str = "t",
+    ops: int | None = None,
+    recreation_of: int | None = None,
+) -> dict[str, object]:
+    return {
+        "id": sid,
+        "fs": fs,
+        "taken_at": taken_at,
+        "layout_score": score,
+        "files": 10,
+        "blocks_free": 100,
+        "new_files": 30,
+        "changed_files": 3,
+        "deleted_files": 6,
+        "op_count": ops,
+        "bytes_written": None if ops is None else ops * 4096,
+        "recreation_of": recreation_of,
+    }
+
+
+def test_trends_give_rates_only_over_meaningful_spans() -> None:
+    from fsage.analyzer.history import trends
+
+    # three snapshots minutes apart: no rate per month, no per-day activity, the total change
+    quick = [
+        _analysis(1, "2026-01-01T00:00:00+00:00", 1.0),
+        _analysis(2, "2026-01-01T00:05:00+00:00", 0.95, ops=1000),
+        _analysis(3, "2026-01-01T00:10:00+00:00", 0.90, ops=3000),
+    ]
+    t = trends(quick)["t"]
+    assert t["decline_per_month"] is None
+    assert "10 min" in t["decline_per_month_reason"] and "7 days" in t["decline_per_month_reason"]
+    assert t["total_change"] == pytest.approx(-0.10)
+    assert all(a["created_per_day"] is None and a["per_day_reason"] for a in t["activity"])
+    # the aging clock: snapshots 2 and 3 carry ops; 0.05 lost over 2000 ops
+    assert t["clock"] == "ops"
+    assert t["change_per_kop"] == pytest.approx(-0.025)
+    assert t["activity"][1]["created_per_kop"] == pytest.approx(30 * 1000 / 2000)
+    # seed 000's four months: a rate, and activity per day
+    slow = [
+        _analysis(1, "2026-01-01T00:00:00+00:00", 0.90),
+        _analysis(2, "2026-05-02T18:00:00+00:00", 0.836),
+    ]
+    t2 = trends(slow)["t"]
+    assert t2["decline_per_month"] == pytest.approx(0.016, rel=0.01)
+    assert t2["decline_per_month_reason"] is None
+    assert t2["activity"][0]["created_per_day"] == pytest.approx(30 / 121.75)
+
+
+def test_trends_put_a_recreation_beside_its_snapshot() -> None:
+    from fsage.analyzer.history import trends
+
+    hist = [
+        _analysis(1, "2026-01-01T00:00:00+00:00", 0.99, fs="home"),
+        _analysis(2, "2026-02-01T00:00:00+00:00", 0.97, fs="home"),
+        _analysis(5, "2026-03-01T00:00:00+00:00", 0.96, fs="home-replay", ops=500, recreation_of=2),
+    ]
+    tr = trends(hist)
+    assert set(tr) == {"home"}
+    (rec,) = tr["home"]["recreations"]
+    assert (rec["id"], rec["recreation_of"], rec["original_layout_score"]) == (5, 2, 0.97)
+    assert [s["id"] for s in tr["home"]["snapshots"]] == [1, 2]
+
+
+def test_show_path_lists_the_subtree_and_says_when_nothing_matches(tmp_path: Path) -> None:
+    from fsage.db.store import Store
+    from fsage.listing import file_listing
+
+    img = make_image(tmp_path, seed=5, block_size=4096, size_mb=16, files=120, max_bytes=20_000)
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    with Store.open(db) as store:
+        layout = store.load_layout(1)
+    everything = file_listing(layout)
+    dirs = sorted(
+        {e.path.rsplit("/", 1)[0] for e in everything if e.path and e.path.count("/") > 1}
+    )
+    assert dirs
+    for d in dirs[:3]:
+        # the subtree found from the root down is the full listing filtered by path
+        want = [e for e in everything if e.path and (e.path == d or e.path.startswith(d + "/"))]
+        assert file_listing(layout, d) == want and want
+    r = runner.invoke(main, ["show", "1", "--db", str(db), "--path", "/nope"])
+    assert r.exit_code != 0 and "fsage: error: no file at or below /nope" in r.output

@@ -160,7 +160,7 @@ def test_analyze_shows_segment_utilization(tmp_path: Path) -> None:
     assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
     out = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
     assert out.exit_code == 0, out.output
-    seg = json.loads(out.output)[0]["segments"]
+    seg = json.loads(out.output)["snapshots"][0]["segments"]
     fs = LFS.open(img, readonly=True)
     try:
         _total, live = fs.usage()

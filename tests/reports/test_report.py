@@ -52,7 +52,7 @@ def test_report_is_self_contained_and_escaped(db: Path, tmp_path: Path) -> None:
     # the hostile names never appear raw
     assert HOSTILE not in text
     assert html_escaped(HOSTILE) in text  # in the summary table and the directory table
-    assert text.count("class='plot'") == 6
+    assert text.count("class='plot'") == 7
 
 
 def html_escaped(s: str) -> str:
@@ -121,7 +121,9 @@ def test_every_plot_draws_in_chromium(db: Path, tmp_path: Path) -> None:
     attrs = body.group(1)
     assert 'data-done="1"' in attrs
     assert "data-errors" not in attrs
-    assert 'data-plots="6"' in attrs and 'data-plots-drawn="6"' in attrs
+    assert 'data-plots="7"' in attrs and 'data-plots-drawn="7"' in attrs
+    # no title, axis label, tick label, legend or button drawn over another
+    assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * 7
     assert re.search(r'<div id="fsage-errors"></div>', dom)
     # the hostile name stayed text: no <img> element was created from it
     assert "<img" not in dom
@@ -144,3 +146,38 @@ def test_single_snapshot_report_draws(tmp_path: Path) -> None:
     n = out.read_text().count("class='plot'")
     assert n >= 6
     assert f'data-plots-drawn="{n}"' in attrs and "data-errors" not in attrs
+
+
+@pytest.mark.chromium
+@pytest.mark.slow
+def test_overlapping_text_is_caught(db: Path, tmp_path: Path) -> None:
+    """The report's own check compares the boxes of titles, axis titles, tick labels, legends
+    and buttons: a legend put on the title is caught, the standard figures (with --compare)
+    have no overlap."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium not installed")
+
+    @register_section("test-overlap", order=999)
+    def bad(data: ReportData) -> Section | None:
+        fig = {
+            "data": [{"type": "scatter", "name": "a long legend entry", "x": [1, 2], "y": [1, 2]},
+                     {"type": "scatter", "name": "another legend entry", "x": [1, 2], "y": [2, 1]}],
+            "layout": {"title": {"text": "A title the legend covers", "x": 0.02, "y": 0.95},
+                       "legend": {"orientation": "h", "x": 0.02, "y": 1.12, "yanchor": "top"},
+                       "margin": {"t": 60}},
+        }  # fmt: skip
+        return Section("Overlap", figures=[fig])
+
+    try:
+        out = tmp_path / "c.html"
+        r = CliRunner().invoke(
+            main, ["report", "--db", str(db), "-o", str(out), "--compare", "1", "3"]
+        )
+        assert r.exit_code == 0, r.output
+    finally:
+        _BUILDERS[:] = [b for b in _BUILDERS if b[1] != "test-overlap"]
+    dom = _chromium_dom(out, tmp_path / "profile")
+    found = re.findall(r'data-overlaps="([^"]*)"', dom)
+    assert len(found) == 10  # 7 standard figures, 2 of the comparison, the bad one
+    assert found[:-1] == [""] * 9, found
+    assert "title:" in found[-1] and "legend:" in found[-1]
