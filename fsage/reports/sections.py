@@ -187,7 +187,7 @@ def score_by_size(data: ReportData) -> Section | None:
                 "file size (largest in the size class)",
                 "layout score",
                 xaxis=bytes_axis(min(sizes), max(sizes)),
-                yaxis={"range": _score_range(values), "tickformat": ".3f"},
+                yaxis=score_axis(values),
                 shapes=[_ref_line(1.0)],
             )
         ],
@@ -218,6 +218,15 @@ def _score_range(values: list[float | None]) -> list[float]:
     lo, hi = min(vals), max(vals)
     pad = max((hi - lo) * 0.15, 0.002)
     return [max(lo - pad, 0.0), min(hi + pad, 1.0 + pad * 0.25)]
+
+
+def score_axis(values: list[float | None]) -> dict[str, Any]:
+    """The y axis of a layout score: zoomed to the data, with as many decimals as the ticks
+    need to differ."""
+    lo, hi = _score_range(values)
+    step = (hi - lo) / 6
+    digits = max(3, int(np.ceil(-np.log10(step))) if step > 0 else 3)
+    return {"range": [lo, hi], "tickformat": f".{digits}f"}
 
 
 def _clock_x(s: dict[str, Any], clock: str) -> Any:
@@ -333,7 +342,7 @@ def score_over_time(data: ReportData) -> Section | None:
     for tr, x in zip(traces, xs[default], strict=True):
         tr["x"] = x
     layout: dict[str, Any] = {
-        "yaxis": {"range": _score_range(values), "tickformat": ".3f"},
+        "yaxis": score_axis(values),
         "xaxis": {"type": CLOCKS[default][1]},
         "shapes": [_ref_line(1.0)],
     }
