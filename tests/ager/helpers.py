@@ -45,3 +45,19 @@ def e2freefrag(image: Path) -> tuple[int, int]:
     count = int(re.search(r"Num. free extent:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
     largest = re.search(r"Max. free extent:\s*(\d+)\s*KB", out.stdout)
     return count, int(largest.group(1)) if largest else 0
+
+
+def tree_of(root: Path) -> dict[str, int]:
+    """{relative path: size} of the files below ``root`` and {path + '/': -1} of its
+    directories, lost+found left out: what a target holds, for comparing two of them."""
+    import os
+
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "lost+found"]
+        for f in files:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(root))] = p.stat().st_size
+        for d in dirs:
+            out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
+    return out

@@ -178,7 +178,7 @@ class _Model:
 def test_long_stream_with_renames_links_and_deep_trees(tmp_path: Path) -> None:
     model = _Model(14)
     ops_file = tmp_path / "long.jsonl"
-    count = write_workload(ops_file, WorkloadHeader("test/long-run", seed=14), model.ops(120_000))
+    count = write_workload(ops_file, WorkloadHeader("test/long-run", seed=14), model.ops(100_000))
     assert count == 100_000
     want_dirs, want_files = model.expected()
     assert len(want_dirs) > 2000  # far more directories than the descriptor cache holds

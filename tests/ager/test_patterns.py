@@ -4,7 +4,6 @@ directory and an offline ext image and leave exactly the tree the generator's mo
 from __future__ import annotations
 
 import collections
-import os
 import subprocess
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from fsage.ager.patterns import PATTERN_KINDS, PATTERNS, PRESET_DOCS
 from fsage.ager.posix import PosixExecutor
 from fsage.ager.profile import MIX_KINDS, get_preset
 from fsage.workload import NoSpaceError, Op
+
+from .helpers import tree_of
 
 MIB = 1 << 20
 PRESETS = ("desktop", "news", "vcs", "database")
@@ -29,18 +30,6 @@ def _ops(name: str, capacity: int, seed: int = 1, churn: float = 0.5) -> tuple[G
 def _model_tree(gen: Generator) -> dict[str, int]:
     out = {p: r.size for p, r in gen.files.items()}
     out.update({d + "/": -1 for d in gen.dir_depth if d})
-    return out
-
-
-def _tree(root: Path) -> dict[str, int]:
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != "lost+found"]
-        for f in files:
-            p = Path(dirpath) / f
-            out[str(p.relative_to(root))] = p.stat().st_size
-        for d in dirs:
-            out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
     return out
 
 
@@ -60,7 +49,7 @@ def test_preset_stream_runs_on_a_directory_and_matches_the_model(tmp_path: Path,
     with PosixExecutor(tmp_path) as ex:
         for op in ops:
             ex.apply(op)
-    assert _tree(tmp_path) == _model_tree(gen)
+    assert tree_of(tmp_path) == _model_tree(gen)
     # Each preset issues the ops of its patterns.
     want = {
         "desktop": {"rename", "fsync", "sync", "fallocate", "append"},

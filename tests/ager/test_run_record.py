@@ -21,18 +21,9 @@ from fsage.errors import UsageError
 from fsage.snapshotter import read_source
 from fsage.workload import Op, OpFailedError, read_workload, write_workload
 
+from .helpers import tree_of
+
 MIB = 1 << 20
-
-
-def _tree(root: Path) -> dict[str, int]:
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        for f in files:
-            p = Path(dirpath) / f
-            out[str(p.relative_to(root))] = p.stat().st_size
-        for d in dirs:
-            out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
-    return out
 
 
 @pytest.fixture
@@ -74,7 +65,7 @@ def test_crash_then_resume_gives_the_whole_tree(
     assert record["ops_done"] == 1234 and record["clean"] and not record["finished"]
     res = age(part, AgeOptions(resume=True))  # the op stream comes from the record
     assert res.finished and res.resumed_from == 1234
-    assert _tree(part) == _tree(whole)
+    assert tree_of(part) == tree_of(whole)
     assert ".fsage-age" not in os.listdir(part)
 
 
@@ -115,13 +106,13 @@ def test_resume_after_a_kill_between_records(tmp_path: Path, stream: Path) -> No
     res = age(part, AgeOptions(ops_file=stream, resume=True))
     assert res.finished and res.ops == total
     assert res.resumed_from == 1700  # ops 1000..1699 came from the journal
-    assert _tree(part) == _tree(whole)
+    assert tree_of(part) == tree_of(whole)
     # The journal now holds every op exactly once and replays to the same tree.
     assert sum(1 for _ in read_workload(journal)[1]) == total
     again = tmp_path / "again"
     again.mkdir()
     assert age(again, AgeOptions(ops_file=journal)).finished
-    assert _tree(again) == _tree(whole)
+    assert tree_of(again) == tree_of(whole)
 
 
 def test_resume_takes_the_record_and_refuses_a_mismatch(
