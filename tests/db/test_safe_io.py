@@ -304,6 +304,8 @@ def _check_private(work: Path, image: Path) -> None:
 
 
 def test_contrib_units_keep_the_state_private() -> None:
+    from fsage.snapshotter.units import render_unit
+
     for unit in ("fsage.service", "fsage-daemon.service"):
-        text = (REPO / "contrib" / unit).read_text()
+        text = render_unit(unit, Path("/etc/fsage/fsage.toml"))
         assert "UMask=0077" in text and "StateDirectoryMode=0700" in text
