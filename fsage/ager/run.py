@@ -115,6 +115,10 @@ class Target:
         """What ``run_metrics`` needs to report the part of a run after this moment."""
         return None
 
+    def max_fill(self) -> float | None:
+        """The highest fullness the target can reach, when it keeps room back (LFS)."""
+        return None
+
     def run_metrics(
         self, fill_mark: tuple[int, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -276,6 +280,13 @@ class LfsTarget(ReopenTarget):
         if isinstance(self.executor, LfsExecutor):
             self.carried.add(self.executor.counters)
 
+    def max_fill(self) -> float | None:
+        from fsage.lfs.executor import LfsExecutor
+
+        if isinstance(self.executor, LfsExecutor):
+            return self.executor.fs.max_fullness()
+        return None
+
     def counters_mark(self) -> Any:
         from fsage.lfs.cleaner import Counters
         from fsage.lfs.executor import LfsExecutor
@@ -406,9 +417,14 @@ def age(
     say = echo or (lambda s: None)
     tgt = open_target(Path(target_path), opts)
     try:
-        return _run(tgt, Path(target_path), opts, say)
-    finally:
-        tgt.close()
+        res = _run(tgt, Path(target_path), opts, say)
+    except BaseException:
+        # The first error is the one shown: closing after it may fail too (a full log).
+        with contextlib.suppress(Exception):
+            tgt.close()
+        raise
+    tgt.close()
+    return res
 
 
 def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) -> AgeResult:
@@ -450,6 +466,12 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         def probe() -> tuple[int, int, int]:
             return tgt.executor.capacity_blocks()
 
+        reach = tgt.max_fill()
+        if reach is not None and profile.fill > reach:
+            raise UsageError(
+                f"{path}: fill {profile.fill:g} cannot be reached: the clean segments the log "
+                f"keeps back leave at most {reach:.3f} (use --fill {reach - 0.005:.2f} or less)"
+            )
         gen = Generator(profile, opts.seed, total * bs, probe=probe, block_size=bs)
         ident = {"kind": "profile", "profile": profile.to_json(), "seed": opts.seed}
         if opts.resume:
@@ -580,6 +602,16 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         except BaseException as exc:
             if store is not None and run_id is not None:
                 status = "failed" if isinstance(exc, Exception) else "interrupted"
+                fail_metrics: dict[str, Any] | None = None
+                fail_util: dict[str, Any] | None = None
+                with contextlib.suppress(Exception):  # what the run did up to the error
+                    fail_metrics, fail_util = tgt.run_metrics(fill_mark)
+                    fail_metrics = {
+                        "elapsed_s": time.perf_counter() - t0,
+                        "nospace": res.nospace,
+                        "skipped": res.skipped,
+                        **fail_metrics,
+                    }
                 with contextlib.suppress(Exception):
                     _finish_aging_run(
                         store,
@@ -589,6 +621,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                         ops=done - start,
                         bytes_written=bytes_written - start_bytes,
                         snapshots=res.snapshots,
+                        metrics=fail_metrics,
+                        utilization=fail_util,
                         notes=[f"{type(exc).__name__}: {exc}"],
                     )
             raise
