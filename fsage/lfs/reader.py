@@ -193,6 +193,11 @@ class _Summaries:
         return rec.btype == fmt.BT_INDIRECT and rec.level == kind
 
 
+def _name_bytes(name: str | bytes) -> bytes:
+    # A name that is not valid UTF-8 on disk may come out of the protobuf decoder as bytes.
+    return name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
+
+
 def _entries(fs: LFS, ino: int) -> dict[str, int]:
     """A directory's entries; none when it cannot be read (the directory is then damaged)."""
     try:
@@ -219,7 +224,7 @@ def _layout(fs: LFS) -> Layout:
         for name, child in _entries(fs, ino).items():
             parents.append(ino)
             lino.append(child)
-            lnames.append(name.encode("utf-8", "surrogateescape"))
+            lnames.append(_name_bytes(name))
     for sino in SPECIAL_INOS:
         used += special.add(fs, sino, summaries)
     # Open-but-unlinked files are named in the unlinked directory; keep those links (they
@@ -227,7 +232,7 @@ def _layout(fs: LFS) -> Layout:
     for name, child in _entries(fs, fmt.INO_UNLINKED).items():
         parents.append(fmt.INO_UNLINKED)
         lino.append(child)
-        lnames.append(name.encode("utf-8", "surrogateescape"))
+        lnames.append(_name_bytes(name))
     files = user.table()
     groups = []
     free_start: list[int] = []
