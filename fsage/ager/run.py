@@ -65,6 +65,8 @@ class AgeOptions:
     snapshot_every: int = 0
     name: str | None = None
     progress: bool = False
+    #: Cleaning policy of an LFS target (default: the one chosen at mkfs).
+    policy: str | None = None
 
 
 @dataclass
@@ -267,11 +269,14 @@ class LfsTarget(ReopenTarget):
     """An LFS image; the cleaner's counters are carried across the reopens of snapshots, so
     the run's write cost covers every op of the run."""
 
-    def __init__(self, image: Path) -> None:
+    def __init__(self, image: Path, policy: str | None = None) -> None:
         from fsage.lfs.cleaner import Counters
         from fsage.lfs.executor import LfsExecutor
 
-        super().__init__(image, LfsExecutor, "LFS image: ops run through fsage's LFS", "lfs")
+        def factory(p: Path) -> LfsExecutor:
+            return LfsExecutor(p, policy=policy)
+
+        super().__init__(image, factory, "LFS image: ops run through fsage's LFS", "lfs")
         self.carried = Counters()
 
     def _closed(self) -> None:
@@ -327,6 +332,8 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         raise UnsafeTargetError("refusing to age '/'")
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
+    if opts.policy is not None and (path.is_dir() or image_kind(real) != "lfs"):
+        raise UsageError("--policy chooses the cleaning policy of an LFS image")
     if path.is_dir():
         if opts.mode == "offline":
             raise UsageError("--offline needs an image file, not a directory")
@@ -337,7 +344,7 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
             f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
         )
     if kind == "lfs":
-        return LfsTarget(real)
+        return LfsTarget(real, opts.policy)
     if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(

@@ -10,6 +10,7 @@ from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, age
 from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import UsageError
+from fsage.lfs.cleaner import POLICIES
 
 
 @click.command("age")
@@ -55,12 +56,17 @@ from fsage.errors import UsageError
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from its record.")
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    help="Cleaning policy of an LFS image (default: the one chosen at mkfs).",
+)
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, force: bool,
-    resume: bool, fmt: str,
+    resume: bool, policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -74,6 +80,7 @@ def age_cmd(
       fsage age /mnt/test --profile hfs-surge --fill 0.8 --churn 2
       fsage age ext4.img --profile hfs-aging --db fsage.db --snapshot-every 2000
       fsage age ext4.img --ops ops.jsonl.gz --offline
+      fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if (profile_spec is None) == (ops_file is None):
         raise UsageError("give exactly one of --profile or --ops")
@@ -89,7 +96,7 @@ def age_cmd(
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
         resume=resume, fsync=fsync, db=db, snapshot_every=snapshot_every, name=name,
-        progress=progress_enabled() and fmt == "text",
+        progress=progress_enabled() and fmt == "text", policy=policy,
     )  # fmt: skip
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":

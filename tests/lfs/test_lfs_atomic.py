@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from fsage.ager.profile import get_preset
 from fsage.ager.run import AgeOptions, age, aging_runs
+from fsage.cli import main
 from fsage.db.store import Store
 from fsage.errors import FsageError, UsageError
 from fsage.lfs import format as fmt
@@ -272,3 +274,18 @@ def test_failed_lfs_run_records_metrics_and_the_first_error(
     assert r.status == "failed" and "missing" in r.notes[0]
     assert r.metrics["write_cost"] >= 1.0 and r.metrics["counters"]["new_blocks"] > 12
     assert r.utilization["live_blocks"] > 12
+
+
+def test_age_chooses_the_lfs_cleaning_policy(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img", segments=48)
+    wl = _ops_file(tmp_path / "w.jsonl", [Op("create", f"f{i}", size=30000) for i in range(5)])
+    db = tmp_path / "d.db"
+    res = CliRunner().invoke(
+        main, ["age", str(img), "--ops", str(wl), "--db", str(db), "--policy", "cost-benefit"]
+    )
+    assert res.exit_code == 0, res.output
+    with Store.open(db) as store:
+        (r,) = aging_runs(store, kind="lfs")
+    assert r.metrics["policy"] == "cost-benefit"
+    bad = CliRunner().invoke(main, ["age", str(tmp_path), "--ops", str(wl), "--policy", "greedy"])
+    assert bad.exit_code != 0 and "LFS image" in bad.output
