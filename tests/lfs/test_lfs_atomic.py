@@ -22,6 +22,7 @@ from fsage.lfs.executor import LfsExecutor
 from fsage.lfs.format import LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, mkfs
 from fsage.lfs.fsck import fsck
+from fsage.lfs.sim import random_update
 from fsage.workload import NoSpaceError, Op, OpFailedError, WorkloadHeader, write_workload
 
 
@@ -289,3 +290,13 @@ def test_age_chooses_the_lfs_cleaning_policy(tmp_path: Path) -> None:
     assert r.metrics["policy"] == "cost-benefit"
     bad = CliRunner().invoke(main, ["age", str(tmp_path), "--ops", str(wl), "--policy", "greedy"])
     assert bad.exit_code != 0 and "LFS image" in bad.output
+
+
+def test_simulator_reclaims_segments_that_empty_on_their_own() -> None:
+    """Seed 001 Figure 5-3's small segments: with one block per segment every overwritten
+    segment empties by itself, so no cleaning is needed at all."""
+    one = random_update(0.85, "clean", segments=512, segment_size=8192, updates_per_block=2)
+    assert one.counters.cleaning_passes == 0 and one.metrics["write_cost"] == 1.0
+    two = random_update(0.85, "clean", segments=256, segment_size=16384, updates_per_block=2)
+    assert two.metrics["write_cost"] > 1.0
+    assert two.metrics["overall_write_cost"] > one.metrics["overall_write_cost"]
