@@ -18,6 +18,13 @@ at 99% cleaning is above 50 and hole-plugging below 15; adaptive follows the che
 
     PYTHONPATH=. python3 bench/lfs_cleaning.py [--segments 512] [--lfs-segments 256]
     PYTHONPATH=. python3 bench/lfs_cleaning.py --no-lfs
+
+Seed 001 Figure 5-3 (``--figure 5-3``): overall write cost of greedy cleaning against segment
+size (8 KB to 1 MB) on a simulated disk of fixed size at 85% utilization. Expected (§5.2.2):
+lowest for single-block (8 KB) segments, where every segment empties on its own and no
+cleaning is needed; above one block, little benefit from smaller segments.
+
+    PYTHONPATH=. python3 bench/lfs_cleaning.py --figure 5-3 [--disk-mb 32]
 """
 
 from __future__ import annotations
@@ -83,8 +90,41 @@ def _check(name: str, rows: dict[float, Row]) -> list[str]:
     return out
 
 
+SEGMENT_KB = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def figure_5_3(disk_mb: int, utilization: float, updates_per_block: int, seed: int) -> None:
+    t = time.perf_counter()
+    rows = []
+    for kb in SEGMENT_KB:
+        seg = kb * 1024
+        r = random_update(
+            utilization,
+            "clean",
+            segments=(disk_mb << 20) // seg,
+            segment_size=seg,
+            updates_per_block=updates_per_block,
+            seed=seed,
+        )
+        rows.append((kb, r.metrics["write_cost"], r.metrics["overall_write_cost"]))
+    print(
+        f"random update at U={utilization:g}, {disk_mb} MB simulated disk, 8 KB blocks, "
+        f"15 ms / 5 MB/s, greedy cleaning; {updates_per_block} updates per block "
+        f"({time.perf_counter() - t:.0f} s)"
+    )
+    print(f"{'segment':>8} | {'write cost':>10} {'overall':>9}")
+    for kb, wc, owc in rows:
+        print(f"{kb:>6}KB | {wc:10.2f} {owc:9.2f}")
+    best = min(rows, key=lambda r: r[2])[0]
+    print(
+        f"lowest overall write cost at {best} KB segments (seed 001: 8 KB, single-block segments)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--figure", choices=("5-3", "5-4"), default="5-4")
+    ap.add_argument("--disk-mb", type=int, default=32, help="Figure 5-3: simulated disk size")
     ap.add_argument("--segments", type=int, default=512, help="simulated disk, 256 KB segments")
     ap.add_argument("--lfs-segments", type=int, default=256, help="LFS image, 256 KB segments")
     ap.add_argument(
@@ -97,6 +137,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the LFS image goes")
     args = ap.parse_args()
+    if args.figure == "5-3":
+        figure_5_3(args.disk_mb, 0.85, args.updates_per_block, args.seed)
+        return
 
     sim: dict[float, Row] = {}
     lfs: dict[float, Row] = {}

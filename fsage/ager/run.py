@@ -71,6 +71,8 @@ class AgeOptions:
     snapshot_every: int = 0
     name: str | None = None
     progress: bool = False
+    #: Cleaning policy of an LFS target (default: the one chosen at mkfs).
+    policy: str | None = None
 
 
 @dataclass
@@ -129,6 +131,10 @@ class Target:
 
     def counters_mark(self) -> Any:
         """What ``run_metrics`` needs to report the part of a run after this moment."""
+        return None
+
+    def max_fill(self) -> float | None:
+        """The highest fullness the target can reach, when it keeps room back (LFS)."""
         return None
 
     def run_metrics(
@@ -282,11 +288,14 @@ class LfsTarget(ReopenTarget):
     """An LFS image; the cleaner's counters are carried across the reopens of snapshots, so
     the run's write cost covers every op of the run."""
 
-    def __init__(self, image: Path) -> None:
+    def __init__(self, image: Path, policy: str | None = None) -> None:
         from fsage.lfs.cleaner import Counters
         from fsage.lfs.executor import LfsExecutor
 
-        super().__init__(image, LfsExecutor, "LFS image: ops run through fsage's LFS", "lfs")
+        def factory(p: Path) -> LfsExecutor:
+            return LfsExecutor(p, policy=policy)
+
+        super().__init__(image, factory, "LFS image: ops run through fsage's LFS", "lfs")
         self.carried = Counters()
 
     def _closed(self) -> None:
@@ -294,6 +303,13 @@ class LfsTarget(ReopenTarget):
 
         if isinstance(self.executor, LfsExecutor):
             self.carried.add(self.executor.counters)
+
+    def max_fill(self) -> float | None:
+        from fsage.lfs.executor import LfsExecutor
+
+        if isinstance(self.executor, LfsExecutor):
+            return self.executor.fs.max_fullness()
+        return None
 
     def counters_mark(self) -> Any:
         from fsage.lfs.cleaner import Counters
@@ -335,6 +351,8 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         raise UnsafeTargetError("refusing to age '/'")
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
+    if opts.policy is not None and (path.is_dir() or image_kind(real) != "lfs"):
+        raise UsageError("--policy chooses the cleaning policy of an LFS image")
     if path.is_dir():
         if opts.mode == "offline":
             raise UsageError("--offline needs an image file, not a directory")
@@ -349,7 +367,7 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
     if kind == "lfs":
         if opts.data == "fallocate":
             raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
-        return LfsTarget(real)
+        return LfsTarget(real, opts.policy)
     if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(
@@ -464,9 +482,14 @@ def age(
     opts = replace(opts, data=opts.data or "write")
     tgt = open_target(Path(target_path), opts)
     try:
-        return _run(tgt, Path(target_path), opts, say)
-    finally:
-        tgt.close()
+        res = _run(tgt, Path(target_path), opts, say)
+    except BaseException:
+        # The first error is the one shown: closing after it may fail too (a full log).
+        with contextlib.suppress(Exception):
+            tgt.close()
+        raise
+    tgt.close()
+    return res
 
 
 def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) -> AgeOptions:
@@ -643,6 +666,12 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         def probe() -> tuple[int, int, int]:
             return tgt.executor.capacity_blocks()
 
+        reach = tgt.max_fill()
+        if reach is not None and profile.fill > reach:
+            raise UsageError(
+                f"{path}: fill {profile.fill:g} cannot be reached: the clean segments the log "
+                f"keeps back leave at most {reach:.3f} (use --fill {reach - 0.005:.2f} or less)"
+            )
         gen = Generator(profile, seed, total * bs, probe=probe, block_size=bs)
         ident = {"kind": "profile", "profile": profile.to_json(), "seed": seed}
         if opts.resume:
@@ -844,6 +873,16 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             journal.close()
             if store is not None and run_id is not None:
                 status = "failed" if isinstance(exc, Exception) else "interrupted"
+                fail_metrics: dict[str, Any] | None = None
+                fail_util: dict[str, Any] | None = None
+                with contextlib.suppress(Exception):  # what the run did up to the error
+                    fail_metrics, fail_util = tgt.run_metrics(fill_mark)
+                    fail_metrics = {
+                        "elapsed_s": time.perf_counter() - t0,
+                        "nospace": res.nospace,
+                        "skipped": res.skipped,
+                        **fail_metrics,
+                    }
                 with contextlib.suppress(Exception):
                     _finish_aging_run(
                         store,
@@ -853,7 +892,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                         ops=done - start,
                         bytes_written=bytes_written - start_bytes,
                         snapshots=res.snapshots,
-                        metrics=timing(),
+                        metrics={**timing(), **(fail_metrics or {})},
+                        utilization=fail_util,
                         notes=[f"{type(exc).__name__}: {exc}"],
                     )
             raise

@@ -11,6 +11,7 @@ from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import UsageError
+from fsage.lfs.cleaner import POLICIES
 
 
 @click.command("age")
@@ -82,12 +83,18 @@ from fsage.errors import UsageError
     show_default=True,
     help="With --match: give up after this many seconds and report the closest state.",
 )
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    help="Cleaning policy of an LFS image (default: the one chosen at mkfs).",
+)
 @format_option("text", "json")
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, match_spec: str | None, time_limit: float, fmt: str,
+    force: bool, resume: bool, match_spec: str | None, time_limit: float, policy: str | None,
+    fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -106,6 +113,7 @@ def age_cmd(
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
       fsage age /mnt/test --match 12 --db fsage.db
+      fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if match_spec is not None:
         if profile_spec is not None or ops_file is not None or resume:
@@ -130,7 +138,7 @@ def age_cmd(
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
         resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
-        progress=progress_enabled() and fmt == "text",
+        progress=progress_enabled() and fmt == "text", policy=policy,
     )  # fmt: skip
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":

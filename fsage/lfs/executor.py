@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -15,6 +14,8 @@ from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
 __all__ = ["LfsExecutor", "is_lfs_image", "lfs_metrics", "lfs_utilization"]
 
 _CHUNK = 1 << 20
+#: Ops that may take room in the log: their space is made before they start.
+_GROWS = frozenset({"create", "append", "overwrite", "mkdir", "rename", "link", "truncate"})
 
 
 class LfsExecutor(Executor):
@@ -50,31 +51,21 @@ class LfsExecutor(Executor):
                 made.append(sub)
 
     def apply(self, op: Op) -> int:
-        """Run one op. When the log is full (no clean segment even after cleaning) the part of
-        the op already done is undone — a file it created is removed, a file it grew is cut
-        back to its old size, directories it made are removed — and ``NoSpaceError`` is
-        raised, so the ager turns to deletes as it does on ENOSPC."""
+        """Run one op as one operation of the file system (``LFS.atomic``): room for its data
+        is made first, and if it fails part way (the log is full even after cleaning, or any
+        other error) the file system is left exactly as it was before it. Out of space raises
+        ``NoSpaceError``, so the ager turns to deletes as it does on ENOSPC."""
         made: list[str] = []
-        undo: list[tuple[str, str, int]] = []  # ("unlink", path, 0) | ("truncate", path, size)
+        undo: list[tuple[str, str, int]] = []
+        bs = self.fs.geo.block_size
+        need = -(-max(op.size, 0) // bs) + 8 if op.op in _GROWS else 0
         try:
-            return self._apply(op, made, undo)
+            with self.fs.atomic(need):
+                return self._apply(op, made, undo)
         except LfsNoSpace as exc:
-            self._undo(made, undo)
             raise NoSpaceError(f"{op.op} {op.path}: no space left ({exc})") from None
         except LfsOpError as exc:
             raise OpFailedError(f"{op.op} {op.path}: {exc}") from None
-
-    def _undo(self, made: list[str], undo: list[tuple[str, str, int]]) -> None:
-        fs = self.fs
-        for kind, path, size in reversed(undo):
-            with contextlib.suppress(LfsOpError, LfsNoSpace):
-                if kind == "unlink":
-                    fs.unlink(path)
-                elif fs.stat(path).size > size:
-                    fs.truncate(path, size)
-        for sub in reversed(made):
-            with contextlib.suppress(LfsOpError, LfsNoSpace):
-                fs.rmdir(sub)
 
     def _apply(self, op: Op, made: list[str], undo: list[tuple[str, str, int]]) -> int:
         fs = self.fs

@@ -17,6 +17,7 @@ linear block ``seg * blocks_per_segment + blk`` (``linear_block``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat as stat_mod
@@ -139,6 +140,43 @@ class Inode:
 
 def _simp(inode: Inode) -> lfs_pb2.InodeSimp:
     return lfs_pb2.InodeSimp(size=inode.size, blkptr=list(inode.ptr), ver=inode.version)
+
+
+def _clone_inode(inode: Inode) -> Inode:
+    c = Inode(inode.ino, inode.mode, inode.version)
+    for name in Inode.__slots__:
+        setattr(c, name, getattr(inode, name))
+    c.ptr = list(inode.ptr)
+    c.tree = {}
+    for key, node in inode.tree.items():
+        n = _Node(list(node.ptrs), node.addr)
+        n.dirty = node.dirty
+        c.tree[key] = n
+    return c
+
+
+@dataclass
+class _Savepoint:
+    """What an operation may change in memory, taken before it starts (see ``LFS.atomic``).
+    System-file blocks are saved as they are first changed (``sys_blocks``)."""
+
+    live: list[int]
+    mtime: list[int]
+    clean: set[int]
+    sys: dict[int, Inode]
+    sys_len: dict[int, int]
+    free_hint: int
+    cur_seg: int
+    cur_pos: int
+    flushed_pos: int
+    seq: int
+    buf: bytearray
+    recs: list[BlockRec | None]
+    next_seg: int
+    seg_flags: int
+    last_flush_commit: bool
+    segs_since_cp: int
+    sys_blocks: dict[tuple[int, int], bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -291,6 +329,7 @@ class LFS:
         self._last_flush_commit = False
         self._plug_summ: dict[int, fmt.Summary] = {}
         self._holeplug = False
+        self._txn: _Savepoint | None = None
 
     def _setup_geo(self) -> None:
         geo = self.geo
@@ -455,6 +494,7 @@ class LFS:
         after = [s for s in self.clean if s > cur]
         seg = min(after) if after else min(self.clean)
         self.clean.discard(seg)
+        self.mtime[seg] = 0  # a reused segment's data time starts over (seed 003 §2.3.2)
         return seg
 
     def _start_segment(self, seg: int) -> None:
@@ -792,6 +832,7 @@ class LFS:
         if byte >= len(m):
             m.extend(bytes(self.bs))
             self.sys[INO_INOMAP].size = len(m)
+        self._jsys(INO_INOMAP, byte // self.bs)
         if on:
             m[byte] |= 1 << (ino % 8)
         else:
@@ -908,10 +949,12 @@ class LFS:
                 ent.body = inode.body
             slot = fmt.encode_pb(ent).ljust(fmt.INODE_SLOT, b"\0")
         if tbl[off : off + fmt.INODE_SLOT] != slot:
+            self._jsys(INO_INOTBL, off // self.bs)
             tbl[off : off + fmt.INODE_SLOT] = slot
             self._sys_dirty[INO_INOTBL].add(off // self.bs)
         vrec = struct.pack(">I4xQ", inode.version, inode.atime)
         if vec[voff : voff + 16] != vrec:
+            self._jsys(INO_INOVEC, voff // self.bs)
             vec[voff : voff + 16] = vrec
             self._sys_dirty[INO_INOVEC].add(voff // self.bs)
         inode.dirty = False
@@ -1011,7 +1054,7 @@ class LFS:
     def _link(self, dino: int, name: str, ino: int) -> None:
         if len(name.encode("utf-8", "surrogateescape")) > 255:
             raise LfsOpError(f"name too long: {name[:40]!r}...")
-        self._dirs[dino][name] = ino
+        self._dir(dino)[name] = ino
         self._dirty_dirs.add(dino)
         self._dir_change(dino, name, ino, lfs_pb2.DirChRec.ADD)
         d = self._iget(dino)
@@ -1019,7 +1062,7 @@ class LFS:
         self._mark(d)
 
     def _unlink_name(self, dino: int, name: str) -> int:
-        ino = self._dirs[dino].pop(name)
+        ino = self._dir(dino).pop(name)
         self._dirty_dirs.add(dino)
         self._dir_change(dino, name, ino, lfs_pb2.DirChRec.REMOVE)
         d = self._iget(dino)
@@ -1062,9 +1105,10 @@ class LFS:
 
     def _checkpoint(self) -> None:
         self._commit()
-        if self.cur_pos >= self.ndata:
+        if self.cur_pos > 0:
+            # Seed 003 §2.3.2: next_seg is the next segment to be written after this
+            # checkpoint, so the partly written one is closed (roll-forward starts after it).
             self._seal()
-            self._flush(commit=True)
         stamp = self._stamp()
         cp = lfs_pb2.Checkpoint(
             timestamp=stamp,
@@ -1091,10 +1135,120 @@ class LFS:
 
     def _end_op(self) -> None:
         self._commit()
+        if self._txn is None:
+            self._after_op()
+
+    def _after_op(self) -> None:
+        """Checkpoint and clean when due: never inside an operation, so that an operation that
+        fails can be undone (segments it emptied are not reused before it ends)."""
         if self._segs_since_cp >= self.cp_interval:
             self._checkpoint()
         if not self._cleaning and len(self.clean) < self._low_water():
             self.clean_now()
+
+    # ------------------------------------------------------------------ atomic operations
+    @contextlib.contextmanager
+    def atomic(self, nblocks: int = 0) -> Iterator[None]:
+        """Run a group of operations as one: room for ``nblocks`` blocks is made first
+        (cleaning if needed, ``LfsNoSpace`` if it cannot be made, with nothing changed);
+        if anything inside fails, the file system is left exactly as it was before (the
+        blocks written meanwhile are dead and the current segment's summary is rewritten
+        without them). Checkpoints and cleaning wait until the group ends. Nested groups
+        join the outermost one."""
+        if self._txn is not None:
+            if nblocks:
+                self._ensure_space(nblocks)
+            yield
+            return
+        if nblocks:
+            self._ensure_space(nblocks)
+        self._commit()
+        self._txn = self._savepoint()
+        try:
+            yield
+            self._commit()
+            if nblocks and len(self.clean) < _RESERVE:
+                raise LfsNoSpace(
+                    f"{self.path}: no space left (the operation would take the "
+                    f"{_RESERVE} clean segments kept for deletes and cleaning)"
+                )
+        except BaseException:
+            sp, self._txn = self._txn, None
+            if not self.closed:
+                self._rollback(sp)
+            raise
+        self._txn = None
+        self._after_op()
+
+    def _savepoint(self) -> _Savepoint:
+        return _Savepoint(
+            live=list(self.live),
+            mtime=list(self.mtime),
+            clean=set(self.clean),
+            sys={ino: _clone_inode(i) for ino, i in self.sys.items()},
+            sys_len={ino: len(d) for ino, d in self._sysdata.items()},
+            free_hint=self._free_hint,
+            cur_seg=self.cur_seg,
+            cur_pos=self.cur_pos,
+            flushed_pos=self.flushed_pos,
+            seq=self.seq,
+            buf=self.buf,  # blocks below cur_pos are never changed in a segment's buffer
+            recs=list(self.recs),
+            next_seg=self.next_seg,
+            seg_flags=self._seg_flags,
+            last_flush_commit=self._last_flush_commit,
+            segs_since_cp=self._segs_since_cp,
+        )
+
+    def _jsys(self, sino: int, blk: int) -> None:
+        """Before a system-file block changes inside an operation: keep its old content."""
+        sp = self._txn
+        if sp is not None and (sino, blk) not in sp.sys_blocks:
+            data = self._sysdata[sino]
+            sp.sys_blocks[(sino, blk)] = bytes(data[blk * self.bs : (blk + 1) * self.bs])
+
+    def _rollback(self, sp: _Savepoint) -> None:
+        for seg in [s for s in self._seg_cache if s in sp.clean or s == sp.cur_seg]:
+            del self._seg_cache[seg]
+        self.live, self.mtime, self.clean = sp.live, sp.mtime, sp.clean
+        self.sys = sp.sys
+        for sino, n in sp.sys_len.items():
+            del self._sysdata[sino][n:]
+        for (sino, blk), old in sp.sys_blocks.items():
+            data = self._sysdata[sino]
+            if blk * self.bs < len(data):
+                data[blk * self.bs : blk * self.bs + len(old)] = old[: len(data) - blk * self.bs]
+        for sino in fmt.SYSTEM_FILES:
+            self._sys_dirty[sino].clear()
+            self.sys[sino].size = len(self._sysdata[sino])
+        # Inodes and directories changed in memory are read again from the inode table.
+        self._icache.clear()
+        self._dirs.clear()
+        self._dirty.clear()
+        self._dirty_dirs.clear()
+        self._dirch.clear()
+        self._free_hint = sp.free_hint
+        self._plug_summ = {}
+        self._holeplug = False
+        self._cleaning = False
+        self.cur_seg, self.cur_pos, self.flushed_pos = sp.cur_seg, sp.cur_pos, sp.flushed_pos
+        self.seq, self.buf, self.recs = sp.seq, sp.buf, sp.recs
+        self.next_seg, self._seg_flags = sp.next_seg, sp.seg_flags
+        self._segs_since_cp = sp.segs_since_cp
+        # The summary on disk may describe blocks of the undone operation: write it again,
+        # newer than any summary the operation wrote, so roll-forward stops here.
+        if self.next_seg < 0 and self.clean:
+            self.next_seg = self._alloc_segment()
+        base = self.geo.seg_offset(self.cur_seg)
+        a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
+        if b > a:
+            os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
+            self.flushed_pos = self.cur_pos
+        summ = fmt.pack_summary(
+            self.geo, self.recs, max(self.next_seg, 0), self._stamp(), self._seg_flags
+        )
+        os.pwrite(self.fd, summ, base + self.ndata * self.bs)
+        self._last_flush_commit = sp.last_flush_commit
 
     def _low_water(self) -> int:
         return max(4, self.geo.log_segments // 50)
@@ -1109,6 +1263,8 @@ class LFS:
     # ------------------------------------------------------------------ space
     def _ensure_space(self, nblocks: int) -> None:
         need = -(-nblocks // self.ndata) + 2
+        if self._txn is not None:
+            return  # made before the operation began (``atomic``); no cleaning inside it
         if self._cleaning or len(self.clean) >= need + self._low_water():
             return
         self.clean_now(want=need + self._low_water() - len(self.clean))
@@ -1122,19 +1278,32 @@ class LFS:
     def clean_now(self, want: int | None = None) -> int:
         """Run garbage collection until ``want`` more segments are clean (default: twice the
         low-water mark). Returns the number of segments freed."""
+        if self._txn is not None or self._cleaning:
+            return 0  # never inside an operation (see ``atomic``)
         target = len(self.clean) + (want or 2 * self._low_water())
-        freed = 0
+        start = best = len(self.clean)
         stalls = 0
+        # Stop after three passes that bring the clean count to no new high: passes that
+        # free one segment and fill another would otherwise go on for ever.
         while len(self.clean) < target and stalls < 3:
             got = self._gc_pass(target - len(self.clean))
-            freed += got
             if got < 0:
                 break  # the pass cost more than it freed: do not eat into the reserve
-            stalls = stalls + 1 if got == 0 else 0
-        return freed
+            if len(self.clean) > best:
+                best, stalls = len(self.clean), 0
+            else:
+                stalls += 1
+        return len(self.clean) - start
 
     def _gc_pass(self, want: int) -> int:
-        self._checkpoint()  # only segments written before the last checkpoint are cleaned
+        first = self.geo.first_log_segment
+        if any(
+            self.live[s] == 0 and s not in self.clean and s not in (self.cur_seg, self.next_seg)
+            for s in range(first, self.geo.segments)
+        ):
+            self._checkpoint()  # segments that emptied on their own become clean first
+        else:
+            self._commit()
         before = len(self.clean)
         cands = [
             s
@@ -1173,24 +1342,29 @@ class LFS:
             return 0
         self._cleaning = True
         try:
-            if p.mechanism == "clean":
-                self.counters.cleaning_passes += 1
-                for s in p.sources:
-                    self._relocate_segment(s, None)
-            else:
-                self.counters.holeplug_passes += 1
-                holes = self._find_holes(p.targets)
-                self._holeplug = True
-                try:
+            # One operation: a pass that runs out of room is undone (the blocks it moved
+            # stay where they were) and frees nothing.
+            with self.atomic():
+                self._cleaning = True
+                if p.mechanism == "clean":
+                    self.counters.cleaning_passes += 1
                     for s in p.sources:
-                        self._relocate_segment(s, holes)
-                finally:
-                    self._holeplug = False
-                self._write_plugged()
-            self._commit()
-            self._checkpoint()
+                        self._relocate_segment(s, None)
+                else:
+                    self.counters.holeplug_passes += 1
+                    holes = self._find_holes(p.targets)
+                    self._holeplug = True
+                    try:
+                        for s in p.sources:
+                            self._relocate_segment(s, holes)
+                    finally:
+                        self._holeplug = False
+                    self._write_plugged()
+        except LfsNoSpace:
+            return 0
         finally:
             self._cleaning = False
+        self._checkpoint()
         freed = len(self.clean) - before
         self.counters.segments_freed += max(0, freed)
         return freed
@@ -1316,11 +1490,11 @@ class LFS:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
-        self._ensure_space(1)
-        inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
-        inode.nlink = 1
-        self._link(dino, name, inode.ino)
-        self._end_op()
+        with self.atomic(1):
+            inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
+            inode.nlink = 1
+            self._link(dino, name, inode.ino)
+            self._end_op()
         return inode.ino
 
     def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
@@ -1328,19 +1502,19 @@ class LFS:
         if inode.mode & S_IFMT != S_IFREG:
             raise LfsOpError(f"not a regular file: {path!r}")
         mv = memoryview(data)
-        chunk = 2 * self.ndata * self.bs  # space is ensured (and cleaned) two segments at a time
-        pos = 0
-        while pos < len(mv) or pos == 0:
-            piece = mv[pos : pos + chunk]
-            self._ensure_space(len(piece) // self.bs + 2)
-            self._write_data(inode, offset + pos, piece)
-            pos += max(len(piece), 1)
-            if pos < len(mv):
-                self._commit()
-                if self._segs_since_cp >= self.cp_interval:
-                    self._checkpoint()
-        inode.mtime = inode.ctime = now_ms()
-        self._end_op()
+        chunk = 2 * self.ndata * self.bs  # committed two segments at a time
+        nblk = -(-len(mv) // self.bs) + 1
+        with self.atomic(nblk + nblk // 64 + 2):
+            inode = self._iget(inode.ino)
+            pos = 0
+            while pos < len(mv) or pos == 0:
+                piece = mv[pos : pos + chunk]
+                self._write_data(inode, offset + pos, piece)
+                pos += max(len(piece), 1)
+                if pos < len(mv):
+                    self._commit()
+            inode.mtime = inode.ctime = now_ms()
+            self._end_op()
         return len(mv)
 
     def writev(
@@ -1355,11 +1529,12 @@ class LFS:
         nblocks = sum(-(-len(d) // self.bs) + 1 for _, d in pieces)
         if nblocks > 32 * self.ndata:
             raise LfsOpError(f"writev of {nblocks} blocks: at most {32 * self.ndata}")
-        self._ensure_space(nblocks + 2)
-        for off, d in pieces:
-            self._write_data(inode, off, d)
-        inode.mtime = inode.ctime = now_ms()
-        self._end_op()
+        with self.atomic(nblocks + 2):
+            inode = self._iget(inode.ino)
+            for off, d in pieces:
+                self._write_data(inode, off, d)
+            inode.mtime = inode.ctime = now_ms()
+            self._end_op()
         return sum(len(d) for _, d in pieces)
 
     def append(self, path: str, data: bytes | bytearray | memoryview) -> int:
@@ -1377,14 +1552,15 @@ class LFS:
         inode = self._iget(self._lookup(path))
         if inode.mode & S_IFMT != S_IFREG:
             raise LfsOpError(f"not a regular file: {path!r}")
-        if size > inode.size:
-            inode.size = size  # a hole; reads give zeros
-            inode.mtime = inode.ctime = now_ms()
-            self._mark(inode)
-        else:
-            self._ensure_space(4)
-            self._truncate_inode(inode, size)
-        self._end_op()
+        with self.atomic(4):
+            inode = self._iget(inode.ino)
+            if size > inode.size:
+                inode.size = size  # a hole; reads give zeros
+                inode.mtime = inode.ctime = now_ms()
+                self._mark(inode)
+            else:
+                self._truncate_inode(inode, size)
+            self._end_op()
 
     def unlink(self, path: str) -> None:
         dino, name = self._parent(path)
@@ -1393,28 +1569,30 @@ class LFS:
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT == S_IFDIR:
             raise LfsOpError(f"is a directory: {path!r}")
-        self._unlink_name(dino, name)
-        inode.nlink -= 1
-        inode.ctime = now_ms()
-        if inode.nlink <= 0:
-            self._free_inode(inode)
-        else:
-            self._mark(inode)
-        self._end_op()
+        with self.atomic():
+            self._unlink_name(dino, name)
+            inode = self._iget(inode.ino)
+            inode.nlink -= 1
+            inode.ctime = now_ms()
+            if inode.nlink <= 0:
+                self._free_inode(inode)
+            else:
+                self._mark(inode)
+            self._end_op()
 
     def mkdir(self, path: str, mode: int = 0o755) -> int:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
-        self._ensure_space(1)
-        inode = self._alloc_inode(S_IFDIR | (mode & 0o7777))
-        inode.nlink = 2
-        self._dirs[inode.ino] = {}
-        self._dirty_dirs.add(inode.ino)
-        self._link(dino, name, inode.ino)
-        parent = self._iget(dino)
-        parent.nlink += 1
-        self._end_op()
+        with self.atomic(1):
+            inode = self._alloc_inode(S_IFDIR | (mode & 0o7777))
+            inode.nlink = 2
+            self._dirs[inode.ino] = {}
+            self._dirty_dirs.add(inode.ino)
+            self._link(dino, name, inode.ino)
+            parent = self._iget(dino)
+            parent.nlink += 1
+            self._end_op()
         return inode.ino
 
     def rmdir(self, path: str) -> None:
@@ -1426,12 +1604,13 @@ class LFS:
             raise LfsOpError(f"not a directory: {path!r}")
         if self._dir(inode.ino):
             raise LfsOpError(f"directory not empty: {path!r}")
-        self._unlink_name(dino, name)
-        parent = self._iget(dino)
-        parent.nlink -= 1
-        self._dirty_dirs.discard(inode.ino)
-        self._free_inode(inode)
-        self._end_op()
+        with self.atomic():
+            self._unlink_name(dino, name)
+            parent = self._iget(dino)
+            parent.nlink -= 1
+            self._dirty_dirs.discard(inode.ino)
+            self._free_inode(self._iget(inode.ino))
+            self._end_op()
 
     def rename(self, src: str, dst: str) -> None:
         sd, sname = self._parent(src)
@@ -1448,9 +1627,15 @@ class LFS:
                 raise LfsOpError(f"cannot move {src!r} inside itself")
         if (sd, sname) == (dd, dname):
             return
-        self._ensure_space(1)
-        if dname in self._dirs[dd]:
-            victim = self._iget(self._dirs[dd][dname])
+        with self.atomic(1):
+            self._rename(sd, sname, dd, dname, ino, is_dir, dst)
+            self._end_op()
+
+    def _rename(
+        self, sd: int, sname: str, dd: int, dname: str, ino: int, is_dir: bool, dst: str
+    ) -> None:
+        if dname in self._dir(dd):
+            victim = self._iget(self._dir(dd)[dname])
             if victim.mode & S_IFMT == S_IFDIR:
                 if not is_dir or self._dir(victim.ino):
                     raise LfsOpError(f"cannot replace directory {dst!r}")
@@ -1474,25 +1659,25 @@ class LFS:
             self._iget(dd).nlink += 1
             self._mark(self._iget(sd))
             self._mark(self._iget(dd))
+        inode = self._iget(ino)
         inode.ctime = now_ms()
         self._mark(inode)
-        self._end_op()
 
     def symlink(self, target: str, path: str) -> int:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
         raw = target.encode("utf-8", "surrogateescape")
-        self._ensure_space(len(raw) // self.bs + 1)
-        inode = self._alloc_inode(S_IFLNK | 0o777)
-        inode.nlink = 1
-        if len(raw) <= fmt.BODY_MAX:
-            inode.body = raw
-            inode.size = len(raw)
-        else:
-            self._write_data(inode, 0, raw)
-        self._link(dino, name, inode.ino)
-        self._end_op()
+        with self.atomic(len(raw) // self.bs + 1):
+            inode = self._alloc_inode(S_IFLNK | 0o777)
+            inode.nlink = 1
+            if len(raw) <= fmt.BODY_MAX:
+                inode.body = raw
+                inode.size = len(raw)
+            else:
+                self._write_data(inode, 0, raw)
+            self._link(dino, name, inode.ino)
+            self._end_op()
         return inode.ino
 
     def readlink(self, path: str) -> str:
@@ -1508,11 +1693,13 @@ class LFS:
         dino, name = self._parent(path)
         if name in self._dirs[dino]:
             raise LfsOpError(f"file exists: {path!r}")
-        inode.nlink += 1
-        inode.ctime = now_ms()
-        self._mark(inode)
-        self._link(dino, name, inode.ino)
-        self._end_op()
+        with self.atomic():
+            inode = self._iget(inode.ino)
+            inode.nlink += 1
+            inode.ctime = now_ms()
+            self._mark(inode)
+            self._link(dino, name, inode.ino)
+            self._end_op()
 
     def stat(self, path: str) -> Stat:
         return self.stat_ino(self._lookup(path))
@@ -1562,6 +1749,13 @@ class LFS:
         total = self.geo.log_segments * self.ndata
         return total, sum(self.live[self.geo.first_log_segment :])
 
+    def max_fullness(self) -> float:
+        """The highest fraction of the log's data blocks live data can reach: an operation
+        that writes needs ``_RESERVE`` clean segments kept back plus three of its own (see
+        ``_ensure_space``), and the segment being written and the next one hold no old data."""
+        log = self.geo.log_segments
+        return max(0.0, (log - _RESERVE - 3 - 2) / log)
+
     def file_blocks(self, ino: int) -> Iterator[tuple[int, int, int]]:
         """(address, kind, offset) of every block of inode ``ino`` (see ``_walk``)."""
         inode = self.sys[ino] if ino in self.sys else self._iget(ino)
@@ -1596,18 +1790,20 @@ class LFS:
     ) -> Stat:
         """chmod (permission bits of ``mode``), chown and utimens in one unit; the change
         time becomes now. Returns the new attributes."""
-        inode = self._iget(self._lookup(path))
-        if mode is not None:
-            inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
-        if uid is not None:
-            inode.uid = uid
-        if gid is not None:
-            inode.gid = gid
-        if atime_ms is not None:
-            inode.atime = atime_ms
-        if mtime_ms is not None:
-            inode.mtime = mtime_ms
-        inode.ctime = now_ms()
-        self._mark(inode)
-        self._end_op()
-        return self.stat_ino(inode.ino)
+        ino = self._lookup(path)
+        with self.atomic(1):
+            inode = self._iget(ino)
+            if mode is not None:
+                inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
+            if uid is not None:
+                inode.uid = uid
+            if gid is not None:
+                inode.gid = gid
+            if atime_ms is not None:
+                inode.atime = atime_ms
+            if mtime_ms is not None:
+                inode.mtime = mtime_ms
+            inode.ctime = now_ms()
+            self._mark(inode)
+            self._end_op()
+        return self.stat_ino(ino)

@@ -14,6 +14,7 @@ with their blocks. ``facts.uuid`` is the superblock's UUID (fsage's field 102).
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 
@@ -29,7 +30,8 @@ from fsage.layout import (
     LinkTable,
 )
 from fsage.lfs import format as fmt
-from fsage.lfs.fs import LFS, linear_block, now_ms
+from fsage.lfs.format import LfsError
+from fsage.lfs.fs import LFS, Inode, LfsOpError, linear_block, now_ms
 
 _META_KIND = {0: META_IND, 1: META_DIND, 2: META_TIND}
 
@@ -56,19 +58,48 @@ class _Table:
         self.mp: list[int] = []
         self.mk: list[int] = []
 
-    def add(self, fs: LFS, ino: int) -> int:
-        """Append inode ``ino``; returns the number of blocks it holds."""
+    def add(self, fs: LFS, ino: int, summaries: _Summaries) -> int:
+        """Append inode ``ino``; returns the number of blocks it holds. A file whose inode
+        does not decode, whose pointers lead outside the log or to blocks the segment
+        summaries give to another file or offset, or whose block count or size disagrees
+        with its pointers is recorded as damaged, with the blocks that could be read."""
         geo = fs.geo
-        inode = fs.inode(ino)
+        damaged = 0
+        try:
+            inode = fs.inode(ino)
+        except (LfsError, LfsOpError):
+            inode = Inode(ino)
+            damaged = 1
         data: list[tuple[int, int]] = []
         used = 0
-        for addr, kind, off in fs.file_blocks(ino):
-            used += 1
-            if kind == -1:
-                data.append((off, linear_block(geo, addr)))
-            else:
-                self.mp.append(linear_block(geo, addr))
-                self.mk.append(_META_KIND[kind])
+        if not damaged:
+            try:
+                for addr, kind, off in fs.file_blocks(ino):
+                    if not summaries.agrees(addr, inode, kind, off):
+                        damaged = 1
+                        continue
+                    used += 1
+                    if kind == -1:
+                        data.append((off, linear_block(geo, addr)))
+                    else:
+                        self.mp.append(linear_block(geo, addr))
+                        self.mk.append(_META_KIND[kind])
+            except (LfsError, LfsOpError):
+                damaged = 1
+            if stat.S_ISDIR(inode.mode):
+                try:
+                    fs.directory(ino)
+                except (LfsError, LfsOpError):
+                    damaged = 1
+            if (
+                inode.body is None
+                and ino not in fmt.SYSTEM_FILES
+                and (
+                    len(data) != inode.blocks
+                    or (data and max(data)[0] * geo.block_size >= max(inode.size, 1))
+                )
+            ):
+                damaged = 1
         data.sort()
         el, ep, en = self.el, self.ep, self.en
         for off, phys in data:
@@ -94,7 +125,7 @@ class _Table:
             ("ctime", inode.ctime * ns),
             ("crtime", 0),
             ("flags", 0),
-            ("damaged", 0),
+            ("damaged", damaged),
         ):
             self.cols[k].append(v)
         return used
@@ -135,6 +166,46 @@ _COLUMNS = (
 SPECIAL_INOS = (*fmt.SYSTEM_FILES, fmt.INO_UNLINKED)
 
 
+class _Summaries:
+    """Segment summaries, read once each: does a pointer's block belong where it is used?"""
+
+    def __init__(self, fs: LFS) -> None:
+        self.fs = fs
+        self.segs: dict[int, fmt.Summary | None] = {}
+
+    def agrees(self, addr: int, inode: Inode, kind: int, off: int) -> bool:
+        seg, blk = fmt.sbn_split(addr)
+        if seg not in self.segs:
+            try:
+                self.segs[seg] = fmt.read_summary(self.fs.fd, self.fs.geo, seg)
+            except LfsError:
+                self.segs[seg] = None
+        summ = self.segs[seg]
+        if summ is None or blk >= len(summ.recs):
+            return False
+        rec = summ.recs[blk]
+        if rec is None or rec.ino != inode.ino or rec.offset != off:
+            return False
+        if inode.ino not in fmt.SYSTEM_FILES and rec.version != inode.version:
+            return False
+        if kind == -1:
+            return rec.btype == fmt.BT_DATA
+        return rec.btype == fmt.BT_INDIRECT and rec.level == kind
+
+
+def _name_bytes(name: str | bytes) -> bytes:
+    # A name that is not valid UTF-8 on disk may come out of the protobuf decoder as bytes.
+    return name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
+
+
+def _entries(fs: LFS, ino: int) -> dict[str, int]:
+    """A directory's entries; none when it cannot be read (the directory is then damaged)."""
+    try:
+        return fs.directory(ino) if fs.is_dir(ino) else {}
+    except (LfsError, LfsOpError):
+        return {}
+
+
 def _layout(fs: LFS) -> Layout:
     geo = fs.geo
     bpsg = geo.blocks_per_segment
@@ -145,23 +216,23 @@ def _layout(fs: LFS) -> Layout:
     lino: list[int] = []
     lnames: list[bytes] = []
     used = 0
+    summaries = _Summaries(fs)
     for ino in fs.inodes():
         if ino in SPECIAL_INOS:
             continue
-        used += user.add(fs, ino)
-        if fs.is_dir(ino):
-            for name, child in fs.directory(ino).items():
-                parents.append(ino)
-                lino.append(child)
-                lnames.append(name.encode("utf-8", "surrogateescape"))
+        used += user.add(fs, ino, summaries)
+        for name, child in _entries(fs, ino).items():
+            parents.append(ino)
+            lino.append(child)
+            lnames.append(_name_bytes(name))
     for sino in SPECIAL_INOS:
-        used += special.add(fs, sino)
+        used += special.add(fs, sino, summaries)
     # Open-but-unlinked files are named in the unlinked directory; keep those links (they
     # do not reach the root, so such files get no path).
-    for name, child in fs.directory(fmt.INO_UNLINKED).items():
+    for name, child in _entries(fs, fmt.INO_UNLINKED).items():
         parents.append(fmt.INO_UNLINKED)
         lino.append(child)
-        lnames.append(name.encode("utf-8", "surrogateescape"))
+        lnames.append(_name_bytes(name))
     files = user.table()
     groups = []
     free_start: list[int] = []

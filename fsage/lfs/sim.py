@@ -97,12 +97,20 @@ class _Log:
     # -- garbage collection
     def gc(self) -> None:
         for _ in range(1000):
+            # Segments whose blocks were all overwritten are clean without cleaning.
+            clean = set(self.clean)
+            self.clean.extend(
+                s
+                for s in range(self.nseg)
+                if self.live[s] == 0 and s != self.cur and s != self.gc_out and s not in clean
+            )
             if len(self.clean) >= 2:
                 return
+            clean = set(self.clean)
             cands = [
                 s
                 for s in range(self.nseg)
-                if s != self.cur and s != self.gc_out and self.live[s] > 0 and s not in self.clean
+                if s != self.cur and s != self.gc_out and self.live[s] > 0 and s not in clean
             ]
             plan = cl.plan(
                 self.policy,
@@ -117,8 +125,6 @@ class _Log:
                 room_segments=self.nseg,
                 disk=self.disk,
             )
-            empty = [s for s in cands if self.live[s] == 0]
-            self.clean.extend(empty)
             if plan is None:
                 return
             if plan.mechanism == "clean":

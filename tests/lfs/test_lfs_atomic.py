@@ -1,0 +1,302 @@
+"""An LFS operation that fails leaves the file system exactly as it was; random op streams on
+small images, run to exhaustion and beyond, keep fsck clean after every batch and after reopen
+(issue 17 part 1)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from fsage.ager.profile import get_preset
+from fsage.ager.run import AgeOptions, age, aging_runs
+from fsage.cli import main
+from fsage.db.store import Store
+from fsage.errors import FsageError, UsageError
+from fsage.lfs import format as fmt
+from fsage.lfs.executor import LfsExecutor
+from fsage.lfs.format import LfsNoSpace
+from fsage.lfs.fs import LFS, LfsOpError, mkfs
+from fsage.lfs.fsck import fsck
+from fsage.lfs.sim import random_update
+from fsage.workload import NoSpaceError, Op, OpFailedError, WorkloadHeader, write_workload
+
+
+def image(path: Path, segments: int = 24, bps: int = 32, policy: str = "greedy") -> Path:
+    mkfs(path, segments=segments, blocks_per_segment=bps, block_size=4096, cleaning_policy=policy)
+    return path
+
+
+def state(fs: LFS) -> dict[str, Any]:
+    """Everything a user can see: every path's stat (but atime) and content."""
+    out: dict[str, Any] = {}
+    todo = [""]
+    while todo:
+        d = todo.pop()
+        for name, ino in sorted(fs.readdir(d)):
+            p = f"{d}/{name}" if d else name
+            st = fs.stat(p)
+            key = (st.ino, st.mode, st.nlink, st.size, st.blocks, st.mtime_ms, st.ctime_ms)
+            if fs.is_dir(ino):
+                out[p] = key
+                todo.append(p)
+            else:
+                out[p] = (key, fs.read(p) if st.mode & 0o170000 == 0o100000 else fs.readlink(p))
+    root = fs.stat("")
+    out[""] = (root.nlink, root.mtime_ms)
+    return out
+
+
+def assert_clean(img: Path) -> None:
+    rep = fsck(img)
+    assert rep.ok, rep.problems[:5]
+
+
+def test_a_write_that_does_not_fit_changes_nothing(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        fs.mkdir("d")
+        fs.create("d/f")
+        fs.write("d/f", 0, b"x" * 20000)
+        fs.create("g")
+        before = state(fs)
+        usage = fs.usage()
+        with pytest.raises(LfsNoSpace):
+            fs.write("g", 0, bytes(range(256)) * 12288)  # 3 MiB on a 2.6 MiB log
+        assert state(fs) == before
+        assert fs.usage() == usage
+        fs.sync()
+        assert_clean(img)
+    assert_clean(img)
+
+
+def test_an_op_failing_part_way_is_undone_whole(tmp_path: Path) -> None:
+    """Several calls in one ``atomic`` group; the last fails: all of them are undone,
+    on disk too (fsck, and a reopen sees the state before)."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        fs.create("keep")
+        fs.write("keep", 0, b"k" * 9000)
+        before = state(fs)
+        with pytest.raises(LfsOpError), fs.atomic(40):
+            fs.mkdir("new")
+            fs.create("new/f")
+            fs.write("new/f", 0, b"y" * 70000)
+            fs.write("keep", 100, b"z" * 5000)
+            fs.unlink("keep")
+            fs.unlink("no-such-file")
+        assert state(fs) == before
+        fs.sync()
+        assert_clean(img)
+    with LFS.open(img) as fs:
+        assert state(fs) == before
+
+
+def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
+    """After an undone op the image on disk rolls forward to the state before it, not into
+    the undone op's blocks (the summary of the current segment is written again)."""
+    img = image(tmp_path / "a.img")
+    fs = LFS.open(img)
+    fs.create("f")
+    fs.write("f", 0, b"a" * 5000)
+    before = state(fs)
+    with pytest.raises(LfsNoSpace):
+        fs.write("f", 0, b"b" * (3 << 20))
+    # No close: as if the process died here.
+    crashed = tmp_path / "crash.img"
+    crashed.write_bytes(img.read_bytes())
+    assert_clean(crashed)
+    with LFS.open(crashed) as fs2:
+        assert state(fs2) == before
+    fs.close()
+
+
+def test_checkpoint_next_seg_is_a_clean_segment_and_reused_times_reset(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        for i in range(30):
+            fs.create(f"f{i}")
+            fs.write(f"f{i}", 0, bytes([i]) * 30000)
+        for i in range(0, 30, 2):
+            fs.unlink(f"f{i}")
+        fs.checkpoint()
+        stale = {s: fs.mtime[s] for s in fs.clean}
+        assert any(stale.values())  # segments that were written and emptied
+    fd = os.open(img, os.O_RDONLY)
+    try:
+        geo = fmt.read_geometry(fd, img.stat().st_size, str(img))
+        _, cp, _ = fmt.preferred_checkpoint(fd, geo, str(img))
+    finally:
+        os.close(fd)
+    assert cp.segusage[cp.next_seg].nblks_live == 0
+    with LFS.open(img) as fs:
+        assert fs.cur_seg == cp.next_seg and fs.cur_pos == 0
+        seg = fs._alloc_segment()
+        assert fs.mtime[seg] == 0
+
+
+_NAMES = [f"n{i}" for i in range(40)]
+
+
+def _random_op(rng: random.Random, files: list[str], dirs: list[str]) -> Op:
+    r = rng.random()
+    d = rng.choice(dirs) if dirs and rng.random() < 0.6 else ""
+    path = f"{d}/{rng.choice(_NAMES)}" if d else rng.choice(_NAMES)
+    size = int(rng.paretovariate(1.2) * 20000)
+    if r < 0.40 or not files:
+        return Op("create", path, size=min(size, 1 << 20))
+    if r < 0.50:
+        return Op("append", rng.choice(files), size=min(size, 1 << 19))
+    if r < 0.58:
+        return Op(
+            "overwrite", rng.choice(files), size=min(size, 1 << 19), offset=rng.randrange(50000)
+        )
+    if r < 0.63:
+        return Op("truncate", rng.choice(files), size=rng.randrange(60000))
+    if r < 0.78:
+        return Op("delete", rng.choice(files))
+    if r < 0.84:
+        return Op("mkdir", f"d{rng.randrange(6)}")
+    if r < 0.92:
+        return Op("rename", rng.choice(files), dest=path)
+    return Op("link", rng.choice(files), dest=path)
+
+
+def _stream(
+    img: Path, seed: int, batches: int, per_batch: int, reopen_every: int
+) -> dict[str, int]:
+    rng = random.Random(seed)
+    ex = LfsExecutor(img)
+    counts = {"ok": 0, "nospace": 0, "failed": 0}
+    try:
+        for b in range(batches):
+            for _ in range(per_batch):
+                fs = ex.fs
+                files: list[str] = []
+                dirs: list[str] = []
+                for p, ino in _walk(fs):
+                    (dirs if fs.is_dir(ino) else files).append(p)
+                op = _random_op(rng, files, dirs)
+                before = state(fs)
+                try:
+                    ex.apply(op)
+                    counts["ok"] += 1
+                except NoSpaceError:
+                    counts["nospace"] += 1
+                    assert state(ex.fs) == before, op
+                except OpFailedError:
+                    counts["failed"] += 1
+                    assert state(ex.fs) == before, op
+            ex.fs.sync()
+            assert_clean(img)
+            if (b + 1) % reopen_every == 0:
+                ex.close()
+                assert_clean(img)
+                ex = LfsExecutor(img)
+    finally:
+        ex.close()
+    assert_clean(img)
+    return counts
+
+
+def _walk(fs: LFS) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    todo = [""]
+    while todo:
+        d = todo.pop()
+        for name, ino in fs.readdir(d):
+            p = f"{d}/{name}" if d else name
+            out.append((p, ino))
+            if fs.is_dir(ino):
+                todo.append(p)
+    return out
+
+
+def test_random_stream_to_exhaustion_and_beyond(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img")
+    counts = _stream(img, 1, batches=6, per_batch=25, reopen_every=2)
+    assert counts["nospace"] > 10  # the stream ran the log full, again and again
+    assert counts["ok"] > 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "policy", ["greedy", "cost-benefit", "adaptive", "hole-plugging", "cost-age-cache"]
+)
+def test_random_streams_every_policy(tmp_path: Path, policy: str) -> None:
+    seed = len(policy)
+    img = image(tmp_path / "a.img", segments=20 + seed, bps=16 + seed % 3 * 8, policy=policy)
+    counts = _stream(img, seed, batches=8, per_batch=40, reopen_every=3)
+    assert counts["nospace"] > 10
+
+
+# ---------------------------------------------------------------- aging runs on an LFS
+
+
+def _ops_file(path: Path, ops: list[Op]) -> Path:
+    write_workload(path, WorkloadHeader(generator="test", params={}, seed=0), ops)
+    return path
+
+
+def test_unreachable_fill_is_refused_up_front(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img", segments=48)
+    with LFS.open(img) as fs:
+        reach = fs.max_fullness()
+    assert reach == pytest.approx((45 - 7) / 45)
+    prof = get_preset("hfs-surge").with_overrides(fill=0.95)
+    with pytest.raises(UsageError, match=f"at most {reach:.3f}"):
+        age(img, AgeOptions(profile=prof))
+    with LFS.open(img) as fs:
+        assert fs.readdir("") == []
+
+
+def test_failed_lfs_run_records_metrics_and_the_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    img = image(tmp_path / "a.img")
+    wl = _ops_file(tmp_path / "w.jsonl", [Op("create", "f", size=50000), Op("delete", "missing")])
+    db = tmp_path / "d.db"
+
+    def full_close(self: LfsExecutor) -> None:  # closing after the error fails too
+        written = self.fs.exists("f")
+        LFS.close(self.fs)
+        if written:
+            raise LfsNoSpace("no clean segment left")
+
+    monkeypatch.setattr(LfsExecutor, "close", full_close)
+    with pytest.raises(FsageError, match="missing"):
+        age(img, AgeOptions(ops_file=wl, db=db))
+    with Store.open(db) as store:
+        (r,) = aging_runs(store, kind="lfs")
+    assert r.status == "failed" and "missing" in r.notes[0]
+    assert r.metrics["write_cost"] >= 1.0 and r.metrics["counters"]["new_blocks"] > 12
+    assert r.utilization["live_blocks"] > 12
+
+
+def test_age_chooses_the_lfs_cleaning_policy(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img", segments=48)
+    wl = _ops_file(tmp_path / "w.jsonl", [Op("create", f"f{i}", size=30000) for i in range(5)])
+    db = tmp_path / "d.db"
+    res = CliRunner().invoke(
+        main, ["age", str(img), "--ops", str(wl), "--db", str(db), "--policy", "cost-benefit"]
+    )
+    assert res.exit_code == 0, res.output
+    with Store.open(db) as store:
+        (r,) = aging_runs(store, kind="lfs")
+    assert r.metrics["policy"] == "cost-benefit"
+    bad = CliRunner().invoke(main, ["age", str(tmp_path), "--ops", str(wl), "--policy", "greedy"])
+    assert bad.exit_code != 0 and "LFS image" in bad.output
+
+
+def test_simulator_reclaims_segments_that_empty_on_their_own() -> None:
+    """Seed 001 Figure 5-3's small segments: with one block per segment every overwritten
+    segment empties by itself, so no cleaning is needed at all."""
+    one = random_update(0.85, "clean", segments=512, segment_size=8192, updates_per_block=2)
+    assert one.counters.cleaning_passes == 0 and one.metrics["write_cost"] == 1.0
+    two = random_update(0.85, "clean", segments=256, segment_size=16384, updates_per_block=2)
+    assert two.metrics["write_cost"] > 1.0
+    assert two.metrics["overall_write_cost"] > one.metrics["overall_write_cost"]
