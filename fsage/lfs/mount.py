@@ -496,11 +496,13 @@ def mount(
     try:
         os.stat(mp)
     except OSError as exc:
-        if exc.errno == errno.ENOTCONN:
+        # ECONNABORTED while the dead server's connection is being torn down, then ENOTCONN.
+        if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
             raise UsageError(
                 f"{mountpoint}: a FUSE mount whose process died; detach it with "
                 f"fusermount3 -u {mountpoint}"
             ) from None
+        raise UsageError(f"{mountpoint}: {exc.strerror}") from None
     if not mp.is_dir():
         raise UsageError(f"{mountpoint}: not a directory")
     if os.path.ismount(mp):

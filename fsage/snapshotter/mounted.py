@@ -27,6 +27,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -234,6 +235,33 @@ def _thaw(fd: int) -> None:
 
 
 @contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them. In the main
+    thread Python handlers catch them whichever thread the kernel picks (a signal mask only
+    covers the thread that sets it); elsewhere the calling thread's mask has to do."""
+    if threading.current_thread() is not threading.main_thread():
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    old = {s: signal.signal(s, hold) for s in _HELD}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
+
+
+@contextmanager
 def frozen(mount_point: bytes) -> Iterator[Callable[[], float]]:
     """Freeze the file system mounted at ``mount_point`` for the block; yields a function
     that tells how long it has been (or was) frozen. Thawed on every way out."""
@@ -243,41 +271,40 @@ def frozen(mount_point: bytes) -> Iterator[Callable[[], float]]:
     except OSError as exc:
         raise SourceError(f"{name}: {exc.strerror}") from None
     watchdog: subprocess.Popen[str] | None = None
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-    try:
-        watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, mount_point, str(FITHAW)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert watchdog.stdout is not None
-        watchdog.stdout.readline()
+    with _signals_held():
         try:
-            fcntl.ioctl(fd, FIFREEZE, 0)
-        except OSError as exc:
-            why = {
-                errno.EBUSY: "it is frozen already",
-                errno.EOPNOTSUPP: "the file system cannot be frozen",
-                errno.EPERM: "freezing needs root (CAP_SYS_ADMIN)",
-            }.get(exc.errno or 0, exc.strerror)
-            raise SourceError(f"cannot freeze {name}: {why}") from None
-        t0 = time.monotonic()
-        t1: list[float] = []
-        try:
-            yield lambda: (t1[0] if t1 else time.monotonic()) - t0
-        finally:
-            _thaw(fd)
-            t1.append(time.monotonic())
-    finally:
-        os.close(fd)
-        if watchdog is not None:
+            watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG, mount_point, str(FITHAW)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            assert watchdog.stdout is not None
+            watchdog.stdout.readline()
             try:
-                assert watchdog.stdin is not None
-                watchdog.stdin.write("done")
-                watchdog.stdin.close()
-            except OSError:
-                pass
-            watchdog.wait()
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+                fcntl.ioctl(fd, FIFREEZE, 0)
+            except OSError as exc:
+                why = {
+                    errno.EBUSY: "it is frozen already",
+                    errno.EOPNOTSUPP: "the file system cannot be frozen",
+                    errno.EPERM: "freezing needs root (CAP_SYS_ADMIN)",
+                }.get(exc.errno or 0, exc.strerror)
+                raise SourceError(f"cannot freeze {name}: {why}") from None
+            t0 = time.monotonic()
+            t1: list[float] = []
+            try:
+                yield lambda: (t1[0] if t1 else time.monotonic()) - t0
+            finally:
+                _thaw(fd)
+                t1.append(time.monotonic())
+        finally:
+            os.close(fd)
+            if watchdog is not None:
+                try:
+                    assert watchdog.stdin is not None
+                    watchdog.stdin.write("done")
+                    watchdog.stdin.close()
+                except OSError:
+                    pass
+                watchdog.wait()

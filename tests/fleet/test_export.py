@@ -53,7 +53,7 @@ def analyze_by_size(env: dict[str, str], db: Path, snap: int) -> list[dict[str, 
     out = json.loads(
         fsage(env, "analyze", "--db", db, "--snapshot", snap, "--format", "json").stdout
     )
-    (a,) = out
+    (a,) = out["snapshots"]
     return [
         {"min_blocks": r["min_blocks"], "files": r["files"], "blocks": r["blocks"],
          "layout_score": r["layout_score"]}

@@ -76,6 +76,14 @@ class Mounted:
     def kill9(self) -> None:
         os.kill(self.pid, 9)
         self.wait_gone()
+        # A killed server shows as a zombie before the kernel has torn its connection down.
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                os.stat(self.mp)
+            except OSError:
+                break
+            time.sleep(0.05)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         try:

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -207,6 +208,10 @@ def test_freeze_thaws_on_error_and_after_a_signal(mounted: Loop) -> None:
 
     got: list[int] = []
     old = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    # Another thread that does not block the signal (a mask covers only its own thread).
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, daemon=True)
+    other.start()
     try:
         with frozen(mnt):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -215,6 +220,8 @@ def test_freeze_thaws_on_error_and_after_a_signal(mounted: Loop) -> None:
             assert _is_frozen(mounted.mnt)
         assert got == [signal.SIGTERM]
     finally:
+        done.set()
+        other.join()
         signal.signal(signal.SIGTERM, old)
     assert not _is_frozen(mounted.mnt)
 
