@@ -160,16 +160,7 @@ class _AgeIndex:
 
     def kth(self, k: int) -> str:
         """The path of the k-th (0-based) live file in birth order."""
-        pos = 0
-        step = self.cap
-        tree = self.tree
-        while step:
-            nxt = pos + step
-            if nxt <= self.cap and tree[nxt] <= k:
-                pos = nxt
-                k -= tree[nxt]
-            step >>= 1
-        return self.paths[pos]
+        return self.paths[self.slot_of(k)]
 
 
 class _Bag:
