@@ -10,7 +10,6 @@ import click
 from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.db.store import Store, parse_taken_at
 from fsage.errors import StoreError
-from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
 
@@ -140,6 +139,8 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
       fsage show 3
       fsage show 3 --path /home/alice --format json
     """
+    from fsage.listing import file_listing  # not on `fsage snapshot`'s path
+
     with Store.open(db, readonly=True) as store:
         layout = store.load_layout(snapshot_id)
     entries = file_listing(layout, prefix)

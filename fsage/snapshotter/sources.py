@@ -97,11 +97,12 @@ def _read_directory(path: Path) -> Layout:
         raise SourceError(
             f"{path}: is a directory; live snapshots of mounted trees are not supported yet"
         ) from None
-    from fsage.lfs.mounted import FSTYPE, read_mounted_lfs
-    from fsage.snapshotter.live import find_mount
+    from fsage.snapshotter.live import LFS_FSTYPE, find_mount
 
     mount = find_mount(os.path.realpath(os.fsencode(path)))
-    if mount.fstype == FSTYPE:  # fsage lfs mount: FUSE has no FIEMAP; read the image
+    if mount.fstype == LFS_FSTYPE:  # fsage lfs mount: FUSE has no FIEMAP; read the image
+        from fsage.lfs.mounted import read_mounted_lfs  # the LFS code only for an LFS
+
         return read_mounted_lfs(str(path), os.fsdecode(mount.mount_point), mount.source)
     return read_live_layout(path)
 
