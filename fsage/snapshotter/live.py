@@ -100,6 +100,7 @@ __all__ = [
     "fiemap_extents",
     "find_mount",
     "getfsmap_free",
+    "of_inodes_in_use",
     "read_live_layout",
 ]
 
@@ -1131,6 +1132,21 @@ def c_walker_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def of_inodes_in_use(
+    progress: Callable[[int, int], None], path: Path | bytes
+) -> Callable[[int], None]:
+    """``read_live_layout``'s ``progress(done)`` as ``progress(done, total)``, the total being
+    the inodes in use on the file system of ``path`` (statvfs; for a directory below the
+    mount point, more than the walk will read)."""
+    vfs = os.statvfs(path)
+    in_use = max(int(vfs.f_files) - int(vfs.f_ffree), 0)
+
+    def report(done: int) -> None:
+        progress(done, in_use)
+
+    return report
 
 
 def read_live_layout(
