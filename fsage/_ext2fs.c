@@ -602,8 +602,8 @@ static void *scan_job_thread(void *arg) {
 #define PROGRESS_NS 100000000L /* between progress reports */
 
 /* The scan jobs, every one on a thread of its own, while this thread calls
- * progress(inodes recorded, total) every PROGRESS_NS (taking the GIL back from *ts only for
- * the call). 0, or -1 with the exception set once progress raised (it is not called again;
+ * progress(inodes recorded, total) at once and then every PROGRESS_NS (taking the GIL back
+ * from *ts only for the call). 0, or -1 with the exception set once progress raised (it is not called again;
  * the jobs still run to their end). */
 static int run_scan_reporting(ScanJob *jobs, int n, PyObject *progress, uint64_t total,
                               PyThreadState **ts) {
@@ -615,27 +615,30 @@ static int run_scan_reporting(ScanJob *jobs, int n, PyObject *progress, uint64_t
         if (!started[k])
             scan_job_thread(&jobs[k]); /* no thread to be had: run it here */
     int failed = 0;
+    long waited = PROGRESS_NS; /* the first report right away, so that every scan makes one */
     for (;;) {
+        if (!failed && waited >= PROGRESS_NS) {
+            waited = 0;
+            uint64_t done = 0;
+            for (int k = 0; k < n; k++)
+                done += __atomic_load_n(&jobs[k].seen, __ATOMIC_RELAXED);
+            PyEval_RestoreThread(*ts);
+            PyObject *r = PyObject_CallFunction(progress, "KK", (unsigned long long)done,
+                                                (unsigned long long)total);
+            if (r)
+                Py_DECREF(r);
+            else
+                failed = 1;
+            *ts = PyEval_SaveThread();
+        }
         int all = 1;
         for (int k = 0; k < n; k++)
             all &= __atomic_load_n(&jobs[k].finished, __ATOMIC_ACQUIRE);
         if (all)
             break;
-        struct timespec pause = {0, PROGRESS_NS};
+        struct timespec pause = {0, PROGRESS_NS / 20}; /* notice the end soon after */
         nanosleep(&pause, NULL);
-        if (failed)
-            continue;
-        uint64_t done = 0;
-        for (int k = 0; k < n; k++)
-            done += __atomic_load_n(&jobs[k].seen, __ATOMIC_RELAXED);
-        PyEval_RestoreThread(*ts);
-        PyObject *r = PyObject_CallFunction(progress, "KK", (unsigned long long)done,
-                                            (unsigned long long)total);
-        if (r)
-            Py_DECREF(r);
-        else
-            failed = 1;
-        *ts = PyEval_SaveThread();
+        waited += PROGRESS_NS / 20;
     }
     for (int k = 0; k < n; k++)
         if (started[k])

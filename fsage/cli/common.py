@@ -127,7 +127,7 @@ class CountProgress:
     def __call__(self, done: int, total: int) -> None:
         self.done, self.total = done, max(total, done)
         now = time.monotonic()
-        if now - self.drawn >= self.REDRAW and done < total:
+        if self.drawn == 0.0 or (now - self.drawn >= self.REDRAW and done < total):
             self.drawn = now
             self._draw(self._eta(now))
 

@@ -199,7 +199,10 @@ def _mark_cross_linked(
     # Reserved inodes are not flagged (the resize inode holds the reserved descriptor
     # blocks, which are the file system's too); a file that overlaps one is.
     special = len(tables) - 1  # the last table holds the reserved inodes
-    who = np.unique(np.concatenate([owner[hit], owner[hit - 1]]))
+    # The owners involved, each once (sorted by hand: numpy 2's np.unique imports numpy.ma,
+    # a tenth of a second of start-up, and every image has hits: the resize inode's).
+    both = np.sort(np.concatenate([owner[hit], owner[hit - 1]]))
+    who = both[np.concatenate([[True], both[1:] != both[:-1]])]
     for w in who[(who >= 0) & ((who >> 40) != special)].tolist():
         table = tables[w >> 40]
         table.damaged[w & ((1 << 40) - 1)] |= DAMAGE_CROSS_LINKED
