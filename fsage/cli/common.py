@@ -146,6 +146,12 @@ class CountProgress:
         self.file.write(f"\r{line}{pad}")
         self.file.flush()
 
+    def abandon(self) -> None:
+        """The work failed: end the line where it stood, so that the error starts its own."""
+        if self.drawn:
+            self.file.write("\n")
+            self.file.flush()
+
     def finish(self) -> None:
         """The last line: what was counted, and how long it took."""
         if self.done == 0:
@@ -166,5 +172,7 @@ def count_progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
     line = CountProgress(label)
     try:
         yield line
-    finally:
-        line.finish()
+    except BaseException:
+        line.abandon()
+        raise
+    line.finish()

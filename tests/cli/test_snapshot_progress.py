@@ -254,3 +254,22 @@ def test_snapshot_of_a_mounted_tree_progress_and_imports(
         assert _heavy(modules) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_count_progress_claims_nothing_on_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    import fsage.cli.common as common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    monkeypatch.setattr(common, "progress_enabled", lambda: True)
+    with pytest.raises(OSError), common.count_progress("reading inodes") as report:
+        assert report is not None
+        report(10, 1000)
+        raise OSError("the source went away")
+    assert buf.getvalue().startswith("\rreading inodes  10/1,000    1%")
+    assert buf.getvalue().endswith("\n") and "100%" not in buf.getvalue()
+    monkeypatch.setattr(common, "progress_enabled", lambda: False)
+    with common.count_progress("reading inodes") as report:
+        assert report is None
