@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 /* Keep in step with fsage/layout.py. */
 #define EXTENT_UNWRITTEN 1u
@@ -425,6 +426,8 @@ typedef struct {
     Batch t;
     Buf dirs; /* u64 inode numbers of the directories seen, for the directory pass */
     errcode_t err;
+    uint64_t seen;  /* inodes recorded so far (atomic: read by the thread reporting progress) */
+    int finished;   /* atomic: set when the job is over */
 } ScanJob;
 
 static void *scan_job_run(void *arg) {
@@ -533,6 +536,7 @@ static void *scan_job_run(void *arg) {
         PUT(&t->meta_count, uint32_t, a.n_meta);
         if (LINUX_S_ISDIR(L->i_mode) && !(a.damage & DAMAGE_GARBAGE_INODE))
             PUT(&job->dirs, uint64_t, ino);
+        __atomic_store_n(&job->seen, job->seen + 1, __ATOMIC_RELAXED); /* only this thread writes */
         continue;
     nomem:
         job->err = EXT2_ET_NO_MEMORY;
@@ -588,6 +592,60 @@ static void run_jobs(void *(*fn)(void *), void *jobs, size_t job_size, int n) {
     }
 }
 
+/* A scan job on a thread of its own, saying when it is over. */
+static void *scan_job_thread(void *arg) {
+    scan_job_run(arg);
+    __atomic_store_n(&((ScanJob *)arg)->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+#define PROGRESS_NS 100000000L /* between progress reports */
+
+/* The scan jobs, every one on a thread of its own, while this thread calls
+ * progress(inodes recorded, total) at once and then every PROGRESS_NS (taking the GIL back
+ * from *ts only for the call). 0, or -1 with the exception set once progress raised (it is not called again;
+ * the jobs still run to their end). */
+static int run_scan_reporting(ScanJob *jobs, int n, PyObject *progress, uint64_t total,
+                              PyThreadState **ts) {
+    pthread_t tids[MAX_JOBS];
+    int started[MAX_JOBS] = {0};
+    for (int k = 0; k < n; k++)
+        started[k] = pthread_create(&tids[k], NULL, scan_job_thread, &jobs[k]) == 0;
+    for (int k = 0; k < n; k++)
+        if (!started[k])
+            scan_job_thread(&jobs[k]); /* no thread to be had: run it here */
+    int failed = 0;
+    long waited = PROGRESS_NS; /* the first report right away, so that every scan makes one */
+    for (;;) {
+        if (!failed && waited >= PROGRESS_NS) {
+            waited = 0;
+            uint64_t done = 0;
+            for (int k = 0; k < n; k++)
+                done += __atomic_load_n(&jobs[k].seen, __ATOMIC_RELAXED);
+            PyEval_RestoreThread(*ts);
+            PyObject *r = PyObject_CallFunction(progress, "KK", (unsigned long long)done,
+                                                (unsigned long long)total);
+            if (r)
+                Py_DECREF(r);
+            else
+                failed = 1;
+            *ts = PyEval_SaveThread();
+        }
+        int all = 1;
+        for (int k = 0; k < n; k++)
+            all &= __atomic_load_n(&jobs[k].finished, __ATOMIC_ACQUIRE);
+        if (all)
+            break;
+        struct timespec pause = {0, PROGRESS_NS / 20}; /* notice the end soon after */
+        nanosleep(&pause, NULL);
+        waited += PROGRESS_NS / 20;
+    }
+    for (int k = 0; k < n; k++)
+        if (started[k])
+            pthread_join(tids[k], NULL);
+    return failed ? -1 : 0;
+}
+
 /* Every job's part of one column, joined in job order: a bytearray (numeric columns, viewed
  * by numpy) or, with as_bytes, a bytes object (names). */
 static PyObject *join_parts(Buf *const *parts, int n, int as_bytes) {
@@ -613,11 +671,16 @@ static const char *const BATCH_COLUMNS[] = {
     "ext_length", "ext_flags", "meta_count", "meta_physical", "meta_kind",
 };
 
-/* scan(threads) -> dict of column bytearrays: every inode in use. */
+/* scan(threads, progress=None) -> dict of column bytearrays: every inode in use. */
 static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     int threads;
-    if (!PyArg_ParseTuple(args, "i", &threads))
+    PyObject *progress = Py_None;
+    if (!PyArg_ParseTuple(args, "i|O", &threads, &progress))
         return NULL;
+    if (progress != Py_None && !PyCallable_Check(progress)) {
+        PyErr_SetString(PyExc_TypeError, "progress must be callable or None");
+        return NULL;
+    }
     if (!self->fs) {
         PyErr_SetString(PyExc_ValueError, "scanner is closed");
         return NULL;
@@ -660,16 +723,21 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
         if (!job->inode_buf && !err)
             err = EXT2_ET_NO_MEMORY;
     }
-    Py_BEGIN_ALLOW_THREADS;
+    int raised = 0;
+    PyThreadState *ts = PyEval_SaveThread();
     for (int k = 0; k < n && !err; k++)
         err = job_handle(self, k, &jobs[k].fs);
-    if (!err)
+    if (!err && progress != Py_None)
+        raised = run_scan_reporting(jobs, n, progress, used_total, &ts) < 0;
+    else if (!err)
         run_jobs(scan_job_run, jobs, sizeof(ScanJob), n);
-    Py_END_ALLOW_THREADS;
+    PyEval_RestoreThread(ts);
     for (int k = 0; k < n && !err; k++)
         err = jobs[k].err;
     PyObject *out = NULL;
-    if (!err) {
+    if (raised) {
+        /* progress raised: that exception, nothing else (the scan may be run again) */
+    } else if (!err) {
         self->scan_done = 1;
         for (int k = 0; k < n; k++) {
             Buf *d = &jobs[k].dirs;
@@ -677,7 +745,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
                 err = EXT2_ET_NO_MEMORY;
         }
     }
-    if (!err && (out = PyDict_New())) {
+    if (!raised && !err && (out = PyDict_New())) {
         size_t ncols = sizeof BATCH_COLUMNS / sizeof BATCH_COLUMNS[0];
         for (size_t c = 0; c < ncols; c++) {
             Buf *parts[MAX_JOBS];
@@ -697,6 +765,8 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
         buf_free(&jobs[k].dirs);
         free(jobs[k].inode_buf);
     }
+    if (raised)
+        return NULL;
     if (err == EXT2_ET_NO_MEMORY)
         return PyErr_NoMemory();
     if (err)
@@ -1086,7 +1156,8 @@ static PyMethodDef scanner_methods[] = {
     {"facts", (PyCFunction)scanner_facts, METH_NOARGS,
      "facts() -> dict: superblock facts, features and the group table (columns as bytes)."},
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS,
-     "scan(threads) -> dict of column bytearrays for every inode in use."},
+     "scan(threads, progress=None) -> dict of column bytearrays for every inode in use;\n"
+     "progress(done, total) is called every 0.1 s while it runs."},
     {"links", (PyCFunction)scanner_links, METH_VARARGS,
      "links(threads) -> dict: every directory entry of the directories the scan saw."},
     {"free_extents", (PyCFunction)scanner_free_extents, METH_NOARGS,

@@ -1,6 +1,6 @@
 """Typed stub of the C extension over libext2fs."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 class Ext2fsError(Exception):
@@ -11,7 +11,11 @@ class Scanner:
     def facts(self) -> dict[str, Any]: ...
     # Numeric columns come as bytearrays (numpy views them writable, without a copy). Both
     # passes split their work over up to ``threads`` threads, each with its own handle.
-    def scan(self, threads: int) -> dict[str, bytearray]: ...
+    # ``progress(done, total)``: inodes in use scanned so far, of those the group descriptors
+    # count, about ten times a second (raising in it ends the scan with that exception).
+    def scan(
+        self, threads: int, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, bytearray]: ...
     def links(self, threads: int) -> dict[str, Any]: ...
     def free_extents(self) -> tuple[bytearray, bytearray]: ...
     def io_errors(self) -> int: ...

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,3 +106,73 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None] | Non
         length=total, label=label, file=sys.stderr, show_eta=True, show_pos=True
     ) as bar:
         yield bar.update
+
+
+class CountProgress:
+    """One line on stderr, redrawn in place: ``label  done/total  pct  ETA m:ss``, for work
+    that reports absolute counts and learns its total only once it starts (an estimate: the
+    line never shows more than 100 %, and says how many there were when it ends)."""
+
+    REDRAW = 0.1  # seconds between redraws
+
+    def __init__(self, label: str, file: Any = None) -> None:
+        self.label = label
+        self.file = file if file is not None else sys.stderr
+        self.started = time.monotonic()
+        self.drawn = 0.0
+        self.done = 0
+        self.total = 0
+        self.width = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done, self.total = done, max(total, done)
+        now = time.monotonic()
+        if self.drawn == 0.0 or (now - self.drawn >= self.REDRAW and done < total):
+            self.drawn = now
+            self._draw(self._eta(now))
+
+    def _eta(self, now: float) -> str:
+        elapsed = now - self.started
+        if self.done <= 0 or elapsed < 0.2:
+            return "ETA -:--"
+        left = int(elapsed * (self.total - self.done) / self.done + 0.5)
+        return f"ETA {left // 60}:{left % 60:02d}"
+
+    def _draw(self, tail: str) -> None:
+        pct = 100 * self.done // self.total if self.total else 0
+        line = f"{self.label}  {self.done:,}/{self.total:,}  {pct:3d}%  {tail}"
+        pad = " " * max(0, self.width - len(line))
+        self.width = len(line)
+        self.file.write(f"\r{line}{pad}")
+        self.file.flush()
+
+    def abandon(self) -> None:
+        """The work failed: end the line where it stood, so that the error starts its own."""
+        if self.drawn:
+            self.file.write("\n")
+            self.file.flush()
+
+    def finish(self) -> None:
+        """The last line: what was counted, and how long it took."""
+        if self.done == 0:
+            return  # nothing was counted: no line
+        self.total = self.done
+        self._draw(f"{time.monotonic() - self.started:.1f} s")
+        self.file.write("\n")
+        self.file.flush()
+
+
+@contextlib.contextmanager
+def count_progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """``report(done, total)`` drawing a :class:`CountProgress` line when stderr is a terminal;
+    None otherwise, so that cron and pipes stay quiet."""
+    if not progress_enabled():
+        yield None
+        return
+    line = CountProgress(label)
+    try:
+        yield line
+    except BaseException:
+        line.abandon()
+        raise
+    line.finish()

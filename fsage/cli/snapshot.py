@@ -7,10 +7,16 @@ from pathlib import Path
 
 import click
 
-from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
+from fsage.cli.common import (
+    count_progress,
+    db_option,
+    echo_csv,
+    echo_json,
+    echo_table,
+    format_option,
+)
 from fsage.db.store import Store, parse_taken_at
 from fsage.errors import StoreError
-from fsage.listing import file_listing
 from fsage.snapshotter import read_source
 
 
@@ -47,8 +53,9 @@ def snapshot(
     """Record the layout of SOURCE (an ext2/3/4 image or device, an LFS image) in the database.
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
-    Prints one summary line. An ext source mounted read-write is read through its mount point
-    (a line on stderr says so) and recorded as the device.
+    Prints one summary line; on a terminal, stderr shows the inodes read so far, of those in
+    use, and an ETA while it reads. An ext source mounted read-write is read through its mount
+    point (a line on stderr says so) and recorded as the device.
 
     \b
     Examples:
@@ -59,9 +66,16 @@ def snapshot(
     """
     when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
-    layout = read_source(
-        source, freeze=freeze, notice=lambda line: click.echo(f"fsage: {line}", err=True)
-    )
+    with count_progress("reading inodes") as progress:
+        layout = read_source(
+            source,
+            freeze=freeze,
+            notice=lambda line: click.echo(f"fsage: {line}", err=True),
+            progress=progress,
+        )
+        if progress is not None:  # the count it ended on
+            read = len(layout.files) + len(layout.special)
+            progress(read, read)
     with Store.open(db, create=True) as store:
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started, taken_at=when
@@ -140,6 +154,8 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
       fsage show 3
       fsage show 3 --path /home/alice --format json
     """
+    from fsage.listing import file_listing  # not on `fsage snapshot`'s path
+
     with Store.open(db, readonly=True) as store:
         layout = store.load_layout(snapshot_id)
     entries = file_listing(layout, prefix)

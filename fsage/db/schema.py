@@ -322,25 +322,30 @@ def migrate(con: sqlite3.Connection) -> list[int]:
             f"database schema version {have} is newer than this fsage knows ({LATEST_VERSION});"
             " upgrade fsage"
         )
-    applied = []
-    for version, name, sql, step in MIGRATIONS:
-        if version <= have:
+    pending = [m for m in MIGRATIONS if m[0] > have]
+    # A new database takes them all in one transaction (there is nothing to convert, and one
+    # commit is cheaper than one per migration); an existing one, each in its own.
+    batches = [pending] if have == 0 else [[m] for m in pending]
+    applied: list[int] = []
+    for batch in batches:
+        if not batch:
             continue
         con.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(sql):
-                con.execute(statement)
-            if step is not None:
-                step(con)
-            con.execute(
-                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                (version, name, datetime.now(UTC).isoformat(timespec="seconds")),
-            )
+            for version, name, sql, step in batch:
+                for statement in _statements(sql):
+                    con.execute(statement)
+                if step is not None:
+                    step(con)
+                con.execute(
+                    "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, datetime.now(UTC).isoformat(timespec="seconds")),
+                )
         except BaseException:
             con.execute("ROLLBACK")
             raise
         con.execute("COMMIT")
-        applied.append(version)
+        applied.extend(m[0] for m in batch)
     return applied
 
 

@@ -282,12 +282,20 @@ class Store:
                 # Large pages: a snapshot writes tens of MB of blobs, and SQLite's cost goes
                 # with the number of pages (a new database only; it must precede WAL).
                 con.execute(f"PRAGMA page_size={PAGE_SIZE}")
+                # Making the empty schema needs no fsync of its own (the switch to WAL and
+                # the schema's commit took six): the first checkpoint syncs the WAL, schema
+                # included, before any of it reaches the database file, and a database that
+                # lost its schema to a crash holds no tables, which the next open makes.
+                con.execute("PRAGMA synchronous=OFF")
             mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":
                 raise StoreError(f"{path}: cannot use WAL mode ({mode})")
-            con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA foreign_keys=ON")
-            migrate(con)
+            if new:
+                migrate(con)
+            con.execute("PRAGMA synchronous=NORMAL")
+            if not new:
+                migrate(con)
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:

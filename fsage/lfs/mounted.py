@@ -24,9 +24,10 @@ from fsage.errors import SourceError
 from fsage.layout import Layout
 from fsage.lfs import format as fmt
 from fsage.lfs.reader import read_lfs_layout
+from fsage.snapshotter.live import LFS_FSTYPE
 
 #: The file system type of a mount made by ``fsage lfs mount`` (/proc/self/mountinfo).
-FSTYPE = "fuse.fsage-lfs"
+FSTYPE = LFS_FSTYPE
 _TRIES = 5
 
 

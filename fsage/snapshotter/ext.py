@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,12 @@ def ext_kind(features: list[str]) -> str:
     return "ext3" if "has_journal" in features else "ext2"
 
 
-def read_ext_layout(path: Path) -> Layout:
-    """Scan an ext2/3/4 image or device read-only into a Layout."""
+def read_ext_layout(path: Path, progress: Callable[[int, int], None] | None = None) -> Layout:
+    """Scan an ext2/3/4 image or device read-only into a Layout.
+
+    ``progress(done, total)`` is called about ten times a second during the inode scan: the
+    inodes in use scanned so far, of those the group descriptors count.
+    """
     try:
         scanner = _ext2fs.Scanner(str(path))
     except _ext2fs.Ext2fsError as exc:
@@ -86,7 +91,7 @@ def read_ext_layout(path: Path) -> Layout:
         _check_size(path, raw_facts["blocks_count"] * raw_facts["block_size"])
         threads = scan_threads()
         try:
-            files, special = _batch_to_tables(scanner.scan(threads))
+            files, special = _batch_to_tables(scanner.scan(threads, progress))
             raw_links = scanner.links(threads)
         except _ext2fs.Ext2fsError as exc:
             raise SourceError(f"{path}: {exc.args[1]}: {exc.args[2]}") from None
@@ -194,7 +199,10 @@ def _mark_cross_linked(
     # Reserved inodes are not flagged (the resize inode holds the reserved descriptor
     # blocks, which are the file system's too); a file that overlaps one is.
     special = len(tables) - 1  # the last table holds the reserved inodes
-    who = np.unique(np.concatenate([owner[hit], owner[hit - 1]]))
+    # The owners involved, each once (sorted by hand: numpy 2's np.unique imports numpy.ma,
+    # a tenth of a second of start-up, and every image has hits: the resize inode's).
+    both = np.sort(np.concatenate([owner[hit], owner[hit - 1]]))
+    who = both[np.concatenate([[True], both[1:] != both[:-1]])]
     for w in who[(who >= 0) & ((who >> 40) != special)].tolist():
         table = tables[w >> 40]
         table.damaged[w & ((1 << 40) - 1)] |= DAMAGE_CROSS_LINKED

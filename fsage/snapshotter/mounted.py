@@ -40,7 +40,12 @@ from fsage import _ext2fs
 from fsage.errors import SourceError
 from fsage.layout import FileTable, Layout
 from fsage.snapshotter.ext import _facts, read_ext_layout
-from fsage.snapshotter.live import MountInfo, read_live_layout, read_mountinfo
+from fsage.snapshotter.live import (
+    MountInfo,
+    of_inodes_in_use,
+    read_live_layout,
+    read_mountinfo,
+)
 from fsage.text import shown
 
 FIFREEZE = 0xC0045877  # _IOWR('X', 119, int)
@@ -121,9 +126,15 @@ def find_mounted(
 
 
 def read_mounted(
-    path: Path, where: Mounted, *, freeze: bool = False, notice: Notice | None = None
+    path: Path,
+    where: Mounted,
+    *,
+    freeze: bool = False,
+    notice: Notice | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Layout:
-    """The layout of a source mounted read-write (see the module docstring)."""
+    """The layout of a source mounted read-write (see the module docstring); ``progress``
+    as for ``fsage.snapshotter.sources.read_source``."""
     say = notice or (lambda _text: None)
     mp = os.fsdecode(where.mount_point)
     if not where.mount_point:
@@ -133,7 +144,7 @@ def read_mounted(
         )
     if freeze:
         with frozen(where.mount_point) as held:
-            layout = read_ext_layout(path)
+            layout = read_ext_layout(path, progress=progress)
         line = (
             f"{path} is mounted read-write at {mp}: froze it for the offline read; writers "
             f"were held for {held():.2f} s"
@@ -147,7 +158,8 @@ def read_mounted(
         " (FIEMAP, GETFSMAP); --freeze reads it offline instead"
     )
     say(shown(line))
-    live = read_live_layout(Path(mp), sync=True)
+    report = of_inodes_in_use(progress, where.mount_point) if progress else None
+    live = read_live_layout(Path(mp), sync=True, progress=report)
     return _as_device(path, live, line)
 
 

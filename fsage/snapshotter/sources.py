@@ -18,14 +18,24 @@ from fsage.layout import Layout
 from fsage.snapshotter.ext import has_ext_magic, read_ext_layout
 
 Notice = Callable[[str], None]
+#: ``progress(done, total)``: inodes read so far, of about ``total`` (the inodes in use).
+Progress = Callable[[int, int], None]
 
 
-def read_source(path: Path | str, *, freeze: bool = False, notice: Notice | None = None) -> Layout:
+def read_source(
+    path: Path | str,
+    *,
+    freeze: bool = False,
+    notice: Notice | None = None,
+    progress: Progress | None = None,
+) -> Layout:
     """Read any supported source into a Layout; SourceError with one clear line otherwise.
 
     ``freeze``: an ext source mounted read-write is frozen for an offline read instead of
     being read through its mount point. ``notice`` is called with a line that says how a
-    mounted source was read.
+    mounted source was read. ``progress`` is called now and then while a directory tree or an
+    ext file system is read: inodes read so far, and the inodes in use (from statvfs, or the
+    group descriptors; for a directory below a mount point, those of the whole file system).
     """
     path = Path(path)
     try:
@@ -35,7 +45,7 @@ def read_source(path: Path | str, *, freeze: bool = False, notice: Notice | None
     except OSError as exc:
         raise SourceError(f"{path}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
-        return _read_directory(path)
+        return _read_directory(path, progress)
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
         raise SourceError(f"{path}: not an image file, block device or directory")
     if not os.access(path, os.R_OK):
@@ -47,8 +57,8 @@ def read_source(path: Path | str, *, freeze: bool = False, notice: Notice | None
 
         where = find_mounted(path, st)
         if where is not None and where.read_write:
-            return read_mounted(path, where, freeze=freeze, notice=notice)
-        return _unchanged(path, st, lambda: read_ext_layout(path))
+            return read_mounted(path, where, freeze=freeze, notice=notice, progress=progress)
+        return _unchanged(path, st, lambda: read_ext_layout(path, progress=progress))
     if _is_lfs_image(path):
         from fsage.lfs.reader import read_lfs_layout
 
@@ -90,20 +100,21 @@ def _unchanged(path: Path, before: os.stat_result, read: Callable[[], Layout]) -
     return layout
 
 
-def _read_directory(path: Path) -> Layout:
+def _read_directory(path: Path, progress: Progress | None = None) -> Layout:
     try:
         from fsage.snapshotter.live import read_live_layout
     except ImportError:
         raise SourceError(
             f"{path}: is a directory; live snapshots of mounted trees are not supported yet"
         ) from None
-    from fsage.lfs.mounted import FSTYPE, read_mounted_lfs
-    from fsage.snapshotter.live import find_mount
+    from fsage.snapshotter.live import LFS_FSTYPE, find_mount, of_inodes_in_use
 
     mount = find_mount(os.path.realpath(os.fsencode(path)))
-    if mount.fstype == FSTYPE:  # fsage lfs mount: FUSE has no FIEMAP; read the image
+    if mount.fstype == LFS_FSTYPE:  # fsage lfs mount: FUSE has no FIEMAP; read the image
+        from fsage.lfs.mounted import read_mounted_lfs  # the LFS code only for an LFS
+
         return read_mounted_lfs(str(path), os.fsdecode(mount.mount_point), mount.source)
-    return read_live_layout(path)
+    return read_live_layout(path, progress=of_inodes_in_use(progress, path) if progress else None)
 
 
 def _is_lfs_image(path: Path) -> bool:
