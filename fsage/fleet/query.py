@@ -16,7 +16,9 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 * ``trend``: the layout score of every snapshot.
 * ``files_by_size``: the per-file layout score computed from the exported extents (not from the
   stored metrics), aggregated per file system and size bucket, for the latest (or every)
-  snapshot; it equals `fsage analyze`'s ``by_size``.
+  snapshot; it equals `fsage analyze`'s ``by_size``. Each file's extents stay a list (no
+  UNNEST, no window): its data extents sorted by logical block, the blocks summed, and the
+  contiguous blocks are blocks - extents + the extents starting where the previous one ends.
 """
 
 from __future__ import annotations
@@ -303,29 +305,25 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         f"""
         WITH want AS ({snaps}),
         live AS (
-            SELECT v.host, v.fs, w.sid, v.ino, v.first_snapshot, v.extents
+            SELECT v.host, v.fs, w.sid,
+                   list_sort(list_filter(v.extents,
+                                         lambda x: (x.flags & 6) = 0 AND x.length > 0)) AS e
             FROM files v JOIN want w
             ON v.host = w.host AND v.fs = w.fs AND v.first_snapshot <= w.sid
             ANTI JOIN file_ends e
             ON e.host = v.host AND e.fs = v.fs AND e.ino = v.ino
                AND e.first_snapshot = v.first_snapshot AND e.last_snapshot < w.sid
             WHERE (v.mode & 61440) = 32768),
-        ext AS (
-            SELECT host, fs, sid, ino, x.logical AS logical, x.physical AS physical,
-                   x.length AS length
-            FROM (SELECT host, fs, sid, ino, unnest(extents) AS x FROM live)
-            WHERE (x.flags & 6) = 0 AND x.length > 0),
-        ordered AS (
-            SELECT *, lag(physical + length) OVER (
-                PARTITION BY host, fs, sid, ino ORDER BY logical) AS prev_end
-            FROM ext),
         per_file AS (
-            SELECT host, fs, sid, ino, sum(length) AS blocks,
-                   sum(length - 1)
-                   + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
-            FROM ordered GROUP BY host, fs, sid, ino),
+            SELECT host, fs, sid, list_sum(list_transform(e, lambda x: x.length)) AS blocks,
+                   len(e) AS n,
+                   len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
+                                   lambda p: p[2].physical = p[1].physical + p[1].length))
+                   AS adjacent
+            FROM live),
         bucketed AS (
-            SELECT *, CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
+            SELECT host, fs, sid, blocks, blocks - n + adjacent AS contiguous,
+                   CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
             FROM per_file WHERE blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
                sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
