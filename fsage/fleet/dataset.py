@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from fsage.errors import FsageError
 from fsage.fleet import LARGE_TABLES, SCHEMA_VERSION, TABLES
 
 MANIFEST = "_compacted.json"
@@ -63,7 +64,7 @@ class Manifest:
         return got[0] if got else None
 
 
-class ManifestError(ValueError):
+class ManifestError(FsageError):
     """The manifest is unreadable or of a newer schema."""
 
 
