@@ -211,7 +211,12 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     """
     from fsage.fleet.compact import compact as run
 
-    summary = run(directory, keep_sources=keep_sources)
+    def progress(table: str) -> None:
+        click.echo(f"compacting {table}...", err=True)
+
+    summary = run(
+        directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
+    )
     if as_json:
         echo_json(summary.to_json())
     else:

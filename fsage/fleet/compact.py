@@ -21,7 +21,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +114,13 @@ def shared(root: Path) -> Iterator[None]:
         yield
 
 
-def compact(root: Path, *, keep_sources: bool = False, memory_limit: str = "1GB") -> CompactSummary:
+def compact(
+    root: Path,
+    *,
+    keep_sources: bool = False,
+    memory_limit: str = "1GB",
+    progress: Callable[[str], None] | None = None,
+) -> CompactSummary:
     """Compact the dataset at ``root`` (see the module docstring). With ``keep_sources`` the
     absorbed per-partition files stay (so that rsync does not copy them again); readers skip
     them."""
@@ -144,7 +150,7 @@ def compact(root: Path, *, keep_sources: bool = False, memory_limit: str = "1GB"
             con.execute("SET enable_progress_bar = false")
             con.execute(f"SET memory_limit = '{memory_limit}'")
             con.execute(f"SET temp_directory = '{_sql_str(str(tmpdir))}'")
-            summary = _compact(con, pq, root, old, files, keep_sources)
+            summary = _compact(con, pq, root, old, files, keep_sources, progress)
         finally:
             con.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -162,7 +168,13 @@ def _read(paths: list[Path]) -> str:
 
 
 def _compact(
-    con: Any, pq: Any, root: Path, old: Manifest, files: dict[str, TableFiles], keep: bool
+    con: Any,
+    pq: Any,
+    root: Path,
+    old: Manifest,
+    files: dict[str, TableFiles],
+    keep: bool,
+    progress: Callable[[str], None] | None,
 ) -> CompactSummary:
     from fsage.fleet.export import _metadata, schemas
 
@@ -191,6 +203,8 @@ def _compact(
         take, absorb = _absorbable(con, table, tf, new_cover)
         if not take:
             continue
+        if progress is not None:
+            progress(table)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
         src = _select(table, tf, take, whole)

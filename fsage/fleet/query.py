@@ -17,8 +17,10 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 * ``files_by_size``: the per-file layout score computed from the exported extents (not from the
   stored metrics), aggregated per file system and size bucket, for the latest (or every)
   snapshot; it equals `fsage analyze`'s ``by_size``. Each file's extents stay a list (no
-  UNNEST, no window): its data extents sorted by logical block, the blocks summed, and the
-  contiguous blocks are blocks - extents + the extents starting where the previous one ends.
+  UNNEST, no window): a file of one extent is read directly; for the others the data extents
+  are sorted by logical block, and the contiguous blocks are blocks - extents + the extents
+  starting where the previous one ends. Version ends are narrowed to the snapshots asked
+  for before the anti-join.
 """
 
 from __future__ import annotations
@@ -304,27 +306,36 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         con,
         f"""
         WITH want AS ({snaps}),
+        ended AS (
+            SELECT e.host, e.fs, w.sid, e.ino, e.first_snapshot
+            FROM file_ends e JOIN want w ON e.host = w.host AND e.fs = w.fs
+            WHERE e.last_snapshot < w.sid),
         live AS (
-            SELECT v.host, v.fs, w.sid,
-                   list_sort(list_filter(v.extents,
-                                         lambda x: (x.flags & 6) = 0 AND x.length > 0)) AS e
+            SELECT v.host, v.fs, w.sid, v.extents AS x
             FROM files v JOIN want w
             ON v.host = w.host AND v.fs = w.fs AND v.first_snapshot <= w.sid
-            ANTI JOIN file_ends e
-            ON e.host = v.host AND e.fs = v.fs AND e.ino = v.ino
-               AND e.first_snapshot = v.first_snapshot AND e.last_snapshot < w.sid
+            ANTI JOIN ended e
+            ON e.host = v.host AND e.fs = v.fs AND e.sid = w.sid AND e.ino = v.ino
+               AND e.first_snapshot = v.first_snapshot
             WHERE (v.mode & 61440) = 32768),
-        per_file AS (
-            SELECT host, fs, sid, list_sum(list_transform(e, lambda x: x.length)) AS blocks,
-                   len(e) AS n,
-                   len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
-                                   lambda p: p[2].physical = p[1].physical + p[1].length))
-                   AS adjacent
-            FROM live),
+        one AS (
+            SELECT host, fs, sid, x[1].length AS blocks, x[1].length - 1 AS contiguous
+            FROM live WHERE len(x) = 1 AND (x[1].flags & 6) = 0),
+        many AS (
+            SELECT host, fs, sid,
+                   list_sort(list_filter(x, lambda y: (y.flags & 6) = 0 AND y.length > 0)) AS e
+            FROM live WHERE len(x) > 1),
+        many_files AS (
+            SELECT host, fs, sid, list_sum(list_transform(e, lambda y: y.length)) AS blocks,
+                   list_sum(list_transform(e, lambda y: y.length)) - len(e)
+                   + len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
+                                     lambda p: p[2].physical = p[1].physical + p[1].length))
+                   AS contiguous
+            FROM many),
         bucketed AS (
-            SELECT host, fs, sid, blocks, blocks - n + adjacent AS contiguous,
+            SELECT host, fs, sid, blocks, contiguous,
                    CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
-            FROM per_file WHERE blocks >= 2)
+            FROM (SELECT * FROM one UNION ALL SELECT * FROM many_files) WHERE blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
                sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
                sum(blocks - 1)::BIGINT AS denominator,
