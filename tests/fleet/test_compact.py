@@ -110,7 +110,10 @@ def test_compaction_keeps_every_answer_and_merges_the_files(tmp_path: Path) -> N
     assert "nothing to compact" in again.line()
 
 
-def test_export_after_compaction_adds_beside_it_and_recompacts(tmp_path: Path) -> None:
+def test_export_after_compaction_adds_beside_it_and_recompacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_FILES", 1)  # the second run rewrites them too
     dbs = make_dbs(tmp_path)
     ds, whole = tmp_path / "ds", tmp_path / "whole"
     export_all(dbs, ds)
@@ -129,8 +132,10 @@ def test_export_after_compaction_adds_beside_it_and_recompacts(tmp_path: Path) -
     assert same(answers(ds), want)  # compacted + new rows == one export of everything
     assert export_parquet(dbs["h1"], ds, host="h1").new_snapshots == 0
     s2 = compact(ds)
-    assert s2.generation == 2 and s2.removed >= len(fresh)
+    assert s2.generation == 2 and s2.removed >= len(fresh) + len(TABLES)
     assert same(answers(ds), want)
+    for t in TABLES:
+        assert [p.name for p in (ds / t).rglob("*.parquet")] == ["c000002.parquet"], t
     assert load_manifest(ds).watermark("h1", "root") == 9
 
 
@@ -163,6 +168,9 @@ def test_recollected_sources_are_not_counted_twice(tmp_path: Path) -> None:
     assert same(answers(central), want)
     sources = sorted(p for p in central.rglob("*.parquet") if p.parent.name != "compacted")
     compact(central, keep_sources=True)
+    # the large tables got a second compacted file (the new runs), the small ones were rewritten
+    assert len(list((central / "files" / "compacted").glob("*.parquet"))) == 2
+    assert len(list((central / "metrics" / "compacted").glob("*.parquet"))) == 1
     assert sorted(p for p in central.rglob("*.parquet") if p.parent.name != "compacted") == sources
     assert same(answers(central), want)
     collect()  # unchanged kept sources: skipped without being read
