@@ -12,11 +12,15 @@ A. A synthetic fleet with per-file data: FS file systems (one SQLite database ea
                      user would (target: DuckDB >= 10x faster); the answers are compared
      history set     the fleet summary (filesystems, size, free, outliers) from the exported
                      metrics, against the loop that analyzes every snapshot of every database
+   Both on the dataset as exported and after `fsage fleet compact` (timed too).
 B. Metrics only at the issue's scale: MFS file systems x MSNAPS nightly snapshots of metrics,
    size buckets and free-space buckets written in the export's layout and schema:
-     `fsage fleet DIR --format json` as a whole command (target < 2 s), peak memory, size.
+     `fsage fleet DIR --format json` as a whole command, as exported and after `fsage fleet
+     compact` (target < 2 s), peak memory, sizes; the answers must be the same.
 
-Peak memory is each measured process's maximum resident set (wait4), in MiB.
+Peak memory is each measured process's maximum resident set (wait4), in MiB; times are wall
+seconds and, where given, CPU seconds (user + system) of the measured processes (on a loaded
+machine the CPU figures are the ones to compare).
 
 Usage: python3 bench/fleet.py [--filesystems 20] [--snapshots 30] [--files 20000]
                               [--metrics-filesystems 1000] [--metrics-snapshots 365] [--json]
@@ -43,8 +47,12 @@ sys.path.insert(0, str(REPO))
 MIB = 1 << 20
 
 
+CPU: dict[str, float] = {}  # CPU seconds of the last timed_child call (user + system)
+
+
 def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
-    """(seconds, peak RSS MiB, stdout) of one process (reaped with wait4 for its rusage)."""
+    """(seconds, peak RSS MiB, stdout) of one process (reaped with wait4 for its rusage);
+    its CPU time (user + system) is left in CPU["last"]."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout is not None and p.stderr is not None
@@ -53,6 +61,7 @@ def timed_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, byt
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
+    CPU["last"] = usage.ru_utime + usage.ru_stime
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
     return seconds, usage.ru_maxrss / 1024, out
@@ -112,6 +121,9 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     t0 = time.perf_counter()
     for i in range(args.filesystems):
         db = work / f"host{i:04d}.db"
+        if db.exists():  # --keep: the databases of an earlier run
+            dbs.append(db)
+            continue
         with Store.open(db, create=True) as store:
             synthetic_history(
                 store, f"fs{i:04d}", files=args.files, snapshots=args.snapshots, seed=1000 + i,
@@ -124,6 +136,7 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     fig["sqlite_bytes"] = sum(du_file(db) for db in dbs)
 
     ds = work / "fleet"
+    shutil.rmtree(ds, ignore_errors=True)
     fsage = [sys.executable, "-m", "fsage"]
     export_s, export_rss = 0.0, 0.0
     for i, db in enumerate(dbs):
@@ -139,38 +152,60 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     s, _, _ = timed_child([*fsage, "export", "--db", str(dbs[0]), "--host", "host0000",
                            str(ds)], env)  # fmt: skip
     fig["export_nothing_new_s"] = s
+    compacted = work / "fleet-compacted"
+    shutil.rmtree(compacted, ignore_errors=True)
+    shutil.copytree(ds, compacted)
+    s, rss, _ = timed_child([*fsage, "fleet", "compact", str(compacted)], env)
+    fig["compact_s"], fig["compact_cpu_s"], fig["compact_peak_mib"] = s, CPU["last"], rss
+    fig["compacted_bytes"] = du(compacted)
 
     py = sys.executable
     naive_s, naive_rss, naive_out = timed_child([py, "-c", NAIVE_LATEST, *map(str, dbs)], env)
+    naive_cpu = CPU["last"]
     duck_s, duck_rss, duck_out = timed_child([py, "-c", DUCK_LATEST, str(ds)], env)
+    duck_cpu = CPU["last"]
+    duckc_s, duckc_rss, duckc_out = timed_child([py, "-c", DUCK_LATEST, str(compacted)], env)
+    fig["per_file_duckdb_compacted_s"], fig["per_file_duckdb_compacted_peak_mib"] = (
+        duckc_s,
+        duckc_rss,
+    )
+    fig["per_file_duckdb_compacted_cpu_s"] = CPU["last"]
     naive_rows = sorted(map(tuple, json.loads(naive_out)))
     duck_rows = sorted(map(tuple, json.loads(duck_out)))
-    if naive_rows != duck_rows:
+    if naive_rows != duck_rows or sorted(map(tuple, json.loads(duckc_out))) != duck_rows:
         raise SystemExit("the per-file query set differs from the per-database analysis")
+    fig["per_file_naive_cpu_s"], fig["per_file_duckdb_cpu_s"] = naive_cpu, duck_cpu
     fig["per_file_rows_compared"] = len(duck_rows)
     fig["per_file_naive_s"], fig["per_file_naive_peak_mib"] = naive_s, naive_rss
     fig["per_file_duckdb_s"], fig["per_file_duckdb_peak_mib"] = duck_s, duck_rss
     fig["per_file_speedup"] = naive_s / duck_s
     # the naive alternative as a user runs it: `fsage analyze` on each database
-    analyze_s, analyze_rss = 0.0, 0.0
+    analyze_s, analyze_rss, analyze_cpu = 0.0, 0.0, 0.0
     for i, db in enumerate(dbs):
         s, rss, out = timed_child([*fsage, "analyze", "--db", str(db), "--format", "json"], env)
         analyze_s += s
+        analyze_cpu += CPU["last"]
         analyze_rss = max(analyze_rss, rss)
-        (a,) = json.loads(out)
+        (a,) = json.loads(out)["snapshots"]
         name = f"fs{i:04d}"
         ours = [r for r in duck_rows if r[0] == name]
         theirs = [
-            (name, a["snapshot_id"], b["min_blocks"], b["files"], b["blocks"], b["layout_score"])
+            (name, a["id"], b["min_blocks"], b["files"], b["blocks"], b["layout_score"])
             for b in a["by_size"]
         ]
         if not theirs or sorted(theirs) != sorted(ours):
             raise SystemExit(f"fsage analyze --db {db} differs from the per-file query set")
     fig["per_file_analyze_cli_s"], fig["per_file_analyze_cli_peak_mib"] = analyze_s, analyze_rss
+    fig["per_file_analyze_cli_cpu_s"] = analyze_cpu
     fig["per_file_speedup_vs_analyze_cli"] = analyze_s / duck_s
+    fig["per_file_speedup_vs_analyze_cli_cpu"] = analyze_cpu / duck_cpu
+    fig["per_file_compacted_speedup_vs_analyze_cli"] = analyze_s / duckc_s
+    fig["per_file_compacted_speedup_vs_analyze_cli_cpu"] = (
+        analyze_cpu / fig["per_file_duckdb_compacted_cpu_s"]
+    )
 
     hist_s, hist_rss, _ = timed_child([py, "-c", NAIVE_HISTORY, *map(str, dbs)], env)
-    fleet_s, fleet_rss, _ = timed_child([*fsage, "fleet", str(ds), "--format", "json"], env)
+    fleet_s, fleet_rss, _ = timed_child([*fsage, "fleet", str(compacted), "--format", "json"], env)
     fig["history_naive_s"], fig["history_naive_peak_mib"] = hist_s, hist_rss
     fig["history_duckdb_s"], fig["history_duckdb_peak_mib"] = fleet_s, fleet_rss
     fig["history_speedup"] = hist_s / fleet_s
@@ -255,13 +290,25 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     fig["metrics_generate_s"] = time.perf_counter() - t0
     fig["metrics_dataset_bytes"] = du(root)
     fsage = [sys.executable, "-m", "fsage"]
-    best = float("inf")
+    s, rss, before = timed_child([*fsage, "fleet", str(root), "--format", "json"], env)
+    fig["metrics_uncompacted_s"], fig["metrics_uncompacted_cpu_s"] = s, CPU["last"]
+    fig["metrics_uncompacted_peak_mib"] = rss
+    compacted = work / "metrics-fleet-compacted"
+    shutil.rmtree(compacted, ignore_errors=True)
+    shutil.copytree(root, compacted)
+    s, rss, _ = timed_child([*fsage, "fleet", "compact", str(compacted)], env)
+    fig["metrics_compact_s"], fig["metrics_compact_cpu_s"] = s, CPU["last"]
+    fig["metrics_compact_peak_mib"] = rss
+    fig["metrics_compacted_bytes"] = du(compacted)
+    best, best_cpu, peak = float("inf"), float("inf"), 0.0
     for _ in range(3):
-        s, rss, out = timed_child([*fsage, "fleet", str(root), "--format", "json"], env)
-        best = min(best, s)
-    fig["metrics_fleet_summary_s"] = best
-    fig["metrics_fleet_summary_peak_mib"] = rss
+        s, rss, out = timed_child([*fsage, "fleet", str(compacted), "--format", "json"], env)
+        best, best_cpu, peak = min(best, s), min(best_cpu, CPU["last"]), max(peak, rss)
+    fig["metrics_fleet_summary_s"], fig["metrics_fleet_summary_cpu_s"] = best, best_cpu
+    fig["metrics_fleet_summary_peak_mib"] = peak
     res = json.loads(out)
+    if res != json.loads(before) and not _close(res, json.loads(before)):
+        raise SystemExit("the fleet summary differs before and after the compaction")
     fig["metrics_filesystems_reported"] = len(res["filesystems"])
     code = (
         "import sys,time; from pathlib import Path; t0=time.perf_counter();"
@@ -269,10 +316,23 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
         "fleet_tables(Path(sys.argv[1])); t2=time.perf_counter();"
         "print(t1-t0, t2-t1)"
     )
-    s, _, out = timed_child([sys.executable, "-c", code, str(root)], env)
+    s, _, out = timed_child([sys.executable, "-c", code, str(compacted)], env)
     imp, query = map(float, out.split())
     fig["metrics_fleet_query_only_s"] = query
     fig["metrics_fleet_import_s"] = imp
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-12 (sums over a different file layout may round differently)."""
+    import math
+
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def main() -> None:
@@ -311,22 +371,33 @@ def main() -> None:
         return
     if not args.skip_a:
         print(f"A. {args.filesystems} file systems x {args.snapshots} snapshots x "
-              f"{args.files} files")  # fmt: skip
+              f"{args.files} files (wall s / CPU s, user + system)")  # fmt: skip
         print(f"  SQLite databases {fig['sqlite_bytes'] / MIB:.1f} MiB; Parquet dataset "
-              f"{fig['dataset_bytes'] / MIB:.1f} MiB")  # fmt: skip
+              f"{fig['dataset_bytes'] / MIB:.1f} MiB, compacted "
+              f"{fig['compacted_bytes'] / MIB:.1f} MiB")  # fmt: skip
         print(f"  export: {fig['export_s']:.1f} s in all ({fig['export_s_per_snapshot']:.3f} s "
               f"a snapshot), peak {fig['export_peak_mib']:.0f} MiB; nothing new: "
               f"{fig['export_nothing_new_s']:.2f} s")  # fmt: skip
+        print(f"  fsage fleet compact: {fig['compact_s']:.1f} s / {fig['compact_cpu_s']:.1f} s, "
+              f"peak {fig['compact_peak_mib']:.0f} MiB")  # fmt: skip
         print(f"  per-file set (latest snapshots, {fig['per_file_rows_compared']} bucket rows, "
-              f"equal): DuckDB {fig['per_file_duckdb_s']:.2f} s "
-              f"({fig['per_file_duckdb_peak_mib']:.0f} MiB) vs per-database loop "
-              f"{fig['per_file_naive_s']:.2f} s ({fig['per_file_naive_peak_mib']:.0f} MiB): "
-              f"{fig['per_file_speedup']:.1f}x")  # fmt: skip
+              f"equal): DuckDB {fig['per_file_duckdb_s']:.2f} s / "
+              f"{fig['per_file_duckdb_cpu_s']:.2f} s ({fig['per_file_duckdb_peak_mib']:.0f} MiB),"
+              f" compacted {fig['per_file_duckdb_compacted_s']:.2f} s / "
+              f"{fig['per_file_duckdb_compacted_cpu_s']:.2f} s "
+              f"({fig['per_file_duckdb_compacted_peak_mib']:.0f} MiB)")  # fmt: skip
+        print(f"    vs per-database loop in one process {fig['per_file_naive_s']:.2f} s / "
+              f"{fig['per_file_naive_cpu_s']:.2f} s ({fig['per_file_naive_peak_mib']:.0f} MiB): "
+              f"{fig['per_file_speedup']:.1f}x wall")  # fmt: skip
         print(f"    vs `fsage analyze --db DB` on each database: "
-              f"{fig['per_file_analyze_cli_s']:.2f} s "
-              f"({fig['per_file_analyze_cli_peak_mib']:.0f} MiB): "
-              f"{fig['per_file_speedup_vs_analyze_cli']:.1f}x (target >= 10x)")  # fmt: skip
-        print(f"  history set: fsage fleet {fig['history_duckdb_s']:.2f} s "
+              f"{fig['per_file_analyze_cli_s']:.2f} s / {fig['per_file_analyze_cli_cpu_s']:.2f} s"
+              f" ({fig['per_file_analyze_cli_peak_mib']:.0f} MiB): exported "
+              f"{fig['per_file_speedup_vs_analyze_cli']:.1f}x wall, "
+              f"{fig['per_file_speedup_vs_analyze_cli_cpu']:.1f}x CPU; compacted "
+              f"{fig['per_file_compacted_speedup_vs_analyze_cli']:.1f}x wall, "
+              f"{fig['per_file_compacted_speedup_vs_analyze_cli_cpu']:.1f}x CPU "
+              "(target >= 10x)")  # fmt: skip
+        print(f"  history set: fsage fleet (compacted) {fig['history_duckdb_s']:.2f} s "
               f"({fig['history_duckdb_peak_mib']:.0f} MiB) vs analyzing every snapshot "
               f"{fig['history_naive_s']:.1f} s ({fig['history_naive_peak_mib']:.0f} MiB): "
               f"{fig['history_speedup']:.0f}x")  # fmt: skip
@@ -334,11 +405,20 @@ def main() -> None:
         return
     print(f"B. metrics only: {args.metrics_filesystems} file systems x "
           f"{args.metrics_snapshots} snapshots, dataset "
-          f"{fig['metrics_dataset_bytes'] / MIB:.1f} MiB")  # fmt: skip
-    print(f"  fsage fleet DIR --format json: {fig['metrics_fleet_summary_s']:.2f} s whole "
-          f"command (target < 2 s; queries {fig['metrics_fleet_query_only_s']:.2f} s, imports "
+          f"{fig['metrics_dataset_bytes'] / MIB:.1f} MiB, compacted "
+          f"{fig['metrics_compacted_bytes'] / MIB:.1f} MiB (wall s / CPU s)")  # fmt: skip
+    print(f"  as exported: fsage fleet DIR --format json {fig['metrics_uncompacted_s']:.2f} s / "
+          f"{fig['metrics_uncompacted_cpu_s']:.2f} s, peak "
+          f"{fig['metrics_uncompacted_peak_mib']:.0f} MiB")  # fmt: skip
+    print(
+        f"  fsage fleet compact: {fig['metrics_compact_s']:.1f} s / "
+        f"{fig['metrics_compact_cpu_s']:.1f} s, peak {fig['metrics_compact_peak_mib']:.0f} MiB"
+    )
+    print(f"  compacted: fsage fleet DIR --format json {fig['metrics_fleet_summary_s']:.2f} s / "
+          f"{fig['metrics_fleet_summary_cpu_s']:.2f} s whole command, best of 3 (target < 2 s; "
+          f"queries {fig['metrics_fleet_query_only_s']:.2f} s, imports "
           f"{fig['metrics_fleet_import_s']:.2f} s), peak "
-          f"{fig['metrics_fleet_summary_peak_mib']:.0f} MiB")  # fmt: skip
+          f"{fig['metrics_fleet_summary_peak_mib']:.0f} MiB; same answers as exported")  # fmt: skip
 
 
 if __name__ == "__main__":

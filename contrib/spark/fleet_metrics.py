@@ -1,9 +1,10 @@
 """The fleet metrics of `fsage fleet` on Spark, for fleets that outgrow one machine.
 
 Reads a dataset written by `fsage export --format parquet` (collected from many hosts into one
-directory, HDFS or object-storage path) and computes the same tables as fsage's DuckDB queries
-(``fsage.fleet.query``): filesystems, size, free, outliers and files_by_size (the layout score
-per size bucket from the exported extents). Needs only pyspark; fsage need not be installed.
+directory, HDFS or object-storage path; compacted by `fsage fleet compact` or not) and computes
+the same tables as fsage's DuckDB queries (``fsage.fleet.query``): filesystems, size, free,
+outliers and files_by_size (the layout score per size bucket from the exported extents). Needs
+only pyspark; fsage need not be installed.
 
     spark-submit contrib/spark/fleet_metrics.py s3a://bucket/fleet fleet.json
     python3 contrib/spark/fleet_metrics.py /data/fleet fleet.json --master 'local[2]'
@@ -25,11 +26,67 @@ MIN_SPAN_DAYS = 7
 DAYS_PER_MONTH = 30.436875
 
 
+SMALL = ("snapshots", "metrics", "size_buckets", "free_buckets")
+
+
+def read_manifest(spark: Any, root: str) -> dict[str, Any] | None:
+    """The compaction manifest (``_compacted.json``, written by `fsage fleet compact`), None
+    when the dataset was never compacted."""
+    try:
+        found = spark.sparkContext.wholeTextFiles(f"{root}/_compacted.json").collect()
+    except Exception:  # the JVM's "input path does not exist"
+        return None
+    if not found:
+        return None
+    manifest: dict[str, Any] = json.loads(found[0][1])
+    if int(manifest["schema_version"]) > SCHEMA_VERSION:
+        version = manifest["schema_version"]
+        raise SystemExit(f"{root}: manifest of schema version {version}, this job reads 1")
+    return manifest
+
+
 def register(spark: Any, root: str) -> None:
     """One temporary view per table. Partition directories are not parsed (recursive lookup):
-    the host and fs columns inside the files carry the names."""
+    the host and fs columns inside the files carry the names.
+
+    A compacted dataset (see fsage.fleet.dataset) is read from the compacted files its
+    manifest names plus, per file system, the per-partition rows newer than its watermark:
+    for the small tables the rows with a newer snapshot_id, for the others the export runs
+    (``s<first>-<last>.parquet``) whose last snapshot is newer."""
+    manifest = read_manifest(spark, root)
+    if manifest is None:
+        for table in TABLES:
+            df = spark.read.option("recursiveFileLookup", "true").parquet(f"{root}/{table}")
+            df.createOrReplaceTempView(table)
+        return
+    from pyspark.sql import functions as F
+
+    cover = spark.createDataFrame(
+        [(c["host"], c["fs"], int(c["last_snapshot"])) for c in manifest["covered"]],
+        "host string, fs string, mark long",
+    )
     for table in TABLES:
-        df = spark.read.option("recursiveFileLookup", "true").parquet(f"{root}/{table}")
+        compacted = [f"{root}/{table}/{rel}" for rel in manifest["tables"].get(table, [])]
+        df = spark.read.parquet(*compacted) if compacted else None
+        try:
+            fresh = spark.read.option("recursiveFileLookup", "true").parquet(
+                f"{root}/{table}/host=*"
+            )
+        except Exception:  # no per-partition files
+            fresh = None
+        if fresh is not None:
+            if table in SMALL:
+                fresh = fresh.withColumn("_at", F.col("snapshot_id"))
+            else:  # the export run's last snapshot, from the file name (read with the scan)
+                run = F.regexp_extract(F.input_file_name(), r"s[0-9]+-([0-9]+)\.parquet$", 1)
+                fresh = fresh.withColumn("_at", run.cast("long"))
+            f, c = fresh.alias("f"), cover.alias("c")
+            on = (F.col("f.host") == F.col("c.host")) & (F.col("f.fs") == F.col("c.fs"))
+            keep = F.col("c.mark").isNull() | (F.col("f._at") > F.col("c.mark"))
+            fresh = f.join(c, on, "left").where(keep).select("f.*").drop("_at")
+            df = fresh if df is None else df.unionByName(fresh)
+        if df is None:
+            raise SystemExit(f"{root}: no {table} table")
         df.createOrReplaceTempView(table)
 
 

@@ -191,6 +191,41 @@ def _text(result: dict[str, list[dict[str, Any]]]) -> None:
 @fleet.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
+    "--keep-sources",
+    is_flag=True,
+    help="Keep the merged per-partition files (readers skip them; rsync then copies only "
+    "what is new).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
+    """Merge the per-file-system files of DIRECTORY (collected exports) into a few large files
+    per table, sorted by host, file system and time, so that fleet queries open a few files
+    instead of one per file system. Atomic (interrupted, the dataset reads as before) and
+    idempotent; later exports into DIRECTORY add files beside the compacted ones, and the next
+    compaction merges them.
+
+    \b
+    Examples:
+      rsync -a host1:/srv/fleet/ /data/fleet/ && fsage fleet compact /data/fleet
+      fsage fleet compact --keep-sources /data/fleet --json
+    """
+    from fsage.fleet.compact import compact as run
+
+    def progress(table: str) -> None:
+        click.echo(f"compacting {table}...", err=True)
+
+    summary = run(
+        directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
+    )
+    if as_json:
+        echo_json(summary.to_json())
+    else:
+        click.echo(summary.line())
+
+
+@fleet.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),

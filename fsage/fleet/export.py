@@ -36,6 +36,7 @@ from fsage.db import codec
 from fsage.db.store import SnapshotRow, Store
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES
+from fsage.fleet.dataset import load_manifest, run_range
 from fsage.layout import Layout
 
 I64 = npt.NDArray[np.int64]
@@ -304,7 +305,9 @@ def _export_locked(
     pq: Any,
     t0: float,
 ) -> ExportSummary:
-    with _locked(out, host):
+    from fsage.fleet.compact import shared
+
+    with shared(out), _locked(out, host):
         known = [f["name"] for f in store.filesystems()]
         names = fs_names if fs_names else known
         for name in names:
@@ -347,34 +350,61 @@ def _export_locked(
 
 
 def _exported(pq: Any, out: Path, host: str, fs: str) -> tuple[int | None, str | None]:
-    """Newest exported snapshot id of a file system and its UUID (None, None if none)."""
+    """Newest exported snapshot id of a file system and its UUID (None, None if none), in the
+    compacted files (their watermark) or its own partition."""
+    covered = load_manifest(out).covered.get((host, fs))
+    done, uuid = covered if covered else (None, None)
     part = partition_dir(out, "snapshots", host, fs) / "part.parquet"
     if not part.exists():
-        return None, None
+        return done, uuid
     t = pq.read_table(part, columns=["snapshot_id", "uuid"])
     if t.num_rows == 0:
-        return None, None
+        return done, uuid
     ids = t.column("snapshot_id").to_numpy()
     last = int(np.argmax(ids))
+    if done is not None and done >= int(ids[last]):
+        return done, uuid
     return int(ids[last]), str(t.column("uuid")[last].as_py())
+
+
+def _partition_rows(pq: Any, out: Path, table: str, host: str, fs: str, columns: list[str]) -> Any:
+    """The rows of one file system in a large table: its part of the compacted files and its
+    export runs newer than their watermark (None if there are none)."""
+    import pyarrow as pa
+
+    manifest = load_manifest(out)
+    mark = manifest.watermark(host, fs)
+    tables = []
+    if mark is not None:
+        for rel in manifest.tables.get(table, []):
+            tables.append(
+                pq.read_table(
+                    out / table / rel,
+                    columns=columns,
+                    filters=[("host", "=", host), ("fs", "=", fs)],
+                )
+            )
+    pdir = partition_dir(out, table, host, fs)
+    for p in sorted(pdir.glob("s*.parquet")) if pdir.exists() else []:
+        rng = run_range(p)
+        if mark is not None and rng is not None and rng[1] <= mark:
+            continue
+        tables.append(pq.read_table(p, columns=columns))
+    return pa.concat_tables(tables) if tables else None
 
 
 def _open_versions(pq: Any, out: Path, host: str, fs: str) -> dict[str, I64]:
     """Keys of the versions valid in the newest exported snapshot, in ino order."""
     empty = np.zeros(0, np.int64)
-    fdir = partition_dir(out, "files", host, fs)
-    parts = sorted(fdir.glob("s*.parquet")) if fdir.exists() else []
-    if not parts:
-        return {"ino": empty, "generation": empty, "digest": empty, "first": empty}
     cols = ["ino", "generation", "digest", "first_snapshot"]
-    t = _concat(pq, parts, cols)
+    t = _partition_rows(pq, out, "files", host, fs, cols)
+    if t is None or t.num_rows == 0:
+        return {"ino": empty, "generation": empty, "digest": empty, "first": empty}
     ino = t.column("ino").to_numpy().astype(np.int64)
     first = t.column("first_snapshot").to_numpy().astype(np.int64)
-    edir = partition_dir(out, "file_ends", host, fs)
-    eparts = sorted(edir.glob("s*.parquet")) if edir.exists() else []
     alive = np.ones(ino.size, bool)
-    if eparts:
-        e = _concat(pq, eparts, ["ino", "first_snapshot"])
+    e = _partition_rows(pq, out, "file_ends", host, fs, ["ino", "first_snapshot"])
+    if e is not None and e.num_rows:
         ended = set(
             zip(
                 e.column("ino").to_numpy().tolist(),
@@ -395,12 +425,6 @@ def _open_versions(pq: Any, out: Path, host: str, fs: str) -> dict[str, I64]:
         "digest": t.column("digest").to_numpy().astype(np.int64)[order],
         "first": first[order],
     }
-
-
-def _concat(pq: Any, paths: list[Path], columns: list[str]) -> Any:
-    import pyarrow as pa
-
-    return pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])
 
 
 def _export_fs(

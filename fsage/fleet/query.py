@@ -16,7 +16,11 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 * ``trend``: the layout score of every snapshot.
 * ``files_by_size``: the per-file layout score computed from the exported extents (not from the
   stored metrics), aggregated per file system and size bucket, for the latest (or every)
-  snapshot; it equals `fsage analyze`'s ``by_size``.
+  snapshot; it equals `fsage analyze`'s ``by_size``. Each file's extents stay a list (no
+  UNNEST, no window): a file of one extent is read directly; for the others the data extents
+  are sorted by logical block, and the contiguous blocks are blocks - extents + the extents
+  starting where the previous one ends. Version ends are narrowed to the snapshots asked
+  for before the anti-join.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ from typing import Any
 
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
+from fsage.fleet.dataset import (
+    SUMMARY_TABLE,
+    ManifestError,
+    TableFiles,
+    cover_table,
+    dataset_files,
+    load_manifest,
+)
 
 MIN_SPAN_DAYS = 7
 DAYS_PER_MONTH = 30.436875
@@ -51,10 +63,17 @@ def connect(root: Path) -> Any:
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # it would write to stdout
     con.execute("SET parquet_metadata_cache = true")  # every query reads the same footers
+    try:
+        manifest = load_manifest(root)
+    except ManifestError as exc:
+        raise FleetError(str(exc)) from None
+    tables = dataset_files(root, manifest)
+    if any(f.filter_fresh for f in tables.values()):
+        cover_table(con, "_covered", manifest.covered)
     found = False
     created: set[str] = set()
-    for table in TABLES:
-        parts = sorted((root / table).glob("host=*/fs=*/*.parquet"))
+    for table, files in tables.items():
+        parts = files.all
         if not parts:
             continue
         found = found or table == "snapshots"
@@ -64,19 +83,41 @@ def connect(root: Path) -> Any:
                 f"{parts[0]}: export schema version {version}, this fsage reads up to "
                 f"{SCHEMA_VERSION} (upgrade fsage)"
             )
-        # The file list, not a glob: DuckDB would list every partition again in every query.
-        files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts)
-        con.execute(
-            f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{files}],"
-            " hive_partitioning = false)"
-        )
+        con.execute(f"CREATE VIEW {table} AS {_view_sql(files)}")
         created.add(table)
     if not found:
         raise FleetError(f"no fsage export in {root} (make one: fsage export --db DB {root})")
     for table in TABLES:
         if table not in created:
             raise FleetError(f"{root} has no {table} table (an incomplete export?)")
+    stored = manifest.tables.get(SUMMARY_TABLE)
+    if stored and not tables["size_buckets"].fresh and not tables["metrics"].fresh:
+        paths = [root / SUMMARY_TABLE / rel for rel in stored]
+        con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS SELECT * FROM {_file_list(paths)}")
+    else:
+        con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS {SIZE_SUMMARY}")
     return con
+
+
+def _file_list(paths: list[Path]) -> str:
+    # The file list, not a glob: DuckDB would list every partition again in every query.
+    files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+    return f"read_parquet([{files}], hive_partitioning = false)"
+
+
+def _view_sql(files: TableFiles) -> str:
+    """The rows of one table: the compacted files, and the per-partition files' rows newer
+    than their file system's watermark (see ``fsage.fleet.dataset``)."""
+    if not files.filter_fresh:
+        return f"SELECT * FROM {_file_list(files.all)}"
+    fresh = (
+        f"SELECT p.* FROM {_file_list(files.fresh)} p LEFT JOIN _covered c"
+        " ON p.host = c.host AND p.fs = c.fs"
+        " WHERE c.mark IS NULL OR p.snapshot_id > c.mark"
+    )
+    if not files.compacted:
+        return fresh
+    return f"SELECT * FROM {_file_list(files.compacted)} UNION ALL {fresh}"
 
 
 def _schema_version(con: Any, path: Path) -> int | None:
@@ -148,27 +189,45 @@ def filesystems(con: Any) -> list[dict[str, Any]]:
     )
 
 
+# Per file system and size bucket: the bucket's row in the latest snapshot (in_latest) and its
+# change per month over the history (rate; spans of MIN_SPAN_DAYS or more). `fsage fleet
+# compact` stores this table with the compacted files (view size_summary); without one, or
+# with rows newer than the compaction, it is computed from size_buckets and metrics.
+SIZE_SUMMARY = f"""
+    WITH {_LATEST},
+    cur AS (
+        SELECT b.host, b.fs, b.bucket, b.min_blocks, b.max_blocks, b.files, b.blocks,
+               b.contiguous, b.denominator, b.layout_score
+        FROM size_buckets b JOIN latest l
+        ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid),
+    bm AS (
+        SELECT b.host, b.fs, b.bucket, b.layout_score,
+               epoch_us(m.taken_at) / 86400e6 AS day
+        FROM size_buckets b JOIN metrics m
+        ON b.host = m.host AND b.fs = m.fs AND b.snapshot_id = m.snapshot_id
+        WHERE b.layout_score IS NOT NULL),
+    slopes AS (
+        SELECT host, fs, bucket, regr_slope(layout_score, day) * {DAYS_PER_MONTH} AS rate
+        FROM bm GROUP BY host, fs, bucket
+        HAVING max(day) - min(day) >= {MIN_SPAN_DAYS} AND count(*) >= 2)
+    SELECT coalesce(c.host, s.host) AS host, coalesce(c.fs, s.fs) AS fs,
+           coalesce(c.bucket, s.bucket) AS bucket, c.host IS NOT NULL AS in_latest,
+           c.min_blocks, c.max_blocks, c.files, c.blocks, c.contiguous, c.denominator,
+           c.layout_score, s.rate
+    FROM cur c FULL OUTER JOIN slopes s
+    ON c.host = s.host AND c.fs = s.fs AND c.bucket = s.bucket
+    ORDER BY host, fs, bucket
+"""
+
+
 def by_size(con: Any) -> list[dict[str, Any]]:
     return _rows(
         con,
-        f"""
-        WITH {_LATEST},
-        cur AS (
-            SELECT b.* FROM size_buckets b JOIN latest l
-            ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid),
-        bm AS (
-            SELECT b.host, b.fs, b.bucket, b.layout_score,
-                   epoch_us(m.taken_at) / 86400e6 AS day
-            FROM size_buckets b JOIN metrics m
-            ON b.host = m.host AND b.fs = m.fs AND b.snapshot_id = m.snapshot_id
-            WHERE b.layout_score IS NOT NULL),
-        slopes AS (
-            SELECT host, fs, bucket, regr_slope(layout_score, day) * {DAYS_PER_MONTH} AS rate
-            FROM bm GROUP BY host, fs, bucket
-            HAVING max(day) - min(day) >= {MIN_SPAN_DAYS} AND count(*) >= 2),
+        """
+        WITH cur AS (SELECT * FROM size_summary WHERE in_latest),
         rates AS (
             SELECT bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
-            FROM slopes GROUP BY bucket)
+            FROM size_summary GROUP BY bucket)
         SELECT c.bucket, min(c.min_blocks) AS min_blocks, max(c.max_blocks) AS max_blocks,
                count(*) AS filesystems, sum(c.files) AS files, sum(c.blocks) AS blocks,
                sum(c.contiguous)::DOUBLE / sum(c.denominator) AS layout_score,
@@ -247,31 +306,36 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         con,
         f"""
         WITH want AS ({snaps}),
+        ended AS (
+            SELECT e.host, e.fs, w.sid, e.ino, e.first_snapshot
+            FROM file_ends e JOIN want w ON e.host = w.host AND e.fs = w.fs
+            WHERE e.last_snapshot < w.sid),
         live AS (
-            SELECT v.host, v.fs, w.sid, v.ino, v.first_snapshot, v.extents
+            SELECT v.host, v.fs, w.sid, v.extents AS x
             FROM files v JOIN want w
             ON v.host = w.host AND v.fs = w.fs AND v.first_snapshot <= w.sid
-            ANTI JOIN file_ends e
-            ON e.host = v.host AND e.fs = v.fs AND e.ino = v.ino
-               AND e.first_snapshot = v.first_snapshot AND e.last_snapshot < w.sid
+            ANTI JOIN ended e
+            ON e.host = v.host AND e.fs = v.fs AND e.sid = w.sid AND e.ino = v.ino
+               AND e.first_snapshot = v.first_snapshot
             WHERE (v.mode & 61440) = 32768),
-        ext AS (
-            SELECT host, fs, sid, ino, x.logical AS logical, x.physical AS physical,
-                   x.length AS length
-            FROM (SELECT host, fs, sid, ino, unnest(extents) AS x FROM live)
-            WHERE (x.flags & 6) = 0 AND x.length > 0),
-        ordered AS (
-            SELECT *, lag(physical + length) OVER (
-                PARTITION BY host, fs, sid, ino ORDER BY logical) AS prev_end
-            FROM ext),
-        per_file AS (
-            SELECT host, fs, sid, ino, sum(length) AS blocks,
-                   sum(length - 1)
-                   + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
-            FROM ordered GROUP BY host, fs, sid, ino),
+        one AS (
+            SELECT host, fs, sid, x[1].length AS blocks, x[1].length - 1 AS contiguous
+            FROM live WHERE len(x) = 1 AND (x[1].flags & 6) = 0),
+        many AS (
+            SELECT host, fs, sid,
+                   list_sort(list_filter(x, lambda y: (y.flags & 6) = 0 AND y.length > 0)) AS e
+            FROM live WHERE len(x) > 1),
+        many_files AS (
+            SELECT host, fs, sid, list_sum(list_transform(e, lambda y: y.length)) AS blocks,
+                   list_sum(list_transform(e, lambda y: y.length)) - len(e)
+                   + len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
+                                     lambda p: p[2].physical = p[1].physical + p[1].length))
+                   AS contiguous
+            FROM many),
         bucketed AS (
-            SELECT *, CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
-            FROM per_file WHERE blocks >= 2)
+            SELECT host, fs, sid, blocks, contiguous,
+                   CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
+            FROM (SELECT * FROM one UNION ALL SELECT * FROM many_files) WHERE blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
                sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
                sum(blocks - 1)::BIGINT AS denominator,

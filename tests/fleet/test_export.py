@@ -116,6 +116,12 @@ def test_sql_layout_score_from_extents_equals_analyze_bucket_by_bucket(
         assert [tuple(r.values()) for r in want] == mb
     assert len(scores) == 3  # the churn changed the layout
     assert any(s < 1.0 for r in rows for s in [r["layout_score"]])
+    # compacted, the dataset gives the same buckets (and so still equals fsage analyze)
+    from fsage.fleet.compact import compact
+
+    con.close()
+    assert compact(ds).changed
+    assert files_by_size(connect(ds), every_snapshot=True) == rows
 
 
 def test_incremental_export_adds_only_new_snapshots(tmp_path: Path) -> None:

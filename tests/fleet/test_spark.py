@@ -1,5 +1,5 @@
 """contrib/spark/fleet_metrics.py in Spark local mode gives every figure DuckDB gives, on a
-generated three-host dataset (slow: Spark starts a JVM)."""
+generated three-host dataset, as exported and partly compacted (slow: Spark starts a JVM)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,12 @@ def test_spark_job_matches_duckdb_on_every_figure(tmp_path: Path) -> None:
     from pyspark.sql import SparkSession
 
     from fsage.db.store import Store
+    from fsage.fleet.compact import compact
     from fsage.fleet.export import export_parquet
     from fsage.fleet.query import fleet_tables
     from fsage.fleet.synth import synthetic_history
 
-    ds = tmp_path / "fleet"
+    ds, mixed = tmp_path / "fleet", tmp_path / "mixed"
     start = dt.datetime(2025, 5, 1, 2, 30, tzinfo=dt.UTC)
     seed = 20
     for h in range(3):
@@ -66,6 +67,9 @@ def test_spark_job_matches_duckdb_on_every_figure(tmp_path: Path) -> None:
             if h == 2:  # one history too short for a rate
                 synthetic_history(store, "tmp", files=200, snapshots=2, seed=99, start=start)
         export_parquet(db, ds, host=f"host{h}")
+        if h == 2:  # hosts 0 and 1 compacted, host 2 beside them, as exported
+            compact(mixed)
+        export_parquet(db, mixed, host=f"host{h}")
 
     tables = ("filesystems", "size", "free", "outliers", "files_by_size")
     duck = fleet_tables(ds, tables, threshold=0.0)
@@ -88,19 +92,24 @@ def test_spark_job_matches_duckdb_on_every_figure(tmp_path: Path) -> None:
     )
     try:
         sparked = job.compute(spark, str(ds), threshold=0.0)
+        sparked_mixed = job.compute(spark, str(mixed), threshold=0.0)
     finally:
         spark.stop()
+    assert (mixed / "metrics" / "compacted").is_dir()
+    assert list((mixed / "metrics").glob("host=host2/fs=*/part.parquet"))
 
     assert len(duck["filesystems"]) == 7
     assert sum(r["change_per_month"] is None for r in duck["filesystems"]) == 3
     assert len(duck["outliers"]) >= 10  # threshold 0: every rated value with its z
     compared = 0
-    for name in tables:
-        d, s = duck[name], sparked[name]
-        assert len(d) == len(s), name
-        for rd, rs in zip(d, s, strict=True):
-            assert set(rd) == set(rs), name
-            for k in rd:
-                assert _same(rd[k], rs[k]), (name, k, rd, rs)
-                compared += 1
-    assert compared > 500
+    duck_mixed = fleet_tables(mixed, tables, threshold=0.0)
+    for other in (sparked, sparked_mixed, duck_mixed):
+        for name in tables:
+            d, s = duck[name], other[name]
+            assert len(d) == len(s), name
+            for rd, rs in zip(d, s, strict=True):
+                assert set(rd) == set(rs), name
+                for k in rd:
+                    assert _same(rd[k], rs[k]), (name, k, rd, rs)
+                    compared += 1
+    assert compared > 1500

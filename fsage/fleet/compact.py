@@ -1,0 +1,368 @@
+"""`fsage fleet compact`: merge a dataset's many small per-partition files into few large ones.
+
+A central job collects the hosts' export directories into one and runs the compaction; the
+fleet queries then open one or a few files per table instead of one per file system. For each
+file system the compaction takes everything up to the newest snapshot of its ``snapshots``
+rows (its watermark; rows of a file system still being collected wait for the next run) and
+writes it, sorted by host, file system and snapshot, into ``DIR/<table>/compacted/``, in row
+groups of ``ROW_GROUP`` rows. See ``fsage.fleet.dataset`` for how readers combine the layouts.
+
+Atomic: the new files get names no manifest names yet, then the manifest is replaced (the
+commit), then the files it no longer needs are removed. Interrupted anywhere, the dataset reads
+as before or as after, and the next run finishes the job. Idempotent: with nothing new, nothing
+is written. Small tables are rewritten whole; a large table gets one new file per run until it
+has ``MAX_LARGE_FILES``, then it is rewritten whole. `fsage export` into a compacted directory
+adds per-partition files beside the compacted ones, as before.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsage.errors import FsageError
+from fsage.fleet import LARGE_TABLES, TABLES
+from fsage.fleet.dataset import (
+    COMPACTED,
+    SUMMARY_TABLE,
+    Manifest,
+    ManifestError,
+    TableFiles,
+    cover_table,
+    dataset_files,
+    fsync_dir,
+    load_manifest,
+    partition_files,
+    partition_of,
+    run_range,
+    save_manifest,
+    stamp,
+)
+
+ROW_GROUP = 128 * 1024
+MAX_LARGE_FILES = 8
+LOCK = ".compact.lock"
+
+# Sort order inside the compacted files (host and fs first, then time).
+ORDER = {
+    "snapshots": "snapshot_id",
+    "metrics": "snapshot_id",
+    "size_buckets": "snapshot_id, bucket",
+    "free_buckets": "snapshot_id, min_blocks",
+    "files": "first_snapshot, ino",
+    "file_ends": "last_snapshot, ino, first_snapshot",
+    "free_extents": "snapshot_id, start",
+}
+
+
+class CompactError(FsageError):
+    """The dataset cannot be compacted."""
+
+
+@dataclass
+class CompactSummary:
+    directory: str
+    generation: int
+    filesystems: int = 0
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    removed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.tables)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def line(self) -> str:
+        if not self.changed:
+            return f"{self.directory}: nothing to compact ({self.filesystems} file systems)"
+        merged = sum(t["input_files"] for t in self.tables.values())
+        rows = sum(t["rows"] for t in self.tables.values())
+        return (
+            f"compacted {self.directory} (generation {self.generation}): {merged} files into "
+            f"{sum(t['output_files'] for t in self.tables.values())}, {rows} rows written, "
+            f"{self.filesystems} file systems, {self.removed} files removed in "
+            f"{self.seconds:.2f} s"
+        )
+
+
+@contextmanager
+def exclusive(root: Path) -> Iterator[None]:
+    """The compaction's lock; `fsage export` holds it shared while it writes."""
+    with open(root / LOCK, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CompactError(f"an export or compaction of {root} is running") from None
+        yield
+
+
+@contextmanager
+def shared(root: Path) -> Iterator[None]:
+    """Held by `fsage export` (waits while a compaction of the directory runs)."""
+    with open(root / LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        yield
+
+
+def compact(
+    root: Path,
+    *,
+    keep_sources: bool = False,
+    memory_limit: str = "1GB",
+    progress: Callable[[str], None] | None = None,
+) -> CompactSummary:
+    """Compact the dataset at ``root`` (see the module docstring). With ``keep_sources`` the
+    absorbed per-partition files stay (so that rsync does not copy them again); readers skip
+    them."""
+    try:
+        import duckdb
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CompactError(
+            "compaction needs duckdb and pyarrow (pip install 'fsage[fleet]')"
+        ) from None
+    t0 = time.monotonic()
+    if not root.is_dir():
+        raise CompactError(f"{root} is not a directory")
+    if not (root / "snapshots").is_dir():
+        raise CompactError(f"no fsage export in {root} (make one: fsage export --db DB {root})")
+    with exclusive(root):
+        try:
+            old = load_manifest(root)
+        except ManifestError as exc:
+            raise CompactError(str(exc)) from None
+        files = dataset_files(root, old)
+        tmpdir = root / f".compact-tmp-{os.getpid()}"
+        tmpdir.mkdir(exist_ok=True)
+        con = duckdb.connect()
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET enable_progress_bar = false")
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+            con.execute(f"SET temp_directory = '{_sql_str(str(tmpdir))}'")
+            summary = _compact(con, pq, root, old, files, keep_sources, progress)
+        finally:
+            con.close()
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _sql_str(s: str) -> str:
+    return s.replace("'", "''")
+
+
+def _read(paths: list[Path]) -> str:
+    files = ", ".join("'" + _sql_str(str(p)) + "'" for p in paths)
+    return f"read_parquet([{files}], hive_partitioning = false)"
+
+
+def _compact(
+    con: Any,
+    pq: Any,
+    root: Path,
+    old: Manifest,
+    files: dict[str, TableFiles],
+    keep: bool,
+    progress: Callable[[str], None] | None,
+) -> CompactSummary:
+    from fsage.fleet.export import _metadata, schemas
+
+    sch = schemas()
+    cover_table(con, "old_cover", old.covered)
+    # The new watermarks: every file system's newest snapshot row (old or fresh).
+    snaps = files["snapshots"]
+    new_cover: dict[tuple[str, str], tuple[int, str | None]] = dict(old.covered)
+    if snaps.fresh:
+        for host, fs, mark, uuid in con.execute(
+            f"SELECT host, fs, max(snapshot_id), arg_max(uuid, snapshot_id) FROM"
+            f" {_read(snaps.fresh)} GROUP BY host, fs"
+        ).fetchall():
+            prev = new_cover.get((host, fs))
+            if prev is None or mark > prev[0]:
+                new_cover[(host, fs)] = (int(mark), uuid)
+    cover_table(con, "new_cover", new_cover)
+    gen = old.generation + 1
+    summary = CompactSummary(str(root), old.generation, filesystems=len(new_cover))
+    tables = {t: list(old.tables.get(t, [])) for t in TABLES}
+    absorbed = dict(old.absorbed)
+    written: list[Path] = []
+    consumed: list[Path] = []  # per-partition files wholly in the compacted files
+    for table in TABLES:
+        tf = files[table]
+        take, absorb = _absorbable(con, table, tf, new_cover)
+        if not take:
+            continue
+        if progress is not None:
+            progress(table)
+        whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
+        inputs = (tf.compacted if whole else []) + take
+        src = _select(table, tf, take, whole)
+        out = root / table / COMPACTED / f"c{gen:06d}.parquet"
+        rows = _write(con, pq, src, out, sch[table].with_metadata(_metadata(table)), table)
+        written.append(out)
+        rel = f"{COMPACTED}/{out.name}"
+        tables[table] = [rel] if whole else [*tables[table], rel]
+        summary.tables[table] = {"input_files": len(inputs), "output_files": 1, "rows": rows}
+        consumed.extend(absorb)
+        for p in absorb:
+            if table not in LARGE_TABLES:
+                absorbed[str(p.relative_to(root))] = stamp(p)
+    if written and (
+        SUMMARY_TABLE not in old.tables or {"metrics", "size_buckets"} & set(summary.tables)
+    ):
+        out = _write_summary(con, pq, root, tables, gen)
+        written.append(out)
+        tables[SUMMARY_TABLE] = [f"{COMPACTED}/{out.name}"]
+    if written:
+        for d in {p.parent for p in written}:
+            fsync_dir(d)
+        new = Manifest(gen, tables, new_cover, absorbed)
+        _commit(root, new)
+        summary.generation = gen
+    else:
+        new = old
+    if not keep:  # and what an earlier run absorbed but did not get to remove
+        for table in TABLES:
+            fresh = set(files[table].fresh)
+            consumed.extend(p for p in partition_files(root, table) if p not in fresh)
+    summary.removed = _clean(root, new, [] if keep else consumed)
+    return summary
+
+
+def _absorbable(
+    con: Any, table: str, tf: TableFiles, cover: dict[tuple[str, str], tuple[int, str | None]]
+) -> tuple[list[Path], list[Path]]:
+    """The fresh files with rows to compact, and those of them that the compaction takes
+    whole (they can be removed afterwards)."""
+    take: list[Path] = []
+    whole: list[Path] = []
+    tops: dict[str, int | None] = {}
+    if table not in LARGE_TABLES and tf.fresh:
+        tops = dict(
+            con.execute(
+                "SELECT filename, max(snapshot_id) FROM"
+                f" {_read(tf.fresh)[:-1]}, filename = true) GROUP BY filename"
+            ).fetchall()
+        )
+    for p in tf.fresh:
+        mark = cover.get(partition_of(p))
+        if mark is None:
+            continue  # no snapshot row yet: still being collected
+        if table in LARGE_TABLES:
+            rng = run_range(p)
+            if rng is not None and rng[1] <= mark[0]:
+                take.append(p)
+                whole.append(p)
+            continue
+        top = tops.get(str(p))
+        take.append(p)
+        if top is None or top <= mark[0]:
+            whole.append(p)
+    return take, whole
+
+
+def _select(table: str, tf: TableFiles, take: list[Path], whole: bool) -> str:
+    """The rows to write: fresh rows above the old watermark and up to the new one (small
+    tables; whole runs for large ones), plus the compacted rows when rewriting."""
+    if table in LARGE_TABLES:
+        fresh = f"SELECT * FROM {_read(take)}"
+    else:
+        fresh = (
+            f"SELECT p.* FROM {_read(take)} p JOIN new_cover n ON p.host = n.host"
+            " AND p.fs = n.fs AND p.snapshot_id <= n.mark"
+            " LEFT JOIN old_cover o ON p.host = o.host AND p.fs = o.fs"
+            " WHERE o.mark IS NULL OR p.snapshot_id > o.mark"
+        )
+    src = fresh
+    if whole and tf.compacted:
+        src = f"SELECT * FROM {_read(tf.compacted)} UNION ALL {fresh}"
+    return f"SELECT * FROM ({src}) ORDER BY host, fs, {ORDER[table]}"
+
+
+def _write(con: Any, pq: Any, sql: str, out: Path, schema: Any, table: str) -> int:
+    """Stream the query's rows into ``out`` (written under a hidden name, fsynced, renamed)."""
+    import pyarrow as pa
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    rows = 0
+    pending: list[Any] = []
+    pending_rows = 0
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+        reader = con.sql(sql).to_arrow_reader(ROW_GROUP)
+        for batch in reader:
+            pending.append(pa.Table.from_batches([batch]).cast(schema))
+            pending_rows += batch.num_rows
+            if pending_rows >= ROW_GROUP:
+                t = pa.concat_tables(pending)
+                w.write_table(t.slice(0, ROW_GROUP), row_group_size=ROW_GROUP)
+                rest = t.slice(ROW_GROUP)
+                pending, pending_rows = [rest], rest.num_rows
+                rows += ROW_GROUP
+        if pending_rows:
+            w.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP)
+            rows += pending_rows
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    return rows
+
+
+def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], gen: int) -> Path:
+    """The per file system and size bucket summary of the compacted rows (SIZE_SUMMARY)."""
+    from fsage.fleet.export import _metadata
+    from fsage.fleet.query import SIZE_SUMMARY
+
+    for t in ("metrics", "size_buckets"):
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {t} AS SELECT * FROM"
+            f" {_read([root / t / rel for rel in tables[t]])}"
+        )
+    table = con.sql(SIZE_SUMMARY).to_arrow_table()
+    out = root / SUMMARY_TABLE / COMPACTED / f"c{gen:06d}.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    pq.write_table(table.replace_schema_metadata(_metadata(SUMMARY_TABLE)), tmp, compression="zstd")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    return out
+
+
+def _commit(root: Path, manifest: Manifest) -> None:
+    save_manifest(root, manifest)
+
+
+def _clean(root: Path, manifest: Manifest, consumed: list[Path]) -> int:
+    """Remove absorbed per-partition files and compacted files the manifest does not name
+    (replaced ones, or those of an interrupted run). The number removed."""
+    removed = 0
+    for p in consumed:
+        p.unlink(missing_ok=True)
+        removed += 1
+        for d in (p.parent, p.parent.parent):  # fs=, then host= when empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    for table in (*TABLES, SUMMARY_TABLE):
+        keep = set(manifest.tables.get(table, []))
+        cdir = root / table / COMPACTED
+        if not cdir.is_dir():
+            continue
+        for p in cdir.iterdir():
+            if f"{COMPACTED}/{p.name}" not in keep:
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
