@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,13 @@ def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
         elapsed = time.perf_counter() - t0
     img.unlink()
     return elapsed
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and its waited-for children so far. The
+    kernel's own writeback threads are not counted (for either side)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
 def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
@@ -256,6 +264,7 @@ def main() -> None:
                 variants.append((args.ends.split(",")[0], IntraDay(files_per_day=args.intra)))
             for end, intra in variants:
                 target = tmp / "rec.img"
+                cpu0 = _cpu()
                 res = recreate(
                     RecreateOptions(
                         db=db,
@@ -267,12 +276,15 @@ def main() -> None:
                         interval_end=end,
                         intra=intra,
                         noise_floor=floor,
-                        name=f"rec-{sid}-{end}-{int(bool(intra))}",
+                        name=None,  # a free name: a history may be benched again
                     )
                 )
                 fid = res.fidelity
                 assert fid is not None
+                cpu1 = _cpu()
                 seq = sequential_write(target, res.bytes_written, tmp)
+                cpu2 = _cpu()
+                rep_cpu, seq_cpu = cpu1 - cpu0, cpu2 - cpu1
                 target.unlink()
                 label = f"--interval-end {end}"
                 if intra:
@@ -280,7 +292,8 @@ def main() -> None:
                 print(
                     f"\n  replay {label}: {res.ops} ops, {res.bytes_written / 2**20:,.0f} MiB in "
                     f"{res.elapsed:.1f} s; sequential write of the same bytes {seq:.1f} s; "
-                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x); of the replay: "
+                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x); CPU (user + system, "
+                    f"fsage and its children) {rep_cpu:.1f} s vs {seq_cpu:.1f} s; of the replay: "
                     + ", ".join(f"{k} {v:.1f} s" for k, v in res.timings.items())
                 )
                 show(f"snapshot {sid}", fid)
@@ -292,6 +305,8 @@ def main() -> None:
                         "intra_files_per_day": args.intra if intra else 0,
                         "replay_seconds": res.elapsed,
                         "replay_timings": res.timings,
+                        "replay_cpu_seconds": rep_cpu,
+                        "sequential_cpu_seconds": seq_cpu,
                         "sequential_seconds": seq,
                         "bytes_written": res.bytes_written,
                         "ops": res.ops,
