@@ -14,6 +14,8 @@ import pytest
 
 from fsage.workload import Executor, Op, OpFailedError
 
+from .helpers import debugfs, fsck_clean
+
 MIB = 1 << 20
 
 
@@ -30,17 +32,6 @@ def _offline(image: Path) -> Executor:
     from fsage.ager.offline import OfflineExtExecutor
 
     return OfflineExtExecutor(image)
-
-
-def _debugfs(image: Path, cmd: str) -> str:
-    return subprocess.run(
-        ["debugfs", "-R", cmd, str(image)], capture_output=True, text=True, check=True
-    ).stdout
-
-
-def _fsck_clean(image: Path) -> None:
-    proc = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def _field(out: str, pattern: str) -> str:
@@ -62,16 +53,16 @@ def test_offline_symlinks_fast_and_slow(tmp_path: Path, e2fsprogs: None, block_s
     with pytest.raises(OpFailedError):
         ex.apply(Op("symlink", "nodir/x", dest="y"))
     ex.close()
-    _fsck_clean(img)
-    short = _debugfs(img, "stat /d/short")
+    fsck_clean(img)
+    short = debugfs(img, "stat /d/short")
     assert "Type: symlink" in short
     assert _field(short, r'Fast link dest: "([^"]*)"') == "../target"
-    long_ = _debugfs(img, "stat /long")
+    long_ = debugfs(img, "stat /long")
     assert "Type: symlink" in long_ and _field(long_, r"Size: (\d+)") == "300"
     # A slow symlink has a data block of its own.
     assert int(_field(long_, r"Blockcount: (\d+)")) == block_size // 512
-    assert _field(_debugfs(img, "stat /d/longest"), r"Size: (\d+)") == str(block_size - 1)
-    listing = _debugfs(img, "ls -l /d")
+    assert _field(debugfs(img, "stat /d/longest"), r"Size: (\d+)") == str(block_size - 1)
+    listing = debugfs(img, "ls -l /d")
     assert "short" in listing and "longest" in listing
 
 
@@ -83,11 +74,11 @@ def test_offline_special_files(tmp_path: Path, e2fsprogs: None) -> None:
     with pytest.raises(OpFailedError):
         ex.apply(Op("mknod", "n-fifo", label="fifo"))
     ex.close()
-    _fsck_clean(img)
+    fsck_clean(img)
     types = {"fifo": "FIFO", "socket": "socket", "char": "character special",
              "block": "block special"}  # fmt: skip
     for kind, name in types.items():
-        out = _debugfs(img, f"stat /n-{kind}")
+        out = debugfs(img, f"stat /n-{kind}")
         assert f"Type: {name}" in out, out
         assert _field(out, r"Links: (\d+)") == "1"
 
@@ -103,12 +94,12 @@ def test_offline_device_numbers(tmp_path: Path, e2fsprogs: None) -> None:
     with pytest.raises(_ext2fs.Ext2fsError):
         _ext2fs.writer_mknod(h, b"plain", stat.S_IFREG | 0o644, 0)  # not a special file
     _ext2fs.writer_close(h)
-    _fsck_clean(img)
+    fsck_clean(img)
     # debugfs prints "Device major/minor number: MAJ:MIN (hex ...)" for device inodes.
     dev = r"Device major/minor number: (\d+:\d+)"
-    major, minor = _field(_debugfs(img, "stat /null"), dev).split(":")
+    major, minor = _field(debugfs(img, "stat /null"), dev).split(":")
     assert (int(major), int(minor)) == (1, 3)
-    major, minor = _field(_debugfs(img, "stat /big"), dev).split(":")
+    major, minor = _field(debugfs(img, "stat /big"), dev).split(":")
     assert (int(major), int(minor)) == (259, 300)
 
 
@@ -122,11 +113,11 @@ def test_offline_symlinks_fill_a_directory(tmp_path: Path, e2fsprogs: None) -> N
         if i % 50 == 0:
             ex.apply(Op("mknod", f"d/fifo-with-a-longish-name-{i:04d}", label="fifo"))
     ex.close()
-    _fsck_clean(img)
-    listing = _debugfs(img, "ls /d")
+    fsck_clean(img)
+    listing = debugfs(img, "ls /d")
     assert listing.count("link-with-a-longish-name-") == 200
     assert listing.count("fifo-with-a-longish-name-") == 4
-    assert int(_field(_debugfs(img, "stat /d"), r"Size: (\d+)")) > 1024
+    assert int(_field(debugfs(img, "stat /d"), r"Size: (\d+)")) > 1024
 
 
 def test_offline_data_ops_share_their_errors(tmp_path: Path, e2fsprogs: None) -> None:
@@ -145,7 +136,7 @@ def test_offline_data_ops_share_their_errors(tmp_path: Path, e2fsprogs: None) ->
                 ex.apply(op)
     ex.apply(Op("punch", "f", offset=0, size=4096))
     ex.close()
-    _fsck_clean(img)
-    out = _debugfs(img, "stat /f")
+    fsck_clean(img)
+    out = debugfs(img, "stat /f")
     assert _field(out, r"Size: (\d+)") == "8192"
     assert int(_field(out, r"Blockcount: (\d+)")) == 8
