@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fsage.ager.images import can_loop_mount, loop_mount
 from fsage.db.store import Store
 from fsage.replay.deltas import IntraDay
-from fsage.replay.fidelity import Fidelity
+from fsage.replay.fidelity import Fidelity, NoiseFloor
 from fsage.replay.noise import noise_floor
 from fsage.replay.recreate import RecreateOptions, make_filesystem, recreate
 from fsage.replay.unpack import history_size, unpack_history
@@ -109,6 +110,13 @@ def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
     return elapsed
 
 
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and its waited-for children so far. The
+    kernel's own writeback threads are not counted (for either side)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
     """Bytes of a file system whose blocks left after mkfs hold ``need`` at ``fill``."""
     from fsage.ager.images import run_tool
@@ -169,9 +177,42 @@ def show(title: str, fid: Fidelity) -> None:
         )
 
 
+def _build(
+    args: argparse.Namespace, tmp: Path, report: dict[str, Any]
+) -> tuple[Path, str, list[int]]:
+    """Unpack the history of ``--sdists`` in ``tmp``: (database, file system name, ids)."""
+    if args.download:
+        download(args.download, args.sdists)
+    batches = batches_from(args.sdists, args.snapshots)
+    bs = args.block_size
+    members = [m for m in args.members.split(",") if m]
+    need, inodes = history_size(batches, bs, members)
+    size = fit_size(need, inodes * 2, bs, args.fill)
+    report.update(block_size=bs, snapshots=len(batches), size=size,
+                  projects=sorted({n for b in batches for n, _ in b}))  # fmt: skip
+    db = tmp / "h.db"
+    print(
+        f"history: {len(batches)} batches of {report['projects']}, ext4 {bs} B blocks, "
+        f"{size >> 20} MiB (estimated last state {need >> 20} MiB, {inodes} inodes)"
+    )
+    t0 = time.perf_counter()
+    hist = unpack_history(batches, tmp / "orig.img", db, "orig", block_size=bs, size=size,
+                          inodes=max(inodes * 2, 16384), members=members,
+                          echo=print)  # fmt: skip
+    report["unpack_seconds"] = time.perf_counter() - t0
+    report["fullness"] = hist.fullness
+    return db, "orig", hist.snapshot_ids
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sdists", type=Path, required=True, help="directory of sdists")
+    ap.add_argument("--sdists", type=Path, default=None, help="directory of sdists")
+    ap.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="a history bench/replay_histories.py built (its --out) instead of --sdists",
+    )
     ap.add_argument("--download", nargs="*", default=[], help="PKG==VERSION to fetch first")
     ap.add_argument("--snapshots", type=int, default=30)
     ap.add_argument(
@@ -185,69 +226,49 @@ def main() -> None:
     ap.add_argument("--intra", type=float, default=0.0, help="also replay with N files/day")
     ap.add_argument("--intra-lifetime", type=float, default=3600.0, help="their mean life, s")
     ap.add_argument("--at", default="last,middle", help="which snapshots to recreate")
-    ap.add_argument("--noise-runs", type=int, default=2)
+    ap.add_argument("--noise-runs", type=int, default=2, help="0: no noise floor (timing only)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if not can_loop_mount():
         sys.exit("bench/replay.py needs root and loop devices")
-    if args.download:
-        download(args.download, args.sdists)
-    batches = batches_from(args.sdists, args.snapshots)
-    bs = args.block_size
-    members = [m for m in args.members.split(",") if m]
-    need, inodes = history_size(batches, bs, members)
-    size = fit_size(need, inodes * 2, bs, args.fill)
-    report: dict[str, Any] = {
-        "block_size": bs,
-        "snapshots": len(batches),
-        "size": size,
-        "projects": sorted({n for b in batches for n, _ in b}),
-        "runs": [],
-    }
+    if (args.sdists is None) == (args.history is None):
+        sys.exit("give one of --sdists and --history")
+    report: dict[str, Any] = {"runs": []}
     with tempfile.TemporaryDirectory(prefix="fsage-bench-replay-", dir=args.workdir) as t:
         tmp = Path(t)
-        db = tmp / "h.db"
-        orig = tmp / "orig.img"
-        print(
-            f"history: {len(batches)} batches of {report['projects']}, ext4 {bs} B blocks, "
-            f"{size >> 20} MiB (estimated last state {need >> 20} MiB, {inodes} inodes)"
-        )
-        t0 = time.perf_counter()
-        hist = unpack_history(
-            batches,
-            orig,
-            db,
-            "orig",
-            block_size=bs,
-            size=size,
-            inodes=max(inodes * 2, 16384),
-            members=members,
-            echo=print,
-        )
-        report["unpack_seconds"] = time.perf_counter() - t0
-        report["fullness"] = hist.fullness
-        ids = hist.snapshot_ids
+        if args.history is not None:
+            info = json.loads((args.history / "history.json").read_text())
+            db, fs_name, ids = args.history / "h.db", info["name"], info["snapshot_ids"]
+            report.update(block_size=info["block_size"], snapshots=len(ids), size=info["size"],
+                          projects=[fs_name], fullness=info["fullness"])  # fmt: skip
+            print(f"history {args.history}: {len(ids)} snapshots of {fs_name}")
+        else:
+            db, fs_name, ids = _build(args, tmp, report)
         targets = {"last": ids[-1], "middle": ids[len(ids) // 2 - 1]}
         for which in args.at.split(","):
             sid = targets[which]
             t0 = time.perf_counter()
-            floor, _ = noise_floor(db, "orig", str(sid), runs=args.noise_runs, workdir=tmp)
+            floor: NoiseFloor | None = None
+            if args.noise_runs:
+                floor, _ = noise_floor(db, fs_name, str(sid), runs=args.noise_runs, workdir=tmp)
             noise_s = time.perf_counter() - t0
-            print(
-                f"\nsnapshot {sid} ({which}): noise floor from {floor.runs} runs of "
-                f"`fsage age --ops` ({noise_s:.0f} s): free {floor.free_tv:.3f}, buckets "
-                + ", ".join(f"{k}:{v:.3f}" for k, v in sorted(floor.by_bucket.items()))
-            )
+            if floor is not None:
+                print(
+                    f"\nsnapshot {sid} ({which}): noise floor from {floor.runs} runs of "
+                    f"`fsage age --ops` ({noise_s:.0f} s): free {floor.free_tv:.3f}, buckets "
+                    + ", ".join(f"{k}:{v:.3f}" for k, v in sorted(floor.by_bucket.items()))
+                )
             variants: list[tuple[str, IntraDay | None]] = [(e, None) for e in args.ends.split(",")]
             if args.intra:
                 variants.append((args.ends.split(",")[0], IntraDay(files_per_day=args.intra)))
             for end, intra in variants:
                 target = tmp / "rec.img"
+                cpu0 = _cpu()
                 res = recreate(
                     RecreateOptions(
                         db=db,
-                        fs_name="orig",
+                        fs_name=fs_name,
                         target=target,
                         until=str(sid),
                         mode="mount",
@@ -255,12 +276,15 @@ def main() -> None:
                         interval_end=end,
                         intra=intra,
                         noise_floor=floor,
-                        name=f"rec-{sid}-{end}-{int(bool(intra))}",
+                        name=None,  # a free name: a history may be benched again
                     )
                 )
                 fid = res.fidelity
                 assert fid is not None
+                cpu1 = _cpu()
                 seq = sequential_write(target, res.bytes_written, tmp)
+                cpu2 = _cpu()
+                rep_cpu, seq_cpu = cpu1 - cpu0, cpu2 - cpu1
                 target.unlink()
                 label = f"--interval-end {end}"
                 if intra:
@@ -268,7 +292,9 @@ def main() -> None:
                 print(
                     f"\n  replay {label}: {res.ops} ops, {res.bytes_written / 2**20:,.0f} MiB in "
                     f"{res.elapsed:.1f} s; sequential write of the same bytes {seq:.1f} s; "
-                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x)"
+                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x); CPU (user + system, "
+                    f"fsage and its children) {rep_cpu:.1f} s vs {seq_cpu:.1f} s; of the replay: "
+                    + ", ".join(f"{k} {v:.1f} s" for k, v in res.timings.items())
                 )
                 show(f"snapshot {sid}", fid)
                 report["runs"].append(
@@ -278,10 +304,13 @@ def main() -> None:
                         "interval_end": end,
                         "intra_files_per_day": args.intra if intra else 0,
                         "replay_seconds": res.elapsed,
+                        "replay_timings": res.timings,
+                        "replay_cpu_seconds": rep_cpu,
+                        "sequential_cpu_seconds": seq_cpu,
                         "sequential_seconds": seq,
                         "bytes_written": res.bytes_written,
                         "ops": res.ops,
-                        "noise_floor": floor.to_json(),
+                        "noise_floor": floor.to_json() if floor else None,
                         "noise_seconds": noise_s,
                         "fidelity": fid.to_json(),
                         "buckets": rows(fid),

@@ -129,6 +129,18 @@ static errcode_t link_grow(ext2_filsys fs, ext2_ino_t dir, const char *name, ext
     return err;
 }
 
+/* The directory-entry file type of an inode mode. */
+static int dirent_type(uint16_t mode) {
+    return LINUX_S_ISREG(mode)    ? EXT2_FT_REG_FILE
+           : LINUX_S_ISDIR(mode)  ? EXT2_FT_DIR
+           : LINUX_S_ISLNK(mode)  ? EXT2_FT_SYMLINK
+           : LINUX_S_ISCHR(mode)  ? EXT2_FT_CHRDEV
+           : LINUX_S_ISBLK(mode)  ? EXT2_FT_BLKDEV
+           : LINUX_S_ISFIFO(mode) ? EXT2_FT_FIFO
+           : LINUX_S_ISSOCK(mode) ? EXT2_FT_SOCK
+                                  : EXT2_FT_UNKNOWN;
+}
+
 /* ------------------------------------------------------------------ data */
 
 static errcode_t write_data(writer_t *w, ext2_ino_t ino, __u64 offset, __u64 size, int extend) {
@@ -345,6 +357,34 @@ static writer_t *parse_path(PyObject *args, const char *fmt, char **copy, ext2_i
     return w;
 }
 
+/* Look up `name` in `parent`, which must be a regular file; 0 or an error code. */
+static errcode_t regular_file(ext2_filsys fs, ext2_ino_t parent, const char *name,
+                              ext2_ino_t *ino) {
+    errcode_t err = lookup_in(fs, parent, name, ino);
+    if (!err) {
+        __u16 mode;
+        err = inode_mode(fs, *ino, &mode);
+        if (!err && !LINUX_S_ISREG(mode))
+            err = EISDIR;
+    }
+    return err;
+}
+
+/* The arguments of the ops on a regular file's data (write, truncate, punch, fallocate):
+ * parse (handle, path, a[, b]), resolve the path, and check it names a regular file. NULL with
+ * a Python error set when the arguments do not parse; otherwise the writer, with *err 0 (and
+ * *ino the file) or the error of the lookup. */
+static writer_t *parse_regular(PyObject *args, const char *fmt, ext2_ino_t *ino,
+                               unsigned long long *a, unsigned long long *b, errcode_t *err) {
+    char *copy, *name;
+    ext2_ino_t parent;
+    writer_t *w = parse_path(args, fmt, &copy, &parent, &name, a, b, err);
+    if (w != NULL && !*err)
+        *err = regular_file(w->fs, parent, name, ino);
+    PyMem_Free(copy);
+    return w;
+}
+
 static PyObject *writer_mkdir(PyObject *self, PyObject *args) {
     char *copy, *name;
     ext2_ino_t parent, ino;
@@ -438,52 +478,33 @@ static PyObject *writer_create(PyObject *self, PyObject *args) {
 
 /* write(path, offset, size): write bytes at offset (extending the file as needed). */
 static PyObject *writer_write(PyObject *self, PyObject *args) {
-    char *copy, *name;
-    ext2_ino_t parent, ino = 0;
+    ext2_ino_t ino = 0;
     unsigned long long offset, size;
     errcode_t err;
     writer_t *w;
     (void)self;
-    w = parse_path(args, "Oy#KK:writer_write", &copy, &parent, &name, &offset, &size, &err);
+    w = parse_regular(args, "Oy#KK:writer_write", &ino, &offset, &size, &err);
     if (w == NULL)
         return NULL;
-    if (!err)
-        err = lookup_in(w->fs, parent, name, &ino);
-    if (!err) {
-        __u16 mode;
-        err = inode_mode(w->fs, ino, &mode);
-        if (!err && !LINUX_S_ISREG(mode))
-            err = EISDIR;
-    }
     if (!err && size > 0) {
         Py_BEGIN_ALLOW_THREADS
         err = write_data(w, ino, offset, size, 1);
         Py_END_ALLOW_THREADS
     }
-    PyMem_Free(copy);
     if (err)
         return fsage_raise(err, "write");
     Py_RETURN_NONE;
 }
 
 static PyObject *writer_truncate(PyObject *self, PyObject *args) {
-    char *copy, *name;
-    ext2_ino_t parent, ino = 0;
+    ext2_ino_t ino = 0;
     unsigned long long size;
     errcode_t err;
     writer_t *w;
     (void)self;
-    w = parse_path(args, "Oy#K:writer_truncate", &copy, &parent, &name, &size, NULL, &err);
+    w = parse_regular(args, "Oy#K:writer_truncate", &ino, &size, NULL, &err);
     if (w == NULL)
         return NULL;
-    if (!err)
-        err = lookup_in(w->fs, parent, name, &ino);
-    if (!err) {
-        __u16 mode;
-        err = inode_mode(w->fs, ino, &mode);
-        if (!err && !LINUX_S_ISREG(mode))
-            err = EISDIR;
-    }
     if (!err) {
         ext2_file_t file;
         err = ext2fs_file_open(w->fs, ino, EXT2_FILE_WRITE, &file);
@@ -493,40 +514,23 @@ static PyObject *writer_truncate(PyObject *self, PyObject *args) {
             err = err ? err : e2;
         }
     }
-    PyMem_Free(copy);
     if (err)
         return fsage_raise(err, "truncate");
     Py_RETURN_NONE;
-}
-
-/* Resolve a regular file for punch/fallocate; 0 or an error code. */
-static errcode_t regular_file(ext2_filsys fs, ext2_ino_t parent, const char *name,
-                              ext2_ino_t *ino) {
-    errcode_t err = lookup_in(fs, parent, name, ino);
-    if (!err) {
-        __u16 mode;
-        err = inode_mode(fs, *ino, &mode);
-        if (!err && !LINUX_S_ISREG(mode))
-            err = EISDIR;
-    }
-    return err;
 }
 
 /* punch(path, offset, size): deallocate the whole blocks inside [offset, offset + size); the
  * size of the file is kept (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). Partial blocks at the
  * edges keep their data. */
 static PyObject *writer_punch(PyObject *self, PyObject *args) {
-    char *copy, *name;
-    ext2_ino_t parent, ino = 0;
+    ext2_ino_t ino = 0;
     unsigned long long offset, size;
     errcode_t err;
     writer_t *w;
     (void)self;
-    w = parse_path(args, "Oy#KK:writer_punch", &copy, &parent, &name, &offset, &size, &err);
+    w = parse_regular(args, "Oy#KK:writer_punch", &ino, &offset, &size, &err);
     if (w == NULL)
         return NULL;
-    if (!err)
-        err = regular_file(w->fs, parent, name, &ino);
     if (!err && size > 0) {
         __u64 bs = w->fs->blocksize;
         __u64 start = (offset + bs - 1) / bs, end = (offset + size) / bs; /* [start, end) */
@@ -536,7 +540,6 @@ static PyObject *writer_punch(PyObject *self, PyObject *args) {
             Py_END_ALLOW_THREADS
         }
     }
-    PyMem_Free(copy);
     if (err)
         return fsage_raise(err, "punch");
     Py_RETURN_NONE;
@@ -545,17 +548,14 @@ static PyObject *writer_punch(PyObject *self, PyObject *args) {
 /* fallocate(path, offset, size): allocate (unwritten) blocks for [offset, offset + size),
  * growing the file's size to its end like fallocate(2) with mode 0. */
 static PyObject *writer_fallocate(PyObject *self, PyObject *args) {
-    char *copy, *name;
-    ext2_ino_t parent, ino = 0;
+    ext2_ino_t ino = 0;
     unsigned long long offset, size;
     errcode_t err;
     writer_t *w;
     (void)self;
-    w = parse_path(args, "Oy#KK:writer_fallocate", &copy, &parent, &name, &offset, &size, &err);
+    w = parse_regular(args, "Oy#KK:writer_fallocate", &ino, &offset, &size, &err);
     if (w == NULL)
         return NULL;
-    if (!err)
-        err = regular_file(w->fs, parent, name, &ino);
     if (!err && size > 0) {
         struct ext2_inode inode;
         __u64 bs = w->fs->blocksize;
@@ -572,9 +572,99 @@ static PyObject *writer_fallocate(PyObject *self, PyObject *args) {
             err = ext2fs_write_inode(w->fs, ino, &inode);
         Py_END_ALLOW_THREADS
     }
-    PyMem_Free(copy);
     if (err)
         return fsage_raise(err, "fallocate");
+    Py_RETURN_NONE;
+}
+
+/* symlink(path, target): a new symbolic link at path (fast, in the inode, when the target
+ * fits there; else in a block of its own, as the kernel stores it). EEXIST when path is taken. */
+static PyObject *writer_symlink(PyObject *self, PyObject *args) {
+    PyObject *cap;
+    const char *path, *target;
+    Py_ssize_t len, tlen;
+    char *copy, *name;
+    ext2_ino_t parent, ino;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#y#:writer_symlink", &cap, &path, &len, &target, &tlen) ||
+        (w = get_writer(cap)) == NULL)
+        return NULL;
+    if (tlen == 0)
+        return raise_errno(ENOENT, "symlink");
+    if ((size_t)tlen != strlen(target))
+        return raise_errno(EINVAL, "symlink");
+    if ((__u64)tlen >= w->fs->blocksize)
+        return raise_errno(ENAMETOOLONG, "symlink");
+    copy = PyMem_Malloc((size_t)len + 1);
+    if (copy == NULL)
+        return PyErr_NoMemory();
+    memcpy(copy, path, (size_t)len + 1);
+    err = resolve_parent(w->fs, copy, &parent, &name);
+    if (!err && lookup_in(w->fs, parent, name, &ino) == 0)
+        err = EEXIST;
+    if (!err) {
+        /* The library links the name before it accounts the inode and block, so a full
+         * directory is grown and the whole call run again (as debugfs does). */
+        err = ext2fs_symlink(w->fs, parent, 0, name, target);
+        if (err == EXT2_ET_DIR_NO_SPACE) {
+            err = ext2fs_expand_dir(w->fs, parent);
+            if (!err)
+                err = ext2fs_symlink(w->fs, parent, 0, name, target);
+        }
+        if (err == EXT2_ET_FILE_EXISTS)
+            err = EEXIST;
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "symlink");
+    Py_RETURN_NONE;
+}
+
+/* mknod(path, mode, rdev): a FIFO, socket, character or block device (mode holds the type and
+ * permission bits; rdev the device number, stored as the kernel stores it: the old 16-bit form
+ * when major and minor fit a byte each, else the new one). */
+static PyObject *writer_mknod(PyObject *self, PyObject *args) {
+    char *copy, *name;
+    ext2_ino_t parent, ino;
+    unsigned long long mode, rdev;
+    errcode_t err;
+    writer_t *w;
+    (void)self;
+    w = parse_path(args, "Oy#KK:writer_mknod", &copy, &parent, &name, &mode, &rdev, &err);
+    if (w == NULL)
+        return NULL;
+    if (!err && !(LINUX_S_ISFIFO(mode) || LINUX_S_ISSOCK(mode) || LINUX_S_ISCHR(mode) ||
+                  LINUX_S_ISBLK(mode)))
+        err = EINVAL;
+    if (!err && lookup_in(w->fs, parent, name, &ino) == 0)
+        err = EEXIST;
+    if (!err)
+        err = ext2fs_new_inode(w->fs, parent, (int)mode, NULL, &ino);
+    if (!err)
+        err = link_grow(w->fs, parent, name, ino, dirent_type((__u16)mode));
+    if (!err) {
+        struct ext2_inode inode;
+        __u32 t = now32(w->fs);
+        /* glibc's dev_t: major in bits 8-19, minor in bits 0-7 and 20-31 */
+        unsigned int major = (unsigned int)(rdev >> 8) & 0xfff;
+        unsigned int minor = ((unsigned int)rdev & 0xff) | ((unsigned int)(rdev >> 12) & 0xfff00);
+        ext2fs_inode_alloc_stats2(w->fs, ino, +1, 0);
+        memset(&inode, 0, sizeof(inode));
+        inode.i_mode = (__u16)mode;
+        inode.i_links_count = 1;
+        inode.i_atime = inode.i_ctime = inode.i_mtime = t;
+        if (major < 256 && minor < 256) {
+            inode.i_block[0] = major * 256 + minor;
+        } else {
+            inode.i_block[1] = (minor & 0xff) | (major << 8) | ((minor & ~0xffU) << 12);
+        }
+        err = ext2fs_write_new_inode(w->fs, ino, &inode);
+    }
+    PyMem_Free(copy);
+    if (err)
+        return fsage_raise(err, "mknod");
     Py_RETURN_NONE;
 }
 
@@ -725,17 +815,6 @@ static errcode_t path_pair_resolve(ext2_filsys fs, path_pair *pp, const char *sr
     return err;
 }
 
-/* The directory-entry file type of an inode mode. */
-static int dirent_type(uint16_t mode) {
-    return LINUX_S_ISREG(mode)    ? EXT2_FT_REG_FILE
-           : LINUX_S_ISDIR(mode)  ? EXT2_FT_DIR
-           : LINUX_S_ISLNK(mode)  ? EXT2_FT_SYMLINK
-           : LINUX_S_ISCHR(mode)  ? EXT2_FT_CHRDEV
-           : LINUX_S_ISBLK(mode)  ? EXT2_FT_BLKDEV
-           : LINUX_S_ISFIFO(mode) ? EXT2_FT_FIFO
-           : LINUX_S_ISSOCK(mode) ? EXT2_FT_SOCK
-                                  : EXT2_FT_UNKNOWN;
-}
 
 static PyObject *writer_rename(PyObject *self, PyObject *args) {
     PyObject *cap;
@@ -874,6 +953,10 @@ PyMethodDef fsage_writer_methods[] = {
      "writer_punch(h, path, offset, size): free the whole blocks in the range, size kept."},
     {"writer_fallocate", writer_fallocate, METH_VARARGS,
      "writer_fallocate(h, path, offset, size): allocate unwritten blocks, size grown."},
+    {"writer_symlink", writer_symlink, METH_VARARGS,
+     "writer_symlink(h, path, target): a symbolic link at path to target."},
+    {"writer_mknod", writer_mknod, METH_VARARGS,
+     "writer_mknod(h, path, mode, rdev): a FIFO, socket or device node."},
     {"writer_unlink", writer_unlink, METH_VARARGS,
      "writer_unlink(h, path): remove a file or an empty directory."},
     {"writer_rename", writer_rename, METH_VARARGS,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import stat
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -46,8 +47,14 @@ OP_KINDS = (
 )
 
 
-#: Kinds of special file a ``mknod`` op makes.
-SPECIAL_KINDS = ("fifo", "socket", "char", "block")
+#: Kinds of special file a ``mknod`` op makes, and their file-type bits.
+SPECIAL_MODES = {
+    "fifo": stat.S_IFIFO,
+    "socket": stat.S_IFSOCK,
+    "char": stat.S_IFCHR,
+    "block": stat.S_IFBLK,
+}
+SPECIAL_KINDS = tuple(SPECIAL_MODES)
 #: The longest symlink target (PATH_MAX - 1).
 SYMLINK_MAX = 4095
 

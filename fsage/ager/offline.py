@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from fsage.errors import SourceError, WorkloadError
-from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
+from fsage.workload import (
+    SPECIAL_MODES,
+    Executor,
+    NoSpaceError,
+    Op,
+    OpFailedError,
+    symlink_target,
+)
 
 OFFLINE_NOTICE = (
     "offline: ops run through libext2fs on the unmounted image; its block allocator is not "
@@ -140,8 +147,12 @@ class OfflineExtExecutor(Executor):
         if kind == "link":
             self._call(op, "writer_link", p, os.fsencode(op.dest))
             return 0
-        if kind in ("symlink", "mknod"):
-            raise OpFailedError(f"{kind} {op.path!r}: not supported by the offline writer")
+        if kind == "symlink":
+            self._call(op, "writer_symlink", p, os.fsencode(symlink_target(op)))
+            return 0
+        if kind == "mknod":
+            self._call(op, "writer_mknod", p, SPECIAL_MODES[op.label] | 0o644, 0)
+            return 0
         if kind in ("fsync", "snapshot"):
             return 0
         if kind == "sync":

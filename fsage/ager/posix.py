@@ -19,7 +19,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 from fsage.errors import UnsafeTargetError, WorkloadError
-from fsage.workload import Executor, NoSpaceError, Op, OpFailedError, symlink_target
+from fsage.workload import (
+    SPECIAL_MODES,
+    Executor,
+    NoSpaceError,
+    Op,
+    OpFailedError,
+    symlink_target,
+)
 
 _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
@@ -28,12 +35,6 @@ _MAX_DIR_FDS = 256
 #: How file data reaches the disk: written (the default: real data), or only allocated with
 #: fallocate (unwritten extents, as Geriatrix ages).
 DATA_MODES = ("write", "fallocate")
-_SPECIAL_MODES = {
-    "fifo": stat.S_IFIFO,
-    "socket": stat.S_IFSOCK,
-    "char": stat.S_IFCHR,
-    "block": stat.S_IFBLK,
-}
 
 #: A directory's resume record lives beside it, as ``<directory>.fsage-age`` (never inside the
 #: aged file system, where it would be one of its files); older runs kept it inside as this
@@ -310,7 +311,7 @@ class PosixExecutor(Executor):
             return 0
         if kind == "mknod":
             dfd, name = self._split(op.path)
-            os.mknod(name, _SPECIAL_MODES[op.label] | 0o644, 0, dir_fd=dfd)
+            os.mknod(name, SPECIAL_MODES[op.label] | 0o644, 0, dir_fd=dfd)
             return 0
         if kind == "fsync":
             dfd, name = self._split(op.path)

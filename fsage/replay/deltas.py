@@ -452,6 +452,10 @@ class _Plan:
     # the (offset, bytes) pieces with data; the rest of the file's size is holes
 
 
+#: A plan in the scheduling heap: (time, phase, seq, plan).
+_Queued = tuple[int, int, int, _Plan]
+
+
 class DeltaBuilder:
     """Turns a sequence of snapshots into one op stream, interval by interval.
 
@@ -815,7 +819,9 @@ class DeltaBuilder:
         todo = {p.key: 0 for p in plans}
         for p in plans:
             todo[p.key] += 1
-        heap = list(plans)
+        # Ordered by (time, phase, seq): seq is unique, so the plans themselves are never
+        # compared (a dataclass comparison per heap step costs more than the rest of a step).
+        heap: list[_Queued] = [(p.time, p.phase, p.seq, p) for p in plans]
         heapq.heapify(heap)
         waiting: dict[tuple[str, Key], list[_Plan]] = {}
         out: list[Op] = []
@@ -929,7 +935,7 @@ class DeltaBuilder:
                             drop(p)
                     waiting.clear()
                 continue
-            p = heapq.heappop(heap)
+            p = heapq.heappop(heap)[3]
             b = blocker(p)
             if b is False:
                 drop(p)
@@ -940,7 +946,7 @@ class DeltaBuilder:
                 continue
             for ev in execute(p):
                 for w in waiting.pop(ev, ()):
-                    heapq.heappush(heap, w)
+                    heapq.heappush(heap, (w.time, w.phase, w.seq, w))
         return out
 
     def _break_cycle(
@@ -948,7 +954,7 @@ class DeltaBuilder:
         waiting: dict[tuple[str, Key], list[_Plan]],
         todo: dict[Key, int],
         out: list[Op],
-        heap: list[_Plan],
+        heap: list[_Queued],
     ) -> bool:
         """Move one name holder that others wait for (and that has its own op still to come)
         to a temporary name in its directory; False when no such holder exists."""
@@ -971,7 +977,7 @@ class DeltaBuilder:
             ns.move(key, parent, name)
             out.append(Op("rename", path, dest=dest))
             for w in waiting.pop(ev, ()):
-                heapq.heappush(heap, w)
+                heapq.heappush(heap, (w.time, w.phase, w.seq, w))
             return True
         return False
 

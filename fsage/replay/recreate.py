@@ -83,6 +83,9 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    #: Where the time went (seconds, wall): inferring the ops, running them, ending the
+    #: intervals, reading the recreation back.
+    timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -360,7 +363,9 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
             notices.extend(notes)
             res, final_layout = _replay(store, chain, part, opts, first_layout, say)
             res.notices = notices + res.notices
+            t_read = time.perf_counter()
             recreated = read_source(part)
+            res.timings["read_back"] = time.perf_counter() - t_read
             os.replace(part, target)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -423,7 +428,9 @@ def _replay(
             recreation_fs="", mode=sess.mode, description=sess.ex.description,
             interval_end=opts.interval_end,
         )  # fmt: skip
+        spent = {"deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
         for i, snap in enumerate(chain):
+            t_start = time.perf_counter()
             layout = first_layout if i == 0 else store.load_layout(snap.id)
             t = to_ns(snap.taken_at)
             ops = builder.interval(
@@ -433,6 +440,8 @@ def _replay(
                 end_ns=t,
                 label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
             )
+            t_ops = time.perf_counter()
+            spent["deltas"] += t_ops - t_start
             for j, op in enumerate(ops):
                 _apply(sess.ex, op, res)
                 if progress and j & 63 == 0:
@@ -444,11 +453,17 @@ def _replay(
                             f"{res.bytes_written / 2**20:,.0f} MiB written "
                         )
                         sys.stderr.flush()
+            t_end = time.perf_counter()
+            spent["ops"] += t_end - t_ops
             if i + 1 < len(chain):
                 sess.end_interval(opts.interval_end)
+            spent["interval_ends"] += time.perf_counter() - t_end
             prev, prev_t = layout, t
         if progress:
             sys.stderr.write("\n")
+        t_close = time.perf_counter()
+    spent["final_unmount"] = time.perf_counter() - t_close
+    res.timings = spent
     assert prev is not None
     res.deltas = builder.stats.to_json()
     if opts.intra is not None:

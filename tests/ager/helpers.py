@@ -61,3 +61,16 @@ def tree_of(root: Path) -> dict[str, int]:
         for d in dirs:
             out[str((Path(dirpath) / d).relative_to(root)) + "/"] = -1
     return out
+
+
+def debugfs(image: Path, cmd: str) -> str:
+    """What ``debugfs -R cmd`` prints about ``image``."""
+    return subprocess.run(
+        ["debugfs", "-R", cmd, str(image)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def fsck_clean(image: Path) -> None:
+    """Assert that ``e2fsck -fn`` finds ``image`` clean."""
+    proc = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,6 +15,8 @@ from fsage.ager.posix import PosixExecutor
 from fsage.errors import WorkloadError
 from fsage.workload import Executor, Op, OpFailedError
 
+from .helpers import debugfs, fsck_clean
+
 MIB = 1 << 20
 
 
@@ -29,20 +31,9 @@ def _offline(image: Path) -> Executor:
     return OfflineExtExecutor(image)
 
 
-def _debugfs(image: Path, cmd: str) -> str:
-    return subprocess.run(
-        ["debugfs", "-R", cmd, str(image)], capture_output=True, text=True, check=True
-    ).stdout
-
-
-def _fsck_clean(image: Path) -> None:
-    proc = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def _stat(image: Path, path: str) -> tuple[int, int, int]:
     """(inode, link count, size) of ``path`` as debugfs reports them."""
-    out = _debugfs(image, f'stat "/{path}"')
+    out = debugfs(image, f'stat "/{path}"')
     ino = re.search(r"Inode: (\d+)", out)
     links = re.search(r"Links: (\d+)", out)
     size = re.search(r"Size: (\d+)", out)
@@ -127,17 +118,17 @@ def test_offline_link_counts_and_fsck(tmp_path: Path) -> None:
     ex.apply(Op("link", "solo", dest="solo2"))
     ex.apply(Op("delete", "solo"))
     ex.close()
-    _fsck_clean(img)
+    fsck_clean(img)
     ino, links, size = _stat(img, "a")
     assert links == 3 and size == 20_000
     assert _stat(img, "d/b") == (ino, 3, 20_000)
     assert _stat(img, "c") == (ino, 3, 20_000)
-    assert _debugfs(img, f"ncheck {ino}").count(f"{ino}\t") == 3
+    assert debugfs(img, f"ncheck {ino}").count(f"{ino}\t") == 3
     assert _stat(img, "solo2")[1:] == (1, 5)
     gone = subprocess.run(["debugfs", "-R", "stat /solo", str(img)], capture_output=True, text=True)
     assert "File not found" in gone.stderr
     # debugfs ls -l lists the new name under the same inode.
-    listing = _debugfs(img, "ls -l /d")
+    listing = debugfs(img, "ls -l /d")
     row = next(line for line in listing.splitlines() if line.rstrip().endswith(" b"))
     assert row.split()[0] == str(ino)
 
@@ -160,11 +151,11 @@ def test_offline_links_grow_the_directory_and_unlink_keeps_the_data(tmp_path: Pa
         ex.apply(Op("delete", name))
     ex.apply(Op("delete", "f"))
     ex.close()
-    _fsck_clean(img)
+    fsck_clean(img)
     assert _stat(img, names[-1])[1:] == (10, 3000)
     dir_size = _stat(img, "many")[2]
     assert dir_size >= 40 * 212 // 1024 * 1024  # the directory grew past one block
-    blocks = _debugfs(img, f'blocks "/{names[30]}"').split()
+    blocks = debugfs(img, f'blocks "/{names[30]}"').split()
     assert len(blocks) == 3  # 3000 bytes in 1 KiB blocks, still held
 
 
@@ -185,6 +176,6 @@ def test_offline_bad_links_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(OpFailedError, match=r"^link 'a': link: Not a directory$"):
         ex.apply(Op("link", "a", dest="b/x"))
     ex.close()
-    _fsck_clean(img)
+    fsck_clean(img)
     assert _stat(img, "a")[1] == 1
     assert _stat(img, "b")[1:] == (1, 2)

@@ -1,0 +1,107 @@
+"""Rebuild a real history from a directory of release tarballs, for ``fsage replay`` to judge.
+
+The releases of each project (``NAME-VERSION.tar.gz``, as ``pip download --no-deps
+--no-binary :all: NAME==VERSION`` leaves them) are unpacked in version order over one directory
+per project on a loop-mounted ext4 (``fsage.replay.unpack``), with a snapshot after each
+batch; the file system is sized so the last state fills it to ``--fill``. The image and the
+database are kept in ``--out``, and the commands that judge a recreation of the middle and the
+last snapshot are printed (and run, with ``--judge``):
+
+    python3 bench/replay_histories.py --sdists /work/cache/replay/sympy --out /tmp/h-sympy \\
+        --block-size 1024 --fill 0.8 [--members '*/lib/*,*/test/*'] [--snapshots 30] [--judge]
+
+Needs root and loop devices. Fetch releases with, for instance,
+``pip download --no-deps --no-binary :all: --no-build-isolation sympy==1.12 -d DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay import batches_from, fit_size
+
+from fsage.ager.images import can_loop_mount
+from fsage.replay.unpack import history_size, unpack_history
+
+
+def judge_commands(out: Path, fs: str, ids: list[int]) -> list[tuple[list[str], Path | None]]:
+    """The fsage commands (and the file each one's output goes to) that judge recreations of
+    the middle and the last snapshot."""
+    db = str(out / "h.db")
+    fsage = [sys.executable, "-m", "fsage"]
+    cmds: list[tuple[list[str], Path | None]] = []
+    for which, sid in (("middle", ids[len(ids) // 2 - 1]), ("last", ids[-1])):
+        floor = out / f"floor-{which}.json"
+        rec = str(out / f"rec-{which}.img")
+        cmds.append(([*fsage, "noise-floor", "--db", db, "--fs", fs, "--until", str(sid),
+                      "--workdir", str(out), "--format", "json"], floor))  # fmt: skip
+        cmds.append(([*fsage, "replay", "--db", db, "--fs", fs, "--until", str(sid),
+                      "--noise-floor", str(floor), "--force", "--format", "json", rec],
+                     out / f"replay-{which}.json"))  # fmt: skip
+    return cmds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sdists", type=Path, required=True, help="directory of release tarballs")
+    ap.add_argument("--out", type=Path, required=True, help="where the image and database go")
+    ap.add_argument("--name", default=None, help="file system name (default: the directory's)")
+    ap.add_argument("--snapshots", type=int, default=30)
+    ap.add_argument("--members", default="", help="comma-separated tar patterns ('' = all)")
+    ap.add_argument("--block-size", type=int, default=4096)
+    ap.add_argument("--fill", type=float, default=0.8)
+    ap.add_argument("--judge", action="store_true", help="run the printed commands too")
+    args = ap.parse_args()
+    if not can_loop_mount():
+        sys.exit("bench/replay_histories.py needs root and loop devices")
+    name = args.name or args.sdists.resolve().name
+    batches = batches_from(args.sdists, args.snapshots)
+    members = [m for m in args.members.split(",") if m]
+    need, inodes = history_size(batches, args.block_size, members)
+    size = fit_size(need, inodes * 2, args.block_size, args.fill)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stale in ("h.db", "orig.img"):
+        (args.out / stale).unlink(missing_ok=True)
+    print(
+        f"{name}: {len(batches)} batches, ext4 {args.block_size} B blocks, {size >> 20} MiB "
+        f"(last state about {need >> 20} MiB, {inodes} inodes)"
+    )
+    t0 = time.perf_counter()
+    hist = unpack_history(batches, args.out / "orig.img", args.out / "h.db", name,
+                          block_size=args.block_size, size=size,
+                          inodes=max(inodes * 2, 16384), members=members,
+                          echo=print)  # fmt: skip
+    info = {
+        "name": name,
+        "block_size": args.block_size,
+        "size": size,
+        "snapshot_ids": hist.snapshot_ids,
+        "fullness": hist.fullness,
+        "releases": [[str(p.name) for _, p in b] for b in batches],
+        "unpack_seconds": time.perf_counter() - t0,
+    }
+    (args.out / "history.json").write_text(json.dumps(info, indent=1))
+    print(f"built in {info['unpack_seconds']:.0f} s; fullness at the end {hist.fullness[-1]:.3f}")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for cmd, dest in judge_commands(args.out, name, hist.snapshot_ids):
+        print("  " + shlex.join(cmd) + (f" > {dest}" if dest else ""))
+        if args.judge:
+            t0 = time.perf_counter()
+            with open(dest, "w") if dest else contextlib.nullcontext() as fh:
+                subprocess.run(cmd, check=False, stdout=fh, env=env)
+            print(f"    ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
