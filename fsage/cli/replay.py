@@ -281,7 +281,14 @@ def deltas_cmd(
 @db_option
 @click.option("--fs", "fs_name", required=True, help="File system name in the database.")
 @click.option("--until", help="Snapshot id or date to measure at (default: the latest).")
-@click.option("--runs", type=int, default=2, show_default=True, help="Runs of the op stream.")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=2),
+    default=3,
+    show_default=True,
+    help="Runs of the op stream; the floor is the largest distance between any two of them "
+    "(on real histories one pair, from two runs, fell short of the runs' spread).",
+)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),

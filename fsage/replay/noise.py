@@ -28,7 +28,7 @@ def noise_floor(
     fs_name: str,
     until: str | None = None,
     *,
-    runs: int = 2,
+    runs: int = 3,
     mode: str = "auto",
     workdir: Path | None = None,
     echo: Callable[[str], None] | None = None,
