@@ -6,8 +6,8 @@ current segment's buffer (a block of the same file still in the buffer is change
 indirect blocks, directories, inodes (in the inode table file, 18), the inode vector (17) and
 inode bitmap (16) are written when a *unit* is committed. Operations are buffered in memory
 and committed together: on ``sync`` (fsync), when the changes waiting are older than
-``commit_interval`` seconds or their metadata would fill half a segment, when clean segments
-run short, at checkpoints and on close; a full segment is written as it fills. The order
+``commit_interval`` seconds or their metadata grows past ``_MAX_PENDING`` blocks, when clean
+segments run short, at checkpoints and on close; a full segment is written as it fills. The order
 inside a unit is: data, directory change records, directory files, indirect blocks,
 inode-table/vector/bitmap blocks, their indirect blocks; the segment write that ends the unit
 carries the commit flag (``format.SEGFLAG_COMMIT``). A crash loses the operations not yet
@@ -64,6 +64,8 @@ _NAMED_SYSTEM = (INO_ROOT, INO_UNLINKED)
 #: Clean segments that writes of new data never take: they are left for the metadata that
 #: deletes commit and for the cleaner's output, so a full log can still shrink.
 _RESERVE = 2
+#: Metadata blocks (estimated) that may wait in memory for a commit.
+_MAX_PENDING = 1024
 
 
 class LfsOpError(FsageError):
@@ -1272,15 +1274,15 @@ class LFS:
     def _commit_due(self) -> bool:
         """Whether the changes waiting in memory are committed now: always with a
         ``commit_interval`` of 0; else when they are older than it, when their metadata
-        would fill half a segment, or when clean segments run short (so that a commit never
-        needs more room than there is)."""
+        would take more than ``_MAX_PENDING`` blocks, or when clean segments run short (so
+        that a commit never needs more room than there is: twice the estimate is kept)."""
         if self._pending_since is None:
             return False
         interval = self.opts.commit_interval
         if interval <= 0 or time.monotonic() - self._pending_since >= interval:
             return True
         est = self._pending_blocks()
-        return est > self.ndata // 2 or len(self.clean) < self._lw + 3 + est // self.ndata
+        return est > _MAX_PENDING or len(self.clean) < self._lw + 3 + 2 * est // self.ndata
 
     def _after_op(self) -> None:
         """Checkpoint and clean when due: never inside an operation, so that an operation that
