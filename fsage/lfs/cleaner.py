@@ -54,6 +54,7 @@ class Counters:
     segments_freed: int = 0
     cleaning_passes: int = 0
     holeplug_passes: int = 0
+    buffered_overwrites: int = 0  # writes into a block still in the segment buffer (no new block)
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)

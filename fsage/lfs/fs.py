@@ -2,14 +2,18 @@
 checkpoints, roll-forward and cleaning.
 
 Writes go to the end of the log. A data block gets its address when it is put into the
-current segment's buffer; indirect blocks, directories, inodes (in the inode table file, 18),
-the inode vector (17) and inode bitmap (16) are written when a *unit* is committed (every
-public operation that changes something ends one, ``sync`` forces the buffer to disk). The
-order inside a unit is: data, directory change records, directory files, indirect blocks,
+current segment's buffer (a block of the same file still in the buffer is changed in place);
+indirect blocks, directories, inodes (in the inode table file, 18), the inode vector (17) and
+inode bitmap (16) are written when a *unit* is committed. Operations are buffered in memory
+and committed together: on ``sync`` (fsync), when the changes waiting are older than
+``commit_interval`` seconds or their metadata grows past ``_MAX_PENDING`` blocks, when clean
+segments run short, at checkpoints and on close; a full segment is written as it fills. The order
+inside a unit is: data, directory change records, directory files, indirect blocks,
 inode-table/vector/bitmap blocks, their indirect blocks; the segment write that ends the unit
-carries the commit flag (``format.SEGFLAG_COMMIT``). A checkpoint is written after every
-``checkpoint_interval`` segments and on close. Segments emptied after a checkpoint become
-clean only at the next one, so roll-forward never meets a reused segment.
+carries the commit flag (``format.SEGFLAG_COMMIT``). A crash loses the operations not yet
+committed, whole. A checkpoint is written after every ``checkpoint_interval`` segments, every
+``checkpoint_seconds`` and on close. Segments emptied after a checkpoint become clean only at
+the next one, so roll-forward never meets a reused segment.
 
 Address mapping for readers: a segment-block number ``(seg << 32) | blk`` is also given as the
 linear block ``seg * blocks_per_segment + blk`` (``linear_block``).
@@ -60,6 +64,8 @@ _NAMED_SYSTEM = (INO_ROOT, INO_UNLINKED)
 #: Clean segments that writes of new data never take: they are left for the metadata that
 #: deletes commit and for the cleaner's output, so a full log can still shrink.
 _RESERVE = 2
+#: Metadata blocks (estimated) that may wait in memory for a commit.
+_MAX_PENDING = 1024
 
 
 class LfsOpError(FsageError):
@@ -138,6 +144,21 @@ class Inode:
         self.dirty = False
 
 
+def _varint_len(n: int) -> int:
+    return max(1, -(-n.bit_length() // 7))
+
+
+def _dir_file_size(d: dict[str, int]) -> int:
+    """Octets of a directory file holding ``d`` (seed 003 §2.7: a length-prefixed DirFile of
+    DirFileRec{ino, name}), without encoding it."""
+    total = 4
+    for name, ino in d.items():
+        n = len(name.encode("utf-8", "surrogateescape"))
+        rec = 2 + _varint_len(ino) + _varint_len(n) + n
+        total += 1 + _varint_len(rec) + rec
+    return total
+
+
 def _simp(inode: Inode) -> lfs_pb2.InodeSimp:
     return lfs_pb2.InodeSimp(size=inode.size, blkptr=list(inode.ptr), ver=inode.version)
 
@@ -176,7 +197,17 @@ class _Savepoint:
     seg_flags: int
     last_flush_commit: bool
     segs_since_cp: int
+    dirty: dict[int, Inode]
+    dirty_dirs: set[int]
+    dirch: list[bytes]
+    sys_dirty: dict[int, set[int]]
+    pending_since: float | None
     sys_blocks: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    #: Inodes (and directory tables) as they were when the operation first touched them:
+    #: a clone if they had changes not yet committed, None if the inode table has them.
+    inodes: dict[int, tuple[Inode | None, dict[str, int] | None]] = field(default_factory=dict)
+    #: Blocks of the segment buffer overwritten in place: their content before.
+    buf_blocks: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,6 +217,11 @@ class OpenOptions:
     disk: cl.DiskModel = field(default_factory=cl.DiskModel)
     cache_segments: int = 16
     readonly: bool = False
+    #: Seconds changes may wait in memory before they are committed to the log (0: commit
+    #: after every operation).
+    commit_interval: float = 5.0
+    #: Seconds between checkpoints (besides every ``checkpoint_interval`` segments).
+    checkpoint_seconds: float = 30.0
 
 
 def mkfs(
@@ -252,9 +288,18 @@ class LFS:
         readonly: bool = False,
         disk: cl.DiskModel | None = None,
         cache_segments: int = 16,
+        commit_interval: float = 5.0,
     ) -> LFS:
+        """Open an image. Changes are buffered in memory and reach the log in whole segments:
+        when a segment fills, on ``sync``, every ``commit_interval`` seconds (0: after every
+        operation), at checkpoints and on ``close``. A crash loses what was not committed."""
         opts = OpenOptions(
-            policy, checkpoint_interval, disk or cl.DiskModel(), cache_segments, readonly
+            policy,
+            checkpoint_interval,
+            disk or cl.DiskModel(),
+            cache_segments,
+            readonly,
+            commit_interval=commit_interval,
         )
         self = object.__new__(cls)
         self._init_common(Path(path), opts)
@@ -330,6 +375,8 @@ class LFS:
         self._plug_summ: dict[int, fmt.Summary] = {}
         self._holeplug = False
         self._txn: _Savepoint | None = None
+        self._pending_since: float | None = None
+        self._last_cp_time = time.monotonic()
 
     def _setup_geo(self) -> None:
         geo = self.geo
@@ -342,6 +389,7 @@ class LFS:
         if self.policy not in cl.POLICIES:
             raise LfsError(f"unknown cleaning policy {self.policy!r}")
         self.cp_interval = self.opts.checkpoint_interval or geo.checkpoint_interval
+        self._lw = max(4, geo.log_segments // 50)  # clean segments below which cleaning runs
         self._zero = bytes(self.bs)
 
     def _mount(self) -> None:
@@ -717,22 +765,25 @@ class LFS:
         P = self.P
         roots = ((12, 0, N_DIRECT), (13, 1, N_DIRECT + P), (14, 2, N_DIRECT + P + P * P))
         for slot, level, first in roots:
-            if inode.ptr[slot]:
+            if inode.ptr[slot] or (level, first) in inode.tree:
                 yield from self._walk_node(inode, level, first, inode.ptr[slot])
 
     def _walk_node(
         self, inode: Inode, level: int, first: int, addr: int
     ) -> Iterator[tuple[int, int, int]]:
+        """An indirect block and what is below it, as the block map stands in memory: nodes
+        changed since the last commit (not yet written, or written at ``node.addr`` before
+        the change) are walked from memory."""
         node = self._load_node(inode, (level, first), addr)
-        yield addr, level, first
+        if node.addr:
+            yield node.addr, level, first
         span = self.P**level
         for i, a in enumerate(node.ptrs):
-            if not a:
-                continue
             if level == 0:
-                self._check_addr(a, f"inode {inode.ino} block pointer")
-                yield a, -1, first + i
-            else:
+                if a:
+                    self._check_addr(a, f"inode {inode.ino} block pointer")
+                    yield a, -1, first + i
+            elif a or (level - 1, first + i * span) in inode.tree:
                 yield from self._walk_node(inode, level - 1, first + i * span, a)
 
     def _free_from(self, inode: Inode, first_block: int) -> None:
@@ -766,10 +817,15 @@ class LFS:
             fo = offset + pos
             blk, within = divmod(fo, bs)
             take = min(bs - within, n - pos)
+            old = self._get_ptr(inode, blk)
+            if old >> 32 == self.cur_seg and self._overwrite_buffered(
+                old, inode, blk, within, mv[pos : pos + take], ct
+            ):
+                pos += take
+                continue
             if take == bs:
                 piece: bytes | bytearray | memoryview = mv[pos : pos + bs]
             else:
-                old = self._get_ptr(inode, blk)
                 base = bytearray(self._read_block(old)) if old else bytearray(bs)
                 if not old and blk * bs >= inode.size:
                     base = bytearray(bs)
@@ -781,6 +837,45 @@ class LFS:
         if offset + n > inode.size:
             inode.size = offset + n
         self._mark(inode)
+
+    def _overwrite_buffered(
+        self,
+        addr: int,
+        inode: Inode,
+        blk: int,
+        within: int,
+        piece: bytes | bytearray | memoryview,
+        ctime: int,
+    ) -> bool:
+        """Write buffering: a data block of this file that is still in the segment buffer
+        (put since the last flush, so no committed unit refers to it) is changed in place
+        instead of taking a new block."""
+        pos = addr & 0xFFFFFFFF
+        if not (self.flushed_pos <= pos < self.cur_pos) or self._cleaning or addr == 0:
+            return False
+        rec = self.recs[pos]
+        if (
+            rec is None
+            or rec.btype != BT_DATA
+            or rec.ino != inode.ino
+            or rec.offset != blk
+            or rec.version != inode.version
+        ):
+            return False
+        sp = self._txn
+        start = pos * self.bs
+        if sp is not None and sp.cur_seg == self.cur_seg and pos < sp.cur_pos:
+            # The savepoint shares this record and this block: keep both as they were.
+            if pos not in sp.buf_blocks:
+                sp.buf_blocks[pos] = bytes(self.buf[start : start + self.bs])
+            rec = dataclasses.replace(rec)
+            self.recs[pos] = rec
+        self.buf[start + within : start + within + len(piece)] = piece
+        rec.ctime = ctime
+        if ctime > self.mtime[self.cur_seg]:
+            self.mtime[self.cur_seg] = ctime
+        self.counters.buffered_overwrites += 1
+        return True
 
     def _read_data(self, inode: Inode, offset: int, size: int) -> bytes:
         if inode.body is not None:
@@ -849,6 +944,8 @@ class LFS:
                         yield ino
 
     def _iget(self, ino: int) -> Inode:
+        if self._txn is not None and ino not in self._txn.inodes:
+            self._touch(ino)
         inode = self._icache.get(ino)
         if inode is not None:
             return inode
@@ -888,6 +985,19 @@ class LFS:
         self._icache[ino] = inode
         return inode
 
+    def _touch(self, ino: int) -> None:
+        """Inside an operation, before inode ``ino`` (or its directory table) first changes:
+        keep what rollback needs to put it back."""
+        sp = self._txn
+        if sp is None or ino in sp.inodes:
+            return
+        inode = self._icache.get(ino)
+        if inode is None or not (inode.dirty or ino in self._dirty_dirs):
+            sp.inodes[ino] = (None, None)  # the inode table and the directory file have it
+            return
+        d = self._dirs.get(ino)
+        sp.inodes[ino] = (_clone_inode(inode), None if d is None else dict(d))
+
     def _mark(self, inode: Inode) -> None:
         if inode.ino in self.sys:
             return
@@ -899,6 +1009,7 @@ class LFS:
         while self._bitmap_get(ino):
             ino += 1
         self._free_hint = ino + 1
+        self._touch(ino)
         vec = self._sysdata[INO_INOVEC]
         voff = ino * fmt.INOVEC_SLOT
         version = (fmt.U32.unpack_from(vec, voff)[0] if voff + 16 <= len(vec) else 0) + 1
@@ -1054,6 +1165,7 @@ class LFS:
     def _link(self, dino: int, name: str, ino: int) -> None:
         if len(name.encode("utf-8", "surrogateescape")) > 255:
             raise LfsOpError(f"name too long: {name[:40]!r}...")
+        self._touch(dino)
         self._dir(dino)[name] = ino
         self._dirty_dirs.add(dino)
         self._dir_change(dino, name, ino, lfs_pb2.DirChRec.ADD)
@@ -1062,6 +1174,7 @@ class LFS:
         self._mark(d)
 
     def _unlink_name(self, dino: int, name: str) -> int:
+        self._touch(dino)
         ino = self._dir(dino).pop(name)
         self._dirty_dirs.add(dino)
         self._dir_change(dino, name, ino, lfs_pb2.DirChRec.REMOVE)
@@ -1073,6 +1186,10 @@ class LFS:
     # ------------------------------------------------------------------ commit / checkpoint
     def _commit(self) -> None:
         """End a unit: everything changed so far reaches the log, the last write flagged."""
+        if self._txn is not None:
+            for ino in list(self._dirty):  # the commit changes their trees: keep them first
+                self._touch(ino)
+        self._pending_since = None
         self._write_dirch()
         for dino in sorted(self._dirty_dirs):
             if self._bitmap_get(dino):
@@ -1127,6 +1244,7 @@ class LFS:
         self.cp_stamp = stamp
         self.cp_next = self.cur_seg
         self._segs_since_cp = 0
+        self._last_cp_time = time.monotonic()
         # Segments emptied since the last checkpoint become clean only now.
         for s in range(self.geo.first_log_segment, self.geo.segments):
             if self.live[s] == 0 and s != self.cur_seg and s != self.next_seg:
@@ -1134,14 +1252,45 @@ class LFS:
         self.clean.discard(self.cur_seg)
 
     def _end_op(self) -> None:
-        self._commit()
+        """An operation's changes are done (in memory): they wait there for the next commit
+        (``_commit_due``), which an operation outside any group makes at once."""
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
         if self._txn is None:
+            self._commit()
             self._after_op()
+
+    def _pending_blocks(self) -> int:
+        """A generous estimate of the metadata blocks the next commit writes."""
+        sd = self._sys_dirty
+        return (
+            3 * (len(self._dirty) + len(self._dirty_dirs))
+            + len(self._dirch) // 16
+            + len(sd[INO_INOMAP])
+            + len(sd[INO_INOVEC])
+            + len(sd[INO_INOTBL])
+        )
+
+    def _commit_due(self) -> bool:
+        """Whether the changes waiting in memory are committed now: always with a
+        ``commit_interval`` of 0; else when they are older than it, when their metadata
+        would take more than ``_MAX_PENDING`` blocks, or when clean segments run short (so
+        that a commit never needs more room than there is: twice the estimate is kept)."""
+        if self._pending_since is None:
+            return False
+        interval = self.opts.commit_interval
+        if interval <= 0 or time.monotonic() - self._pending_since >= interval:
+            return True
+        est = self._pending_blocks()
+        return est > _MAX_PENDING or len(self.clean) < self._lw + 3 + 2 * est // self.ndata
 
     def _after_op(self) -> None:
         """Checkpoint and clean when due: never inside an operation, so that an operation that
         fails can be undone (segments it emptied are not reused before it ends)."""
-        if self._segs_since_cp >= self.cp_interval:
+        if (
+            self._segs_since_cp >= self.cp_interval
+            or time.monotonic() - self._last_cp_time >= self.opts.checkpoint_seconds
+        ):
             self._checkpoint()
         if not self._cleaning and len(self.clean) < self._low_water():
             self.clean_now()
@@ -1162,11 +1311,11 @@ class LFS:
             return
         if nblocks:
             self._ensure_space(nblocks)
-        self._commit()
         self._txn = self._savepoint()
         try:
             yield
-            self._commit()
+            if self._commit_due():
+                self._commit()
             if nblocks and len(self.clean) < _RESERVE:
                 raise LfsNoSpace(
                     f"{self.path}: no space left (the operation would take the "
@@ -1198,6 +1347,11 @@ class LFS:
             seg_flags=self._seg_flags,
             last_flush_commit=self._last_flush_commit,
             segs_since_cp=self._segs_since_cp,
+            dirty=dict(self._dirty),
+            dirty_dirs=set(self._dirty_dirs),
+            dirch=list(self._dirch),
+            sys_dirty={k: set(v) for k, v in self._sys_dirty.items()},
+            pending_since=self._pending_since,
         )
 
     def _jsys(self, sino: int, blk: int) -> None:
@@ -1218,21 +1372,32 @@ class LFS:
             data = self._sysdata[sino]
             if blk * self.bs < len(data):
                 data[blk * self.bs : blk * self.bs + len(old)] = old[: len(data) - blk * self.bs]
+        self._sys_dirty = sp.sys_dirty
         for sino in fmt.SYSTEM_FILES:
-            self._sys_dirty[sino].clear()
             self.sys[sino].size = len(self._sysdata[sino])
-        # Inodes and directories changed in memory are read again from the inode table.
-        self._icache.clear()
-        self._dirs.clear()
-        self._dirty.clear()
-        self._dirty_dirs.clear()
-        self._dirch.clear()
+        # Inodes and directories the operation touched are put back as they were (or read
+        # again from the inode table); changes made before it still wait for their commit.
+        for ino, (inode, d) in sp.inodes.items():
+            if inode is None:
+                self._icache.pop(ino, None)
+            else:
+                self._icache[ino] = inode
+            if d is None:
+                self._dirs.pop(ino, None)
+            else:
+                self._dirs[ino] = d
+        self._dirty = {ino: self._icache[ino] for ino in sp.dirty}
+        self._dirty_dirs = sp.dirty_dirs
+        self._dirch = sp.dirch
+        self._pending_since = sp.pending_since
         self._free_hint = sp.free_hint
         self._plug_summ = {}
         self._holeplug = False
         self._cleaning = False
         self.cur_seg, self.cur_pos, self.flushed_pos = sp.cur_seg, sp.cur_pos, sp.flushed_pos
         self.seq, self.buf, self.recs = sp.seq, sp.buf, sp.recs
+        for pos, old in sp.buf_blocks.items():
+            self.buf[pos * self.bs : (pos + 1) * self.bs] = old
         self.next_seg, self._seg_flags = sp.next_seg, sp.seg_flags
         self._segs_since_cp = sp.segs_since_cp
         # The summary on disk may describe blocks of the undone operation: write it again,
@@ -1251,7 +1416,7 @@ class LFS:
         self._last_flush_commit = sp.last_flush_commit
 
     def _low_water(self) -> int:
-        return max(4, self.geo.log_segments // 50)
+        return self._lw
 
     def sync(self) -> None:
         """Commit and write the buffer (a partial segment write)."""
@@ -1502,20 +1667,55 @@ class LFS:
         if inode.mode & S_IFMT != S_IFREG:
             raise LfsOpError(f"not a regular file: {path!r}")
         mv = memoryview(data)
-        chunk = 2 * self.ndata * self.bs  # committed two segments at a time
+        if (
+            mv.nbytes
+            and offset // self.bs == (offset + mv.nbytes - 1) // self.bs
+            and self._txn is None
+            and self.opts.commit_interval > 0
+            and self.cur_pos < self.ndata
+            and self.seq <= fmt.SEQ_MAX
+            and len(self.clean) >= 3 + self._lw
+            and not self._commit_due()
+        ):
+            self._write_small(inode, offset, mv)
+            return mv.nbytes
         nblk = -(-len(mv) // self.bs) + 1
         with self.atomic(nblk + nblk // 64 + 2):
             inode = self._iget(inode.ino)
-            pos = 0
-            while pos < len(mv) or pos == 0:
-                piece = mv[pos : pos + chunk]
-                self._write_data(inode, offset + pos, piece)
-                pos += max(len(piece), 1)
-                if pos < len(mv):
-                    self._commit()
+            self._write_data(inode, offset, mv)  # one unit, however long
             inode.mtime = inode.ctime = now_ms()
             self._end_op()
         return len(mv)
+
+    def _write_small(self, inode: Inode, offset: int, mv: memoryview) -> None:
+        """A write within one block when the segment buffer has room and no commit is due:
+        everything that can fail (reading the block map and the old block) comes before the
+        first change, and the rest is in memory, so no savepoint is needed."""
+        bs = self.bs
+        blk, within = divmod(offset, bs)
+        old = inode.ptr[blk] if blk < N_DIRECT else self._get_ptr(inode, blk)
+        ct = time.time_ns() // 1_000_000
+        if old >> 32 == self.cur_seg and self._overwrite_buffered(old, inode, blk, within, mv, ct):
+            pass
+        else:
+            if mv.nbytes == bs:
+                piece: bytes | bytearray | memoryview = mv
+            else:
+                base = bytearray(bs)
+                if old:
+                    self._check_addr(old, f"inode {inode.ino} block pointer")
+                    base[:] = self._read_block(old)
+                base[within : within + mv.nbytes] = mv
+                piece = base
+            addr = self._put(piece, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
+            self._set_ptr(inode, blk, addr)
+        if offset + mv.nbytes > inode.size:
+            inode.size = offset + mv.nbytes
+        inode.mtime = inode.ctime = ct
+        self._mark(inode)
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
+        self._after_op()
 
     def writev(
         self, path: str, pieces: Sequence[tuple[int, bytes | bytearray | memoryview]]
@@ -1706,14 +1906,18 @@ class LFS:
 
     def stat_ino(self, ino: int) -> Stat:
         i = self._iget(ino)
+        size, blocks = i.size, i.blocks
+        if ino in self._dirty_dirs:  # what the next commit will write (``_write_dir``)
+            size = _dir_file_size(self._dirs[ino])
+            blocks = -(-size // self.bs)
         return Stat(
             i.ino,
             i.mode,
             i.nlink,
             i.uid,
             i.gid,
-            i.size,
-            i.blocks,
+            size,
+            blocks,
             i.mtime,
             i.ctime,
             i.atime,

@@ -63,6 +63,7 @@ def test_a_write_that_does_not_fit_changes_nothing(tmp_path: Path) -> None:
         fs.create("d/f")
         fs.write("d/f", 0, b"x" * 20000)
         fs.create("g")
+        fs.sync()  # usage counts blocks in the log: what waits in memory is not there yet
         before = state(fs)
         usage = fs.usage()
         with pytest.raises(LfsNoSpace):
@@ -103,6 +104,7 @@ def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
     fs = LFS.open(img)
     fs.create("f")
     fs.write("f", 0, b"a" * 5000)
+    fs.sync()
     before = state(fs)
     with pytest.raises(LfsNoSpace):
         fs.write("f", 0, b"b" * (3 << 20))
@@ -117,7 +119,7 @@ def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
 
 def test_checkpoint_next_seg_is_a_clean_segment_and_reused_times_reset(tmp_path: Path) -> None:
     img = image(tmp_path / "a.img")
-    with LFS.open(img) as fs:
+    with LFS.open(img, commit_interval=0) as fs:  # a commit per op: segments that empty
         for i in range(30):
             fs.create(f"f{i}")
             fs.write(f"f{i}", 0, bytes([i]) * 30000)
@@ -167,11 +169,16 @@ def _random_op(rng: random.Random, files: list[str], dirs: list[str]) -> Op:
 
 
 def _stream(
-    img: Path, seed: int, batches: int, per_batch: int, reopen_every: int
+    img: Path, seed: int, batches: int, per_batch: int, reopen_every: int, crash_every: int = 0
 ) -> dict[str, int]:
+    """Ops in batches; after a batch: ``sync`` and fsck, every ``reopen_every`` batches close
+    and reopen, and every ``crash_every`` batches (instead) a crash: the process drops the
+    image without a sync, and the next open must roll forward to the state after one of the
+    ops since the last sync (what was not synced may be lost, but whole ops only)."""
     rng = random.Random(seed)
     ex = LfsExecutor(img)
-    counts = {"ok": 0, "nospace": 0, "failed": 0}
+    counts = {"ok": 0, "nospace": 0, "failed": 0, "crashes": 0, "lost": 0}
+    since_sync: list[dict[str, Any]] = []
     try:
         for b in range(batches):
             for _ in range(per_batch):
@@ -182,6 +189,7 @@ def _stream(
                     (dirs if fs.is_dir(ino) else files).append(p)
                 op = _random_op(rng, files, dirs)
                 before = state(fs)
+                since_sync.append(before)
                 try:
                     ex.apply(op)
                     counts["ok"] += 1
@@ -191,7 +199,21 @@ def _stream(
                 except OpFailedError:
                     counts["failed"] += 1
                     assert state(ex.fs) == before, op
+            if crash_every and (b + 1) % crash_every == 0:
+                since_sync.append(state(ex.fs))
+                os.close(ex.fs.fd)  # crash: no sync, no checkpoint
+                ex.fs.closed = True
+                assert_clean(img)
+                ex = LfsExecutor(img)
+                got = state(ex.fs)
+                assert got in since_sync, f"batch {b}: not the state after any op since sync"
+                counts["crashes"] += 1
+                counts["lost"] += len(since_sync) - 1 - since_sync.index(got)
+                since_sync = []
+                assert_clean(img)
+                continue
             ex.fs.sync()
+            since_sync = []
             assert_clean(img)
             if (b + 1) % reopen_every == 0:
                 ex.close()
@@ -223,6 +245,13 @@ def test_random_stream_to_exhaustion_and_beyond(tmp_path: Path) -> None:
     assert counts["ok"] > 60
 
 
+def test_random_stream_with_crashes_rolls_forward(tmp_path: Path) -> None:
+    img = image(tmp_path / "a.img", segments=40)
+    counts = _stream(img, 4, batches=8, per_batch=25, reopen_every=3, crash_every=2)
+    assert counts["crashes"] == 4 and counts["nospace"] > 5
+    assert counts["lost"] > 0  # some ops were still buffered when the process died
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "policy", ["greedy", "cost-benefit", "adaptive", "hole-plugging", "cost-age-cache"]
@@ -230,7 +259,7 @@ def test_random_stream_to_exhaustion_and_beyond(tmp_path: Path) -> None:
 def test_random_streams_every_policy(tmp_path: Path, policy: str) -> None:
     seed = len(policy)
     img = image(tmp_path / "a.img", segments=20 + seed, bps=16 + seed % 3 * 8, policy=policy)
-    counts = _stream(img, seed, batches=8, per_batch=40, reopen_every=3)
+    counts = _stream(img, seed, batches=8, per_batch=40, reopen_every=3, crash_every=4)
     assert counts["nospace"] > 10
 
 
