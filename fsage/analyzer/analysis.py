@@ -36,6 +36,7 @@ from fsage.analyzer.scores import (
 )
 from fsage.analyzer.segments import segment_utilization
 from fsage.layout import Layout
+from fsage.text import size_range
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -69,6 +70,19 @@ def bucket_range(k: int) -> tuple[int, int]:
     if k <= 0:
         return (1, 1)
     return ((1 << (k - 1)) + 1, 1 << k)
+
+
+def bucket_fields(k: int, block_size: int) -> dict[str, Any]:
+    """A file-size bucket as every analysis row gives it: its blocks of data, the same in
+    bytes (both bounds included), and its label in bytes (``fsage.text.size_range``)."""
+    lo, hi = bucket_range(k)
+    return {
+        "min_blocks": lo,
+        "max_blocks": hi,
+        "min_bytes": (lo - 1) * block_size + 1,
+        "max_bytes": hi * block_size,
+        "label": size_range(lo, hi, block_size),
+    }
 
 
 def _grouped_scores(
@@ -162,11 +176,9 @@ class SnapshotAnalyzer:
         for i in range(1, nk):
             if files[i] == 0:
                 continue
-            lo, hi = bucket_range(i)
             out.append(
                 {
-                    "min_blocks": lo,
-                    "max_blocks": hi,
+                    **bucket_fields(i, self.bs),
                     "files": int(files[i]),
                     "blocks": int(blocks[i]),
                     "layout_score": _ratio(int(cont[i]), int(den[i])),
@@ -288,8 +300,7 @@ class SnapshotAnalyzer:
             per_order = {oname: self._bucket_ms(sp, m) for oname, sp in split.items()}
             rows = []
             for b in buckets:
-                lo, hi = bucket_range(b)
-                row: dict[str, Any] = {"min_blocks": lo, "max_blocks": hi}
+                row: dict[str, Any] = bucket_fields(b, self.bs)
                 for oname in orders:
                     files, nbytes, ms = per_order[oname].get(b, (0, 0, 0.0))
                     row[f"{oname}_files"] = files
