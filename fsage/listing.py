@@ -138,24 +138,6 @@ class Listing:
         return out
 
 
-def link_names(links: LinkTable) -> list[str]:
-    """Every name of the table as text (UTF-8 with surrogateescape), decoded in one pass.
-
-    A ``/`` (which no name holds) is put after every name, the bytes are decoded once and split
-    there: an undecodable byte is escaped on its own either way, so each name decodes exactly
-    as it would alone."""
-    n = len(links)
-    if n == 0:
-        return []
-    raw = np.frombuffer(links.names, np.uint8)
-    sep_at = links.name_off[1:].astype(np.int64) + np.arange(n, dtype=np.int64)
-    buf = np.full(raw.size + n, ord("/"), np.uint8)
-    keep = np.ones(buf.size, bool)
-    keep[sep_at] = False
-    buf[keep] = raw
-    return buf.tobytes().decode("utf-8", "surrogateescape").split("/")[:n]
-
-
 def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, list[str]] | None:
     """The directory entries reachable from the root and the path each gives its inode, as
     :func:`fsage.layout.derive_paths` finds them; None when a directory with entries has more
@@ -169,7 +151,7 @@ def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, list[str]] | None:
     dir_rows = np.flatnonzero(np.isin(ino, holders) & (ino != root_ino))
     if np.unique(ino[dir_rows]).size != dir_rows.size:
         return None
-    names = link_names(links)
+    names = links.decoded()
     # each directory's path and a slash, from the root down (one name each: any order does)
     prefix: dict[int, str] = {root_ino: "/"}
     kids: dict[int, list[int]] = {}
@@ -554,7 +536,6 @@ __all__ = [
     "FileEntry",
     "Listing",
     "file_listing",
-    "link_names",
     "link_paths",
     "listing",
     "paths_below",

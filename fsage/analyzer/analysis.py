@@ -363,12 +363,19 @@ class SnapshotAnalyzer:
         contrib_b = np.where(reg, s.blocks, 0).astype(np.int64)
         contrib_f = reg.astype(np.int64)
         acc = np.stack([contrib_f, contrib_b, contrib_c, contrib_d]).astype(np.float64)
-        # push every file's numbers up to its parent, deepest level first
+        # push every file's numbers up to its parent, deepest level first (files grouped by
+        # depth once; each level one bincount per number)
         maxdep = int(dep.max()) if n else 0
+        by_depth = np.argsort(dep, kind="stable")
+        bounds = np.searchsorted(dep[by_depth], np.arange(maxdep + 2))
         for d in range(maxdep, 0, -1):
-            at = np.flatnonzero((dep == d) & (parent >= 0))
+            at = by_depth[bounds[d] : bounds[d + 1]]
+            at = at[parent[at] >= 0]
+            if at.size == 0:
+                continue
+            up, where = np.unique(parent[at], return_inverse=True)
             for row in acc:
-                np.add.at(row, parent[at], row[at])
+                row[up] += np.bincount(where, weights=row[at], minlength=up.size)
         names = self._dir_names(parent, dep, depth)
         out = []
         for i, path in sorted(names.items(), key=lambda kv: kv[1]):
