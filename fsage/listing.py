@@ -92,15 +92,18 @@ class Listing:
     rows: I64
     path: list[str | None]
     paths_of: Callable[[], list[list[str]]]
+    unnamed: int = 0  # the last rows: files no directory names (path None)
+    printable: bool = False  # every path known to be printable (shown() leaves it as it is)
 
     def __len__(self) -> int:
         return int(self.rows.size)
 
     def named(self) -> Listing:
         """The files a directory names (unnamed inodes come last)."""
-        n = sum(p is not None for p in self.path)
+        n = len(self.path) - self.unnamed
         paths_of = self.paths_of
-        return Listing(self.files, self.rows[:n], self.path[:n], lambda: paths_of()[:n])
+        rows, path = self.rows[:n], self.path[:n]
+        return Listing(self.files, rows, path, lambda: paths_of()[:n], 0, self.printable)
 
     def entries(self) -> list[FileEntry]:
         files, rows = self.files, self.rows
@@ -138,13 +141,14 @@ class Listing:
         return out
 
 
-def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, list[str]] | None:
-    """The directory entries reachable from the root and the path each gives its inode, as
-    :func:`fsage.layout.derive_paths` finds them; None when a directory with entries has more
-    than one name (a damaged tree), where the walk's order decides and that function must."""
+def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, npt.NDArray[np.object_], bool] | None:
+    """The directory entries reachable from the root, the path each gives its inode (as
+    :func:`fsage.layout.derive_paths` finds them) and whether every name is printable; None
+    when a directory with entries has more than one name (a damaged tree), where the walk's
+    order decides and that function must."""
     n = len(links)
     if n == 0:
-        return np.zeros(0, np.int64), []
+        return np.zeros(0, np.int64), np.zeros(0, object), True
     parent = links.parent.astype(np.int64)
     ino = links.ino.astype(np.int64)
     holders = np.unique(parent)
@@ -152,6 +156,7 @@ def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, list[str]] | None:
     if np.unique(ino[dir_rows]).size != dir_rows.size:
         return None
     names = links.decoded()
+    printable = "".join(names).isprintable()
     # each directory's path and a slash, from the root down (one name each: any order does)
     prefix: dict[int, str] = {root_ino: "/"}
     kids: dict[int, list[int]] = {}
@@ -168,13 +173,17 @@ def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, list[str]] | None:
     dirs = np.fromiter(prefix, np.int64, len(prefix))
     order = np.argsort(dirs)
     dirs = dirs[order]
-    bases = list(prefix.values())
     at = np.minimum(np.searchsorted(dirs, parent), dirs.size - 1)
     rows = np.flatnonzero(dirs[at] == parent)
-    which = order[at[rows]].tolist()
-    return rows.astype(np.int64), [
-        bases[k] + names[r] for k, r in zip(which, rows.tolist(), strict=True)
-    ]
+    bases = _objects(list(prefix.values()))[order[at[rows]]]
+    return rows.astype(np.int64), np.add(bases, _objects(names)[rows]), printable
+
+
+def _objects(items: list[Any]) -> npt.NDArray[np.object_]:
+    """A list as a 1-D array of objects (taken, indexed and added without Python loops)."""
+    out = np.empty(len(items), object)
+    out[:] = items
+    return out
 
 
 def _file_rows(files: ListedFiles | FileTable, ino: I64) -> I64:
@@ -196,51 +205,48 @@ def listing(layout: Layout) -> Listing:
     found = link_paths(links, layout.root_ino)
     if found is None:
         return _listing_from(files, derive_paths(links, layout.root_ino))
-    sel, paths = found
+    sel, paths, printable = found
     owners = links.ino.astype(np.int64)[sel]
     root_row = _file_rows(files, np.array([layout.root_ino], np.int64))
     if root_row[0] >= 0:
-        paths.append("/")
+        paths = np.append(paths, _objects(["/"]))
         owners = np.append(owners, layout.root_ino)
     row = _file_rows(files, owners)
     named = np.flatnonzero(row >= 0)
-    row = row[named]
-    paths = [paths[i] for i in named.tolist()]
+    row, paths = row[named], paths[named]
     # by path, equal paths by inode number
     by_ino = np.argsort(row, kind="stable")
-    order = by_ino[_argsort_text([paths[i] for i in by_ino.tolist()])]
-    row_sorted = row[order]
+    order = by_ino[_argsort_text(paths[by_ino])]
+    row_sorted, sorted_paths = row[order], paths[order]
     _, first = np.unique(row_sorted, return_index=True)
     first.sort()
     listed = row_sorted[first]
     unnamed = np.ones(len(files), bool)
     unnamed[listed] = False
     rest = np.flatnonzero(unnamed).astype(np.int64)
-    sorted_paths = [paths[i] for i in order.tolist()]
-    path: list[str | None] = [sorted_paths[i] for i in first.tolist()]
+    path: list[str | None] = sorted_paths[first].tolist()
     path.extend([None] * rest.size)
 
     def paths_of() -> list[list[str]]:
         group = np.argsort(row_sorted, kind="stable")  # each file's paths, in path order
         bounds = np.searchsorted(row_sorted[group], listed)
         counts = np.bincount(row_sorted, minlength=len(files))[listed]
-        gl = group.tolist()
-        out = [
-            [sorted_paths[gl[k]] for k in range(b, b + c)]
-            for b, c in zip(bounds.tolist(), counts.tolist(), strict=True)
-        ]
+        grouped = sorted_paths[group].tolist()
+        out = [grouped[b : b + c] for b, c in zip(bounds.tolist(), counts.tolist(), strict=True)]
         out.extend([] for _ in range(rest.size))
         return out
 
-    return Listing(files, np.concatenate([listed, rest]).astype(np.int64), path, paths_of)
+    rows = np.concatenate([listed, rest]).astype(np.int64)
+    return Listing(files, rows, path, paths_of, int(rest.size), printable)
 
 
-def _argsort_text(texts: list[str]) -> I64:
+def _argsort_text(texts: npt.NDArray[np.object_]) -> I64:
     """Stable order of ``texts`` (code point order, as Python compares str)."""
     try:
-        arr = np.array(texts, dtype=_STR)
+        arr = texts.astype(_STR)
     except UnicodeEncodeError:  # names that are not UTF-8 (surrogate escapes)
-        return np.array(sorted(range(len(texts)), key=texts.__getitem__), np.int64)
+        keys = texts.tolist()
+        return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
     return np.argsort(arr, kind="stable").astype(np.int64)
 
 
@@ -250,7 +256,8 @@ def _listing_from(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
     keyed = sorted(range(len(inos)), key=lambda i: _key(paths.get(inos[i]), inos[i]))
     rows = np.array(keyed, np.int64)
     path: list[str | None] = [p[0] if (p := paths.get(inos[i])) else None for i in keyed]
-    return Listing(files, rows, path, lambda: [paths.get(inos[i], []) for i in keyed])
+    unnamed = sum(p is None for p in path)
+    return Listing(files, rows, path, lambda: [paths.get(inos[i], []) for i in keyed], unnamed)
 
 
 def _key(names: list[str] | None, ino: int) -> tuple[bool, str, int]:
@@ -428,21 +435,21 @@ def _extent_widths(files: ListedFiles, rows: I64, empty: str) -> int:
     return int(np.where(count > 0, width, len(empty)).max())
 
 
-def _shown_paths(paths: list[str | None]) -> list[str]:
+def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list[str]:
     """Each path as a table shows it (``shown``; "-" for none)."""
-    named = [p for p in paths if p is not None]
-    if len(named) == len(paths) and "".join(named).isprintable():
-        return named  # nothing to escape (the common case), checked in one pass
+    if printable and unnamed == 0:
+        return paths  # type: ignore[return-value]
     return ["-" if p is None else p if p.isprintable() else shown(p) for p in paths]
 
 
 def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     """The listing as ``fsage show`` prints it: an aligned table (numbers right-aligned), its
-    header as soon as the column widths are known, then the rows in large chunks."""
+    header as soon as the column widths are known, then the rows in large chunks, each row
+    formatted by one ``%`` of a format with the widths in it."""
     files, rows = lst.files, lst.rows
-    shown_path = _shown_paths(lst.path)
+    shown_path = _shown_paths(lst.path, lst.unnamed, lst.printable)
     blocks = _blocks(files, rows)
-    numeric = [all(p is None for p in lst.path), True, True, True, not len(lst)]
+    numeric = [lst.unnamed == len(lst), True, True, True, not len(lst)]
     cols: list[U64] = [files.ino[rows], files.size[rows], blocks]
     widths = [len(h) for h in TEXT_HEADERS]
     if len(lst):
@@ -455,15 +462,17 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
         for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
     ]
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
-    pad_path = np.strings.rjust if numeric[0] else np.strings.ljust
+    # the last column is not padded (the table's lines end without blanks)
+    line = "%{}{}s  %{}d  %{}d  %{}d  %s".format("" if numeric[0] else "-", *widths[:4])
     for a in range(0, len(lst), CHUNK_ROWS):
         b = min(a + CHUNK_ROWS, len(lst))
-        line = pad_path(np.array(shown_path[a:b], dtype=_STR), widths[0])
-        for k, col in enumerate(cols, start=1):
-            line = line + "  " + np.strings.rjust(col[a:b].astype(_STR), widths[k])
-        ext = _extent_array(files, rows[a:b], "-")
-        # the last column is not padded (the table's lines end without blanks)
-        write("\n".join((line + "  " + ext).tolist()) + "\n")
+        part = zip(
+            shown_path[a:b],
+            *(col[a:b].tolist() for col in cols),
+            _extent_array(files, rows[a:b], "-").tolist(),
+            strict=True,
+        )
+        write("\n".join(map(line.__mod__, part)) + "\n")
 
 
 class _Sink:
