@@ -393,3 +393,24 @@ class ColumnReader:
         a, b = self.spans[i]
         (raw,) = _ext2fs.unpack_columns(bytes(self.blob[a:b]), [np.dtype(dtype).itemsize])
         return np.frombuffer(raw, dtype)
+
+    def take(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """``self[name][rows]``, reading only those values when they are few (a column of
+        differences has to be read whole)."""
+        dtype, i = self.columns[name]
+        a, _ = self.spans[i]
+        _n, _first, base, width, flags = _HEADER.unpack(bytes(self.blob[a : a + _HEADER.size]))
+        if flags & 1 or rows.size > 4096:
+            return self[name][rows]
+        start = a + _HEADER.size
+        blob = self.blob
+        raw = [
+            int.from_bytes(blob[start + r * width : start + (r + 1) * width], "little")
+            for r in rows.tolist()
+        ]
+        values = np.array(raw, np.uint64) + np.uint64(base % (1 << 64))
+        return (
+            values.view(np.int64).astype(dtype)
+            if np.dtype(dtype).kind == "i"
+            else values.astype(dtype)
+        )

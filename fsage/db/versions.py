@@ -262,7 +262,8 @@ def listed_subtree(
             parents.append(body["link_parents"].astype(np.uint64)[keep])
             inos.append(ino[link_row[keep]])
             lens.append(name_lens[keep])
-            names.append(body["names"][np.repeat(keep, name_lens)])
+            raw = body["names"]
+            names.append(raw if keep.all() else raw[np.repeat(keep, name_lens)])
             chunks.append((ino, alive & (body["special"] == 0), body))
         lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         off = np.zeros(lengths.size + 1, np.uint64)
@@ -284,9 +285,9 @@ def listed_subtree(
             ext_idx, part_off = csr_take(ext_off, rows)
             part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows], "ext_off": part_off}
             for c in LISTED_COLUMNS:
-                part[c] = body[c][rows].astype(FILE_COLUMNS[c])
+                part[c] = body.take(c, rows).astype(FILE_COLUMNS[c])
             for c in LISTED_EXTENTS:
-                part[c] = body[c][ext_idx].astype(np.uint64)
+                part[c] = body.take(c, ext_idx).astype(np.uint64)
             parts.append(part)
     return links, _ino_ordered(parts)
 
