@@ -199,18 +199,22 @@ def _file_rows(files: ListedFiles | FileTable, ino: I64) -> I64:
 def listing(layout: Layout) -> Listing:
     """Every file of the snapshot sorted by its first path (its smallest), then inode number;
     inodes no directory names last, by inode number."""
-    files, links = ListedFiles.of(layout.files), layout.links
+    return listing_of(ListedFiles.of(layout.files), layout.links, layout.root_ino)
+
+
+def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
+    """:func:`listing` of files (in ino order) and their directory table."""
     if len(files) and not bool(np.all(files.ino[1:] > files.ino[:-1])):
         raise ValueError("the files of a layout are sorted by inode number")
-    found = link_paths(links, layout.root_ino)
+    found = link_paths(links, root_ino)
     if found is None:
-        return _listing_from(files, derive_paths(links, layout.root_ino))
+        return _listing_from(files, derive_paths(links, root_ino))
     sel, paths, printable = found
     owners = links.ino.astype(np.int64)[sel]
-    root_row = _file_rows(files, np.array([layout.root_ino], np.int64))
+    root_row = _file_rows(files, np.array([root_ino], np.int64))
     if root_row[0] >= 0:
         paths = np.append(paths, _objects(["/"]))
-        owners = np.append(owners, layout.root_ino)
+        owners = np.append(owners, root_ino)
     row = _file_rows(files, owners)
     named = np.flatnonzero(row >= 0)
     row, paths = row[named], paths[named]
@@ -345,7 +349,8 @@ def show_files(
         _, cols = store.listed_subtree(snapshot_id, resolve)
         lst = subtree_listing(ListedFiles(**cols), found)
     else:
-        lst = listing(store.load_layout(snapshot_id))
+        links, cols = store.listed_subtree(snapshot_id, lambda _: None)
+        lst = listing_of(ListedFiles(**cols), links, Layout.root_ino)
         if prefix is not None:  # "/": every file a directory names
             lst = lst.named()
     if prefix is not None and not len(lst):
@@ -462,17 +467,29 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
         for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
     ]
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
-    # the last column is not padded (the table's lines end without blanks)
-    line = "%{}{}s  %{}d  %{}d  %{}d  %s".format("" if numeric[0] else "-", *widths[:4])
+    # the last column is not padded (the table's lines end without blanks); a file of one
+    # extent (most) has its numbers put in by the row's format, any other its joined text
+    head_fmt = "%{}{}s  %{}d  %{}d  %{}d  ".format("" if numeric[0] else "-", *widths[:4])
+    one, other = head_fmt + "%d:%d+%d", head_fmt + "%s"
+    off = files.ext_off.astype(np.int64)
+    last = max(len(files.ext_logical) - 1, 0)
     for a in range(0, len(lst), CHUNK_ROWS):
         b = min(a + CHUNK_ROWS, len(lst))
-        part = zip(
-            shown_path[a:b],
-            *(col[a:b].tolist() for col in cols),
-            _extent_array(files, rows[a:b], "-").tolist(),
-            strict=True,
+        r = rows[a:b]
+        first = np.minimum(off[r], last)
+        heads = [shown_path[a:b], *(col[a:b].tolist() for col in cols)]
+        ext = (
+            [files.ext_logical[first], files.ext_physical[first], files.ext_length[first]]
+            if len(files.ext_logical)
+            else [np.zeros(b - a, np.uint64)] * 3
         )
-        write("\n".join(map(line.__mod__, part)) + "\n")
+        lines = list(map(one.__mod__, zip(*heads, *(e.tolist() for e in ext), strict=True)))
+        odd = np.flatnonzero(off[r + 1] - off[r] != 1)
+        if odd.size:
+            texts = _extent_array(files, r[odd], "-").tolist()
+            for k, i in enumerate(odd.tolist()):
+                lines[i] = other % (*(h[i] for h in heads), texts[k])
+        write("\n".join(lines) + "\n")
 
 
 class _Sink:
@@ -547,6 +564,7 @@ __all__ = [
     "file_listing",
     "link_paths",
     "listing",
+    "listing_of",
     "paths_below",
     "show_files",
     "subtree_listing",

@@ -583,10 +583,10 @@ class Store:
         )
 
     def listed_subtree(
-        self, snapshot_id: int, resolve: Callable[[LinkTable], npt.NDArray[np.uint64]]
+        self, snapshot_id: int, resolve: Callable[[LinkTable], npt.NDArray[np.uint64] | None]
     ) -> tuple[LinkTable, dict[str, npt.NDArray[Any]]]:
         """A snapshot's names, and what a listing shows of the files ``resolve`` picks from
-        them, reading no other column (see ``versions.listed_subtree``)."""
+        them (None: all), reading no other column (see ``versions.listed_subtree``)."""
         row = self.con.execute("SELECT fs_id FROM snapshots WHERE id = ?", (snapshot_id,))
         found = row.fetchone()
         if found is None:

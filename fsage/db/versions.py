@@ -221,10 +221,11 @@ def listed_subtree(
     con: sqlite3.Connection,
     fs_id: int,
     snap_id: int,
-    resolve: Callable[[LinkTable], npt.NDArray[np.uint64]],
+    resolve: Callable[[LinkTable], npt.NDArray[np.uint64] | None],
 ) -> tuple[LinkTable, dict[str, npt.NDArray[Any]]]:
     """The names of snapshot ``snap_id`` and the listed columns of the files ``resolve``
-    picks from them, without reading the other columns (see ``codec.ColumnReader``).
+    picks from them (None: every file), without reading the other columns (see
+    ``codec.ColumnReader``).
 
     The names come in the order a rebuilt snapshot has them (``versions_at``); the files are
     user files (not reserved inodes), in ino order, with ``ext_off`` offsets into their
@@ -274,16 +275,25 @@ def listed_subtree(
             off,
             b"".join(n.tobytes() for n in names),
         )
-        wanted = np.asarray(resolve(links), np.uint64)
+        wanted = resolve(links)
         parts: list[dict[str, npt.NDArray[Any]]] = []
         for ino, user, body in chunks:
-            rows = np.flatnonzero(user & np.isin(ino, wanted))
+            pick = user if wanted is None else user & np.isin(ino, wanted)
+            rows = np.flatnonzero(pick)
             if rows.size == 0:
                 continue
             ext_off = np.zeros(ino.size + 1, np.uint64)
             np.cumsum(body["ext_counts"], out=ext_off[1:])
-            ext_idx, part_off = csr_take(ext_off, rows)
-            part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows], "ext_off": part_off}
+            part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
+            if rows.size == ino.size:  # the whole chunk
+                part["ext_off"] = ext_off
+                for c in LISTED_COLUMNS:
+                    part[c] = body[c].astype(FILE_COLUMNS[c])
+                for c in LISTED_EXTENTS:
+                    part[c] = body[c].astype(np.uint64)
+                parts.append(part)
+                continue
+            ext_idx, part["ext_off"] = csr_take(ext_off, rows)
             for c in LISTED_COLUMNS:
                 part[c] = body.take(c, rows).astype(FILE_COLUMNS[c])
             for c in LISTED_EXTENTS:
@@ -302,6 +312,8 @@ def _ino_ordered(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDAr
         out["ext_off"] = np.zeros(1, np.uint64)
         return out
     ino = np.concatenate([p["ino"] for p in parts])
+    if len(parts) == 1 and bool(np.all(ino[1:] > ino[:-1])):
+        return parts[0]
     order = np.argsort(ino, kind="stable")
     first = np.ones(order.size, bool)
     first[1:] = ino[order][1:] != ino[order][:-1]
