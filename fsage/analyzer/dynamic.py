@@ -122,8 +122,9 @@ def preorder(layout: Layout) -> I64:
         frontier = kids
     reach = np.flatnonzero(dep > 0)
     # rank every reachable file among its siblings by name
-    all_names = links.decoded("latin-1")  # text that sorts as the bytes do
-    names = np.array([all_names[r] for r in link_of[reach].tolist()], dtype=StringDType())
+    all_names = np.empty(len(links), object)
+    all_names[:] = links.decoded("latin-1")  # text that sorts as the bytes do
+    names = all_names[link_of[reach]].astype(StringDType())
     name_rank = np.empty(reach.size, np.int64)
     name_rank[np.argsort(names, kind="stable")] = np.arange(reach.size)
     order = reach[np.lexsort((name_rank, parent[reach]))]
