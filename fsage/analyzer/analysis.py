@@ -396,14 +396,21 @@ class SnapshotAnalyzer:
         """Depth below the root (-1 for files not connected to a root)."""
         n = parent.size
         dep = np.full(n, -1, np.int64)
-        dep[parent < 0] = 0
+        frontier = np.flatnonzero(parent < 0)
+        dep[frontier] = 0
+        # level by level from the roots, each file's children found in parent order
         has_parent = np.flatnonzero(parent >= 0)
-        for _ in range(n + 1):
-            pd = dep[parent[has_parent]]
-            upd = (pd >= 0) & (dep[has_parent] < 0)
-            if not upd.any():
-                break
-            dep[has_parent[upd]] = pd[upd] + 1
+        by_parent = has_parent[np.argsort(parent[has_parent], kind="stable")]
+        sorted_parent = parent[by_parent]
+        level = 0
+        while frontier.size:
+            lo = np.searchsorted(sorted_parent, frontier, side="left")
+            hi = np.searchsorted(sorted_parent, frontier, side="right")
+            kids = by_parent[ranges(lo, hi)]
+            kids = kids[dep[kids] < 0]
+            level += 1
+            dep[kids] = level
+            frontier = kids
         return dep
 
     def _dir_names(self, parent: I64, dep: I64, depth: int) -> dict[int, str]:
