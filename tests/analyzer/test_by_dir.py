@@ -3,8 +3,6 @@ depth asked holds the files whose path lies below it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -13,17 +11,24 @@ from fsage.analyzer.analysis import SnapshotAnalyzer
 from fsage.analyzer.scores import file_scores
 from fsage.cli import main
 from fsage.db.store import Store
+from fsage.layout import Layout
 
 from .images import make_image
 
 
-@pytest.mark.parametrize("depth", [0, 1, 2, 3])
-def test_subtree_sums_match_sums_over_paths(tmp_path: Path, depth: int) -> None:
-    img = make_image(tmp_path, seed=11, block_size=1024, size_mb=24, files=400, max_bytes=30_000)
-    db = tmp_path / "s.db"
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Layout:
+    """A churned ext4 image of 400 files in directories two levels deep."""
+    tmp = tmp_path_factory.mktemp("by_dir")
+    img = make_image(tmp, seed=11, block_size=1024, size_mb=24, files=400, max_bytes=30_000)
+    db = tmp / "s.db"
     assert CliRunner().invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
     with Store.open(db, readonly=True) as store:
-        layout = store.load_layout(1)
+        return store.load_layout(1)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_subtree_sums_match_sums_over_paths(layout: Layout, depth: int) -> None:
     files = layout.files
     s = file_scores(files)
     regular = files.is_regular()
