@@ -1,14 +1,38 @@
-"""A per-file view of a Layout: what `fsage show` prints."""
+"""A per-file view of a Layout: what `fsage show` prints.
+
+The whole listing is built column by column: every path once from the directory table (each
+directory's path once, then each name appended to its directory's), one sort of the paths, and
+the text and CSV rows formatted with numpy string operations and written in large chunks. A
+listing below a path resolves that path name by name from the root and derives only the paths
+below it (:func:`subtree_paths`).
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.dtypes import StringDType
 
-from fsage.layout import Layout
+from fsage.errors import StoreError
+from fsage.layout import FileTable, Layout, LinkTable, derive_paths
+from fsage.text import shown
+
+if TYPE_CHECKING:
+    from fsage.db.store import Store
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+_STR = StringDType()
+CHUNK_ROWS = 65_536  # rows formatted and written at a time
+
+TEXT_HEADERS = ["path", "ino", "size", "blocks", "extents (logical:physical+length)"]
+CSV_HEADERS = ["path", "ino", "mode", "size", "blocks", "extents"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +59,215 @@ class FileEntry:
         }
 
 
+@dataclass
+class ListedFiles:
+    """The columns of files a listing shows (views of a FileTable's, or read on their own)."""
+
+    ino: U64
+    mode: npt.NDArray[np.uint32]
+    size: U64
+    damaged: npt.NDArray[np.uint32]
+    ext_off: U64  # len n+1
+    ext_logical: U64
+    ext_physical: U64
+    ext_length: U64
+
+    @classmethod
+    def of(cls, t: FileTable) -> ListedFiles:
+        return cls(
+            t.ino, t.mode, t.size, t.damaged, t.ext_off, t.ext_logical, t.ext_physical,
+            t.ext_length,
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return int(self.ino.shape[0])
+
+
+@dataclass
+class Listing:
+    """Files in listing order: ``rows`` index ``files``; ``path`` is each one's first path
+    (None: no directory names it); ``paths_of()`` all of their paths, each list sorted."""
+
+    files: ListedFiles
+    rows: I64
+    path: list[str | None]
+    paths_of: Callable[[], list[list[str]]]
+    unnamed: int = 0  # the last rows: files no directory names (path None)
+    printable: bool = False  # every path known to be printable (shown() leaves it as it is)
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    def named(self) -> Listing:
+        """The files a directory names (unnamed inodes come last)."""
+        n = len(self.path) - self.unnamed
+        paths_of = self.paths_of
+        rows, path = self.rows[:n], self.path[:n]
+        return Listing(self.files, rows, path, lambda: paths_of()[:n], 0, self.printable)
+
+    def entries(self) -> list[FileEntry]:
+        files, rows = self.files, self.rows
+        blocks = _blocks(files, rows)
+        off = files.ext_off.tolist()
+        logical = files.ext_logical.tolist()
+        physical = files.ext_physical.tolist()
+        length = files.ext_length.tolist()
+        out = []
+        cols = zip(
+            rows.tolist(),
+            self.path,
+            self.paths_of(),
+            files.ino[rows].tolist(),
+            files.mode[rows].tolist(),
+            files.size[rows].tolist(),
+            blocks.tolist(),
+            files.damaged[rows].tolist(),
+            strict=True,
+        )
+        for i, path, paths, ino, mode, size, nblocks, damaged in cols:
+            a, b = off[i], off[i + 1]
+            out.append(
+                FileEntry(
+                    path=path,
+                    paths=paths,
+                    ino=ino,
+                    mode=mode,
+                    size=size,
+                    blocks=nblocks,
+                    extents=list(zip(logical[a:b], physical[a:b], length[a:b], strict=True)),
+                    damaged=damaged,
+                )
+            )
+        return out
+
+
+def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, npt.NDArray[np.object_], bool] | None:
+    """The directory entries reachable from the root, the path each gives its inode (as
+    :func:`fsage.layout.derive_paths` finds them) and whether every name is printable; None
+    when a directory with entries has more than one name (a damaged tree), where the walk's
+    order decides and that function must."""
+    n = len(links)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, object), True
+    parent = links.parent.astype(np.int64)
+    ino = links.ino.astype(np.int64)
+    holders = np.unique(parent)
+    dir_rows = np.flatnonzero(np.isin(ino, holders) & (ino != root_ino))
+    if np.unique(ino[dir_rows]).size != dir_rows.size:
+        return None
+    names = links.decoded()
+    printable = "".join(names).isprintable()
+    # each directory's path and a slash, from the root down (one name each: any order does)
+    prefix: dict[int, str] = {root_ino: "/"}
+    kids: dict[int, list[int]] = {}
+    for r, p in zip(dir_rows.tolist(), parent[dir_rows].tolist(), strict=True):
+        kids.setdefault(p, []).append(r)
+    todo = [root_ino]
+    while todo:
+        d = todo.pop()
+        base = prefix[d]
+        for r in kids.get(d, ()):
+            child = int(ino[r])
+            prefix[child] = base + names[r] + "/"
+            todo.append(child)
+    dirs = np.fromiter(prefix, np.int64, len(prefix))
+    order = np.argsort(dirs)
+    dirs = dirs[order]
+    at = np.minimum(np.searchsorted(dirs, parent), dirs.size - 1)
+    rows = np.flatnonzero(dirs[at] == parent)
+    bases = _objects(list(prefix.values()))[order[at[rows]]]
+    return rows.astype(np.int64), np.add(bases, _objects(names)[rows]), printable
+
+
+def _objects(items: list[Any]) -> npt.NDArray[np.object_]:
+    """A list as a 1-D array of objects (taken, indexed and added without Python loops)."""
+    out = np.empty(len(items), object)
+    out[:] = items
+    return out
+
+
+def _file_rows(files: ListedFiles | FileTable, ino: I64) -> I64:
+    """The row of ``files`` holding each inode number (-1: none)."""
+    n = len(files)
+    if n == 0:
+        return np.full(ino.size, -1, np.int64)
+    pos = np.searchsorted(files.ino.astype(np.int64), ino)
+    pos_c = np.minimum(pos, n - 1)
+    return np.where(files.ino[pos_c].astype(np.int64) == ino, pos_c, -1).astype(np.int64)
+
+
+def listing(layout: Layout) -> Listing:
+    """Every file of the snapshot sorted by its first path (its smallest), then inode number;
+    inodes no directory names last, by inode number."""
+    return listing_of(ListedFiles.of(layout.files), layout.links, layout.root_ino)
+
+
+def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
+    """:func:`listing` of files (in ino order) and their directory table."""
+    if len(files) and not bool(np.all(files.ino[1:] > files.ino[:-1])):
+        raise ValueError("the files of a layout are sorted by inode number")
+    found = link_paths(links, root_ino)
+    if found is None:
+        return _listing_from(files, derive_paths(links, root_ino))
+    sel, paths, printable = found
+    owners = links.ino.astype(np.int64)[sel]
+    root_row = _file_rows(files, np.array([root_ino], np.int64))
+    if root_row[0] >= 0:
+        paths = np.append(paths, _objects(["/"]))
+        owners = np.append(owners, root_ino)
+    row = _file_rows(files, owners)
+    named = np.flatnonzero(row >= 0)
+    row, paths = row[named], paths[named]
+    # by path, equal paths by inode number
+    by_ino = np.argsort(row, kind="stable")
+    order = by_ino[_argsort_text(paths[by_ino])]
+    row_sorted, sorted_paths = row[order], paths[order]
+    _, first = np.unique(row_sorted, return_index=True)
+    first.sort()
+    listed = row_sorted[first]
+    unnamed = np.ones(len(files), bool)
+    unnamed[listed] = False
+    rest = np.flatnonzero(unnamed).astype(np.int64)
+    path: list[str | None] = sorted_paths[first].tolist()
+    path.extend([None] * rest.size)
+
+    def paths_of() -> list[list[str]]:
+        group = np.argsort(row_sorted, kind="stable")  # each file's paths, in path order
+        bounds = np.searchsorted(row_sorted[group], listed)
+        counts = np.bincount(row_sorted, minlength=len(files))[listed]
+        grouped = sorted_paths[group].tolist()
+        out = [grouped[b : b + c] for b, c in zip(bounds.tolist(), counts.tolist(), strict=True)]
+        out.extend([] for _ in range(rest.size))
+        return out
+
+    rows = np.concatenate([listed, rest]).astype(np.int64)
+    return Listing(files, rows, path, paths_of, int(rest.size), printable)
+
+
+def _argsort_text(texts: npt.NDArray[np.object_]) -> I64:
+    """Stable order of ``texts`` (code point order, as Python compares str)."""
+    try:
+        arr = texts.astype(_STR)
+    except UnicodeEncodeError:  # names that are not UTF-8 (surrogate escapes)
+        keys = texts.tolist()
+        return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
+    return np.argsort(arr, kind="stable").astype(np.int64)
+
+
+def _listing_from(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
+    """A listing from every inode's paths (derive_paths)."""
+    inos = files.ino.tolist()
+    keyed = sorted(range(len(inos)), key=lambda i: _key(paths.get(inos[i]), inos[i]))
+    rows = np.array(keyed, np.int64)
+    path: list[str | None] = [p[0] if (p := paths.get(inos[i])) else None for i in keyed]
+    unnamed = sum(p is None for p in path)
+    return Listing(files, rows, path, lambda: [paths.get(inos[i], []) for i in keyed], unnamed)
+
+
+def _key(names: list[str] | None, ino: int) -> tuple[bool, str, int]:
+    return (not names, names[0] if names else "", ino)
+
+
 def _matches(paths: list[str], prefix: str | None) -> bool:
     if prefix is None:
         return True
@@ -47,12 +280,16 @@ def _matches(paths: list[str], prefix: str | None) -> bool:
 def subtree_paths(layout: Layout, prefix: str) -> dict[int, list[str]]:
     """The paths at or below ``prefix`` (ino -> its paths there), found through the directory
     entries from the root down without deriving every path of the file system."""
-    links = layout.links
+    return paths_below(layout.links, layout.root_ino, prefix)
+
+
+def paths_below(links: LinkTable, root_ino: int, prefix: str) -> dict[int, list[str]]:
+    """:func:`subtree_paths` of a directory table."""
     parts = [c for c in prefix.strip("/").split("/") if c]
     if not parts:
-        return layout.paths()
+        return derive_paths(links, root_ino)
     parent = links.parent.astype(np.int64)
-    cur = layout.root_ino
+    cur = root_ino
     path = ""
     for comp in parts:
         want = comp.encode("utf-8", "surrogateescape")
@@ -83,76 +320,256 @@ def subtree_paths(layout: Layout, prefix: str) -> dict[int, list[str]]:
     return out
 
 
+def subtree_listing(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
+    """The files of ``paths`` (from :func:`subtree_paths`) that ``files`` holds, by first path
+    then inode number."""
+    inos = np.fromiter(paths, np.int64, len(paths))
+    rows = np.unique(_file_rows(files, inos))
+    rows = rows[rows >= 0]
+    ino = files.ino[rows].tolist()
+    order = sorted(range(rows.size), key=lambda k: (paths[ino[k]][0], ino[k]))
+    rows = rows[np.array(order, np.int64)] if order else rows
+    names = [paths[i] for i in files.ino[rows].tolist()]
+    return Listing(files, rows.astype(np.int64), [p[0] for p in names], lambda: names)
+
+
+def show_files(
+    store: Store, snapshot_id: int, prefix: str | None, fmt: str, write: Callable[[str], object]
+) -> None:
+    """Write what ``fsage show`` prints: the files of a snapshot (or those at or below
+    ``prefix``) in ``fmt`` (text, csv or json). Below a path, only the names and the shown
+    columns of the files found there are read from the store."""
+    if prefix is not None and prefix.strip("/"):
+        found: dict[int, list[str]] = {}
+
+        def resolve(links: LinkTable) -> U64:
+            found.update(paths_below(links, Layout.root_ino, prefix))
+            return np.fromiter(found, np.uint64, len(found))
+
+        _, cols = store.listed_subtree(snapshot_id, resolve)
+        lst = subtree_listing(ListedFiles(**cols), found)
+    else:
+        links, cols = store.listed_subtree(snapshot_id, lambda _: None)
+        lst = listing_of(ListedFiles(**cols), links, Layout.root_ino)
+        if prefix is not None:  # "/": every file a directory names
+            lst = lst.named()
+    if prefix is not None and not len(lst):
+        raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
+    if fmt == "json":
+        write_json(lst.entries(), write)
+    elif fmt == "csv":
+        write_csv(lst, write)
+    else:
+        write_text(lst, write)
+
+
 def file_listing(layout: Layout, prefix: str | None = None) -> list[FileEntry]:
     """Every file (or those at or below ``prefix``), sorted by path, unnamed inodes last."""
-    files = layout.files
     if prefix is not None and prefix.strip("/"):
         paths = subtree_paths(layout, prefix)
-        idx = np.searchsorted(files.ino, np.fromiter(paths, np.uint64, len(paths)))
-        return _entries(layout, paths, idx, prefix)
-    paths = layout.paths()
-    blocks = files.data_blocks
-    off = files.ext_off.tolist()
-    logical, physical, length = (
-        files.ext_logical.tolist(),
-        files.ext_physical.tolist(),
-        files.ext_length.tolist(),
+        return subtree_listing(ListedFiles.of(layout.files), paths).entries()
+    lst = listing(layout)
+    return (lst if prefix is None else lst.named()).entries()
+
+
+# ---------- output ----------
+
+
+def _digits(v: U64) -> I64:
+    """Decimal digits of each value."""
+    powers = np.array([10**k for k in range(1, 20)], np.uint64)
+    return (np.searchsorted(powers, v, side="right") + 1).astype(np.int64)
+
+
+def _blocks(files: ListedFiles, rows: I64) -> U64:
+    """Allocated data blocks of each row (the sum of its extent lengths)."""
+    sums = np.zeros(len(files.ext_length) + 1, np.uint64)
+    np.cumsum(files.ext_length, out=sums[1:])
+    off = files.ext_off.astype(np.int64)
+    return np.asarray(sums[off[rows + 1]] - sums[off[rows]], np.uint64)
+
+
+def _extent_array(files: ListedFiles, rows: I64, empty: str) -> npt.NDArray[Any]:
+    """Each file's extents as ``logical:physical+length`` separated by spaces (``empty`` for
+    a file without extents)."""
+    off = files.ext_off.astype(np.int64)
+    start, count = off[rows], off[rows + 1] - off[rows]
+    out = np.full(rows.size, empty, dtype=_STR)
+    if rows.size == 0 or not count.any():
+        return out
+    first = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(count, out=first[1:])
+    # the extents of these rows, back to back, each as text
+    idx = np.repeat(start - first[:-1], count) + np.arange(int(first[-1]), dtype=np.int64)
+    ext = (
+        files.ext_logical[idx].astype(_STR)
+        + ":"
+        + files.ext_physical[idx].astype(_STR)
+        + "+"
+        + files.ext_length[idx].astype(_STR)
     )
-    out = []
-    for i, ino in enumerate(files.ino.tolist()):
-        names = paths.get(ino, [])
-        if not _matches(names, prefix) or (prefix is not None and not names):
-            continue
-        a, b = off[i], off[i + 1]
-        shown = [p for p in names if _matches([p], prefix)] or names
-        out.append(
-            FileEntry(
-                path=shown[0] if shown else None,
-                paths=names,
-                ino=ino,
-                mode=int(files.mode[i]),
-                size=int(files.size[i]),
-                blocks=int(blocks[i]),
-                extents=list(zip(logical[a:b], physical[a:b], length[a:b], strict=True)),
-                damaged=int(files.damaged[i]),
-            )
-        )
-    out.sort(key=lambda e: (e.path is None, e.path or "", e.ino))
+    has = np.flatnonzero(count > 0)
+    out[has] = ext[first[has]]
+    # a few extents: appended one column at a time; many: joined file by file
+    few = np.flatnonzero((count > 1) & (count <= 32))
+    k = 1
+    while few.size:
+        out[few] = out[few] + " " + ext[first[few] + k]
+        k += 1
+        few = few[count[few] > k]
+    for i in np.flatnonzero(count > 32).tolist():
+        out[i] = " ".join(ext[first[i] : first[i + 1]].tolist())
     return out
 
 
-def _entries(
-    layout: Layout, paths: dict[int, list[str]], idx: npt.NDArray[np.int64], prefix: str
-) -> list[FileEntry]:
-    files = layout.files
-    n = len(files)
-    out = []
-    for i in sorted(set(idx.tolist())):
-        if i >= n or int(files.ino[i]) not in paths:
-            continue
-        names = paths[int(files.ino[i])]
-        a, b = int(files.ext_off[i]), int(files.ext_off[i + 1])
-        out.append(
-            FileEntry(
-                path=names[0],
-                paths=names,
-                ino=int(files.ino[i]),
-                mode=int(files.mode[i]),
-                size=int(files.size[i]),
-                blocks=int(files.ext_length[a:b].sum()),
-                extents=list(
-                    zip(
-                        files.ext_logical[a:b].tolist(),
-                        files.ext_physical[a:b].tolist(),
-                        files.ext_length[a:b].tolist(),
-                        strict=True,
-                    )
-                ),
-                damaged=int(files.damaged[i]),
+def _extent_widths(files: ListedFiles, rows: I64, empty: str) -> int:
+    """The longest of :func:`_extent_array` without making them."""
+    off = files.ext_off.astype(np.int64)
+    count = off[rows + 1] - off[rows]
+    if rows.size == 0:
+        return 0
+    per = (
+        _digits(files.ext_logical)
+        + _digits(files.ext_physical)
+        + _digits(files.ext_length)
+        + 3  # ':', '+' and the space before the next
+    )
+    sums = np.zeros(per.size + 1, np.int64)
+    np.cumsum(per, out=sums[1:])
+    width = sums[off[rows + 1]] - sums[off[rows]] - 1
+    return int(np.where(count > 0, width, len(empty)).max())
+
+
+def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list[str]:
+    """Each path as a table shows it (``shown``; "-" for none)."""
+    if printable and unnamed == 0:
+        return paths  # type: ignore[return-value]
+    return ["-" if p is None else p if p.isprintable() else shown(p) for p in paths]
+
+
+def write_text(lst: Listing, write: Callable[[str], object]) -> None:
+    """The listing as ``fsage show`` prints it: an aligned table (numbers right-aligned), its
+    header as soon as the column widths are known, then the rows in large chunks, each row
+    formatted by one ``%`` of a format with the widths in it."""
+    files, rows = lst.files, lst.rows
+    shown_path = _shown_paths(lst.path, lst.unnamed, lst.printable)
+    blocks = _blocks(files, rows)
+    numeric = [lst.unnamed == len(lst), True, True, True, not len(lst)]
+    cols: list[U64] = [files.ino[rows], files.size[rows], blocks]
+    widths = [len(h) for h in TEXT_HEADERS]
+    if len(lst):
+        widths[0] = max(widths[0], max(map(len, shown_path)))
+        for k, col in enumerate(cols, start=1):
+            widths[k] = max(widths[k], int(_digits(col).max()))
+        widths[4] = max(widths[4], _extent_widths(files, rows, "-"))
+    head = [
+        h.rjust(w) if num else h.ljust(w)
+        for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
+    ]
+    write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
+    # the last column is not padded (the table's lines end without blanks); a file of one
+    # extent (most) has its numbers put in by the row's format, any other its joined text
+    head_fmt = "%{}{}s  %{}d  %{}d  %{}d  ".format("" if numeric[0] else "-", *widths[:4])
+    one, other = head_fmt + "%d:%d+%d", head_fmt + "%s"
+    off = files.ext_off.astype(np.int64)
+    last = max(len(files.ext_logical) - 1, 0)
+    for a in range(0, len(lst), CHUNK_ROWS):
+        b = min(a + CHUNK_ROWS, len(lst))
+        r = rows[a:b]
+        first = np.minimum(off[r], last)
+        heads = [shown_path[a:b], *(col[a:b].tolist() for col in cols)]
+        ext = (
+            [files.ext_logical[first], files.ext_physical[first], files.ext_length[first]]
+            if len(files.ext_logical)
+            else [np.zeros(b - a, np.uint64)] * 3
+        )
+        lines = list(map(one.__mod__, zip(*heads, *(e.tolist() for e in ext), strict=True)))
+        odd = np.flatnonzero(off[r + 1] - off[r] != 1)
+        if odd.size:
+            texts = _extent_array(files, r[odd], "-").tolist()
+            for k, i in enumerate(odd.tolist()):
+                lines[i] = other % (*(h[i] for h in heads), texts[k])
+        write("\n".join(lines) + "\n")
+
+
+class _Sink:
+    """A file-like object over a write function (for csv.writer)."""
+
+    def __init__(self, write: Callable[[str], object]) -> None:
+        self.write = write
+
+
+def write_csv(lst: Listing, write: Callable[[str], object]) -> None:
+    """The listing as CSV rows (path, ino, mode in octal, size, blocks, extents)."""
+
+    files, rows = lst.files, lst.rows
+    w = csv.writer(_Sink(write), lineterminator="\n")
+    w.writerow(CSV_HEADERS)
+    blocks = _blocks(files, rows)
+    for a in range(0, len(lst), CHUNK_ROWS):
+        b = min(a + CHUNK_ROWS, len(lst))
+        r = rows[a:b]
+        modes = files.mode[r]
+        kinds, back = np.unique(modes, return_inverse=True)
+        lut = [f"{m:o}" for m in kinds.tolist()]
+        octal = [lut[i] for i in back.tolist()]
+        w.writerows(
+            zip(
+                ["" if p is None else p for p in lst.path[a:b]],
+                files.ino[r].tolist(),
+                octal,
+                files.size[r].tolist(),
+                blocks[a:b].tolist(),
+                _extent_array(files, r, "").tolist(),
+                strict=True,
             )
         )
-    out.sort(key=lambda e: (e.path or "", e.ino))
-    return out
 
 
-__all__ = ["FileEntry", "file_listing", "subtree_paths"]
+def write_json(entries: list[FileEntry], write: Callable[[str], object]) -> None:
+    """The entries as a JSON list (as ``json.dumps(..., indent=2)`` writes it), in chunks."""
+    if not entries:
+        write("[]\n")
+        return
+    enc = json.encoder.encode_basestring_ascii
+
+    def item(e: FileEntry) -> str:
+        path = "null" if e.path is None else enc(e.path)
+        paths = "[\n      " + ",\n      ".join(map(enc, e.paths)) + "\n    ]" if e.paths else "[]"
+        extents = (
+            "[\n      "
+            + ",\n      ".join(
+                f"[\n        {lo},\n        {ph},\n        {n}\n      ]" for lo, ph, n in e.extents
+            )
+            + "\n    ]"
+            if e.extents
+            else "[]"
+        )
+        return (
+            f'  {{\n    "path": {path},\n    "paths": {paths},\n    "ino": {e.ino},\n'
+            f'    "mode": "{e.mode:o}",\n    "size": {e.size},\n    "blocks": {e.blocks},\n'
+            f'    "extents": {extents},\n    "damaged": {e.damaged}\n  }}'
+        )
+
+    write("[\n")
+    for a in range(0, len(entries), CHUNK_ROWS):
+        part = ",\n".join(item(e) for e in entries[a : a + CHUNK_ROWS])
+        write(part + (",\n" if a + CHUNK_ROWS < len(entries) else "\n"))
+    write("]\n")
+
+
+__all__ = [
+    "FileEntry",
+    "Listing",
+    "file_listing",
+    "link_paths",
+    "listing",
+    "listing_of",
+    "paths_below",
+    "show_files",
+    "subtree_listing",
+    "subtree_paths",
+    "write_csv",
+    "write_json",
+    "write_text",
+]

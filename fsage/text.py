@@ -13,7 +13,7 @@ can break a line, forge a row or drive the terminal.
 
 from __future__ import annotations
 
-__all__ = ["disk_text", "from_disk", "shown", "to_disk"]
+__all__ = ["disk_text", "from_disk", "human_bytes", "shown", "size_range", "to_disk"]
 
 
 def from_disk(raw: bytes) -> str:
@@ -41,3 +41,25 @@ def shown(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def human_bytes(n: float | int | None) -> str:
+    """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
+    if n is None:
+        return "-"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            if unit == "B" or v == int(v):
+                return f"{v:.0f} {unit}"
+            return f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def size_range(min_blocks: int, max_blocks: int, block_size: int) -> str:
+    """The label of a file-size bucket, in bytes: files of ``min_blocks`` to ``max_blocks``
+    blocks of data hold more than the first and at most the second number of bytes
+    ("4 KiB-8 KiB": over 4 KiB, up to 8 KiB). Every command and the report label file-size
+    buckets with this."""
+    return f"{human_bytes((min_blocks - 1) * block_size)}-{human_bytes(max_blocks * block_size)}"

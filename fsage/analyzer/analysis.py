@@ -36,6 +36,7 @@ from fsage.analyzer.scores import (
 )
 from fsage.analyzer.segments import segment_utilization
 from fsage.layout import Layout
+from fsage.text import size_range
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -69,6 +70,19 @@ def bucket_range(k: int) -> tuple[int, int]:
     if k <= 0:
         return (1, 1)
     return ((1 << (k - 1)) + 1, 1 << k)
+
+
+def bucket_fields(k: int, block_size: int) -> dict[str, Any]:
+    """A file-size bucket as every analysis row gives it: its blocks of data, the same in
+    bytes (both bounds included), and its label in bytes (``fsage.text.size_range``)."""
+    lo, hi = bucket_range(k)
+    return {
+        "min_blocks": lo,
+        "max_blocks": hi,
+        "min_bytes": (lo - 1) * block_size + 1,
+        "max_bytes": hi * block_size,
+        "label": size_range(lo, hi, block_size),
+    }
 
 
 def _grouped_scores(
@@ -162,11 +176,9 @@ class SnapshotAnalyzer:
         for i in range(1, nk):
             if files[i] == 0:
                 continue
-            lo, hi = bucket_range(i)
             out.append(
                 {
-                    "min_blocks": lo,
-                    "max_blocks": hi,
+                    **bucket_fields(i, self.bs),
                     "files": int(files[i]),
                     "blocks": int(blocks[i]),
                     "layout_score": _ratio(int(cont[i]), int(den[i])),
@@ -288,8 +300,7 @@ class SnapshotAnalyzer:
             per_order = {oname: self._bucket_ms(sp, m) for oname, sp in split.items()}
             rows = []
             for b in buckets:
-                lo, hi = bucket_range(b)
-                row: dict[str, Any] = {"min_blocks": lo, "max_blocks": hi}
+                row: dict[str, Any] = bucket_fields(b, self.bs)
                 for oname in orders:
                     files, nbytes, ms = per_order[oname].get(b, (0, 0, 0.0))
                     row[f"{oname}_files"] = files
@@ -352,12 +363,19 @@ class SnapshotAnalyzer:
         contrib_b = np.where(reg, s.blocks, 0).astype(np.int64)
         contrib_f = reg.astype(np.int64)
         acc = np.stack([contrib_f, contrib_b, contrib_c, contrib_d]).astype(np.float64)
-        # push every file's numbers up to its parent, deepest level first
+        # push every file's numbers up to its parent, deepest level first (files grouped by
+        # depth once; each level one bincount per number)
         maxdep = int(dep.max()) if n else 0
+        by_depth = np.argsort(dep, kind="stable")
+        bounds = np.searchsorted(dep[by_depth], np.arange(maxdep + 2))
         for d in range(maxdep, 0, -1):
-            at = np.flatnonzero((dep == d) & (parent >= 0))
+            at = by_depth[bounds[d] : bounds[d + 1]]
+            at = at[parent[at] >= 0]
+            if at.size == 0:
+                continue
+            up, where = np.unique(parent[at], return_inverse=True)
             for row in acc:
-                np.add.at(row, parent[at], row[at])
+                row[up] += np.bincount(where, weights=row[at], minlength=up.size)
         names = self._dir_names(parent, dep, depth)
         out = []
         for i, path in sorted(names.items(), key=lambda kv: kv[1]):
@@ -378,14 +396,21 @@ class SnapshotAnalyzer:
         """Depth below the root (-1 for files not connected to a root)."""
         n = parent.size
         dep = np.full(n, -1, np.int64)
-        dep[parent < 0] = 0
+        frontier = np.flatnonzero(parent < 0)
+        dep[frontier] = 0
+        # level by level from the roots, each file's children found in parent order
         has_parent = np.flatnonzero(parent >= 0)
-        for _ in range(n + 1):
-            pd = dep[parent[has_parent]]
-            upd = (pd >= 0) & (dep[has_parent] < 0)
-            if not upd.any():
-                break
-            dep[has_parent[upd]] = pd[upd] + 1
+        by_parent = has_parent[np.argsort(parent[has_parent], kind="stable")]
+        sorted_parent = parent[by_parent]
+        level = 0
+        while frontier.size:
+            lo = np.searchsorted(sorted_parent, frontier, side="left")
+            hi = np.searchsorted(sorted_parent, frontier, side="right")
+            kids = by_parent[ranges(lo, hi)]
+            kids = kids[dep[kids] < 0]
+            level += 1
+            dep[kids] = level
+            frontier = kids
         return dep
 
     def _dir_names(self, parent: I64, dep: I64, depth: int) -> dict[int, str]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.dtypes import StringDType
 
 from fsage.analyzer.locality import fact, inodes_per_group
 from fsage.analyzer.scores import FileScores
@@ -121,10 +122,11 @@ def preorder(layout: Layout) -> I64:
         frontier = kids
     reach = np.flatnonzero(dep > 0)
     # rank every reachable file among its siblings by name
-    all_names = list(links.iter_names())
-    names = [all_names[r] for r in link_of[reach].tolist()]
+    all_names = np.empty(len(links), object)
+    all_names[:] = links.decoded("latin-1")  # text that sorts as the bytes do
+    names = all_names[link_of[reach]].astype(StringDType())
     name_rank = np.empty(reach.size, np.int64)
-    name_rank[sorted(range(reach.size), key=names.__getitem__)] = np.arange(reach.size)
+    name_rank[np.argsort(names, kind="stable")] = np.arange(reach.size)
     order = reach[np.lexsort((name_rank, parent[reach]))]
     size = np.where(dep >= 0, 1, 0).astype(np.int64)
     maxdep = int(dep.max())

@@ -28,8 +28,9 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     type=click.Choice(["size", "dir", "age"]),
     default="size",
     show_default=True,
-    help="Break the layout score down by file size in blocks (Seltzer et al., USENIX 1995, "
-    "Figure 5), directory subtree or file age (mtime).",
+    help="Break the layout score down by file size (Seltzer et al., USENIX 1995, Figure 5: "
+    "powers of two of the blocks of data, labelled in bytes, '8 KiB-16 KiB' being over 8 KiB "
+    "and up to 16 KiB), directory subtree or file age (mtime).",
 )
 @click.option(
     "--history",
@@ -68,7 +69,8 @@ def analyze(
     Prints the aggregate layout score (block-weighted, as Seltzer et al., "File System Logging
     versus Clustering: A Performance Comparison", USENIX 1995, section 4.1 define it: the share
     of a file's blocks, after its first, that follow the previous block on disk), its breakdown
-    (sizes in file-system blocks), the free-space histogram in e2freefrag's buckets, the
+    (file sizes in bytes of data: "8 KiB-16 KiB" is over 8 KiB and up to 16 KiB), the
+    free-space histogram in e2freefrag's buckets, the
     numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 
@@ -115,17 +117,13 @@ def _score(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _range(lo: int, hi: int) -> str:
-    return str(lo) if lo == hi else f"{lo}-{hi}"
-
-
 def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
     if by == "size":
         return (
-            ["blocks", "files", "data blocks", "layout score"],
+            ["file size", "files", "data blocks", "layout score"],
             [
                 [
-                    _range(r["min_blocks"], r["max_blocks"]),
+                    r["label"],
                     r["files"],
                     r["blocks"],
                     r["layout_score"],
@@ -224,10 +222,10 @@ def _text(a: dict[str, Any], by: str) -> None:
         click.echo("")
         click.echo(f"modeled read, {name} ({m['description']}):")
         echo_table(
-            ["blocks", "files", "inode order MB/s", "path order MB/s"],
+            ["file size", "files", "inode order MB/s", "path order MB/s"],
             [
                 [
-                    _range(r["min_blocks"], r["max_blocks"]),
+                    r["label"],
                     r["inode_files"],
                     r["inode_mb_per_s"],
                     r.get("path_mb_per_s"),
@@ -353,7 +351,12 @@ def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
 def _csv(results: list[dict[str, Any]], by: str) -> None:
     w = csv.writer(sys.stdout)
     if by == "size":
-        w.writerow(["id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"])
+        w.writerow(
+            [
+                *("id", "fs", "min_blocks", "max_blocks", "files", "blocks", "layout_score"),
+                *("min_bytes", "max_bytes", "label"),  # added last: earlier columns stay put
+            ]
+        )
         for a in results:
             for r in a["by_size"]:
                 w.writerow(
@@ -365,6 +368,9 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                         r["files"],
                         r["blocks"],
                         r["layout_score"],
+                        r["min_bytes"],
+                        r["max_bytes"],
+                        r["label"],
                     ]
                 )
     elif by == "dir":

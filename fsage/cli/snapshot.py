@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from fsage.cli.common import (
     format_option,
 )
 from fsage.db.store import Store, parse_taken_at
-from fsage.errors import StoreError
 from fsage.snapshotter import read_source
 
 
@@ -154,45 +154,10 @@ def show(snapshot_id: int, db: Path, prefix: str | None, fmt: str) -> None:
       fsage show 3
       fsage show 3 --path /home/alice --format json
     """
-    from fsage.listing import file_listing  # not on `fsage snapshot`'s path
+    from fsage.listing import show_files  # not on `fsage snapshot`'s path
 
     with Store.open(db, readonly=True) as store:
-        layout = store.load_layout(snapshot_id)
-    entries = file_listing(layout, prefix)
-    if prefix is not None and not entries:
-        raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
-    if fmt == "json":
-        echo_json([e.to_json() for e in entries])
-        return
-    if fmt == "csv":
-        echo_csv(
-            ["path", "ino", "mode", "size", "blocks", "extents"],
-            [
-                [
-                    e.path,
-                    e.ino,
-                    f"{e.mode:o}",
-                    e.size,
-                    e.blocks,
-                    " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e.extents),
-                ]
-                for e in entries
-            ],
-        )
-        return
-    echo_table(
-        ["path", "ino", "size", "blocks", "extents (logical:physical+length)"],
-        [
-            [
-                e.path,
-                e.ino,
-                e.size,
-                e.blocks,
-                " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e.extents) or "-",
-            ]
-            for e in entries
-        ],
-    )
+        show_files(store, snapshot_id, prefix, fmt, sys.stdout.write)
 
 
 COMMANDS = [snapshot, snapshots, show]

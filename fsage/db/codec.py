@@ -14,6 +14,7 @@ shows the atime a file had when its current version was first recorded.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,3 +363,54 @@ def concat_versions(parts: list[Versions]) -> Versions:
             names=b"".join(x.names for x in links),
         ),
     )
+
+
+_HEADER = struct.Struct("<QqqBB")  # count, first, base, width, flags (fsage/_columns.c)
+
+
+class ColumnReader:
+    """Some columns of a chunk blob, read from SQLite without the rest: the column headers
+    are read one by one to find where each column lies, and only the wanted columns' bytes
+    are read and unpacked. ``blob`` is an open ``sqlite3.Blob`` (or bytes)."""
+
+    def __init__(self, blob: Any, columns: list[tuple[str, type[np.generic], bool]]) -> None:
+        self.blob = blob
+        self.columns = {name: (dtype, i) for i, (name, dtype, _) in enumerate(columns)}
+        self.spans: list[tuple[int, int]] = []
+        pos, size = 0, len(blob)
+        for _ in columns:
+            if pos + _HEADER.size > size:
+                raise ValueError("chunk blob cut short")
+            n, _first, _base, width, _flags = _HEADER.unpack(bytes(blob[pos : pos + _HEADER.size]))
+            end = pos + _HEADER.size + n * width
+            self.spans.append((pos, end))
+            pos = end
+        if pos != size:
+            raise ValueError("chunk blob longer than its columns")
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        dtype, i = self.columns[name]
+        a, b = self.spans[i]
+        (raw,) = _ext2fs.unpack_columns(bytes(self.blob[a:b]), [np.dtype(dtype).itemsize])
+        return np.frombuffer(raw, dtype)
+
+    def take(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """``self[name][rows]``, reading only those values when they are few (a column of
+        differences has to be read whole)."""
+        dtype, i = self.columns[name]
+        a, _ = self.spans[i]
+        _n, _first, base, width, flags = _HEADER.unpack(bytes(self.blob[a : a + _HEADER.size]))
+        if flags & 1 or rows.size > 4096:
+            return self[name][rows]
+        start = a + _HEADER.size
+        blob = self.blob
+        raw = [
+            int.from_bytes(blob[start + r * width : start + (r + 1) * width], "little")
+            for r in rows.tolist()
+        ]
+        values = np.array(raw, np.uint64) + np.uint64(base % (1 << 64))
+        return (
+            values.view(np.int64).astype(dtype)
+            if np.dtype(dtype).kind == "i"
+            else values.astype(dtype)
+        )

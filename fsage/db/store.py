@@ -16,7 +16,7 @@ import sqlite3
 import time
 import urllib.parse
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,7 +29,7 @@ import numpy.typing as npt
 from fsage.db import codec, versions
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError, UsageError
-from fsage.layout import FileTable, FreeExtents, FsFacts, Layout
+from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
 from fsage.private import PRIVATE_MODE
 from fsage.text import shown
 
@@ -589,6 +589,18 @@ class Store:
             special=table.take(np.flatnonzero(special)),
             notes=list(json.loads(notes)),
         )
+
+    def listed_subtree(
+        self, snapshot_id: int, resolve: Callable[[LinkTable], npt.NDArray[np.uint64] | None]
+    ) -> tuple[LinkTable, dict[str, npt.NDArray[Any]]]:
+        """A snapshot's names, and what a listing shows of the files ``resolve`` picks from
+        them (None: all), reading no other column (see ``versions.listed_subtree``)."""
+        row = self.con.execute("SELECT fs_id FROM snapshots WHERE id = ?", (snapshot_id,))
+        found = row.fetchone()
+        if found is None:
+            raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
+        with self._reading():
+            return versions.listed_subtree(self.con, found[0], snapshot_id, resolve)
 
 
 @dataclass

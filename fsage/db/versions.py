@@ -16,13 +16,17 @@ a whole row, blobs and all, to change one field of it.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec
+from fsage.layout import FILE_COLUMNS, LinkTable, concat_offsets, csr_take
 
 I64 = npt.NDArray[np.int64]
 
@@ -206,3 +210,117 @@ def _drop_chunks(con: sqlite3.Connection, ids: list[int]) -> None:
 def stored_versions(con: sqlite3.Connection) -> int:
     """How many file versions the database holds (for tests and benchmarks)."""
     return int(con.execute("SELECT COALESCE(SUM(n), 0) FROM version_chunks").fetchone()[0])
+
+
+# Columns a listing shows of each file, besides its inode number.
+LISTED_COLUMNS = ("mode", "size", "damaged")
+LISTED_EXTENTS = ("ext_logical", "ext_physical", "ext_length")
+
+
+def listed_subtree(
+    con: sqlite3.Connection,
+    fs_id: int,
+    snap_id: int,
+    resolve: Callable[[LinkTable], npt.NDArray[np.uint64] | None],
+) -> tuple[LinkTable, dict[str, npt.NDArray[Any]]]:
+    """The names of snapshot ``snap_id`` and the listed columns of the files ``resolve``
+    picks from them (None: every file), without reading the other columns (see
+    ``codec.ColumnReader``).
+
+    The names come in the order a rebuilt snapshot has them (``versions_at``); the files are
+    user files (not reserved inodes), in ino order, with ``ext_off`` offsets into their
+    extents."""
+    chunk_ids = [r[0] for r in con.execute(
+        "SELECT id FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        (fs_id, snap_id, snap_id),
+    )]  # fmt: skip
+    ended = _ended_rows(
+        con,
+        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
+        " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
+        (fs_id, snap_id, snap_id),
+    )
+    with contextlib.ExitStack() as stack:
+        chunks = []
+        parents, inos, lens, names = [], [], [], []
+        for chunk_id in chunk_ids:
+            keys, body = (
+                codec.ColumnReader(
+                    stack.enter_context(con.blobopen("chunk_blobs", part, chunk_id, readonly=True)),
+                    columns,
+                )
+                for part, columns in (("keys", codec.KEY_COLUMNS), ("body", codec.BODY_COLUMNS))
+            )
+            ino = keys["ino"].astype(np.uint64)
+            alive = np.ones(ino.size, bool)
+            gone = ended.get(chunk_id)
+            if gone is not None:
+                alive[gone] = False
+            link_row = body["link_rows"].astype(np.int64)
+            keep = alive[link_row]
+            name_lens = body["name_lens"].astype(np.int64)
+            parents.append(body["link_parents"].astype(np.uint64)[keep])
+            inos.append(ino[link_row[keep]])
+            lens.append(name_lens[keep])
+            raw = body["names"]
+            names.append(raw if keep.all() else raw[np.repeat(keep, name_lens)])
+            chunks.append((ino, alive & (body["special"] == 0), body))
+        lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+        off = np.zeros(lengths.size + 1, np.uint64)
+        np.cumsum(lengths, out=off[1:])
+        links = LinkTable(
+            np.concatenate(parents) if parents else np.zeros(0, np.uint64),
+            np.concatenate(inos) if inos else np.zeros(0, np.uint64),
+            off,
+            b"".join(n.tobytes() for n in names),
+        )
+        wanted = resolve(links)
+        parts: list[dict[str, npt.NDArray[Any]]] = []
+        for ino, user, body in chunks:
+            pick = user if wanted is None else user & np.isin(ino, wanted)
+            rows = np.flatnonzero(pick)
+            if rows.size == 0:
+                continue
+            ext_off = np.zeros(ino.size + 1, np.uint64)
+            np.cumsum(body["ext_counts"], out=ext_off[1:])
+            part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
+            if rows.size == ino.size:  # the whole chunk
+                part["ext_off"] = ext_off
+                for c in LISTED_COLUMNS:
+                    part[c] = body[c].astype(FILE_COLUMNS[c])
+                for c in LISTED_EXTENTS:
+                    part[c] = body[c].astype(np.uint64)
+                parts.append(part)
+                continue
+            ext_idx, part["ext_off"] = csr_take(ext_off, rows)
+            for c in LISTED_COLUMNS:
+                part[c] = body.take(c, rows).astype(FILE_COLUMNS[c])
+            for c in LISTED_EXTENTS:
+                part[c] = body.take(c, ext_idx).astype(np.uint64)
+            parts.append(part)
+    return links, _ino_ordered(parts)
+
+
+def _ino_ordered(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+    """The parts' files as one set of columns in ino order (the first of equal inos kept, as
+    a rebuilt snapshot's lookups by ino find it)."""
+    cols = ("ino", *LISTED_COLUMNS)
+    if not parts:
+        out = {c: np.zeros(0, FILE_COLUMNS[c]) for c in cols}
+        out.update({c: np.zeros(0, np.uint64) for c in LISTED_EXTENTS})
+        out["ext_off"] = np.zeros(1, np.uint64)
+        return out
+    ino = np.concatenate([p["ino"] for p in parts])
+    if len(parts) == 1 and bool(np.all(ino[1:] > ino[:-1])):
+        return parts[0]
+    order = np.argsort(ino, kind="stable")
+    first = np.ones(order.size, bool)
+    first[1:] = ino[order][1:] != ino[order][:-1]
+    order = order[first]
+    ext_off = concat_offsets([p["ext_off"] for p in parts])
+    ext_idx, new_off = csr_take(ext_off, order)
+    out = {c: np.concatenate([p[c] for p in parts])[order] for c in cols}
+    out.update({c: np.concatenate([p[c] for p in parts])[ext_idx] for c in LISTED_EXTENTS})
+    out["ext_off"] = new_off
+    return out

@@ -11,6 +11,7 @@ import numpy as np
 from fsage.analyzer.fit import SizeFit
 from fsage.analyzer.history import trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
+from fsage.text import human_bytes, size_range
 
 
 def esc(s: Any) -> str:
@@ -167,9 +168,8 @@ def score_by_size(data: ReportData) -> Section | None:
                 "x": [r["max_blocks"] * bs for r in rows],
                 "y": [r["layout_score"] for r in rows],
                 "text": [
-                    f"{_name(a)}<br>files of {human_bytes((r['min_blocks'] - 1) * bs + 1)} to "
-                    f"{human_bytes(r['max_blocks'] * bs)} ({r['min_blocks']}-{r['max_blocks']} "
-                    f"blocks of {human_bytes(bs)})<br>{r['files']:,} files, layout score "
+                    f"{_name(a)}<br>files of {size_range(r['min_blocks'], r['max_blocks'], bs)}"
+                    f" of data<br>{r['files']:,} files, layout score "
                     + ("-" if r["layout_score"] is None else f"{r['layout_score']:.4f}")
                     for r in rows
                 ],
@@ -192,8 +192,10 @@ def score_by_size(data: ReportData) -> Section | None:
             )
         ],
         notes=[
-            "Size classes are powers of two in blocks; the x axis is in bytes so that file "
-            "systems of different block sizes line up. The dotted line is a perfect layout (1.0)."
+            "Size classes are powers of two of a file's blocks of data, labelled in bytes "
+            "('8 KiB-16 KiB': over 8 KiB, up to 16 KiB, as fsage analyze labels them); the x "
+            "axis is in bytes so that file systems of different block sizes line up. The dotted "
+            "line is a perfect layout (1.0)."
         ],
     )
 
@@ -260,20 +262,6 @@ def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
     if extra:
         parts.append(esc(extra))
     return "<br>".join(parts)
-
-
-def human_bytes(n: float | int | None) -> str:
-    """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
-    if n is None:
-        return "-"
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            if unit == "B" or v == int(v):
-                return f"{v:.0f} {unit}"
-            return f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} TiB"
 
 
 def trend_note(fs: str, t: dict[str, Any]) -> str:
@@ -603,7 +591,9 @@ def disk_model(data: ReportData) -> Section | None:
                         "y": [r[key] for r in rows],
                         "text": [
                             esc(f"{mname} ({m['description']}), {order} order")
-                            + f"<br>files up to {human_bytes(r['max_blocks'] * bs)}: "
+                            + "<br>files of "
+                            + size_range(r["min_blocks"], r["max_blocks"], bs)
+                            + ": "
                             + f"{r[f'{order}_files']:,} files, "
                             + ("-" if r[key] is None else f"{r[key]:.2f} MB/s")
                             for r in rows
@@ -768,10 +758,10 @@ def compare(data: ReportData) -> Section | None:
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": label(side),
-                "x": [f"{human_bytes(r['max_blocks'] * bs)}" for r in rows],
+                "x": [size_range(r["min_blocks"], r["max_blocks"], bs) for r in rows],
                 "y": [r["layout_score"] for r in rows],
                 "customdata": [r["files"] for r in rows],
-                "hovertemplate": "files up to %{x}: layout score %{y:.4f}, %{customdata:,} "
+                "hovertemplate": "files of %{x}: layout score %{y:.4f}, %{customdata:,} "
                 "files<extra>" + label(side) + "</extra>",
             }
         )

@@ -81,7 +81,7 @@ def bench_section(data: ReportData) -> Section | None:
     bench = data.extra.get("bench")
     if not bench or not bench.get("runs"):
         return None
-    from fsage.reports.sections import human_bytes
+    from fsage.text import human_bytes
 
     # one line per suite, metric and file size: the runs summarised, not every row
     groups: dict[tuple[str, str, Any, str], list[tuple[str, float, Any, Any]]] = {}
