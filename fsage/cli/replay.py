@@ -183,11 +183,11 @@ def _echo_fidelity(fid: Fidelity) -> None:
         return
     click.echo("")
     echo_table(
-        ["blocks", "files orig", "files rec", "score orig", "score rec", "diff", "noise",
+        ["file size", "files orig", "files rec", "score orig", "score rec", "diff", "noise",
          "tolerance", "judged"],
         [
             [
-                f"{r['min_blocks']}-{r['max_blocks']}",
+                r["label"],
                 r["files_original"],
                 r["files_recreated"],
                 r["layout_score_original"],
@@ -320,7 +320,7 @@ def noise_floor_cmd(
     """
     from fsage.replay.noise import noise_floor
 
-    floor, _ = noise_floor(
+    floor, layouts = noise_floor(
         db, fs_name, until, runs=runs, mode=mode or "auto", workdir=workdir,
         echo=(lambda s: click.echo(s, err=True)) if fmt == "text" else None,
     )  # fmt: skip
@@ -330,8 +330,8 @@ def noise_floor_cmd(
     click.echo(f"noise floor of {fs_name}: {floor.note}")
     click.echo(f"  free-space distance between runs: {floor.free_tv:.3f}")
     echo_table(
-        ["min blocks", "layout score difference"],
-        [[k, v] for k, v in sorted(floor.by_bucket.items())],
+        ["file size", "layout score difference"],
+        [list(row) for row in floor.labelled(layouts[0].facts.block_size)],
     )
 
 

@@ -32,6 +32,7 @@ from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, free_space
 from fsage.analyzer.scores import aggregate_score, file_scores
 from fsage.layout import Layout
+from fsage.text import size_range
 
 #: mkfs parameters that define the geometry (label, UUID and hash seed are not geometry).
 GEOMETRY_KEYS = (
@@ -73,6 +74,14 @@ class NoiseFloor:
 
     def bucket(self, min_blocks: int) -> float:
         return self.by_bucket.get(int(min_blocks), 0.0)
+
+    def labelled(self, block_size: int) -> list[tuple[str, float]]:
+        """(file-size label in bytes, layout-score difference) per bucket, smallest first."""
+        out = []
+        for lo, diff in sorted(self.by_bucket.items()):
+            hi = bucket_range(int(size_bucket(np.array([lo]))[0]))[1]
+            out.append((size_range(lo, hi, block_size), diff))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,9 +192,7 @@ class Fidelity:
             r["within"] = None if not judged else (diff is not None and abs(diff) <= tol)
             if judged and not r["within"]:
                 got = "no score" if diff is None else f"{diff:+.3f}"
-                reasons.append(
-                    f"blocks {r['min_blocks']}-{r['max_blocks']}: score {got}, tolerance {tol:.3f}"
-                )
+                reasons.append(f"files of {r['label']}: score {got}, tolerance {tol:.3f}")
         free_tol = (floor.free_tv if floor else 0.0) + FREE_TOLERANCE
         if self.free_tv_distance > free_tol:
             reasons.append(
@@ -348,6 +355,7 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
             {
                 "min_blocks": lo,
                 "max_blocks": hi,
+                "label": size_range(lo, hi, original.facts.block_size),
                 "files_original": na,
                 "files_recreated": nb,
                 "layout_score_original": ca / dna if dna else None,

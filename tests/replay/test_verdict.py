@@ -14,6 +14,7 @@ from fsage.cli import main
 from fsage.db.store import Store
 from fsage.layout import FreeExtents, Layout
 from fsage.replay.fidelity import NoiseFloor, fidelity, noise_between
+from fsage.text import size_range
 
 from .synth import F, layout
 
@@ -51,7 +52,7 @@ def test_verdict_uses_the_larger_of_floor_and_minimum() -> None:
     assert row["files_original"] == 60 and row["judged"]
     assert row["difference"] == pytest.approx(-6 / 180)
     assert row["tolerance"] == 0.02 and not row["within"]
-    assert not v.faithful and "blocks 3-4" in v.reasons[0]
+    assert not v.faithful and f"files of {size_range(3, 4, orig.facts.block_size)}" in v.reasons[0]
     # A measured floor of 0.05 in that bucket makes the same distance acceptable.
     v = fid.judge(NoiseFloor(by_bucket={3: 0.05}, free_tv=0.0, runs=2))
     assert v.faithful, v.reasons
@@ -119,7 +120,8 @@ def test_fidelity_command_check_exit_status(tmp_path: Path) -> None:
         b = store.add_snapshot(rec, name="rec").snapshot_id
     r = CliRunner().invoke(main, ["fidelity", str(a), str(b), "--db", str(db), "--check"])
     assert r.exit_code == 3, r.output
-    assert "outside tolerance" in r.output and "blocks 3-4" in r.output
+    label = size_range(3, 4, orig.facts.block_size)
+    assert "outside tolerance" in r.output and f"files of {label}" in r.output
     floor = tmp_path / "floor.json"
     floor.write_text(json.dumps({"noise_floor": NoiseFloor({3: 0.05}, 0.0, 2).to_json()}))
     r = CliRunner().invoke(
@@ -135,3 +137,16 @@ def test_fidelity_command_check_exit_status(tmp_path: Path) -> None:
         main, ["fidelity", str(a), str(b), "--db", str(db), "--noise-floor", str(floor)]
     )
     assert r.exit_code != 0 and "fsage: error: not a noise floor" in r.output
+
+
+def test_noise_floor_buckets_are_labelled_in_bytes_like_analyze() -> None:
+    floor = NoiseFloor(by_bucket={5: 0.01, 1: 0.0, 3: 0.02}, free_tv=0.1, runs=3)
+    rows = floor.labelled(1024)
+    # Smallest first; each label is the bucket's own (1 block; 3-4 blocks; 5-8 blocks).
+    assert [d for _, d in rows] == [0.0, 0.02, 0.01]
+    assert [label for label, _ in rows] == [
+        size_range(1, 1, 1024),
+        size_range(3, 4, 1024),
+        size_range(5, 8, 1024),
+    ]
+    assert rows[1][0] != floor.labelled(4096)[1][0]
