@@ -792,6 +792,26 @@ class Generator:
         scale = now if self.profile.age_relative else 1
         return [now + 1.0] + [now - e * scale for e in h.edges[:-1]] + [-math.inf]
 
+    def age_ops_needed(self, files: int | None = None) -> int | None:
+        """The fewest ops (counted from the stream's first) after which a relative age
+        histogram can hold ``files`` live files (default: the live files now), as Geriatrix
+        plans its run: bucket i spans a share ``w_i`` of the ops so far and must hold a share
+        ``f_i`` of the files, all born inside it; churn creates one file every other op, so
+        the ops so far must be at least ``2 * f_i * files / w_i`` for every bucket but the
+        oldest (which old files fill). None when there is no relative age histogram."""
+        h = self.profile.age_hist
+        if h is None or not self.profile.age_relative:
+            return None
+        n = len(self.files) if files is None else files
+        need = 0.0
+        low = 0.0
+        for edge, frac in zip(h.edges[:-1], h.fractions[:-1], strict=True):
+            width = edge - low
+            low = edge
+            if frac > 0 and width > 0:
+                need = max(need, 2.0 * frac * n / width)
+        return math.ceil(need)
+
     def _age_counts(self) -> list[int]:
         ages = self._ages
         assert ages is not None
@@ -874,6 +894,7 @@ class Generator:
             out[key]["edges"] = list(hist.edges)
         return {
             "converged": bool(out) and all(h["passed"] for h in out.values()),
+            "age_reachable_at": self.age_ops_needed(),
             "confidence": p.confidence,
             "tolerance": p.tolerance,
             "ops": self.stats.ops,

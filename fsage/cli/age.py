@@ -232,6 +232,14 @@ def convergence_lines(rep: dict[str, Any]) -> list[str]:
         + f" at op {rep['ops']:,} (chi-square at confidence {rep['confidence']:g},"
         f" every bucket within {rep['tolerance']:g})"
     ]
+    reach = rep.get("age_reachable_at")
+    if reach is not None and not rep["converged"] and rep["ops"] < reach:
+        out.append(
+            f"the age histogram needs about {reach:,} ops (Geriatrix's plan for "
+            f"{rep['histograms']['age']['files']:,} files: its young buckets must hold more "
+            f"files than one create every other op makes in their share of the ops); "
+            f"age further (--churn, --ops-limit)"
+        )
     for key, h in rep["histograms"].items():
         chi2 = "inf" if h["chi2"] is None else f"{h['chi2']:.1f}"
         out.append(
