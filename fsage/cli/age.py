@@ -216,8 +216,9 @@ def match_lines(res: dict[str, Any]) -> list[str]:
             f"  {r['min_blocks']:>6}-{r['max_blocks']:<6} {r['target_files']:>12,}"
             f" {r['target_score']:>6.3f} {r['files']:>7,} {got:>7}{mark}"
         )
+    tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
     out.append(
-        f"  free-space histogram: total variation {rep['free_tv']:.3f} (<= 0.1 to match);"
+        f"  free-space histogram: total variation {tv} (<= 0.1 to match);"
         f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
     )
     for key, why in res["reasons"].items():
