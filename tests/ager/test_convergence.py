@@ -231,3 +231,18 @@ def test_agrawal_converges_after_geriatrix_plan_not_before_claiming_it(tmp_path:
     assert gen.stats.converged_at is not None and gen.stats.converged_at >= 0.4 * need
     for h in rep["histograms"].values():
         assert h["passed"] and h["max_diff"] <= prof.tolerance
+
+
+def test_report_says_how_many_ops_the_age_histogram_needs(tmp_path: Path) -> None:
+    from fsage.cli.age import convergence_lines
+
+    prof = load_profile(str(_profile_dir(tmp_path, AGRAWAL))).with_overrides(churn=0.5)
+    gen = Generator(prof, 1, 64 * MIB)
+    for _ in gen.ops():
+        pass
+    rep = gen.convergence_report()
+    assert not rep["converged"] and gen.stats.stopped_by == "churn"
+    need = gen.age_ops_needed()
+    assert need is not None and rep["age_reachable_at"] == need > rep["ops"]
+    text = "\n".join(convergence_lines(rep))
+    assert text.startswith("NOT converged") and f"needs about {need:,} ops" in text
