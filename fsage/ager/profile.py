@@ -21,9 +21,8 @@ profile (a directory holding ``size_distribution.txt``, ``age_distribution.txt``
 Geriatrix plans its run from the age histogram: bucket ``i`` must hold a share ``f_i`` of the
 files, all born within its share ``w_i`` of the ops, and churn makes a file every other op, so
 the age histogram is reachable only after about ``max(2 * f_i * files / w_i)`` ops (1.14M ops
-for its agrawal profile on 2 GiB at 0.8 full, about 77 times the files). A Geriatrix profile
-therefore churns up to ``GERIATRIX_CHURN`` times the capacity (Geriatrix's disk overwrites),
-stopping as soon as every histogram passes; ``Generator.age_ops_needed`` gives that bound.
+for its agrawal profile on 2 GiB at 0.8 full, about 77 times the files);
+``Generator.age_ops_needed`` gives that bound, and a run that stops short of it says so.
 """
 
 from __future__ import annotations
@@ -324,9 +323,6 @@ def parse_geriatrix_dirs(
 
 #: Geriatrix's churn: a create or a delete with equal odds.
 GERIATRIX_MIX = {"create": 0.5, "delete": 0.5}
-#: The churn budget of a Geriatrix profile (capacities written after the fill) unless --churn
-#: says otherwise: the run normally ends earlier, on convergence (see the module doc).
-GERIATRIX_CHURN = 100.0
 
 
 def load_geriatrix(path: Path) -> Profile:
@@ -343,9 +339,7 @@ def load_geriatrix(path: Path) -> Profile:
     f = path / "dir_distribution.txt"
     if f.is_file():
         kw["depth_hist"], kw["depth_dirs"] = parse_geriatrix_dirs(_read(f), str(f))
-    return Profile(
-        name=path.name, mode="convergence", mix=dict(GERIATRIX_MIX), churn=GERIATRIX_CHURN, **kw
-    )
+    return Profile(name=path.name, mode="convergence", mix=dict(GERIATRIX_MIX), **kw)
 
 
 def _read(f: Path) -> str:
@@ -380,11 +374,5 @@ def load_profile(spec: str) -> Profile:
             hist = parse_geriatrix(text, str(path))
         except WorkloadError:
             raise WorkloadError(f"{path}: neither a JSON profile nor a Geriatrix file") from None
-        return Profile(
-            name=path.stem,
-            mode="convergence",
-            mix=dict(GERIATRIX_MIX),
-            churn=GERIATRIX_CHURN,
-            size_hist=hist,
-        )
+        return Profile(name=path.stem, mode="convergence", mix=dict(GERIATRIX_MIX), size_hist=hist)
     return Profile.from_json(data, name=path.stem)
