@@ -9,8 +9,10 @@ process's user and system CPU time. Targets: in fallocate mode at least Geriatri
 same image (its source is not part of this repository, so its figure is quoted: ~8.3k ops/s with
 its agrawal profile on a 2 GiB loop-mounted ext4); in write mode fsage's own share <= 30%.
 
-The default profile is ``impressions`` (Agrawal et al.'s size distribution, the closest fsage
-preset to Geriatrix's agrawal profile), filled to 0.8 and churned once.
+The default profile is Geriatrix's own ``agrawal`` profile (size, age and depth distributions,
+aged in fsage's convergence mode, as Geriatrix ages), filled to 0.8 and churned once; any other
+profile fsage reads can be given (``--profile impressions``: Agrawal et al.'s size
+distribution in fsage's hybrid mode).
 
     python3 bench/age.py [--size-mib 2048] [--profile impressions] [--churn 1.0]
         [--workdir DIR] [--no-offline]
@@ -26,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.geriatrix import write_agrawal
 from fsage.ager.images import can_loop_mount, make_image
 from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
@@ -51,17 +54,24 @@ def line(what: str, res: AgeResult) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=2048)
-    ap.add_argument("--profile", default="impressions")
+    ap.add_argument("--profile", default="agrawal", help="agrawal (Geriatrix's) or a profile")
     ap.add_argument("--fill", type=float, default=0.8)
     ap.add_argument("--churn", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", default=None, help="Where the images go (default: a tmp dir).")
     ap.add_argument("--no-offline", action="store_true")
+    ap.add_argument("--modes", default="write,fallocate", help="Data modes to run.")
     args = ap.parse_args()
     size = args.size_mib << 20
-    prof = shape_profile(load_profile(args.profile), fill=args.fill, churn=args.churn)
+    if args.profile == "agrawal":
+        with tempfile.TemporaryDirectory(prefix="fsage-bench-") as pdir:
+            loaded = load_profile(str(write_agrawal(Path(pdir))))
+    else:
+        loaded = load_profile(args.profile)
+    prof = shape_profile(loaded, fill=args.fill, churn=args.churn)
     print(
-        f"profile {prof.name}, fill {prof.fill}, churn {prof.churn}, seed {args.seed}, "
+        f"profile {args.profile if args.profile == 'agrawal' else prof.name}, "
+        f"fill {prof.fill}, churn {prof.churn}, seed {args.seed}, "
         f"{args.size_mib} MiB ext4 (4 KiB blocks)"
     )
     results: dict[str, AgeResult] = {}
@@ -71,7 +81,7 @@ def main() -> None:
         if not can_loop_mount():
             print("mounted runs: skipped (needs root and loop devices)")
         for mode in modes:
-            for data in ("write", "fallocate"):
+            for data in args.modes.split(","):
                 img = make_image(tmpd / f"{mode}-{data}.img", "ext4", size)
                 try:
                     res = age(img, AgeOptions(profile=prof, seed=args.seed, mode=mode, data=data))

@@ -19,18 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.geriatrix import write_agrawal
 from fsage.ager.generator import Generator
 from fsage.ager.profile import load_profile
 from fsage.cli.age import convergence_lines
-
-AGRAWAL = {
-    "size_distribution.txt": "11\n8 1\n32 7\n128 16\n512 40\n2048 50\n8192 46\n32768 35\n"
-    "131072 20\n524288 10\n2097152 4\n8388608 1\n",
-    "age_distribution.txt": "10\n10.74 1\n31 2\n85.98 8\n240 20\n687.87 44\n1945.59 75\n"
-    "5502.98 144\n15768 146\n44023.9 23\n122640 1\n",
-    "dir_distribution.txt": "15\n1 1 1\n2 2 5\n3 14 13\n4 15 19\n5 23 30\n6 24 36\n7 42 32\n"
-    "8 22 26\n9 15 22\n10 12 17\n11 7 8\n12 4 5\n13 3 2\n14 2 1\n15 1 1\n",
-}
 
 TARGET = 5000.0
 
@@ -46,9 +38,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fsage-bench-") as tmp:
         pdir = args.profile
         if pdir is None:
-            pdir = Path(tmp)
-            for name, text in AGRAWAL.items():
-                (pdir / name).write_text(text)
+            pdir = write_agrawal(Path(tmp))
         prof = load_profile(str(pdir)).with_overrides(fill=args.fill, churn=args.churn)
     cap = int(args.capacity_gib * 2**30)
     gen = Generator(prof, args.seed, cap)

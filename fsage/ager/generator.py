@@ -40,12 +40,15 @@ from fsage.errors import WorkloadError
 from fsage.workload import Op, WorkloadHeader
 
 _CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
-_NAME_LEN = 10
+#: The 36 × 36 pairs of name characters; a name is five of them.
+_PAIRS = [a + b for a in _CHARS for b in _CHARS]
 
 #: (block size, total blocks, used blocks), like ``Executor.capacity_blocks``.
 Probe = Callable[[], tuple[int, int, int]]
 
 DATA_OPS = frozenset({"create", "append", "overwrite"})
+#: Ops between two statvfs probes of a live target (see ``Generator.capacity_blocks``).
+PROBE_EVERY = 32
 
 
 @dataclass
@@ -234,6 +237,9 @@ class Generator:
         self.total_blocks = capacity // self.bs
         self.rng = random.Random(seed)
         self.probe = probe
+        self._probe_next = 0
+        self._probed = (0, 0)
+        self._probed_model = 0
         self.stats = GenStats()
         # Namespace model. The root directory is "" at depth 0.
         self.files: dict[str, _File] = {}
@@ -289,16 +295,25 @@ class Generator:
 
     # ---------------------------------------------------------------- capacity
 
-    def capacity_blocks(self) -> tuple[int, int]:
-        """(total blocks, used blocks): the probe's when aging directly, else the model's."""
+    def capacity_blocks(self, fresh: bool = False) -> tuple[int, int]:
+        """(total blocks, used blocks): the probe's when aging directly, else the model's.
+        The probe (a statvfs) runs every ``PROBE_EVERY`` ops, after an op ran out of space,
+        or when ``fresh``; in between, the model's change since the last probe is added to
+        the probed figure (what the ops did is known; the probe corrects what the model
+        does not see, such as metadata blocks)."""
         if self.probe is not None:
-            bs, total, used = self.probe()
-            # Express the real figures in model blocks so caps stay in bytes.
-            return total * bs // self.bs, (used * bs + self.bs - 1) // self.bs
+            if fresh or self.stats.ops >= self._probe_next:
+                bs, total, used = self.probe()
+                # Express the real figures in model blocks so caps stay in bytes.
+                self._probed = (total * bs // self.bs, (used * bs + self.bs - 1) // self.bs)
+                self._probed_model = self.used_blocks
+                self._probe_next = self.stats.ops + PROBE_EVERY
+            total, used = self._probed
+            return total, max(0, used + self.used_blocks - self._probed_model)
         return self.total_blocks, self.used_blocks
 
-    def fullness(self) -> float:
-        total, used = self.capacity_blocks()
+    def fullness(self, fresh: bool = False) -> float:
+        total, used = self.capacity_blocks(fresh)
         return used / total if total else 1.0
 
     def _free_bytes(self) -> int:
@@ -329,6 +344,7 @@ class Generator:
         """``op`` (the last one yielded) failed with ENOSPC and was undone on the target:
         forget it in the model and turn to deletes for a while."""
         self.stats.nospace += 1
+        self._probe_next = 0  # the target is fuller than the model thought: probe again
         if self._undo is not None:
             self._undo()
             self._undo = None
@@ -469,7 +485,7 @@ class Generator:
         fullness is within half a percent of ``profile.fill``."""
         fill = self.profile.fill
         for _ in range(1_000_000):
-            f = self.fullness()
+            f = self.fullness(fresh=True)
             if f > fill + 0.005 and self.files:
                 yield self._delete()
             elif f < fill - 0.005 and not self._force_deletes:
@@ -480,9 +496,19 @@ class Generator:
     # ---- namespace helpers
 
     def _new_name(self, parent: str) -> str:
+        """A random 10-character name not in ``parent``: five pairs of characters drawn from
+        one 52-bit random number (one call to the generator per name)."""
         names = self.dir_names[parent]
+        pairs = _PAIRS
         while True:
-            name = "".join(self.rng.choices(_CHARS, k=_NAME_LEN))
+            x = self.rng.getrandbits(52)
+            name = (
+                pairs[x % 1296]
+                + pairs[x // 1296 % 1296]
+                + pairs[x // 1679616 % 1296]
+                + pairs[x // 2176782336 % 1296]
+                + pairs[x // 2821109907456 % 1296]
+            )
             if name not in names:
                 return name
 
@@ -766,6 +792,26 @@ class Generator:
         scale = now if self.profile.age_relative else 1
         return [now + 1.0] + [now - e * scale for e in h.edges[:-1]] + [-math.inf]
 
+    def age_ops_needed(self, files: int | None = None) -> int | None:
+        """The fewest ops (counted from the stream's first) after which a relative age
+        histogram can hold ``files`` live files (default: the live files now), as Geriatrix
+        plans its run: bucket i spans a share ``w_i`` of the ops so far and must hold a share
+        ``f_i`` of the files, all born inside it; churn creates one file every other op, so
+        the ops so far must be at least ``2 * f_i * files / w_i`` for every bucket but the
+        oldest (which old files fill). None when there is no relative age histogram."""
+        h = self.profile.age_hist
+        if h is None or not self.profile.age_relative:
+            return None
+        n = len(self.files) if files is None else files
+        need = 0.0
+        low = 0.0
+        for edge, frac in zip(h.edges[:-1], h.fractions[:-1], strict=True):
+            width = edge - low
+            low = edge
+            if frac > 0 and width > 0:
+                need = max(need, 2.0 * frac * n / width)
+        return math.ceil(need)
+
     def _age_counts(self) -> list[int]:
         ages = self._ages
         assert ages is not None
@@ -848,6 +894,7 @@ class Generator:
             out[key]["edges"] = list(hist.edges)
         return {
             "converged": bool(out) and all(h["passed"] for h in out.values()),
+            "age_reachable_at": self.age_ops_needed(),
             "confidence": p.confidence,
             "tolerance": p.tolerance,
             "ops": self.stats.ops,

@@ -10,14 +10,20 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
    - a size bucket whose score is above the target's gets files rewritten as interleaved,
      fsync'ed appends of several files at once (their blocks alternate on disk);
    - a bucket below the target gets its most fragmented files rewritten whole;
-   - free space with too few small extents gets holes: contiguous files whose blocks are
-     surrounded by used blocks are deleted (the fill already leaves holes shaped like the
-     target's free extents: it writes spacer files of those sizes among the others and
-     deletes them).
+   - free-extent sizes the target has more of get holes of those sizes: punched into the
+     middle of large contiguous files (exact free extents; not on btrfs, which frees a
+     punched range only with its whole extent), else contiguous files of that size that
+     touch no free extent deleted; as many blocks are then allocated from the largest free
+     extent when the target has less free space in extents of its size (the fill already
+     leaves holes shaped like the target's free extents: it writes spacer files of those
+     sizes among the others and deletes them);
+   - where the live reader cannot see free space (btrfs: no GETFSMAP), free space is not
+     judged, the run stops once the size buckets match, and it is never called matched.
 3. It stops when every size bucket holding at least ``MIN_FILES`` files in the target is
    within ``SCORE_TOL`` of the target's score and the free-space histograms are within total
    variation ``FREE_TV``; or at the time limit, or when rounds stop making progress, and then
-   reports the closest state reached per bucket and why it could not get closer.
+   reports the closest state reached (the size buckets first, then the distance) per bucket
+   and why it could not get closer.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from fsage.ager.posix import punch_hole
 from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
 from fsage.analyzer.scores import file_scores
@@ -134,6 +141,8 @@ class _State:
     free_len: np.ndarray
     cont_k: dict[int, int] = field(default_factory=dict)
     den_k: dict[int, int] = field(default_factory=dict)
+    #: False where the reader cannot see free space (btrfs has no GETFSMAP).
+    free_known: bool = True
 
 
 def measure(layout: Layout, source: str = "") -> _State:
@@ -163,7 +172,7 @@ def measure(layout: Layout, source: str = "") -> _State:
     )  # fmt: skip
     return _State(
         tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
-        sc.first_block[reg], k, fs, fl, cont_k, den_k,
+        sc.first_block[reg], k, fs, fl, cont_k, den_k, bool(f.free_space_known),
     )  # fmt: skip
 
 
@@ -200,7 +209,9 @@ def free_tv(a: dict[int, float], b: dict[int, float]) -> float:
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys)
 
 
-def compare(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
+def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) -> dict[str, Any]:
+    """``now`` against ``target``; ``free_known`` False: the free space of ``now`` could
+    not be read, so it is not judged and the state is never called matched."""
     rows = []
     for k, (n, s) in sorted(target.buckets.items()):
         if k == 0 or s is None:
@@ -221,14 +232,17 @@ def compare(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
                 "ok": ok or not judged,
             }
         )
-    tv = free_tv(target.free_fractions(), now.free_fractions())
+    tv = free_tv(target.free_fractions(), now.free_fractions()) if free_known else None
+    free_ok = tv is not None and tv <= FREE_TV
     return {
         "buckets": rows,
         "free_tv": tv,
-        "free_ok": tv <= FREE_TV,
+        "free_ok": free_ok,
+        "free_known": free_known,
+        "buckets_ok": all(r["ok"] for r in rows),
         "fullness": now.fullness,
         "target_fullness": target.fullness,
-        "matched": all(r["ok"] for r in rows) and tv <= FREE_TV,
+        "matched": all(r["ok"] for r in rows) and free_ok,
     }
 
 
@@ -253,15 +267,22 @@ class MatchResult:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _distance(rep: dict[str, Any]) -> float:
-    """How far a state is from the target: the larger of the worst judged bucket's excess
-    over its tolerance and the free-space histogram's excess over its own."""
+def _bucket_excess(rep: dict[str, Any]) -> float:
+    """The worst judged size bucket's distance beyond its tolerance (0: all within)."""
     worst = 0.0
     for r in rep["buckets"]:
         if r["judged"]:
             d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
             worst = max(worst, d - SCORE_TOL)
-    return float(max(worst, rep["free_tv"] - FREE_TV, 0.0))
+    return worst
+
+
+def _distance(rep: dict[str, Any]) -> float:
+    """How far a state is from the target: the larger of the worst judged bucket's excess
+    over its tolerance and the free-space histogram's excess over its own."""
+    worst = _bucket_excess(rep)
+    free = 0.0 if rep["free_tv"] is None else rep["free_tv"] - FREE_TV
+    return float(max(worst, free, 0.0))
 
 
 class Matcher:
@@ -290,6 +311,9 @@ class Matcher:
         self.bytes_written = 0
         self._buf = b"\xa5" * (1 << 20)
         self._falloc = True
+        # btrfs frees a punched range only when no part of its extent is still referenced:
+        # holes there are made by deleting whole files.
+        self._punch = _fs_type(root) != "btrfs"
 
     # -- primitives
 
@@ -507,41 +531,138 @@ class Matcher:
         return actions
 
     def steer_free(self, st: _State) -> str:
+        """Shape the free space toward the target's histogram. For each extent-size bucket
+        short of free blocks, holes of that size: punched into the middle of contiguous
+        files of the matcher's (a hole inside one extent is a free extent of exactly its
+        length; a big file takes a few), else whole contiguous files of that size that touch
+        no free extent deleted. As many blocks as the holes freed are then allocated
+        (fallocate) as filler files, which take them from the large free extents the target
+        has too much of, so the fullness stays where the fill put it."""
         want = self.target.free_fractions()
         have = st.target.free_fractions()
         tv = free_tv(want, have)
         if tv <= FREE_TV * 0.6:
             return ""
         free_total = int(st.free_len.sum())
-        # Holes for the buckets short of free blocks: delete contiguous files of that many
-        # blocks that touch no free extent.
         ends = set((st.free_start + st.free_len).tolist())
         starts = set(st.free_start.tolist())
-        freed = 0
         short = sorted(k for k in want if want[k] > have.get(k, 0.0))
         ours = np.array([int(i) in self.paths for i in st.ino.tolist()], bool)
         solo = (st.frags == 1) & ours
+        used = np.zeros(st.ino.size, bool)  # files punched or deleted this round
+        punched = deleted = 0
+        missed: list[str] = []  # hole sizes short that no file of the matcher's could give
         for k in short:
             need = (want[k] - have.get(k, 0.0)) * free_total
             lo, hi = 1 << k, (1 << (k + 1)) - 1
-            idx = np.flatnonzero(solo & (st.blocks >= lo) & (st.blocks <= hi))
-            idx = idx[self.rng.sample(range(idx.size), idx.size)] if idx.size else idx
             got = 0
-            for i in idx.tolist():
-                if got >= 0.8 * need:
+            if self._punch:
+                # The largest contiguous files first: a hole costs a file one break in its
+                # layout, which a file of many blocks hardly notices (one hole per 100 blocks
+                # at most).
+                idx = np.flatnonzero(solo & ~used & (st.blocks >= lo + 2))
+                idx = idx[np.argsort(-st.blocks[idx], kind="stable")]
+                for i in idx.tolist():
+                    if got >= 0.9 * need or not self._punch:
+                        break
+                    got += self._punch_holes(st, i, lo, hi, need - got)
+                    used[i] = True
+            if got < 0.9 * need:
+                idx = np.flatnonzero(solo & ~used & (st.blocks >= lo) & (st.blocks <= hi))
+                idx = idx[self.rng.sample(range(idx.size), idx.size)] if idx.size else idx
+                for i in idx.tolist():
+                    if got >= 0.9 * need:
+                        break
+                    a, b = int(st.first[i]), int(st.first[i] + st.blocks[i])
+                    if a in ends or b in starts:
+                        continue  # would join a free extent, not make a hole
+                    if self.delete(int(st.ino[i])) is None:
+                        continue
+                    used[i] = True
+                    got += int(st.blocks[i])
+                    deleted += int(st.blocks[i])
+                    ends.add(b)
+                    starts.add(a)
+            punched += got
+            if got == 0:
+                missed.append(f"{lo}-{hi}")
+        punched -= deleted
+        os.sync()
+        # Give back as many blocks from the largest free extent when the target has too much
+        # free space in extents of its size, never so many that what is left of it drops to
+        # a smaller bucket (the allocator serves a large request from the largest extents).
+        filled = 0
+        if st.free_len.size:
+            top = int(st.free_len.max())
+            kt = min(top.bit_length() - 1, MAX_BUCKET)
+            excess = (have.get(kt, 0.0) - want.get(kt, 0.0)) * free_total
+            room = top - (1 << kt) - 1
+            filled = self._fill_large(max(0, min(punched + deleted, int(excess), room)))
+        why = (
+            f"; no contiguous file of the matcher's can give holes of {', '.join(missed)} blocks"
+            if missed
+            else ""
+        )
+        return (
+            f"{punched} blocks punched and {deleted} deleted as holes of the sizes short, "
+            f"{filled} blocks of the largest free extent filled{why}"
+        )
+
+    def _punch_holes(self, st: _State, i: int, lo: int, hi: int, need: float) -> int:
+        """Punch holes of ``lo``-``hi`` blocks into file ``i`` (one extent), each bounded by
+        the file's own blocks, at most one per 100 blocks; returns the blocks freed."""
+        rel = self.paths.get(int(st.ino[i]))
+        if rel is None:
+            return 0
+        n = int(st.blocks[i])
+        holes = max(1, n // 100)
+        got = 0
+        try:
+            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            # Holes at evenly spaced places, each at least one block from the next.
+            span = n // holes
+            for h in range(holes):
+                if got >= need:
                     break
-                a, b = int(st.first[i]), int(st.first[i] + st.blocks[i])
-                if a in ends or b in starts:
-                    continue  # would join a free extent, not make a hole
-                if self.delete(int(st.ino[i])) is None:
-                    continue
-                got += int(st.blocks[i])
-                ends.add(b)
-                starts.add(a)
-            freed += got
-        # The blocks are not written back: a large file lands in one of the few large free
-        # extents and splits it, which moves far more of the histogram than the holes did.
-        return f"free space: holes of {freed} blocks made by deleting contiguous files"
+                room = span - 2
+                if room < lo:
+                    break
+                length = self.rng.randint(lo, min(hi, room))
+                off = h * span + 1 + self.rng.randint(0, room - length)
+                try:
+                    punch_hole(fd, off * self.bs, length * self.bs)
+                except OSError:
+                    self._punch = False  # not supported here: holes by deleting files
+                    break
+                got += length
+        finally:
+            os.close(fd)
+        return got
+
+    def _fill_large(self, blocks: int) -> int:
+        """Allocate ``blocks`` blocks as filler files of at most 64 MiB (fallocate: the
+        allocator serves a large request from the large free extents); returns the blocks
+        allocated."""
+        done = 0
+        step = (64 << 20) // self.bs
+        while done < blocks and self._falloc:
+            n = min(step, blocks - done)
+            rel = self._new_path()
+            fd = self._open(rel)
+            try:
+                os.posix_fallocate(fd, 0, n * self.bs)
+            except OSError:
+                self._falloc = False
+                n = 0
+            finally:
+                os.close(fd)
+            self.sizes[rel] = n * self.bs
+            done += n
+        os.sync()
+        return done
 
     # -- the loop
 
@@ -552,24 +673,35 @@ class Matcher:
         self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
         self.fill()
         best: tuple[float, dict[str, Any]] | None = None
+        # The closest state reported: the size buckets first (a state with them matched beats
+        # one nearer in free space only), then the distance.
+        closest: tuple[tuple[float, float], dict[str, Any]] | None = None
         stalled = 0
         last_actions: dict[str, str] = {}
         while True:
             st = self.snapshot()
-            rep = compare(self.target, st.target)
+            rep = compare(self.target, st.target, st.free_known)
             res.rounds += 1
             dist = _distance(rep)
+            tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
             self.say(
-                f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV "
-                f"{rep['free_tv']:.3f}, {time.perf_counter() - t0:.0f} s"
+                f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV {tv}, "
+                f"{time.perf_counter() - t0:.0f} s"
             )
+            rank = (_bucket_excess(rep), dist)
+            better = closest is None or rank[0] < closest[0][0] - 1e-4
+            if closest is None or rank < closest[0]:
+                closest = (rank, rep)
             if best is None or dist < best[0] - 1e-4:
                 best = (dist, rep)
-                stalled = 0
-            else:
-                stalled += 1
+                better = True
+            # Progress in the size buckets or in the distance as a whole keeps the rounds going.
+            stalled = 0 if better else stalled + 1
             if rep["matched"]:
                 res.matched, res.stop = True, "matched"
+                break
+            if not st.free_known and rep["buckets_ok"]:
+                res.stop = "size buckets matched; free space unknown on this file system"
                 break
             if time.perf_counter() - t0 > self.time_limit:
                 res.stop = f"time limit ({self.time_limit:.0f} s)"
@@ -578,17 +710,36 @@ class Matcher:
                 res.stop = f"no progress in {STALL_ROUNDS} rounds"
                 break
             last_actions = self.steer_scores(st)
-            free_action = self.steer_free(st)
+            free_action = self.steer_free(st) if st.free_known else ""
             if free_action:
                 last_actions["free space"] = free_action
-        assert best is not None
+        assert best is not None and closest is not None
         res.report = rep
-        res.closest = best[1]
-        res.reasons = _reasons(best[1], last_actions) if not res.matched else {}
+        res.closest = closest[1]
+        res.reasons = _reasons(closest[1], last_actions) if not res.matched else {}
         res.elapsed = time.perf_counter() - t0
         res.files_written = self.files_written
         res.bytes_written = self.bytes_written
         return res
+
+
+def _fs_type(root: Path) -> str:
+    """The file system type mounted at (or holding) ``root``, from /proc/self/mounts."""
+    best, kind = "", ""
+    real = os.path.realpath(root)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
+                    best, kind = mnt, parts[2]
+    except OSError:
+        return ""
+    return kind
 
 
 def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
@@ -603,7 +754,11 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
             way = "above" if r["score"] > r["target_score"] else "below"
             last = actions.get(key, "no rewrite possible")
             out[key] = f"still {way} target after the last round ({last})"
-    if not rep["free_ok"]:
+    if not rep.get("free_known", True):
+        out["free space"] = (
+            "not judged: the live reader cannot see this file system's free space (no GETFSMAP)"
+        )
+    elif not rep["free_ok"]:
         out["free space"] = actions.get(
             "free space", "no contiguous file of a needed hole size touches no free extent"
         )

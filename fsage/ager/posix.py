@@ -17,6 +17,7 @@ import random
 import stat
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 from fsage.errors import UnsafeTargetError, WorkloadError
 from fsage.workload import (
@@ -32,6 +33,7 @@ _CHUNK = 1 << 20
 _DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: How file data reaches the disk: written (the default: real data), or only allocated with
 #: fallocate (unwritten extents, as Geriatrix ages).
 DATA_MODES = ("write", "fallocate")
@@ -57,16 +59,22 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 
 
+_falloc: Any = None
+
+
 def _libc_fn() -> ctypes.CDLL:
-    global _libc
+    global _libc, _falloc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        _falloc = _libc.fallocate
     return _libc
 
 
 def _fallocate(fd: int, mode: int, offset: int, size: int) -> None:
-    if _libc_fn().fallocate(fd, mode, offset, size) != 0:
+    if _falloc is None:
+        _libc_fn()
+    if _falloc(fd, mode, offset, size) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
@@ -107,6 +115,9 @@ class PosixExecutor(Executor):
         # when the second lookup fills the cache.
         self._dir_fds: OrderedDict[str, int] = OrderedDict()
         self._pinned: set[str] = set()
+        # How many cached keys are each directory or below it: a rename or rmdir of a path
+        # that nothing cached lies in or under costs one lookup, not a scan of the cache.
+        self._under: dict[str, int] = {}
         st = os.fstatvfs(self._root_fd)
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
@@ -139,8 +150,27 @@ class PosixExecutor(Executor):
             raise
         self._evict(_MAX_DIR_FDS - 1)
         self._dir_fds[parent] = fd
+        self._count_under(parent, 1)
         self._pinned.add(parent)
         return fd
+
+    def _count_under(self, key: str, delta: int) -> None:
+        under = self._under
+        end = len(key)
+        while True:
+            prefix = key[:end]
+            n = under.get(prefix, 0) + delta
+            if n:
+                under[prefix] = n
+            else:
+                del under[prefix]
+            end = key.rfind("/", 0, end)
+            if end < 0:
+                return
+
+    def _close_cached(self, key: str) -> None:
+        os.close(self._dir_fds.pop(key))
+        self._count_under(key, -1)
 
     def _evict(self, keep: int) -> None:
         """Close the least recently used unpinned descriptors until at most ``keep`` remain
@@ -151,7 +181,7 @@ class PosixExecutor(Executor):
             if len(self._dir_fds) <= keep:
                 break
             if key not in self._pinned:
-                os.close(self._dir_fds.pop(key))
+                self._close_cached(key)
 
     def _drop_dir_fds(self) -> None:
         """Close every cached descriptor (after the namespace changed under cached paths);
@@ -159,14 +189,17 @@ class PosixExecutor(Executor):
         for fd in self._dir_fds.values():
             os.close(fd)
         self._dir_fds.clear()
+        self._under.clear()
         self._pinned.clear()
 
     def _forget_dirs(self, path: str) -> None:
         """Close the cached descriptors of directory ``path`` and everything below it (it was
         removed or renamed, so those cache keys no longer name those directories)."""
+        if path not in self._under:
+            return
         prefix = path + "/"
         for key in [k for k in self._dir_fds if k == path or k.startswith(prefix)]:
-            os.close(self._dir_fds.pop(key))
+            self._close_cached(key)
             self._pinned.discard(key)
 
     def _split(self, path: str) -> tuple[int, str]:
@@ -194,7 +227,10 @@ class PosixExecutor(Executor):
 
     def _open_file(self, path: str, flags: int) -> int:
         dfd, name = self._split(path)
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+        # O_NONBLOCK: opening a FIFO found at the path must fail (ENXIO), not wait for a
+        # reader; it changes nothing for a regular file.
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(name, flags, 0o644, dir_fd=dfd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OpFailedError(f"{path!r} is not a regular file")
@@ -216,9 +252,14 @@ class PosixExecutor(Executor):
     def _apply(self, op: Op) -> int:
         kind = op.op
         if kind == "create":
-            fd = self._open_file(op.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            dfd, name = self._split(op.path)
             try:
-                self._write(fd, op.size)
+                # A new name (the usual case): the file made is regular and empty.
+                fd = os.open(name, _NEW_FLAGS, 0o644, dir_fd=dfd)
+            except FileExistsError:
+                fd = self._open_file(op.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                self._write(fd, op.size, None if not self.allocate_only else 0)
                 if self.fsync:
                     os.fsync(fd)
             except OSError as exc:

@@ -17,6 +17,12 @@ profile (a directory holding ``size_distribution.txt``, ``age_distribution.txt``
   directories above it (0: the root), and lives in one of ``sub-directories`` sibling
   directories ``d1/d2/.../d<d-1>/d<k>`` (0 sub-directories: the one directory ``.../d<d>``);
 - the fill is creates only; churn is half creates, half deletes.
+
+Geriatrix plans its run from the age histogram: bucket ``i`` must hold a share ``f_i`` of the
+files, all born within its share ``w_i`` of the ops, and churn makes a file every other op, so
+the age histogram is reachable only after about ``max(2 * f_i * files / w_i)`` ops (1.14M ops
+for its agrawal profile on 2 GiB at 0.8 full, about 77 times the files);
+``Generator.age_ops_needed`` gives that bound, and a run that stops short of it says so.
 """
 
 from __future__ import annotations

@@ -216,8 +216,9 @@ def match_lines(res: dict[str, Any]) -> list[str]:
             f"  {r['min_blocks']:>6}-{r['max_blocks']:<6} {r['target_files']:>12,}"
             f" {r['target_score']:>6.3f} {r['files']:>7,} {got:>7}{mark}"
         )
+    tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
     out.append(
-        f"  free-space histogram: total variation {rep['free_tv']:.3f} (<= 0.1 to match);"
+        f"  free-space histogram: total variation {tv} (<= 0.1 to match);"
         f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
     )
     for key, why in res["reasons"].items():
@@ -232,6 +233,14 @@ def convergence_lines(rep: dict[str, Any]) -> list[str]:
         + f" at op {rep['ops']:,} (chi-square at confidence {rep['confidence']:g},"
         f" every bucket within {rep['tolerance']:g})"
     ]
+    reach = rep.get("age_reachable_at")
+    if reach is not None and not rep["converged"] and rep["ops"] < reach:
+        out.append(
+            f"the age histogram needs about {reach:,} ops (Geriatrix's plan for "
+            f"{rep['histograms']['age']['files']:,} files: its young buckets must hold more "
+            f"files than one create every other op makes in their share of the ops); "
+            f"age further (--churn, --ops-limit)"
+        )
     for key, h in rep["histograms"].items():
         chi2 = "inf" if h["chi2"] is None else f"{h['chi2']:.1f}"
         out.append(

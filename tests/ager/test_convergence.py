@@ -196,3 +196,52 @@ def test_bad_geriatrix_files(tmp_path: Path) -> None:
             depth_hist=Histogram((1.0, 2.0), (1.0, 1.0)),
             depth_dirs=(1,),
         )
+
+
+def test_age_ops_needed_is_geriatrix_plan(tmp_path: Path) -> None:
+    """Geriatrix's calculateT from the raw files: bucket i spans (c[i-1], c[i]] / c[-1] of the
+    ops and needs weight[i] / sum(weights) of the files, one born every other op; agrawal's
+    third bucket (86 - 31 of 122640 ops for 8/464 of the files) bounds it."""
+    prof = load_profile(str(_profile_dir(tmp_path, AGRAWAL)))
+    rows = [ln.split() for ln in AGRAWAL["age_distribution.txt"].splitlines()[1:]]
+    cut = [float(r[0]) for r in rows]
+    w = [float(r[1]) for r in rows]
+    by_hand = max(
+        2 * (w[i] / sum(w)) * 14_850 / ((cut[i] - (cut[i - 1] if i else 0.0)) / cut[-1])
+        for i in range(len(cut) - 1)
+    )
+    assert 1_142_000 < by_hand < 1_143_000
+    gen = Generator(prof, 1, 2 << 30)
+    assert gen.age_ops_needed(14_850) == math.ceil(by_hand)
+
+
+@pytest.mark.slow
+def test_agrawal_converges_after_geriatrix_plan_not_before_claiming_it(tmp_path: Path) -> None:
+    """Agrawal on 256 MiB (about 1,850 files), model only: with a budget of 100 capacities
+    the run goes on past the fill until every histogram passes, and says so only then."""
+    prof = load_profile(str(_profile_dir(tmp_path, AGRAWAL))).with_overrides(churn=100.0)
+    gen = Generator(prof, 1, 256 * MIB)
+    for _ in gen.ops():
+        pass
+    rep = gen.convergence_report()
+    need = gen.age_ops_needed()
+    assert need is not None and need > 100_000
+    assert gen.stats.stopped_by == "converged" and rep["converged"]
+    assert gen.stats.converged_at is not None and gen.stats.converged_at >= 0.4 * need
+    for h in rep["histograms"].values():
+        assert h["passed"] and h["max_diff"] <= prof.tolerance
+
+
+def test_report_says_how_many_ops_the_age_histogram_needs(tmp_path: Path) -> None:
+    from fsage.cli.age import convergence_lines
+
+    prof = load_profile(str(_profile_dir(tmp_path, AGRAWAL))).with_overrides(churn=0.5)
+    gen = Generator(prof, 1, 64 * MIB)
+    for _ in gen.ops():
+        pass
+    rep = gen.convergence_report()
+    assert not rep["converged"] and gen.stats.stopped_by == "churn"
+    need = gen.age_ops_needed()
+    assert need is not None and rep["age_reachable_at"] == need > rep["ops"]
+    text = "\n".join(convergence_lines(rep))
+    assert text.startswith("NOT converged") and f"needs about {need:,} ops" in text

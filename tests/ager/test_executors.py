@@ -170,3 +170,41 @@ def test_offline_refuses_non_ext(tmp_path: Path) -> None:
     junk.write_bytes(b"\0" * 8192)
     with pytest.raises(UsageError, match="not a directory or a recognised image"):
         age(junk, AgeOptions(profile=get_preset("hfs-surge"), mode="offline"))
+
+
+def test_posix_renamed_directory_drops_cached_descriptors_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renamed directory's cached descriptors (its own and those below it, even when its
+    own was evicted first) are dropped: old paths fail, new paths reach the right place."""
+    import fsage.ager.posix as posix
+
+    monkeypatch.setattr(posix, "_MAX_DIR_FDS", 3)
+    with PosixExecutor(tmp_path) as ex:
+        for d in ("a", "a/b", "a/b/c", "z", "z/y"):
+            ex.apply(Op("mkdir", d))
+        ex.apply(Op("create", "a/b/c/f", size=10))
+        ex.apply(Op("create", "z/y/g", size=10))  # evicts "a" and "a/b", keeps "a/b/c"
+        assert "a/b/c" in ex._dir_fds and "a" not in ex._dir_fds
+        ex.apply(Op("rename", "a", dest="x"))
+        assert not any(k == "a" or k.startswith("a/") for k in ex._dir_fds)
+        ex.apply(Op("create", "x/b/c/h", size=5))
+        with pytest.raises(OpFailedError):
+            ex.apply(Op("create", "a/b/c/h", size=5))
+        ex.apply(Op("rename", "z/y/g", dest="z/g2"))  # a file: nothing cached below it
+        assert "z/y" in ex._dir_fds
+    assert (tmp_path / "x/b/c/h").stat().st_size == 5
+    assert (tmp_path / "x/b/c/f").stat().st_size == 10
+    assert (tmp_path / "z/g2").is_file() and not (tmp_path / "a").exists()
+
+
+def test_posix_create_over_an_existing_name_truncates_and_refuses_non_files(
+    tmp_path: Path,
+) -> None:
+    with PosixExecutor(tmp_path, data="fallocate") as ex:
+        ex.apply(Op("create", "f", size=20000))
+        ex.apply(Op("create", "f", size=4096))
+        ex.apply(Op("mknod", "p", label="fifo"))
+        with pytest.raises(OpFailedError):
+            ex.apply(Op("create", "p", size=10))
+    assert (tmp_path / "f").stat().st_size == 4096
