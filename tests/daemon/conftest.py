@@ -45,7 +45,9 @@ def query(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...
         con.close()
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
+    # Generous: the daemon slows down a lot on a loaded machine, and waiting longer costs
+    # nothing when it is done early.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
