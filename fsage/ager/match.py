@@ -48,6 +48,7 @@ from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
 from fsage.analyzer.scores import file_scores
 from fsage.errors import UsageError, WorkloadError
 from fsage.layout import Layout
+from fsage.text import size_range
 
 SCORE_TOL = 0.02
 FREE_TV = 0.1
@@ -224,6 +225,7 @@ def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) ->
                 "bucket": k,
                 "min_blocks": bucket_range(k)[0],
                 "max_blocks": bucket_range(k)[1],
+                "label": size_range(*bucket_range(k), target.block_size),
                 "target_files": n,
                 "target_score": s,
                 "files": cn,

@@ -207,13 +207,13 @@ def match_lines(res: dict[str, Any]) -> list[str]:
     out = [
         f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
         f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
-        f"  {'blocks':>13} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
+        f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
         got = "-" if r["score"] is None else f"{r['score']:.3f}"
         mark = "" if r["ok"] else "  <- off" if r["judged"] else ""
         out.append(
-            f"  {r['min_blocks']:>6}-{r['max_blocks']:<6} {r['target_files']:>12,}"
+            f"  {r['label']:>19} {r['target_files']:>12,}"
             f" {r['target_score']:>6.3f} {r['files']:>7,} {got:>7}{mark}"
         )
     tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"

@@ -22,7 +22,9 @@ from fsage.ager.match import (
     match_layout,
     target_from_layout,
 )
+from fsage.cli.age import match_lines
 from fsage.errors import UsageError
+from fsage.text import size_range
 
 MIB = 1 << 20
 
@@ -40,6 +42,12 @@ def test_compare_judges_only_buckets_with_enough_files() -> None:
     assert not rows[3]["ok"]  # 0.05 off with 60 files in the target
     assert rows[6]["ok"] and not rows[6]["judged"]  # 10 files: not judged
     assert rep["free_tv"] == 0.0 and not rep["matched"]
+    # Buckets are labelled in bytes of the target's block size, as analyze labels them.
+    assert rows[3]["label"] == size_range(5, 8, 4096)
+    res = {"report": rep, "matched": False, "closest": rep, "stop": "time limit",
+           "target": "t", "elapsed": 1.0, "rounds": 1, "bytes_written": 0, "source": "s",
+           "reasons": {}}  # fmt: skip
+    assert any(size_range(5, 8, 4096) in line for line in match_lines(res))
     now.buckets[3] = (55, 0.9 + SCORE_TOL / 2)
     assert compare(want, now)["matched"]
 
