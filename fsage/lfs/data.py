@@ -1,5 +1,6 @@
-"""File data of seed 003: a file's block map (direct and indirect pointers) and reading,
-writing and truncating its content.
+"""File data of seed 003 (§2.5.2 indirect pointer block, §2.5.3 data block; the file module of
+§3.4): a file's block map (direct and indirect pointers) and reading, writing and truncating its
+content.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Directories and the directory change journal of seed 003: directory files, path lookup and
-the change records (``BT_DIRCH``) that keep directory operations atomic across roll-forward.
+"""Directories and the directory change journal of seed 003 (§2.7 directory, §2.7.3 directory
+change record; the dir module of §3.5): directory files, path lookup and the change records
+(``BT_DIRCH``) that keep directory operations atomic across roll-forward.
 """
 
 from __future__ import annotations

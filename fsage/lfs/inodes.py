@@ -1,5 +1,5 @@
-"""The inode map and the inode table of seed 003 (inode file 18, inode vector 17, inode bitmap
-16): in-memory inodes, their allocation, loading and storing.
+"""The inode map and the inode table of seed 003 (§2.5.1 inode, §2.6 system files: inode bitmap
+16, inode vector 17, inode table 18): in-memory inodes, their allocation, loading and storing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Segments and the log of seed 003: the segment buffer and segment summaries, units and their
-commit, checkpoints and roll-forward.
+"""Segments and the log of seed 003 (§2.3.2 checkpoint, §2.4 log segment and §2.4.1 segment
+summary; the log module of §3.2): the segment buffer, units and their commit, checkpoints and
+roll-forward.
 """
 
 from __future__ import annotations
