@@ -1,0 +1,158 @@
+"""Directories and the directory change journal of seed 003 (§2.7 directory, §2.7.3 directory
+change record; the dir module of §3.5): directory files, path lookup and the change records
+(``BT_DIRCH``) that keep directory operations atomic across roll-forward.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError
+
+from fsage.lfs import format as fmt
+from fsage.lfs import lfs_pb2
+from fsage.lfs.common import LfsOpError, now_ms
+from fsage.lfs.format import (
+    BT_DIRCH,
+    INO_ROOT,
+    S_IFDIR,
+    S_IFMT,
+    BlockRec,
+    LfsError,
+)
+
+if TYPE_CHECKING:
+    from fsage.lfs.fs import LFS
+
+
+def _varint_len(n: int) -> int:
+    return max(1, -(-n.bit_length() // 7))
+
+
+def _dir_file_size(d: dict[str, int]) -> int:
+    """Octets of a directory file holding ``d`` (seed 003 §2.7: a length-prefixed DirFile of
+    DirFileRec{ino, name}), without encoding it."""
+    total = 4
+    for name, ino in d.items():
+        n = len(name.encode("utf-8", "surrogateescape"))
+        rec = 2 + _varint_len(ino) + _varint_len(n) + n
+        total += 1 + _varint_len(rec) + rec
+    return total
+
+
+class _DirMixin:
+    """Directories and their change journal of :class:`fsage.lfs.fs.LFS`."""
+
+    def _dir(self: LFS, ino: int) -> dict[str, int]:  # type: ignore[misc]  # self is the LFS that mixes this in
+        d = self._dirs.get(ino)
+        if d is None:
+            inode = self._iget(ino)
+            if inode.mode & S_IFMT != S_IFDIR:
+                raise LfsOpError(f"inode {ino} is not a directory")
+            if inode.size > self.geo.image_size:
+                raise LfsError(f"{self.path}: directory {ino} claims {inode.size} octets")
+            raw = self._read_data(inode, 0, inode.size)
+            d = {}
+            if raw:
+                (n,) = fmt.U32.unpack_from(raw) if len(raw) >= 4 else (len(raw),)
+                if n > len(raw) - 4:
+                    raise LfsError(f"{self.path}: directory {ino} is damaged (length {n})")
+                msg = lfs_pb2.DirFile()
+                try:
+                    msg.ParseFromString(raw[4 : 4 + n])
+                except DecodeError:
+                    raise LfsError(f"{self.path}: directory {ino} does not decode") from None
+                for rec in msg.list:
+                    d[rec.name] = rec.ino
+            self._dirs[ino] = d
+        return d
+
+    def _dir_change(  # type: ignore[misc]  # self is the LFS that mixes this in
+        self: LFS, dino: int, name: str, ino: int, op: lfs_pb2.DirChRec.Operation
+    ) -> None:
+        del dino
+        self._dirch.append(fmt.encode_pb(lfs_pb2.DirChRec(ino=ino, name=name, op=op)))
+
+    def _write_dirch(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        if not self._dirch:
+            return
+        block = bytearray()
+        for rec in self._dirch:
+            if len(rec) + 1 > self.bs:
+                continue  # a name this long cannot be journalled; the directory still is
+            if len(block) + len(rec) + 1 > self.bs:
+                self._put(bytes(block), BlockRec(BT_DIRCH, 0))
+                block = bytearray()
+            block += rec
+        if block:
+            self._put(bytes(block), BlockRec(BT_DIRCH, 0))
+        self._dirch.clear()
+
+    def _write_dir(self: LFS, ino: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        d = self._dirs[ino]
+        inode = self._iget(ino)
+        msg = lfs_pb2.DirFile(list=[lfs_pb2.DirFileRec(ino=i, name=n) for n, i in d.items()])
+        raw = fmt.encode_pb(msg)
+        old = self._read_data(inode, 0, inode.size)
+        bs = self.bs
+        for blk in range(-(-len(raw) // bs)):
+            piece = raw[blk * bs : (blk + 1) * bs]
+            if old[blk * bs : (blk + 1) * bs] != piece:
+                self._write_data(inode, blk * bs, piece)
+        if len(raw) < inode.size:
+            self._truncate_inode(inode, len(raw))
+        inode.size = len(raw)
+
+    def _lookup(self: LFS, path: str, follow_last: bool = False) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        del follow_last
+        ino = INO_ROOT
+        for part in self._parts(path):
+            d = self._dir(ino)
+            if part not in d:
+                raise LfsOpError(f"no such file or directory: {path!r}")
+            ino = d[part]
+        return ino
+
+    @staticmethod
+    def _parts(path: str) -> list[str]:
+        parts = [p for p in path.strip("/").split("/") if p]
+        for p in parts:
+            if p in (".", ".."):
+                raise LfsOpError(f"path components '.' and '..' are not supported: {path!r}")
+        return parts
+
+    def _parent(self: LFS, path: str) -> tuple[int, str]:  # type: ignore[misc]  # self is the LFS that mixes this in
+        parts = self._parts(path)
+        if not parts:
+            raise LfsOpError("the root directory has no parent")
+        dino = INO_ROOT
+        for part in parts[:-1]:
+            d = self._dir(dino)
+            if part not in d:
+                raise LfsOpError(f"no such directory: {path!r}")
+            dino = d[part]
+            if self._iget(dino).mode & S_IFMT != S_IFDIR:
+                raise LfsOpError(f"not a directory: {part!r} in {path!r}")
+        self._dir(dino)
+        return dino, parts[-1]
+
+    def _link(self: LFS, dino: int, name: str, ino: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        if len(name.encode("utf-8", "surrogateescape")) > 255:
+            raise LfsOpError(f"name too long: {name[:40]!r}...")
+        self._touch(dino)
+        self._dir(dino)[name] = ino
+        self._dirty_dirs.add(dino)
+        self._dir_change(dino, name, ino, lfs_pb2.DirChRec.ADD)
+        d = self._iget(dino)
+        d.mtime = d.ctime = now_ms()
+        self._mark(d)
+
+    def _unlink_name(self: LFS, dino: int, name: str) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        self._touch(dino)
+        ino = self._dir(dino).pop(name)
+        self._dirty_dirs.add(dino)
+        self._dir_change(dino, name, ino, lfs_pb2.DirChRec.REMOVE)
+        d = self._iget(dino)
+        d.mtime = d.ctime = now_ms()
+        self._mark(d)
+        return ino

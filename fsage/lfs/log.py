@@ -1,0 +1,338 @@
+"""Segments and the log of seed 003 (§2.3.2 checkpoint, §2.4 log segment and §2.4.1 segment
+summary; the log module of §3.2): the segment buffer, units and their commit, checkpoints and
+roll-forward.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from fsage.lfs import format as fmt
+from fsage.lfs import lfs_pb2
+from fsage.lfs.common import _MAX_PENDING, _RESERVE, now_ms
+from fsage.lfs.format import (
+    BT_DATA,
+    BT_DIRCH,
+    INO_INOMAP,
+    INO_INOTBL,
+    INO_INOVEC,
+    BlockRec,
+    LfsError,
+    LfsNoSpace,
+)
+from fsage.lfs.inodes import _simp
+
+if TYPE_CHECKING:
+    from fsage.lfs.fs import LFS
+
+
+class _LogMixin:
+    """Segments, the log, checkpoints and roll-forward of :class:`fsage.lfs.fs.LFS`."""
+
+    def _roll_forward(self: LFS, seg: int) -> list[int]:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """Seed 003 §2.4.1: follow next-segment pointers from the checkpoint's next segment
+        while each summary's timestamp grows; apply the system-file blocks of complete units."""
+        rolled: list[int] = []
+        committed = 0
+        last = self.cp_stamp
+        pending: list[tuple[int, int, int]] = []
+        seen: set[int] = set()
+        geo = self.geo
+        while geo.first_log_segment <= seg < geo.segments and seg not in seen:
+            seen.add(seg)
+            try:
+                summ = fmt.read_summary(self.fd, geo, seg)
+            except LfsError:
+                break
+            if summ.stamp <= last:
+                break
+            last = summ.stamp
+            rolled.append(seg)
+            recs = sorted(
+                ((r.seq, i, r) for i, r in enumerate(summ.recs) if r is not None),
+                key=lambda t: t[0],
+            )
+            has_commit = bool(summ.flags & fmt.SEGFLAG_COMMIT)
+            count = summ.flags & fmt.SEGFLAG_COUNT
+            applied = False
+            for sq, blk, r in recs:
+                if has_commit and not applied and sq >= count:
+                    self._apply_rolled(pending, seg)
+                    applied = True
+                if r.btype == BT_DATA and r.ino in self.sys:
+                    pending.append((r.ino, r.offset, fmt.sbn(seg, blk)))
+            if has_commit:
+                if not applied:
+                    self._apply_rolled(pending, seg)
+                committed = len(rolled)
+                self._last_stamp = max(self._last_stamp, summ.stamp)
+            seg = summ.next_seg
+        return rolled[:committed]
+
+    def _apply_rolled(self: LFS, pending: list[tuple[int, int, int]], seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        for ino, off, addr in pending:
+            inode = self.sys[ino]
+            if off > 1 << 24:
+                raise LfsError(f"{self.path}: summary of segment {seg}: offset {off}")
+            self._set_ptr(inode, off, addr, account=False)
+            inode.size = max(inode.size, (off + 1) * self.bs)
+            if inode.size > self.geo.image_size:
+                raise LfsError(f"{self.path}: segment {seg}: system file too large")
+        pending.clear()
+
+    def _recount_live(self: LFS, rolled: list[int]) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """After roll-forward: live blocks per segment from a walk of every reachable block."""
+        live = [0] * self.geo.segments
+        for ino in fmt.SYSTEM_FILES:
+            for addr, _, _ in self._walk(self.sys[ino]):
+                live[addr >> 32] += 1
+        for ino in self._used_inos():
+            inode = self._iget(ino)
+            for addr, _, _ in self._walk(inode):
+                live[addr >> 32] += 1
+        self.live = live
+        for seg in rolled:
+            summ = fmt.read_summary(self.fd, self.geo, seg)
+            self.mtime[seg] = max(self.mtime[seg], summ.stamp)
+
+    # ------------------------------------------------------------------ segments
+    def _stamp(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        self._last_stamp = max(now_ms(), self._last_stamp + 1)
+        return self._last_stamp
+
+    def _alloc_segment(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        if not self.clean:
+            raise LfsNoSpace(f"{self.path}: no clean segment left (the file system is full)")
+        cur = self.cur_seg
+        after = [s for s in self.clean if s > cur]
+        seg = min(after) if after else min(self.clean)
+        self.clean.discard(seg)
+        self.mtime[seg] = 0  # a reused segment's data time starts over (seed 003 §2.3.2)
+        return seg
+
+    def _start_segment(self: LFS, seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        self.cur_seg = seg
+        self.cur_pos = 0
+        self.flushed_pos = 0
+        self.seq = 0
+        self.buf = bytearray(self.geo.segment_size)
+        self.recs: list[BlockRec | None] = [None] * self.ndata
+        self.next_seg = -1
+        self._seg_flags = 0
+        self._last_flush_commit = False
+
+    def _resume_segment(self: LFS, seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        summ = fmt.read_summary(self.fd, self.geo, seg)
+        self._start_segment(seg)
+        used = [i for i, r in enumerate(summ.recs) if r is not None]
+        self.cur_pos = self.flushed_pos = (max(used) + 1) if used else 0
+        self.recs = list(summ.recs)
+        self.seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
+        self._seg_flags = summ.flags
+        self.buf[: self.cur_pos * self.bs] = os.pread(
+            self.fd, self.cur_pos * self.bs, self.geo.seg_offset(seg)
+        )
+
+    def _put(self: LFS, data: bytes | bytearray | memoryview, rec: BlockRec) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        if self.cur_pos >= self.ndata or self.seq > fmt.SEQ_MAX:
+            self._seal()
+        pos = self.cur_pos
+        off = pos * self.bs
+        n = len(data)
+        self.buf[off : off + n] = data
+        if n < self.bs:
+            self.buf[off + n : off + self.bs] = self._zero[: self.bs - n]
+        rec.seq = self.seq
+        self.seq += 1
+        self.recs[pos] = rec
+        self.cur_pos = pos + 1
+        seg = self.cur_seg
+        if rec.btype != BT_DIRCH:  # change records are dead once their unit is committed
+            self.live[seg] += 1
+        if rec.ctime > self.mtime[seg]:
+            self.mtime[seg] = rec.ctime
+        if self._cleaning:
+            self.counters.clean_blocks_written += 1
+        else:
+            self.counters.new_blocks += 1
+        return (seg << 32) | pos
+
+    def _die(self: LFS, addr: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        if addr:
+            self.live[addr >> 32] -= 1
+
+    def _flush(self: LFS, commit: bool) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """Write the buffered blocks and the summary of the current segment."""
+        if self.cur_pos == self.flushed_pos and (not commit or self._last_flush_commit):
+            return
+        self._last_flush_commit = commit
+        if self.next_seg < 0:
+            self.next_seg = self._alloc_segment()
+        base = self.geo.seg_offset(self.cur_seg)
+        a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
+        if b > a:
+            os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
+        if commit:
+            self._seg_flags = fmt.SEGFLAG_COMMIT | self.seq
+        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
+        os.pwrite(self.fd, summ, base + self.ndata * self.bs)
+        if b > a:
+            if self._cleaning:
+                self.counters.clean_requests += 1
+            else:
+                self.counters.new_requests += 1
+        self.flushed_pos = self.cur_pos
+
+    def _seal(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """The current segment is full: write it and move to the next one."""
+        self._flush(commit=False)
+        self._seg_cache[self.cur_seg] = bytes(self.buf)
+        while len(self._seg_cache) > self.opts.cache_segments:
+            self._seg_cache.popitem(last=False)
+        if self._cleaning:
+            self.counters.clean_segments += 1
+        else:
+            self.counters.new_segments += 1
+        self._segs_since_cp += 1
+        nxt = self.next_seg
+        self._start_segment(nxt)
+
+    def _read_block(self: LFS, addr: int) -> bytes:  # type: ignore[misc]  # self is the LFS that mixes this in
+        seg, blk = addr >> 32, addr & 0xFFFFFFFF
+        if seg == self.cur_seg and blk < self.cur_pos and not self.closed:
+            return bytes(self.buf[blk * self.bs : (blk + 1) * self.bs])
+        cached = self._seg_cache.get(seg)
+        if cached is not None:
+            return cached[blk * self.bs : (blk + 1) * self.bs]
+        data = os.pread(self.fd, self.bs, self.geo.addr_offset(addr))
+        if len(data) < self.bs:
+            raise LfsError(f"{self.path}: truncated image: block {addr:#x} cut off")
+        return data
+
+    # ------------------------------------------------------------------ commit / checkpoint
+    def _commit(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """End a unit: everything changed so far reaches the log, the last write flagged."""
+        if self._txn is not None:
+            for ino in list(self._dirty):  # the commit changes their trees: keep them first
+                self._touch(ino)
+        self._pending_since: float | None = None
+        self._write_dirch()
+        for dino in sorted(self._dirty_dirs):
+            if self._bitmap_get(dino):
+                self._write_dir(dino)
+        self._dirty_dirs.clear()
+        while self._dirty:
+            batch = list(self._dirty.values())
+            self._dirty.clear()
+            for inode in batch:
+                self._commit_tree(inode)
+            for inode in batch:
+                self._store_inode(inode)
+                if inode.mode == 0:
+                    self._icache.pop(inode.ino, None)
+                    self._dirs.pop(inode.ino, None)
+        for sino in fmt.SYSTEM_FILES:
+            inode = self.sys[sino]
+            data = self._sysdata[sino]
+            inode.size = len(data)
+            for blk in sorted(self._sys_dirty[sino]):
+                piece = data[blk * self.bs : (blk + 1) * self.bs]
+                addr = self._put(piece, BlockRec(BT_DATA, 0, sino, inode.version, blk, now_ms()))
+                self._set_ptr(inode, blk, addr)
+            self._sys_dirty[sino].clear()
+            self._commit_tree(inode)
+        self._flush(commit=True)
+        if len(self._icache) > 8192:
+            self._icache = {k: v for k, v in self._icache.items() if v.dirty}
+            self._dirs = {k: v for k, v in self._dirs.items() if k in self._icache}
+
+    def _checkpoint(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        self._commit()
+        if self.cur_pos > 0:
+            # Seed 003 §2.3.2: next_seg is the next segment to be written after this
+            # checkpoint, so the partly written one is closed (roll-forward starts after it).
+            self._seal()
+        stamp = self._stamp()
+        cp = lfs_pb2.Checkpoint(
+            timestamp=stamp,
+            next_seg=self.cur_seg,
+            inode_inomap=_simp(self.sys[INO_INOMAP]),
+            inode_inovec=_simp(self.sys[INO_INOVEC]),
+            inode_inotbl=_simp(self.sys[INO_INOTBL]),
+            segusage=[
+                lfs_pb2.SegUsageRec(nblks_live=max(0, lv), mtime=mt)
+                for lv, mt in zip(self.live, self.mtime, strict=True)
+            ],
+        )
+        which = 1 - self.cp_which
+        fmt.write_checkpoint(self.fd, self.geo, which, cp)
+        self.cp_which = which
+        self.cp_stamp = stamp
+        self.cp_next = self.cur_seg
+        self._segs_since_cp = 0
+        self._last_cp_time = time.monotonic()
+        # Segments emptied since the last checkpoint become clean only now.
+        for s in range(self.geo.first_log_segment, self.geo.segments):
+            if self.live[s] == 0 and s != self.cur_seg and s != self.next_seg:
+                self.clean.add(s)
+        self.clean.discard(self.cur_seg)
+
+    def _end_op(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """An operation's changes are done (in memory): they wait there for the next commit
+        (``_commit_due``), which an operation outside any group makes at once."""
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
+        if self._txn is None:
+            self._commit()
+            self._after_op()
+
+    def _pending_blocks(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """A generous estimate of the metadata blocks the next commit writes."""
+        sd = self._sys_dirty
+        return (
+            3 * (len(self._dirty) + len(self._dirty_dirs))
+            + len(self._dirch) // 16
+            + len(sd[INO_INOMAP])
+            + len(sd[INO_INOVEC])
+            + len(sd[INO_INOTBL])
+        )
+
+    def _commit_due(self: LFS) -> bool:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """Whether the changes waiting in memory are committed now: always with a
+        ``commit_interval`` of 0; else when they are older than it, when their metadata
+        would take more than ``_MAX_PENDING`` blocks, or when clean segments run short (so
+        that a commit never needs more room than there is: twice the estimate is kept)."""
+        if self._pending_since is None:
+            return False
+        interval = self.opts.commit_interval
+        if interval <= 0 or time.monotonic() - self._pending_since >= interval:
+            return True
+        est = self._pending_blocks()
+        return est > _MAX_PENDING or len(self.clean) < self._lw + 3 + 2 * est // self.ndata
+
+    def _after_op(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        """Checkpoint and clean when due: never inside an operation, so that an operation that
+        fails can be undone (segments it emptied are not reused before it ends)."""
+        if (
+            self._segs_since_cp >= self.cp_interval
+            or time.monotonic() - self._last_cp_time >= self.opts.checkpoint_seconds
+        ):
+            self._checkpoint()
+        if not self._cleaning and len(self.clean) < self._low_water():
+            self.clean_now()
+
+    # ------------------------------------------------------------------ space
+    def _ensure_space(self: LFS, nblocks: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+        need = -(-nblocks // self.ndata) + 2
+        if self._txn is not None:
+            return  # made before the operation began (``atomic``); no cleaning inside it
+        if self._cleaning or len(self.clean) >= need + self._low_water():
+            return
+        self.clean_now(want=need + self._low_water() - len(self.clean))
+        if len(self.clean) < need + _RESERVE:
+            raise LfsNoSpace(
+                f"{self.path}: no space left ({len(self.clean)} clean segments, "
+                f"{need} needed and {_RESERVE} kept for deletes and cleaning)"
+            )
