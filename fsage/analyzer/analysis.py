@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
-from fsage.analyzer.dynamic import modeled_reads, preorder, ranges, walk_order
+from fsage.analyzer.dynamic import depths_below, modeled_reads, preorder, ranges, walk_order
 from fsage.analyzer.fit import fit_sizes
 from fsage.analyzer.freespace import free_space, group_map
 from fsage.analyzer.locality import (
@@ -394,24 +394,7 @@ class SnapshotAnalyzer:
     @staticmethod
     def _depths(parent: I64) -> I64:
         """Depth below the root (-1 for files not connected to a root)."""
-        n = parent.size
-        dep = np.full(n, -1, np.int64)
-        frontier = np.flatnonzero(parent < 0)
-        dep[frontier] = 0
-        # level by level from the roots, each file's children found in parent order
-        has_parent = np.flatnonzero(parent >= 0)
-        by_parent = has_parent[np.argsort(parent[has_parent], kind="stable")]
-        sorted_parent = parent[by_parent]
-        level = 0
-        while frontier.size:
-            lo = np.searchsorted(sorted_parent, frontier, side="left")
-            hi = np.searchsorted(sorted_parent, frontier, side="right")
-            kids = by_parent[ranges(lo, hi)]
-            kids = kids[dep[kids] < 0]
-            level += 1
-            dep[kids] = level
-            frontier = kids
-        return dep
+        return depths_below(parent, np.flatnonzero(parent < 0))
 
     def _dir_names(self, parent: I64, dep: I64, depth: int) -> dict[int, str]:
         layout = self.layout

@@ -104,22 +104,7 @@ def preorder(layout: Layout) -> I64:
         rows = np.flatnonzero(ok)[::-1]  # reversed: the first link of a file wins
         parent[li_c[rows]] = lp_c[rows]
         link_of[li_c[rows]] = rows
-    # depth below the root, level by level (files in loops or cut off stay -1)
-    dep = np.full(n, -1, np.int64)
-    dep[root] = 0
-    has = np.flatnonzero(parent >= 0)
-    level = 0
-    frontier = np.array([root], np.int64)
-    by_parent = has[np.argsort(parent[has], kind="stable")]
-    sorted_parent = parent[by_parent]
-    while frontier.size:
-        lo = np.searchsorted(sorted_parent, frontier, side="left")
-        hi = np.searchsorted(sorted_parent, frontier, side="right")
-        kids = by_parent[ranges(lo, hi)]
-        kids = kids[dep[kids] < 0]
-        level += 1
-        dep[kids] = level
-        frontier = kids
+    dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
     # rank every reachable file among its siblings by name
     all_names = np.empty(len(links), object)
@@ -146,6 +131,26 @@ def preorder(layout: Layout) -> I64:
         at = np.flatnonzero(dep == d)
         pos[at] = pos[parent[at]] + 1 + offset[at]
     return pos
+
+
+def depths_below(parent: I64, roots: I64) -> I64:
+    """Each file's depth below ``roots`` (0 for a root) through the ``parent`` array (-1:
+    none), found level by level; -1 for files no root reaches (cut off, or in a loop)."""
+    dep = np.full(parent.size, -1, np.int64)
+    dep[roots] = 0
+    has = np.flatnonzero(parent >= 0)
+    by_parent = has[np.argsort(parent[has], kind="stable")]
+    sorted_parent = parent[by_parent]
+    frontier, level = roots, 0
+    while frontier.size:
+        lo = np.searchsorted(sorted_parent, frontier, side="left")
+        hi = np.searchsorted(sorted_parent, frontier, side="right")
+        kids = by_parent[ranges(lo, hi)]
+        kids = kids[dep[kids] < 0]
+        level += 1
+        dep[kids] = level
+        frontier = kids
+    return dep
 
 
 def ranges(lo: I64, hi: I64) -> I64:
