@@ -26,11 +26,35 @@ PER_DIR = 1000
 
 
 class _Allocator:
-    """Hands out physical runs from a cursor, with small gaps between files."""
+    """Next fit over the file system's free space: new files take the free blocks after a
+    cursor, in order, wrapping at the end of the file system, with small skips before a file
+    and larger ones between the pieces of a fragmented file. A piece that meets allocated
+    space continues in the next free extent, as a real allocator's would."""
 
     def __init__(self, rng: np.random.Generator, start: int) -> None:
         self.rng = rng
         self.cursor = start
+        self.free_start: I64 = np.array([start], np.int64)
+        self.free_len: I64 = np.array([2**62], np.int64)  # until the size is known
+
+    def set_free(self, start: I64, length: I64) -> None:
+        """The free extents (sorted by start) that the next files are placed in."""
+        self.free_start, self.free_len = start.astype(np.int64), length.astype(np.int64)
+
+    def _from_cursor(self) -> tuple[I64, I64]:
+        """The free extents in the order next fit visits them: from the cursor to the end,
+        then from the start of the file system back to the cursor."""
+        s, ln = self.free_start, self.free_len
+        k = int(np.searchsorted(s + ln, self.cursor, side="right"))
+        head_s, head_l = s[k:].copy(), ln[k:].copy()
+        tail_s, tail_l = s[:k], ln[:k]
+        if head_s.size and head_s[0] < self.cursor:  # the cursor is inside this extent
+            before = self.cursor - head_s[0]
+            tail_s = np.append(tail_s, head_s[0])
+            tail_l = np.append(tail_l, before)
+            head_s[0] += before
+            head_l[0] -= before
+        return np.concatenate([head_s, tail_s]), np.concatenate([head_l, tail_l])
 
     def place(self, blocks: I64, frag: float) -> tuple[I64, I64, I64, I64]:
         """Extents (owner offsets, logical, physical, length) of new files of ``blocks``."""
@@ -46,11 +70,63 @@ class _Allocator:
         length = base + np.where(idx == pieces[owner] - 1, blocks[owner] % pieces[owner], 0)
         logical = idx * base
         gap = np.where(idx == 0, self.rng.integers(0, 4, owner.size), 0)
-        gap += np.where(idx > 0, self.rng.integers(1, 256, owner.size), 0)
-        step = length + gap
-        physical = self.cursor + np.cumsum(step) - length
-        self.cursor = int(physical[-1] + length[-1]) if physical.size else self.cursor
-        return off, logical.astype(np.int64), physical.astype(np.int64), length.astype(np.int64)
+        gap += np.where(idx > 0, self.rng.integers(1, 16, owner.size), 0)
+        if not owner.size:
+            return off, logical, np.zeros(0, np.int64), length
+        # Lay the pieces out in free-space coordinates (free blocks counted from the cursor),
+        # then map them back to physical runs, split where a free extent ends.
+        fs, fl = self._from_cursor()
+        fend = np.cumsum(fl)
+        fbeg = fend - fl
+        b = np.cumsum(gap + length)
+        a = b - length
+        if int(b[-1]) > int(fend[-1]):
+            raise ValueError("synthetic file system full: lower the churn or the file count")
+        first = np.searchsorted(fend, a, side="right")
+        last = np.searchsorted(fbeg, b, side="left")  # exclusive
+        count = last - first
+        sub_piece = np.repeat(np.arange(owner.size), count)
+        within = np.arange(int(count.sum())) - (np.cumsum(count) - count)[sub_piece]
+        ext = first[sub_piece] + within  # the free extent each run of a piece lies in
+        lo = np.maximum(a[sub_piece], fbeg[ext])
+        hi = np.minimum(b[sub_piece], fend[ext])
+        physical = fs[ext] + (lo - fbeg[ext])
+        run = hi - lo
+        sub_logical = logical[sub_piece] + (lo - a[sub_piece])
+        per_file = np.bincount(owner[sub_piece], minlength=n)
+        sub_off = np.zeros(n + 1, np.int64)
+        np.cumsum(per_file, out=sub_off[1:])
+        self.cursor = int(physical[-1] + run[-1])
+        # What the next call may use: the free space after the last piece (the skips between
+        # pieces stay free on disk but are not offered again until the next night).
+        used = int(b[-1])
+        k = int(np.searchsorted(fend, used, side="right"))
+        rest_s, rest_l = fs[k:].copy(), fl[k:].copy()
+        if rest_s.size and int(fbeg[k]) < used:
+            cut = used - int(fbeg[k])
+            rest_s[0] += cut
+            rest_l[0] -= cut
+        order = np.argsort(rest_s, kind="stable")
+        self.set_free(rest_s[order], rest_l[order])
+        return (
+            sub_off,
+            sub_logical.astype(np.int64),
+            physical.astype(np.int64),
+            run.astype(np.int64),
+        )
+
+
+def _free_extents(table: FileTable, blocks_total: int) -> tuple[I64, I64]:
+    """The gaps between the extents of ``table``'s files: the free space, sorted."""
+    start = table.ext_physical.astype(np.int64)
+    length = table.ext_length.astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    start, length = start[order], length[order]
+    end = np.maximum.accumulate(start + length)
+    gap_start = np.concatenate([[0], end])
+    gap_end = np.concatenate([start, [blocks_total]])
+    keep = gap_end > gap_start
+    return gap_start[keep], gap_end[keep] - gap_start[keep]
 
 
 def _new_files(
@@ -125,18 +201,9 @@ def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -
     links = LinkTable.from_lists(
         [2] * ndirs + parent.tolist(), list(range(3, 3 + ndirs)) + fino.tolist(), dnames + names
     )
-    start = everything.ext_physical.astype(np.int64)
-    length = everything.ext_length.astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    start, length = start[order], length[order]
-    end = np.maximum.accumulate(start + length)
-    gap_start = np.concatenate([[0], end])
-    gap_end = np.concatenate([start, [facts.blocks_total]])
-    keep = gap_end > gap_start
-    free = FreeExtents(
-        gap_start[keep].astype(np.uint64), (gap_end[keep] - gap_start[keep]).astype(np.uint64)
-    )
-    used = int(length.sum())
+    gap_start, gap_len = _free_extents(everything, facts.blocks_total)
+    free = FreeExtents(gap_start.astype(np.uint64), gap_len.astype(np.uint64))
+    used = int(everything.ext_length.astype(np.int64).sum())
     facts = FsFacts(**{**facts.__dict__, "blocks_free": max(facts.blocks_total - used, 0)})
     return Layout(facts=facts, files=everything, links=links, free=free)
 
@@ -192,10 +259,13 @@ def synthetic_history(
             keep[rewrite] = False
             new_inos = np.arange(next_ino, next_ino + k)
             next_ino += k
+            # deleted and rewritten files' blocks are free for tonight's files
+            kept = current.take(np.flatnonzero(keep))
+            alloc.set_free(*_free_extents(FileTable.concat([dirs, kept]), blocks_total))
             redone = _new_files(rng, alloc, current.ino[rewrite].astype(np.int64), frag, now_ns)
             redone.generation[:] = current.generation[rewrite]
             born = _new_files(rng, alloc, new_inos, frag, now_ns)
-            current = FileTable.concat([current.take(np.flatnonzero(keep)), redone, born])
+            current = FileTable.concat([kept, redone, born])
             current = current.sorted_by_ino()
         if night < skip:
             continue
