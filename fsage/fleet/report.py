@@ -71,7 +71,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                     "date",
                     "layout score",
                     legend={"orientation": "v", "x": 1.02, "y": 1},
-                    margin={"r": 160},
+                    margin={"r": 210},
                 )
             ],
             tables=[

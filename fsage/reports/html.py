@@ -136,7 +136,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-botto
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.plot{width:100%;height:420px}.note{color:#555;font-size:.9em}
+.plot{width:100%;min-height:420px}.note{color:#555;font-size:.9em}
 #fsage-errors{color:#b00;white-space:pre-wrap}
 """
 
@@ -181,7 +181,11 @@ _BOOT = """
           .then(function(){
                   if (div.querySelector('svg.main-svg')) div.setAttribute('data-drawn', '1');
                   else fail('no svg in ' + div.id);
-                  div.setAttribute('data-overlaps', overlaps(div).join(' ')); },
+                  div.setAttribute('data-overlaps', overlaps(div).join(' '));
+                  // a figure taller than its box would be drawn over what follows it
+                  var svg = div.querySelector('svg.main-svg');
+                  div.setAttribute('data-overflow', String(svg && svg.getBoundingClientRect()
+                    .bottom > div.getBoundingClientRect().bottom + 1 ? 1 : 0)); },
                 function(err){ fail(div.id + ': ' + err); });
         pending.push(p);
       } catch (e) { fail(div.id + ': ' + e); }

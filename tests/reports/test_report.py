@@ -124,6 +124,8 @@ def test_every_plot_draws_in_chromium(db: Path, tmp_path: Path) -> None:
     assert 'data-plots="7"' in attrs and 'data-plots-drawn="7"' in attrs
     # no title, axis label, tick label, legend or button drawn over another
     assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * 7
+    # every figure fits its box, so none is drawn over the table or heading after it
+    assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * 7
     assert re.search(r'<div id="fsage-errors"></div>', dom)
     # the hostile name stayed text: no <img> element was created from it
     assert "<img" not in dom
