@@ -44,6 +44,13 @@ live = Extension(
     extra_link_args=["-pthread"],
 )
 
+# The mounted-directory executor's ops (fsage/ager/posix.py); Linux only, no libraries.
+posixexec = Extension(
+    "fsage._posixexec",
+    sources=["fsage/_posixexec.c"],
+    extra_compile_args=["-O2", "-Wall"],
+)
+
 # `fsage lfs mount`: libfuse3's low-level loop calling fsage/lfs/mount.py (fsage/_fuse.c).
 fuse = Extension(
     "fsage._fuse",
@@ -52,4 +59,4 @@ fuse = Extension(
     extra_link_args=pkg_config("--libs", libs=("fuse3",)),
 )
 
-setup(ext_modules=[ext2fs, live, fuse])
+setup(ext_modules=[ext2fs, live, posixexec, fuse])

@@ -3,23 +3,25 @@
 Every path is resolved one component at a time from an open descriptor of the target root with
 ``O_NOFOLLOW``, so a symlink (planted or recorded) never leads outside the target. Data is a
 fixed pseudo-random buffer (not zeros, so no file system can elide or compress it away), written
-with ``write``/``pwrite`` — never only ``fallocate``.
+with ``write``/``pwrite`` — or, with ``data="fallocate"``, only allocated (Geriatrix's mode).
+The ops and the directory descriptor cache run in C (``fsage/_posixexec.c``: one call per op,
+its journal line included), with these semantics.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import errno
+import functools
 import os
 import random
-import stat
-from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from fsage.errors import UnsafeTargetError, WorkloadError
+from fsage import _posixexec
+from fsage.errors import FsageError, UnsafeTargetError, WorkloadError
 from fsage.workload import (
     SPECIAL_MODES,
     Executor,
@@ -30,10 +32,10 @@ from fsage.workload import (
 )
 
 _CHUNK = 1 << 20
-_DATA = memoryview(random.Random(0x5EED).randbytes(_CHUNK))
+#: The data written: pseudo-random, so no file system can elide or compress it away.
+_DATA_BYTES = random.Random(0x5EED).randbytes(_CHUNK)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: How file data reaches the disk: written (the default: real data), or only allocated with
 #: fallocate (unwritten extents, as Geriatrix ages).
 DATA_MODES = ("write", "fallocate")
@@ -45,6 +47,15 @@ MARKER = ".fsage-age"
 RECORD_SUFFIX = ".fsage-age"
 #: Names in a target root that do not count against "empty".
 IGNORED_NAMES = frozenset({MARKER, "lost+found"})
+
+
+class OpJournal(Protocol):
+    """Where ``PosixExecutor.journaled`` appends the lines of the ops that took effect."""
+
+    fd: int
+    path: Path
+
+    def add(self, op: Op) -> None: ...
 
 
 def record_path_for(target: Path) -> Path:
@@ -84,13 +95,6 @@ def punch_hole(fd: int, offset: int, size: int) -> None:
     _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, size)
 
 
-def allocate(fd: int, offset: int, size: int) -> None:
-    """fallocate(mode 0): allocate the range (unwritten extents), growing the size to its end.
-    Never emulated by writing zeros (``os.posix_fallocate`` would, on a file system without
-    fallocate): EOPNOTSUPP is an error."""
-    _fallocate(fd, 0, offset, size)
-
-
 def _syncfs(fd: int) -> None:
     if _libc_fn().syncfs(fd) != 0:
         os.sync()
@@ -110,14 +114,17 @@ class PosixExecutor(Executor):
             self._root_fd = os.open(self.root, _DIR_FLAGS)
         except OSError as exc:
             raise UnsafeTargetError(f"cannot open target {root}: {exc.strerror}") from None
-        # Least recently used first. Descriptors handed out during the current op are pinned:
-        # an op that resolves two directories (rename, link) must not see the first one closed
-        # when the second lookup fills the cache.
-        self._dir_fds: OrderedDict[str, int] = OrderedDict()
-        self._pinned: set[str] = set()
-        # How many cached keys are each directory or below it: a rename or rmdir of a path
-        # that nothing cached lies in or under costs one lookup, not a scan of the cache.
-        self._under: dict[str, int] = {}
+        # The ops and the directory descriptor cache are in C (fsage/_posixexec.c); kinds it
+        # does not run come back to ``_apply_other``.
+        self._c = _posixexec.Executor(
+            self._root_fd,
+            _DATA_BYTES,
+            self.allocate_only,
+            fsync,
+            _MAX_DIR_FDS,
+            self._apply_other,
+            (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError),
+        )
         st = os.fstatvfs(self._root_fd)
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
@@ -126,124 +133,38 @@ class PosixExecutor(Executor):
             + f", block size {st.f_frsize}"
         )
 
-    # ------------------------------------------------------------------ paths
-
-    def _dir_fd(self, parent: str) -> int:
-        """Descriptor of directory ``parent`` (relative, '' = root), walked without following
-        symlinks; cached (least recently used evicted, never one in use by the current op)."""
-        if not parent:
-            return self._root_fd
-        fd = self._dir_fds.get(parent)
-        if fd is not None:
-            self._dir_fds.move_to_end(parent)
-            self._pinned.add(parent)
-            return fd
-        head, _, name = parent.rpartition("/")
-        base = self._dir_fd(head)
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=base)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP or exc.errno == errno.ENOTDIR:
-                raise UnsafeTargetError(
-                    f"{parent!r} is not a directory inside the target (symlink?)"
-                ) from None
-            raise
-        self._evict(_MAX_DIR_FDS - 1)
-        self._dir_fds[parent] = fd
-        self._count_under(parent, 1)
-        self._pinned.add(parent)
-        return fd
-
-    def _count_under(self, key: str, delta: int) -> None:
-        under = self._under
-        end = len(key)
-        while True:
-            prefix = key[:end]
-            n = under.get(prefix, 0) + delta
-            if n:
-                under[prefix] = n
-            else:
-                del under[prefix]
-            end = key.rfind("/", 0, end)
-            if end < 0:
-                return
-
-    def _close_cached(self, key: str) -> None:
-        os.close(self._dir_fds.pop(key))
-        self._count_under(key, -1)
-
-    def _evict(self, keep: int) -> None:
-        """Close the least recently used unpinned descriptors until at most ``keep`` remain
-        (pinned ones stay even beyond that: an op holds at most a few)."""
-        if len(self._dir_fds) <= keep:
-            return
-        for key in list(self._dir_fds):
-            if len(self._dir_fds) <= keep:
-                break
-            if key not in self._pinned:
-                self._close_cached(key)
-
-    def _drop_dir_fds(self) -> None:
-        """Close every cached descriptor (after the namespace changed under cached paths);
-        only between ops or after the op's last use of them."""
-        for fd in self._dir_fds.values():
-            os.close(fd)
-        self._dir_fds.clear()
-        self._under.clear()
-        self._pinned.clear()
-
-    def _forget_dirs(self, path: str) -> None:
-        """Close the cached descriptors of directory ``path`` and everything below it (it was
-        removed or renamed, so those cache keys no longer name those directories)."""
-        if path not in self._under:
-            return
-        prefix = path + "/"
-        for key in [k for k in self._dir_fds if k == path or k.startswith(prefix)]:
-            self._close_cached(key)
-            self._pinned.discard(key)
+    @property
+    def _dir_fds(self) -> list[str]:
+        """The directories whose descriptors are cached, least recently used first."""
+        return self._c.cached()
 
     def _split(self, path: str) -> tuple[int, str]:
         head, _, name = path.rpartition("/")
-        return self._dir_fd(head), name
-
-    # ------------------------------------------------------------------ data
-
-    def _write(self, fd: int, size: int, offset: int | None = None) -> int:
-        if self.allocate_only:
-            if size:
-                allocate(fd, os.fstat(fd).st_size if offset is None else offset, size)
-            return size
-        done = 0
-        while done < size:
-            n = min(_CHUNK, size - done)
-            if offset is None:
-                w = os.write(fd, _DATA[:n])
-            else:
-                w = os.pwrite(fd, _DATA[:n], offset + done)
-            if w <= 0:
-                raise OSError(errno.ENOSPC, "short write")
-            done += w
-        return done
-
-    def _open_file(self, path: str, flags: int) -> int:
-        dfd, name = self._split(path)
-        # O_NONBLOCK: opening a FIFO found at the path must fail (ENXIO), not wait for a
-        # reader; it changes nothing for a regular file.
-        flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        fd = os.open(name, flags, 0o644, dir_fd=dfd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OpFailedError(f"{path!r} is not a regular file")
-        return fd
+        return self._c.dir_fd(head), name
 
     # ------------------------------------------------------------------ ops
 
     def apply(self, op: Op) -> int:
-        self._pinned.clear()
+        return self._c.apply(op)
+
+    def journaled(self, journal: OpJournal) -> Callable[[Op], int]:
+        """``apply`` that also appends the op's line to ``journal`` once the op took effect,
+        in the same C call (unless ``apply`` was replaced, by a subclass or a test's fault
+        injection: then that ``apply`` runs, and ``journal.add``)."""
+        if type(self).apply is not _APPLY_IN_C:
+
+            def step(op: Op) -> int:
+                n = self.apply(op)
+                journal.add(op)
+                return n
+
+            return step
+        return functools.partial(self._c.apply_logged, journal)
+
+    def _apply_other(self, op: Op) -> int:
+        """The kinds the C side leaves to Python (symlink, mknod, fsync, sync, snapshot)."""
         try:
             return self._apply(op)
-        except NoSpaceError:
-            raise
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"{op.op} {op.path}: no space left") from None
@@ -251,101 +172,6 @@ class PosixExecutor(Executor):
 
     def _apply(self, op: Op) -> int:
         kind = op.op
-        if kind == "create":
-            dfd, name = self._split(op.path)
-            try:
-                # A new name (the usual case): the file made is regular and empty.
-                fd = os.open(name, _NEW_FLAGS, 0o644, dir_fd=dfd)
-            except FileExistsError:
-                fd = self._open_file(op.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                self._write(fd, op.size, None if not self.allocate_only else 0)
-                if self.fsync:
-                    os.fsync(fd)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    os.close(fd)
-                    fd = -1
-                    dfd, name = self._split(op.path)
-                    os.unlink(name, dir_fd=dfd)
-                raise
-            finally:
-                if fd >= 0:
-                    os.close(fd)
-            return op.size
-        if kind in ("append", "overwrite", "truncate"):
-            fd = self._open_file(op.path, os.O_WRONLY)
-            try:
-                old = os.fstat(fd).st_size
-                try:
-                    if kind == "append":
-                        self._write(fd, op.size, old)
-                    elif kind == "overwrite":
-                        if not self.allocate_only:  # the blocks are allocated already
-                            self._write(fd, op.size, op.offset)
-                    else:
-                        os.ftruncate(fd, op.size)
-                    if self.fsync:
-                        os.fsync(fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and kind != "truncate":
-                        os.ftruncate(fd, old) if kind == "append" else None
-                    raise
-            finally:
-                os.close(fd)
-            return 0 if kind == "truncate" else op.size
-        if kind in ("punch", "fallocate"):
-            fd = self._open_file(op.path, os.O_WRONLY)
-            try:
-                old = os.fstat(fd).st_size
-                try:
-                    if op.size and kind == "punch":
-                        punch_hole(fd, op.offset, op.size)
-                    elif op.size:
-                        allocate(fd, op.offset, op.size)
-                    if self.fsync:
-                        os.fsync(fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT) and kind == "fallocate":
-                        with contextlib.suppress(OSError):  # undo what was allocated
-                            punch_hole(fd, op.offset, op.size)
-                            os.ftruncate(fd, old)
-                    raise
-            finally:
-                os.close(fd)
-            return 0
-        if kind == "mkdir":
-            dfd, name = self._split(op.path)
-            os.mkdir(name, 0o755, dir_fd=dfd)
-            return 0
-        if kind == "delete":
-            dfd, name = self._split(op.path)
-            try:
-                os.unlink(name, dir_fd=dfd)
-            except IsADirectoryError:
-                os.rmdir(name, dir_fd=dfd)
-                self._forget_dirs(op.path)
-            except PermissionError:
-                # Linux reports EPERM (not EISDIR) for unlink of a directory on some fs.
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise
-                os.rmdir(name, dir_fd=dfd)
-                self._forget_dirs(op.path)
-            return 0
-        if kind == "rename":
-            sfd, sname = self._split(op.path)
-            dfd, dname = self._split(op.dest)
-            os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
-            # A directory renamed (or replaced by the rename) changes what cached paths name.
-            self._forget_dirs(op.path)
-            self._forget_dirs(op.dest)
-            return 0
-        if kind == "link":
-            sfd, sname = self._split(op.path)
-            dfd, dname = self._split(op.dest)
-            os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
-            return 0
         if kind == "symlink":
             dfd, name = self._split(op.path)
             os.symlink(symlink_target(op), name, dir_fd=dfd)
@@ -378,12 +204,15 @@ class PosixExecutor(Executor):
 
     def close(self) -> None:
         if self._root_fd >= 0:
-            self._drop_dir_fds()
+            self._c.drop()
             try:
                 self.sync()
             finally:
                 os.close(self._root_fd)
                 self._root_fd = -1
+
+
+_APPLY_IN_C = PosixExecutor.apply
 
 
 # ---------------------------------------------------------------------- target checks

@@ -544,7 +544,6 @@ class _Journal:
 
     def __init__(self, path: Path, header: WorkloadHeader | None, keep_bytes: int | None) -> None:
         self.path = path
-        self.ops = 0
         try:
             if header is not None:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -557,8 +556,15 @@ class _Journal:
         self.fd = fd
         if keep_bytes is not None:
             os.ftruncate(fd, keep_bytes)
-        os.lseek(fd, 0, os.SEEK_END)
-        self.bytes = os.lseek(fd, 0, os.SEEK_CUR)
+        self._end = os.lseek(fd, 0, os.SEEK_END)
+
+    @property
+    def bytes(self) -> int:
+        """Where the journal ends: lines are appended at the descriptor's offset (by ``add``
+        or by an executor's ``journaled`` apply)."""
+        if self.fd >= 0:
+            self._end = os.lseek(self.fd, 0, os.SEEK_CUR)
+        return self._end
 
     @staticmethod
     def tail(path: Path, from_byte: int) -> tuple[list[Op], int]:
@@ -581,13 +587,26 @@ class _Journal:
             os.write(self.fd, line)
         except OSError as exc:
             raise FsageError(f"cannot write the journal {self.path}: {exc.strerror}") from None
-        self.bytes += len(line)
-        self.ops += 1
 
     def close(self) -> None:
         if self.fd >= 0:
+            self._end = os.lseek(self.fd, 0, os.SEEK_CUR)
             os.close(self.fd)
             self.fd = -1
+
+
+def _stepper(ex: Executor, journal: _Journal) -> Callable[[Op], int]:
+    """Run an op on ``ex``, then journal it (only once it took effect): on a directory
+    target both in one C call."""
+    if isinstance(ex, PosixExecutor):
+        return ex.journaled(journal)
+
+    def step(op: Op) -> int:
+        n = ex.apply(op)
+        journal.add(op)
+        return n
+
+    return step
 
 
 def _plain(text: str) -> bool:
@@ -764,18 +783,18 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     snap_s = 0.0
     last_draw = t0
     progress = opts.progress
-    ex_apply = tgt.executor.apply
+    step = _stepper(tgt.executor, journal)
     last_snap = [-1]
     clock = time.perf_counter
     with store_cm as store, _Interrupt() as intr:
 
         def snapshot(label: str) -> None:
-            nonlocal ex_apply, snap_s
+            nonlocal step, snap_s
             if store is None:
                 return
             ts = clock()
             layout = tgt.layout()
-            ex_apply = tgt.executor.apply
+            step = _stepper(tgt.executor, journal)
             summ = store.add_snapshot(
                 layout, name=name, op_count=done, bytes_written=bytes_written, label=label
             )
@@ -813,8 +832,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                     fill_mark = (done, tgt.counters_mark())
                 ta = clock()
                 try:
-                    bytes_written += ex_apply(op)
-                    journal.add(op)
+                    bytes_written += step(op)
                 except NoSpaceError:
                     res.nospace += 1
                     if gen is not None:

@@ -1,0 +1,912 @@
+/*
+ * fsage._posixexec: the per-op work of the mounted-directory executor (fsage/ager/posix.py)
+ * in C, so that an op costs its system calls and little else.
+ *
+ * Executor.apply(op) runs create, append, overwrite, truncate, punch, fallocate, mkdir,
+ * delete, rename and link with openat/fallocate/write/unlinkat/renameat/linkat relative to
+ * directory descriptors; any other kind goes to the Python ``fallback(op)``. The semantics are
+ * posix.py's (see its module doc): every path is walked one component at a time from the
+ * target's root with O_NOFOLLOW, a create that runs out of space removes the file it made,
+ * an append that does truncates the file back, and errors become the exceptions given at
+ * construction: (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError).
+ *
+ * Directory descriptors are cached by relative path (least recently used evicted beyond
+ * ``max_fds``). Every descriptor handed out during an op is pinned until the next op starts,
+ * so an op that resolves two directories (rename, link) never sees the first closed by the
+ * second lookup. A removed or renamed directory's entries, and those below it, are closed.
+ *
+ * Executor.apply_logged(journal, op) runs the op and then, only if it took effect, appends
+ * its JSON line to ``journal.fd`` (a plain-ASCII op is formatted here, byte for byte as
+ * Op.to_json writes it; any other goes through ``journal.add(op)``).
+ */
+#define _GNU_SOURCE
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
+
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+#define NEW_FLAGS (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
+#define FILE_FLAGS (O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+#define CHUNK (1 << 20)
+
+/* Return codes of the internal functions: 0 done, ERR_ERRNO failed with ex->err set (an
+ * OSError to the caller), ERR_PY failed with a Python exception set. */
+#define ERR_ERRNO (-1)
+#define ERR_PY (-2)
+
+#define RETRY(call)                                                                            \
+    ({                                                                                         \
+        long r_;                                                                               \
+        do r_ = (long)(call);                                                                  \
+        while (r_ < 0 && errno == EINTR);                                                      \
+        r_;                                                                                    \
+    })
+
+enum kind {
+    K_CREATE,
+    K_APPEND,
+    K_OVERWRITE,
+    K_TRUNCATE,
+    K_PUNCH,
+    K_FALLOCATE,
+    K_MKDIR,
+    K_DELETE,
+    K_RENAME,
+    K_LINK,
+    K_OTHER
+};
+static const char *const KIND_NAMES[] = {"create", "append", "overwrite", "truncate", "punch",
+                                         "fallocate", "mkdir", "delete", "rename", "link"};
+
+typedef struct {
+    char *key; /* relative path of the directory, not NUL-terminated */
+    Py_ssize_t len;
+    uint64_t hash;
+    int fd;
+    int prev, next; /* LRU list: prev toward the least recently used; -1 ends */
+    uint64_t pin;   /* the op generation that last handed it out */
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    int root_fd;
+    int allocate_only;
+    int fsync;
+    int max_fds;
+    PyObject *data; /* bytes: the pseudo-random data written */
+    PyObject *fallback;
+    PyObject *nospace_exc, *failed_exc, *unsafe_exc, *fsage_exc;
+    int err;
+    /* the cache */
+    Entry *ents;
+    int cap, count, free_head, lru, mru;
+    int32_t *table; /* open addressing, linear probing: entry index or -1 */
+    uint32_t tmask;
+    uint64_t gen;
+} Exec;
+
+/* ------------------------------------------------------------------ the cache */
+
+static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int table_find(Exec *ex, const char *key, Py_ssize_t len, uint64_t h) {
+    uint32_t i = (uint32_t)h & ex->tmask;
+    for (;;) {
+        int e = ex->table[i];
+        if (e < 0) return -1;
+        Entry *en = &ex->ents[e];
+        if (en->hash == h && en->len == len && memcmp(en->key, key, (size_t)len) == 0) return e;
+        i = (i + 1) & ex->tmask;
+    }
+}
+
+static void table_put(Exec *ex, int e) {
+    uint32_t i = (uint32_t)ex->ents[e].hash & ex->tmask;
+    while (ex->table[i] >= 0) i = (i + 1) & ex->tmask;
+    ex->table[i] = e;
+}
+
+static void table_remove(Exec *ex, int e) {
+    uint32_t i = (uint32_t)ex->ents[e].hash & ex->tmask;
+    while (ex->table[i] != e) i = (i + 1) & ex->tmask;
+    /* Backward-shift deletion: move later entries of the run into the hole. */
+    uint32_t hole = i;
+    for (;;) {
+        i = (i + 1) & ex->tmask;
+        int f = ex->table[i];
+        if (f < 0) break;
+        uint32_t home = (uint32_t)ex->ents[f].hash & ex->tmask;
+        if (((i - home) & ex->tmask) >= ((i - hole) & ex->tmask)) {
+            ex->table[hole] = f;
+            hole = i;
+        }
+    }
+    ex->table[hole] = -1;
+}
+
+static void lru_unlink(Exec *ex, int e) {
+    Entry *en = &ex->ents[e];
+    if (en->prev >= 0) ex->ents[en->prev].next = en->next;
+    else ex->lru = en->next;
+    if (en->next >= 0) ex->ents[en->next].prev = en->prev;
+    else ex->mru = en->prev;
+    en->prev = en->next = -1;
+}
+
+static void lru_push(Exec *ex, int e) {
+    Entry *en = &ex->ents[e];
+    en->prev = ex->mru;
+    en->next = -1;
+    if (ex->mru >= 0) ex->ents[ex->mru].next = e;
+    else ex->lru = e;
+    ex->mru = e;
+}
+
+static void close_entry(Exec *ex, int e) {
+    Entry *en = &ex->ents[e];
+    close(en->fd);
+    table_remove(ex, e);
+    lru_unlink(ex, e);
+    PyMem_Free(en->key);
+    en->key = NULL;
+    en->fd = -1;
+    en->next = ex->free_head; /* the free list reuses next */
+    ex->free_head = e;
+    ex->count--;
+}
+
+/* Room for one more entry: grow the arrays (the table stays under half full). */
+static int reserve(Exec *ex) {
+    if (ex->free_head >= 0) return 0;
+    int ncap = ex->cap ? ex->cap * 2 : 64;
+    Entry *ne = PyMem_Realloc(ex->ents, sizeof(Entry) * (size_t)ncap);
+    if (ne == NULL) return -1;
+    ex->ents = ne;
+    for (int i = ncap - 1; i >= ex->cap; i--) {
+        ne[i].key = NULL;
+        ne[i].fd = -1;
+        ne[i].next = ex->free_head;
+        ex->free_head = i;
+    }
+    uint32_t tsize = (uint32_t)ncap * 4;
+    int32_t *nt = PyMem_Malloc(sizeof(int32_t) * tsize);
+    if (nt == NULL) return -1;
+    PyMem_Free(ex->table);
+    ex->table = nt;
+    ex->tmask = tsize - 1;
+    for (uint32_t i = 0; i < tsize; i++) nt[i] = -1;
+    for (int i = 0; i < ex->cap; i++)
+        if (ne[i].key != NULL) table_put(ex, i);
+    ex->cap = ncap;
+    return 0;
+}
+
+/* Close the least recently used unpinned descriptors until at most ``keep`` remain. */
+static void evict(Exec *ex, int keep) {
+    int e = ex->lru;
+    while (ex->count > keep && e >= 0) {
+        int next = ex->ents[e].next;
+        if (ex->ents[e].pin != ex->gen) close_entry(ex, e);
+        e = next;
+    }
+}
+
+static void drop_all(Exec *ex) {
+    while (ex->lru >= 0) close_entry(ex, ex->lru);
+}
+
+/* Close the entries of directory ``path`` and of everything below it. */
+static void forget(Exec *ex, const char *path, Py_ssize_t len) {
+    if (ex->count == 0) return;
+    for (int e = 0; e < ex->cap; e++) {
+        Entry *en = &ex->ents[e];
+        if (en->key == NULL || en->len < len || memcmp(en->key, path, (size_t)len) != 0) continue;
+        if (en->len == len || en->key[len] == '/') close_entry(ex, e);
+    }
+}
+
+static void raise_unsafe(Exec *ex, const char *key, Py_ssize_t len) {
+    PyObject *s = PyUnicode_DecodeFSDefaultAndSize(key, len);
+    if (s == NULL) return;
+    PyObject *msg = PyUnicode_FromFormat("%R is not a directory inside the target (symlink?)", s);
+    Py_DECREF(s);
+    if (msg == NULL) return;
+    PyErr_SetObject(ex->unsafe_exc, msg);
+    Py_DECREF(msg);
+}
+
+/* Descriptor of directory ``key`` (relative, "" = the root), walked without following
+ * symlinks; cached and pinned for the current op. */
+static int dir_fd(Exec *ex, const char *key, Py_ssize_t len, int *out) {
+    if (len == 0) {
+        *out = ex->root_fd;
+        return 0;
+    }
+    uint64_t h = hash_bytes(key, len);
+    int e = table_find(ex, key, len, h);
+    if (e >= 0) {
+        Entry *en = &ex->ents[e];
+        if (ex->mru != e) {
+            lru_unlink(ex, e);
+            lru_push(ex, e);
+        }
+        en->pin = ex->gen;
+        *out = en->fd;
+        return 0;
+    }
+    Py_ssize_t slash = len - 1;
+    while (slash >= 0 && key[slash] != '/') slash--;
+    int base;
+    int rc = dir_fd(ex, key, slash < 0 ? 0 : slash, &base);
+    if (rc) return rc;
+    char name[NAME_MAX + 1];
+    Py_ssize_t nlen = len - slash - 1;
+    if (nlen > NAME_MAX) {
+        ex->err = ENAMETOOLONG;
+        return ERR_ERRNO;
+    }
+    memcpy(name, key + slash + 1, (size_t)nlen);
+    name[nlen] = '\0';
+    int fd = (int)RETRY(openat(base, name, DIR_FLAGS));
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) {
+            raise_unsafe(ex, key, len);
+            return ERR_PY;
+        }
+        ex->err = errno;
+        return ERR_ERRNO;
+    }
+    evict(ex, ex->max_fds - 1);
+    if (reserve(ex) < 0) {
+        close(fd);
+        PyErr_NoMemory();
+        return ERR_PY;
+    }
+    e = ex->free_head;
+    Entry *en = &ex->ents[e];
+    ex->free_head = en->next;
+    en->key = PyMem_Malloc((size_t)len);
+    if (en->key == NULL) {
+        en->next = ex->free_head;
+        ex->free_head = e;
+        close(fd);
+        PyErr_NoMemory();
+        return ERR_PY;
+    }
+    memcpy(en->key, key, (size_t)len);
+    en->len = len;
+    en->hash = h;
+    en->fd = fd;
+    en->pin = ex->gen;
+    table_put(ex, e);
+    lru_push(ex, e);
+    ex->count++;
+    *out = fd;
+    return 0;
+}
+
+/* The directory descriptor and the last component of ``path`` (a NUL-terminated suffix). */
+static int split(Exec *ex, const char *path, Py_ssize_t len, int *dfd, const char **name) {
+    Py_ssize_t slash = len - 1;
+    while (slash >= 0 && path[slash] != '/') slash--;
+    *name = path + slash + 1;
+    return dir_fd(ex, path, slash < 0 ? 0 : slash, dfd);
+}
+
+/* ------------------------------------------------------------------ data */
+
+static int errno_fail(Exec *ex) {
+    ex->err = errno;
+    return ERR_ERRNO;
+}
+
+/* Write ``size`` bytes of data at ``offset`` (-1: at the file position), or allocate them. */
+static int put_data(Exec *ex, int fd, long long size, long long offset) {
+    if (ex->allocate_only) {
+        if (size && RETRY(fallocate(fd, 0, offset < 0 ? 0 : offset, size)) != 0)
+            return errno_fail(ex);
+        return 0;
+    }
+    const char *buf = PyBytes_AS_STRING(ex->data);
+    long long done = 0;
+    while (done < size) {
+        size_t n = (size_t)(size - done < CHUNK ? size - done : CHUNK);
+        long w = offset < 0 ? RETRY(write(fd, buf, n)) : RETRY(pwrite(fd, buf, n, offset + done));
+        if (w < 0) return errno_fail(ex);
+        if (w == 0) {
+            ex->err = ENOSPC;
+            return ERR_ERRNO;
+        }
+        done += w;
+    }
+    return 0;
+}
+
+static int is_nospace(int err) { return err == ENOSPC || err == EDQUOT; }
+
+/* Open the regular file at ``path``; anything else (a FIFO, a device...) is refused. */
+static int open_file(Exec *ex, PyObject *pyname, const char *path, Py_ssize_t len, int flags,
+                     int *out, struct stat *st) {
+    int dfd;
+    const char *name;
+    int rc = split(ex, path, len, &dfd, &name);
+    if (rc) return rc;
+    int fd = (int)RETRY(openat(dfd, name, flags | FILE_FLAGS, 0644));
+    if (fd < 0) return errno_fail(ex);
+    if (fstat(fd, st) != 0) {
+        rc = errno_fail(ex);
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        PyErr_Format(ex->failed_exc, "%R is not a regular file", pyname);
+        return ERR_PY;
+    }
+    *out = fd;
+    return 0;
+}
+
+static int close_checked(Exec *ex, int fd, int rc) {
+    if (close(fd) != 0 && rc == 0) return errno_fail(ex);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+typedef struct {
+    enum kind kind;
+    PyObject *kind_obj, *path_obj, *dest_obj, *label_obj;
+    const char *path, *dest;
+    Py_ssize_t plen, dlen;
+    long long size, offset;
+    PyObject *tmp_path, *tmp_dest; /* encoded non-ASCII paths */
+} OpArgs;
+
+static enum kind classify(PyObject *s) {
+    Py_ssize_t n;
+    const char *k = PyUnicode_AsUTF8AndSize(s, &n);
+    if (k == NULL) {
+        PyErr_Clear();
+        return K_OTHER;
+    }
+    for (int i = 0; i < K_OTHER; i++)
+        if (strcmp(k, KIND_NAMES[i]) == 0 && (Py_ssize_t)strlen(k) == n) return (enum kind)i;
+    return K_OTHER;
+}
+
+/* The bytes of a path as os functions pass them (UTF-8 with surrogateescape). */
+static int path_bytes(PyObject *s, const char **p, Py_ssize_t *n, PyObject **tmp) {
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "op paths must be str");
+        return -1;
+    }
+    if (PyUnicode_IS_ASCII(s)) {
+        *p = PyUnicode_AsUTF8AndSize(s, n);
+        if (*p == NULL) return -1;
+    } else {
+        *tmp = PyUnicode_EncodeFSDefault(s);
+        if (*tmp == NULL) return -1;
+        *p = PyBytes_AS_STRING(*tmp);
+        *n = PyBytes_GET_SIZE(*tmp);
+    }
+    if ((Py_ssize_t)strlen(*p) != *n) {
+        PyErr_SetString(PyExc_ValueError, "embedded null byte");
+        return -1;
+    }
+    return 0;
+}
+
+static int run_create(Exec *ex, OpArgs *a) {
+    int dfd, fd;
+    const char *name;
+    struct stat st;
+    int rc = split(ex, a->path, a->plen, &dfd, &name);
+    if (rc) return rc;
+    fd = (int)RETRY(openat(dfd, name, NEW_FLAGS, 0644));
+    if (fd < 0) {
+        if (errno != EEXIST) return errno_fail(ex);
+        rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY | O_CREAT | O_TRUNC, &fd, &st);
+        if (rc) return rc;
+    }
+    rc = put_data(ex, fd, a->size, ex->allocate_only ? 0 : -1);
+    if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
+    if (rc == ERR_ERRNO && is_nospace(ex->err)) {
+        close(fd);
+        /* Remove what was made: a full disk leaves no half-written file behind. */
+        int rc2 = split(ex, a->path, a->plen, &dfd, &name);
+        if (rc2) return rc2;
+        if (unlinkat(dfd, name, 0) != 0) return errno_fail(ex);
+        return rc;
+    }
+    return close_checked(ex, fd, rc);
+}
+
+static int run_resize(Exec *ex, OpArgs *a) {
+    int fd;
+    struct stat st;
+    int rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY, &fd, &st);
+    if (rc) return rc;
+    long long old = st.st_size;
+    if (a->kind == K_APPEND) rc = put_data(ex, fd, a->size, old);
+    else if (a->kind == K_OVERWRITE) {
+        if (!ex->allocate_only) rc = put_data(ex, fd, a->size, a->offset);
+    } else if (RETRY(ftruncate(fd, a->size)) != 0) rc = errno_fail(ex);
+    if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
+    if (rc == ERR_ERRNO && is_nospace(ex->err) && a->kind == K_APPEND) {
+        if (RETRY(ftruncate(fd, old)) != 0) rc = errno_fail(ex);
+    }
+    return close_checked(ex, fd, rc);
+}
+
+static int run_space(Exec *ex, OpArgs *a) {
+    int fd;
+    struct stat st;
+    int rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY, &fd, &st);
+    if (rc) return rc;
+    long long old = st.st_size;
+    int punch = a->kind == K_PUNCH;
+    int mode = punch ? FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE : 0;
+    if (a->size && RETRY(fallocate(fd, mode, a->offset, a->size)) != 0) rc = errno_fail(ex);
+    if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
+    if (rc == ERR_ERRNO && is_nospace(ex->err) && !punch) {
+        /* Undo what was allocated; a failure here leaves the first error as the one shown. */
+        if (RETRY(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, a->offset,
+                            a->size)) == 0)
+            (void)RETRY(ftruncate(fd, old));
+    }
+    return close_checked(ex, fd, rc);
+}
+
+static int run_delete(Exec *ex, OpArgs *a) {
+    int dfd;
+    const char *name;
+    int rc = split(ex, a->path, a->plen, &dfd, &name);
+    if (rc) return rc;
+    if (unlinkat(dfd, name, 0) == 0) return 0;
+    int e = errno;
+    if (e == EPERM || e == EACCES) {
+        /* Linux reports EPERM (not EISDIR) for unlink of a directory on some fs. */
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno_fail(ex);
+        if (!S_ISDIR(st.st_mode)) {
+            ex->err = e;
+            return ERR_ERRNO;
+        }
+    } else if (e != EISDIR) {
+        ex->err = e;
+        return ERR_ERRNO;
+    }
+    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0) return errno_fail(ex);
+    forget(ex, a->path, a->plen);
+    return 0;
+}
+
+static int run_pair(Exec *ex, OpArgs *a) {
+    int sfd, dfd;
+    const char *sname, *dname;
+    int rc = split(ex, a->path, a->plen, &sfd, &sname);
+    if (rc) return rc;
+    rc = split(ex, a->dest, a->dlen, &dfd, &dname);
+    if (rc) return rc;
+    if (a->kind == K_LINK) {
+        if (linkat(sfd, sname, dfd, dname, 0) != 0) return errno_fail(ex);
+        return 0;
+    }
+    if (renameat(sfd, sname, dfd, dname) != 0) return errno_fail(ex);
+    /* A directory renamed (or replaced by the rename) changes what cached paths name. */
+    forget(ex, a->path, a->plen);
+    forget(ex, a->dest, a->dlen);
+    return 0;
+}
+
+static int run_op(Exec *ex, OpArgs *a) {
+    switch (a->kind) {
+    case K_CREATE:
+        return run_create(ex, a);
+    case K_APPEND:
+    case K_OVERWRITE:
+    case K_TRUNCATE:
+        return run_resize(ex, a);
+    case K_PUNCH:
+    case K_FALLOCATE:
+        return run_space(ex, a);
+    case K_MKDIR: {
+        int dfd;
+        const char *name;
+        int rc = split(ex, a->path, a->plen, &dfd, &name);
+        if (rc) return rc;
+        if (mkdirat(dfd, name, 0755) != 0) return errno_fail(ex);
+        return 0;
+    }
+    case K_DELETE:
+        return run_delete(ex, a);
+    case K_RENAME:
+    case K_LINK:
+        return run_pair(ex, a);
+    default:
+        return 0;
+    }
+}
+
+static long long op_result(OpArgs *a) {
+    switch (a->kind) {
+    case K_CREATE:
+    case K_APPEND:
+    case K_OVERWRITE:
+        return a->size;
+    default:
+        return 0;
+    }
+}
+
+static void args_release(OpArgs *a) {
+    Py_XDECREF(a->kind_obj);
+    Py_XDECREF(a->path_obj);
+    Py_XDECREF(a->dest_obj);
+    Py_XDECREF(a->label_obj);
+    Py_XDECREF(a->tmp_path);
+    Py_XDECREF(a->tmp_dest);
+}
+
+static PyObject *S_op, *S_path, *S_dest, *S_size, *S_offset, *S_label, *S_fd, *S_add;
+
+static long long get_ll(PyObject *op, PyObject *attr, int *bad) {
+    PyObject *v = PyObject_GetAttr(op, attr);
+    if (v == NULL) {
+        *bad = 1;
+        return 0;
+    }
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) *bad = 1;
+    return x;
+}
+
+static int args_read(OpArgs *a, PyObject *op) {
+    memset(a, 0, sizeof(*a));
+    a->kind_obj = PyObject_GetAttr(op, S_op);
+    if (a->kind_obj == NULL) return -1;
+    a->kind = PyUnicode_Check(a->kind_obj) ? classify(a->kind_obj) : K_OTHER;
+    if (a->kind == K_OTHER) return 0;
+    a->path_obj = PyObject_GetAttr(op, S_path);
+    a->dest_obj = PyObject_GetAttr(op, S_dest);
+    a->label_obj = PyObject_GetAttr(op, S_label);
+    if (a->path_obj == NULL || a->dest_obj == NULL || a->label_obj == NULL) return -1;
+    int bad = 0;
+    a->size = get_ll(op, S_size, &bad);
+    if (!bad) a->offset = get_ll(op, S_offset, &bad);
+    if (bad) return -1;
+    if (path_bytes(a->path_obj, &a->path, &a->plen, &a->tmp_path) < 0) return -1;
+    if (a->kind == K_RENAME || a->kind == K_LINK)
+        if (path_bytes(a->dest_obj, &a->dest, &a->dlen, &a->tmp_dest) < 0) return -1;
+    return 0;
+}
+
+/* An OSError of the op as posix.py reports it: out of space, or the op failed. */
+static void raise_op_error(Exec *ex, OpArgs *a) {
+    if (is_nospace(ex->err))
+        PyErr_Format(ex->nospace_exc, "%U %U: no space left", a->kind_obj, a->path_obj);
+    else
+        PyErr_Format(ex->failed_exc, "%U %R: %s", a->kind_obj, a->path_obj, strerror(ex->err));
+}
+
+/* Run ``op``; returns the bytes of file data written, or -1 with an exception set. */
+static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
+    ex->gen++; /* descriptors pinned by the last op are free to go */
+    if (args_read(a, op) < 0) return -1;
+    if (a->kind == K_OTHER) {
+        if (ex->fallback == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "executor not initialised");
+            return -1;
+        }
+        PyObject *r = PyObject_CallOneArg(ex->fallback, op);
+        if (r == NULL) return -1;
+        long long n = PyLong_AsLongLong(r);
+        Py_DECREF(r);
+        return n;
+    }
+    int rc = run_op(ex, a);
+    if (rc == ERR_PY) return -1;
+    if (rc == ERR_ERRNO) {
+        raise_op_error(ex, a);
+        return -1;
+    }
+    return op_result(a);
+}
+
+static PyObject *Exec_apply(Exec *ex, PyObject *op) {
+    OpArgs a;
+    long long n = apply_op(ex, op, &a);
+    args_release(&a);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(n);
+}
+
+/* ------------------------------------------------------------------ the journal line */
+
+/* Printable ASCII without quote or backslash: JSON writes it as is between quotes. */
+static int plain(PyObject *s) {
+    if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s)) return 0;
+    const unsigned char *p = PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] > 0x7e || p[i] == '"' || p[i] == '\\') return 0;
+    return 1;
+}
+
+static int append_str(char **w, char *end, const char *s, Py_ssize_t n) {
+    if (end - *w < n) return -1;
+    memcpy(*w, s, (size_t)n);
+    *w += n;
+    return 0;
+}
+
+/* ``op.to_json() + "\n"`` for a plain op into buf; its length, or -1 if it does not fit. */
+static Py_ssize_t format_line(OpArgs *a, char *buf, Py_ssize_t cap) {
+    char *w = buf, *end = buf + cap;
+    char num[32];
+    const char *kind = KIND_NAMES[a->kind];
+    if (append_str(&w, end, "{\"op\":\"", 7) || append_str(&w, end, kind, (Py_ssize_t)strlen(kind))
+        || append_str(&w, end, "\"", 1))
+        return -1;
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(a->path_obj);
+    if (plen && (append_str(&w, end, ",\"path\":\"", 9)
+                 || append_str(&w, end, PyUnicode_DATA(a->path_obj), plen)
+                 || append_str(&w, end, "\"", 1)))
+        return -1;
+    if (a->size) {
+        int n = snprintf(num, sizeof num, ",\"size\":%lld", a->size);
+        if (append_str(&w, end, num, n)) return -1;
+    }
+    if (a->offset) {
+        int n = snprintf(num, sizeof num, ",\"offset\":%lld", a->offset);
+        if (append_str(&w, end, num, n)) return -1;
+    }
+    Py_ssize_t dlen = PyUnicode_GET_LENGTH(a->dest_obj);
+    if (dlen && (append_str(&w, end, ",\"dest\":\"", 9)
+                 || append_str(&w, end, PyUnicode_DATA(a->dest_obj), dlen)
+                 || append_str(&w, end, "\"", 1)))
+        return -1;
+    if (append_str(&w, end, "}\n", 2)) return -1;
+    return w - buf;
+}
+
+static int journal_write(Exec *ex, PyObject *journal, PyObject *op, OpArgs *a) {
+    char buf[4096];
+    Py_ssize_t n = -1;
+    if (a->kind != K_OTHER && plain(a->kind_obj) && plain(a->path_obj) && plain(a->dest_obj)
+        && PyUnicode_Check(a->label_obj) && PyUnicode_GET_LENGTH(a->label_obj) == 0)
+        n = format_line(a, buf, sizeof buf);
+    if (n < 0) { /* anything else is formatted by the journal itself */
+        PyObject *r = PyObject_CallMethodOneArg(journal, S_add, op);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    PyObject *fdo = PyObject_GetAttr(journal, S_fd);
+    if (fdo == NULL) return -1;
+    long fd = PyLong_AsLong(fdo);
+    Py_DECREF(fdo);
+    if (fd == -1 && PyErr_Occurred()) return -1;
+    Py_ssize_t done = 0;
+    while (done < n) {
+        long w = RETRY(write((int)fd, buf + done, (size_t)(n - done)));
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            PyObject *path = PyObject_GetAttrString(journal, "path");
+            if (path != NULL) {
+                PyErr_Format(ex->fsage_exc, "cannot write the journal %S: %s", path, strerror(e));
+                Py_DECREF(path);
+            }
+            return -1;
+        }
+        done += w;
+    }
+    return 0;
+}
+
+static PyObject *Exec_apply_logged(Exec *ex, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "apply_logged(journal, op)");
+        return NULL;
+    }
+    OpArgs a;
+    long long n = apply_op(ex, args[1], &a);
+    PyObject *res = NULL;
+    if (!(n == -1 && PyErr_Occurred()) && journal_write(ex, args[0], args[1], &a) == 0)
+        res = PyLong_FromLongLong(n);
+    args_release(&a);
+    return res;
+}
+
+/* ------------------------------------------------------------------ the cache from Python */
+
+static PyObject *Exec_dir_fd(Exec *ex, PyObject *arg) {
+    const char *p;
+    Py_ssize_t n;
+    PyObject *tmp = NULL;
+    if (path_bytes(arg, &p, &n, &tmp) < 0) return NULL;
+    int fd = -1;
+    int rc = dir_fd(ex, p, n, &fd);
+    Py_XDECREF(tmp);
+    if (rc == ERR_ERRNO) {
+        errno = ex->err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (rc == ERR_PY) return NULL;
+    return PyLong_FromLong(fd);
+}
+
+static PyObject *Exec_forget(Exec *ex, PyObject *arg) {
+    const char *p;
+    Py_ssize_t n;
+    PyObject *tmp = NULL;
+    if (path_bytes(arg, &p, &n, &tmp) < 0) return NULL;
+    forget(ex, p, n);
+    Py_XDECREF(tmp);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Exec_cached(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (int e = ex->lru; e >= 0; e = ex->ents[e].next) {
+        PyObject *s = PyUnicode_DecodeFSDefaultAndSize(ex->ents[e].key, ex->ents[e].len);
+        if (s == NULL || PyList_Append(out, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return out;
+}
+
+static PyObject *Exec_drop(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    drop_all(ex);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ the type */
+
+static int Exec_init(Exec *ex, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"root_fd", "data", "allocate_only", "fsync", "max_fds", "fallback",
+                         "errors", NULL};
+    int root_fd, allocate_only, do_fsync, max_fds;
+    PyObject *data, *fallback, *errors;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO!ppiOO!", kw, &root_fd, &PyBytes_Type, &data,
+                                     &allocate_only, &do_fsync, &max_fds, &fallback,
+                                     &PyTuple_Type, &errors))
+        return -1;
+    if (PyBytes_GET_SIZE(data) < CHUNK) {
+        PyErr_SetString(PyExc_ValueError, "data must hold at least 1 MiB");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(errors) != 4) {
+        PyErr_SetString(PyExc_ValueError,
+                        "errors: (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError)");
+        return -1;
+    }
+    if (max_fds < 1) max_fds = 1;
+    drop_all(ex);
+    if (ex->table == NULL && reserve(ex) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    ex->root_fd = root_fd;
+    ex->allocate_only = allocate_only;
+    ex->fsync = do_fsync;
+    ex->max_fds = max_fds;
+    Py_INCREF(data);
+    Py_XSETREF(ex->data, data);
+    Py_INCREF(fallback);
+    Py_XSETREF(ex->fallback, fallback);
+    PyObject **slots[] = {&ex->nospace_exc, &ex->failed_exc, &ex->unsafe_exc, &ex->fsage_exc};
+    for (int i = 0; i < 4; i++) {
+        PyObject *c = PyTuple_GET_ITEM(errors, i);
+        Py_INCREF(c);
+        Py_XSETREF(*slots[i], c);
+    }
+    return 0;
+}
+
+static PyObject *Exec_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Exec *ex = (Exec *)type->tp_alloc(type, 0);
+    if (ex == NULL) return NULL;
+    ex->root_fd = -1;
+    ex->free_head = ex->lru = ex->mru = -1;
+    return (PyObject *)ex;
+}
+
+static int Exec_traverse(Exec *ex, visitproc visit, void *arg) {
+    Py_VISIT(ex->fallback);
+    return 0;
+}
+
+static int Exec_clear(Exec *ex) {
+    Py_CLEAR(ex->fallback);
+    return 0;
+}
+
+static void Exec_dealloc(Exec *ex) {
+    PyObject_GC_UnTrack(ex);
+    if (ex->ents != NULL) drop_all(ex);
+    PyMem_Free(ex->ents);
+    PyMem_Free(ex->table);
+    Exec_clear(ex);
+    Py_XDECREF(ex->data);
+    Py_XDECREF(ex->nospace_exc);
+    Py_XDECREF(ex->failed_exc);
+    Py_XDECREF(ex->unsafe_exc);
+    Py_XDECREF(ex->fsage_exc);
+    Py_TYPE(ex)->tp_free((PyObject *)ex);
+}
+
+static PyMethodDef Exec_methods[] = {
+    {"apply", (PyCFunction)Exec_apply, METH_O, "Run one op; the bytes of file data written."},
+    {"apply_logged", (PyCFunction)(void (*)(void))Exec_apply_logged, METH_FASTCALL,
+     "apply_logged(journal, op): run the op, then append its line to the journal."},
+    {"dir_fd", (PyCFunction)Exec_dir_fd, METH_O,
+     "Descriptor of a directory (relative path), cached and pinned for the current op."},
+    {"forget", (PyCFunction)Exec_forget, METH_O,
+     "Close the cached descriptors of a directory and of everything below it."},
+    {"cached", (PyCFunction)Exec_cached, METH_NOARGS,
+     "The cached directories, least recently used first."},
+    {"drop", (PyCFunction)Exec_drop, METH_NOARGS, "Close every cached descriptor."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ExecType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fsage._posixexec.Executor",
+    .tp_basicsize = sizeof(Exec),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Runs ops below a directory descriptor (see fsage/_posixexec.c).",
+    .tp_new = Exec_new,
+    .tp_init = (initproc)Exec_init,
+    .tp_dealloc = (destructor)Exec_dealloc,
+    .tp_traverse = (traverseproc)Exec_traverse,
+    .tp_clear = (inquiry)Exec_clear,
+    .tp_methods = Exec_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "fsage._posixexec",
+    "The mounted-directory executor's ops in C (see fsage/ager/posix.py).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__posixexec(void) {
+    const char *names[] = {"op", "path", "dest", "size", "offset", "label", "fd", "add"};
+    PyObject **slots[] = {&S_op, &S_path, &S_dest, &S_size, &S_offset, &S_label, &S_fd, &S_add};
+    for (int i = 0; i < 8; i++) {
+        *slots[i] = PyUnicode_InternFromString(names[i]);
+        if (*slots[i] == NULL) return NULL;
+    }
+    if (PyType_Ready(&ExecType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&ExecType);
+    if (PyModule_AddObject(m, "Executor", (PyObject *)&ExecType) < 0) {
+        Py_DECREF(&ExecType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
