@@ -208,3 +208,84 @@ def test_posix_create_over_an_existing_name_truncates_and_refuses_non_files(
         with pytest.raises(OpFailedError):
             ex.apply(Op("create", "p", size=10))
     assert (tmp_path / "f").stat().st_size == 4096
+
+
+class _ListJournal:
+    """A journal on a file: what ``PosixExecutor.journaled`` writes to."""
+
+    def __init__(self, path: Path) -> None:
+        from fsage.ager.run import _op_line
+
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.line = _op_line
+        self.added: list[Op] = []
+
+    def add(self, op: Op) -> None:
+        self.added.append(op)
+        os.write(self.fd, self.line(op))
+
+
+def test_posix_journaled_ops_write_the_ops_json_once_they_took_effect(tmp_path: Path) -> None:
+    """The C apply's journal lines are Op.to_json's bytes; an op that fails leaves none; ops
+    with non-plain paths or a label go through ``journal.add``."""
+    root = tmp_path / "t"
+    root.mkdir()
+    journal = _ListJournal(tmp_path / "j.jsonl")
+    ops = [
+        Op("mkdir", "d"),
+        Op("create", "d/f", size=5000),
+        Op("append", "d/f", size=100),
+        Op("overwrite", "d/f", size=10, offset=7),
+        Op("truncate", "d/f", size=4096),
+        Op("punch", "d/f", size=4096),
+        Op("fallocate", "d/f", size=8192, offset=4096),
+        Op("create", "d/x y\u00e9", size=3),
+        Op("create", 'd/q"b', size=0),
+        Op("link", "d/f", dest="d/g"),
+        Op("rename", "d/g", dest="h"),
+        Op("symlink", "s", dest="d/f"),
+        Op("mknod", "p", label="fifo"),
+        Op("snapshot", label="mid"),
+        Op("delete", "h"),
+    ]
+    with PosixExecutor(root) as ex:
+        step = ex.journaled(journal)
+        written = [step(op) for op in ops]
+        with pytest.raises(OpFailedError, match=r"^delete 'nope': No such file or directory$"):
+            step(Op("delete", "nope"))
+        with pytest.raises(OpFailedError, match=r"^create 'p': No such device or address$"):
+            step(Op("create", "p", size=1))
+    os.close(journal.fd)
+    assert written[1:4] == [5000, 100, 10] and sum(written[4:]) == 3
+    want = b"".join(journal.line(op) for op in ops)
+    assert (tmp_path / "j.jsonl").read_bytes() == want
+    assert journal.added == [ops[7], ops[8], ops[11], ops[12], ops[13]]
+    assert _tree(root) == {"d/f": 12288, "d/x y\u00e9": 3, 'd/q"b': 0, "s": 12288, "p": 0}
+    assert (root / "s").is_symlink() and not (root / "h").exists()
+
+
+def test_posix_descriptor_cache_keeps_what_an_op_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one descriptor, a rename between two deep directories still works (both
+    stay pinned for the op), and a removed directory's descriptor is closed."""
+    import fsage.ager.posix as posix
+
+    monkeypatch.setattr(posix, "_MAX_DIR_FDS", 1)
+    with PosixExecutor(tmp_path) as ex:
+        for d in ("a", "a/b", "a/b/c", "x", "x/y"):
+            ex.apply(Op("mkdir", d))
+        ex.apply(Op("create", "a/b/c/f", size=1))
+        ex.apply(Op("rename", "a/b/c/f", dest="x/y/g"))
+        ex.apply(Op("link", "x/y/g", dest="a/b/c/h"))
+        assert ex._dir_fds[-1] == "a/b/c"  # the most recently used
+        ex.apply(Op("delete", "a/b/c/h"))
+        ex.apply(Op("delete", "a/b/c"))
+        assert "a/b/c" not in ex._dir_fds and len(ex._dir_fds) <= 3
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(50):
+            ex.apply(Op("mkdir", f"x/y/d{i}"))
+            ex.apply(Op("create", f"x/y/d{i}/f", size=1))
+        assert len(os.listdir("/proc/self/fd")) <= before + 1
+    assert (tmp_path / "x/y/g").stat().st_size == 1
