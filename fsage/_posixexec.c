@@ -26,6 +26,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <time.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +48,14 @@
 #define FILE_FLAGS (O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
 #define CHUNK (1 << 20)
 
-/* Return codes of the internal functions: 0 done, ERR_ERRNO failed with ex->err set (an
- * OSError to the caller), ERR_PY failed with a Python exception set. */
+/* Return codes of the internal functions (which run without the GIL on the worker): 0 done;
+ * ERR_ERRNO failed with ex->err set (an OSError of the op); ERR_UNSAFE a directory on the way
+ * is a symlink or not a directory (ex->bad_key); ERR_NOTREG the op's path is not a regular
+ * file; ERR_NOMEM out of memory. raise_rc turns them into the op's exception. */
 #define ERR_ERRNO (-1)
-#define ERR_PY (-2)
+#define ERR_UNSAFE (-2)
+#define ERR_NOTREG (-3)
+#define ERR_NOMEM (-4)
 
 #define RETRY(call)                                                                            \
     ({                                                                                         \
@@ -83,6 +90,25 @@ typedef struct {
     uint64_t pin;   /* the op generation that last handed it out */
 } Entry;
 
+/* Ops queued for the worker; the Python side probes space at least every 32 ops. */
+#define RING 64
+/* The sleeping worker is woken when this many ops wait (or by a drain): a wake-up per op
+ * would cost a context switch per op. */
+#define WAKE_AT 8
+/* Space an op may take beyond its data (directory, extent and inode blocks), in bytes. */
+#define METADATA_COST (16 * 4096)
+#define ERR_JOURNAL (-5)
+
+typedef struct {
+    PyObject *op; /* the Op; released by the calling thread once run */
+    enum kind kind;
+    long long size, offset, bytes;
+    char *buf; /* path NUL dest NUL journal line */
+    size_t cap;
+    Py_ssize_t plen, dlen, llen;
+    int jfd;
+} Slot;
+
 typedef struct {
     PyObject_HEAD
     int root_fd;
@@ -91,14 +117,31 @@ typedef struct {
     int max_fds;
     PyObject *data; /* bytes: the pseudo-random data written */
     PyObject *fallback;
-    PyObject *nospace_exc, *failed_exc, *unsafe_exc, *fsage_exc;
+    PyObject *nospace_exc, *failed_exc, *unsafe_exc, *fsage_exc, *inflight_exc;
     int err;
+    char *bad_key;
+    Py_ssize_t bad_len;
     /* the cache */
     Entry *ents;
     int cap, count, free_head, lru, mru;
     int32_t *table; /* open addressing, linear probing: entry index or -1 */
     uint32_t tmask;
     uint64_t gen;
+    /* running ahead (see "running ahead" below); the counters under mu */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    int running;
+    _Atomic int stopping, idle, waiting;
+    _Atomic uint64_t submitted, completed; /* each written by one thread only */
+    _Atomic int failed;
+    int failed_slot, failed_rc, failed_err;
+    uint64_t lost_ops;
+    long long lost_bytes;
+    long long budget_bytes, budget_inodes;
+    double waited_s;
+    PyObject *journal;
+    Slot ring[RING];
 } Exec;
 
 /* ------------------------------------------------------------------ the cache */
@@ -167,7 +210,7 @@ static void close_entry(Exec *ex, int e) {
     close(en->fd);
     table_remove(ex, e);
     lru_unlink(ex, e);
-    PyMem_Free(en->key);
+    free(en->key);
     en->key = NULL;
     en->fd = -1;
     en->next = ex->free_head; /* the free list reuses next */
@@ -179,7 +222,7 @@ static void close_entry(Exec *ex, int e) {
 static int reserve(Exec *ex) {
     if (ex->free_head >= 0) return 0;
     int ncap = ex->cap ? ex->cap * 2 : 64;
-    Entry *ne = PyMem_Realloc(ex->ents, sizeof(Entry) * (size_t)ncap);
+    Entry *ne = realloc(ex->ents, sizeof(Entry) * (size_t)ncap);
     if (ne == NULL) return -1;
     ex->ents = ne;
     for (int i = ncap - 1; i >= ex->cap; i--) {
@@ -189,9 +232,9 @@ static int reserve(Exec *ex) {
         ex->free_head = i;
     }
     uint32_t tsize = (uint32_t)ncap * 4;
-    int32_t *nt = PyMem_Malloc(sizeof(int32_t) * tsize);
+    int32_t *nt = malloc(sizeof(int32_t) * tsize);
     if (nt == NULL) return -1;
-    PyMem_Free(ex->table);
+    free(ex->table);
     ex->table = nt;
     ex->tmask = tsize - 1;
     for (uint32_t i = 0; i < tsize; i++) nt[i] = -1;
@@ -225,8 +268,18 @@ static void forget(Exec *ex, const char *path, Py_ssize_t len) {
     }
 }
 
-static void raise_unsafe(Exec *ex, const char *key, Py_ssize_t len) {
-    PyObject *s = PyUnicode_DecodeFSDefaultAndSize(key, len);
+static int note_unsafe(Exec *ex, const char *key, Py_ssize_t len) {
+    char *copy = malloc((size_t)len + 1);
+    if (copy == NULL) return ERR_NOMEM;
+    memcpy(copy, key, (size_t)len);
+    free(ex->bad_key);
+    ex->bad_key = copy;
+    ex->bad_len = len;
+    return ERR_UNSAFE;
+}
+
+static void raise_unsafe(Exec *ex) {
+    PyObject *s = PyUnicode_DecodeFSDefaultAndSize(ex->bad_key, ex->bad_len);
     if (s == NULL) return;
     PyObject *msg = PyUnicode_FromFormat("%R is not a directory inside the target (symlink?)", s);
     Py_DECREF(s);
@@ -269,29 +322,24 @@ static int dir_fd(Exec *ex, const char *key, Py_ssize_t len, int *out) {
     name[nlen] = '\0';
     int fd = (int)RETRY(openat(base, name, DIR_FLAGS));
     if (fd < 0) {
-        if (errno == ELOOP || errno == ENOTDIR) {
-            raise_unsafe(ex, key, len);
-            return ERR_PY;
-        }
+        if (errno == ELOOP || errno == ENOTDIR) return note_unsafe(ex, key, len);
         ex->err = errno;
         return ERR_ERRNO;
     }
     evict(ex, ex->max_fds - 1);
     if (reserve(ex) < 0) {
         close(fd);
-        PyErr_NoMemory();
-        return ERR_PY;
+        return ERR_NOMEM;
     }
     e = ex->free_head;
     Entry *en = &ex->ents[e];
     ex->free_head = en->next;
-    en->key = PyMem_Malloc((size_t)len);
+    en->key = malloc((size_t)len);
     if (en->key == NULL) {
         en->next = ex->free_head;
         ex->free_head = e;
         close(fd);
-        PyErr_NoMemory();
-        return ERR_PY;
+        return ERR_NOMEM;
     }
     memcpy(en->key, key, (size_t)len);
     en->len = len;
@@ -345,8 +393,8 @@ static int put_data(Exec *ex, int fd, long long size, long long offset) {
 static int is_nospace(int err) { return err == ENOSPC || err == EDQUOT; }
 
 /* Open the regular file at ``path``; anything else (a FIFO, a device...) is refused. */
-static int open_file(Exec *ex, PyObject *pyname, const char *path, Py_ssize_t len, int flags,
-                     int *out, struct stat *st) {
+static int open_file(Exec *ex, const char *path, Py_ssize_t len, int flags, int *out,
+                     struct stat *st) {
     int dfd;
     const char *name;
     int rc = split(ex, path, len, &dfd, &name);
@@ -360,8 +408,7 @@ static int open_file(Exec *ex, PyObject *pyname, const char *path, Py_ssize_t le
     }
     if (!S_ISREG(st->st_mode)) {
         close(fd);
-        PyErr_Format(ex->failed_exc, "%R is not a regular file", pyname);
-        return ERR_PY;
+        return ERR_NOTREG;
     }
     *out = fd;
     return 0;
@@ -426,7 +473,7 @@ static int run_create(Exec *ex, OpArgs *a) {
     fd = (int)RETRY(openat(dfd, name, NEW_FLAGS, 0644));
     if (fd < 0) {
         if (errno != EEXIST) return errno_fail(ex);
-        rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY | O_CREAT | O_TRUNC, &fd, &st);
+        rc = open_file(ex, a->path, a->plen, O_WRONLY | O_CREAT | O_TRUNC, &fd, &st);
         if (rc) return rc;
     }
     rc = put_data(ex, fd, a->size, ex->allocate_only ? 0 : -1);
@@ -445,7 +492,7 @@ static int run_create(Exec *ex, OpArgs *a) {
 static int run_resize(Exec *ex, OpArgs *a) {
     int fd;
     struct stat st;
-    int rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY, &fd, &st);
+    int rc = open_file(ex, a->path, a->plen, O_WRONLY, &fd, &st);
     if (rc) return rc;
     long long old = st.st_size;
     if (a->kind == K_APPEND) rc = put_data(ex, fd, a->size, old);
@@ -462,7 +509,7 @@ static int run_resize(Exec *ex, OpArgs *a) {
 static int run_space(Exec *ex, OpArgs *a) {
     int fd;
     struct stat st;
-    int rc = open_file(ex, a->path_obj, a->path, a->plen, O_WRONLY, &fd, &st);
+    int rc = open_file(ex, a->path, a->plen, O_WRONLY, &fd, &st);
     if (rc) return rc;
     long long old = st.st_size;
     int punch = a->kind == K_PUNCH;
@@ -603,15 +650,18 @@ static int args_read(OpArgs *a, PyObject *op) {
     return 0;
 }
 
-/* An OSError of the op as posix.py reports it: out of space, or the op failed. */
-static void raise_op_error(Exec *ex, OpArgs *a) {
-    if (is_nospace(ex->err))
-        PyErr_Format(ex->nospace_exc, "%U %U: no space left", a->kind_obj, a->path_obj);
-    else
-        PyErr_Format(ex->failed_exc, "%U %R: %s", a->kind_obj, a->path_obj, strerror(ex->err));
+/* The exception of an op that failed with ``rc`` (see ERR_*), as posix.py reports it. */
+static void raise_rc(Exec *ex, int rc, PyObject *kind, PyObject *path) {
+    if (rc == ERR_UNSAFE) raise_unsafe(ex);
+    else if (rc == ERR_NOTREG) PyErr_Format(ex->failed_exc, "%R is not a regular file", path);
+    else if (rc == ERR_NOMEM) PyErr_NoMemory();
+    else if (is_nospace(ex->err))
+        PyErr_Format(ex->nospace_exc, "%U %U: no space left", kind, path);
+    else PyErr_Format(ex->failed_exc, "%U %R: %s", kind, path, strerror(ex->err));
 }
 
-/* Run ``op``; returns the bytes of file data written, or -1 with an exception set. */
+/* Run ``op`` on the calling thread; the bytes of file data written, or -1 with an exception
+ * set. */
 static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
     ex->gen++; /* descriptors pinned by the last op are free to go */
     if (args_read(a, op) < 0) return -1;
@@ -627,20 +677,11 @@ static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
         return n;
     }
     int rc = run_op(ex, a);
-    if (rc == ERR_PY) return -1;
-    if (rc == ERR_ERRNO) {
-        raise_op_error(ex, a);
+    if (rc) {
+        raise_rc(ex, rc, a->kind_obj, a->path_obj);
         return -1;
     }
     return op_result(a);
-}
-
-static PyObject *Exec_apply(Exec *ex, PyObject *op) {
-    OpArgs a;
-    long long n = apply_op(ex, op, &a);
-    args_release(&a);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    return PyLong_FromLongLong(n);
 }
 
 /* ------------------------------------------------------------------ the journal line */
@@ -662,8 +703,12 @@ static int append_str(char **w, char *end, const char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* ``op.to_json() + "\n"`` for a plain op into buf; its length, or -1 if it does not fit. */
+/* ``op.to_json() + "\n"`` into buf when the op is plain (C kind, plain strings, no label);
+ * its length, or -1 (not plain, or it does not fit). */
 static Py_ssize_t format_line(OpArgs *a, char *buf, Py_ssize_t cap) {
+    if (a->kind == K_OTHER || !plain(a->kind_obj) || !plain(a->path_obj) || !plain(a->dest_obj)
+        || !PyUnicode_Check(a->label_obj) || PyUnicode_GET_LENGTH(a->label_obj) != 0)
+        return -1;
     char *w = buf, *end = buf + cap;
     char num[32];
     const char *kind = KIND_NAMES[a->kind];
@@ -692,37 +737,355 @@ static Py_ssize_t format_line(OpArgs *a, char *buf, Py_ssize_t cap) {
     return w - buf;
 }
 
+/* write() all of buf; 0, or an errno. */
+static int write_all(int fd, const char *buf, Py_ssize_t n) {
+    Py_ssize_t done = 0;
+    while (done < n) {
+        long w = RETRY(write(fd, buf + done, (size_t)(n - done)));
+        if (w <= 0) return w < 0 ? errno : ENOSPC;
+        done += w;
+    }
+    return 0;
+}
+
+static void raise_journal(Exec *ex, PyObject *journal, int err) {
+    PyObject *path = PyObject_GetAttrString(journal, "path");
+    if (path == NULL) return;
+    PyErr_Format(ex->fsage_exc, "cannot write the journal %S: %s", path, strerror(err));
+    Py_DECREF(path);
+}
+
+static int journal_fd(PyObject *journal) {
+    PyObject *fdo = PyObject_GetAttr(journal, S_fd);
+    if (fdo == NULL) return -2;
+    long fd = PyLong_AsLong(fdo);
+    Py_DECREF(fdo);
+    if (fd == -1 && PyErr_Occurred()) return -2;
+    return (int)fd;
+}
+
+/* Append op's line to the journal (plain ops formatted here, others by journal.add). */
 static int journal_write(Exec *ex, PyObject *journal, PyObject *op, OpArgs *a) {
     char buf[4096];
-    Py_ssize_t n = -1;
-    if (a->kind != K_OTHER && plain(a->kind_obj) && plain(a->path_obj) && plain(a->dest_obj)
-        && PyUnicode_Check(a->label_obj) && PyUnicode_GET_LENGTH(a->label_obj) == 0)
-        n = format_line(a, buf, sizeof buf);
-    if (n < 0) { /* anything else is formatted by the journal itself */
+    Py_ssize_t n = format_line(a, buf, sizeof buf);
+    if (n < 0) {
         PyObject *r = PyObject_CallMethodOneArg(journal, S_add, op);
         Py_XDECREF(r);
         return r == NULL ? -1 : 0;
     }
-    PyObject *fdo = PyObject_GetAttr(journal, S_fd);
-    if (fdo == NULL) return -1;
-    long fd = PyLong_AsLong(fdo);
-    Py_DECREF(fdo);
-    if (fd == -1 && PyErr_Occurred()) return -1;
-    Py_ssize_t done = 0;
-    while (done < n) {
-        long w = RETRY(write((int)fd, buf + done, (size_t)(n - done)));
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            PyObject *path = PyObject_GetAttrString(journal, "path");
-            if (path != NULL) {
-                PyErr_Format(ex->fsage_exc, "cannot write the journal %S: %s", path, strerror(e));
-                Py_DECREF(path);
-            }
-            return -1;
-        }
-        done += w;
+    int fd = journal_fd(journal);
+    if (fd == -2) return -1;
+    int err = write_all(fd, buf, n);
+    if (err) {
+        raise_journal(ex, journal, err);
+        return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------ running ahead */
+
+/* The worker thread runs queued ops in order, without the GIL, while the caller goes on
+ * generating. Only plain ops whose worst-case use of space and inodes fits in the budget
+ * the caller set from its last statvfs are queued (an op that could run out of space runs on
+ * the calling thread, after the queue is drained, so the generator hears of it at once).
+ * The first op that fails stops the queue: it and every op queued after it are not run, and
+ * drain() raises its error as InFlightError (lost_ops, lost_bytes: what the caller counted
+ * for them). */
+
+static void slot_clear(Slot *sl) {
+    Py_CLEAR(sl->op);
+}
+
+/* Wait, without the GIL, until the worker has finished ``target`` ops. The counters are
+ * atomics (no lock per op); the mutex and condition variables only put a thread to sleep and
+ * wake it: each side publishes its flag (idle, waiting) before it checks the other's counter,
+ * so a wake-up is never lost. */
+static void wait_done(Exec *ex, uint64_t target) {
+    if (atomic_load(&ex->completed) >= target) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&ex->mu);
+    atomic_store(&ex->waiting, 1);
+    if (atomic_load(&ex->idle)) pthread_cond_signal(&ex->cv_work);
+    while (atomic_load(&ex->completed) < target) pthread_cond_wait(&ex->cv_done, &ex->mu);
+    atomic_store(&ex->waiting, 0);
+    pthread_mutex_unlock(&ex->mu);
+    Py_END_ALLOW_THREADS
+}
+
+static void wait_idle(Exec *ex) {
+    if (ex->running) wait_done(ex, atomic_load(&ex->submitted));
+}
+
+static void *worker_main(void *arg) {
+    Exec *ex = arg;
+    for (;;) {
+        uint64_t c = atomic_load_explicit(&ex->completed, memory_order_relaxed);
+        if (atomic_load(&ex->submitted) == c) {
+            if (atomic_load(&ex->stopping)) break;
+            pthread_mutex_lock(&ex->mu);
+            atomic_store(&ex->idle, 1);
+            while (atomic_load(&ex->submitted) == c && !atomic_load(&ex->stopping))
+                pthread_cond_wait(&ex->cv_work, &ex->mu);
+            atomic_store(&ex->idle, 0);
+            pthread_mutex_unlock(&ex->mu);
+            continue;
+        }
+        Slot *sl = &ex->ring[c % RING];
+        int rc = 0, err = 0;
+        if (!atomic_load_explicit(&ex->failed, memory_order_relaxed)) {
+            OpArgs a;
+            memset(&a, 0, sizeof a);
+            a.kind = sl->kind;
+            a.path = sl->buf;
+            a.plen = sl->plen;
+            a.dest = sl->buf + sl->plen + 1;
+            a.dlen = sl->dlen;
+            a.size = sl->size;
+            a.offset = sl->offset;
+            ex->gen++;
+            rc = run_op(ex, &a);
+            err = ex->err;
+            if (rc == 0) {
+                err = write_all(sl->jfd, sl->buf + sl->plen + sl->dlen + 2, sl->llen);
+                if (err) rc = ERR_JOURNAL;
+            }
+            if (rc) {
+                ex->failed_slot = (int)(c % RING);
+                ex->failed_rc = rc;
+                ex->failed_err = err;
+                atomic_store(&ex->failed, 1);
+            }
+        }
+        if (atomic_load_explicit(&ex->failed, memory_order_relaxed)) {
+            ex->lost_ops++;
+            ex->lost_bytes += sl->bytes;
+        }
+        atomic_store(&ex->completed, c + 1);
+        if (atomic_load(&ex->waiting)) {
+            pthread_mutex_lock(&ex->mu);
+            pthread_cond_signal(&ex->cv_done);
+            pthread_mutex_unlock(&ex->mu);
+        }
+    }
+    return NULL;
+}
+
+/* After the queue is idle: release the queued ops and raise the first failure, if any. */
+static int settle(Exec *ex) {
+    int rc = 0;
+    if (ex->failed) {
+        Slot *sl = &ex->ring[ex->failed_slot];
+        PyObject *kind = PyObject_GetAttr(sl->op, S_op);
+        PyObject *path = kind ? PyObject_GetAttr(sl->op, S_path) : NULL;
+        PyObject *jpath = NULL;
+        if (path != NULL) {
+            ex->err = ex->failed_err;
+            if (ex->failed_rc == ERR_JOURNAL) {
+                jpath = PyObject_GetAttrString(ex->journal, "path");
+                if (jpath != NULL)
+                    PyErr_Format(ex->fsage_exc, "cannot write the journal %S: %s", jpath,
+                                 strerror(ex->failed_err));
+            } else {
+                raise_rc(ex, ex->failed_rc, kind, path);
+            }
+        }
+        Py_XDECREF(kind);
+        Py_XDECREF(path);
+        Py_XDECREF(jpath);
+        /* The same message, as InFlightError carrying what was not run. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *msg = value ? PyObject_Str(value) : NULL;
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (msg != NULL) {
+            PyObject *exc = PyObject_CallOneArg(ex->inflight_exc, msg);
+            Py_DECREF(msg);
+            if (exc != NULL) {
+                PyObject *lo = PyLong_FromUnsignedLongLong(ex->lost_ops);
+                PyObject *lb = PyLong_FromLongLong(ex->lost_bytes);
+                if (lo && lb) {
+                    PyObject_SetAttrString(exc, "lost_ops", lo);
+                    PyObject_SetAttrString(exc, "lost_bytes", lb);
+                }
+                Py_XDECREF(lo);
+                Py_XDECREF(lb);
+                PyErr_SetObject(ex->inflight_exc, exc);
+                Py_DECREF(exc);
+            }
+        }
+        atomic_store(&ex->failed, 0);
+        ex->lost_ops = 0;
+        ex->lost_bytes = 0;
+        rc = -1;
+    }
+    for (int i = 0; i < RING; i++) slot_clear(&ex->ring[i]);
+    return rc;
+}
+
+static int drain(Exec *ex) {
+    if (!ex->running) return 0;
+    wait_idle(ex);
+    return settle(ex);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *Exec_drain(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    double t0 = now_s();
+    int rc = drain(ex);
+    ex->waited_s += now_s() - t0;
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Exec_start(Exec *ex, PyObject *journal) {
+    if (ex->running) {
+        if (drain(ex) < 0) return NULL;
+    } else {
+        atomic_store(&ex->stopping, 0);
+        atomic_store(&ex->submitted, 0);
+        atomic_store(&ex->completed, 0);
+        int e = pthread_create(&ex->thread, NULL, worker_main, ex);
+        if (e) {
+            errno = e;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        ex->running = 1;
+    }
+    Py_INCREF(journal);
+    Py_XSETREF(ex->journal, journal);
+    Py_RETURN_NONE;
+}
+
+/* Stop the worker after the ops queued (errors are dropped: see drain). */
+static void stop_worker(Exec *ex) {
+    if (!ex->running) return;
+    pthread_mutex_lock(&ex->mu);
+    atomic_store(&ex->stopping, 1);
+    pthread_cond_signal(&ex->cv_work);
+    pthread_mutex_unlock(&ex->mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(ex->thread, NULL);
+    Py_END_ALLOW_THREADS
+    ex->running = 0;
+    atomic_store(&ex->failed, 0);
+    ex->lost_ops = 0;
+    ex->lost_bytes = 0;
+    for (int i = 0; i < RING; i++) slot_clear(&ex->ring[i]);
+}
+
+static PyObject *Exec_stop(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    stop_worker(ex);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Exec_set_budget(Exec *ex, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_budget(bytes, inodes)");
+        return NULL;
+    }
+    long long b = PyLong_AsLongLong(args[0]), i = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    ex->budget_bytes = b;
+    ex->budget_inodes = i;
+    Py_RETURN_NONE;
+}
+
+/* The most space an op can take: its data rounded up to 4 KiB blocks, plus metadata. */
+static long long op_cost(OpArgs *a) {
+    long long data = 0;
+    if (a->kind == K_CREATE || a->kind == K_APPEND || a->kind == K_OVERWRITE
+        || a->kind == K_FALLOCATE)
+        data = (a->size + 4095) / 4096 * 4096;
+    return data + METADATA_COST;
+}
+
+/* Queue ``op`` (or, when it cannot run ahead, drain the queue and run it here); returns the
+ * bytes of file data it writes, as apply does. */
+static PyObject *Exec_submit(Exec *ex, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "submit(journal, op)");
+        return NULL;
+    }
+    PyObject *journal = args[0], *op = args[1];
+    OpArgs a;
+    PyObject *res = NULL;
+    if (args_read(&a, op) < 0) goto done;
+    char line[4096];
+    Py_ssize_t llen = ex->running ? format_line(&a, line, sizeof line) : -1;
+    long long cost = llen >= 0 ? op_cost(&a) : 0;
+    long long inodes = a.kind == K_CREATE || a.kind == K_MKDIR;
+    if (llen < 0 || cost > ex->budget_bytes || inodes > ex->budget_inodes) {
+        args_release(&a);
+        if (drain(ex) < 0) return NULL;
+        long long n = apply_op(ex, op, &a);
+        if (!(n == -1 && PyErr_Occurred()) && journal_write(ex, journal, op, &a) == 0)
+            res = PyLong_FromLongLong(n);
+        goto done;
+    }
+    int jfd = journal_fd(journal);
+    if (jfd == -2) goto done;
+    uint64_t sub = atomic_load_explicit(&ex->submitted, memory_order_relaxed);
+    if (sub - atomic_load(&ex->completed) >= RING) wait_done(ex, sub - RING + 1);
+    if (atomic_load(&ex->failed)) { /* nothing more runs: report it */
+        if (drain(ex) < 0) goto done;
+        sub = atomic_load_explicit(&ex->submitted, memory_order_relaxed);
+    }
+    Slot *sl = &ex->ring[sub % RING];
+    /* The slot's previous op is finished: the worker no longer reads it. */
+    size_t need = (size_t)(a.plen + a.dlen + 2 + llen);
+    if (need > sl->cap) {
+        char *nb = realloc(sl->buf, need);
+        if (nb == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        sl->buf = nb;
+        sl->cap = need;
+    }
+    memcpy(sl->buf, a.path, (size_t)a.plen);
+    sl->buf[a.plen] = '\0';
+    if (a.dlen) memcpy(sl->buf + a.plen + 1, a.dest, (size_t)a.dlen);
+    sl->buf[a.plen + 1 + a.dlen] = '\0';
+    memcpy(sl->buf + a.plen + a.dlen + 2, line, (size_t)llen);
+    sl->plen = a.plen;
+    sl->dlen = a.dlen;
+    sl->llen = llen;
+    sl->kind = a.kind;
+    sl->size = a.size;
+    sl->offset = a.offset;
+    sl->jfd = jfd;
+    sl->bytes = op_result(&a);
+    Py_INCREF(op);
+    Py_XSETREF(sl->op, op);
+    ex->budget_bytes -= cost;
+    ex->budget_inodes -= inodes;
+    atomic_store(&ex->submitted, sub + 1);
+    if (atomic_load(&ex->idle) && sub + 1 - atomic_load(&ex->completed) >= WAKE_AT) {
+        pthread_mutex_lock(&ex->mu);
+        pthread_cond_signal(&ex->cv_work);
+        pthread_mutex_unlock(&ex->mu);
+    }
+    res = PyLong_FromLongLong(sl->bytes);
+done:
+    args_release(&a);
+    return res;
+}
+
+static PyObject *Exec_apply(Exec *ex, PyObject *op) {
+    if (drain(ex) < 0) return NULL;
+    OpArgs a;
+    long long n = apply_op(ex, op, &a);
+    args_release(&a);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(n);
 }
 
 static PyObject *Exec_apply_logged(Exec *ex, PyObject *const *args, Py_ssize_t nargs) {
@@ -730,6 +1093,7 @@ static PyObject *Exec_apply_logged(Exec *ex, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "apply_logged(journal, op)");
         return NULL;
     }
+    if (drain(ex) < 0) return NULL;
     OpArgs a;
     long long n = apply_op(ex, args[1], &a);
     PyObject *res = NULL;
@@ -745,6 +1109,7 @@ static PyObject *Exec_dir_fd(Exec *ex, PyObject *arg) {
     const char *p;
     Py_ssize_t n;
     PyObject *tmp = NULL;
+    wait_idle(ex);
     if (path_bytes(arg, &p, &n, &tmp) < 0) return NULL;
     int fd = -1;
     int rc = dir_fd(ex, p, n, &fd);
@@ -753,7 +1118,9 @@ static PyObject *Exec_dir_fd(Exec *ex, PyObject *arg) {
         errno = ex->err;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    if (rc == ERR_PY) return NULL;
+    if (rc == ERR_UNSAFE) raise_unsafe(ex);
+    else if (rc) PyErr_NoMemory();
+    if (rc) return NULL;
     return PyLong_FromLong(fd);
 }
 
@@ -761,6 +1128,7 @@ static PyObject *Exec_forget(Exec *ex, PyObject *arg) {
     const char *p;
     Py_ssize_t n;
     PyObject *tmp = NULL;
+    wait_idle(ex);
     if (path_bytes(arg, &p, &n, &tmp) < 0) return NULL;
     forget(ex, p, n);
     Py_XDECREF(tmp);
@@ -768,6 +1136,7 @@ static PyObject *Exec_forget(Exec *ex, PyObject *arg) {
 }
 
 static PyObject *Exec_cached(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    wait_idle(ex);
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
     for (int e = ex->lru; e >= 0; e = ex->ents[e].next) {
@@ -783,8 +1152,13 @@ static PyObject *Exec_cached(Exec *ex, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *Exec_drop(Exec *ex, PyObject *Py_UNUSED(ignored)) {
+    wait_idle(ex);
     drop_all(ex);
     Py_RETURN_NONE;
+}
+
+static PyObject *Exec_get_waited(Exec *ex, void *Py_UNUSED(closure)) {
+    return PyFloat_FromDouble(ex->waited_s);
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -802,9 +1176,13 @@ static int Exec_init(Exec *ex, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "data must hold at least 1 MiB");
         return -1;
     }
-    if (PyTuple_GET_SIZE(errors) != 4) {
-        PyErr_SetString(PyExc_ValueError,
-                        "errors: (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError)");
+    if (PyTuple_GET_SIZE(errors) != 5) {
+        PyErr_SetString(PyExc_ValueError, "errors: (NoSpaceError, OpFailedError, "
+                                          "UnsafeTargetError, FsageError, InFlightError)");
+        return -1;
+    }
+    if (ex->running) {
+        PyErr_SetString(PyExc_RuntimeError, "executor already running");
         return -1;
     }
     if (max_fds < 1) max_fds = 1;
@@ -821,8 +1199,9 @@ static int Exec_init(Exec *ex, PyObject *args, PyObject *kwds) {
     Py_XSETREF(ex->data, data);
     Py_INCREF(fallback);
     Py_XSETREF(ex->fallback, fallback);
-    PyObject **slots[] = {&ex->nospace_exc, &ex->failed_exc, &ex->unsafe_exc, &ex->fsage_exc};
-    for (int i = 0; i < 4; i++) {
+    PyObject **slots[] = {&ex->nospace_exc, &ex->failed_exc, &ex->unsafe_exc, &ex->fsage_exc,
+                          &ex->inflight_exc};
+    for (int i = 0; i < 5; i++) {
         PyObject *c = PyTuple_GET_ITEM(errors, i);
         Py_INCREF(c);
         Py_XSETREF(*slots[i], c);
@@ -835,30 +1214,42 @@ static PyObject *Exec_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (ex == NULL) return NULL;
     ex->root_fd = -1;
     ex->free_head = ex->lru = ex->mru = -1;
+    pthread_mutex_init(&ex->mu, NULL);
+    pthread_cond_init(&ex->cv_work, NULL);
+    pthread_cond_init(&ex->cv_done, NULL);
     return (PyObject *)ex;
 }
 
 static int Exec_traverse(Exec *ex, visitproc visit, void *arg) {
     Py_VISIT(ex->fallback);
+    Py_VISIT(ex->journal);
     return 0;
 }
 
 static int Exec_clear(Exec *ex) {
     Py_CLEAR(ex->fallback);
+    Py_CLEAR(ex->journal);
     return 0;
 }
 
 static void Exec_dealloc(Exec *ex) {
     PyObject_GC_UnTrack(ex);
+    stop_worker(ex);
+    for (int i = 0; i < RING; i++) free(ex->ring[i].buf);
     if (ex->ents != NULL) drop_all(ex);
-    PyMem_Free(ex->ents);
-    PyMem_Free(ex->table);
+    free(ex->ents);
+    free(ex->table);
+    free(ex->bad_key);
     Exec_clear(ex);
     Py_XDECREF(ex->data);
     Py_XDECREF(ex->nospace_exc);
     Py_XDECREF(ex->failed_exc);
     Py_XDECREF(ex->unsafe_exc);
     Py_XDECREF(ex->fsage_exc);
+    Py_XDECREF(ex->inflight_exc);
+    pthread_mutex_destroy(&ex->mu);
+    pthread_cond_destroy(&ex->cv_work);
+    pthread_cond_destroy(&ex->cv_done);
     Py_TYPE(ex)->tp_free((PyObject *)ex);
 }
 
@@ -866,6 +1257,15 @@ static PyMethodDef Exec_methods[] = {
     {"apply", (PyCFunction)Exec_apply, METH_O, "Run one op; the bytes of file data written."},
     {"apply_logged", (PyCFunction)(void (*)(void))Exec_apply_logged, METH_FASTCALL,
      "apply_logged(journal, op): run the op, then append its line to the journal."},
+    {"start", (PyCFunction)Exec_start, METH_O,
+     "start(journal): start the worker that runs submitted ops ahead."},
+    {"submit", (PyCFunction)(void (*)(void))Exec_submit, METH_FASTCALL,
+     "submit(journal, op): queue the op for the worker (or run it here); its bytes."},
+    {"drain", (PyCFunction)Exec_drain, METH_NOARGS,
+     "Wait for the queued ops; raise the first failure as InFlightError."},
+    {"stop", (PyCFunction)Exec_stop, METH_NOARGS, "Run what is queued, then stop the worker."},
+    {"set_budget", (PyCFunction)(void (*)(void))Exec_set_budget, METH_FASTCALL,
+     "set_budget(bytes, inodes): what queued ops may use before ops run here."},
     {"dir_fd", (PyCFunction)Exec_dir_fd, METH_O,
      "Descriptor of a directory (relative path), cached and pinned for the current op."},
     {"forget", (PyCFunction)Exec_forget, METH_O,
@@ -874,6 +1274,10 @@ static PyMethodDef Exec_methods[] = {
      "The cached directories, least recently used first."},
     {"drop", (PyCFunction)Exec_drop, METH_NOARGS, "Close every cached descriptor."},
     {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Exec_getset[] = {
+    {"waited_s", (getter)Exec_get_waited, NULL, "Seconds drain() waited for the worker.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject ExecType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fsage._posixexec.Executor",
@@ -886,6 +1290,7 @@ static PyTypeObject ExecType = {
     .tp_traverse = (traverseproc)Exec_traverse,
     .tp_clear = (inquiry)Exec_clear,
     .tp_methods = Exec_methods,
+    .tp_getset = Exec_getset,
 };
 
 static struct PyModuleDef module = {
@@ -905,6 +1310,11 @@ PyMODINIT_FUNC PyInit__posixexec(void) {
     Py_INCREF(&ExecType);
     if (PyModule_AddObject(m, "Executor", (PyObject *)&ExecType) < 0) {
         Py_DECREF(&ExecType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "RING", RING) < 0
+        || PyModule_AddIntConstant(m, "METADATA_COST", METADATA_COST) < 0) {
         Py_DECREF(m);
         return NULL;
     }

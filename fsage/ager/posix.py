@@ -49,6 +49,15 @@ RECORD_SUFFIX = ".fsage-age"
 IGNORED_NAMES = frozenset({MARKER, "lost+found"})
 
 
+class InFlightError(FsageError):
+    """An op run ahead of the generator (``PosixExecutor.journaled(..., ahead=True)``) failed:
+    it and the ops queued after it did not run. ``lost_ops`` and ``lost_bytes``: what the
+    caller had counted for them."""
+
+    lost_ops: int = 0
+    lost_bytes: int = 0
+
+
 class OpJournal(Protocol):
     """Where ``PosixExecutor.journaled`` appends the lines of the ops that took effect."""
 
@@ -123,7 +132,7 @@ class PosixExecutor(Executor):
             fsync,
             _MAX_DIR_FDS,
             self._apply_other,
-            (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError),
+            (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError, InFlightError),
         )
         st = os.fstatvfs(self._root_fd)
         self.description = (
@@ -147,10 +156,17 @@ class PosixExecutor(Executor):
     def apply(self, op: Op) -> int:
         return self._c.apply(op)
 
-    def journaled(self, journal: OpJournal) -> Callable[[Op], int]:
+    def journaled(self, journal: OpJournal, *, ahead: bool = False) -> Callable[[Op], int]:
         """``apply`` that also appends the op's line to ``journal`` once the op took effect,
         in the same C call (unless ``apply`` was replaced, by a subclass or a test's fault
-        injection: then that ``apply`` runs, and ``journal.add``)."""
+        injection: then that ``apply`` runs, and ``journal.add``).
+
+        ``ahead``: ops are queued to a worker thread that runs them while the caller generates
+        the next ones. Only ops that cannot run out of space (their data and metadata fit in
+        what the last ``capacity_blocks`` found free, less a margin) are queued; any other op
+        runs at once, after the queue, so the caller hears of ENOSPC on the op that hit it.
+        ``capacity_blocks``, ``sync`` and ``drain`` wait for the queue; a queued op that
+        failed is raised there, or by the next call, as InFlightError."""
         if type(self).apply is not _APPLY_IN_C:
 
             def step(op: Op) -> int:
@@ -159,7 +175,21 @@ class PosixExecutor(Executor):
                 return n
 
             return step
+        if ahead:
+            self._c.start(journal)
+            return functools.partial(self._c.submit, journal)
         return functools.partial(self._c.apply_logged, journal)
+
+    def drain(self) -> None:
+        """Wait for the ops queued by a ``journaled(..., ahead=True)`` apply; raises
+        InFlightError if one failed."""
+        self._c.drain()
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting for queued ops in ``drain`` (and so in ``capacity_blocks``
+        and ``sync``)."""
+        return self._c.waited_s
 
     def _apply_other(self, op: Op) -> int:
         """The kinds the C side leaves to Python (symlink, mknod, fsync, sync, snapshot)."""
@@ -196,14 +226,23 @@ class PosixExecutor(Executor):
         raise WorkloadError(f"unknown op {kind!r}")
 
     def sync(self) -> None:
+        self._c.drain()
         _syncfs(self._root_fd)
 
     def capacity_blocks(self) -> tuple[int, int, int]:
+        self._c.drain()
         st = os.fstatvfs(self._root_fd)
+        # What ops queued from now on may use: what an unprivileged writer has left, less a
+        # margin (1% of the file system, at least 4 MiB) for what the estimate misses.
+        total = st.f_blocks * st.f_frsize
+        margin = max(total // 100, 4 << 20)
+        inodes = st.f_favail - 64 if st.f_files else 1 << 62  # 0 files: no inode limit (btrfs)
+        self._c.set_budget(st.f_bavail * st.f_frsize - margin, inodes)
         return st.f_frsize, st.f_blocks, st.f_blocks - st.f_bfree
 
     def close(self) -> None:
         if self._root_fd >= 0:
+            self._c.stop()
             self._c.drop()
             try:
                 self.sync()

@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from fsage.ager.generator import DATA_OPS, Generator
 from fsage.ager.images import can_loop_mount, image_kind, mount, umount
 from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
-from fsage.ager.posix import MARKER, PosixExecutor, check_target_dir, record_path_for
+from fsage.ager.posix import (
+    MARKER,
+    InFlightError,
+    PosixExecutor,
+    check_target_dir,
+    record_path_for,
+)
 from fsage.ager.profile import Profile
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
@@ -595,11 +601,12 @@ class _Journal:
             self.fd = -1
 
 
-def _stepper(ex: Executor, journal: _Journal) -> Callable[[Op], int]:
+def _stepper(ex: Executor, journal: _Journal, ahead: bool = False) -> Callable[[Op], int]:
     """Run an op on ``ex``, then journal it (only once it took effect): on a directory
-    target both in one C call."""
+    target both in one C call, and with ``ahead`` on a worker thread while the next op is
+    generated (see ``PosixExecutor.journaled``)."""
     if isinstance(ex, PosixExecutor):
-        return ex.journaled(journal)
+        return ex.journaled(journal, ahead=ahead)
 
     def step(op: Op) -> int:
         n = ex.apply(op)
@@ -607,6 +614,27 @@ def _stepper(ex: Executor, journal: _Journal) -> Callable[[Op], int]:
         return n
 
     return step
+
+
+def _drain(ex: Executor) -> None:
+    """Wait for the ops an executor runs ahead (raises InFlightError if one failed)."""
+    if isinstance(ex, PosixExecutor):
+        ex.drain()
+
+
+def _lost_in_flight(ex: Executor) -> InFlightError | None:
+    """After an error: wait for the ops run ahead; the failure among them, if any."""
+    try:
+        _drain(ex)
+    except InFlightError as exc:
+        return exc
+    except Exception:  # the first error is the one shown
+        return None
+    return None
+
+
+def _waited(ex: Executor) -> float:
+    return ex.waited_s if isinstance(ex, PosixExecutor) else 0.0
 
 
 def _plain(text: str) -> bool:
@@ -756,6 +784,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         tgt_mode = "mount"
 
     def save(finished: bool, clean: bool = False) -> None:
+        _drain(tgt.executor)  # every op counted has run, and is in the journal
         data: dict[str, Any] = {
             "ident": ident,
             "ops_done": done,
@@ -783,18 +812,24 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     snap_s = 0.0
     last_draw = t0
     progress = opts.progress
-    step = _stepper(tgt.executor, journal)
+    # A generated workload's ops run ahead on a directory target's worker thread (never the
+    # first op after an unclean stop, which may have run already: it runs here).
+    ahead = gen is not None
+    step = _stepper(tgt.executor, journal, ahead and not in_flight)
+    waited_before = 0.0  # by executors replaced at snapshots
     last_snap = [-1]
     clock = time.perf_counter
     with store_cm as store, _Interrupt() as intr:
 
         def snapshot(label: str) -> None:
-            nonlocal step, snap_s
+            nonlocal step, snap_s, waited_before
             if store is None:
                 return
             ts = clock()
+            _drain(tgt.executor)
+            waited_before += _waited(tgt.executor)
             layout = tgt.layout()
-            step = _stepper(tgt.executor, journal)
+            step = _stepper(tgt.executor, journal, ahead)
             summ = store.add_snapshot(
                 layout, name=name, op_count=done, bytes_written=bytes_written, label=label
             )
@@ -808,11 +843,13 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             res.cpu_user_s = cpu1.user - cpu0.user
             res.cpu_system_s = cpu1.system - cpu0.system
             work = wall - snap_s
-            res.own_share = (work - apply_s) / work if work > 0 else 0.0
+            # Time waiting for the executor: in its calls, and draining what it ran ahead.
+            executor_s = apply_s + waited_before + _waited(tgt.executor)
+            res.own_share = (work - executor_s) / work if work > 0 else 0.0
             return {
                 "elapsed_s": wall,
                 "snapshot_s": snap_s,
-                "executor_s": apply_s,
+                "executor_s": executor_s,
                 "cpu_user_s": res.cpu_user_s,
                 "cpu_system_s": res.cpu_system_s,
                 "own_share": res.own_share,
@@ -849,7 +886,9 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                     else:
                         res.skipped += 1  # a recorded stream after a skipped op: keep going
                 apply_s += clock() - ta
-                in_flight = False
+                if in_flight:
+                    in_flight = False
+                    step = _stepper(tgt.executor, journal, ahead)
                 done += 1
                 if op.op == "snapshot" or (opts.snapshot_every and done % opts.snapshot_every == 0):
                     snapshot(op.label or f"op {done}")
@@ -885,7 +924,12 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                 snapshot("end")
         except BaseException as exc:
             # The record says exactly where the run stopped: the op that failed (or was
-            # interrupted) did not take effect, and --resume runs it again.
+            # interrupted) did not take effect, and --resume runs it again. Ops run ahead
+            # that failed or were queued after a failure did not run either.
+            lost = exc if isinstance(exc, InFlightError) else _lost_in_flight(tgt.executor)
+            if lost is not None:
+                done -= lost.lost_ops
+                bytes_written -= lost.lost_bytes
             with contextlib.suppress(Exception):
                 save(False, clean=True)
             journal.close()

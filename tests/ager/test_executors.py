@@ -289,3 +289,81 @@ def test_posix_descriptor_cache_keeps_what_an_op_holds(
             ex.apply(Op("create", f"x/y/d{i}/f", size=1))
         assert len(os.listdir("/proc/self/fd")) <= before + 1
     assert (tmp_path / "x/y/g").stat().st_size == 1
+
+
+def _mixed_ops() -> list[Op]:
+    ops = [Op("mkdir", "d"), Op("mkdir", "d/e")]
+    for i in range(150):
+        ops.append(Op("create", f"d/e/f{i}", size=100 + i))
+        if i % 7 == 3:
+            ops.append(Op("delete", f"d/e/f{i - 2}"))
+        if i % 25 == 0:  # ops that never run ahead, between ones that do
+            ops.append(Op("symlink", f"d/s{i}", dest="../x/f0"))
+            ops.append(Op("create", f"d/\u00e9{i}", size=3))
+    ops += [Op("rename", "d/e", dest="x"), Op("append", "x/f149", size=10)]
+    return ops
+
+
+def test_posix_ops_run_ahead_as_they_run_here(tmp_path: Path) -> None:
+    """Queued to the worker thread, the same ops make the same tree and the same journal
+    (lines in op order, those of ops run here included) as run one by one."""
+    out: dict[str, tuple[dict[str, int], bytes]] = {}
+    for ahead in (False, True):
+        root = tmp_path / f"t{ahead}"
+        root.mkdir()
+        journal = _ListJournal(tmp_path / f"j{ahead}.jsonl")
+        with PosixExecutor(root) as ex:
+            ex.capacity_blocks()  # sets what queued ops may use
+            step = ex.journaled(journal, ahead=ahead)
+            written = sum(step(op) for op in _mixed_ops())
+            ex.drain()
+        os.close(journal.fd)
+        assert written == sum(100 + i for i in range(150)) + 6 * 3 + 10
+        out[str(ahead)] = (_tree(root), journal.path.read_bytes())
+    assert out["True"] == out["False"]
+    assert out["True"][1].count(b"\n") == len(_mixed_ops())
+
+
+def test_posix_op_failing_ahead_stops_the_queue(tmp_path: Path) -> None:
+    """A queued op that fails: neither it nor the ops queued after it run or reach the
+    journal; the next drain raises it as InFlightError with what they had been counted for."""
+    from fsage.ager.posix import InFlightError
+
+    journal = _ListJournal(tmp_path / "j.jsonl")
+    root = tmp_path / "t"
+    root.mkdir()
+    with PosixExecutor(root) as ex:
+        ex.capacity_blocks()
+        step = ex.journaled(journal, ahead=True)
+        step(Op("create", "a", size=10))
+        step(Op("delete", "nope"))
+        step(Op("create", "b", size=20))
+        step(Op("create", "c", size=30))
+        with pytest.raises(InFlightError, match=r"^delete 'nope': No such file or directory$") as e:
+            ex.drain()
+        assert (e.value.lost_ops, e.value.lost_bytes) == (3, 50)
+        step(Op("create", "d", size=1))  # the queue runs again
+        ex.drain()
+    os.close(journal.fd)
+    assert _tree(root) == {"a": 10, "d": 1}
+    assert journal.path.read_bytes() == journal.line(Op("create", "a", size=10)) + journal.line(
+        Op("create", "d", size=1)
+    )
+
+
+def test_posix_ops_that_could_run_out_of_space_run_here(tmp_path: Path) -> None:
+    """An op whose data does not fit in what the last statvfs left (less the margin) is not
+    queued: it runs at once, so its ENOSPC reaches the caller on that op."""
+    root = tmp_path / "t"
+    root.mkdir()
+    journal = _ListJournal(tmp_path / "j.jsonl")
+    with PosixExecutor(root, data="fallocate") as ex:
+        bs, total, used = ex.capacity_blocks()
+        step = ex.journaled(journal, ahead=True)
+        step(Op("create", "small", size=4096))
+        free = (total - used) * bs
+        with pytest.raises(NoSpaceError):
+            step(Op("create", "huge", size=free + (1 << 30)))
+        ex.drain()
+    os.close(journal.fd)
+    assert set(_tree(root)) == {"small"}

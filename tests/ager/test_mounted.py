@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -144,3 +145,44 @@ def test_enospc_turns_to_deletes(tmp_path: Path) -> None:
         prof = get_preset("hfs-surge").with_overrides(fill=0.95, churn=1.0)
         res = age(mnt, AgeOptions(profile=prof, seed=1, force=True))
         assert res.finished
+
+
+def test_op_failing_ahead_leaves_an_exact_record_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generated run's ops run ahead on a worker thread. One that fails there stops the
+    run with the record at the op before it (it and the ops queued after it did not run, and
+    are not in the journal); --resume finishes, and the journal replays to the same tree."""
+    from fsage.ager.posix import InFlightError
+
+    real = PosixExecutor.journaled
+    calls = [0]
+
+    def journaled(self: PosixExecutor, journal: object, *, ahead: bool = False) -> object:
+        step = real(self, journal, ahead=ahead)  # type: ignore[arg-type]
+
+        def sabotaged(op: Op) -> int:
+            calls[0] += 1
+            return step(Op("delete", "no/such/file") if calls[0] == 500 else op)
+
+        return sabotaged if ahead else step
+
+    prof = get_preset("hfs-surge").with_overrides(fill=0.5, churn=0.5)
+    with test_fs("ext4", 32 * MIB, workdir=tmp_path) as (_img, mnt):
+        with monkeypatch.context() as m:
+            m.setattr(PosixExecutor, "journaled", journaled)
+            with pytest.raises(InFlightError, match="no/such/file"):
+                age(mnt, AgeOptions(profile=prof, seed=2, force=True))
+        record = json.loads(mnt.with_name(mnt.name + ".fsage-age").read_text())
+        assert record["ops_done"] == 499 and record["clean"] and not record["finished"]
+        journal = Path(record["journal"])
+        assert len(journal.read_bytes().splitlines()) == 1 + 499
+        res = age(mnt, AgeOptions(resume=True))
+        assert res.finished and res.resumed_from == 499 and res.stopped_by == "churn"
+        tree = _tree(mnt)
+        kept = tmp_path / "journal.jsonl"
+        kept.write_bytes(journal.read_bytes())
+    with test_fs("ext4", 32 * MIB, workdir=tmp_path) as (_img, again):
+        replay = age(again, AgeOptions(ops_file=kept, force=True))
+        assert replay.finished and replay.nospace == 0 and replay.ops == res.ops
+        assert _tree(again) == tree
