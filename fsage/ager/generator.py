@@ -47,6 +47,8 @@ _PAIRS = [a + b for a in _CHARS for b in _CHARS]
 Probe = Callable[[], tuple[int, int, int]]
 
 DATA_OPS = frozenset({"create", "append", "overwrite"})
+#: Ops counted as writes for the fsync and sync cadence.
+_WRITES = DATA_OPS | {"truncate"}
 #: Ops between two statvfs probes of a live target (see ``Generator.capacity_blocks``).
 PROBE_EVERY = 32
 
@@ -364,37 +366,47 @@ class Generator:
             body = self._hybrid()
         limit = self.profile.ops_limit
         st = self.stats
+        counts = st.counts
+        syncs = bool(self.profile.fsync_every or self.profile.sync_every)
         for op in body:
-            for out in self._emit(op):
-                yield out
-                if limit is not None and st.ops >= limit:
-                    st.stopped_by = "ops-limit"
-                    return
+            # Counted here, not in a generator per op: this runs for every op.
+            kind = op.op
+            st.ops += 1
+            counts[kind] = counts.get(kind, 0) + 1
+            written = kind in _WRITES
+            if written and kind != "truncate":
+                st.bytes_written += op.size
+            yield op
+            if limit is not None and st.ops >= limit:
+                st.stopped_by = "ops-limit"
+                return
+            if written:
+                self._writes += 1
+                if syncs:
+                    for out in self._syncs(op):
+                        yield out
+                        if limit is not None and st.ops >= limit:
+                            st.stopped_by = "ops-limit"
+                            return
         if not st.stopped_by:
             st.stopped_by = {"random-update": "updates", "prefragment": "prefragment"}.get(
                 mode, "churn"
             )
 
-    def _emit(self, op: Op) -> Iterator[Op]:
+    def _syncs(self, op: Op) -> Iterator[Op]:
+        """The fsync and sync that follow the ``_writes``-th write ``op`` (see ``ops``)."""
         st = self.stats
-        st.ops += 1
-        st.counts[op.op] = st.counts.get(op.op, 0) + 1
-        if op.op in DATA_OPS:
-            st.bytes_written += op.size
-        yield op
-        if op.op in DATA_OPS or op.op == "truncate":
-            self._writes += 1
-            p = self.profile
-            if p.fsync_every and self._writes % p.fsync_every == 0 and op.path in self.files:
-                self._undo = None
-                st.ops += 1
-                st.counts["fsync"] = st.counts.get("fsync", 0) + 1
-                yield Op("fsync", op.path)
-            if p.sync_every and self._writes % p.sync_every == 0:
-                self._undo = None
-                st.ops += 1
-                st.counts["sync"] = st.counts.get("sync", 0) + 1
-                yield Op("sync")
+        p = self.profile
+        if p.fsync_every and self._writes % p.fsync_every == 0 and op.path in self.files:
+            self._undo = None
+            st.ops += 1
+            st.counts["fsync"] = st.counts.get("fsync", 0) + 1
+            yield Op("fsync", op.path)
+        if p.sync_every and self._writes % p.sync_every == 0:
+            self._undo = None
+            st.ops += 1
+            st.counts["sync"] = st.counts.get("sync", 0) + 1
+            yield Op("sync")
 
     # ---- hybrid and convergence
 
