@@ -182,7 +182,11 @@ def test_op_failing_ahead_leaves_an_exact_record_and_resumes(
         tree = _tree(mnt)
         kept = tmp_path / "journal.jsonl"
         kept.write_bytes(journal.read_bytes())
+        for p in mnt.parent.glob(mnt.name + ".fsage-age*"):  # beside the mount point
+            p.unlink()
     with test_fs("ext4", 32 * MIB, workdir=tmp_path) as (_img, again):
         replay = age(again, AgeOptions(ops_file=kept, force=True))
         assert replay.finished and replay.nospace == 0 and replay.ops == res.ops
         assert _tree(again) == tree
+        for p in again.parent.glob(again.name + ".fsage-age*"):
+            p.unlink()
