@@ -48,6 +48,9 @@ PATTERNS: dict[str, str] = {
     "first once the spool is at the fill target",
     "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
     "order (torrents, VM images)",
+    "trickle": "eight small files (the profile's sizes, up to 256 KiB) arriving at once by 1-8 KiB "
+    "pieces, a sync per round (mail deliveries, browser caches, slow downloads: each writeback "
+    "allocates the pieces that came since the last, side by side)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
 
@@ -55,6 +58,9 @@ _LOG_MAX = 4 * MIB
 _MAX_LOGS = 8
 _MAX_DBS = 4
 _SPOOL_GROUPS = 8
+_TRICKLE_WRITERS = 8
+_TRICKLE_MAX = 256 * KIB
+_TRICKLE_PIECES = (1 * KIB, 2 * KIB, 4 * KIB, 8 * KIB)
 #: Small articles (seed 000's news partition: files of a few KiB).
 NEWS_SIZES = HybridSize(mu=7.8, sigma=0.9, weight=0.995, xm=64 * KIB, alpha=1.5, cap=1 * MIB)
 
@@ -391,6 +397,35 @@ def _prealloc(gen: Generator, st: _State) -> Iterator[Op]:
     yield _sync_op(gen, path)
 
 
+def _trickle(gen: Generator, st: _State) -> Iterator[Op]:
+    rng = gen.rng
+    files: list[tuple[str, int]] = []
+    parent = gen._pick_parent()  # one directory: its files are allocated in the same group
+    for _ in range(_TRICKLE_WRITERS):
+        want = gen.profile.sizes.sample(rng, cap=min(_TRICKLE_MAX, _room(gen) // 8))
+        if want <= 0:
+            continue
+        path, op = _new_file(gen, parent, 0)
+        yield op
+        if path not in gen.files:
+            return
+        files.append((path, want))
+    while files:
+        alone = len(files) == 1  # nothing to interleave with: the rest arrives in one write
+        for path, want in files:
+            piece = want if alone else rng.choice(_TRICKLE_PIECES)
+            n = min(piece, want - gen.files[path].size, _room(gen))
+            if n <= 0:
+                return
+            size = gen.files[path].size
+            yield _append(gen, path, n)
+            if path not in gen.files or gen.files[path].size == size:  # ran out of space
+                return
+        files = [(p, w) for p, w in files if gen.files[p].size < w]
+        if not alone:
+            yield _sync_op(gen)
+
+
 _RUNNERS: dict[str, Callable[[Generator, _State], Iterator[Op]]] = {
     "streams": _streams,
     "log": _log,
@@ -400,6 +435,7 @@ _RUNNERS: dict[str, Callable[[Generator, _State], Iterator[Op]]] = {
     "rmtree": _rmtree,
     "spool": _spool,
     "prealloc": _prealloc,
+    "trickle": _trickle,
 }
 
 
