@@ -48,8 +48,8 @@ PATTERNS: dict[str, str] = {
     "first once the spool is at the fill target",
     "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
     "order (torrents, VM images)",
-    "trickle": "eight small files (the profile's sizes, up to 256 KiB) arriving at once by 1-8 KiB "
-    "pieces, a sync per round (mail deliveries, browser caches, slow downloads: each writeback "
+    "trickle": "eight small files (the profile's sizes, up to 256 KiB) in one directory arriving "
+    "at once by 1-8 KiB pieces, a sync per round (mail deliveries, browser caches, slow downloads: each writeback "
     "allocates the pieces that came since the last, side by side)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
