@@ -48,9 +48,10 @@ PATTERNS: dict[str, str] = {
     "first once the spool is at the fill target",
     "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
     "order (torrents, VM images)",
-    "trickle": "eight small files (the profile's sizes, up to 256 KiB) in one directory arriving "
-    "at once by 1-8 KiB pieces, a sync per round (mail deliveries, browser caches, slow downloads: each writeback "
-    "allocates the pieces that came since the last, side by side)",
+    "trickle": "32 files (the profile's sizes, up to 1 MiB) arriving in one directory by 1-8 KiB "
+    "pieces, eight at a time (a finished one is followed by the next), a sync per round (mail "
+    "deliveries, caches, slow downloads: each writeback allocates the pieces that came since "
+    "the last, side by side)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
 
@@ -59,7 +60,8 @@ _MAX_LOGS = 8
 _MAX_DBS = 4
 _SPOOL_GROUPS = 8
 _TRICKLE_WRITERS = 8
-_TRICKLE_MAX = 256 * KIB
+_TRICKLE_FILES = 32
+_TRICKLE_MAX = 1 * MIB
 _TRICKLE_PIECES = (1 * KIB, 2 * KIB, 4 * KIB, 8 * KIB)
 #: Small articles (seed 000's news partition: files of a few KiB).
 NEWS_SIZES = HybridSize(mu=7.8, sigma=0.9, weight=0.995, xm=64 * KIB, alpha=1.5, cap=1 * MIB)
@@ -399,18 +401,23 @@ def _prealloc(gen: Generator, st: _State) -> Iterator[Op]:
 
 def _trickle(gen: Generator, st: _State) -> Iterator[Op]:
     rng = gen.rng
-    files: list[tuple[str, int]] = []
     parent = gen._pick_parent()  # one directory: its files are allocated in the same group
-    for _ in range(_TRICKLE_WRITERS):
-        want = gen.profile.sizes.sample(rng, cap=min(_TRICKLE_MAX, _room(gen) // 8))
-        if want <= 0:
-            continue
-        path, op = _new_file(gen, parent, 0)
-        yield op
-        if path not in gen.files:
+    waiting = _TRICKLE_FILES
+    files: list[tuple[str, int]] = []  # (path, size it grows to), at most _TRICKLE_WRITERS
+    while True:
+        # A writer that finished is followed by the next file, so the interleaving goes on.
+        while waiting and len(files) < _TRICKLE_WRITERS:
+            waiting -= 1
+            want = gen.profile.sizes.sample(rng, cap=min(_TRICKLE_MAX, _room(gen) // 8))
+            if want <= 0:
+                continue
+            path, op = _new_file(gen, parent, 0)
+            yield op
+            if path not in gen.files:
+                return
+            files.append((path, want))
+        if not files:
             return
-        files.append((path, want))
-    while files:
         alone = len(files) == 1  # nothing to interleave with: the rest arrives in one write
         for path, want in files:
             piece = want if alone else rng.choice(_TRICKLE_PIECES)
@@ -452,6 +459,9 @@ PRESET_DOCS: dict[str, str] = {
     "new and renamed over the old file, whole trees removed, the tool's logs",
     "database": "a database server: table files grown by extensions and rewritten by page, "
     "holes punched, write-ahead logs appended with fsyncs, temporary files",
+    "mail": "a mail server: messages and attachments (hFS sizes up to 1 MiB) arriving side by side "
+    "in a directory by small pieces (each writeback allocates what came since the last), "
+    "mailboxes rewritten and renamed over, its logs, old mail deleted",
 }
 
 
@@ -499,5 +509,10 @@ def pattern_presets() -> dict[str, Profile]:
             name="database",
             sizes=HFS_SURGE,
             mix={"dbwrite": 0.6, "log": 0.25, "create": 0.075, "delete": 0.075},
+        ),
+        "mail": Profile(
+            name="mail",
+            sizes=HFS_SURGE,
+            mix={"trickle": 0.5, "create": 0.05, "delete": 0.3, "replace": 0.1, "log": 0.05},
         ),
     }

@@ -19,7 +19,7 @@ from fsage.workload import NoSpaceError, Op
 from .helpers import tree_of
 
 MIB = 1 << 20
-PRESETS = ("desktop", "news", "vcs", "database")
+PRESETS = ("desktop", "news", "vcs", "database", "mail")
 
 
 def _ops(name: str, capacity: int, seed: int = 1, churn: float = 0.5) -> tuple[Generator, list[Op]]:
@@ -57,6 +57,7 @@ def test_preset_stream_runs_on_a_directory_and_matches_the_model(tmp_path: Path,
         "news": {"create", "delete", "fsync"},
         "vcs": {"rename", "mkdir", "delete"},
         "database": {"overwrite", "punch", "fsync", "append"},
+        "mail": {"append", "sync", "rename", "delete"},
     }[name]
     assert want <= set(counts), counts
     # Bulk tree removal removes directories too.
