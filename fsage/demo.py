@@ -6,13 +6,15 @@ loop devices, else offline through libext2fs) taking snapshots as it goes, and w
 report. Whole-file creates and deletes leave ext4 nearly as laid out as new (hfs-surge ended the
 demo at layout score 0.999); files arriving side by side by small pieces, each writeback
 allocating the pieces since the last, fragment it within the demo's time. The aging takes the
-seeded files into its model, so its churn replaces them too. Everything lives in one working directory that the demo marks as its own, so a second
-run replaces only what the first made.
+seeded files into its model, so its churn replaces them too. Everything lives in one working
+directory that the demo marks as its own, so a second run replaces only what the first made.
 """
 
 from __future__ import annotations
 
+import collections
 import random
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -27,12 +29,12 @@ from fsage.db.store import SnapshotSummary, Store
 from fsage.errors import FsageError, UnsafeTargetError
 from fsage.reports import report_data_from_store, write_report
 from fsage.snapshotter import read_source
-from fsage.workload import read_workload
 
 MARKER = ".fsage-demo"
 FILES_PER_DIR = 64  # seed 004: a new directory with probability 1/64
 #: The preset that ages the demo (``fsage age --profile mail`` runs the same workload).
 AGING_PRESET = "mail"
+_JOURNAL_OP = re.compile(rb'^\{"op": ?"([a-z]+)"', re.M)
 
 
 @dataclass
@@ -126,7 +128,7 @@ def run_demo(
     )  # fmt: skip
     echo(
         f"aging {image} to 80% full, then {churn}x its capacity of churn, with the "
-        f"{AGING_PRESET} preset ({PRESET_DOCS[AGING_PRESET]})"
+        f"{AGING_PRESET} preset: {PRESET_DOCS[AGING_PRESET]}"
     )
     aged = age(image, opts, echo=echo)
     echo(
@@ -141,14 +143,13 @@ def run_demo(
 
 
 def op_counts(aged: AgeResult) -> str:
-    """The ops the aging ran, by kind, most first (from its journal)."""
+    """The ops the aging ran, by kind, most first (from its journal: one op per line, its kind
+    the first field)."""
     if aged.journal is None:
         return "no journal"
-    _header, ops = read_workload(Path(aged.journal))
-    counts: dict[str, int] = {}
-    for op in ops:
-        counts[op.op] = counts.get(op.op, 0) + 1
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    kinds = _JOURNAL_OP.findall(Path(aged.journal).read_bytes())
+    counts = sorted(collections.Counter(k.decode() for k in kinds).items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{n} {kind}" for kind, n in counts)
 
 
 __all__ = ["AGING_PRESET", "DemoResult", "make_tree", "op_counts", "prepare_workdir", "run_demo"]
