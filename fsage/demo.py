@@ -96,7 +96,7 @@ def run_demo(
     workdir: Path,
     files: int = 3000,
     seed: int = 42,
-    churn: float = 1.0,
+    churn: float = 0.5,
     echo: Callable[[str], None] = print,
     progress: bool = False,
 ) -> DemoResult:

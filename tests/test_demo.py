@@ -23,7 +23,7 @@ def test_demo_ages_its_image_and_says_with_what(tmp_path: Path) -> None:
             image = tmp_path / "demo" / "demo.img"
             before["score"] = analyze_layout(read_source(image), parts=("size",))["layout_score"]
 
-    res = run_demo(tmp_path / "demo", files=300, seed=7, churn=1.0, echo=echo)
+    res = run_demo(tmp_path / "demo", files=300, seed=7, echo=echo)  # the default churn
     text = "\n".join(lines)
     assert f"with the {AGING_PRESET} preset" in text
     aged_line = next(line for line in lines if line.startswith("aged: "))

@@ -48,10 +48,10 @@ PATTERNS: dict[str, str] = {
     "first once the spool is at the fill target",
     "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
     "order (torrents, VM images)",
-    "trickle": "32 files (the profile's sizes, up to 1 MiB) arriving in one directory by 1-8 KiB "
-    "pieces, eight at a time (a finished one is followed by the next), a sync per round (mail "
-    "deliveries, caches, slow downloads: each writeback allocates the pieces that came since "
-    "the last, side by side)",
+    "trickle": "128 files (the profile's sizes, up to 1 MiB) arriving in one directory by 1-8 "
+    "KiB pieces, 32 at a time (a finished one is followed by the next; the last eight finish in "
+    "one write each), a sync per round (mail deliveries, caches, slow downloads: each writeback "
+    "allocates the pieces that came since the last, side by side)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
 
@@ -59,8 +59,8 @@ _LOG_MAX = 4 * MIB
 _MAX_LOGS = 8
 _MAX_DBS = 4
 _SPOOL_GROUPS = 8
-_TRICKLE_WRITERS = 8
-_TRICKLE_FILES = 32
+_TRICKLE_WRITERS = 32
+_TRICKLE_FILES = 128
 _TRICKLE_MAX = 1 * MIB
 _TRICKLE_PIECES = (1 * KIB, 2 * KIB, 4 * KIB, 8 * KIB)
 #: Small articles (seed 000's news partition: files of a few KiB).
@@ -418,7 +418,9 @@ def _trickle(gen: Generator, st: _State) -> Iterator[Op]:
             files.append((path, want))
         if not files:
             return
-        alone = len(files) == 1  # nothing to interleave with: the rest arrives in one write
+        # The last few writers have too little to interleave with: the rest of each arrives
+        # in one write (rather than a sync per piece of one or two files).
+        alone = not waiting and len(files) <= _TRICKLE_WRITERS // 4
         for path, want in files:
             piece = want if alone else rng.choice(_TRICKLE_PIECES)
             n = min(piece, want - gen.files[path].size, _room(gen))
