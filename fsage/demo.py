@@ -121,7 +121,7 @@ def run_demo(
     profile = get_preset(AGING_PRESET).with_overrides(fill=0.8, churn=churn, ops_limit=None)
     opts = AgeOptions(
         profile=profile, seed=seed, db=db, name="demo",
-        snapshot_every=max(files * 3, 2000),  # about ten snapshots at any --files
+        snapshot_every=max(files * 3, 2000),  # ~6 snapshots at the default churn, any --files
         force=True,  # the image holds the files this demo just made
         adopt=True,  # ...and the aging deletes and replaces them too
         progress=progress,
