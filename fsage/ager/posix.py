@@ -179,13 +179,19 @@ class PosixExecutor(Executor):
     def _evict(self, keep: int) -> None:
         """Close the least recently used unpinned descriptors until at most ``keep`` remain
         (pinned ones stay even beyond that: an op holds at most a few)."""
-        if len(self._dir_fds) <= keep:
+        excess = len(self._dir_fds) - keep
+        if excess <= 0:
             return
-        for key in list(self._dir_fds):
-            if len(self._dir_fds) <= keep:
-                break
+        # The oldest few are the victims: stop at them rather than copying the whole cache
+        # (one eviction per miss once it is full, as in a tree of more directories than it).
+        victims: list[str] = []
+        for key in self._dir_fds:
             if key not in self._pinned:
-                self._close_cached(key)
+                victims.append(key)
+                if len(victims) == excess:
+                    break
+        for key in victims:
+            self._close_cached(key)
 
     def _drop_dir_fds(self) -> None:
         """Close every cached descriptor (after the namespace changed under cached paths);
