@@ -32,7 +32,7 @@ from fsage.snapshotter import read_source
 
 MARKER = ".fsage-demo"
 FILES_PER_DIR = 64  # seed 004: a new directory with probability 1/64
-#: The preset that ages the demo (``fsage age --profile mail`` runs the same workload).
+#: The preset that ages the demo (``fsage age --profile mail`` runs its mix on the files it makes).
 AGING_PRESET = "mail"
 _JOURNAL_OP = re.compile(rb'^\{"op": ?"([a-z]+)"', re.M)
 
