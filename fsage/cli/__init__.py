@@ -96,9 +96,9 @@ class FsageGroup(click.Group):
             return super().main(args, *rest, **kwargs)
         finally:
             if directory is not None:  # a walk that the command did not take (it failed first)
-                from fsage.snapshotter.livewalk import end_background_walks
+                from fsage.snapshotter.livewalk import forget_background_walks
 
-                end_background_walks()
+                forget_background_walks()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)

@@ -33,8 +33,8 @@ __all__ = [
     "MountInfo",
     "WalkScope",
     "c_walker_available",
-    "end_background_walks",
     "find_mount",
+    "forget_background_walks",
     "is_pseudo_fs",
     "read_mountinfo",
     "run_c_walk",
@@ -352,8 +352,8 @@ def run_c_walk(sc: WalkScope) -> CWalk:
 
 
 class BackgroundWalk:
-    """The C walk of one scope, running on a thread of its own (daemon: a process that ends
-    before it is taken does not wait for it)."""
+    """The C walk of one scope, running on a thread of its own (a daemon: a process that ends
+    before the walk is taken, after an error or ^C, does not wait for it)."""
 
     def __init__(self, scope: WalkScope) -> None:
         self.scope = scope
@@ -407,7 +407,7 @@ def end_walk(walk: BackgroundWalk) -> None:
         walk.result()
 
 
-def end_background_walks() -> None:
-    """Wait for and drop the walks started but not taken (a command that failed first)."""
-    while _started:
-        end_walk(_started.pop())
+def forget_background_walks() -> None:
+    """Drop the walks started but not taken (a command that failed, or was interrupted, first)
+    without waiting for them: their threads are daemons, and the process is about to end."""
+    _started.clear()

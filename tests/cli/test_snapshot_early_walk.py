@@ -1,5 +1,5 @@
 """`fsage snapshot DIR` starts its walk before it imports the rest of the command, and the
-command takes that walk over (or waits for it, when it fails first)."""
+command takes that walk over (or drops it, when it fails first)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_the_command_takes_the_walk_started_first(
     assert stored.files.ext_physical.tolist() == direct.files.ext_physical.tolist()
 
 
-def test_a_walk_not_taken_is_waited_for(
+def test_a_walk_not_taken_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = _readable_tree(tmp_path)
@@ -107,7 +107,10 @@ def test_a_walk_not_taken_is_waited_for(
         main(["snapshot", str(tree), "--db", str(tmp_path / "b.db"), "--taken-at", "nope"])
     assert exit_.value.code != 0
     assert "--taken-at" in capsys.readouterr().err
+    assert not livewalk._started  # nothing left for a later command to take
+    walking = [t for t in threading.enumerate() if t.name == "fsage-walk"]
+    assert all(t.daemon for t in walking)  # the process does not wait for it
+    for t in walking:
+        t.join()
     assert threads == ["fsage-walk"]
-    assert not livewalk._started
-    assert not [t for t in threading.enumerate() if t.name == "fsage-walk"]
     assert not (tmp_path / "b.db").exists()
