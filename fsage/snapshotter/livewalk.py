@@ -397,12 +397,13 @@ def take_background_walk(scope: WalkScope) -> BackgroundWalk | None:
         walk = _started.pop()
         if walk.scope.same_walk(scope) and scope.progress is None:
             return walk
-        end_walk(walk)
+        _end_walk(walk)
     return None
 
 
-def end_walk(walk: BackgroundWalk) -> None:
-    """Wait for a walk nobody will take (so that no thread outlives the command) and drop it."""
+def _end_walk(walk: BackgroundWalk) -> None:
+    """Wait for a walk nobody will take (so that it does not compete with the walk that
+    replaces it) and drop it."""
     with contextlib.suppress(Exception):  # nobody asked for this walk, nor for its failure
         walk.result()
 
