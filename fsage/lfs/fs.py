@@ -88,13 +88,11 @@ class Stat:
 @dataclass
 class _Savepoint:
     """What an operation may change in memory, taken before it starts (see ``LFS.atomic``).
-    System-file blocks are saved as they are first changed (``sys_blocks``)."""
+    Cheap to take: what most operations leave alone or only append to is kept as a length or
+    copied when first changed (``None`` until then)."""
 
     live: list[int]
     mtime: list[int]
-    clean: set[int]
-    sys: dict[int, Inode]
-    sys_len: dict[int, int]
     free_hint: int
     cur_seg: int
     cur_pos: int
@@ -106,11 +104,22 @@ class _Savepoint:
     seg_flags: int
     last_flush_commit: bool
     segs_since_cp: int
-    dirty: dict[int, Inode]
     dirty_dirs: set[int]
-    dirch: list[bytes]
+    sys_len: dict[int, int]
     sys_dirty: dict[int, set[int]]
     pending_since: float | None
+    #: Inodes waiting for a commit and directory change records: only appended to until a
+    #: commit, before which they are copied (``dirty``, ``dirch``).
+    dirty_count: int
+    dirch_count: int
+    dirty: list[int] | None = None
+    dirch: list[bytes] | None = None
+    #: Clean segments: copied before the first is taken (``_alloc_segment``).
+    clean: set[int] | None = None
+    #: System-file inodes: their block maps change only in a commit or a cleaning pass,
+    #: before which they are cloned.
+    sys: dict[int, Inode] | None = None
+    #: System-file blocks as they were before their first change (``_jsys``).
     sys_blocks: dict[tuple[int, int], bytes] = field(default_factory=dict)
     #: Inodes (and directory tables) as they were when the operation first touched them:
     #: a clone if they had changes not yet committed, None if the inode table has them.
@@ -410,9 +419,6 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         return _Savepoint(
             live=list(self.live),
             mtime=list(self.mtime),
-            clean=set(self.clean),
-            sys={ino: _clone_inode(i) for ino, i in self.sys.items()},
-            sys_len={ino: len(d) for ino, d in self._sysdata.items()},
             free_hint=self._free_hint,
             cur_seg=self.cur_seg,
             cur_pos=self.cur_pos,
@@ -424,12 +430,39 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             seg_flags=self._seg_flags,
             last_flush_commit=self._last_flush_commit,
             segs_since_cp=self._segs_since_cp,
-            dirty=dict(self._dirty),
             dirty_dirs=set(self._dirty_dirs),
-            dirch=list(self._dirch),
+            sys_len={ino: len(d) for ino, d in self._sysdata.items()},
             sys_dirty={k: set(v) for k, v in self._sys_dirty.items()},
             pending_since=self._pending_since,
+            dirty_count=len(self._dirty),
+            dirch_count=len(self._dirch),
         )
+
+    def _keep_clean(self) -> None:
+        """Before the clean set changes inside an operation."""
+        sp = self._txn
+        if sp is not None and sp.clean is None:
+            sp.clean = set(self.clean)
+
+    def _keep_sys(self) -> None:
+        """Before a system file's block map changes inside an operation."""
+        sp = self._txn
+        if sp is not None and sp.sys is None:
+            sp.sys = {ino: _clone_inode(i) for ino, i in self.sys.items()}
+
+    def _keep_for_commit(self) -> None:
+        """Before a commit inside an operation: it empties the lists of pending changes and
+        writes the system files."""
+        sp = self._txn
+        if sp is None:
+            return
+        self._keep_sys()
+        if sp.dirty is None:
+            sp.dirty = list(self._dirty)[: sp.dirty_count]
+        if sp.dirch is None:
+            sp.dirch = self._dirch[: sp.dirch_count]
+        for ino in list(self._dirty):  # the commit changes their trees: keep them first
+            self._touch(ino)
 
     def _jsys(self, sino: int, blk: int) -> None:
         """Before a system-file block changes inside an operation: keep its old content."""
@@ -439,10 +472,17 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             sp.sys_blocks[(sino, blk)] = bytes(data[blk * self.bs : (blk + 1) * self.bs])
 
     def _rollback(self, sp: _Savepoint) -> None:
-        for seg in [s for s in self._seg_cache if s in sp.clean or s == sp.cur_seg]:
+        clean_before = self.clean if sp.clean is None else sp.clean
+        for seg in [s for s in self._seg_cache if s in clean_before or s == sp.cur_seg]:
             del self._seg_cache[seg]
-        self.live, self.mtime, self.clean = sp.live, sp.mtime, sp.clean
-        self.sys = sp.sys
+        # Pending changes from before the operation: the first ones of what is pending now.
+        dirty = sp.dirty if sp.dirty is not None else list(self._dirty)[: sp.dirty_count]
+        self._dirch = sp.dirch if sp.dirch is not None else self._dirch[: sp.dirch_count]
+        self.live, self.mtime = sp.live, sp.mtime
+        if sp.clean is not None:
+            self.clean = sp.clean
+        if sp.sys is not None:
+            self.sys = sp.sys
         for sino, n in sp.sys_len.items():
             del self._sysdata[sino][n:]
         for (sino, blk), old in sp.sys_blocks.items():
@@ -463,9 +503,8 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
                 self._dirs.pop(ino, None)
             else:
                 self._dirs[ino] = d
-        self._dirty = {ino: self._icache[ino] for ino in sp.dirty}
+        self._dirty = {ino: self._icache[ino] for ino in dirty}
         self._dirty_dirs = sp.dirty_dirs
-        self._dirch = sp.dirch
         self._pending_since = sp.pending_since
         self._free_hint = sp.free_hint
         self._plug_summ = {}
@@ -653,6 +692,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         return os.pread(self.fd, self.geo.segment_size, self.geo.seg_offset(seg))
 
     def _relocate_segment(self, seg: int, holes: list[int] | None) -> None:
+        self._keep_sys()  # live blocks of system files move too
         summ = fmt.read_summary(self.fd, self.geo, seg)
         raw = self._segment_bytes(seg)
         for blk, rec in enumerate(summ.recs):

@@ -108,6 +108,7 @@ class _LogMixin:
         cur = self.cur_seg
         after = [s for s in self.clean if s > cur]
         seg = min(after) if after else min(self.clean)
+        self._keep_clean()
         self.clean.discard(seg)
         self.mtime[seg] = 0  # a reused segment's data time starts over (seed 003 §2.3.2)
         return seg
@@ -214,9 +215,7 @@ class _LogMixin:
     # ------------------------------------------------------------------ commit / checkpoint
     def _commit(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
         """End a unit: everything changed so far reaches the log, the last write flagged."""
-        if self._txn is not None:
-            for ino in list(self._dirty):  # the commit changes their trees: keep them first
-                self._touch(ino)
+        self._keep_for_commit()
         self._pending_since: float | None = None
         self._write_dirch()
         for dino in sorted(self._dirty_dirs):
@@ -274,6 +273,7 @@ class _LogMixin:
         self._segs_since_cp = 0
         self._last_cp_time = time.monotonic()
         # Segments emptied since the last checkpoint become clean only now.
+        self._keep_clean()
         for s in range(self.geo.first_log_segment, self.geo.segments):
             if self.live[s] == 0 and s != self.cur_seg and s != self.next_seg:
                 self.clean.add(s)

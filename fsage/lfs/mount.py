@@ -439,10 +439,13 @@ class LfsOperations:
 
 
 def _options(image: Path, extra: tuple[str, ...]) -> str:
-    opts = ["default_permissions", f"fsname={image}", f"subtype={SUBTYPE}"]
-    if os.geteuid() == 0:
-        opts.append("allow_other")
-    opts.extend(extra)
+    opts = [f"fsname={image}", f"subtype={SUBTYPE}", *extra]
+    # Only the mounting user reaches the files (FUSE's default), and that user can write the
+    # image anyway: the kernel checks permissions only when other users are let in. Checking
+    # them always costs a request per directory change (the kernel drops the directory's
+    # attributes after each one and asks again before the next permission check).
+    if "allow_other" in opts and "default_permissions" not in opts:
+        opts.insert(0, "default_permissions")
     for o in opts:
         if "," in o.replace("\\,", ""):
             raise UsageError(f"FUSE option {o!r}: give one option per -o (or escape ',')")
