@@ -765,20 +765,38 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             self._end_op()
         return inode.ino
 
-    def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
-        inode = self._iget(self._lookup(path))
+    def _regular(self, ino: int, what: str) -> Inode:
+        inode = self._iget(ino)
         if inode.mode & S_IFMT != S_IFREG:
-            raise LfsOpError(f"not a regular file: {path!r}")
+            raise LfsOpError(f"not a regular file: {what!r}")
+        return inode
+
+    def _in_memory_ok(self) -> bool:
+        """Whether an operation whose changes stay in memory may skip its savepoint: it is
+        not inside a group, no commit is due and the clean segments are not running short
+        (so what it changes waits for a later commit, as everything buffered does)."""
+        return (
+            self._txn is None
+            and self.opts.commit_interval > 0
+            and len(self.clean) >= 3 + self._lw
+            and not self._commit_due()
+        )
+
+    def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
+        return self._write(self._regular(self._lookup(path), path), offset, data)
+
+    def write_ino(self, ino: int, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """``write`` to inode ``ino``."""
+        return self._write(self._regular(ino, f"inode {ino}"), offset, data)
+
+    def _write(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data)
         if (
             mv.nbytes
             and offset // self.bs == (offset + mv.nbytes - 1) // self.bs
-            and self._txn is None
-            and self.opts.commit_interval > 0
             and self.cur_pos < self.ndata
             and self.seq <= fmt.SEQ_MAX
-            and len(self.clean) >= 3 + self._lw
-            and not self._commit_due()
+            and self._in_memory_ok()
         ):
             self._write_small(inode, offset, mv)
             return mv.nbytes
@@ -816,6 +834,10 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             inode.size = offset + mv.nbytes
         inode.mtime = inode.ctime = ct
         self._mark(inode)
+        self._changed_in_memory()
+
+    def _changed_in_memory(self) -> None:
+        """The end of an operation that took no savepoint (``_in_memory_ok``)."""
         if self._pending_since is None:
             self._pending_since = time.monotonic()
         self._after_op()
@@ -844,17 +866,28 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         return self.write(path, self.stat(path).size, data)
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        inode = self._iget(self._lookup(path))
+        return self._read(self._lookup(path), offset, size, path)
+
+    def read_ino(self, ino: int, offset: int = 0, size: int = -1) -> bytes:
+        """``read`` of inode ``ino``."""
+        return self._read(ino, offset, size, f"inode {ino}")
+
+    def _read(self, ino: int, offset: int, size: int, what: str) -> bytes:
+        inode = self._iget(ino)
         if inode.mode & S_IFMT == S_IFDIR:
-            raise LfsOpError(f"is a directory: {path!r}")
+            raise LfsOpError(f"is a directory: {what!r}")
         if size < 0:
             size = inode.size
         return self._read_data(inode, offset, size)
 
     def truncate(self, path: str, size: int) -> None:
-        inode = self._iget(self._lookup(path))
-        if inode.mode & S_IFMT != S_IFREG:
-            raise LfsOpError(f"not a regular file: {path!r}")
+        self._truncate(self._regular(self._lookup(path), path), size)
+
+    def truncate_ino(self, ino: int, size: int) -> None:
+        """``truncate`` of inode ``ino``."""
+        self._truncate(self._regular(ino, f"inode {ino}"), size)
+
+    def _truncate(self, inode: Inode, size: int) -> None:
         with self.atomic(4):
             inode = self._iget(inode.ino)
             if size > inode.size:
@@ -1007,6 +1040,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
     def stat(self, path: str) -> Stat:
         return self.stat_ino(self._lookup(path))
 
+    def lookup(self, dino: int, name: str) -> Stat | None:
+        """The attributes of ``name`` in directory ``dino``; None if it has no such name."""
+        ino = self._dir(dino).get(name)
+        return None if ino is None else self.stat_ino(ino)
+
     def stat_ino(self, ino: int) -> Stat:
         i = self._iget(ino)
         size, blocks = i.size, i.blocks
@@ -1097,20 +1135,47 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
     ) -> Stat:
         """chmod (permission bits of ``mode``), chown and utimens in one unit; the change
         time becomes now. Returns the new attributes."""
-        ino = self._lookup(path)
-        with self.atomic(1):
-            inode = self._iget(ino)
-            if mode is not None:
-                inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
-            if uid is not None:
-                inode.uid = uid
-            if gid is not None:
-                inode.gid = gid
-            if atime_ms is not None:
-                inode.atime = atime_ms
-            if mtime_ms is not None:
-                inode.mtime = mtime_ms
-            inode.ctime = now_ms()
-            self._mark(inode)
-            self._end_op()
+        return self.setattr_ino(self._lookup(path), mode, uid, gid, atime_ms, mtime_ms)
+
+    def setattr_ino(
+        self,
+        ino: int,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        atime_ms: int | None = None,
+        mtime_ms: int | None = None,
+    ) -> Stat:
+        """``setattr`` of inode ``ino``."""
+        inode = self._iget(ino)  # the only step that can fail, before any change
+        change = (mode, uid, gid, atime_ms, mtime_ms)
+        if self._in_memory_ok():
+            self._set_attrs(inode, *change)
+            self._changed_in_memory()
+        else:
+            with self.atomic(1):
+                self._set_attrs(self._iget(ino), *change)
+                self._end_op()
         return self.stat_ino(ino)
+
+    def _set_attrs(
+        self,
+        inode: Inode,
+        mode: int | None,
+        uid: int | None,
+        gid: int | None,
+        atime_ms: int | None,
+        mtime_ms: int | None,
+    ) -> None:
+        if mode is not None:
+            inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
+        if uid is not None:
+            inode.uid = uid
+        if gid is not None:
+            inode.gid = gid
+        if atime_ms is not None:
+            inode.atime = atime_ms
+        if mtime_ms is not None:
+            inode.mtime = mtime_ms
+        inode.ctime = now_ms()
+        self._mark(inode)

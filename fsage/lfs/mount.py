@@ -206,7 +206,7 @@ class LfsOperations:
         self._name[ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(ino)
         if uid or gid:
-            return self._attr(self._call(self.fs.setattr, self._path(ino), None, uid, gid))
+            return self._attr(self._call(self.fs.setattr_ino, ino, None, uid, gid))
         return self._stat(ino)
 
     def _forget_name(self, parent: int, name: bytes, ino: int, last: bool) -> None:
@@ -219,9 +219,8 @@ class LfsOperations:
 
     # ------------------------------------------------------------------ attributes
     def lookup(self, parent: int, name: bytes) -> Attr | None:
-        try:
-            st = self.fs.stat(self._child(parent, name))
-        except LfsOpError:
+        st = self._call(self.fs.lookup, self._lfs(parent), os.fsdecode(name))
+        if st is None:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(st.ino)
@@ -243,9 +242,12 @@ class LfsOperations:
         fh: int,
     ) -> Attr:
         assert _fuse is not None
-        path = self._path(ino)
+        lino = self._lfs(ino)
+        if lino in self._gone:
+            # The times of a file the kernel closed after its last name went.
+            raise _err(errno.ENOENT)
         if to_set & _fuse.SET_SIZE:
-            self._call(self.fs.truncate, path, size)
+            self._call(self.fs.truncate_ino, lino, size)
         now_ns = None
         if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
             import time
@@ -264,7 +266,7 @@ class LfsOperations:
             mtime,
         )
         if args != (None,) * 5:
-            return self._attr(self._call(self.fs.setattr, path, *args))
+            return self._attr(self._call(self.fs.setattr_ino, lino, *args))
         return self._stat(ino)
 
     def readlink(self, ino: int) -> bytes:
@@ -362,7 +364,7 @@ class LfsOperations:
 
     def open(self, ino: int, flags: int) -> int:
         if flags & os.O_TRUNC:
-            self._call(self.fs.truncate, self._path(ino), 0)
+            self._call(self.fs.truncate_ino, self._lfs(ino), 0)
         return self._new_fh(self._lfs(ino))
 
     def create(
@@ -373,13 +375,10 @@ class LfsOperations:
         return self._new_fh(ino), attr
 
     def read(self, fh: int, size: int, off: int) -> bytes:
-        return self._call(self.fs.read, self._path(self._fh(fh)), off, size)
+        return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
     def write(self, fh: int, data: bytes, off: int) -> int:
-        return self._call(self.fs.write, self._path(self._fh(fh)), off, data)
-
-    def flush(self, fh: int) -> None:
-        self._fh(fh)
+        return self._call(self.fs.write_ino, self._fh(fh), off, data)
 
     def fsync(self, fh: int, datasync: int) -> None:
         self._fh(fh)
