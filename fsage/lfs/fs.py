@@ -21,7 +21,6 @@ linear block ``seg * blocks_per_segment + blk`` (``linear_block``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import stat as stat_mod
@@ -29,17 +28,17 @@ import time
 import uuid as uuid_mod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
+from fsage.lfs.cleaning import _CleaningMixin
 from fsage.lfs.common import _RESERVE, LfsOpError, linear_block, now_ms
 from fsage.lfs.data import _DataMixin
 from fsage.lfs.dirs import _dir_file_size, _DirMixin
 from fsage.lfs.format import (
     BT_DATA,
-    BT_INDIRECT,
     INO_INOMAP,
     INO_INOTBL,
     INO_INOVEC,
@@ -53,10 +52,11 @@ from fsage.lfs.format import (
     BlockRec,
     Geometry,
     LfsError,
-    LfsNoSpace,
 )
-from fsage.lfs.inodes import Inode, _clone_inode, _InodeMixin
+from fsage.lfs.inodes import _InodeMixin
 from fsage.lfs.log import _LogMixin
+from fsage.lfs.savepoint import _SavepointMixin
+from fsage.lfs.state import Inode, OpenOptions, Savepoint
 
 __all__ = [
     "LFS",
@@ -83,63 +83,6 @@ class Stat:
     ctime_ms: int
     atime_ms: int
     version: int
-
-
-@dataclass
-class _Savepoint:
-    """What an operation may change in memory, taken before it starts (see ``LFS.atomic``).
-    Cheap to take: what most operations leave alone or only append to is kept as a length or
-    copied when first changed (``None`` until then)."""
-
-    live: list[int]
-    mtime: list[int]
-    free_hint: int
-    cur_seg: int
-    cur_pos: int
-    flushed_pos: int
-    seq: int
-    buf: bytearray
-    recs: list[BlockRec | None]
-    next_seg: int
-    seg_flags: int
-    last_flush_commit: bool
-    segs_since_cp: int
-    dirty_dirs: set[int]
-    sys_len: dict[int, int]
-    sys_dirty: dict[int, set[int]]
-    pending_since: float | None
-    #: Inodes waiting for a commit and directory change records: only appended to until a
-    #: commit, before which they are copied (``dirty``, ``dirch``).
-    dirty_count: int
-    dirch_count: int
-    dirty: list[int] | None = None
-    dirch: list[bytes] | None = None
-    #: Clean segments: copied before the first is taken (``_alloc_segment``).
-    clean: set[int] | None = None
-    #: System-file inodes: their block maps change only in a commit or a cleaning pass,
-    #: before which they are cloned.
-    sys: dict[int, Inode] | None = None
-    #: System-file blocks as they were before their first change (``_jsys``).
-    sys_blocks: dict[tuple[int, int], bytes] = field(default_factory=dict)
-    #: Inodes (and directory tables) as they were when the operation first touched them:
-    #: a clone if they had changes not yet committed, None if the inode table has them.
-    inodes: dict[int, tuple[Inode | None, dict[str, int] | None]] = field(default_factory=dict)
-    #: Blocks of the segment buffer overwritten in place: their content before.
-    buf_blocks: dict[int, bytes] = field(default_factory=dict)
-
-
-@dataclass
-class OpenOptions:
-    policy: str | None = None
-    checkpoint_interval: int | None = None
-    disk: cl.DiskModel = field(default_factory=cl.DiskModel)
-    cache_segments: int = 16
-    readonly: bool = False
-    #: Seconds changes may wait in memory before they are committed to the log (0: commit
-    #: after every operation).
-    commit_interval: float = 5.0
-    #: Seconds between checkpoints (besides every ``checkpoint_interval`` segments).
-    checkpoint_seconds: float = 30.0
 
 
 def mkfs(
@@ -189,7 +132,7 @@ def mkfs(
     return geo
 
 
-class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
+class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _CleaningMixin):
     """One open LFS image. Paths are '/'-separated, relative to the root ('' is the root)."""
 
     def __init__(self) -> None:  # use LFS.open / mkfs
@@ -292,7 +235,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         self._last_flush_commit = False
         self._plug_summ: dict[int, fmt.Summary] = {}
         self._holeplug = False
-        self._txn: _Savepoint | None = None
+        self._txn: Savepoint | None = None
         self._pending_since: float | None = None
         self._last_cp_time = time.monotonic()
 
@@ -381,377 +324,12 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             return
         self.close()
 
-    # ------------------------------------------------------------------ atomic operations
-    @contextlib.contextmanager
-    def atomic(self, nblocks: int = 0) -> Iterator[None]:
-        """Run a group of operations as one: room for ``nblocks`` blocks is made first
-        (cleaning if needed, ``LfsNoSpace`` if it cannot be made, with nothing changed);
-        if anything inside fails, the file system is left exactly as it was before (the
-        blocks written meanwhile are dead and the current segment's summary is rewritten
-        without them). Checkpoints and cleaning wait until the group ends. Nested groups
-        join the outermost one."""
-        if self._txn is not None:
-            if nblocks:
-                self._ensure_space(nblocks)
-            yield
-            return
-        if nblocks:
-            self._ensure_space(nblocks)
-        self._txn = self._savepoint()
-        try:
-            yield
-            if self._commit_due():
-                self._commit()
-            if nblocks and len(self.clean) < _RESERVE:
-                raise LfsNoSpace(
-                    f"{self.path}: no space left (the operation would take the "
-                    f"{_RESERVE} clean segments kept for deletes and cleaning)"
-                )
-        except BaseException:
-            sp, self._txn = self._txn, None
-            if not self.closed:
-                self._rollback(sp)
-            raise
-        self._txn = None
-        self._after_op()
-
-    def _savepoint(self) -> _Savepoint:
-        return _Savepoint(
-            live=list(self.live),
-            mtime=list(self.mtime),
-            free_hint=self._free_hint,
-            cur_seg=self.cur_seg,
-            cur_pos=self.cur_pos,
-            flushed_pos=self.flushed_pos,
-            seq=self.seq,
-            buf=self.buf,  # blocks below cur_pos are never changed in a segment's buffer
-            recs=list(self.recs),
-            next_seg=self.next_seg,
-            seg_flags=self._seg_flags,
-            last_flush_commit=self._last_flush_commit,
-            segs_since_cp=self._segs_since_cp,
-            dirty_dirs=set(self._dirty_dirs),
-            sys_len={ino: len(d) for ino, d in self._sysdata.items()},
-            sys_dirty={k: set(v) for k, v in self._sys_dirty.items()},
-            pending_since=self._pending_since,
-            dirty_count=len(self._dirty),
-            dirch_count=len(self._dirch),
-        )
-
-    def _keep_clean(self) -> None:
-        """Before the clean set changes inside an operation."""
-        sp = self._txn
-        if sp is not None and sp.clean is None:
-            sp.clean = set(self.clean)
-
-    def _keep_sys(self) -> None:
-        """Before a system file's block map changes inside an operation."""
-        sp = self._txn
-        if sp is not None and sp.sys is None:
-            sp.sys = {ino: _clone_inode(i) for ino, i in self.sys.items()}
-
-    def _keep_for_commit(self) -> None:
-        """Before a commit inside an operation: it empties the lists of pending changes and
-        writes the system files."""
-        sp = self._txn
-        if sp is None:
-            return
-        self._keep_sys()
-        if sp.dirty is None:
-            sp.dirty = list(self._dirty)[: sp.dirty_count]
-        if sp.dirch is None:
-            sp.dirch = self._dirch[: sp.dirch_count]
-        for ino in list(self._dirty):  # the commit changes their trees: keep them first
-            self._touch(ino)
-
-    def _jsys(self, sino: int, blk: int) -> None:
-        """Before a system-file block changes inside an operation: keep its old content."""
-        sp = self._txn
-        if sp is not None and (sino, blk) not in sp.sys_blocks:
-            data = self._sysdata[sino]
-            sp.sys_blocks[(sino, blk)] = bytes(data[blk * self.bs : (blk + 1) * self.bs])
-
-    def _rollback(self, sp: _Savepoint) -> None:
-        clean_before = self.clean if sp.clean is None else sp.clean
-        for seg in [s for s in self._seg_cache if s in clean_before or s == sp.cur_seg]:
-            del self._seg_cache[seg]
-        # Pending changes from before the operation: the first ones of what is pending now.
-        dirty = sp.dirty if sp.dirty is not None else list(self._dirty)[: sp.dirty_count]
-        self._dirch = sp.dirch if sp.dirch is not None else self._dirch[: sp.dirch_count]
-        self.live, self.mtime = sp.live, sp.mtime
-        if sp.clean is not None:
-            self.clean = sp.clean
-        if sp.sys is not None:
-            self.sys = sp.sys
-        for sino, n in sp.sys_len.items():
-            del self._sysdata[sino][n:]
-        for (sino, blk), old in sp.sys_blocks.items():
-            data = self._sysdata[sino]
-            if blk * self.bs < len(data):
-                data[blk * self.bs : blk * self.bs + len(old)] = old[: len(data) - blk * self.bs]
-        self._sys_dirty = sp.sys_dirty
-        for sino in fmt.SYSTEM_FILES:
-            self.sys[sino].size = len(self._sysdata[sino])
-        # Inodes and directories the operation touched are put back as they were (or read
-        # again from the inode table); changes made before it still wait for their commit.
-        for ino, (inode, d) in sp.inodes.items():
-            if inode is None:
-                self._icache.pop(ino, None)
-            else:
-                self._icache[ino] = inode
-            if d is None:
-                self._dirs.pop(ino, None)
-            else:
-                self._dirs[ino] = d
-        self._dirty = {ino: self._icache[ino] for ino in dirty}
-        self._dirty_dirs = sp.dirty_dirs
-        self._pending_since = sp.pending_since
-        self._free_hint = sp.free_hint
-        self._plug_summ = {}
-        self._holeplug = False
-        self._cleaning = False
-        self.cur_seg, self.cur_pos, self.flushed_pos = sp.cur_seg, sp.cur_pos, sp.flushed_pos
-        self.seq, self.buf, self.recs = sp.seq, sp.buf, sp.recs
-        for pos, old in sp.buf_blocks.items():
-            self.buf[pos * self.bs : (pos + 1) * self.bs] = old
-        self.next_seg, self._seg_flags = sp.next_seg, sp.seg_flags
-        self._segs_since_cp = sp.segs_since_cp
-        # The summary on disk may describe blocks of the undone operation: write it again,
-        # newer than any summary the operation wrote, so roll-forward stops here.
-        if self.next_seg < 0 and self.clean:
-            self.next_seg = self._alloc_segment()
-        base = self.geo.seg_offset(self.cur_seg)
-        a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
-        if b > a:
-            os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
-            self.flushed_pos = self.cur_pos
-        summ = fmt.pack_summary(
-            self.geo, self.recs, max(self.next_seg, 0), self._stamp(), self._seg_flags
-        )
-        os.pwrite(self.fd, summ, base + self.ndata * self.bs)
-        self._last_flush_commit = sp.last_flush_commit
-
-    def _low_water(self) -> int:
-        return self._lw
-
     def sync(self) -> None:
         """Commit and write the buffer (a partial segment write)."""
         self._commit()
 
     def checkpoint(self) -> None:
         self._checkpoint()
-
-    # ------------------------------------------------------------------ cleaning
-    def clean_now(self, want: int | None = None) -> int:
-        """Run garbage collection until ``want`` more segments are clean (default: twice the
-        low-water mark). Returns the number of segments freed."""
-        if self._txn is not None or self._cleaning:
-            return 0  # never inside an operation (see ``atomic``)
-        target = len(self.clean) + (want or 2 * self._low_water())
-        start = best = len(self.clean)
-        stalls = 0
-        # Stop after three passes that bring the clean count to no new high: passes that
-        # free one segment and fill another would otherwise go on for ever.
-        while len(self.clean) < target and stalls < 3:
-            got = self._gc_pass(target - len(self.clean))
-            if got < 0:
-                break  # the pass cost more than it freed: do not eat into the reserve
-            if len(self.clean) > best:
-                best, stalls = len(self.clean), 0
-            else:
-                stalls += 1
-        return len(self.clean) - start
-
-    def _gc_pass(self, want: int) -> int:
-        first = self.geo.first_log_segment
-        if any(
-            self.live[s] == 0 and s not in self.clean and s not in (self.cur_seg, self.next_seg)
-            for s in range(first, self.geo.segments)
-        ):
-            self._checkpoint()  # segments that emptied on their own become clean first
-        else:
-            self._commit()
-        before = len(self.clean)
-        cands = [
-            s
-            for s in range(self.geo.first_log_segment, self.geo.segments)
-            if s not in self.clean and s != self.cur_seg and s != self.next_seg and self.live[s] > 0
-        ]
-        # Room for the live blocks moved: what is left of the current segment and of the next
-        # one (already taken from the clean set) and all clean segments but one (the segment
-        # after those needs it). The pass also commits metadata for what it moved (indirect
-        # and inode-table blocks, up to one per block moved for small files): the live blocks
-        # moved get half of the room.
-        room_blocks = (
-            (self.ndata - self.cur_pos)
-            + (self.ndata if self.next_seg >= 0 else 0)
-            + max(0, len(self.clean) - 1) * self.ndata
-            - 8
-        ) // 2
-        if not cands or room_blocks < 1:
-            return 0
-        room = room_blocks / self.ndata
-        p = cl.plan(
-            self.policy,
-            cands,
-            self.live,
-            self.mtime,
-            now_ms(),
-            capacity=self.ndata,
-            blocks_per_segment=self.geo.blocks_per_segment,
-            block_size=self.bs,
-            want_segments=max(1, want),
-            room_segments=room,
-            disk=self.opts.disk,
-            cached=frozenset(self._seg_cache),
-        )
-        if p is None or not p.sources:
-            return 0
-        self._cleaning = True
-        try:
-            # One operation: a pass that runs out of room is undone (the blocks it moved
-            # stay where they were) and frees nothing.
-            with self.atomic():
-                self._cleaning = True
-                if p.mechanism == "clean":
-                    self.counters.cleaning_passes += 1
-                    for s in p.sources:
-                        self._relocate_segment(s, None)
-                else:
-                    self.counters.holeplug_passes += 1
-                    holes = self._find_holes(p.targets)
-                    self._holeplug = True
-                    try:
-                        for s in p.sources:
-                            self._relocate_segment(s, holes)
-                    finally:
-                        self._holeplug = False
-                    self._write_plugged()
-        except LfsNoSpace:
-            return 0
-        finally:
-            self._cleaning = False
-        self._checkpoint()
-        freed = len(self.clean) - before
-        self.counters.segments_freed += max(0, freed)
-        return freed
-
-    def _block_live(self, seg: int, blk: int, rec: BlockRec) -> tuple[Inode, int] | None:
-        """If block (seg, blk) is live: the owning inode and the file offset / node key."""
-        addr = fmt.sbn(seg, blk)
-        if rec.btype not in (BT_DATA, BT_INDIRECT):
-            return None
-        if rec.ino in self.sys:
-            inode = self.sys[rec.ino]
-        else:
-            if not self._bitmap_get(rec.ino):
-                return None
-            vec = self._sysdata[INO_INOVEC]
-            voff = rec.ino * fmt.INOVEC_SLOT
-            if voff + 16 > len(vec) or fmt.U32.unpack_from(vec, voff)[0] != rec.version:
-                return None
-            inode = self._iget(rec.ino)
-        if rec.btype == BT_DATA:
-            if rec.offset * self.bs >= max(inode.size, 1) and inode.ino not in self.sys:
-                return None
-            try:
-                return (inode, rec.offset) if self._get_ptr(inode, rec.offset) == addr else None
-            except LfsOpError:
-                return None
-        try:
-            slot, path = self._path(rec.offset)
-        except LfsOpError:
-            return None
-        key = (rec.level, rec.offset)
-        keys = [(lv, f) for lv, f, _ in path]
-        if key not in keys:
-            return None
-        pos = keys.index(key)
-        if pos == 0:
-            return (inode, -1) if inode.ptr[slot] == addr else None
-        parent_addr = inode.ptr[slot]
-        node = None
-        for lv, f, idx in path[:pos]:
-            node = inode.tree.get((lv, f))
-            if node is None:
-                if not parent_addr:
-                    return None
-                node = self._load_node(inode, (lv, f), parent_addr)
-            parent_addr = node.ptrs[idx]
-        return (inode, -1) if parent_addr == addr else None
-
-    def _segment_bytes(self, seg: int) -> bytes:
-        cached = self._seg_cache.get(seg)
-        if cached is not None:
-            self.counters.clean_segs_cached += 1
-            return cached
-        if self._holeplug:
-            self.counters.holeplug_segs_read += 1
-        else:
-            self.counters.clean_segs_read += 1
-        return os.pread(self.fd, self.geo.segment_size, self.geo.seg_offset(seg))
-
-    def _relocate_segment(self, seg: int, holes: list[int] | None) -> None:
-        self._keep_sys()  # live blocks of system files move too
-        summ = fmt.read_summary(self.fd, self.geo, seg)
-        raw = self._segment_bytes(seg)
-        for blk, rec in enumerate(summ.recs):
-            if rec is None:
-                continue
-            owner = self._block_live(seg, blk, rec)
-            if owner is None:
-                continue
-            inode, off = owner
-            data = raw[blk * self.bs : (blk + 1) * self.bs]
-            if rec.btype == BT_INDIRECT:
-                node = self._load_node(inode, (rec.level, rec.offset), fmt.sbn(seg, blk))
-                node.dirty = True
-                inode.tree_dirty = True
-                if inode.ino in self.sys:
-                    continue
-                self._mark(inode)
-                continue
-            if holes is not None and holes:
-                addr = holes.pop()
-                self._plug(addr, data, rec)
-            else:
-                addr = self._put(data, BlockRec(BT_DATA, 0, rec.ino, rec.version, off, rec.ctime))
-            self._set_ptr(inode, off, addr)
-            if inode.ino in self.sys:
-                continue
-
-    # hole-plugging: blocks go into dead slots of well-used segments, one write each
-    def _find_holes(self, targets: list[int]) -> list[int]:
-        holes: list[int] = []
-        self._plug_summ = {}
-        for seg in targets:
-            summ = fmt.read_summary(self.fd, self.geo, seg)
-            self._plug_summ[seg] = summ
-            for blk in range(self.ndata):
-                rec = summ.recs[blk]
-                if rec is None or self._block_live(seg, blk, rec) is None:
-                    holes.append(fmt.sbn(seg, blk))
-        holes.reverse()
-        return holes
-
-    def _plug(self, addr: int, data: bytes, rec: BlockRec) -> None:
-        seg, blk = fmt.sbn_split(addr)
-        os.pwrite(self.fd, data, self.geo.addr_offset(addr))
-        summ = self._plug_summ[seg]
-        seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
-        summ.recs[blk] = BlockRec(
-            BT_DATA, min(seq, fmt.SEQ_MAX), rec.ino, rec.version, rec.offset, rec.ctime
-        )
-        self.live[seg] += 1
-        self.mtime[seg] = max(self.mtime[seg], rec.ctime)
-        self.counters.holeplug_blocks += 1
-        self._seg_cache.pop(seg, None)
-
-    def _write_plugged(self) -> None:
-        for seg, summ in self._plug_summ.items():
-            raw = fmt.pack_summary(self.geo, summ.recs, summ.next_seg, summ.stamp, summ.flags)
-            os.pwrite(self.fd, raw, self.geo.seg_offset(seg) + self.ndata * self.bs)
-        self._plug_summ = {}
 
     # ------------------------------------------------------------------ public API
     def create(self, path: str, mode: int = 0o644) -> int:
