@@ -13,7 +13,12 @@ work into file, stream, directory and file-system operations). What the adapter 
   (``.fuse_hidden<ino>``, as libfuse's path API does) until their last handle is released.
 * **Caching.** The kernel's writeback cache is on: small writes reach the LFS as page-sized
   or larger runs. ``fsync`` makes the kernel write its dirty pages; then the LFS commits its
-  buffer to the log and the image file is fdatasync'ed.
+  buffer to the log and the image file is fdatasync'ed. Since only this process changes the
+  image, the kernel keeps names, missing names and attributes for a day and its cached pages
+  without asking again (``fsage/_fuse.c``); ``flush`` is not implemented, so the kernel sends
+  none. Permissions are checked by the kernel (``default_permissions``) only with
+  ``-o allow_other``: otherwise only the mounting user, who can write the image anyway, reaches
+  the files, and the check would cost a ``getattr`` of the directory after each change in it.
 * **Unmount.** When the mount goes away (``fusermount3 -u``, or SIGINT, SIGTERM or SIGHUP to
   the mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
   ``kill -9`` the image holds what was committed (what was fsync'ed at least); the next mount
