@@ -72,11 +72,13 @@ class Inode:
 
 
 def _clone_inode(inode: Inode) -> Inode:
+    """A copy that shares nothing that changes (block pointers, indirect nodes)."""
     c = Inode(inode.ino, inode.mode, inode.version)
-    for name in Inode.__slots__:
-        setattr(c, name, getattr(inode, name))
+    c.nlink, c.uid, c.gid = inode.nlink, inode.uid, inode.gid
+    c.size, c.blocks, c.body = inode.size, inode.blocks, inode.body
+    c.mtime, c.ctime, c.atime = inode.mtime, inode.ctime, inode.atime
+    c.tree_dirty, c.dirty = inode.tree_dirty, inode.dirty
     c.ptr = list(inode.ptr)
-    c.tree = {}
     for key, node in inode.tree.items():
         n = _Node(list(node.ptrs), node.addr)
         n.dirty = node.dirty
