@@ -332,10 +332,14 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         self._checkpoint()
 
     # ------------------------------------------------------------------ public API
+    # Each operation on a name has a form that takes the directory's inode and the name
+    # (``*_at``, what the FUSE layer calls) and one that takes a path.
     def create(self, path: str, mode: int = 0o644) -> int:
-        dino, name = self._parent(path)
-        if name in self._dirs[dino]:
-            raise LfsOpError(f"file exists: {path!r}")
+        return self.create_at(*self._parent(path), mode)
+
+    def create_at(self, dino: int, name: str, mode: int = 0o644) -> int:
+        if name in self._dir(dino):
+            raise LfsOpError(f"file exists: {name!r}")
         with self.atomic(1):
             inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
             inode.nlink = 1
@@ -477,12 +481,14 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             self._end_op()
 
     def unlink(self, path: str) -> None:
-        dino, name = self._parent(path)
-        if name not in self._dirs[dino]:
-            raise LfsOpError(f"no such file: {path!r}")
+        self.unlink_at(*self._parent(path))
+
+    def unlink_at(self, dino: int, name: str) -> None:
+        if name not in self._dir(dino):
+            raise LfsOpError(f"no such file: {name!r}")
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT == S_IFDIR:
-            raise LfsOpError(f"is a directory: {path!r}")
+            raise LfsOpError(f"is a directory: {name!r}")
         with self.atomic():
             self._unlink_name(dino, name)
             inode = self._iget(inode.ino)
@@ -495,9 +501,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             self._end_op()
 
     def mkdir(self, path: str, mode: int = 0o755) -> int:
-        dino, name = self._parent(path)
-        if name in self._dirs[dino]:
-            raise LfsOpError(f"file exists: {path!r}")
+        return self.mkdir_at(*self._parent(path), mode)
+
+    def mkdir_at(self, dino: int, name: str, mode: int = 0o755) -> int:
+        if name in self._dir(dino):
+            raise LfsOpError(f"file exists: {name!r}")
         with self.atomic(1):
             inode = self._alloc_inode(S_IFDIR | (mode & 0o7777))
             inode.nlink = 2
@@ -510,14 +518,16 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         return inode.ino
 
     def rmdir(self, path: str) -> None:
-        dino, name = self._parent(path)
-        if name not in self._dirs[dino]:
-            raise LfsOpError(f"no such directory: {path!r}")
+        self.rmdir_at(*self._parent(path))
+
+    def rmdir_at(self, dino: int, name: str) -> None:
+        if name not in self._dir(dino):
+            raise LfsOpError(f"no such directory: {name!r}")
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT != S_IFDIR:
-            raise LfsOpError(f"not a directory: {path!r}")
+            raise LfsOpError(f"not a directory: {name!r}")
         if self._dir(inode.ino):
-            raise LfsOpError(f"directory not empty: {path!r}")
+            raise LfsOpError(f"directory not empty: {name!r}")
         with self.atomic():
             self._unlink_name(dino, name)
             parent = self._iget(dino)

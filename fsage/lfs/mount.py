@@ -183,6 +183,16 @@ class LfsOperations:
                     stack.append((child, f"{dpath}/{name}" if dpath else name))
         raise _err(errno.ENOENT)
 
+    def _at(self, parent: int, name: bytes) -> tuple[int, str]:
+        """The LFS directory inode and the name of a request's (parent, name)."""
+        return self._lfs(parent), os.fsdecode(name)
+
+    def _entry(self, parent: int, name: bytes) -> Stat:
+        st = self._call(self.fs.lookup, *self._at(parent, name))
+        if st is None:
+            raise _err(errno.ENOENT)
+        return st
+
     def _child(self, parent: int, name: bytes) -> str:
         base = self._path(parent)
         n = os.fsdecode(name)
@@ -224,7 +234,7 @@ class LfsOperations:
 
     # ------------------------------------------------------------------ attributes
     def lookup(self, parent: int, name: bytes) -> Attr | None:
-        st = self._call(self.fs.lookup, self._lfs(parent), os.fsdecode(name))
+        st = self._call(self.fs.lookup, *self._at(parent, name))
         if st is None:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
@@ -287,11 +297,11 @@ class LfsOperations:
     def mknod(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
         if not stat_mod.S_ISREG(mode):
             raise _err(errno.EPERM)  # the LFS holds files, directories and symbolic links
-        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.create_at, *self._at(parent, name), mode & 0o7777)
         return self._made(parent, name, ino, uid, gid)
 
     def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
-        ino = self._call(self.fs.mkdir, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.mkdir_at, *self._at(parent, name), mode & 0o7777)
         return self._made(parent, name, ino, uid, gid)
 
     def symlink(self, target: bytes, parent: int, name: bytes, uid: int, gid: int) -> Attr:
@@ -305,25 +315,23 @@ class LfsOperations:
         return self._stat(ino)
 
     def unlink(self, parent: int, name: bytes) -> None:
-        path = self._child(parent, name)
-        st = self._call(self.fs.stat, path)
+        st = self._entry(parent, name)
         if self._open.get(st.ino) and st.nlink == 1 and st.ino not in self._hidden:
             hidden = f"{_HIDDEN}{st.ino:08x}"
             base = self._path(parent)
             hpath = f"{base}/{hidden}" if base else hidden
-            self._call(self.fs.rename, path, hpath)
+            self._call(self.fs.rename, self._child(parent, name), hpath)
             self._hidden[st.ino] = hpath
             self._name[st.ino] = (self._lfs(parent), hidden)
             return
-        self._call(self.fs.unlink, path)
+        self._call(self.fs.unlink_at, *self._at(parent, name))
         self._forget_name(parent, name, st.ino, st.nlink <= 1)
 
     def rmdir(self, parent: int, name: bytes) -> None:
-        path = self._child(parent, name)
-        st = self._call(self.fs.stat, path)
+        st = self._entry(parent, name)
         if not stat_mod.S_ISDIR(st.mode):
             raise _err(errno.ENOTDIR)
-        self._call(self.fs.rmdir, path)
+        self._call(self.fs.rmdir_at, *self._at(parent, name))
         self._forget_name(parent, name, st.ino, True)
 
     def rename(self, parent: int, name: bytes, newparent: int, newname: bytes, flags: int) -> None:
@@ -375,7 +383,7 @@ class LfsOperations:
     def create(
         self, parent: int, name: bytes, mode: int, flags: int, uid: int, gid: int
     ) -> tuple[int, Attr]:
-        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.create_at, *self._at(parent, name), mode & 0o7777)
         attr = self._made(parent, name, ino, uid, gid)
         return self._new_fh(ino), attr
 
