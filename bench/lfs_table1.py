@@ -13,7 +13,9 @@ Table 1 (seed 003 §4), both file systems on images in /dev/shm (the paper's mem
   subdirectories, seed 42 (its own report counts whole seconds, so the wall time is given too).
 
 Each case runs in a fresh directory, removed afterwards. Target: LFS ≤ 2× ext4 on PostMark
-(the paper's LFS took 41 s, ext4 1 s).
+(the paper's LFS took 41 s, ext4 1 s). PostMark's CPU time is given too (PostMark's own, with
+the kernel's work for it, plus the FUSE server's): on a shared machine wall times of a few
+hundredths of a second say more about the other processes than about the file system.
 
 ``--seq``: seed 000 Figures 1–2 (read and write throughput by file size, 1 KB–4 MB) with
 ``fsage bench --suite seq``; ``--tpcb``: Figure 4 (TPC-B transactions/s against utilization)
