@@ -132,6 +132,8 @@ def twin() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        for left in d.parent.glob(f"{d.name}.fsage-age*"):  # `fsage age`'s state, beside it
+            left.unlink()
 
 
 # ---------------------------------------------------------------------------- the workload
