@@ -144,3 +144,13 @@ def test_enospc_turns_to_deletes(tmp_path: Path) -> None:
         prof = get_preset("hfs-surge").with_overrides(fill=0.95, churn=1.0)
         res = age(mnt, AgeOptions(profile=prof, seed=1, force=True))
         assert res.finished
+
+
+def test_aging_a_temporary_mount_point_leaves_no_record_behind(tmp_path: Path) -> None:
+    img = make_image(tmp_path / "e.img", "ext4", 64 * MIB)
+    prof = get_preset("hfs-surge").with_overrides(fill=0.2, churn=0.0)
+    with loop_mount(img) as mnt:
+        res = age(mnt, AgeOptions(profile=prof, seed=2))
+        assert res.finished
+        assert list(mnt.parent.glob(f"{mnt.name}.fsage-age*"))  # the run did keep its record
+    assert not list(mnt.parent.glob(f"{mnt.name}.fsage-age*"))
