@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from fsage.ager.offline import OFFLINE_NOTICE
 from fsage.ager.posix import punch_hole
 from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
@@ -49,6 +50,7 @@ from fsage.analyzer.scores import file_scores
 from fsage.errors import UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.text import size_range
+from fsage.workload import Op, OpFailedError
 
 SCORE_TOL = 0.02
 FREE_TV = 0.1
@@ -264,6 +266,8 @@ class MatchResult:
     report: dict[str, Any] = field(default_factory=dict)
     closest: dict[str, Any] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: Aged through the offline writer (libext2fs's allocator, not the kernel's).
+    offline: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -287,71 +291,100 @@ def _distance(rep: dict[str, Any]) -> float:
     return float(max(worst, free, 0.0))
 
 
-class Matcher:
-    def __init__(
-        self,
-        root: Path,
-        target: LayoutTarget,
-        *,
-        seed: int = 0,
-        time_limit: float = 600.0,
-        say: Callable[[str], None] | None = None,
-    ) -> None:
+class Disk:
+    """Where the matcher's files live: the ops it needs, on paths relative to its area
+    (``AREA`` at the top of the target). ``MountedDisk`` runs them through the kernel,
+    ``OfflineDisk`` through libext2fs on an unmounted ext image."""
+
+    bs: int
+    #: Blocks of the file system, counted as ``measure`` counts them (fullness, scaling).
+    total: int
+    #: False where punching a hole does not free a free extent of its size.
+    can_punch: bool = True
+    can_fallocate: bool = True
+    #: True where ``allocate`` places blocks where it is told (the kernel takes no hint).
+    can_place: bool = False
+
+    def mkdir(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def create(self, rel: str, size: int) -> int:
+        """A new file of ``size`` bytes written whole; returns its inode."""
+        raise NotImplementedError
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """New files whose blocks are allocated ``chunk`` blocks at a time in turn (pieces of
+        the files alternate on disk); returns their inodes."""
+        raise NotImplementedError
+
+    def unlink(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        """Free the blocks of ``[offset, offset + length)``; False (and ``can_punch`` off)
+        where punching is not supported."""
+        raise NotImplementedError
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """A new file with ``size`` bytes allocated, not written (fallocate), from block
+        ``near`` on where the allocator takes a hint; None (and ``can_fallocate`` off) where
+        not supported."""
+        raise NotImplementedError
+
+    def fullness(self) -> float:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make what was done visible to the allocator and the reader (freed blocks reused
+        only once their deletes are committed)."""
+
+    def layout(self) -> Layout:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class MountedDisk(Disk):
+    """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
+
+    def __init__(self, root: Path) -> None:
         self.root = root
         self.area = root / AREA
-        self.target = target
-        self.rng = random.Random(seed)
-        self.time_limit = time_limit
-        self.say = say or (lambda s: None)
         vfs = os.statvfs(root)
         self.bs = vfs.f_frsize
         self.total = vfs.f_blocks
-        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
-        self.sizes: dict[str, int] = {}
-        self.serial = 0
-        self.files_written = 0
-        self.bytes_written = 0
         self._buf = b"\xa5" * (1 << 20)
-        self._falloc = True
         # btrfs frees a punched range only when no part of its extent is still referenced:
         # holes there are made by deleting whole files.
-        self._punch = _fs_type(root) != "btrfs"
+        self.can_punch = _fs_type(root) != "btrfs"
+        self.area.mkdir(exist_ok=True)
 
-    # -- primitives
+    def mkdir(self, rel: str) -> None:
+        (self.area / rel).mkdir(exist_ok=True)
 
-    def _new_path(self) -> str:
-        i = self.serial
-        self.serial += 1
-        d = f"d{i // PER_DIR:05d}"
-        if i % PER_DIR == 0:
-            (self.area / d).mkdir(exist_ok=True)
-        return f"{d}/f{i:08d}"
-
-    def _open(self, rel: str) -> int:
+    def _open(self, rel: str) -> tuple[int, int]:
         fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.paths[os.fstat(fd).st_ino] = rel
-        self.files_written += 1
-        return fd
+        return fd, os.fstat(fd).st_ino
 
     def _write(self, fd: int, n: int) -> None:
         while n > 0:
-            w = os.write(fd, self._buf[: min(n, len(self._buf))])
-            n -= w
-            self.bytes_written += w
+            n -= os.write(fd, self._buf[: min(n, len(self._buf))])
 
-    def write_whole(self, rel: str, size: int) -> None:
-        fd = self._open(rel)
+    def create(self, rel: str, size: int) -> int:
+        fd, ino = self._open(rel)
         try:
             self._write(fd, size)
         finally:
             os.close(fd)
-        self.sizes[rel] = size
+        return ino
 
-    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
-        """Allocate the files ``chunk`` blocks at a time in turn (fallocate, so each piece is
-        placed at once, next to the other files' pieces), then write their data; where
-        fallocate is not supported, write each piece and fsync it."""
-        fds = [self._open(rel) for rel, _ in items]
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """fallocate each piece in turn, so it is placed at once next to the other files'
+        pieces, then write the data; where fallocate is not supported, write each piece and
+        fsync it."""
+        opened = [self._open(rel) for rel, _ in items]
+        fds = [fd for fd, _ in opened]
         sizes = [size for _, size in items]
         step = chunk * self.bs
         try:
@@ -359,12 +392,12 @@ class Matcher:
                 for fd, size in zip(fds, sizes, strict=True):
                     if off < size:
                         n = min(step, size - off)
-                        if self._falloc:
+                        if self.can_fallocate:
                             try:
                                 os.posix_fallocate(fd, off, n)
                                 continue
                             except OSError:
-                                self._falloc = False
+                                self.can_fallocate = False
                         os.lseek(fd, off, os.SEEK_SET)
                         self._write(fd, n)
                         os.fsync(fd)
@@ -374,27 +407,191 @@ class Matcher:
         finally:
             for fd in fds:
                 os.close(fd)
-        for rel, size in items:
-            self.sizes[rel] = size
+        return [ino for _, ino in opened]
 
-    def delete(self, ino: int) -> str | None:
-        rel = self.paths.pop(ino, None)
-        if rel is None:
-            return None
+    def unlink(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.area / rel)
-        self.sizes.pop(rel, None)
-        return rel
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        try:
+            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            punch_hole(fd, offset, length)
+        except OSError:
+            self.can_punch = False  # not supported here: holes by deleting files
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        fd, ino = self._open(rel)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError:
+            self.can_fallocate = False
+            return None
+        finally:
+            os.close(fd)
+        return ino
 
     def fullness(self) -> float:
         v = os.statvfs(self.root)
         return (v.f_blocks - v.f_bfree) / v.f_blocks
 
-    def snapshot(self) -> _State:
+    def commit(self) -> None:
+        os.sync()
+
+    def layout(self) -> Layout:
         from fsage.snapshotter.live import read_live_layout
 
         os.sync()
-        return measure(read_live_layout(self.root))
+        return read_live_layout(self.root)
+
+
+class OfflineDisk(Disk):
+    """An unmounted ext image: ops through the offline writer (libext2fs, whose allocator
+    places each block near the file's previous one, at once: no delayed allocation), and
+    snapshots by the offline reader after a flush. Interleaved files are written a piece at
+    a time in turn, which alternates their blocks."""
+
+    can_place = True
+
+    def __init__(self, image: Path) -> None:
+        from fsage.ager.offline import OfflineExtExecutor
+        from fsage.snapshotter.ext import read_ext_layout
+
+        self.image = image
+        self._read = read_ext_layout
+        # Fullness as ``measure`` sees it (all blocks of the image, metadata counted as
+        # used), from the writer's statfs-like figures and the metadata they leave out.
+        facts = read_ext_layout(image).facts
+        self.total = facts.blocks_total
+        self.x = OfflineExtExecutor(image)
+        self.bs, cap_total, _ = self.x.capacity_blocks()
+        self._overhead = self.total - cap_total
+        self.x.apply(Op("mkdir", AREA))
+
+    def _path(self, rel: str) -> str:
+        return f"{AREA}/{rel}"
+
+    def mkdir(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # exists already
+            self.x.apply(Op("mkdir", self._path(rel)))
+
+    def create(self, rel: str, size: int) -> int:
+        path = self._path(rel)
+        self.x.apply(Op("create", path, size))
+        return self.x.stat(path)[0]
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        paths = [self._path(rel) for rel, _ in items]
+        inos = []
+        for path in paths:
+            self.x.apply(Op("create", path, 0))
+            inos.append(self.x.stat(path)[0])
+        step = chunk * self.bs
+        for off in range(0, max(size for _, size in items), step):
+            for path, (_, size) in zip(paths, items, strict=True):
+                if off < size:
+                    self.x.apply(Op("append", path, min(step, size - off)))
+        return inos
+
+    def unlink(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # gone already
+            self.x.apply(Op("delete", self._path(rel)))
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        self.x.apply(Op("punch", self._path(rel), length, offset))
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        path = self._path(rel)
+        self.x.apply(Op("create", path, 0))
+        if near is None:
+            self.x.apply(Op("fallocate", path, size, 0))
+        else:
+            self.x.fallocate_from(path, 0, size, near)
+        return self.x.stat(path)[0]
+
+    def fullness(self) -> float:
+        _, cap_total, cap_used = self.x.capacity_blocks()
+        free = cap_total - cap_used
+        return (self.total - free) / self.total if self.total else 0.0
+
+    def commit(self) -> None:
+        self.x.flush()
+
+    def layout(self) -> Layout:
+        self.x.flush()
+        return self._read(self.image)
+
+    def close(self) -> None:
+        self.x.close()
+
+
+class Matcher:
+    def __init__(
+        self,
+        disk: Disk,
+        target: LayoutTarget,
+        *,
+        seed: int = 0,
+        time_limit: float = 600.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.disk = disk
+        self.target = target
+        self.rng = random.Random(seed)
+        self.time_limit = time_limit
+        self.say = say or (lambda s: None)
+        self.bs = disk.bs
+        self.total = disk.total
+        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
+        self.sizes: dict[str, int] = {}
+        self.serial = 0
+        self.files_written = 0
+        self.bytes_written = 0
+
+    # -- primitives
+
+    def _new_path(self) -> str:
+        i = self.serial
+        self.serial += 1
+        d = f"d{i // PER_DIR:05d}"
+        if i % PER_DIR == 0:
+            self.disk.mkdir(d)
+        return f"{d}/f{i:08d}"
+
+    def _written(self, rel: str, ino: int, size: int) -> None:
+        self.paths[ino] = rel
+        self.sizes[rel] = size
+        self.files_written += 1
+        self.bytes_written += size
+
+    def write_whole(self, rel: str, size: int) -> None:
+        self._written(rel, self.disk.create(rel, size), size)
+
+    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
+        for (rel, size), ino in zip(items, self.disk.interleave(items, chunk), strict=True):
+            self._written(rel, ino, size)
+
+    def delete(self, ino: int) -> str | None:
+        rel = self.paths.pop(ino, None)
+        if rel is None:
+            return None
+        self.disk.unlink(rel)
+        self.sizes.pop(rel, None)
+        return rel
+
+    def fullness(self) -> float:
+        return self.disk.fullness()
+
+    def snapshot(self) -> _State:
+        return measure(self.disk.layout())
 
     # -- fill
 
@@ -451,12 +648,12 @@ class Matcher:
         for group in pending.values():
             if group:
                 self.write_interleaved(group, 1)
-        os.sync()
+        self.disk.commit()
         for rel in spacers:
-            os.unlink(self.area / rel)
+            self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
-        os.sync()
+        self.disk.commit()
         # Top up with whole files of the buckets whose files are contiguous in the target
         # (whole files would raise the others' scores).
         keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
@@ -469,7 +666,7 @@ class Matcher:
             self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
             n += 1
             if n % 256 == 0:
-                os.sync()
+                self.disk.commit()
 
     # -- steering
 
@@ -506,7 +703,7 @@ class Matcher:
                     done += max(0.0, float(st.cont[i]) - (b - math.ceil(b / chunk)))
                 # Freed blocks are reused only once the deletes are committed: commit them so
                 # that the rewritten files take the holes the old ones leave.
-                os.sync()
+                self.disk.commit()
                 for g in range(0, len(victims), 4):
                     self.write_interleaved(victims[g : g + 4], chunk)
                 actions[f"bucket {k}"] = f"fragmented by interleaving ({done:.0f} of {need:.0f})"
@@ -524,7 +721,7 @@ class Matcher:
                         continue
                     redo.append((rel, int(st.blocks[i]) * self.bs))
                     done += float(st.den[i] - st.cont[i])
-                os.sync()
+                self.disk.commit()
                 for rel, size in redo:
                     self.write_whole(rel, size)
                 actions[f"bucket {k}"] = (
@@ -558,14 +755,14 @@ class Matcher:
             need = (want[k] - have.get(k, 0.0)) * free_total
             lo, hi = 1 << k, (1 << (k + 1)) - 1
             got = 0
-            if self._punch:
+            if self.disk.can_punch:
                 # The largest contiguous files first: a hole costs a file one break in its
                 # layout, which a file of many blocks hardly notices (one hole per 100 blocks
                 # at most).
                 idx = np.flatnonzero(solo & ~used & (st.blocks >= lo + 2))
                 idx = idx[np.argsort(-st.blocks[idx], kind="stable")]
                 for i in idx.tolist():
-                    if got >= 0.9 * need or not self._punch:
+                    if got >= 0.9 * need or not self.disk.can_punch:
                         break
                     got += self._punch_holes(st, i, lo, hi, need - got)
                     used[i] = True
@@ -589,17 +786,33 @@ class Matcher:
             if got == 0:
                 missed.append(f"{lo}-{hi}")
         punched -= deleted
-        os.sync()
-        # Give back as many blocks from the largest free extent when the target has too much
-        # free space in extents of its size, never so many that what is left of it drops to
-        # a smaller bucket (the allocator serves a large request from the largest extents).
+        self.disk.commit()
+        # Give back as many blocks from the largest free extent (and those still short of the
+        # target's fullness) when the target has too much free space in extents of its size,
+        # never so many that what is left of it drops below its bucket, or below the target's
+        # largest bucket when the target has none as large.
         filled = 0
+        cut = ""
         if st.free_len.size:
-            top = int(st.free_len.max())
+            i = int(np.argmax(st.free_len))
+            top = int(st.free_len[i])
             kt = min(top.bit_length() - 1, MAX_BUCKET)
             excess = (have.get(kt, 0.0) - want.get(kt, 0.0)) * free_total
-            room = top - (1 << kt) - 1
-            filled = self._fill_large(max(0, min(punched + deleted, int(excess), room)))
+            wanted = [k for k, f in want.items() if f > 0]
+            floor = min(kt, max(wanted)) if wanted else kt
+            room = top - (1 << floor) - 1
+            lacking = int((self.target.fullness - st.target.fullness) * self.total)
+            give = punched + deleted + max(lacking, 0)
+            if kt > floor and self.disk.can_place and top > 2 << floor:
+                # The target has no free extent this large: cut it in two with the filler
+                # placed in its middle, both halves as large as the target's largest.
+                n = max(1, min(give, top - (2 << floor)))
+                filled = self._fill_large(n, int(st.free_start[i]) + (top - n) // 2)
+                cut = f" (in its middle: cut in two, the target has no free extent of {top})"
+            else:
+                filled = self._fill_large(
+                    max(min(give, int(excess), room), 0), int(st.free_start[i])
+                )
         why = (
             f"; no contiguous file of the matcher's can give holes of {', '.join(missed)} blocks"
             if missed
@@ -607,7 +820,7 @@ class Matcher:
         )
         return (
             f"{punched} blocks punched and {deleted} deleted as holes of the sizes short, "
-            f"{filled} blocks of the largest free extent filled{why}"
+            f"{filled} blocks of the largest free extent filled{cut}{why}"
         )
 
     def _punch_holes(self, st: _State, i: int, lo: int, hi: int, need: float) -> int:
@@ -619,59 +832,46 @@ class Matcher:
         n = int(st.blocks[i])
         holes = max(1, n // 100)
         got = 0
-        try:
-            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return 0
-        try:
-            # Holes at evenly spaced places, each at least one block from the next.
-            span = n // holes
-            for h in range(holes):
-                if got >= need:
-                    break
-                room = span - 2
-                if room < lo:
-                    break
-                length = self.rng.randint(lo, min(hi, room))
-                off = h * span + 1 + self.rng.randint(0, room - length)
-                try:
-                    punch_hole(fd, off * self.bs, length * self.bs)
-                except OSError:
-                    self._punch = False  # not supported here: holes by deleting files
-                    break
-                got += length
-        finally:
-            os.close(fd)
+        # Holes at evenly spaced places, each at least one block from the next.
+        span = n // holes
+        for h in range(holes):
+            if got >= need:
+                break
+            room = span - 2
+            if room < lo:
+                break
+            length = self.rng.randint(lo, min(hi, room))
+            off = h * span + 1 + self.rng.randint(0, room - length)
+            if not self.disk.punch(rel, off * self.bs, length * self.bs):
+                break
+            got += length
         return got
 
-    def _fill_large(self, blocks: int) -> int:
+    def _fill_large(self, blocks: int, start: int) -> int:
         """Allocate ``blocks`` blocks as filler files of at most 64 MiB (fallocate: the
-        allocator serves a large request from the large free extents); returns the blocks
+        kernel's allocator serves a large request from the large free extents; the offline
+        one is told to start at ``start``, the largest free extent); returns the blocks
         allocated."""
         done = 0
         step = (64 << 20) // self.bs
-        while done < blocks and self._falloc:
+        while done < blocks and self.disk.can_fallocate:
             n = min(step, blocks - done)
             rel = self._new_path()
-            fd = self._open(rel)
-            try:
-                os.posix_fallocate(fd, 0, n * self.bs)
-            except OSError:
-                self._falloc = False
-                n = 0
-            finally:
-                os.close(fd)
+            ino = self.disk.allocate(rel, n * self.bs, start + done)
+            if ino is None:
+                break
+            self.paths[ino] = rel
             self.sizes[rel] = n * self.bs
+            self.files_written += 1
             done += n
-        os.sync()
+        self.disk.commit()
         return done
 
     # -- the loop
 
     def run(self) -> MatchResult:
         t0 = time.perf_counter()
-        res = MatchResult(target=str(self.root), source=self.target.source)
-        self.area.mkdir(exist_ok=True)
+        res = MatchResult(target="", source=self.target.source)
         self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
         self.fill()
         best: tuple[float, dict[str, Any]] | None = None
@@ -768,22 +968,46 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _mounted(path: Path) -> Iterator[Path]:
-    """``path`` itself if a directory, else the image loop-mounted for the run."""
-    if path.is_dir():
-        yield path
-        return
+def _disk(path: Path, mode: str) -> Iterator[Disk]:
+    """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
+    or "auto" as root with loop devices), else an ext image through the offline writer."""
     from fsage.ager.images import can_loop_mount, image_kind, mount, umount
 
-    if image_kind(path) not in ("ext", "xfs", "btrfs"):
-        raise UsageError(f"{path}: not a directory or an ext4, xfs or btrfs image")
+    if mode not in ("auto", "mount", "offline"):
+        raise UsageError(f"unknown mode {mode!r}")
+    if path.is_dir():
+        if mode == "offline":
+            raise UsageError("--offline needs an image file, not a directory")
+        if (path / AREA).exists():
+            raise UsageError(f"{path / AREA} exists: an earlier match left it; remove it first")
+        yield MountedDisk(path)
+        return
+    kind = image_kind(path)
+    if kind not in ("ext", "xfs", "btrfs"):
+        raise UsageError(f"{path}: not a directory or an ext2/3/4, xfs or btrfs image")
+    if mode == "offline" or (mode == "auto" and not can_loop_mount()):
+        if kind != "ext":
+            raise UsageError(
+                f"{path}: a {kind} image can only be matched mounted (needs root and loop devices)"
+            )
+        try:
+            disk = OfflineDisk(path)
+        except OpFailedError:
+            raise UsageError(f"{path}: /{AREA} exists: an earlier match left it") from None
+        try:
+            yield disk
+        finally:
+            disk.close()
+        return
     if not can_loop_mount():
-        raise UsageError(f"{path}: matching an image needs root and loop devices")
+        raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
     mnt = Path(tempfile.mkdtemp(prefix="fsage-match-"))
     try:
         mount(path, mnt)
         try:
-            yield mnt
+            if (mnt / AREA).exists():
+                raise UsageError(f"{path}: /{AREA} exists: an earlier match left it")
+            yield MountedDisk(mnt)
         finally:
             os.sync()
             umount(mnt)
@@ -798,19 +1022,24 @@ def match_layout(
     *,
     seed: int = 0,
     time_limit: float = 600.0,
+    mode: str = "auto",
     say: Callable[[str], None] | None = None,
 ) -> MatchResult:
-    """Age the mounted directory or image ``path`` until its layout matches ``target``."""
+    """Age the mounted directory or image ``path`` until its layout matches ``target``
+    (``mode``: see ``_disk``)."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
         raise UsageError("the time limit must be a positive number of seconds")
-    with _mounted(path) as root:
-        if (root / AREA).exists():
-            raise UsageError(f"{root / AREA} exists: an earlier match left it; remove it first")
+    with _disk(path, mode) as disk:
+        if isinstance(disk, OfflineDisk) and say is not None:
+            say(f"fsage: {OFFLINE_NOTICE}")
         try:
-            res = Matcher(root, target, seed=seed, time_limit=time_limit, say=say).run()
+            res = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say).run()
         except OSError as exc:
             raise WorkloadError(f"matching {path}: {exc}") from None
+        except WorkloadError as exc:
+            raise WorkloadError(f"matching {path}: {exc}") from None
     res.target = str(path)
+    res.offline = isinstance(disk, OfflineDisk)
     return res

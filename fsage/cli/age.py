@@ -118,7 +118,7 @@ def age_cmd(
     if match_spec is not None:
         if profile_spec is not None or ops_file is not None or resume:
             raise UsageError("--match takes no --profile, --ops or --resume")
-        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, fmt)
+        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt)
         return
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
@@ -183,14 +183,15 @@ def _print_result(target: Path, res: AgeResult) -> None:
 
 
 def _match(
-    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, fmt: str
-) -> None:
+    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
+    fmt: str,
+) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
     goal = load_target(spec, db)
     quiet = not progress_enabled() or fmt != "text"
     res = match_layout(
-        target, goal, seed=seed, time_limit=time_limit,
+        target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
         say=None if quiet else (lambda s: click.echo(s, err=True)),
     )  # fmt: skip
     if fmt == "json":
@@ -207,6 +208,11 @@ def match_lines(res: dict[str, Any]) -> list[str]:
     out = [
         f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
         f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        *(
+            ["  via the offline writer (libext2fs's allocator, not the kernel's)"]
+            if res.get("offline")
+            else []
+        ),
         f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
