@@ -254,7 +254,12 @@ def convergence_lines(rep: dict[str, Any]) -> list[str]:
             f" p={h['p_value']:.3g}), max bucket difference {h['max_diff']:.3f},"
             f" {h['files']:,} files"
         )
-        unit = " (fraction of ops so far)" if key == "age" and rep.get("age_relative") else ""
+        unit = ""
+        if key == "age" and rep.get("age_relative"):
+            plan = rep.get("age_planned_end")
+            unit = (
+                f" (fraction of the planned {plan:,} ops)" if plan else " (fraction of ops so far)"
+            )
         out.append(f"  {'bucket <=':>14} {'ideal':>7} {'actual':>7} {'files':>8}{unit}")
         for e, i, a, c in zip(h["edges"], h["ideal"], h["actual"], h["counts"], strict=True):
             out.append(f"  {e:>14.6g} {i:>7.4f} {a:>7.4f} {c:>8,}")
