@@ -441,6 +441,9 @@ class Generator:
                 continue
             # churn
             assert st.fill_bytes is not None
+            if converging and self.age_plan is None and p.age_relative:
+                # Resumed in the churn (the record keeps no plan): plan from the files now.
+                self.age_plan = self.age_ops_needed()
             if converging and st.ops >= next_check:
                 next_check = st.ops + p.check_every
                 if self.converged():
