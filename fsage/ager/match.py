@@ -304,6 +304,15 @@ class Disk:
     can_fallocate: bool = True
     #: True where ``allocate`` places blocks where it is told (the kernel takes no hint).
     can_place: bool = False
+    #: Blocks of each region no free extent crosses (xfs allocation groups); 0: none.
+    group_blocks: int = 0
+    groups: int = 0
+
+    #: The region kept free of new files (``keep_group_empty``), if any.
+    kept_empty: int | None = None
+
+    def keep_group_empty(self, group: int) -> None:
+        """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
 
     def mkdir(self, rel: str) -> None:
         raise NotImplementedError
@@ -359,9 +368,78 @@ class MountedDisk(Disk):
         # holes there are made by deleting whole files.
         self.can_punch = _fs_type(root) != "btrfs"
         self.area.mkdir(exist_ok=True)
+        self._avoid: int | None = None
+        self._ino_shift = 0
+        self._group_dirs: dict[int, str] = {}
+        self._tries = 0
+        # While a group is kept empty: blocks the matcher's files hold per group (by their
+        # directory's group) against what each group can hold, to fill them evenly.
+        self._room: list[int] = []
+        self._placed: list[int] = []
+        self._dir_group: dict[str, int] = {}
+        self._file_blocks: dict[str, tuple[int, int]] = {}
+        if _fs_type(root) == "xfs":
+            geom = _xfs_geometry(root)
+            if geom is not None:
+                self.group_blocks, self.groups, self._ino_shift, log_group, log_blocks = geom
+                self._room = [self.group_blocks] * self.groups
+                if 0 <= log_group < self.groups:
+                    self._room[log_group] -= log_blocks
+                self._placed = [0] * self.groups
+
+    def keep_group_empty(self, group: int) -> None:
+        self._avoid = self.kept_empty = group
+
+    def _group_dir(self, group: int) -> str | None:
+        """A directory (relative to the area) whose inode is in allocation group ``group``:
+        new directories go to the groups in turn."""
+        if group in self._group_dirs:
+            return self._group_dirs[group]
+        for _ in range(4 * self.groups):
+            rel = f".g{len(self._group_dirs)}-{self._tries}"
+            self._tries += 1
+            (self.area / rel).mkdir()
+            g = os.stat(self.area / rel).st_ino >> self._ino_shift
+            self._group_dirs.setdefault(int(g), rel)
+            if g == group:
+                return rel
+        return None
 
     def mkdir(self, rel: str) -> None:
-        (self.area / rel).mkdir(exist_ok=True)
+        """On xfs a new directory goes to the next allocation group in turn, and the files
+        made in it to the same group (until it is full: then to the next group). While one
+        is kept empty, new directories go to the least filled of the others (the group
+        after a full one would take its overflow): one landing elsewhere is left aside
+        (empty, under another name) and another one made."""
+        path = self.area / rel
+        if self._avoid is None:
+            path.mkdir(exist_ok=True)
+            return
+        others = [g for g in range(self.groups) if g != self._avoid]
+        best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
+        fallback = None
+        for attempt in range(4 * self.groups + 1):
+            tmp = self.area / f".{rel}.{attempt}"
+            tmp.mkdir()
+            g = os.stat(tmp).st_ino >> self._ino_shift
+            if g == best:
+                tmp.rename(path)
+                self._dir_group[rel] = g
+                return
+            if g != self._avoid and fallback is None:
+                fallback = (tmp, g)
+        if fallback is not None:
+            fallback[0].rename(path)
+            self._dir_group[rel] = fallback[1]
+            return
+        path.mkdir(exist_ok=True)  # the allocator does not rotate: take what it gives
+
+    def _place(self, rel: str, size: int) -> None:
+        g = self._dir_group.get(rel.partition("/")[0])
+        if g is not None:
+            blocks = -(-size // self.bs)
+            self._placed[g] += blocks
+            self._file_blocks[rel] = (g, blocks)
 
     def _open(self, rel: str) -> tuple[int, int]:
         fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -377,6 +455,7 @@ class MountedDisk(Disk):
             self._write(fd, size)
         finally:
             os.close(fd)
+        self._place(rel, size)
         return ino
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
@@ -407,11 +486,16 @@ class MountedDisk(Disk):
         finally:
             for fd in fds:
                 os.close(fd)
+        for rel, size in items:
+            self._place(rel, size)
         return [ino for _, ino in opened]
 
     def unlink(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.area / rel)
+        g, blocks = self._file_blocks.pop(rel, (-1, 0))
+        if g >= 0:
+            self._placed[g] -= blocks
 
     def punch(self, rel: str, offset: int, length: int) -> bool:
         try:
@@ -428,6 +512,17 @@ class MountedDisk(Disk):
         return True
 
     def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """On xfs, ``near`` chooses the allocation group: the file is made in a directory of
+        the group holding block ``near`` (xfs allocates a new file's data in its inode's
+        group, its inode in its directory's), then moved to ``rel``."""
+        if near is not None and self.groups and self.group_blocks:
+            holder = self._group_dir(near // self.group_blocks)
+            if holder is not None:
+                tmp = f"{holder}/{rel.replace('/', '_')}"
+                ino = self.allocate(tmp, size)
+                if ino is not None:
+                    os.rename(self.area / tmp, self.area / rel)
+                return ino
         fd, ino = self._open(rel)
         try:
             os.posix_fallocate(fd, 0, size)
@@ -436,6 +531,7 @@ class MountedDisk(Disk):
             return None
         finally:
             os.close(fd)
+        self._place(rel, size)
         return ino
 
     def fullness(self) -> float:
@@ -602,6 +698,24 @@ class Matcher:
     def _size_of(self, blocks: int) -> int:
         return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
 
+    def _keep_a_group_empty(self) -> None:
+        """Where free extents are bounded by regions (xfs allocation groups) and files are
+        spread over all of them, each region keeps a share of the free space: a target whose
+        largest free extents are larger than that share is reached only by keeping one region
+        free of new files (the last: the first holds the log)."""
+        d = self.disk
+        want = self.target.free_fractions()
+        if not d.groups or d.groups < 2 or not want:
+            return
+        free_after = (1.0 - self.target.fullness) * self.total
+        top = max(want)
+        if not (
+            want[top] * free_after >= 1 << top > free_after / d.groups
+            and 1 << top <= d.group_blocks
+        ):
+            return
+        d.keep_group_empty(d.groups - 1)
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -609,6 +723,7 @@ class Matcher:
         unwritten rest of the disk gives); delete the spacers, then top up to the target's
         fullness."""
         t = self.target
+        self._keep_a_group_empty()
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
         plan: list[tuple[str, int]] = []
         for k, (n, score) in t.buckets.items():
@@ -813,6 +928,13 @@ class Matcher:
                 filled = self._fill_large(
                     max(min(give, int(excess), room), 0), int(st.free_start[i])
                 )
+            if self.disk.can_place or self.disk.groups:
+                filled += self._shrink_extents(st, want, have, give - filled, free_total)
+            if self.disk.kept_empty is not None and give > filled:
+                # The largest free extent is the group kept empty, which the target wants as
+                # large: the blocks punched go back where the allocator puts a new file (its
+                # directory's group, never the one kept empty).
+                filled += self._fill_large(give - filled, None)
         why = (
             f"; no contiguous file of the matcher's can give holes of {', '.join(missed)} blocks"
             if missed
@@ -847,7 +969,39 @@ class Matcher:
             got += length
         return got
 
-    def _fill_large(self, blocks: int, start: int) -> int:
+    def _shrink_extents(
+        self,
+        st: _State,
+        want: dict[int, float],
+        have: dict[int, float],
+        spare: int,
+        free_total: int,
+    ) -> int:
+        """Where the filler can be placed (offline: at a block; xfs: in an allocation group),
+        drop the next largest free extents of a size the target has too much of into the
+        size below, which it has too little of, by filling their ends: as many as ``spare``
+        blocks (and half a percent of fullness more) pay for. Returns the blocks allocated."""
+        have = dict(have)
+        spare += int(0.005 * self.total)
+        done = 0
+        for j in np.argsort(-st.free_len, kind="stable")[1:9].tolist():
+            e = int(st.free_len[j])
+            k = min(e.bit_length() - 1, MAX_BUCKET)
+            if k == 0 or have.get(k, 0.0) - want.get(k, 0.0) <= 0.01:
+                continue
+            if want.get(k - 1, 0.0) <= have.get(k - 1, 0.0):
+                continue
+            need = e - ((1 << k) - 1)  # what is left falls in bucket k - 1
+            if need > spare:
+                continue
+            got = self._fill_large(need, int(st.free_start[j]))
+            spare -= got
+            done += got
+            have[k] = have.get(k, 0.0) - e / free_total
+            have[k - 1] = have.get(k - 1, 0.0) + (e - got) / free_total
+        return done
+
+    def _fill_large(self, blocks: int, start: int | None) -> int:
         """Allocate ``blocks`` blocks as filler files of at most 64 MiB (fallocate: the
         kernel's allocator serves a large request from the large free extents; the offline
         one is told to start at ``start``, the largest free extent); returns the blocks
@@ -857,7 +1011,7 @@ class Matcher:
         while done < blocks and self.disk.can_fallocate:
             n = min(step, blocks - done)
             rel = self._new_path()
-            ino = self.disk.allocate(rel, n * self.bs, start + done)
+            ino = self.disk.allocate(rel, n * self.bs, None if start is None else start + done)
             if ino is None:
                 break
             self.paths[ino] = rel
@@ -923,6 +1077,33 @@ class Matcher:
         res.files_written = self.files_written
         res.bytes_written = self.bytes_written
         return res
+
+
+def _xfs_geometry(root: Path) -> tuple[int, int, int, int, int] | None:
+    """(blocks per allocation group, groups, inode-number bits below the group number, the
+    group holding the internal log (-1: external), the log's blocks) of the xfs mounted at
+    ``root`` (XFS_IOC_FSGEOMETRY_V1), or None."""
+    import fcntl
+    import struct
+
+    ioc = (2 << 30) | (112 << 16) | (ord("X") << 8) | 100  # _IOR('X', 100, 112 bytes)
+    buf = bytearray(112)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, ioc, buf)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    block, _rt, agblocks, agcount, log_blocks, _sect, inode = struct.unpack_from("<7I", buf)
+    (log_start,) = struct.unpack_from("<Q", buf, 56)  # an AG-encoded block number
+    if not (agblocks and agcount and block and inode):
+        return None
+    agblklog = (agblocks - 1).bit_length()  # log2 rounded up, as the superblock keeps it
+    inopblog = (block // inode).bit_length() - 1
+    log_group = log_start >> agblklog if log_start else -1
+    return agblocks, agcount, agblklog + inopblog, log_group, log_blocks
 
 
 def _fs_type(root: Path) -> str:
