@@ -562,14 +562,17 @@ class OfflineDisk(Disk):
 
         self.image = image
         self._read = read_ext_layout
-        # Fullness as ``measure`` sees it (all blocks of the image, metadata counted as
-        # used), from the writer's statfs-like figures and the metadata they leave out.
-        facts = read_ext_layout(image).facts
-        self.total = facts.blocks_total
+        # Fullness as ``measure`` sees it: all blocks of the image, metadata counted as used
+        # (the writer's statfs-like figures leave the metadata out of both counts, so only
+        # their difference, the free blocks, is taken from them).
+        self.total = read_ext_layout(image).facts.blocks_total
         self.x = OfflineExtExecutor(image)
-        self.bs, cap_total, _ = self.x.capacity_blocks()
-        self._overhead = self.total - cap_total
-        self.x.apply(Op("mkdir", AREA))
+        self.bs = self.x.capacity_blocks()[0]
+        try:
+            self.x.apply(Op("mkdir", AREA))
+        except OpFailedError:
+            self.x.close()
+            raise
 
     def _path(self, rel: str) -> str:
         return f"{AREA}/{rel}"
