@@ -74,7 +74,8 @@ from fsage.lfs.cleaner import POLICIES
     "--match",
     "match_spec",
     help="Age until the layout matches this target: a snapshot id (with --db) or a JSON "
-    "target (layout score per size bucket, free-space histogram, fullness).",
+    "target (layout score per size bucket, free-space histogram, fullness). An ext image is "
+    "matched offline (libext2fs) without root or with --offline.",
 )
 @click.option(
     "--time-limit",
@@ -113,6 +114,7 @@ def age_cmd(
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
       fsage age /mnt/test --match 12 --db fsage.db
+      fsage age ext4.img --match target.json --offline
       fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if match_spec is not None:
