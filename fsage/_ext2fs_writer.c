@@ -545,15 +545,27 @@ static PyObject *writer_punch(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* fallocate(path, offset, size): allocate (unwritten) blocks for [offset, offset + size),
- * growing the file's size to its end like fallocate(2) with mode 0. */
+/* fallocate(path, offset, size[, goal]): allocate (unwritten) blocks for [offset, offset +
+ * size), growing the file's size to its end like fallocate(2) with mode 0; the blocks are
+ * searched from block `goal` on when given (else libext2fs chooses, near the inode). */
 static PyObject *writer_fallocate(PyObject *self, PyObject *args) {
     ext2_ino_t ino = 0;
-    unsigned long long offset, size;
+    unsigned long long offset, size, goal = ~0ULL;
     errcode_t err;
     writer_t *w;
+    PyObject *head = args;
     (void)self;
-    w = parse_regular(args, "Oy#KK:writer_fallocate", &ino, &offset, &size, &err);
+    if (PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 5) {
+        goal = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args, 4));
+        if (goal == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        head = PyTuple_GetSlice(args, 0, 4);
+        if (head == NULL)
+            return NULL;
+    }
+    w = parse_regular(head, "Oy#KK:writer_fallocate", &ino, &offset, &size, &err);
+    if (head != args)
+        Py_DECREF(head);
     if (w == NULL)
         return NULL;
     if (!err && size > 0) {
@@ -563,7 +575,7 @@ static PyObject *writer_fallocate(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         err = ext2fs_read_inode(w->fs, ino, &inode);
         if (!err)
-            err = ext2fs_fallocate(w->fs, EXT2_FALLOCATE_FORCE_UNINIT, ino, &inode, ~0ULL, start,
+            err = ext2fs_fallocate(w->fs, EXT2_FALLOCATE_FORCE_UNINIT, ino, &inode, goal, start,
                                    end - start);
         if (!err && offset + size > EXT2_I_SIZE(&inode)) {
             err = ext2fs_inode_size_set(w->fs, &inode, offset + size);
@@ -952,7 +964,7 @@ PyMethodDef fsage_writer_methods[] = {
     {"writer_punch", writer_punch, METH_VARARGS,
      "writer_punch(h, path, offset, size): free the whole blocks in the range, size kept."},
     {"writer_fallocate", writer_fallocate, METH_VARARGS,
-     "writer_fallocate(h, path, offset, size): allocate unwritten blocks, size grown."},
+     "writer_fallocate(h, path, offset, size[, goal]): allocate unwritten blocks, size grown."},
     {"writer_symlink", writer_symlink, METH_VARARGS,
      "writer_symlink(h, path, target): a symbolic link at path to target."},
     {"writer_mknod", writer_mknod, METH_VARARGS,

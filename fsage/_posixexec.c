@@ -117,6 +117,7 @@ typedef struct {
     int max_fds;
     PyObject *data; /* bytes: the pseudo-random data written */
     PyObject *fallback;
+    PyObject *inode_check; /* (kind, path): raises when the inodes ran out */
     PyObject *nospace_exc, *failed_exc, *unsafe_exc, *fsage_exc, *inflight_exc;
     int err;
     char *bad_key;
@@ -655,8 +656,16 @@ static void raise_rc(Exec *ex, int rc, PyObject *kind, PyObject *path) {
     if (rc == ERR_UNSAFE) raise_unsafe(ex);
     else if (rc == ERR_NOTREG) PyErr_Format(ex->failed_exc, "%R is not a regular file", path);
     else if (rc == ERR_NOMEM) PyErr_NoMemory();
-    else if (is_nospace(ex->err))
+    else if (is_nospace(ex->err)) {
+        enum kind k = classify(kind);
+        if ((k == K_CREATE || k == K_MKDIR) && ex->inode_check != NULL) {
+            /* Out of inodes rather than blocks: the check raises its own error. */
+            PyObject *r = PyObject_CallFunctionObjArgs(ex->inode_check, kind, path, NULL);
+            if (r == NULL) return;
+            Py_DECREF(r);
+        }
         PyErr_Format(ex->nospace_exc, "%U %U: no space left", kind, path);
+    }
     else PyErr_Format(ex->failed_exc, "%U %R: %s", kind, path, strerror(ex->err));
 }
 
@@ -1164,13 +1173,13 @@ static PyObject *Exec_get_waited(Exec *ex, void *Py_UNUSED(closure)) {
 /* ------------------------------------------------------------------ the type */
 
 static int Exec_init(Exec *ex, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"root_fd", "data", "allocate_only", "fsync", "max_fds", "fallback",
-                         "errors", NULL};
+    static char *kw[] = {"root_fd", "data",   "allocate_only", "fsync", "max_fds",
+                         "fallback", "errors", "inode_check",   NULL};
     int root_fd, allocate_only, do_fsync, max_fds;
-    PyObject *data, *fallback, *errors;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO!ppiOO!", kw, &root_fd, &PyBytes_Type, &data,
-                                     &allocate_only, &do_fsync, &max_fds, &fallback,
-                                     &PyTuple_Type, &errors))
+    PyObject *data, *fallback, *errors, *inode_check = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO!ppiOO!|O", kw, &root_fd, &PyBytes_Type,
+                                     &data, &allocate_only, &do_fsync, &max_fds, &fallback,
+                                     &PyTuple_Type, &errors, &inode_check))
         return -1;
     if (PyBytes_GET_SIZE(data) < CHUNK) {
         PyErr_SetString(PyExc_ValueError, "data must hold at least 1 MiB");
@@ -1199,6 +1208,8 @@ static int Exec_init(Exec *ex, PyObject *args, PyObject *kwds) {
     Py_XSETREF(ex->data, data);
     Py_INCREF(fallback);
     Py_XSETREF(ex->fallback, fallback);
+    Py_XINCREF(inode_check);
+    Py_XSETREF(ex->inode_check, inode_check);
     PyObject **slots[] = {&ex->nospace_exc, &ex->failed_exc, &ex->unsafe_exc, &ex->fsage_exc,
                           &ex->inflight_exc};
     for (int i = 0; i < 5; i++) {
@@ -1222,12 +1233,14 @@ static PyObject *Exec_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static int Exec_traverse(Exec *ex, visitproc visit, void *arg) {
     Py_VISIT(ex->fallback);
+    Py_VISIT(ex->inode_check);
     Py_VISIT(ex->journal);
     return 0;
 }
 
 static int Exec_clear(Exec *ex) {
     Py_CLEAR(ex->fallback);
+    Py_CLEAR(ex->inode_check);
     Py_CLEAR(ex->journal);
     return 0;
 }

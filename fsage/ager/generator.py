@@ -18,11 +18,13 @@ Mode ``convergence`` (Geriatrix profiles, see ``fsage.ager.profile``) first make
 profile's directory tree, fills with creates only, then churns with creates and deletes steered
 toward the target histograms of size, age and depth: a create takes the size bucket and depth
 furthest below target, a delete takes a file from the age bucket furthest above target,
-preferring over-represented sizes and depths. The histograms are kept incrementally (a count
-per bucket; ages through a Fenwick tree over birth order), so an op costs O(buckets · log n).
-It stops when every histogram passes a chi-square test at ``profile.confidence`` (checked every
-``check_every`` ops), or when the churn budget or op limit is spent — and then says it did not
-converge.
+preferring over-represented sizes and depths. Relative (Geriatrix) ages are measured against
+the run's planned end (``age_plan``, fixed when the fill ends): until then a bucket's count is
+what it will be at that end (its live files plus the creates still to come in its window).
+The histograms are kept incrementally (a count per bucket; ages through a Fenwick tree over
+birth order), so an op costs O(buckets · log n). It stops when every histogram passes a
+chi-square test at ``profile.confidence`` (checked every ``check_every`` ops), or when the
+churn budget or op limit is spent — and then says it did not converge.
 """
 
 from __future__ import annotations
@@ -269,6 +271,11 @@ class Generator:
         self._ages = _AgeIndex() if profile.age_hist is not None else None
         self._age_cache: list[int] = []
         self._age_cache_at = -(1 << 62)
+        #: Relative ages: the op count Geriatrix plans its run for (fixed when the fill ends,
+        #: ``age_ops_needed``); the age bucket edges are fractions of it, in ops. None before.
+        self.age_plan: int | None = None
+        wc, wd = profile.mix.get("create", 0.0), profile.mix.get("delete", 0.0)
+        self._create_rate = wc / sum(profile.mix.values()) if wc + wd > 0 else 0.5
         hs, hd, ha = profile.size_hist, profile.depth_hist, profile.age_hist
         self._size_frac = hs.fractions if hs is not None else []
         self._size_vals = [int(e) for e in hs.edges] if hs is not None else []
@@ -425,6 +432,8 @@ class Generator:
                     st.phase = "churn"
                     st.fill_ops, st.fill_bytes = st.ops, st.bytes_written
                     next_check = st.ops
+                    if converging:
+                        self.age_plan = self.age_ops_needed()
                     if churn_budget <= 0 and not converging:
                         st.stopped_by = "fill"
                         return
@@ -444,6 +453,9 @@ class Generator:
                 continue
             # churn
             assert st.fill_bytes is not None
+            if converging and self.age_plan is None and p.age_relative:
+                # Resumed in the churn (the record keeps no plan): plan from the files now.
+                self.age_plan = self.age_ops_needed()
             if converging and st.ops >= next_check:
                 next_check = st.ops + p.check_every
                 if self.converged():
@@ -787,8 +799,8 @@ class Generator:
             for f, bag, sz in zip(self._size_frac, self._size_bags, sizes, strict=True)
         ]
         b = self._argmax(d)
-        if self._age_cache:
-            self._age_cache[0] += 1
+        if self._age_cache and self._age_horizon() == self.stats.ops:
+            self._age_cache[0] += 1  # born now: the youngest bucket (a projection has it)
         if d[b] == -math.inf:
             if self.files:
                 self._force_deletes = max(self._force_deletes, 1)
@@ -796,13 +808,27 @@ class Generator:
             b = 0
         return self._create_file(parent, sizes[b])
 
-    def _age_bounds(self, now: int) -> list[float]:
-        """Birth-op bounds of the age buckets: bucket i holds files born in
-        [bounds[i+1], bounds[i]) (the last from op -inf)."""
+    def _age_scale(self, now: int) -> float:
+        """Ops per unit of the age edges: 1 for ages in ops; for relative ages the planned
+        end (Geriatrix's edges are fractions of the run it plans), or the ops so far until
+        the plan is fixed (the fill, which deletes nothing)."""
+        if not self.profile.age_relative:
+            return 1.0
+        return float(self.age_plan) if self.age_plan else float(now)
+
+    def _age_horizon(self) -> int:
+        """The op at which deletions aim to have the target ages: the planned end until it
+        is reached, then the current op."""
+        now = self.stats.ops
+        return max(now, self.age_plan or 0) if self.profile.age_relative else now
+
+    def _age_bounds(self, at: int) -> list[float]:
+        """Birth-op bounds of the age buckets as seen at op ``at``: bucket i holds files
+        born in [bounds[i+1], bounds[i]) (the last from op -inf)."""
         h = self.profile.age_hist
         assert h is not None
-        scale = now if self.profile.age_relative else 1
-        return [now + 1.0] + [now - e * scale for e in h.edges[:-1]] + [-math.inf]
+        scale = self._age_scale(self.stats.ops)
+        return [at + 1.0] + [at - e * scale for e in h.edges[:-1]] + [-math.inf]
 
     def age_ops_needed(self, files: int | None = None) -> int | None:
         """The fewest ops (counted from the stream's first) after which a relative age
@@ -831,10 +857,21 @@ class Generator:
         return [before[i] - before[i + 1] for i in range(len(before) - 1)]
 
     def _steering_age_counts(self) -> list[int]:
-        """Age counts for steering: exact every 16 ops, kept up by the ops in between."""
+        """Age counts for steering, as they will be at the horizon (``_age_horizon``): the
+        live files of each bucket's birth window, plus the files the creates still to come
+        inside the window will add. Exact every 16 ops, kept up by the ops in between."""
         now = self.stats.ops
         if now - self._age_cache_at >= 16:
-            self._age_cache = self._age_counts()
+            ages = self._ages
+            assert ages is not None
+            bounds = self._age_bounds(self._age_horizon())
+            before = [ages.born_before(x) for x in bounds]
+            counts = [before[i] - before[i + 1] for i in range(len(before) - 1)]
+            for i in range(len(counts)):
+                ahead = min(bounds[i], self._age_horizon() + 1.0) - max(bounds[i + 1], now + 1.0)
+                if ahead > 0:
+                    counts[i] += int(ahead * self._create_rate)
+            self._age_cache = counts
             self._age_cache_at = now
         return self._age_cache
 
@@ -858,14 +895,22 @@ class Generator:
         ages = self._ages
         if ages is not None and p.age_hist is not None:
             counts = self._steering_age_counts()
+            bounds = self._age_bounds(self._age_horizon())
+            last = self.stats.ops + 1.0  # births so far
             over = [
                 c - f * n if c > 0 else -math.inf
                 for f, c in zip(self._age_frac, counts, strict=True)
             ]
-            b = self._argmax(over)
-            bounds = self._age_bounds(self.stats.ops)
-            first = ages.born_before(bounds[b + 1])
-            count = ages.born_before(bounds[b]) - first  # exact, the steering counts are not
+            # The bucket furthest above its share that holds a live file now (one whose
+            # window is still to come has only projected files).
+            first = count = 0
+            for b in sorted(range(len(over)), key=lambda i: -over[i]):
+                if over[b] == -math.inf:
+                    break
+                first = ages.born_before(bounds[b + 1])
+                count = ages.born_before(min(bounds[b], last)) - first  # exact
+                if count > 0:
+                    break
             cands = ages.sample(first, count, min(4, count), self.rng) if count > 0 else []
             counts[b] -= 1
         else:
@@ -906,7 +951,8 @@ class Generator:
             out[key]["edges"] = list(hist.edges)
         return {
             "converged": bool(out) and all(h["passed"] for h in out.values()),
-            "age_reachable_at": self.age_ops_needed(),
+            "age_reachable_at": self.age_plan or self.age_ops_needed(),
+            "age_planned_end": self.age_plan,
             "confidence": p.confidence,
             "tolerance": p.tolerance,
             "ops": self.stats.ops,

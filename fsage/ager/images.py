@@ -115,6 +115,11 @@ def loop_mount(image: Path, *, options: str = "") -> Iterator[Path]:
             umount(mnt)
         with contextlib.suppress(OSError):
             mnt.rmdir()
+        # An aging of the mount point keeps its record and journal beside it; with the mount
+        # point gone they name nothing and could never be resumed.
+        for orphan in mnt.parent.glob(f"{mnt.name}.fsage-age*"):
+            with contextlib.suppress(OSError):
+                orphan.unlink()
 
 
 @contextlib.contextmanager

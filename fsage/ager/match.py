@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from fsage.ager.offline import OFFLINE_NOTICE
 from fsage.ager.posix import punch_hole
 from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
@@ -49,6 +50,7 @@ from fsage.analyzer.scores import file_scores
 from fsage.errors import UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.text import size_range
+from fsage.workload import Op, OpFailedError
 
 SCORE_TOL = 0.02
 FREE_TV = 0.1
@@ -264,6 +266,8 @@ class MatchResult:
     report: dict[str, Any] = field(default_factory=dict)
     closest: dict[str, Any] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: Aged through the offline writer (libext2fs's allocator, not the kernel's).
+    offline: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -287,71 +291,179 @@ def _distance(rep: dict[str, Any]) -> float:
     return float(max(worst, free, 0.0))
 
 
-class Matcher:
-    def __init__(
-        self,
-        root: Path,
-        target: LayoutTarget,
-        *,
-        seed: int = 0,
-        time_limit: float = 600.0,
-        say: Callable[[str], None] | None = None,
-    ) -> None:
+class Disk:
+    """Where the matcher's files live: the ops it needs, on paths relative to its area
+    (``AREA`` at the top of the target). ``MountedDisk`` runs them through the kernel,
+    ``OfflineDisk`` through libext2fs on an unmounted ext image."""
+
+    bs: int
+    #: Blocks of the file system, counted as ``measure`` counts them (fullness, scaling).
+    total: int
+    #: False where punching a hole does not free a free extent of its size.
+    can_punch: bool = True
+    can_fallocate: bool = True
+    #: True where ``allocate`` places blocks where it is told (the kernel takes no hint).
+    can_place: bool = False
+    #: Blocks of each region no free extent crosses (xfs allocation groups); 0: none.
+    group_blocks: int = 0
+    groups: int = 0
+
+    #: The region kept free of new files (``keep_group_empty``), if any.
+    kept_empty: int | None = None
+
+    def keep_group_empty(self, group: int) -> None:
+        """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
+
+    def mkdir(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def create(self, rel: str, size: int) -> int:
+        """A new file of ``size`` bytes written whole; returns its inode."""
+        raise NotImplementedError
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """New files whose blocks are allocated ``chunk`` blocks at a time in turn (pieces of
+        the files alternate on disk); returns their inodes."""
+        raise NotImplementedError
+
+    def unlink(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        """Free the blocks of ``[offset, offset + length)``; False (and ``can_punch`` off)
+        where punching is not supported."""
+        raise NotImplementedError
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """A new file with ``size`` bytes allocated, not written (fallocate), from block
+        ``near`` on where the allocator takes a hint; None (and ``can_fallocate`` off) where
+        not supported."""
+        raise NotImplementedError
+
+    def fullness(self) -> float:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make what was done visible to the allocator and the reader (freed blocks reused
+        only once their deletes are committed)."""
+
+    def layout(self) -> Layout:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class MountedDisk(Disk):
+    """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
+
+    def __init__(self, root: Path) -> None:
         self.root = root
         self.area = root / AREA
-        self.target = target
-        self.rng = random.Random(seed)
-        self.time_limit = time_limit
-        self.say = say or (lambda s: None)
         vfs = os.statvfs(root)
         self.bs = vfs.f_frsize
         self.total = vfs.f_blocks
-        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
-        self.sizes: dict[str, int] = {}
-        self.serial = 0
-        self.files_written = 0
-        self.bytes_written = 0
         self._buf = b"\xa5" * (1 << 20)
-        self._falloc = True
         # btrfs frees a punched range only when no part of its extent is still referenced:
         # holes there are made by deleting whole files.
-        self._punch = _fs_type(root) != "btrfs"
+        self.can_punch = _fs_type(root) != "btrfs"
+        self.area.mkdir(exist_ok=True)
+        self._avoid: int | None = None
+        self._ino_shift = 0
+        self._group_dirs: dict[int, str] = {}
+        self._tries = 0
+        # While a group is kept empty: blocks the matcher's files hold per group (by their
+        # directory's group) against what each group can hold, to fill them evenly.
+        self._room: list[int] = []
+        self._placed: list[int] = []
+        self._dir_group: dict[str, int] = {}
+        self._file_blocks: dict[str, tuple[int, int]] = {}
+        if _fs_type(root) == "xfs":
+            geom = _xfs_geometry(root)
+            if geom is not None:
+                self.group_blocks, self.groups, self._ino_shift, log_group, log_blocks = geom
+                self._room = [self.group_blocks] * self.groups
+                if 0 <= log_group < self.groups:
+                    self._room[log_group] -= log_blocks
+                self._placed = [0] * self.groups
 
-    # -- primitives
+    def keep_group_empty(self, group: int) -> None:
+        self._avoid = self.kept_empty = group
 
-    def _new_path(self) -> str:
-        i = self.serial
-        self.serial += 1
-        d = f"d{i // PER_DIR:05d}"
-        if i % PER_DIR == 0:
-            (self.area / d).mkdir(exist_ok=True)
-        return f"{d}/f{i:08d}"
+    def _group_dir(self, group: int) -> str | None:
+        """A directory (relative to the area) whose inode is in allocation group ``group``:
+        new directories go to the groups in turn."""
+        if group in self._group_dirs:
+            return self._group_dirs[group]
+        for _ in range(4 * self.groups):
+            rel = f".g{len(self._group_dirs)}-{self._tries}"
+            self._tries += 1
+            (self.area / rel).mkdir()
+            g = os.stat(self.area / rel).st_ino >> self._ino_shift
+            self._group_dirs.setdefault(int(g), rel)
+            if g == group:
+                return rel
+        return None
 
-    def _open(self, rel: str) -> int:
+    def mkdir(self, rel: str) -> None:
+        """On xfs a new directory goes to the next allocation group in turn, and the files
+        made in it to the same group (until it is full: then to the next group). While one
+        is kept empty, new directories go to the least filled of the others (the group
+        after a full one would take its overflow): one landing elsewhere is left aside
+        (empty, under another name) and another one made."""
+        path = self.area / rel
+        if self._avoid is None:
+            path.mkdir(exist_ok=True)
+            return
+        others = [g for g in range(self.groups) if g != self._avoid]
+        best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
+        fallback = None
+        for attempt in range(4 * self.groups + 1):
+            tmp = self.area / f".{rel}.{attempt}"
+            tmp.mkdir()
+            g = os.stat(tmp).st_ino >> self._ino_shift
+            if g == best:
+                tmp.rename(path)
+                self._dir_group[rel] = g
+                return
+            if g != self._avoid and fallback is None:
+                fallback = (tmp, g)
+        if fallback is not None:
+            fallback[0].rename(path)
+            self._dir_group[rel] = fallback[1]
+            return
+        path.mkdir(exist_ok=True)  # the allocator does not rotate: take what it gives
+
+    def _place(self, rel: str, size: int) -> None:
+        g = self._dir_group.get(rel.partition("/")[0])
+        if g is not None:
+            blocks = -(-size // self.bs)
+            self._placed[g] += blocks
+            self._file_blocks[rel] = (g, blocks)
+
+    def _open(self, rel: str) -> tuple[int, int]:
         fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.paths[os.fstat(fd).st_ino] = rel
-        self.files_written += 1
-        return fd
+        return fd, os.fstat(fd).st_ino
 
     def _write(self, fd: int, n: int) -> None:
         while n > 0:
-            w = os.write(fd, self._buf[: min(n, len(self._buf))])
-            n -= w
-            self.bytes_written += w
+            n -= os.write(fd, self._buf[: min(n, len(self._buf))])
 
-    def write_whole(self, rel: str, size: int) -> None:
-        fd = self._open(rel)
+    def create(self, rel: str, size: int) -> int:
+        fd, ino = self._open(rel)
         try:
             self._write(fd, size)
         finally:
             os.close(fd)
-        self.sizes[rel] = size
+        self._place(rel, size)
+        return ino
 
-    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
-        """Allocate the files ``chunk`` blocks at a time in turn (fallocate, so each piece is
-        placed at once, next to the other files' pieces), then write their data; where
-        fallocate is not supported, write each piece and fsync it."""
-        fds = [self._open(rel) for rel, _ in items]
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """fallocate each piece in turn, so it is placed at once next to the other files'
+        pieces, then write the data; where fallocate is not supported, write each piece and
+        fsync it."""
+        opened = [self._open(rel) for rel, _ in items]
+        fds = [fd for fd, _ in opened]
         sizes = [size for _, size in items]
         step = chunk * self.bs
         try:
@@ -359,12 +471,12 @@ class Matcher:
                 for fd, size in zip(fds, sizes, strict=True):
                     if off < size:
                         n = min(step, size - off)
-                        if self._falloc:
+                        if self.can_fallocate:
                             try:
                                 os.posix_fallocate(fd, off, n)
                                 continue
                             except OSError:
-                                self._falloc = False
+                                self.can_fallocate = False
                         os.lseek(fd, off, os.SEEK_SET)
                         self._write(fd, n)
                         os.fsync(fd)
@@ -375,26 +487,210 @@ class Matcher:
             for fd in fds:
                 os.close(fd)
         for rel, size in items:
-            self.sizes[rel] = size
+            self._place(rel, size)
+        return [ino for _, ino in opened]
 
-    def delete(self, ino: int) -> str | None:
-        rel = self.paths.pop(ino, None)
-        if rel is None:
-            return None
+    def unlink(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.area / rel)
-        self.sizes.pop(rel, None)
-        return rel
+        g, blocks = self._file_blocks.pop(rel, (-1, 0))
+        if g >= 0:
+            self._placed[g] -= blocks
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        try:
+            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            punch_hole(fd, offset, length)
+        except OSError:
+            self.can_punch = False  # not supported here: holes by deleting files
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """On xfs, ``near`` chooses the allocation group: the file is made in a directory of
+        the group holding block ``near`` (xfs allocates a new file's data in its inode's
+        group, its inode in its directory's), then moved to ``rel``."""
+        if near is not None and self.groups and self.group_blocks:
+            holder = self._group_dir(near // self.group_blocks)
+            if holder is not None:
+                tmp = f"{holder}/{rel.replace('/', '_')}"
+                ino = self.allocate(tmp, size)
+                if ino is not None:
+                    os.rename(self.area / tmp, self.area / rel)
+                return ino
+        fd, ino = self._open(rel)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError:
+            self.can_fallocate = False
+            return None
+        finally:
+            os.close(fd)
+        self._place(rel, size)
+        return ino
 
     def fullness(self) -> float:
         v = os.statvfs(self.root)
         return (v.f_blocks - v.f_bfree) / v.f_blocks
 
-    def snapshot(self) -> _State:
+    def commit(self) -> None:
+        os.sync()
+
+    def layout(self) -> Layout:
         from fsage.snapshotter.live import read_live_layout
 
         os.sync()
-        return measure(read_live_layout(self.root))
+        return read_live_layout(self.root)
+
+
+class OfflineDisk(Disk):
+    """An unmounted ext image: ops through the offline writer (libext2fs, whose allocator
+    places each block near the file's previous one, at once: no delayed allocation), and
+    snapshots by the offline reader after a flush. Interleaved files are written a piece at
+    a time in turn, which alternates their blocks."""
+
+    can_place = True
+
+    def __init__(self, image: Path) -> None:
+        from fsage.ager.offline import OfflineExtExecutor
+        from fsage.snapshotter.ext import read_ext_layout
+
+        self.image = image
+        self._read = read_ext_layout
+        # Fullness as ``measure`` sees it: all blocks of the image, metadata counted as used
+        # (the writer's statfs-like figures leave the metadata out of both counts, so only
+        # their difference, the free blocks, is taken from them).
+        self.total = read_ext_layout(image).facts.blocks_total
+        self.x = OfflineExtExecutor(image)
+        self.bs = self.x.capacity_blocks()[0]
+        try:
+            self.x.apply(Op("mkdir", AREA))
+        except OpFailedError:
+            self.x.close()
+            raise
+
+    def _path(self, rel: str) -> str:
+        return f"{AREA}/{rel}"
+
+    def mkdir(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # exists already
+            self.x.apply(Op("mkdir", self._path(rel)))
+
+    def create(self, rel: str, size: int) -> int:
+        path = self._path(rel)
+        self.x.apply(Op("create", path, size))
+        return self.x.stat(path)[0]
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        paths = [self._path(rel) for rel, _ in items]
+        inos = []
+        for path in paths:
+            self.x.apply(Op("create", path, 0))
+            inos.append(self.x.stat(path)[0])
+        step = chunk * self.bs
+        for off in range(0, max(size for _, size in items), step):
+            for path, (_, size) in zip(paths, items, strict=True):
+                if off < size:
+                    self.x.apply(Op("append", path, min(step, size - off)))
+        return inos
+
+    def unlink(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # gone already
+            self.x.apply(Op("delete", self._path(rel)))
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        self.x.apply(Op("punch", self._path(rel), length, offset))
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        path = self._path(rel)
+        self.x.apply(Op("create", path, 0))
+        if near is None:
+            self.x.apply(Op("fallocate", path, size, 0))
+        else:
+            self.x.fallocate_from(path, 0, size, near)
+        return self.x.stat(path)[0]
+
+    def fullness(self) -> float:
+        _, cap_total, cap_used = self.x.capacity_blocks()
+        free = cap_total - cap_used
+        return (self.total - free) / self.total if self.total else 0.0
+
+    def commit(self) -> None:
+        self.x.flush()
+
+    def layout(self) -> Layout:
+        self.x.flush()
+        return self._read(self.image)
+
+    def close(self) -> None:
+        self.x.close()
+
+
+class Matcher:
+    def __init__(
+        self,
+        disk: Disk,
+        target: LayoutTarget,
+        *,
+        seed: int = 0,
+        time_limit: float = 600.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.disk = disk
+        self.target = target
+        self.rng = random.Random(seed)
+        self.time_limit = time_limit
+        self.say = say or (lambda s: None)
+        self.bs = disk.bs
+        self.total = disk.total
+        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
+        self.sizes: dict[str, int] = {}
+        self.serial = 0
+        self.files_written = 0
+        self.bytes_written = 0
+
+    # -- primitives
+
+    def _new_path(self) -> str:
+        i = self.serial
+        self.serial += 1
+        d = f"d{i // PER_DIR:05d}"
+        if i % PER_DIR == 0:
+            self.disk.mkdir(d)
+        return f"{d}/f{i:08d}"
+
+    def _written(self, rel: str, ino: int, size: int) -> None:
+        self.paths[ino] = rel
+        self.sizes[rel] = size
+        self.files_written += 1
+        self.bytes_written += size
+
+    def write_whole(self, rel: str, size: int) -> None:
+        self._written(rel, self.disk.create(rel, size), size)
+
+    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
+        for (rel, size), ino in zip(items, self.disk.interleave(items, chunk), strict=True):
+            self._written(rel, ino, size)
+
+    def delete(self, ino: int) -> str | None:
+        rel = self.paths.pop(ino, None)
+        if rel is None:
+            return None
+        self.disk.unlink(rel)
+        self.sizes.pop(rel, None)
+        return rel
+
+    def fullness(self) -> float:
+        return self.disk.fullness()
+
+    def snapshot(self) -> _State:
+        return measure(self.disk.layout())
 
     # -- fill
 
@@ -405,6 +701,24 @@ class Matcher:
     def _size_of(self, blocks: int) -> int:
         return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
 
+    def _keep_a_group_empty(self) -> None:
+        """Where free extents are bounded by regions (xfs allocation groups) and files are
+        spread over all of them, each region keeps a share of the free space: a target whose
+        largest free extents are larger than that share is reached only by keeping one region
+        free of new files (the last: the first holds the log)."""
+        d = self.disk
+        want = self.target.free_fractions()
+        if not d.groups or d.groups < 2 or not want:
+            return
+        free_after = (1.0 - self.target.fullness) * self.total
+        top = max(want)
+        if not (
+            want[top] * free_after >= 1 << top > free_after / d.groups
+            and 1 << top <= d.group_blocks
+        ):
+            return
+        d.keep_group_empty(d.groups - 1)
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -412,6 +726,7 @@ class Matcher:
         unwritten rest of the disk gives); delete the spacers, then top up to the target's
         fullness."""
         t = self.target
+        self._keep_a_group_empty()
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
         plan: list[tuple[str, int]] = []
         for k, (n, score) in t.buckets.items():
@@ -451,12 +766,12 @@ class Matcher:
         for group in pending.values():
             if group:
                 self.write_interleaved(group, 1)
-        os.sync()
+        self.disk.commit()
         for rel in spacers:
-            os.unlink(self.area / rel)
+            self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
-        os.sync()
+        self.disk.commit()
         # Top up with whole files of the buckets whose files are contiguous in the target
         # (whole files would raise the others' scores).
         keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
@@ -469,7 +784,7 @@ class Matcher:
             self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
             n += 1
             if n % 256 == 0:
-                os.sync()
+                self.disk.commit()
 
     # -- steering
 
@@ -506,7 +821,7 @@ class Matcher:
                     done += max(0.0, float(st.cont[i]) - (b - math.ceil(b / chunk)))
                 # Freed blocks are reused only once the deletes are committed: commit them so
                 # that the rewritten files take the holes the old ones leave.
-                os.sync()
+                self.disk.commit()
                 for g in range(0, len(victims), 4):
                     self.write_interleaved(victims[g : g + 4], chunk)
                 actions[f"bucket {k}"] = f"fragmented by interleaving ({done:.0f} of {need:.0f})"
@@ -524,7 +839,7 @@ class Matcher:
                         continue
                     redo.append((rel, int(st.blocks[i]) * self.bs))
                     done += float(st.den[i] - st.cont[i])
-                os.sync()
+                self.disk.commit()
                 for rel, size in redo:
                     self.write_whole(rel, size)
                 actions[f"bucket {k}"] = (
@@ -558,14 +873,14 @@ class Matcher:
             need = (want[k] - have.get(k, 0.0)) * free_total
             lo, hi = 1 << k, (1 << (k + 1)) - 1
             got = 0
-            if self._punch:
+            if self.disk.can_punch:
                 # The largest contiguous files first: a hole costs a file one break in its
                 # layout, which a file of many blocks hardly notices (one hole per 100 blocks
                 # at most).
                 idx = np.flatnonzero(solo & ~used & (st.blocks >= lo + 2))
                 idx = idx[np.argsort(-st.blocks[idx], kind="stable")]
                 for i in idx.tolist():
-                    if got >= 0.9 * need or not self._punch:
+                    if got >= 0.9 * need or not self.disk.can_punch:
                         break
                     got += self._punch_holes(st, i, lo, hi, need - got)
                     used[i] = True
@@ -589,17 +904,40 @@ class Matcher:
             if got == 0:
                 missed.append(f"{lo}-{hi}")
         punched -= deleted
-        os.sync()
-        # Give back as many blocks from the largest free extent when the target has too much
-        # free space in extents of its size, never so many that what is left of it drops to
-        # a smaller bucket (the allocator serves a large request from the largest extents).
+        self.disk.commit()
+        # Give back as many blocks from the largest free extent (and those still short of the
+        # target's fullness) when the target has too much free space in extents of its size,
+        # never so many that what is left of it drops below its bucket, or below the target's
+        # largest bucket when the target has none as large.
         filled = 0
+        cut = ""
         if st.free_len.size:
-            top = int(st.free_len.max())
+            i = int(np.argmax(st.free_len))
+            top = int(st.free_len[i])
             kt = min(top.bit_length() - 1, MAX_BUCKET)
             excess = (have.get(kt, 0.0) - want.get(kt, 0.0)) * free_total
-            room = top - (1 << kt) - 1
-            filled = self._fill_large(max(0, min(punched + deleted, int(excess), room)))
+            wanted = [k for k, f in want.items() if f > 0]
+            floor = min(kt, max(wanted)) if wanted else kt
+            room = top - (1 << floor) - 1
+            lacking = int((self.target.fullness - st.target.fullness) * self.total)
+            give = punched + deleted + max(lacking, 0)
+            if kt > floor and self.disk.can_place and top > 2 << floor:
+                # The target has no free extent this large: cut it in two with the filler
+                # placed in its middle, both halves as large as the target's largest.
+                n = max(1, min(give, top - (2 << floor)))
+                filled = self._fill_large(n, int(st.free_start[i]) + (top - n) // 2)
+                cut = f" (in its middle: cut in two, the target has no free extent of {top})"
+            else:
+                filled = self._fill_large(
+                    max(min(give, int(excess), room), 0), int(st.free_start[i])
+                )
+            if self.disk.can_place or self.disk.groups:
+                filled += self._shrink_extents(st, want, have, give - filled, free_total)
+            if self.disk.kept_empty is not None and give > filled:
+                # The largest free extent is the group kept empty, which the target wants as
+                # large: the blocks punched go back where the allocator puts a new file (its
+                # directory's group, never the one kept empty).
+                filled += self._fill_large(give - filled, None)
         why = (
             f"; no contiguous file of the matcher's can give holes of {', '.join(missed)} blocks"
             if missed
@@ -607,7 +945,7 @@ class Matcher:
         )
         return (
             f"{punched} blocks punched and {deleted} deleted as holes of the sizes short, "
-            f"{filled} blocks of the largest free extent filled{why}"
+            f"{filled} blocks of the largest free extent filled{cut}{why}"
         )
 
     def _punch_holes(self, st: _State, i: int, lo: int, hi: int, need: float) -> int:
@@ -619,59 +957,78 @@ class Matcher:
         n = int(st.blocks[i])
         holes = max(1, n // 100)
         got = 0
-        try:
-            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return 0
-        try:
-            # Holes at evenly spaced places, each at least one block from the next.
-            span = n // holes
-            for h in range(holes):
-                if got >= need:
-                    break
-                room = span - 2
-                if room < lo:
-                    break
-                length = self.rng.randint(lo, min(hi, room))
-                off = h * span + 1 + self.rng.randint(0, room - length)
-                try:
-                    punch_hole(fd, off * self.bs, length * self.bs)
-                except OSError:
-                    self._punch = False  # not supported here: holes by deleting files
-                    break
-                got += length
-        finally:
-            os.close(fd)
+        # Holes at evenly spaced places, each at least one block from the next.
+        span = n // holes
+        for h in range(holes):
+            if got >= need:
+                break
+            room = span - 2
+            if room < lo:
+                break
+            length = self.rng.randint(lo, min(hi, room))
+            off = h * span + 1 + self.rng.randint(0, room - length)
+            if not self.disk.punch(rel, off * self.bs, length * self.bs):
+                break
+            got += length
         return got
 
-    def _fill_large(self, blocks: int) -> int:
+    def _shrink_extents(
+        self,
+        st: _State,
+        want: dict[int, float],
+        have: dict[int, float],
+        spare: int,
+        free_total: int,
+    ) -> int:
+        """Where the filler can be placed (offline: at a block; xfs: in an allocation group),
+        drop the next largest free extents of a size the target has too much of into the
+        size below, which it has too little of, by filling their ends: as many as ``spare``
+        blocks (and half a percent of fullness more) pay for. Returns the blocks allocated."""
+        have = dict(have)
+        spare += int(0.005 * self.total)
+        done = 0
+        for j in np.argsort(-st.free_len, kind="stable")[1:9].tolist():
+            e = int(st.free_len[j])
+            k = min(e.bit_length() - 1, MAX_BUCKET)
+            if k == 0 or have.get(k, 0.0) - want.get(k, 0.0) <= 0.01:
+                continue
+            if want.get(k - 1, 0.0) <= have.get(k - 1, 0.0):
+                continue
+            need = e - ((1 << k) - 1)  # what is left falls in bucket k - 1
+            if need > spare:
+                continue
+            got = self._fill_large(need, int(st.free_start[j]))
+            spare -= got
+            done += got
+            have[k] = have.get(k, 0.0) - e / free_total
+            have[k - 1] = have.get(k - 1, 0.0) + (e - got) / free_total
+        return done
+
+    def _fill_large(self, blocks: int, start: int | None) -> int:
         """Allocate ``blocks`` blocks as filler files of at most 64 MiB (fallocate: the
-        allocator serves a large request from the large free extents); returns the blocks
+        kernel's allocator serves a large request from the large free extents; the offline
+        one is told to start at ``start``, the largest free extent); returns the blocks
         allocated."""
         done = 0
         step = (64 << 20) // self.bs
-        while done < blocks and self._falloc:
+        while done < blocks and self.disk.can_fallocate:
             n = min(step, blocks - done)
             rel = self._new_path()
-            fd = self._open(rel)
-            try:
-                os.posix_fallocate(fd, 0, n * self.bs)
-            except OSError:
-                self._falloc = False
-                n = 0
-            finally:
-                os.close(fd)
+            ino = self.disk.allocate(rel, n * self.bs, None if start is None else start + done)
+            if ino is None:
+                break
+            self.paths[ino] = rel
             self.sizes[rel] = n * self.bs
+            self.files_written += 1
             done += n
-        os.sync()
+        self.disk.commit()
         return done
 
     # -- the loop
 
     def run(self) -> MatchResult:
         t0 = time.perf_counter()
-        res = MatchResult(target=str(self.root), source=self.target.source)
-        self.area.mkdir(exist_ok=True)
+        res = MatchResult(target="", source=self.target.source)
         self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
         self.fill()
         best: tuple[float, dict[str, Any]] | None = None
@@ -725,6 +1082,33 @@ class Matcher:
         return res
 
 
+def _xfs_geometry(root: Path) -> tuple[int, int, int, int, int] | None:
+    """(blocks per allocation group, groups, inode-number bits below the group number, the
+    group holding the internal log (-1: external), the log's blocks) of the xfs mounted at
+    ``root`` (XFS_IOC_FSGEOMETRY_V1), or None."""
+    import fcntl
+    import struct
+
+    ioc = (2 << 30) | (112 << 16) | (ord("X") << 8) | 100  # _IOR('X', 100, 112 bytes)
+    buf = bytearray(112)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, ioc, buf)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    block, _rt, agblocks, agcount, log_blocks, _sect, inode = struct.unpack_from("<7I", buf)
+    (log_start,) = struct.unpack_from("<Q", buf, 56)  # an AG-encoded block number
+    if not (agblocks and agcount and block and inode):
+        return None
+    agblklog = (agblocks - 1).bit_length()  # log2 rounded up, as the superblock keeps it
+    inopblog = (block // inode).bit_length() - 1
+    log_group = log_start >> agblklog if log_start else -1
+    return agblocks, agcount, agblklog + inopblog, log_group, log_blocks
+
+
 def _fs_type(root: Path) -> str:
     """The file system type mounted at (or holding) ``root``, from /proc/self/mounts."""
     best, kind = "", ""
@@ -768,22 +1152,46 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _mounted(path: Path) -> Iterator[Path]:
-    """``path`` itself if a directory, else the image loop-mounted for the run."""
-    if path.is_dir():
-        yield path
-        return
+def _disk(path: Path, mode: str) -> Iterator[Disk]:
+    """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
+    or "auto" as root with loop devices), else an ext image through the offline writer."""
     from fsage.ager.images import can_loop_mount, image_kind, mount, umount
 
-    if image_kind(path) not in ("ext", "xfs", "btrfs"):
-        raise UsageError(f"{path}: not a directory or an ext4, xfs or btrfs image")
+    if mode not in ("auto", "mount", "offline"):
+        raise UsageError(f"unknown mode {mode!r}")
+    if path.is_dir():
+        if mode == "offline":
+            raise UsageError("--offline needs an image file, not a directory")
+        if (path / AREA).exists():
+            raise UsageError(f"{path / AREA} exists: an earlier match left it; remove it first")
+        yield MountedDisk(path)
+        return
+    kind = image_kind(path)
+    if kind not in ("ext", "xfs", "btrfs"):
+        raise UsageError(f"{path}: not a directory or an ext2/3/4, xfs or btrfs image")
+    if mode == "offline" or (mode == "auto" and not can_loop_mount()):
+        if kind != "ext":
+            raise UsageError(
+                f"{path}: a {kind} image can only be matched mounted (needs root and loop devices)"
+            )
+        try:
+            disk = OfflineDisk(path)
+        except OpFailedError:
+            raise UsageError(f"{path}: /{AREA} exists: an earlier match left it") from None
+        try:
+            yield disk
+        finally:
+            disk.close()
+        return
     if not can_loop_mount():
-        raise UsageError(f"{path}: matching an image needs root and loop devices")
+        raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
     mnt = Path(tempfile.mkdtemp(prefix="fsage-match-"))
     try:
         mount(path, mnt)
         try:
-            yield mnt
+            if (mnt / AREA).exists():
+                raise UsageError(f"{path}: /{AREA} exists: an earlier match left it")
+            yield MountedDisk(mnt)
         finally:
             os.sync()
             umount(mnt)
@@ -798,19 +1206,24 @@ def match_layout(
     *,
     seed: int = 0,
     time_limit: float = 600.0,
+    mode: str = "auto",
     say: Callable[[str], None] | None = None,
 ) -> MatchResult:
-    """Age the mounted directory or image ``path`` until its layout matches ``target``."""
+    """Age the mounted directory or image ``path`` until its layout matches ``target``
+    (``mode``: see ``_disk``)."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
         raise UsageError("the time limit must be a positive number of seconds")
-    with _mounted(path) as root:
-        if (root / AREA).exists():
-            raise UsageError(f"{root / AREA} exists: an earlier match left it; remove it first")
+    with _disk(path, mode) as disk:
+        if isinstance(disk, OfflineDisk) and say is not None:
+            say(f"fsage: {OFFLINE_NOTICE}")
         try:
-            res = Matcher(root, target, seed=seed, time_limit=time_limit, say=say).run()
+            res = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say).run()
         except OSError as exc:
             raise WorkloadError(f"matching {path}: {exc}") from None
+        except WorkloadError as exc:
+            raise WorkloadError(f"matching {path}: {exc}") from None
     res.target = str(path)
+    res.offline = isinstance(disk, OfflineDisk)
     return res

@@ -160,6 +160,12 @@ class OfflineExtExecutor(Executor):
             return 0
         raise WorkloadError(f"unknown op {kind!r}")
 
+    def fallocate_from(self, path: str, offset: int, size: int, goal: int) -> None:
+        """The fallocate op with its blocks searched from block ``goal`` on (the kernel's
+        allocator takes no such hint; the matcher uses it to fill a chosen free extent)."""
+        self._call(Op("fallocate", path, size, offset), "writer_fallocate",
+                   os.fsencode(path), offset, size, goal)  # fmt: skip
+
     def flush(self) -> None:
         try:
             self._x.writer_flush(self._h)

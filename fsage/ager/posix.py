@@ -109,6 +109,10 @@ def _syncfs(fd: int) -> None:
         os.sync()
 
 
+#: Ops that make an inode.
+_INODE_OPS = frozenset({"create", "mkdir", "symlink", "mknod"})
+
+
 class PosixExecutor(Executor):
     """Runs ops below ``root`` (a directory, typically a mounted file system)."""
 
@@ -133,6 +137,7 @@ class PosixExecutor(Executor):
             _MAX_DIR_FDS,
             self._apply_other,
             (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError, InFlightError),
+            self._check_inodes,
         )
         st = os.fstatvfs(self._root_fd)
         self.description = (
@@ -197,8 +202,23 @@ class PosixExecutor(Executor):
             return self._apply(op)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if op.op in _INODE_OPS:
+                    self._check_inodes(op.op, op.path)
                 raise NoSpaceError(f"{op.op} {op.path}: no space left") from None
             raise OpFailedError(f"{op.op} {op.path!r}: {exc.strerror}") from None
+
+    def _check_inodes(self, kind: str, path: str) -> None:
+        """An op that makes an inode failed for lack of space: when the inodes ran out (not
+        the blocks), the ager, which steers by blocks, would delete and create again forever
+        without reaching its fill; stop with the cause."""
+        st = os.fstatvfs(self._root_fd)
+        if st.f_files and not st.f_ffree:  # btrfs reports no inode count (f_files 0)
+            full = 1 - st.f_bfree / st.f_blocks if st.f_blocks else 0.0
+            raise OpFailedError(
+                f"{kind} {path!r}: all {st.f_files:,} inodes of the file system are in use "
+                f"at {full:.0%} full; a workload of this many small files needs a file system "
+                "made with more inodes (mkfs.ext4 -T news, or -i BYTES_PER_INODE)"
+            )
 
     def _apply(self, op: Op) -> int:
         kind = op.op

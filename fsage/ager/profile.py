@@ -11,8 +11,9 @@ profile (a directory holding ``size_distribution.txt``, ``age_distribution.txt``
 ``<value> <weight> [...]`` lines. They are read as Geriatrix reads them:
 
 - sizes: every file of bucket ``i`` is exactly ``value[i]`` bytes (not a range);
-- ages: the bucket edges are relative — a file's age is ``(now - birth) / now`` in ops, and
-  bucket ``i`` ends at ``value[i] / value[-1]``;
+- ages: the bucket edges are relative — bucket ``i`` ends at ``value[i] / value[-1]`` of the
+  run Geriatrix plans (see below): a file's age is ``(now - birth) / plan`` in ops, so the
+  histogram is the target's at the plan's end;
 - directories: ``<depth> <weight> <sub-directories>``; a file at depth ``d`` has ``d``
   directories above it (0: the root), and lives in one of ``sub-directories`` sibling
   directories ``d1/d2/.../d<d-1>/d<k>`` (0 sub-directories: the one directory ``.../d<d>``);
@@ -22,7 +23,9 @@ Geriatrix plans its run from the age histogram: bucket ``i`` must hold a share `
 files, all born within its share ``w_i`` of the ops, and churn makes a file every other op, so
 the age histogram is reachable only after about ``max(2 * f_i * files / w_i)`` ops (1.14M ops
 for its agrawal profile on 2 GiB at 0.8 full, about 77 times the files);
-``Generator.age_ops_needed`` gives that bound, and a run that stops short of it says so.
+``Generator.age_ops_needed`` gives that bound. The generator fixes it as its plan when the
+fill ends (``Generator.age_plan``) and chooses deletions so that the ages match at the plan's
+end; a run that stops short of it says so.
 """
 
 from __future__ import annotations
@@ -259,7 +262,7 @@ PRESETS: dict[str, Profile] = {
     # seed 001 §6.3: 40% of the disk in never-referenced 8-block chunks spread evenly.
     "prefragment": Profile(name="prefragment", mode="prefragment", fill=0.4, churn=0.0),
 }
-# Presets of real use built from write patterns: desktop, news, vcs, database.
+# Presets of real use built from write patterns: desktop, news, vcs, database, mail.
 PRESETS.update(pattern_presets())
 
 

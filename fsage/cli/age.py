@@ -20,8 +20,8 @@ from fsage.lfs.cleaner import POLICIES
     "--profile",
     "profile_spec",
     help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment; write "
-    "patterns of real use: desktop, news, vcs, database), a JSON profile file, or a Geriatrix "
-    "profile directory.",
+    "patterns of real use: desktop, news, vcs, database, mail), a JSON profile file, or a "
+    "Geriatrix profile directory.",
 )
 @click.option(
     "--ops",
@@ -74,7 +74,8 @@ from fsage.lfs.cleaner import POLICIES
     "--match",
     "match_spec",
     help="Age until the layout matches this target: a snapshot id (with --db) or a JSON "
-    "target (layout score per size bucket, free-space histogram, fullness).",
+    "target (layout score per size bucket, free-space histogram, fullness). An ext image is "
+    "matched offline (libext2fs) without root or with --offline.",
 )
 @click.option(
     "--time-limit",
@@ -113,12 +114,13 @@ def age_cmd(
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
       fsage age /mnt/test --match 12 --db fsage.db
+      fsage age ext4.img --match target.json --offline
       fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if match_spec is not None:
         if profile_spec is not None or ops_file is not None or resume:
             raise UsageError("--match takes no --profile, --ops or --resume")
-        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, fmt)
+        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt)
         return
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
@@ -183,14 +185,15 @@ def _print_result(target: Path, res: AgeResult) -> None:
 
 
 def _match(
-    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, fmt: str
-) -> None:
+    target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
+    fmt: str,
+) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
     goal = load_target(spec, db)
     quiet = not progress_enabled() or fmt != "text"
     res = match_layout(
-        target, goal, seed=seed, time_limit=time_limit,
+        target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
         say=None if quiet else (lambda s: click.echo(s, err=True)),
     )  # fmt: skip
     if fmt == "json":
@@ -207,6 +210,11 @@ def match_lines(res: dict[str, Any]) -> list[str]:
     out = [
         f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
         f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        *(
+            ["  via the offline writer (libext2fs's allocator, not the kernel's)"]
+            if res.get("offline")
+            else []
+        ),
         f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
@@ -248,7 +256,12 @@ def convergence_lines(rep: dict[str, Any]) -> list[str]:
             f" p={h['p_value']:.3g}), max bucket difference {h['max_diff']:.3f},"
             f" {h['files']:,} files"
         )
-        unit = " (fraction of ops so far)" if key == "age" and rep.get("age_relative") else ""
+        unit = ""
+        if key == "age" and rep.get("age_relative"):
+            plan = rep.get("age_planned_end")
+            unit = (
+                f" (fraction of the planned {plan:,} ops)" if plan else " (fraction of ops so far)"
+            )
         out.append(f"  {'bucket <=':>14} {'ideal':>7} {'actual':>7} {'files':>8}{unit}")
         for e, i, a, c in zip(h["edges"], h["ideal"], h["actual"], h["counts"], strict=True):
             out.append(f"  {e:>14.6g} {i:>7.4f} {a:>7.4f} {c:>8,}")

@@ -182,11 +182,17 @@ def test_op_failing_ahead_leaves_an_exact_record_and_resumes(
         tree = _tree(mnt)
         kept = tmp_path / "journal.jsonl"
         kept.write_bytes(journal.read_bytes())
-        for p in mnt.parent.glob(mnt.name + ".fsage-age*"):  # beside the mount point
-            p.unlink()
     with test_fs("ext4", 32 * MIB, workdir=tmp_path) as (_img, again):
         replay = age(again, AgeOptions(ops_file=kept, force=True))
         assert replay.finished and replay.nospace == 0 and replay.ops == res.ops
         assert _tree(again) == tree
-        for p in again.parent.glob(again.name + ".fsage-age*"):
-            p.unlink()
+
+
+def test_aging_a_temporary_mount_point_leaves_no_record_behind(tmp_path: Path) -> None:
+    img = make_image(tmp_path / "e.img", "ext4", 64 * MIB)
+    prof = get_preset("hfs-surge").with_overrides(fill=0.2, churn=0.0)
+    with loop_mount(img) as mnt:
+        res = age(mnt, AgeOptions(profile=prof, seed=2))
+        assert res.finished
+        assert list(mnt.parent.glob(f"{mnt.name}.fsage-age*"))  # the run did keep its record
+    assert not list(mnt.parent.glob(f"{mnt.name}.fsage-age*"))

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,13 @@ def _mount(workdir: Path, fstype: str, name: str = "") -> Mounted:
 
 
 def _umount(m: Mounted) -> None:
-    subprocess.run(["umount", "-R", str(m.mnt)], check=False, capture_output=True)
+    # A walk of / by another process can hold the mount for a moment: retry, and detach it
+    # lazily as a last resort rather than leave it mounted over a deleted image.
+    for attempt in range(6):
+        if subprocess.run(["umount", "-R", str(m.mnt)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2 * (attempt + 1))
+    subprocess.run(["umount", "-R", "-l", str(m.mnt)], check=False, capture_output=True)
 
 
 def _populate(root: Path, fstype: str) -> None:
