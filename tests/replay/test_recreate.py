@@ -227,9 +227,9 @@ def _loops_over(directory: Path) -> list[str]:
 @pytest.mark.needs_root
 @pytest.mark.parametrize("end", ["remount", "sync"])
 def test_interval_ends_leave_no_mount_or_loop_device(tmp_path: Path, end: str) -> None:
-    """Remounts go through one loop device set up for the replay: the same tree as a replay
-    that only syncs, and neither the mount nor the device outlives the replay."""
-    _img, db, last = _aged_history(tmp_path, "mount", size=64 * MIB)
+    """Remounts go through one loop device set up for the replay; the recreation is whole and
+    clean, and neither the mount nor the device outlives the replay."""
+    _img, db, _last = _aged_history(tmp_path, "mount", size=64 * MIB)
     target = tmp_path / "r.img"
     res = recreate(RecreateOptions(db=db, fs_name="orig", target=target, interval_end=end))
     assert res.interval_end == end and len(res.snapshots_replayed) >= 3
