@@ -219,9 +219,17 @@ def test_offline_replay_matches_files_and_bytes(tmp_path: Path) -> None:
 
 
 def _loops_over(directory: Path) -> list[str]:
-    """Loop devices whose backing file lies in ``directory``."""
-    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=False).stdout
-    return [line for line in out.splitlines() if str(directory) in line]
+    """Loop devices whose backing file lies in ``directory``, after up to 5 s for one being
+    detached to go (a device udev still has open is detached at its last close)."""
+    import time
+
+    for _ in range(50):
+        out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+        left = [line for line in out.splitlines() if str(directory) in line]
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
 
 
 @pytest.mark.needs_root
