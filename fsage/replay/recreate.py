@@ -218,8 +218,9 @@ class _Session:
     allocator of the next day sees it allocated, not as delayed allocations in the page
     cache). ``end_interval`` does that: ``sync`` (``syncfs``), ``drop-caches`` (``syncfs``,
     then the kernel's clean page, dentry and inode caches dropped), ``remount`` (unmount and
-    mount again: what ``fsage age`` does at every snapshot; offline, the image is closed and
-    reopened), ``none`` (nothing: the whole replay stays in the page cache as long as it fits).
+    mount again: what ``fsage age`` does at every snapshot, here with the system calls on the
+    one loop device the replay keeps (``fsage.replay.loopdev``); offline, the image is closed
+    and reopened), ``none`` (nothing: the whole replay stays in the page cache as long as it fits).
     """
 
     def __init__(self, image: Path, mode: str, fstype: str = "ext4") -> None:
