@@ -87,8 +87,9 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    #: Where the time went (seconds, wall): inferring the ops, running them, ending the
-    #: intervals, reading the recreation back.
+    #: Where the time went (seconds, wall): inferring the ops (in a thread, overlapped with the
+    #: rest) and the part of it the replay waited for, running them, ending the intervals,
+    #: reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
