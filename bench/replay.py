@@ -1,7 +1,8 @@
 """Benchmark replay on a real history, and its fidelity.
 
 The history: successive released versions of source trees (sdists from PyPI, fetched with
-``pip download --no-deps --no-binary :all: PKG==VERSION`` into ``--sdists``, or already there),
+``pip download --no-deps --no-binary :all: --no-build-isolation PKG==VERSION`` (which needs
+``wheel``) into ``--sdists``, or already there),
 unpacked in order over one directory per project on a loop-mounted ext4, a snapshot after each
 batch (``fsage.replay.unpack``), the file system sized so the last state fills it to ``--fill``.
 
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,7 +74,20 @@ def download(versions: list[str], dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for spec in versions:
         subprocess.run(
-            ["pip", "download", "-q", "--no-deps", "--no-binary", ":all:", spec, "-d", str(dest)],
+            # --no-build-isolation: pip would otherwise install the sdist's build requirements
+            # into a fresh environment just to read its metadata (slow, and it hung here).
+            [
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-build-isolation",
+                spec,
+                "-d",
+                str(dest),
+            ],
             check=True,
         )
 
@@ -110,11 +125,58 @@ def sequential_write(image_like: Path, nbytes: int, tmp: Path) -> float:
     return elapsed
 
 
-def _cpu() -> float:
-    """CPU seconds (user + system) of this process and its waited-for children so far. The
-    kernel's own writeback threads are not counted (for either side)."""
+def _cpu() -> tuple[float, float]:
+    """CPU seconds (user, system) of this process and its waited-for children so far. The
+    kernel's own writeback and loop threads are not counted (for either side)."""
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    return a.ru_utime + b.ru_utime, a.ru_stime + b.ru_stime
+
+
+def _timed_replay(
+    db: Path,
+    fs_name: str,
+    sid: int,
+    end: str,
+    intra: IntraDay | None,
+    floor: NoiseFloor | None,
+    tmp: Path,
+) -> dict[str, Any]:
+    """One replay of snapshot ``sid`` and, right after it, the sequential write of the bytes
+    it wrote on a fresh file system of the same geometry: times, CPU, fidelity."""
+    target = tmp / "rec.img"
+    cpu0 = _cpu()
+    res = recreate(
+        RecreateOptions(
+            db=db,
+            fs_name=fs_name,
+            target=target,
+            until=str(sid),
+            mode="mount",
+            force=True,
+            interval_end=end,
+            intra=intra,
+            noise_floor=floor,
+            name=None,  # a free name: a history may be benched again
+        )
+    )
+    assert res.fidelity is not None
+    cpu1 = _cpu()
+    seq = sequential_write(target, res.bytes_written, tmp)
+    cpu2 = _cpu()
+    target.unlink()
+    return {
+        "replay_seconds": res.elapsed,
+        "replay_timings": res.timings,
+        "replay_cpu_seconds": sum(cpu1) - sum(cpu0),
+        "replay_user_seconds": cpu1[0] - cpu0[0],
+        "replay_system_seconds": cpu1[1] - cpu0[1],
+        "sequential_seconds": seq,
+        "sequential_cpu_seconds": sum(cpu2) - sum(cpu1),
+        "ratio": res.elapsed / seq,
+        "bytes_written": res.bytes_written,
+        "ops": res.ops,
+        "fid": res.fidelity,
+    }
 
 
 def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
@@ -152,7 +214,7 @@ def rows(fid: Fidelity) -> list[dict[str, Any]]:
     ]
 
 
-def show(title: str, fid: Fidelity) -> None:
+def show(title: str, fid: Fidelity, table: bool = True) -> None:
     v = fid.verdict
     print(
         f"  {title}: layout score original {fid.layout_score_original:.3f}, recreated "
@@ -161,6 +223,8 @@ def show(title: str, fid: Fidelity) -> None:
         f"{fid.free_tv_distance:.3f} (tolerance {v.free_tolerance if v else 0:.3f}); "
         f"{'FAITHFUL' if v and v.faithful else 'NOT FAITHFUL'}"
     )
+    if not table:
+        return
     print(
         f"    {'blocks':>12} {'files':>6} {'orig':>6} {'rec':>6} {'diff':>7} {'noise':>6} "
         f"{'tol':>6}"
@@ -226,6 +290,7 @@ def main() -> None:
     ap.add_argument("--intra", type=float, default=0.0, help="also replay with N files/day")
     ap.add_argument("--intra-lifetime", type=float, default=3600.0, help="their mean life, s")
     ap.add_argument("--at", default="last,middle", help="which snapshots to recreate")
+    ap.add_argument("--repeat", type=int, default=1, help="replays of each kind (medians)")
     ap.add_argument("--noise-runs", type=int, default=2, help="0: no noise floor (timing only)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -263,59 +328,50 @@ def main() -> None:
             if args.intra:
                 variants.append((args.ends.split(",")[0], IntraDay(files_per_day=args.intra)))
             for end, intra in variants:
-                target = tmp / "rec.img"
-                cpu0 = _cpu()
-                res = recreate(
-                    RecreateOptions(
-                        db=db,
-                        fs_name=fs_name,
-                        target=target,
-                        until=str(sid),
-                        mode="mount",
-                        force=True,
-                        interval_end=end,
-                        intra=intra,
-                        noise_floor=floor,
-                        name=None,  # a free name: a history may be benched again
-                    )
-                )
-                fid = res.fidelity
-                assert fid is not None
-                cpu1 = _cpu()
-                seq = sequential_write(target, res.bytes_written, tmp)
-                cpu2 = _cpu()
-                rep_cpu, seq_cpu = cpu1 - cpu0, cpu2 - cpu1
-                target.unlink()
                 label = f"--interval-end {end}"
                 if intra:
                     label += f" --intra-files-per-day {args.intra:g}"
+                runs = [_timed_replay(db, fs_name, sid, end, intra, floor, tmp)
+                        for _ in range(args.repeat)]  # fmt: skip
+                med = {k: statistics.median(r[k] for r in runs)
+                       for k in ("replay_seconds", "sequential_seconds", "ratio",
+                                 "replay_cpu_seconds", "replay_user_seconds",
+                                 "replay_system_seconds", "sequential_cpu_seconds")}  # fmt: skip
+                first = runs[0]
+                each = ", ".join(f"{r['ratio']:.2f}" for r in runs)
                 print(
-                    f"\n  replay {label}: {res.ops} ops, {res.bytes_written / 2**20:,.0f} MiB in "
-                    f"{res.elapsed:.1f} s; sequential write of the same bytes {seq:.1f} s; "
-                    f"ratio {res.elapsed / seq:.2f}x (target <= 2x); CPU (user + system, "
-                    f"fsage and its children) {rep_cpu:.1f} s vs {seq_cpu:.1f} s; of the replay: "
-                    + ", ".join(f"{k} {v:.1f} s" for k, v in res.timings.items())
+                    f"\n  replay {label}: {first['ops']} ops, "
+                    f"{first['bytes_written'] / 2**20:,.0f} MiB; medians of {len(runs)}: replay "
+                    f"{med['replay_seconds']:.2f} s, sequential write of the same bytes "
+                    f"{med['sequential_seconds']:.2f} s, ratio {med['ratio']:.2f}x (target <= "
+                    f"2x; each run: {each}); CPU (user + "
+                    f"system, fsage and its children) {med['replay_cpu_seconds']:.2f} s (user "
+                    f"{med['replay_user_seconds']:.2f} s, system "
+                    f"{med['replay_system_seconds']:.2f} s) vs "
+                    f"{med['sequential_cpu_seconds']:.2f} s; best ratio "
+                    f"{min(r['ratio'] for r in runs):.2f}x; of the replay: "
+                    + ", ".join(
+                        f"{k} {statistics.median(r['replay_timings'][k] for r in runs):.2f} s"
+                        for k in first["replay_timings"]
+                    )
                 )
-                show(f"snapshot {sid}", fid)
-                report["runs"].append(
-                    {
-                        "snapshot": sid,
-                        "which": which,
-                        "interval_end": end,
-                        "intra_files_per_day": args.intra if intra else 0,
-                        "replay_seconds": res.elapsed,
-                        "replay_timings": res.timings,
-                        "replay_cpu_seconds": rep_cpu,
-                        "sequential_cpu_seconds": seq_cpu,
-                        "sequential_seconds": seq,
-                        "bytes_written": res.bytes_written,
-                        "ops": res.ops,
-                        "noise_floor": floor.to_json() if floor else None,
-                        "noise_seconds": noise_s,
-                        "fidelity": fid.to_json(),
-                        "buckets": rows(fid),
-                    }
-                )
+                for i, r in enumerate(runs):
+                    show(f"snapshot {sid}, run {i + 1}", r["fid"], table=i == 0)
+                for r in runs:
+                    fid = r.pop("fid")
+                    report["runs"].append(
+                        {
+                            "snapshot": sid,
+                            "which": which,
+                            "interval_end": end,
+                            "intra_files_per_day": args.intra if intra else 0,
+                            **r,
+                            "noise_floor": floor.to_json() if floor else None,
+                            "noise_seconds": noise_s,
+                            "fidelity": fid.to_json(),
+                            "buckets": rows(fid),
+                        }
+                    )
         with Store.open(db):
             pass
     if args.json:

@@ -62,7 +62,8 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
 )
 @click.option(
     "--variant",
-    help="postmark: seed003 (default), 50k, 100k, 150k; hfs-aging: 10k (default), 20k, 40k.",
+    help="postmark: standard (default: 5,000 files, 100,000 transactions), seed003, 50k, "
+    "100k, 150k; hfs-aging: 10k (default), 20k, 40k.",
 )
 @click.option("--transactions", type=int, help="Transactions (postmark, tpcb).")
 @click.option(

@@ -309,8 +309,12 @@ def _sparse_pieces(layout: Layout, e: _Entry, bs: int) -> list[tuple[int, int]] 
     the file has no hole (or may keep its data in the inode)."""
     if e.size <= 0:
         return None
-    runs = _runs(layout, e.row)
     nblocks = -(-e.size // bs)
+    f = layout.files
+    a = int(f.ext_off[e.row])
+    if int(f.ext_off[e.row + 1]) - a == 1 and f.ext_logical[a] == 0 and f.ext_length[a] >= nblocks:
+        return None  # one extent from the start past the end: the usual file, no hole
+    runs = _runs(layout, e.row)
     covered = sum(min(lo + n, nblocks) - lo for lo, _p, n in runs if lo < nblocks)
     if covered >= nblocks:
         return None
@@ -368,6 +372,9 @@ class _Namespace:
 
     def __init__(self) -> None:
         self.nodes: dict[Key, _Node] = {ROOT: _Node(ROOT, None, "", True)}
+        # Paths of directories, as asked for; forgotten whenever a directory moves or goes
+        # (rare), so a file's path is one lookup and a join instead of a walk to the root.
+        self._dir_paths: dict[Key, str] = {}
         self.add(LOST_FOUND, ROOT, LOST_FOUND_NAME, True)
 
     def add(self, key: Key, parent: Key, name: str, is_dir: bool) -> None:
@@ -376,12 +383,16 @@ class _Namespace:
 
     def remove(self, key: Key) -> Key:
         node = self.nodes.pop(key)
+        if node.is_dir:
+            self._dir_paths.clear()
         assert node.parent is not None
         del self.nodes[node.parent].kids[node.name]
         return node.parent
 
     def rekey(self, old: Key, new: Key) -> None:
         node = self.nodes.pop(old)
+        if node.is_dir:
+            self._dir_paths.clear()
         node.key = new
         self.nodes[new] = node
         assert node.parent is not None
@@ -404,6 +415,8 @@ class _Namespace:
     def move(self, key: Key, parent: Key, name: str) -> Key:
         node = self.nodes[key]
         assert node.parent is not None
+        if node.is_dir:
+            self._dir_paths.clear()
         old = node.parent
         del self.nodes[old].kids[node.name]
         node.parent, node.name = parent, name
@@ -411,15 +424,19 @@ class _Namespace:
         return old
 
     def path(self, key: Key) -> str:
-        parts: list[str] = []
         node = self.nodes[key]
-        while node.parent is not None:
-            parts.append(node.name)
-            node = self.nodes[node.parent]
-        return "/".join(reversed(parts))
+        if node.parent is None:
+            return ""
+        return self.child_path(node.parent, node.name)
+
+    def _dir_path(self, key: Key) -> str:
+        p = self._dir_paths.get(key)
+        if p is None:
+            p = self._dir_paths[key] = self.path(key)
+        return p
 
     def child_path(self, parent: Key, name: str) -> str:
-        p = self.path(parent)
+        p = self._dir_path(parent)
         return f"{p}/{name}" if p else name
 
     def inside(self, key: Key, ancestor: Key) -> bool:

@@ -22,19 +22,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import sys
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from fsage.ager.images import run_tool
 from fsage.errors import SourceError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
+from fsage.replay.loopdev import LoopDevice
 from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
 
 #: Features mke2fs cannot be asked for: states, not choices.
@@ -44,6 +47,7 @@ _FAILED_EXAMPLES = 5
 #: How each snapshot interval ends before the next one starts (``--interval-end``).
 INTERVAL_ENDS = ("remount", "drop-caches", "sync", "none")
 DEFAULT_INTERVAL_END = "remount"
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -83,8 +87,9 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    #: Where the time went (seconds, wall): inferring the ops, running them, ending the
-    #: intervals, reading the recreation back.
+    #: Where the time went (seconds, wall): inferring the ops (in a thread, overlapped with the
+    #: rest) and the part of it the replay waited for, running them, ending the intervals,
+    #: reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
@@ -214,28 +219,32 @@ class _Session:
     allocator of the next day sees it allocated, not as delayed allocations in the page
     cache). ``end_interval`` does that: ``sync`` (``syncfs``), ``drop-caches`` (``syncfs``,
     then the kernel's clean page, dentry and inode caches dropped), ``remount`` (unmount and
-    mount again: what ``fsage age`` does at every snapshot; offline, the image is closed and
-    reopened), ``none`` (nothing: the whole replay stays in the page cache as long as it fits).
+    mount again: what ``fsage age`` does at every snapshot, here with the system calls on the
+    one loop device the replay keeps (``fsage.replay.loopdev``); offline, the image is closed
+    and reopened), ``none`` (nothing: the whole replay stays in the page cache as long as it fits).
     """
 
-    def __init__(self, image: Path, mode: str) -> None:
+    def __init__(self, image: Path, mode: str, fstype: str = "ext4") -> None:
         from fsage.ager.images import can_loop_mount
 
         self.image = image
         self.mnt: Path | None = None
+        self.loop: LoopDevice | None = None
         self.ex: Executor
         if mode == "mount" or (mode == "auto" and can_loop_mount()):
             if not can_loop_mount():
                 raise UsageError("--mount needs root and /dev/loop-control")
             import tempfile
 
-            from fsage.ager.images import mount
-
             self.mode = "mount"
             self.mnt = Path(tempfile.mkdtemp(prefix="fsage-replay-"))
             try:
-                mount(image, self.mnt)
+                self.loop = LoopDevice(image, fstype)
+                self.loop.mount(self.mnt)
             except BaseException:
+                if self.loop is not None:
+                    self.loop.detach()
+                    self.loop = None
                 self.mnt.rmdir()
                 self.mnt = None
                 raise
@@ -265,15 +274,14 @@ class _Session:
                 if flush is not None:
                     flush()
             return
-        from fsage.ager.images import mount, umount
         from fsage.ager.posix import PosixExecutor
 
         ex = self.ex
-        assert isinstance(ex, PosixExecutor)
+        assert isinstance(ex, PosixExecutor) and self.loop is not None
         if how == "remount":
             ex.close()
-            umount(self.mnt)
-            mount(self.image, self.mnt)
+            self.loop.umount(self.mnt)
+            self.loop.mount(self.mnt)
             self._open()
             return
         ex.sync()
@@ -285,12 +293,13 @@ class _Session:
             self.ex.close()
         finally:
             if self.mnt is not None:
-                from fsage.ager.images import umount
-
+                assert self.loop is not None
                 try:
                     if os.path.ismount(self.mnt):
-                        umount(self.mnt)
+                        self.loop.umount(self.mnt)
                 finally:
+                    self.loop.detach()
+                    self.loop = None
                     with contextlib.suppress(OSError):
                         self.mnt.rmdir()
                     self.mnt = None
@@ -307,8 +316,8 @@ def drop_caches() -> None:
 
 
 @contextlib.contextmanager
-def _executor(image: Path, mode: str) -> Iterator[_Session]:
-    sess = _Session(image, mode)
+def _executor(image: Path, mode: str, fstype: str = "ext4") -> Iterator[_Session]:
+    sess = _Session(image, mode, fstype)
     try:
         yield sess
     finally:
@@ -361,7 +370,7 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
             for n in notes:
                 say(f"fsage: {n}")
             notices.extend(notes)
-            res, final_layout = _replay(store, chain, part, opts, first_layout, say)
+            res, final_layout = _replay(chain, part, opts, first_layout, say)
             res.notices = notices + res.notices
             t_read = time.perf_counter()
             recreated = read_source(part)
@@ -407,30 +416,79 @@ def _free_name(store: Any, base: str) -> str:
     return name
 
 
-def _replay(
-    store: Any,
-    chain: list[Any],
-    image: Path,
-    opts: RecreateOptions,
-    first_layout: Layout,
-    say: Callable[[str], None],
-) -> tuple[RecreateResult, Layout]:
-    builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes)
-    progress = opts.progress
-    res: RecreateResult
-    prev: Layout | None = None
-    prev_t: int | None = None
-    last_draw = 0.0
-    with _executor(image, opts.mode) as sess:
-        res = RecreateResult(
-            target=str(opts.target), fs=opts.fs_name, snapshot_id=chain[-1].id,
-            snapshot_taken_at="", snapshots_replayed=[], recreation_snapshot_id=0,
-            recreation_fs="", mode=sess.mode, description=sess.ex.description,
-            interval_end=opts.interval_end,
-        )  # fmt: skip
-        spent = {"deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
+class _Ahead(Generic[_T]):
+    """The items of ``produce()``, made in a thread at most ``depth`` items ahead of the
+    consumer: inferring the next interval's ops (pure Python) overlaps with running this
+    interval's (mostly the kernel's time: writes, unlinks, the unmount), which run without the
+    interpreter lock. An error in the thread is raised to the consumer; ``close`` stops it."""
+
+    def __init__(self, produce: Callable[[], Iterator[_T]], depth: int = 1) -> None:
+        self._q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(produce,), name="fsage-replay-deltas", daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item: tuple[str, Any]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, produce: Callable[[], Iterator[_T]]) -> None:
+        it: Iterator[_T] | None = None
+        try:
+            it = produce()
+            for item in it:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(("error", exc))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> Iterator[_T]:
+        while True:
+            kind, value = self._q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class _Interval:
+    index: int
+    snapshot: Any
+    layout: Layout
+    ops: list[Op]
+    seconds: float  # spent inferring them (wall, in the thread)
+
+
+def _intervals(
+    db: Path, chain: list[Any], first_layout: Layout, builder: DeltaBuilder
+) -> Iterator[_Interval]:
+    """Each snapshot of ``chain`` with the ops that lead to it from the one before; reads
+    through its own connection (it runs in the look-ahead thread)."""
+    from fsage.db.store import Store
+
+    with Store.open(db, readonly=True) as store:
+        prev: Layout | None = None
+        prev_t: int | None = None
         for i, snap in enumerate(chain):
-            t_start = time.perf_counter()
+            t0 = time.perf_counter()
             layout = first_layout if i == 0 else store.load_layout(snap.id)
             t = to_ns(snap.taken_at)
             ops = builder.interval(
@@ -440,31 +498,66 @@ def _replay(
                 end_ns=t,
                 label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
             )
-            t_ops = time.perf_counter()
-            spent["deltas"] += t_ops - t_start
-            for j, op in enumerate(ops):
-                _apply(sess.ex, op, res)
-                if progress and j & 63 == 0:
-                    now = time.perf_counter()
-                    if now - last_draw > 0.5:
-                        last_draw = now
-                        sys.stderr.write(
-                            f"\r  snapshot {i + 1}/{len(chain)}  op {j}/{len(ops)}  "
-                            f"{res.bytes_written / 2**20:,.0f} MiB written "
-                        )
-                        sys.stderr.flush()
-            t_end = time.perf_counter()
-            spent["ops"] += t_end - t_ops
-            if i + 1 < len(chain):
-                sess.end_interval(opts.interval_end)
-            spent["interval_ends"] += time.perf_counter() - t_end
+            yield _Interval(i, snap, layout, ops, time.perf_counter() - t0)
             prev, prev_t = layout, t
+
+
+def _replay(
+    chain: list[Any],
+    image: Path,
+    opts: RecreateOptions,
+    first_layout: Layout,
+    say: Callable[[str], None],
+) -> tuple[RecreateResult, Layout]:
+    builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes)
+    progress = opts.progress
+    res: RecreateResult
+    final: Layout | None = None
+    last_draw = 0.0
+    with _executor(image, opts.mode, first_layout.facts.kind) as sess:
+        res = RecreateResult(
+            target=str(opts.target), fs=opts.fs_name, snapshot_id=chain[-1].id,
+            snapshot_taken_at="", snapshots_replayed=[], recreation_snapshot_id=0,
+            recreation_fs="", mode=sess.mode, description=sess.ex.description,
+            interval_end=opts.interval_end,
+        )  # fmt: skip
+        #: deltas: inferring the ops (in the look-ahead thread, overlapped with the rest);
+        #: waiting_for_deltas: the part of it the replay waited for.
+        spent = {"deltas": 0.0, "waiting_for_deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
+        ahead = _Ahead(lambda: _intervals(opts.db, chain, first_layout, builder))
+        try:
+            t_wait = time.perf_counter()
+            for iv in ahead:
+                t_ops = time.perf_counter()
+                spent["waiting_for_deltas"] += t_ops - t_wait
+                spent["deltas"] += iv.seconds
+                ops = iv.ops
+                for j, op in enumerate(ops):
+                    _apply(sess.ex, op, res)
+                    if progress and j & 63 == 0:
+                        now = time.perf_counter()
+                        if now - last_draw > 0.5:
+                            last_draw = now
+                            sys.stderr.write(
+                                f"\r  snapshot {iv.index + 1}/{len(chain)}  op {j}/{len(ops)}  "
+                                f"{res.bytes_written / 2**20:,.0f} MiB written "
+                            )
+                            sys.stderr.flush()
+                t_end = time.perf_counter()
+                spent["ops"] += t_end - t_ops
+                if iv.index + 1 < len(chain):
+                    sess.end_interval(opts.interval_end)
+                t_wait = time.perf_counter()
+                spent["interval_ends"] += t_wait - t_end
+                final = iv.layout
+        finally:
+            ahead.close()
         if progress:
             sys.stderr.write("\n")
         t_close = time.perf_counter()
     spent["final_unmount"] = time.perf_counter() - t_close
     res.timings = spent
-    assert prev is not None
+    assert final is not None
     res.deltas = builder.stats.to_json()
     if opts.intra is not None:
         res.intra_day = {
@@ -479,7 +572,7 @@ def _replay(
         res.notices.append(f"{res.nospace} ops skipped for lack of space")
     if res.failed:
         res.notices.append(f"{res.failed} ops failed on the target (first: {res.failed_examples})")
-    return res, prev
+    return res, final
 
 
 def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fsage.replay.bench import BenchOptions, run_bench
-from fsage.replay.bench.postmark import VARIANTS, PostmarkConfig, parse_report
+from fsage.replay.bench.postmark import DEFAULT_VARIANT, VARIANTS, PostmarkConfig, parse_report
 from tests.conftest import require_tools
 
 FILES = 300
@@ -78,19 +78,19 @@ def test_variants_are_the_seeds_settings() -> None:
     assert script[-2:] == ["run", "quit"]
 
 
-def test_sigfpe_is_retried_with_more_transactions(
-    tmp_path: Path, postmark_output: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A stand-in postmark that dies of SIGFPE below 2000 transactions, like the real one does
-    when its transactions finish within one second."""
+def _fake_postmark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str) -> Path:
+    """A stand-in postmark on PATH that keeps every configuration it is given (in
+    ``configs/``) and dies of SIGFPE below 2000 transactions, as the real one does when its
+    transactions finish within one second; the caches are never dropped."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (tmp_path / "out.txt").write_text(postmark_output)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "out.txt").write_text(output)
     fake = bindir / "postmark"
     fake.write_text(
         "#!/bin/sh\n"
+        f'cp "$1" {tmp_path}/configs/$(date +%s%N).cfg\n'
         "n=$(sed -n 's/^set transactions //p' \"$1\")\n"
-        f'echo "$n" >> {tmp_path}/calls\n'
         'if [ "$n" -lt 2000 ]; then kill -FPE $$; fi\n'
         f"cat {tmp_path}/out.txt\n"
     )
@@ -99,15 +99,62 @@ def test_sigfpe_is_retried_with_more_transactions(
     import fsage.replay.bench.target
 
     monkeypatch.setattr(fsage.replay.bench.target, "can_drop_caches", lambda: False)
+    return tmp_path / "configs"
+
+
+def test_sigfpe_is_one_clear_error_not_another_size(
+    tmp_path: Path, postmark_output: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsage.errors import FsageError
+
+    configs = _fake_postmark(tmp_path, monkeypatch, postmark_output)
     target = tmp_path / "t"
     target.mkdir()
-    run = run_bench(target, BenchOptions("postmark", transactions=500))
-    assert (tmp_path / "calls").read_text().split() == ["500", "2000"]
-    assert any(
-        n.startswith("postmark died of SIGFPE with 500 transactions") and n.endswith("2000")
-        for n in run.notes
-    )
-    assert run.params["transactions"] == 2000
-    values = {r.metric: r.value for r in run.results}
-    assert values["transactions"] == parse_report(postmark_output).transactions_per_second
+    with pytest.raises(FsageError, match=r"SIGFPE: its 500 transactions took under one second"):
+        run_bench(target, BenchOptions("postmark", transactions=500))
+    assert len(list(configs.iterdir())) == 1  # run once, never again with another size
     assert os.listdir(target) == []
+
+
+def test_default_size_is_absolute_and_runs_for_seconds(
+    tmp_path: Path, postmark_output: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default configuration is the same whatever the target (a small, nearly full one and
+    a large empty one): 5,000 files of seed 003's sizes in 100 directories, 100,000
+    transactions."""
+    configs = _fake_postmark(tmp_path, monkeypatch, postmark_output)
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir()
+    large.mkdir()
+    (small / "old").write_bytes(os.urandom(1 << 20))
+    runs = [run_bench(t, BenchOptions("postmark")) for t in (small, large)]
+    texts = [p.read_text() for p in sorted(configs.iterdir())]
+    assert len(texts) == 2 and texts[0] == texts[1]
+    assert "set number 5000\nset transactions 100000\n" in texts[0]
+    assert "set subdirectories 100\n" in texts[0]
+    for run in runs:
+        assert run.params["variant"] == "standard"
+        assert (run.params["files"], run.params["transactions"]) == (5_000, 100_000)
+    assert VARIANTS[DEFAULT_VARIANT] == VARIANTS["standard"]
+
+
+@pytest.mark.slow
+def test_the_real_postmark_default_runs_for_seconds(tmp_path: Path) -> None:
+    """Seed 003's 500 transactions took 0.06 s here; the default takes seconds (and does not
+    run out of PostMark's file table)."""
+    require_tools("postmark")
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        ["postmark"],
+        input=VARIANTS[DEFAULT_VARIANT].script("."),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    wall = time.perf_counter() - t0
+    rep = parse_report(proc.stdout)
+    assert rep.seconds_transactions >= 1 and wall >= 1.0
+    assert os.listdir(tmp_path) == []

@@ -26,7 +26,7 @@ SMALL: dict[str, list[str]] = {
     "seq": ["--size", "256K", "--file-size", "4K", "--file-size", "64K"],
     "seq-fsync": ["--size", "128K", "--file-size", "64K"],
     "create-read": ["--size", "256K", "--file-size", "16K", "--file-size", "64K"],
-    "postmark": ["--size", "200"],
+    "postmark": ["--size", "200", "--transactions", "20000"],
     "tpcb": ["--size", "512K", "--transactions", "1000"],
     "hfs-aging": ["--size", "200"],
 }
@@ -34,7 +34,7 @@ SMALL_OPTS = {
     "seq": {"size": 256 * 1024, "file_sizes": [4096, 65536]},
     "seq-fsync": {"size": 128 * 1024, "file_sizes": [65536]},
     "create-read": {"size": 256 * 1024, "file_sizes": [16384, 65536]},
-    "postmark": {"size": 200},
+    "postmark": {"size": 200, "transactions": 20_000},
     "tpcb": {"size": 512 * 1024, "transactions": 1000},
     "hfs-aging": {"size": 200},
 }

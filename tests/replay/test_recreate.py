@@ -218,6 +218,40 @@ def test_offline_replay_matches_files_and_bytes(tmp_path: Path) -> None:
     assert res.recreation_snapshot_id > last
 
 
+def _loops_over(directory: Path) -> list[str]:
+    """Loop devices whose backing file lies in ``directory``, after up to 5 s for one being
+    detached to go (a device udev still has open is detached at its last close)."""
+    import time
+
+    for _ in range(50):
+        out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+        left = [line for line in out.splitlines() if str(directory) in line]
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.needs_root
+@pytest.mark.parametrize("end", ["remount", "sync"])
+def test_interval_ends_leave_no_mount_or_loop_device(tmp_path: Path, end: str) -> None:
+    """Remounts go through one loop device set up for the replay; the recreation is whole and
+    clean, and neither the mount nor the device outlives the replay."""
+    _img, db, _last = _aged_history(tmp_path, "mount", size=64 * MIB)
+    target = tmp_path / "r.img"
+    res = recreate(RecreateOptions(db=db, fs_name="orig", target=target, interval_end=end))
+    assert res.interval_end == end and len(res.snapshots_replayed) >= 3
+    fid = res.fidelity
+    assert fid is not None
+    assert fid.files_matched == fid.files_original == fid.files_recreated > 50
+    assert fid.bytes_matched == fid.bytes_original
+    assert {"deltas", "waiting_for_deltas", "ops", "interval_ends"} <= set(res.timings)
+    assert _loops_over(tmp_path) == []
+    with open("/proc/self/mountinfo") as fh:
+        assert str(tmp_path) not in fh.read()
+    _fsck_clean(target)
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -288,14 +322,15 @@ def test_failure_leaves_nothing_behind(
 
     monkeypatch.setattr(deltas_mod.DeltaBuilder, "interval", boom)
     with open("/proc/self/mountinfo") as fh:
-        mounts_before = fh.read().count("fsage-mnt-")
+        mounts_before = fh.read().count("fsage-replay-")
     with pytest.raises(KeyboardInterrupt):
         recreate(RecreateOptions(db=db, fs_name="one", target=target, force=True))
     assert target.read_bytes() == b"precious"
     left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("fsage.db"))
     assert left == ["a.img", "b.img", "t.img"]
     with open("/proc/self/mountinfo") as fh:
-        assert fh.read().count("fsage-mnt-") == mounts_before
+        assert fh.read().count("fsage-replay-") == mounts_before
+    assert _loops_over(tmp_path) == []
     with Store.open(db) as store:
         assert [f["name"] for f in store.filesystems()] == ["one", "two"]
 

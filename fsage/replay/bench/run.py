@@ -163,7 +163,8 @@ def run_bench(
         params={
             **out.params,
             "size": opts.size,
-            "variant": opts.variant,
+            # The variant the suite ran (its default when none was asked for).
+            "variant": out.params.get("variant", opts.variant),
             "repeat": max(opts.repeat, 1),
         },
         results=out.results,
