@@ -685,7 +685,11 @@ static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
         Py_DECREF(r);
         return n;
     }
-    int rc = run_op(ex, a);
+    int rc;
+    /* Other Python threads (a replay's look-ahead) run during the system calls. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_op(ex, a);
+    Py_END_ALLOW_THREADS
     if (rc) {
         raise_rc(ex, rc, a->kind_obj, a->path_obj);
         return -1;
