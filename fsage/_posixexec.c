@@ -140,12 +140,18 @@ typedef struct {
     uint64_t lost_ops;
     long long lost_bytes;
     long long budget_bytes, budget_inodes;
-    double waited_s;
+    double busy_main, busy_worker; /* seconds spent running ops, by each thread */
     PyObject *journal;
     Slot ring[RING];
 } Exec;
 
 /* ------------------------------------------------------------------ the cache */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
     uint64_t h = 1469598103934665603ULL;
@@ -674,12 +680,14 @@ static void raise_rc(Exec *ex, int rc, PyObject *kind, PyObject *path) {
 static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
     ex->gen++; /* descriptors pinned by the last op are free to go */
     if (args_read(a, op) < 0) return -1;
+    double t0 = now_s();
     if (a->kind == K_OTHER) {
         if (ex->fallback == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "executor not initialised");
             return -1;
         }
         PyObject *r = PyObject_CallOneArg(ex->fallback, op);
+        ex->busy_main += now_s() - t0;
         if (r == NULL) return -1;
         long long n = PyLong_AsLongLong(r);
         Py_DECREF(r);
@@ -690,6 +698,7 @@ static long long apply_op(Exec *ex, PyObject *op, OpArgs *a) {
     Py_BEGIN_ALLOW_THREADS
     rc = run_op(ex, a);
     Py_END_ALLOW_THREADS
+    ex->busy_main += now_s() - t0;
     if (rc) {
         raise_rc(ex, rc, a->kind_obj, a->path_obj);
         return -1;
@@ -846,6 +855,7 @@ static void *worker_main(void *arg) {
         }
         Slot *sl = &ex->ring[c % RING];
         int rc = 0, err = 0;
+        double t0 = now_s();
         if (!atomic_load_explicit(&ex->failed, memory_order_relaxed)) {
             OpArgs a;
             memset(&a, 0, sizeof a);
@@ -870,6 +880,7 @@ static void *worker_main(void *arg) {
                 atomic_store(&ex->failed, 1);
             }
         }
+        ex->busy_worker += now_s() - t0;
         if (atomic_load_explicit(&ex->failed, memory_order_relaxed)) {
             ex->lost_ops++;
             ex->lost_bytes += sl->bytes;
@@ -944,17 +955,8 @@ static int drain(Exec *ex) {
     return settle(ex);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static PyObject *Exec_drain(Exec *ex, PyObject *Py_UNUSED(ignored)) {
-    double t0 = now_s();
-    int rc = drain(ex);
-    ex->waited_s += now_s() - t0;
-    if (rc < 0) return NULL;
+    if (drain(ex) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1170,8 +1172,9 @@ static PyObject *Exec_drop(Exec *ex, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Exec_get_waited(Exec *ex, void *Py_UNUSED(closure)) {
-    return PyFloat_FromDouble(ex->waited_s);
+static PyObject *Exec_get_busy(Exec *ex, void *Py_UNUSED(closure)) {
+    wait_idle(ex);
+    return PyFloat_FromDouble(ex->busy_main + ex->busy_worker);
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -1293,7 +1296,8 @@ static PyMethodDef Exec_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Exec_getset[] = {
-    {"waited_s", (getter)Exec_get_waited, NULL, "Seconds drain() waited for the worker.", NULL},
+    {"busy_s", (getter)Exec_get_busy, NULL, "Seconds spent running ops (waits for the queue).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject ExecType = {

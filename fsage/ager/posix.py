@@ -191,10 +191,10 @@ class PosixExecutor(Executor):
         self._c.drain()
 
     @property
-    def waited_s(self) -> float:
-        """Seconds spent waiting for queued ops in ``drain`` (and so in ``capacity_blocks``
-        and ``sync``)."""
-        return self._c.waited_s
+    def busy_s(self) -> float:
+        """Seconds spent running ops (on this thread or the worker's: with ops run ahead, the
+        time the executor worked, overlapped or not with generating the next ones)."""
+        return self._c.busy_s
 
     def _apply_other(self, op: Op) -> int:
         """The kinds the C side leaves to Python (symlink, mknod, fsync, sync, snapshot)."""

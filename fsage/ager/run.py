@@ -636,8 +636,9 @@ def _lost_in_flight(ex: Executor) -> InFlightError | None:
     return None
 
 
-def _waited(ex: Executor) -> float:
-    return ex.waited_s if isinstance(ex, PosixExecutor) else 0.0
+def _busy(ex: Executor) -> float | None:
+    """Seconds the executor spent running ops, when it measures them itself."""
+    return ex.busy_s if isinstance(ex, PosixExecutor) else None
 
 
 def _plain(text: str) -> bool:
@@ -821,19 +822,21 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     # first op after an unclean stop, which may have run already: it runs here).
     ahead = gen is not None
     step = _stepper(tgt.executor, journal, ahead and not in_flight)
-    waited_before = 0.0  # by executors replaced at snapshots
+    busy_before = 0.0  # by executors replaced at snapshots
     last_snap = [-1]
     clock = time.perf_counter
     with store_cm as store, _Interrupt() as intr:
 
         def snapshot(label: str) -> None:
-            nonlocal step, snap_s, waited_before
+            nonlocal step, snap_s, busy_before
             if store is None:
                 return
             ts = clock()
             _drain(tgt.executor)
-            waited_before += _waited(tgt.executor)
+            old, busy = tgt.executor, _busy(tgt.executor)
             layout = tgt.layout()
+            if tgt.executor is not old:  # reopened: its count starts again
+                busy_before += busy or 0.0
             step = _stepper(tgt.executor, journal, ahead)
             summ = store.add_snapshot(
                 layout, name=name, op_count=done, bytes_written=bytes_written, label=label
@@ -848,8 +851,11 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             res.cpu_user_s = cpu1.user - cpu0.user
             res.cpu_system_s = cpu1.system - cpu0.system
             work = wall - snap_s
-            # Time waiting for the executor: in its calls, and draining what it ran ahead.
-            executor_s = apply_s + waited_before + _waited(tgt.executor)
+            # The executor's time: its own count of the time ops ran where it keeps one (ops
+            # run ahead overlap generating: the time in its calls would not show them), else
+            # the time in its calls.
+            busy = _busy(tgt.executor)
+            executor_s = apply_s if busy is None else busy_before + busy
             res.own_share = (work - executor_s) / work if work > 0 else 0.0
             return {
                 "elapsed_s": wall,

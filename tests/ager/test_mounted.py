@@ -179,6 +179,7 @@ def test_op_failing_ahead_leaves_an_exact_record_and_resumes(
         assert len(journal.read_bytes().splitlines()) == 1 + 499
         res = age(mnt, AgeOptions(resume=True))
         assert res.finished and res.resumed_from == 499 and res.stopped_by == "churn"
+        assert 0.0 < res.own_share < 1.0  # the worker's time is the executor's
         tree = _tree(mnt)
         kept = tmp_path / "journal.jsonl"
         kept.write_bytes(journal.read_bytes())
