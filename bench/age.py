@@ -6,8 +6,8 @@ Per run: ops/s, MiB/s (bytes written, or allocated in fallocate mode), and fsage
 the wall time — the time outside the executor's ops (generating, dispatching, keeping the
 record and the journal), as ``fsage age`` records it (``own_share`` in ``fsage runs``) — with the
 process's user and system CPU time (both threads: on a mounted target a generated workload's
-ops run on the executor's worker thread while the next ones are generated, so the own share is
-the generating thread's time not spent waiting for that worker) and the load average.
+ops run on the executor's worker thread while the next ones are generated, and the own share is
+the share of the wall time in which no op was running) and the load average.
 Targets: in fallocate mode at least Geriatrix's ops/s on the same image (its source is not part
 of this repository, so its figure is quoted: ~8.3k ops/s with its agrawal profile on a 2 GiB
 loop-mounted ext4); in write mode fsage's own share <= 30%.
