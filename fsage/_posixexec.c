@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -967,7 +968,13 @@ static PyObject *Exec_start(Exec *ex, PyObject *journal) {
         atomic_store(&ex->stopping, 0);
         atomic_store(&ex->submitted, 0);
         atomic_store(&ex->completed, 0);
+        /* Signals (Ctrl-C) go to the calling thread, which Python handles them on: the
+         * worker starts with all of them blocked. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
         int e = pthread_create(&ex->thread, NULL, worker_main, ex);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (e) {
             errno = e;
             return PyErr_SetFromErrno(PyExc_OSError);
