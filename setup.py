@@ -44,6 +44,11 @@ live = Extension(
     extra_link_args=["-pthread"],
 )
 
+# `fsage show`'s text rows (fsage/listing.py); no libraries.
+listing = Extension(
+    "fsage._listing", sources=["fsage/_listing.c"], extra_compile_args=["-O2", "-Wall"]
+)
+
 # `fsage lfs mount`: libfuse3's low-level loop calling fsage/lfs/mount.py (fsage/_fuse.c).
 fuse = Extension(
     "fsage._fuse",
@@ -52,4 +57,4 @@ fuse = Extension(
     extra_link_args=pkg_config("--libs", libs=("fuse3",)),
 )
 
-setup(ext_modules=[ext2fs, live, fuse])
+setup(ext_modules=[ext2fs, live, fuse, listing])

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.dtypes import StringDType
 
+from fsage import _listing
 from fsage.errors import StoreError
 from fsage.layout import FileTable, Layout, LinkTable, derive_paths
 from fsage.text import shown
@@ -449,8 +450,8 @@ def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list
 
 def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     """The listing as ``fsage show`` prints it: an aligned table (numbers right-aligned), its
-    header as soon as the column widths are known, then the rows in large chunks, each row
-    formatted by one ``%`` of a format with the widths in it."""
+    header as soon as the column widths are known, then the rows in large chunks, formatted
+    in C (``fsage/_listing.c``)."""
     files, rows = lst.files, lst.rows
     shown_path = _shown_paths(lst.path, lst.unnamed, lst.printable)
     blocks = _blocks(files, rows)
@@ -467,29 +468,26 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
         for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
     ]
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
-    # the last column is not padded (the table's lines end without blanks); a file of one
-    # extent (most) has its numbers put in by the row's format, any other its joined text
-    head_fmt = "%{}{}s  %{}d  %{}d  %{}d  ".format("" if numeric[0] else "-", *widths[:4])
-    one, other = head_fmt + "%d:%d+%d", head_fmt + "%s"
+    # the last column is not padded (the table's lines end without blanks)
     off = files.ext_off.astype(np.int64)
-    last = max(len(files.ext_logical) - 1, 0)
+    extents = [
+        np.ascontiguousarray(c, np.uint64)
+        for c in (files.ext_logical, files.ext_physical, files.ext_length)
+    ]
     for a in range(0, len(lst), CHUNK_ROWS):
         b = min(a + CHUNK_ROWS, len(lst))
         r = rows[a:b]
-        first = np.minimum(off[r], last)
-        heads = [shown_path[a:b], *(col[a:b].tolist() for col in cols)]
-        ext = (
-            [files.ext_logical[first], files.ext_physical[first], files.ext_length[first]]
-            if len(files.ext_logical)
-            else [np.zeros(b - a, np.uint64)] * 3
+        write(
+            _listing.text_rows(
+                shown_path[a:b],
+                (widths[0], widths[1], widths[2], widths[3]),
+                numeric[0],
+                *(np.ascontiguousarray(col[a:b], np.uint64) for col in cols),
+                off[r],
+                off[r + 1] - off[r],
+                *extents,
+            )
         )
-        lines = list(map(one.__mod__, zip(*heads, *(e.tolist() for e in ext), strict=True)))
-        odd = np.flatnonzero(off[r + 1] - off[r] != 1)
-        if odd.size:
-            texts = _extent_array(files, r[odd], "-").tolist()
-            for k, i in enumerate(odd.tolist()):
-                lines[i] = other % (*(h[i] for h in heads), texts[k])
-        write("\n".join(lines) + "\n")
 
 
 class _Sink:

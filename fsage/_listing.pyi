@@ -1,0 +1,18 @@
+"""Typed stub of `fsage show`'s row formatting in C (fsage/_listing.c)."""
+
+from typing import Any
+
+def text_rows(
+    paths: list[str],
+    widths: tuple[int, int, int, int],
+    path_right: bool,
+    ino: Any,
+    size: Any,
+    blocks: Any,
+    ext_start: Any,
+    ext_count: Any,
+    logical: Any,
+    physical: Any,
+    length: Any,
+    /,
+) -> str: ...
