@@ -132,6 +132,19 @@ def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64
 
 def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
     """Every version valid in snapshot ``snap_id``, in ino order."""
+    both, alive = chunk_versions_at(con, fs_id, snap_id)
+    rows = np.flatnonzero(alive)
+    order = rows[np.argsort(both.files.ino[rows], kind="stable")]
+    if np.array_equal(order, np.arange(len(both.files))):
+        return both
+    return both.take(order)
+
+
+def chunk_versions_at(
+    con: sqlite3.Connection, fs_id: int, snap_id: int
+) -> tuple[codec.Versions, npt.NDArray[np.bool_]]:
+    """The versions of every chunk snapshot ``snap_id`` sees, in chunk order, and which of
+    them are valid in it (a reader takes those it wants in one go)."""
     chunks = con.execute(
         "SELECT c.id, b.keys, b.body FROM version_chunks c"
         " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.first_snap <= ?"
@@ -144,20 +157,18 @@ def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Vers
         " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
         (fs_id, snap_id, snap_id),
     )
-    parts = []
+    parts, alive = [], []
     for chunk_id, *blobs in chunks:
         v = codec.unpack_chunk(dict(zip(codec.CHUNK_BLOBS, blobs, strict=True)))
+        valid = np.ones(len(v.files), bool)
         gone = ended.get(chunk_id)
-        if gone is not None and gone.size:
-            alive = np.ones(len(v.files), bool)
-            alive[gone] = False
-            v = v.take(np.flatnonzero(alive))
+        if gone is not None:
+            valid[gone] = False
         parts.append(v)
-    both = codec.concat_versions(parts)
-    order = np.argsort(both.files.ino, kind="stable")
-    if np.array_equal(order, np.arange(len(order))):
-        return both
-    return both.take(order)
+        alive.append(valid)
+    return codec.concat_versions(parts), (
+        np.concatenate(alive) if alive else np.zeros(0, bool)
+    )
 
 
 def forget_snapshot(
