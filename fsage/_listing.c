@@ -1,5 +1,7 @@
-/* The text rows of `fsage show` (fsage.listing.write_text), formatted in one pass.
+/* C helpers of fsage.listing and fsage.analyzer.dynamic: the text rows of `fsage show`, and
+ * sorting names and paths.
  *
+ * The text rows (fsage.listing.write_text) are formatted in one pass.
  * A row is the path padded to its column, then the inode number, size and blocks right-aligned
  * in theirs, then the file's extents as logical:physical+length separated by spaces ("-" for
  * none), each column two spaces from the next. Python's `%` over 700k rows costs about a
@@ -161,7 +163,120 @@ done:
     return result;
 }
 
+/* ---------- sorting byte strings ---------- */
+
+typedef struct {
+    int64_t group;
+    const unsigned char *p;
+    Py_ssize_t len;
+    Py_ssize_t index;
+} Key;
+
+/* By group, then the bytes (a prefix first), then position: a stable sort's order. */
+static int key_cmp(const void *x, const void *y) {
+    const Key *a = x, *b = y;
+    if (a->group != b->group)
+        return a->group < b->group ? -1 : 1;
+    Py_ssize_t n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->p, b->p, (size_t)n);
+    if (c)
+        return c;
+    if (a->len != b->len)
+        return a->len < b->len ? -1 : 1;
+    return a->index < b->index ? -1 : (a->index > b->index);
+}
+
+static PyObject *sorted_order(Key *keys, Py_ssize_t n) {
+    qsort(keys, (size_t)n, sizeof(Key), key_cmp);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (out == NULL)
+        return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[i] = keys[i].index;
+    return out;
+}
+
+static PyObject *argsort_names(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]))
+        return NULL;
+    static const char *what[4] = {"group", "names", "name_off", "which"};
+    static const Py_ssize_t sizes[4] = {8, 1, 8, 8};
+    Array arr[4];
+    memset(arr, 0, sizeof arr);
+    Key *keys = NULL;
+    PyObject *result = NULL;
+    for (int i = 0; i < 4; i++)
+        if (get_array(objs[i], &arr[i], sizes[i], what[i]) < 0)
+            goto done;
+    Py_ssize_t n = arr[0].view.len / 8, n_names = arr[2].view.len / 8 - 1;
+    if (arr[3].view.len / 8 != n || n_names < 0) {
+        PyErr_SetString(PyExc_ValueError, "group and which differ in length");
+        goto done;
+    }
+    const int64_t *group = arr[0].view.buf, *which = arr[3].view.buf;
+    const uint64_t *off = arr[2].view.buf;
+    const unsigned char *names = arr[1].view.buf;
+    keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Key));
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t w = which[i];
+        if (w < 0 || w >= n_names || off[w] > off[w + 1] ||
+            off[w + 1] > (uint64_t)arr[1].view.len) {
+            PyErr_SetString(PyExc_IndexError, "name out of bounds");
+            goto done;
+        }
+        keys[i] = (Key){group[i], names + off[w], (Py_ssize_t)(off[w + 1] - off[w]), i};
+    }
+    result = sorted_order(keys, n);
+done:
+    for (int i = 0; i < 4; i++)
+        if (arr[i].held)
+            PyBuffer_Release(&arr[i].view);
+    PyMem_Free(keys);
+    return result;
+}
+
+static PyObject *argsort_texts(PyObject *self, PyObject *texts) {
+    if (!PyList_Check(texts)) {
+        PyErr_SetString(PyExc_TypeError, "a list of str expected");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(texts);
+    Key *keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Key));
+    if (keys == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(texts, i);
+        if (!PyUnicode_Check(t)) {
+            PyErr_SetString(PyExc_TypeError, "a list of str expected");
+            goto done;
+        }
+        /* UTF-8 sorts as code points do; text that is not UTF-8 (surrogates) raises */
+        Py_ssize_t len;
+        const char *p = PyUnicode_AsUTF8AndSize(t, &len);
+        if (p == NULL)
+            goto done;
+        keys[i] = (Key){0, (const unsigned char *)p, len, i};
+    }
+    result = sorted_order(keys, n);
+done:
+    PyMem_Free(keys);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"argsort_names", argsort_names, METH_VARARGS,
+     "argsort_names(group, names, name_off, which) -> bytes of int64: the stable order of\n"
+     "(group[i], the bytes of name which[i]), names being names[name_off[k]:name_off[k+1]]."},
+    {"argsort_texts", argsort_texts, METH_O,
+     "argsort_texts(list of str) -> bytes of int64: their stable order (code points);\n"
+     "UnicodeEncodeError for text that is not UTF-8."},
     {"text_rows", text_rows, METH_VARARGS,
      "text_rows(paths, (path_width, ino_width, size_width, blocks_width), path_right, ino, size,\n"
      "blocks, ext_start, ext_count, logical, physical, length) -> str: one line a path (8-byte\n"

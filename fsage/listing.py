@@ -470,10 +470,11 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
     # the last column is not padded (the table's lines end without blanks)
     off = files.ext_off.astype(np.int64)
-    extents = [
+    logical, physical, length = (
         np.ascontiguousarray(c, np.uint64)
         for c in (files.ext_logical, files.ext_physical, files.ext_length)
-    ]
+    )
+    ino, size, nblocks = (np.ascontiguousarray(c, np.uint64) for c in cols)
     for a in range(0, len(lst), CHUNK_ROWS):
         b = min(a + CHUNK_ROWS, len(lst))
         r = rows[a:b]
@@ -482,10 +483,14 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
                 shown_path[a:b],
                 (widths[0], widths[1], widths[2], widths[3]),
                 numeric[0],
-                *(np.ascontiguousarray(col[a:b], np.uint64) for col in cols),
+                ino[a:b],
+                size[a:b],
+                nblocks[a:b],
                 off[r],
                 off[r + 1] - off[r],
-                *extents,
+                logical,
+                physical,
+                length,
             )
         )
 

@@ -340,14 +340,19 @@ class SnapshotAnalyzer:
             head = np.ones(rb.size, bool)
             head[1:] = rb[1:] != rb[:-1]
             ms[head] = m.average_access_ms + sp["length"][head] / m.bandwidth * 1000.0
-        out: dict[int, tuple[int, int, float]] = {}
+        # files and runs come grouped by bucket (``_bucket_runs``): each bucket is a slice,
+        # summed as the same values in the same order as a mask would give them
         fb = sp["file_bucket"]
-        for b in np.unique(fb).tolist():
-            fsel = fb == b
+        buckets = np.unique(fb)
+        f_lo, f_hi = np.searchsorted(fb, buckets), np.searchsorted(fb, buckets, side="right")
+        r_lo, r_hi = np.searchsorted(rb, buckets), np.searchsorted(rb, buckets, side="right")
+        nbytes = sp["nbytes"]
+        out: dict[int, tuple[int, int, float]] = {}
+        for k, b in enumerate(buckets.tolist()):
             out[int(b)] = (
-                int(fsel.sum()),
-                int(sp["nbytes"][fsel].sum()),
-                float(ms[rb == b].sum()),
+                int(f_hi[k] - f_lo[k]),
+                int(nbytes[f_lo[k] : f_hi[k]].sum()),
+                float(ms[r_lo[k] : r_hi[k]].sum()),
             )
         return out
 

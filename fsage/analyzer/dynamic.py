@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numpy.dtypes import StringDType
 
+from fsage import _listing
 from fsage.analyzer.locality import fact, inodes_per_group
 from fsage.analyzer.scores import FileScores
 from fsage.layout import META_XATTR, Layout
@@ -106,13 +106,11 @@ def preorder(layout: Layout) -> I64:
         link_of[li_c[rows]] = rows
     dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
-    # rank every reachable file among its siblings by name
-    all_names = np.empty(len(links), object)
-    all_names[:] = links.decoded("latin-1")  # text that sorts as the bytes do
-    names = all_names[link_of[reach]].astype(StringDType())
-    name_rank = np.empty(reach.size, np.int64)
-    name_rank[np.argsort(names, kind="stable")] = np.arange(reach.size)
-    order = reach[np.lexsort((name_rank, parent[reach]))]
+    # every reachable file after its siblings of smaller names (bytes compared, in C)
+    by_name = _listing.argsort_names(
+        parent[reach], links.names, links.name_off.astype(np.uint64), link_of[reach]
+    )
+    order = reach[np.frombuffer(by_name, np.int64)]
     size = np.where(dep >= 0, 1, 0).astype(np.int64)
     maxdep = int(dep.max())
     for d in range(maxdep, 0, -1):

@@ -166,9 +166,7 @@ def chunk_versions_at(
             valid[gone] = False
         parts.append(v)
         alive.append(valid)
-    return codec.concat_versions(parts), (
-        np.concatenate(alive) if alive else np.zeros(0, bool)
-    )
+    return codec.concat_versions(parts), (np.concatenate(alive) if alive else np.zeros(0, bool))
 
 
 def forget_snapshot(
