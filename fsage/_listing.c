@@ -1,5 +1,5 @@
 /* C helpers of fsage.listing and fsage.analyzer.dynamic: the text rows of `fsage show`, and
- * sorting names and paths.
+ * sorting names.
  *
  * The text rows (fsage.listing.write_text) are formatted in one pass.
  * A row is the path padded to its column, then the inode number, size and blocks right-aligned
@@ -241,42 +241,10 @@ done:
     return result;
 }
 
-static PyObject *argsort_texts(PyObject *self, PyObject *texts) {
-    if (!PyList_Check(texts)) {
-        PyErr_SetString(PyExc_TypeError, "a list of str expected");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(texts);
-    Key *keys = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Key));
-    if (keys == NULL)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *t = PyList_GET_ITEM(texts, i);
-        if (!PyUnicode_Check(t)) {
-            PyErr_SetString(PyExc_TypeError, "a list of str expected");
-            goto done;
-        }
-        /* UTF-8 sorts as code points do; text that is not UTF-8 (surrogates) raises */
-        Py_ssize_t len;
-        const char *p = PyUnicode_AsUTF8AndSize(t, &len);
-        if (p == NULL)
-            goto done;
-        keys[i] = (Key){0, (const unsigned char *)p, len, i};
-    }
-    result = sorted_order(keys, n);
-done:
-    PyMem_Free(keys);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"argsort_names", argsort_names, METH_VARARGS,
      "argsort_names(group, names, name_off, which) -> bytes of int64: the stable order of\n"
      "(group[i], the bytes of name which[i]), names being names[name_off[k]:name_off[k+1]]."},
-    {"argsort_texts", argsort_texts, METH_O,
-     "argsort_texts(list of str) -> bytes of int64: their stable order (code points);\n"
-     "UnicodeEncodeError for text that is not UTF-8."},
     {"text_rows", text_rows, METH_VARARGS,
      "text_rows(paths, (path_width, ino_width, size_width, blocks_width), path_right, ino, size,\n"
      "blocks, ext_start, ext_count, logical, physical, length) -> str: one line a path (8-byte\n"
@@ -285,7 +253,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fsage._listing", "C helpers of fsage.listing.", -1, methods,
+    PyModuleDef_HEAD_INIT, "fsage._listing", "C helpers of fsage.listing and fsage.analyzer.dynamic.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__listing(void) { return PyModule_Create(&module); }

@@ -246,13 +246,11 @@ def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
 
 
 def _argsort_text(texts: npt.NDArray[np.object_]) -> I64:
-    """Stable order of ``texts`` (code point order, as Python compares str)."""
-    try:
-        arr = texts.astype(_STR)
-    except UnicodeEncodeError:  # names that are not UTF-8 (surrogate escapes)
-        keys = texts.tolist()
-        return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
-    return np.argsort(arr, kind="stable").astype(np.int64)
+    """Stable order of ``texts`` (code point order, as Python compares str). Python's sort:
+    it takes the runs the texts already come in (files numbered in the order their directory
+    was filled) where a sort of arrays starts from scratch."""
+    keys = texts.tolist()
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
 
 
 def _listing_from(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
