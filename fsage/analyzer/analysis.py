@@ -343,7 +343,7 @@ class SnapshotAnalyzer:
         # files and runs come grouped by bucket (``_bucket_runs``): each bucket is a slice,
         # summed as the same values in the same order as a mask would give them
         fb = sp["file_bucket"]
-        buckets = np.unique(fb)
+        buckets = fb[np.flatnonzero(np.diff(fb, prepend=fb[:1] - 1))] if fb.size else fb
         f_lo, f_hi = np.searchsorted(fb, buckets), np.searchsorted(fb, buckets, side="right")
         r_lo, r_hi = np.searchsorted(rb, buckets), np.searchsorted(rb, buckets, side="right")
         nbytes = sp["nbytes"]
