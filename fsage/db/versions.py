@@ -261,7 +261,7 @@ def listed_subtree(
                 )
                 for part, columns in (("keys", codec.KEY_COLUMNS), ("body", codec.BODY_COLUMNS))
             )
-            ino = keys["ino"].astype(np.uint64)
+            ino = keys["ino"].astype(np.uint64, copy=False)
             alive = np.ones(ino.size, bool)
             gone = ended.get(chunk_id)
             if gone is not None:
@@ -269,15 +269,15 @@ def listed_subtree(
             link_row = body["link_rows"].astype(np.int64)
             keep = alive[link_row]
             name_lens = body["name_lens"].astype(np.int64)
-            parents.append(body["link_parents"].astype(np.uint64)[keep])
+            parents.append(body["link_parents"].astype(np.uint64, copy=False)[keep])
             inos.append(ino[link_row[keep]])
             lens.append(name_lens[keep])
             raw = body["names"]
             names.append(raw if keep.all() else raw[np.repeat(keep, name_lens)])
-            chunks.append((ino, alive & (body["special"] == 0), body))
+            chunks.append((ino, alive, body))
         lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         off = np.zeros(lengths.size + 1, np.uint64)
-        np.cumsum(lengths, out=off[1:])
+        np.cumsum(lengths, dtype=np.uint64, out=off[1:])
         links = LinkTable(
             np.concatenate(parents) if parents else np.zeros(0, np.uint64),
             np.concatenate(inos) if inos else np.zeros(0, np.uint64),
@@ -286,13 +286,16 @@ def listed_subtree(
         )
         wanted = resolve(links)
         parts: list[dict[str, npt.NDArray[Any]]] = []
-        for ino, user, body in chunks:
-            pick = user if wanted is None else user & np.isin(ino, wanted)
-            rows = np.flatnonzero(pick)
+        for ino, alive, body in chunks:
+            if wanted is None:
+                rows = np.flatnonzero(alive & (body["special"] == 0))
+            else:  # reserved inodes told apart among the few picked only
+                rows = np.flatnonzero(alive & np.isin(ino, wanted))
+                rows = rows[body.take("special", rows) == 0]
             if rows.size == 0:
                 continue
             ext_off = np.zeros(ino.size + 1, np.uint64)
-            np.cumsum(body["ext_counts"], out=ext_off[1:])
+            np.cumsum(body["ext_counts"], dtype=np.uint64, out=ext_off[1:])
             part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
             if rows.size == ino.size:  # the whole chunk
                 part["ext_off"] = ext_off
