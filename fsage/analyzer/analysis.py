@@ -125,6 +125,7 @@ class SnapshotAnalyzer:
         self.dirs = layout.files.is_dir()
         self._paths_order: I64 | None = None
         self._preorder: I64 | None = None
+        self._parent: I64 | None = None
 
     # -- parts ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -218,7 +219,7 @@ class SnapshotAnalyzer:
         bpg = blocks_per_group(self.layout) or 0
         now, best, blk = e4defrag_counts(_subset(s, e4sel), bpg, groups_per_flex(self.layout))
         kinds = reg | self.dirs | ((files.mode & 0o170000) == 0o120000)
-        actual, ideal = xfs_frag_counts(files.take(np.flatnonzero(kinds)))
+        actual, ideal = xfs_frag_counts(files, kinds)
         return {
             "filefrag_extents_total": int(ff[withblk].sum()),
             "filefrag_extents_mean": float(ff[withblk].mean()) if withblk.any() else None,
@@ -232,7 +233,13 @@ class SnapshotAnalyzer:
         }
 
     def locality(self) -> dict[str, Any]:
-        return locality(self.layout, self.scores.first_block, self.regular)
+        return locality(self.layout, self.scores.first_block, self.regular, self.parent())
+
+    def parent(self) -> I64:
+        """Every file's parent directory (``parent_index``)."""
+        if self._parent is None:
+            self._parent = parent_index(self.layout)
+        return self._parent
 
     def preorder(self) -> I64:
         """Every file's place in a depth-first walk by name (-1: unreachable)."""
@@ -360,7 +367,7 @@ class SnapshotAnalyzer:
         """Aggregate score of every directory subtree down to ``depth`` below the root."""
         layout, s = self.layout, self.scores
         n = len(layout.files)
-        parent = parent_index(layout)
+        parent = self.parent()
         dep = self._depths(parent)
         reg = self.regular
         contrib_c = np.where(reg, s.contiguous, 0).astype(np.int64)
