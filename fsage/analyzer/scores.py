@@ -190,9 +190,7 @@ def filefrag_extents(files: FileTable) -> I64:
     return _bincount(owner[counted], None, n)
 
 
-def xfs_frag_counts(
-    files: FileTable, sel: npt.NDArray[np.bool_] | None = None
-) -> tuple[int, int]:
+def xfs_frag_counts(files: FileTable, sel: npt.NDArray[np.bool_] | None = None) -> tuple[int, int]:
     """(actual, ideal) extent counts the way ``xfs_db frag`` counts them, over the files
     ``sel`` flags (all: None).
 
