@@ -76,7 +76,12 @@ def walk_order(layout: Layout, sel: npt.NDArray[np.bool_], pos: I64 | None = Non
     if pos is None:
         pos = preorder(layout)
     idx = np.flatnonzero(sel & (pos >= 0))
-    return idx[np.argsort(pos[idx], kind="stable")].astype(np.int64)
+    if idx.size == 0:
+        return idx.astype(np.int64)
+    # positions are distinct: each file dropped into its slot, the slots read in order
+    slot = np.full(int(pos[idx].max()) + 1, -1, np.int64)
+    slot[pos[idx]] = idx
+    return slot[slot >= 0]
 
 
 def preorder(layout: Layout) -> I64:
