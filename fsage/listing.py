@@ -223,8 +223,12 @@ def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
     by_ino = np.argsort(row, kind="stable")
     order = by_ino[_argsort_text(paths[by_ino])]
     row_sorted, sorted_paths = row[order], paths[order]
-    _, first = np.unique(row_sorted, return_index=True)
-    first.sort()
+    # where each file first comes (written back to front: the earliest place stays)
+    first_at = np.empty(len(files), np.int64)
+    first_at[row_sorted[::-1]] = np.arange(row_sorted.size - 1, -1, -1)
+    is_first = np.zeros(row_sorted.size, bool)
+    is_first[first_at[row_sorted]] = True
+    first = np.flatnonzero(is_first)
     listed = row_sorted[first]
     unnamed = np.ones(len(files), bool)
     unnamed[listed] = False

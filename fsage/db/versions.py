@@ -297,12 +297,14 @@ def listed_subtree(
             ext_off = np.zeros(ino.size + 1, np.uint64)
             np.cumsum(body["ext_counts"], dtype=np.uint64, out=ext_off[1:])
             part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
-            if rows.size == ino.size:  # the whole chunk
-                part["ext_off"] = ext_off
+            a, b = int(rows[0]), int(rows[-1]) + 1
+            if rows.size == b - a and rows.size > 4096:  # one run (user files after reserved)
+                e0, e1 = int(ext_off[a]), int(ext_off[b])
+                part["ext_off"] = ext_off[a : b + 1] - np.uint64(e0)
                 for c in LISTED_COLUMNS:
-                    part[c] = body[c].astype(FILE_COLUMNS[c])
+                    part[c] = body[c][a:b].astype(FILE_COLUMNS[c])
                 for c in LISTED_EXTENTS:
-                    part[c] = body[c].astype(np.uint64)
+                    part[c] = body[c][e0:e1].astype(np.uint64)
                 parts.append(part)
                 continue
             ext_idx, part["ext_off"] = csr_take(ext_off, rows)
