@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.dtypes import StringDType
 
-from fsage import _listing
+from fsage import _kernels
 from fsage.errors import StoreError
 from fsage.layout import FileTable, Layout, LinkTable, derive_paths
 from fsage.text import shown
@@ -453,7 +453,7 @@ def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list
 def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     """The listing as ``fsage show`` prints it: an aligned table (numbers right-aligned), its
     header as soon as the column widths are known, then the rows in large chunks, formatted
-    in C (``fsage/_listing.c``)."""
+    in C (``fsage/_kernels.c``)."""
     files, rows = lst.files, lst.rows
     shown_path = _shown_paths(lst.path, lst.unnamed, lst.printable)
     blocks = _blocks(files, rows)
@@ -481,7 +481,7 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
         b = min(a + CHUNK_ROWS, len(lst))
         r = rows[a:b]
         write(
-            _listing.text_rows(
+            _kernels.text_rows(
                 shown_path[a:b],
                 (widths[0], widths[1], widths[2], widths[3]),
                 numeric[0],

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage import _listing
+from fsage import _kernels
 from fsage.analyzer.locality import fact, inodes_per_group
 from fsage.analyzer.scores import FileScores
 from fsage.layout import META_XATTR, Layout
@@ -112,7 +112,7 @@ def preorder(layout: Layout) -> I64:
     dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
     # every reachable file after its siblings of smaller names (bytes compared, in C)
-    by_name = _listing.argsort_names(
+    by_name = _kernels.argsort_names(
         parent[reach], links.names, links.name_off.astype(np.uint64), link_of[reach]
     )
     order = reach[np.frombuffer(by_name, np.int64)]
@@ -157,16 +157,10 @@ def depths_below(parent: I64, roots: I64) -> I64:
 
 
 def ranges(lo: I64, hi: I64) -> I64:
-    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... concatenated (a CSR gather)."""
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    first = np.zeros(lo.size + 1, np.int64)
-    np.cumsum(counts, out=first[1:])
-    row = np.repeat(np.arange(lo.size), counts)
-    out: I64 = lo[row] + np.arange(total, dtype=np.int64) - first[row]
-    return out
+    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... concatenated (a CSR gather), in one
+    pass in C."""
+    out = _kernels.ranges(np.ascontiguousarray(lo, np.int64), np.ascontiguousarray(hi, np.int64))
+    return np.frombuffer(out, np.int64)
 
 
 def _inode_requests(layout: Layout, objs: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:

@@ -86,3 +86,14 @@ def test_walk_order_is_a_recursive_walk_by_name_bytes() -> None:
         everything = np.ones(len(lay.files), bool)
         got = lay.files.ino[walk_order(lay, everything)].tolist()
         assert got == reference_walk(lay), seed
+
+
+def test_ranges_are_the_concatenated_aranges() -> None:
+    from fsage.analyzer.dynamic import ranges
+
+    rng = np.random.default_rng(2)
+    lo = rng.integers(0, 1000, 300)
+    hi = lo + rng.integers(0, 4, 300)  # empty ranges among them
+    want = [v for a, b in zip(lo.tolist(), hi.tolist(), strict=True) for v in range(a, b)]
+    assert ranges(lo, hi).tolist() == want
+    assert ranges(lo[:0], hi[:0]).tolist() == []

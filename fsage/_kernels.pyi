@@ -1,4 +1,4 @@
-"""Typed stub of `fsage show`'s row formatting in C (fsage/_listing.c)."""
+"""Typed stub of the loops numpy has no single call for, in C (fsage/_kernels.c)."""
 
 from typing import Any
 
@@ -17,3 +17,4 @@ def text_rows(
     /,
 ) -> str: ...
 def argsort_names(group: Any, names: bytes, name_off: Any, which: Any, /) -> bytes: ...
+def ranges(lo: Any, hi: Any, /) -> bytearray: ...

@@ -1,5 +1,5 @@
-/* C helpers of fsage.listing and fsage.analyzer.dynamic: the text rows of `fsage show`, and
- * sorting names.
+/* Loops numpy has no single call for: the text rows of `fsage show` (fsage.listing), sorting
+ * names by group (the walk of fsage.analyzer.dynamic) and CSR gathers (``ranges``).
  *
  * The text rows (fsage.listing.write_text) are formatted in one pass.
  * A row is the path padded to its column, then the inode number, size and blocks right-aligned
@@ -241,7 +241,45 @@ done:
     return result;
 }
 
+/* ---------- CSR gathers ---------- */
+
+static PyObject *ranges(PyObject *self, PyObject *args) {
+    PyObject *lo_obj, *hi_obj;
+    if (!PyArg_ParseTuple(args, "OO", &lo_obj, &hi_obj))
+        return NULL;
+    Array arr[2];
+    memset(arr, 0, sizeof arr);
+    PyObject *result = NULL;
+    if (get_array(lo_obj, &arr[0], 8, "lo") < 0 || get_array(hi_obj, &arr[1], 8, "hi") < 0)
+        goto done;
+    Py_ssize_t n = arr[0].view.len / 8;
+    if (arr[1].view.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "lo and hi differ in length");
+        goto done;
+    }
+    const int64_t *lo = arr[0].view.buf, *hi = arr[1].view.buf;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (hi[i] > lo[i])
+            total += hi[i] - lo[i];
+    result = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(total * 8));
+    if (result == NULL)
+        goto done;
+    int64_t *out = (int64_t *)PyByteArray_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int64_t v = lo[i]; v < hi[i]; v++)
+            *out++ = v;
+done:
+    for (int i = 0; i < 2; i++)
+        if (arr[i].held)
+            PyBuffer_Release(&arr[i].view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"ranges", ranges, METH_VARARGS,
+     "ranges(lo, hi) -> bytearray of int64: lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... (int64 arrays;\n"
+     "an empty range where hi <= lo)."},
     {"argsort_names", argsort_names, METH_VARARGS,
      "argsort_names(group, names, name_off, which) -> bytes of int64: the stable order of\n"
      "(group[i], the bytes of name which[i]), names being names[name_off[k]:name_off[k+1]]."},
@@ -253,7 +291,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fsage._listing", "C helpers of fsage.listing and fsage.analyzer.dynamic.", -1, methods,
+    PyModuleDef_HEAD_INIT, "fsage._kernels", "Loops numpy has no single call for.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__listing(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
