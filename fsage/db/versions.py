@@ -276,12 +276,12 @@ def listed_subtree(
             names.append(raw if keep.all() else raw[np.repeat(keep, name_lens)])
             chunks.append((ino, alive, body))
         lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
-        off = np.zeros(lengths.size + 1, np.uint64)
-        np.cumsum(lengths, dtype=np.uint64, out=off[1:])
+        off = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=off[1:])  # in the lengths' own type: no cast per value
         links = LinkTable(
             np.concatenate(parents) if parents else np.zeros(0, np.uint64),
             np.concatenate(inos) if inos else np.zeros(0, np.uint64),
-            off,
+            off.view(np.uint64),
             b"".join(n.tobytes() for n in names),
         )
         wanted = resolve(links)
@@ -294,8 +294,15 @@ def listed_subtree(
                 rows = rows[body.take("special", rows) == 0]
             if rows.size == 0:
                 continue
-            ext_off = np.zeros(ino.size + 1, np.uint64)
-            np.cumsum(body["ext_counts"], dtype=np.uint64, out=ext_off[1:])
+            counts = body["ext_counts"]
+            if rows.size <= 4:  # a few files: their offsets alone
+                ext_off = np.zeros(ino.size + 1, np.uint64)
+                for r in rows.tolist():
+                    ext_off[r] = counts[:r].sum(dtype=np.uint64)
+                    ext_off[r + 1] = ext_off[r] + np.uint64(counts[r])
+            else:
+                ext_off = np.zeros(ino.size + 1, np.uint64)
+                np.cumsum(counts, dtype=np.uint64, out=ext_off[1:])
             part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
             a, b = int(rows[0]), int(rows[-1]) + 1
             if rows.size == b - a and rows.size > 4096:  # one run (user files after reserved)
