@@ -32,6 +32,11 @@ Caches: ``--cache warm`` (default) runs every reader once untimed first and neve
 then read inodes and extent trees from the loop device's backing file). Needs root.
 
     sudo python3 bench/live.py --files 200000 --fs ext4,xfs --cache warm
+    python3 bench/live.py --tree /home --whole-only   # a tree that is already there
+
+After the whole commands, the CPU seconds of each phase of ``fsage snapshot DIR`` run one
+after the other (interpreter, imports, read, store), and of find and filefrag apart: where
+the time goes, and what no overlap can hide.
 """
 
 from __future__ import annotations
@@ -72,6 +77,39 @@ print(json.dumps({
     "extents": int(layout.files.ext_length.shape[0]),
     "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 }))
+"""
+
+
+# The whole command's phases one after the other, CPU seconds of each (all threads).
+PHASES = """
+import json, os, resource, sys
+from pathlib import Path
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+out = {"interpreter": cpu()}
+c = cpu()
+import fsage.cli, fsage.cli.snapshot, fsage.db.store, fsage.snapshotter.live
+out["imports"] = cpu() - c
+from fsage.snapshotter import livewalk
+from fsage.snapshotter.live import read_live_layout
+from fsage.db.store import Store
+c = cpu()
+livewalk.run_c_walk(livewalk.scope_of(Path(sys.argv[1])))
+out["C walk"] = cpu() - c
+c = cpu()
+layout = read_live_layout(Path(sys.argv[1]))
+out["read"] = cpu() - c
+c = cpu()
+store = Store.open(Path(sys.argv[2]), create=True)
+out["store open"] = cpu() - c
+c = cpu()
+store.add_snapshot(layout, source=sys.argv[1])
+out["add_snapshot"] = cpu() - c
+c = cpu()
+store.close()
+out["close"] = cpu() - c
+print(json.dumps(out))
 """
 
 
@@ -184,6 +222,47 @@ def whole_commands(mnt: Path, work: Path, rounds: int, cold: bool) -> None:
     print(f"  runs: fsage {_runs([w for w, _ in fs])}; filefrag {_runs([w for w, _ in ff])}")
     print(f"  CPU runs: fsage {_runs([c for _, c in fs])}; filefrag {_runs([c for _, c in ff])}")
     print(start_up(rounds, env))
+    cpu_phases(mnt, work, rounds, env)
+
+
+def cpu_phases(mnt: Path, work: Path, rounds: int, env: dict[str, str]) -> None:
+    """Median CPU seconds of each phase of the command, one after the other (the command
+    overlaps the imports with the walk), and of find and filefrag apart."""
+    runs: list[dict[str, float]] = []
+    for i in range(rounds):
+        db = work / f"phases-{i}.db"
+        out = subprocess.run(
+            [sys.executable, "-c", PHASES, str(mnt), str(db)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+        runs.append(json.loads(out))
+        for p in work.glob(f"phases-{i}.db*"):
+            p.unlink()
+    listing = work / "files.list"
+    find_cpu, ff_cpu = [], []
+    for _ in range(rounds):
+        find_cpu.append(
+            time_command(["sh", "-c", f"find '{mnt}' -type f -print0 > '{listing}'"])[1]
+        )
+        ff_cpu.append(
+            time_command(["sh", "-c", f"xargs -0 filefrag -e < '{listing}' > /dev/null"])[1]
+        )
+    listing.unlink()
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    total = sum(v for k, v in med.items() if k != "C walk")
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in med.items() if k != "C walk")
+    find_med, ff_med = statistics.median(find_cpu), statistics.median(ff_cpu)
+    print(
+        f"  CPU by phase, one after the other: fsage {parts} (the C walk alone "
+        f"{med['C walk']:.3f}); total {total:.3f} s"
+    )
+    print(
+        f"  CPU of the pipeline's parts: find {find_med:.3f}, xargs filefrag -e {ff_med:.3f}; "
+        f"total {find_med + ff_med:.3f} s"
+    )
 
 
 def time_fsage(mnt: Path, workers: int, engine: str) -> dict[str, float]:
@@ -223,55 +302,62 @@ def bench_fs(fstype: str, args: argparse.Namespace) -> None:
             f"{total / 2**20:.0f} MiB of data, built in {time.perf_counter() - t:.1f} s; "
             f"caches {args.cache}"
         )
-        configs: list[tuple[str, int, str]] = [("fsage C walk, 1 thread", 1, "c")]
-        threads = args.workers or min(4, len(os.sched_getaffinity(0)))
-        if threads > 1:
-            configs.append((f"fsage C walk, {threads} threads", threads, "c"))
-        if args.python:
-            configs.append(("fsage Python walk, 1 process", 1, "python"))
-        if args.cache == "warm":
-            time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
-            for _, workers, engine in configs:
-                time_fsage(mnt, workers, engine)
-        whole_commands(mnt, work, args.rounds, args.cache == "cold")
-        print("library call only (no start-up, no store):")
-        ff: list[float] = []
-        ff_cpu: list[float] = []
-        ff_rss = 0
-        res: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
-        for _ in range(args.rounds):
-            if args.cache == "cold":
-                drop_caches()
-            el, cpu, rss = time_filefrag(mnt)
-            ff.append(el)
-            ff_cpu.append(cpu)
-            ff_rss = max(ff_rss, rss)
-            for name, workers, engine in configs:
-                if args.cache == "cold":
-                    drop_caches()
-                res[name].append(time_fsage(mnt, workers, engine))
-        f_med = statistics.median(ff)
-        f_cpu = statistics.median(ff_cpu)
-        first = res[configs[0][0]][0]
-        print(f"tree: {int(first['files'])} inodes, {int(first['extents'])} extents")
-        print(
-            f"{'find | xargs filefrag':32s}: median {f_med:7.3f} s  CPU {f_cpu:6.3f} s  "
-            f"peak RSS {ff_rss / 1024:6.1f} MiB  (runs {_runs(ff)})"
-        )
-        for name, runs in res.items():
-            secs = [r["seconds"] for r in runs]
-            med = statistics.median(secs)
-            cpu = statistics.median(r["cpu"] for r in runs)
-            peak = max(r["maxrss_kib"] for r in runs)
-            print(
-                f"{name:32s}: median {med:7.3f} s  CPU {cpu:6.3f} s  peak RSS "
-                f"{peak / 1024:6.1f} MiB  (runs {_runs(secs)})  filefrag/fsage: time "
-                f"{f_med / med:.2f}x, CPU {f_cpu / cpu:.2f}x (target >= 2x)"
-            )
+        bench_tree(mnt, work, args)
     finally:
         if mounted:
             subprocess.run(["umount", str(mnt)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_tree(mnt: Path, work: Path, args: argparse.Namespace) -> None:
+    """Every measurement, on the mounted tree ``mnt`` (scratch files in ``work``)."""
+    configs: list[tuple[str, int, str]] = [("fsage C walk, 1 thread", 1, "c")]
+    threads = args.workers or min(4, len(os.sched_getaffinity(0)))
+    if threads > 1:
+        configs.append((f"fsage C walk, {threads} threads", threads, "c"))
+    if args.python:
+        configs.append(("fsage Python walk, 1 process", 1, "python"))
+    if args.cache == "warm":
+        time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
+        for _, workers, engine in configs:
+            time_fsage(mnt, workers, engine)
+    whole_commands(mnt, work, args.rounds, args.cache == "cold")
+    if args.whole_only:
+        return
+    print("library call only (no start-up, no store):")
+    ff: list[float] = []
+    ff_cpu: list[float] = []
+    ff_rss = 0
+    res: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in configs}
+    for _ in range(args.rounds):
+        if args.cache == "cold":
+            drop_caches()
+        el, cpu, rss = time_filefrag(mnt)
+        ff.append(el)
+        ff_cpu.append(cpu)
+        ff_rss = max(ff_rss, rss)
+        for name, workers, engine in configs:
+            if args.cache == "cold":
+                drop_caches()
+            res[name].append(time_fsage(mnt, workers, engine))
+    f_med = statistics.median(ff)
+    f_cpu = statistics.median(ff_cpu)
+    first = res[configs[0][0]][0]
+    print(f"tree: {int(first['files'])} inodes, {int(first['extents'])} extents")
+    print(
+        f"{'find | xargs filefrag':32s}: median {f_med:7.3f} s  CPU {f_cpu:6.3f} s  "
+        f"peak RSS {ff_rss / 1024:6.1f} MiB  (runs {_runs(ff)})"
+    )
+    for name, runs in res.items():
+        secs = [r["seconds"] for r in runs]
+        med = statistics.median(secs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        peak = max(r["maxrss_kib"] for r in runs)
+        print(
+            f"{name:32s}: median {med:7.3f} s  CPU {cpu:6.3f} s  peak RSS "
+            f"{peak / 1024:6.1f} MiB  (runs {_runs(secs)})  filefrag/fsage: time "
+            f"{f_med / med:.2f}x, CPU {f_cpu / cpu:.2f}x (target >= 2x)"
+        )
 
 
 def main() -> int:
@@ -286,8 +372,16 @@ def main() -> int:
     ap.add_argument("--python", action="store_true", help="also time the pure-Python walk")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the images go")
+    ap.add_argument(
+        "--tree",
+        type=Path,
+        help="time this mounted directory (read-only use) instead of building images",
+    )
+    ap.add_argument(
+        "--whole-only", action="store_true", help="only the whole commands and their phases"
+    )
     args = ap.parse_args()
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and args.tree is None:
         print("bench/live.py needs root (it loop-mounts images)", file=sys.stderr)
         return 2
     kinds = [k.strip() for k in args.fs.split(",") if k.strip()]
@@ -296,7 +390,14 @@ def main() -> int:
             print(f"bench/live.py: unknown file system {k!r}", file=sys.stderr)
             return 2
     print(f"fsage bench/live.py: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
-    for k in kinds:
+    if args.tree is not None:
+        work = Path(tempfile.mkdtemp(prefix="fsage-bench-live-", dir=args.dir))
+        try:
+            print(f"\n== {args.tree}; caches {args.cache}")
+            bench_tree(args.tree, work, args)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    for k in kinds if args.tree is None else []:
         bench_fs(k, args)
     self_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"\n(bench driver peak RSS {self_rss / 1024:.1f} MiB, not counted above)")

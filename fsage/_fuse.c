@@ -18,8 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static double entry_timeout = 1.0;
-static double attr_timeout = 1.0;
+/* Names, negative names and attributes stay valid in the kernel for a day: only this process
+ * changes the image while it is mounted, and every change it makes comes from a request the
+ * kernel sent (which updates or drops what the kernel holds). */
+static double entry_timeout = 86400.0;
+static double attr_timeout = 86400.0;
 
 typedef struct {
     PyObject_HEAD
@@ -170,6 +173,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (s->writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
         conn->want |= FUSE_CAP_WRITEBACK_CACHE;
     conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS;
+    /* Only this process changes the files: the kernel need not ask for a file's attributes
+     * before each read to find out whether its cached pages are stale. */
+    conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -343,12 +349,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
            (long long)off);
 }
 
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-    (void)ino;
-    HANDLE(reply_none, "flush", "(K)", (unsigned long long)fi->fh);
-}
-
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
@@ -481,7 +481,8 @@ static const struct fuse_lowlevel_ops lowlevel_ops = {
     .open = op_open,
     .read = op_read,
     .write = op_write,
-    .flush = op_flush,
+    /* no .flush: the first close is answered ENOSYS by libfuse and the kernel sends no more
+     * (it still writes a file's dirty pages on close) */
     .release = op_release,
     .fsync = op_fsync,
     .opendir = op_opendir,

@@ -109,6 +109,15 @@ def check_schema_version(root: str) -> None:
 
 LATEST = "latest AS (SELECT host, fs, max(snapshot_id) AS sid FROM metrics GROUP BY host, fs)"
 
+# Buckets in bytes, as fsage/fleet/query.py: the block size of each file system's latest snapshot.
+BLOCK_SIZES = """
+    block_sizes AS (
+        SELECT m.host, m.fs, m.block_size,
+               CAST(round(log2(m.block_size)) AS INT) AS log2_block_size
+        FROM metrics m JOIN latest l
+        ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid)
+"""
+
 SLOPES = f"""
     fs_trend AS (
         SELECT host, fs, count(*) AS snapshots,
@@ -144,10 +153,12 @@ QUERIES = {
         ORDER BY d.change_per_month ASC NULLS LAST, m.layout_score ASC NULLS LAST, m.host, m.fs
     """,
     "size": f"""
-        WITH {LATEST},
+        WITH {LATEST}, {BLOCK_SIZES},
         cur AS (
-            SELECT b.* FROM size_buckets b JOIN latest l
-            ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid),
+            SELECT b.*, s.block_size, b.bucket + s.log2_block_size AS byte_bucket
+            FROM size_buckets b JOIN latest l
+            ON b.host = l.host AND b.fs = l.fs AND b.snapshot_id = l.sid
+            JOIN block_sizes s ON b.host = s.host AND b.fs = s.fs),
         bm AS (
             SELECT b.host, b.fs, b.bucket, b.layout_score,
                    unix_micros(m.taken_at) / 86400e6 AS day
@@ -159,27 +170,39 @@ QUERIES = {
             FROM bm GROUP BY host, fs, bucket
             HAVING max(day) - min(day) >= {MIN_SPAN_DAYS} AND count(*) >= 2),
         rates AS (
-            SELECT bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
-            FROM slopes GROUP BY bucket)
-        SELECT c.bucket, min(c.min_blocks) AS min_blocks, max(c.max_blocks) AS max_blocks,
-               count(*) AS filesystems, sum(c.files) AS files, sum(c.blocks) AS blocks,
-               CAST(sum(c.contiguous) AS DOUBLE) / sum(c.denominator) AS layout_score,
+            SELECT sl.bucket + s.log2_block_size AS byte_bucket,
+                   avg(sl.rate) AS mean_change_per_month, count(sl.rate) AS rated
+            FROM slopes sl JOIN block_sizes s ON sl.host = s.host AND sl.fs = s.fs
+            GROUP BY sl.bucket + s.log2_block_size)
+        SELECT c.byte_bucket AS bucket,
+               min((c.min_blocks - 1) * c.block_size) div min(c.block_size) + 1 AS min_blocks,
+               max(c.max_blocks * c.block_size) div min(c.block_size) AS max_blocks,
+               min(c.block_size) AS block_size,
+               count(*) AS filesystems, sum(c.files) AS files,
+               sum(c.blocks * c.block_size) div min(c.block_size) AS blocks,
+               CAST(sum(c.contiguous * c.block_size) AS DOUBLE)
+                   / sum(c.denominator * c.block_size) AS layout_score,
                min(c.layout_score) AS worst_layout_score,
                max(r.mean_change_per_month) AS mean_change_per_month,
                coalesce(max(r.rated), 0) AS rated_filesystems
-        FROM cur c LEFT JOIN rates r ON r.bucket = c.bucket
-        GROUP BY c.bucket ORDER BY c.bucket
+        FROM cur c LEFT JOIN rates r ON r.byte_bucket = c.byte_bucket
+        GROUP BY c.byte_bucket ORDER BY c.byte_bucket
     """,
     "free": f"""
-        WITH {LATEST},
+        WITH {LATEST}, {BLOCK_SIZES},
         cur AS (
-            SELECT f.* FROM free_buckets f JOIN latest l
-            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid),
-        total AS (SELECT sum(blocks) AS all_blocks FROM cur)
-        SELECT min_blocks, max(max_blocks) AS max_blocks, count(*) AS filesystems,
-               sum(count) AS free_extents, sum(blocks) AS free_blocks,
-               CAST(sum(blocks) AS DOUBLE) / max(all_blocks) AS share_of_free_blocks
-        FROM cur CROSS JOIN total GROUP BY min_blocks ORDER BY min_blocks
+            SELECT f.*, s.block_size, f.min_blocks * s.block_size AS min_bytes
+            FROM free_buckets f JOIN latest l
+            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid
+            JOIN block_sizes s ON f.host = s.host AND f.fs = s.fs),
+        total AS (SELECT sum(blocks * block_size) AS all_bytes FROM cur)
+        SELECT min_bytes div min(block_size) AS min_blocks,
+               max((max_blocks + 1) * block_size) div min(block_size) - 1 AS max_blocks,
+               min(block_size) AS block_size, count(*) AS filesystems,
+               sum(count) AS free_extents,
+               sum(blocks * block_size) div min(block_size) AS free_blocks,
+               CAST(sum(blocks * block_size) AS DOUBLE) / max(all_bytes) AS share_of_free_blocks
+        FROM cur CROSS JOIN total GROUP BY min_bytes ORDER BY min_bytes
     """,
     "outliers": f"""
         WITH {LATEST}, {SLOPES},

@@ -48,6 +48,10 @@ PATTERNS: dict[str, str] = {
     "first once the spool is at the fill target",
     "prealloc": "fallocate a file (256 KiB-16 MiB) whole, then write it by 64 KiB chunks in random "
     "order (torrents, VM images)",
+    "trickle": "128 files (the profile's sizes, up to 1 MiB) arriving in one directory by 1-8 "
+    "KiB pieces, 32 at a time (a finished one is followed by the next; the last eight finish in "
+    "one write each), a sync per round (mail deliveries, caches, slow downloads: each writeback "
+    "allocates the pieces that came since the last, side by side)",
 }
 PATTERN_KINDS = tuple(PATTERNS)
 
@@ -55,6 +59,10 @@ _LOG_MAX = 4 * MIB
 _MAX_LOGS = 8
 _MAX_DBS = 4
 _SPOOL_GROUPS = 8
+_TRICKLE_WRITERS = 32
+_TRICKLE_FILES = 128
+_TRICKLE_MAX = 1 * MIB
+_TRICKLE_PIECES = (1 * KIB, 2 * KIB, 4 * KIB, 8 * KIB)
 #: Small articles (seed 000's news partition: files of a few KiB).
 NEWS_SIZES = HybridSize(mu=7.8, sigma=0.9, weight=0.995, xm=64 * KIB, alpha=1.5, cap=1 * MIB)
 
@@ -391,6 +399,42 @@ def _prealloc(gen: Generator, st: _State) -> Iterator[Op]:
     yield _sync_op(gen, path)
 
 
+def _trickle(gen: Generator, st: _State) -> Iterator[Op]:
+    rng = gen.rng
+    parent = gen._pick_parent()  # one directory: its files are allocated in the same group
+    waiting = _TRICKLE_FILES
+    files: list[tuple[str, int]] = []  # (path, size it grows to), at most _TRICKLE_WRITERS
+    while True:
+        # A writer that finished is followed by the next file, so the interleaving goes on.
+        while waiting and len(files) < _TRICKLE_WRITERS:
+            waiting -= 1
+            want = gen.profile.sizes.sample(rng, cap=min(_TRICKLE_MAX, _room(gen) // 8))
+            if want <= 0:
+                continue
+            path, op = _new_file(gen, parent, 0)
+            yield op
+            if path not in gen.files:
+                return
+            files.append((path, want))
+        if not files:
+            return
+        # The last few writers have too little to interleave with: the rest of each arrives
+        # in one write (rather than a sync per piece of one or two files).
+        alone = not waiting and len(files) <= _TRICKLE_WRITERS // 4
+        for path, want in files:
+            piece = want if alone else rng.choice(_TRICKLE_PIECES)
+            n = min(piece, want - gen.files[path].size, _room(gen))
+            if n <= 0:
+                return
+            size = gen.files[path].size
+            yield _append(gen, path, n)
+            if path not in gen.files or gen.files[path].size == size:  # ran out of space
+                return
+        files = [(p, w) for p, w in files if gen.files[p].size < w]
+        if not alone:
+            yield _sync_op(gen)
+
+
 _RUNNERS: dict[str, Callable[[Generator, _State], Iterator[Op]]] = {
     "streams": _streams,
     "log": _log,
@@ -400,6 +444,7 @@ _RUNNERS: dict[str, Callable[[Generator, _State], Iterator[Op]]] = {
     "rmtree": _rmtree,
     "spool": _spool,
     "prealloc": _prealloc,
+    "trickle": _trickle,
 }
 
 
@@ -411,11 +456,15 @@ PRESET_DOCS: dict[str, str] = {
     "rename-over, application logs, downloads growing side by side and preallocated, "
     "unpacked and removed trees, plus plain creates and deletes",
     "news": "seed 000's news partition: small articles created into group directories all day "
-    "and expired oldest first, with the server's logs",
+    "and expired oldest first, with the server's logs (filled to 0.8, its articles need about "
+    "one inode per 4 KiB: mkfs.ext4 -T news)",
     "vcs": "a version-control work tree: checkouts unpacking trees, edits and updates written "
     "new and renamed over the old file, whole trees removed, the tool's logs",
     "database": "a database server: table files grown by extensions and rewritten by page, "
     "holes punched, write-ahead logs appended with fsyncs, temporary files",
+    "mail": "a mail server: messages and attachments (hFS sizes up to 1 MiB) arriving side by side "
+    "in a directory by small pieces (each writeback allocates what came since the last), "
+    "mailboxes rewritten and renamed over, its logs, old mail deleted",
 }
 
 
@@ -463,5 +512,10 @@ def pattern_presets() -> dict[str, Profile]:
             name="database",
             sizes=HFS_SURGE,
             mix={"dbwrite": 0.6, "log": 0.25, "create": 0.075, "delete": 0.075},
+        ),
+        "mail": Profile(
+            name="mail",
+            sizes=HFS_SURGE,
+            mix={"trickle": 0.5, "create": 0.05, "delete": 0.3, "replace": 0.1, "log": 0.05},
         ),
     }

@@ -96,6 +96,10 @@ def _syncfs(fd: int) -> None:
         os.sync()
 
 
+#: Ops that make an inode.
+_INODE_OPS = frozenset({"create", "mkdir", "symlink", "mknod"})
+
+
 class PosixExecutor(Executor):
     """Runs ops below ``root`` (a directory, typically a mounted file system)."""
 
@@ -175,13 +179,19 @@ class PosixExecutor(Executor):
     def _evict(self, keep: int) -> None:
         """Close the least recently used unpinned descriptors until at most ``keep`` remain
         (pinned ones stay even beyond that: an op holds at most a few)."""
-        if len(self._dir_fds) <= keep:
+        excess = len(self._dir_fds) - keep
+        if excess <= 0:
             return
-        for key in list(self._dir_fds):
-            if len(self._dir_fds) <= keep:
-                break
+        # The oldest few are the victims: stop at them rather than copying the whole cache
+        # (one eviction per miss once it is full, as in a tree of more directories than it).
+        victims: list[str] = []
+        for key in self._dir_fds:
             if key not in self._pinned:
-                self._close_cached(key)
+                victims.append(key)
+                if len(victims) == excess:
+                    break
+        for key in victims:
+            self._close_cached(key)
 
     def _drop_dir_fds(self) -> None:
         """Close every cached descriptor (after the namespace changed under cached paths);
@@ -246,8 +256,23 @@ class PosixExecutor(Executor):
             raise
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                if op.op in _INODE_OPS:
+                    self._check_inodes(op)
                 raise NoSpaceError(f"{op.op} {op.path}: no space left") from None
             raise OpFailedError(f"{op.op} {op.path!r}: {exc.strerror}") from None
+
+    def _check_inodes(self, op: Op) -> None:
+        """An op that makes an inode failed for lack of space: when the inodes ran out (not
+        the blocks), the ager, which steers by blocks, would delete and create again forever
+        without reaching its fill; stop with the cause."""
+        st = os.fstatvfs(self._root_fd)
+        if st.f_files and not st.f_ffree:  # btrfs reports no inode count (f_files 0)
+            full = 1 - st.f_bfree / st.f_blocks if st.f_blocks else 0.0
+            raise OpFailedError(
+                f"{op.op} {op.path!r}: all {st.f_files:,} inodes of the file system are in use "
+                f"at {full:.0%} full; a workload of this many small files needs a file system "
+                "made with more inodes (mkfs.ext4 -T news, or -i BYTES_PER_INODE)"
+            )
 
     def _apply(self, op: Op) -> int:
         kind = op.op

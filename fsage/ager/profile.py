@@ -259,7 +259,7 @@ PRESETS: dict[str, Profile] = {
     # seed 001 §6.3: 40% of the disk in never-referenced 8-block chunks spread evenly.
     "prefragment": Profile(name="prefragment", mode="prefragment", fill=0.4, churn=0.0),
 }
-# Presets of real use built from write patterns: desktop, news, vcs, database.
+# Presets of real use built from write patterns: desktop, news, vcs, database, mail.
 PRESETS.update(pattern_presets())
 
 

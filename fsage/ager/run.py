@@ -73,6 +73,9 @@ class AgeOptions:
     progress: bool = False
     #: Cleaning policy of an LFS target (default: the one chosen at mkfs).
     policy: str | None = None
+    #: A new generated run takes the files already on the target into its model, so that its
+    #: churn deletes and rewrites them too (otherwise it ages only the files it makes).
+    adopt: bool = False
 
 
 @dataclass
@@ -685,6 +688,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             gen.stats.fill_ops = st.get("fill_ops")
             gen.stats.fill_bytes = st.get("fill_bytes")
             gen.rng.setstate(_rng_state_from_json(st["rng"]))
+        elif opts.adopt:
+            gen.adopt(tgt.walk())
         header = gen.header()
         ops = gen.ops()
     res.resumed_from = start

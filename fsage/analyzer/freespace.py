@@ -2,9 +2,11 @@
 
 e2freefrag scans the block bitmap from ``first_data_block`` to the end of the file system and
 counts maximal runs of free blocks; runs do not stop at group boundaries. A run of ``n`` blocks
-goes to bucket ``floor(log2 n)``, i.e. ``[2**k, 2**(k+1) - 1]`` blocks (printed by e2freefrag
-as "4K...8K-" for 4 KiB blocks and k = 0). Buckets above 2**30 blocks are folded into the last
-one, as e2freefrag does with its 32-entry histogram.
+goes to bucket ``floor(log2 n)``, i.e. ``[2**k, 2**(k+1) - 1]`` blocks. e2freefrag prints
+bucket 0 of a file system of 4 KiB blocks as "4K...8K-"; fsage, in every command and report,
+as "4 KiB-8 KiB" (:func:`free_extent_label`), and its JSON gives each bucket's bounds in bytes
+too. Buckets above 2**30 blocks are folded into the last one, as e2freefrag does with its
+32-entry histogram.
 
 A free *chunk* is an aligned ``chunk_bytes`` window (1 MiB by default) whose blocks are all
 free: window ``c`` covers blocks ``[c*B, (c+1)*B)``. Window 0 on a file system whose first data
@@ -21,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.layout import FreeExtents
+from fsage.text import human_bytes
 
 I64 = npt.NDArray[np.int64]
 
@@ -55,9 +58,13 @@ class FreeSpace:
                 {
                     "min_blocks": 1 << k,
                     "max_blocks": (1 << (k + 1)) - 1 if k < MAX_BUCKET else None,
+                    "min_bytes": (1 << k) * self.block_size,
+                    "max_bytes": ((1 << (k + 1)) - 1) * self.block_size if k < MAX_BUCKET else None,
                     "count": c,
                     "blocks": b,
-                    "label": bucket_label(k, self.block_size),
+                    "label": free_extent_label(
+                        1 << k, (1 << (k + 1)) - 1 if k < MAX_BUCKET else None, self.block_size
+                    ),
                 }
                 for k, c, b in self.buckets
             ],
@@ -90,19 +97,15 @@ def _log2_floor(n: I64) -> I64:
     return (exp - 1).astype(np.int64)
 
 
-def bucket_label(k: int, block_size: int) -> str:
-    """e2freefrag's range label for bucket k, e.g. '4K...8K-' or '512K...1024K-' (both ends in
-    the unit of the lower end)."""
-    lo = (1 << k) * block_size
-    units = "KMGTPE"
-    i = 0
-    scale = 1 << 10
-    while lo >= scale << 10 and i < len(units) - 1:
-        scale <<= 10
-        i += 1
-    if k >= MAX_BUCKET:
-        return f"{lo // scale}{units[i]}...max"
-    return f"{lo // scale}{units[i]}...{2 * lo // scale}{units[i]}-"
+def free_extent_label(min_blocks: int, max_blocks: int | None, block_size: int) -> str:
+    """The label of a free-extent bucket, in bytes: extents of ``min_blocks`` up to
+    ``max_blocks`` blocks are at least the first and under the second number of bytes
+    ("4 KiB-8 KiB"); the last bucket, open above (``max_blocks`` None), "4 TiB or more".
+    Every command and report labels free-extent buckets with this."""
+    low = human_bytes(min_blocks * block_size)
+    if max_blocks is None:
+        return f"{low} or more"
+    return f"{low}-{human_bytes((max_blocks + 1) * block_size)}"
 
 
 def free_space(

@@ -20,8 +20,8 @@ from fsage.lfs.cleaner import POLICIES
     "--profile",
     "profile_spec",
     help="Preset (hfs-surge, impressions, hfs-aging, random-update, prefragment; write "
-    "patterns of real use: desktop, news, vcs, database), a JSON profile file, or a Geriatrix "
-    "profile directory.",
+    "patterns of real use: desktop, news, vcs, database, mail), a JSON profile file, or a "
+    "Geriatrix profile directory.",
 )
 @click.option(
     "--ops",

@@ -154,13 +154,14 @@ _TEXT_COLUMNS = {
          "change_per_month", "free_fraction", "free_extent_count"],
     ),
     "size": (
-        "layout score by file size (blocks), latest snapshots",
-        ["min_blocks", "max_blocks", "filesystems", "files", "layout_score",
+        "layout score by file size (blocks of block_size bytes), latest snapshots",
+        ["min_blocks", "max_blocks", "block_size", "filesystems", "files", "layout_score",
          "worst_layout_score", "mean_change_per_month"],
     ),
     "free": (
-        "free space across the fleet (latest snapshots)",
-        ["min_blocks", "max_blocks", "free_extents", "free_blocks", "share_of_free_blocks"],
+        "free space across the fleet (blocks of block_size bytes), latest snapshots",
+        ["min_blocks", "max_blocks", "block_size", "free_extents", "free_blocks",
+         "share_of_free_blocks"],
     ),
     "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z"]),
     "trend": ("layout score over time", ["host", "fs", "snapshot_id", "taken_at",

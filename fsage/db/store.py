@@ -672,6 +672,8 @@ def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
     downstream needs it, and readers that hand over both as parts of one table are joined
     without a copy.
     """
+    if len(layout.special) == 0:  # the live reader's layouts: no copy of every column
+        return layout.files, np.zeros(len(layout.files), bool)
     both = FileTable.concat([layout.special, layout.files])
     special = np.zeros(len(both), bool)
     special[: len(layout.special)] = True

@@ -7,10 +7,13 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
   figures, the total change of the layout score over its history and — where the history spans
   at least ``MIN_SPAN_DAYS`` days — the change per month (least-squares slope of the score
   against time, × 30.436875 days), else ``no_rate_reason`` says why not.
-* ``size``: per size bucket over the latest snapshot of every file system: the fleet's
-  block-weighted layout score (Σ contiguous / Σ (blocks − 1)), the worst file system's, and the
-  mean over file systems of the bucket's change per month (spans of ``MIN_SPAN_DAYS`` or more).
-* ``free``: the fleet's free-space histogram (e2freefrag's buckets) over the latest snapshots.
+* ``size``: per size bucket over the latest snapshot of every file system, buckets in bytes
+  (file systems of different block sizes share them): the fleet's layout score weighted by
+  bytes (Σ contiguous / Σ (blocks − 1), blocks counted in bytes), the worst file system's,
+  and the mean over file systems of the bucket's change per month (spans of
+  ``MIN_SPAN_DAYS`` or more).
+* ``free``: the fleet's free-space histogram (e2freefrag's buckets, in bytes) over the latest
+  snapshots.
 * ``outliers``: file systems whose latest layout score or change per month lies ``threshold``
   or more sample standard deviations from the fleet's mean.
 * ``trend``: the layout score of every snapshot.
@@ -220,38 +223,71 @@ SIZE_SUMMARY = f"""
 """
 
 
+# The block size of each file system's latest snapshot, to put buckets in bytes: a fleet mixes
+# file systems of 1 KiB and 4 KiB blocks, whose bucket k of blocks is not the same files.
+_BLOCK_SIZES = """
+    block_sizes AS (
+        SELECT m.host, m.fs, m.block_size,
+               CAST(round(log2(m.block_size)) AS INTEGER) AS log2_block_size
+        FROM metrics m JOIN latest l
+        ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid)
+"""
+
+
 def by_size(con: Any) -> list[dict[str, Any]]:
+    """Per size bucket in bytes (``bucket``: files of more than 2**(bucket-1) and at most
+    2**bucket bytes; the first bucket of a file system holds every file of one block): the
+    bounds as ``min_blocks``..``max_blocks`` blocks of ``block_size`` bytes (the smallest block
+    size in the bucket), and scores weighted by bytes."""
     return _rows(
         con,
-        """
-        WITH cur AS (SELECT * FROM size_summary WHERE in_latest),
+        f"""
+        WITH {_LATEST}, {_BLOCK_SIZES},
+        sized AS (
+            SELECT s.*, b.block_size, s.bucket + b.log2_block_size AS byte_bucket
+            FROM size_summary s JOIN block_sizes b ON s.host = b.host AND s.fs = b.fs),
+        cur AS (SELECT * FROM sized WHERE in_latest),
         rates AS (
-            SELECT bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
-            FROM size_summary GROUP BY bucket)
-        SELECT c.bucket, min(c.min_blocks) AS min_blocks, max(c.max_blocks) AS max_blocks,
-               count(*) AS filesystems, sum(c.files) AS files, sum(c.blocks) AS blocks,
-               sum(c.contiguous)::DOUBLE / sum(c.denominator) AS layout_score,
+            SELECT byte_bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
+            FROM sized GROUP BY byte_bucket)
+        SELECT c.byte_bucket AS bucket,
+               min((c.min_blocks - 1) * c.block_size) // min(c.block_size) + 1 AS min_blocks,
+               max(c.max_blocks * c.block_size) // min(c.block_size) AS max_blocks,
+               min(c.block_size) AS block_size,
+               count(*) AS filesystems, sum(c.files) AS files,
+               sum(c.blocks * c.block_size) // min(c.block_size) AS blocks,
+               sum(c.contiguous * c.block_size)::DOUBLE
+                   / sum(c.denominator * c.block_size) AS layout_score,
                min(c.layout_score) AS worst_layout_score,
                any_value(r.mean_change_per_month) AS mean_change_per_month,
                coalesce(any_value(r.rated), 0) AS rated_filesystems
-        FROM cur c LEFT JOIN rates r ON r.bucket = c.bucket
-        GROUP BY c.bucket ORDER BY c.bucket
+        FROM cur c LEFT JOIN rates r ON r.byte_bucket = c.byte_bucket
+        GROUP BY c.byte_bucket ORDER BY c.byte_bucket
         """,
     )
 
 
 def free_histogram(con: Any) -> list[dict[str, Any]]:
+    """e2freefrag's buckets in bytes (free extents of at least ``min_blocks`` and at most
+    ``max_blocks`` blocks of ``block_size`` bytes, the smallest block size in the bucket);
+    shares of the free space in bytes."""
     return _rows(
         con,
         f"""
-        WITH {_LATEST},
+        WITH {_LATEST}, {_BLOCK_SIZES},
         cur AS (
-            SELECT f.* FROM free_buckets f JOIN latest l
-            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid)
-        SELECT min_blocks, max(max_blocks) AS max_blocks, count(*) AS filesystems,
-               sum(count) AS free_extents, sum(blocks) AS free_blocks,
-               sum(blocks)::DOUBLE / (SELECT sum(blocks) FROM cur) AS share_of_free_blocks
-        FROM cur GROUP BY min_blocks ORDER BY min_blocks
+            SELECT f.*, b.block_size, f.min_blocks * b.block_size AS min_bytes
+            FROM free_buckets f JOIN latest l
+            ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid
+            JOIN block_sizes b ON f.host = b.host AND f.fs = b.fs)
+        SELECT min_bytes // min(block_size) AS min_blocks,
+               max((max_blocks + 1) * block_size) // min(block_size) - 1 AS max_blocks,
+               min(block_size) AS block_size, count(*) AS filesystems,
+               sum(count) AS free_extents,
+               sum(blocks * block_size) // min(block_size) AS free_blocks,
+               sum(blocks * block_size)::DOUBLE
+                   / (SELECT sum(blocks * block_size) FROM cur) AS share_of_free_blocks
+        FROM cur GROUP BY min_bytes ORDER BY min_bytes
         """,
     )
 

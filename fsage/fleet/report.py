@@ -6,17 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fsage.analyzer.freespace import free_extent_label
 from fsage.fleet.query import MIN_SPAN_DAYS, fleet_tables
 from fsage.reports.html import ReportData, Section, Table, render
 from fsage.reports.sections import _fig, esc
+from fsage.text import size_range
 
 MAX_TRACES = 12
-
-
-def _range(lo: int, hi: int | None) -> str:
-    if hi is None:
-        return f"{lo}+"
-    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -135,7 +131,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
         )
     )
     size = t["size"]
-    labels = [_range(r["min_blocks"], r["max_blocks"]) for r in size]
+    labels = [size_range(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in size]
     out.append(
         Section(
             "Layout score by file size across the fleet",
@@ -145,7 +141,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                         {
                             "type": "scatter",
                             "mode": "lines+markers",
-                            "name": "fleet (block-weighted)",
+                            "name": "fleet (weighted by bytes)",
                             "x": labels,
                             "y": [r["layout_score"] for r in size],
                         },
@@ -158,7 +154,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                         },
                     ],
                     "Layout score by size bucket, latest snapshots",
-                    "file size (blocks)",
+                    "file size (over the first, up to the second)",
                     "layout score",
                     xaxis={"type": "category"},
                     legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
@@ -168,7 +164,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
             tables=[
                 Table(
                     [
-                        "blocks",
+                        "file size",
                         "file systems",
                         "files",
                         "layout score",
@@ -192,7 +188,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
         )
     )
     free = t["free"]
-    flabels = [_range(r["min_blocks"], r["max_blocks"]) for r in free]
+    flabels = [free_extent_label(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in free]
     out.append(
         Section(
             "Free-space fragmentation across the fleet",
@@ -202,13 +198,13 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                         {
                             "type": "bar",
                             "x": flabels,
-                            "name": "share of free blocks",
+                            "name": "share of free space",
                             "y": [r["share_of_free_blocks"] for r in free],
                         }
                     ],
-                    "Free blocks by free-extent length, latest snapshots",
-                    "free extent length (blocks)",
-                    "share of free blocks",
+                    "Free space by free-extent size, latest snapshots",
+                    "free extent size (e2freefrag's buckets)",
+                    "share of free space",
                     xaxis={"type": "category"},
                     yaxis={"tickformat": ".0%"},
                 )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from fsage.lfs.common import LfsOpError, now_ms
 from fsage.lfs.format import (
@@ -17,16 +16,13 @@ from fsage.lfs.format import (
     N_DIRECT,
     BlockRec,
 )
-from fsage.lfs.inodes import Inode, _Node
-
-if TYPE_CHECKING:
-    from fsage.lfs.fs import LFS
+from fsage.lfs.state import Inode, LfsState, _Node
 
 
-class _DataMixin:
+class _DataMixin(LfsState):
     """File block maps and data of :class:`fsage.lfs.fs.LFS`."""
 
-    def _path(self: LFS, off: int) -> tuple[int, list[tuple[int, int, int]]]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _path(self, off: int) -> tuple[int, list[tuple[int, int, int]]]:
         """Root slot and the (level, first offset, index) of each indirect node on the way."""
         P = self.P
         if off < N_DIRECT:
@@ -51,7 +47,7 @@ class _DataMixin:
             ]
         raise LfsOpError(f"file offset {off} blocks is beyond the triply indirect pointer")
 
-    def _load_node(self: LFS, inode: Inode, key: tuple[int, int], addr: int) -> _Node:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _load_node(self, inode: Inode, key: tuple[int, int], addr: int) -> _Node:
         node = inode.tree.get(key)
         if node is None:
             self._check_addr(addr, f"inode {inode.ino} indirect pointer")
@@ -61,7 +57,7 @@ class _DataMixin:
             inode.tree[key] = node
         return node
 
-    def _get_ptr(self: LFS, inode: Inode, off: int) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _get_ptr(self, inode: Inode, off: int) -> int:
         if off < N_DIRECT:
             return inode.ptr[off]
         slot, path = self._path(off)
@@ -75,7 +71,7 @@ class _DataMixin:
             addr = node.ptrs[idx]
         return addr
 
-    def _set_ptr(self: LFS, inode: Inode, off: int, new: int, account: bool = True) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _set_ptr(self, inode: Inode, off: int, new: int, account: bool = True) -> int:
         if off < N_DIRECT:
             old = inode.ptr[off]
             inode.ptr[off] = new
@@ -104,7 +100,7 @@ class _DataMixin:
         self._mark(inode)
         return old
 
-    def _commit_tree(self: LFS, inode: Inode) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _commit_tree(self, inode: Inode) -> None:
         """Write dirty indirect blocks, leaves first; parents and the inode get the addresses."""
         if not inode.tree_dirty:
             return
@@ -135,7 +131,7 @@ class _DataMixin:
                 parent.dirty = True
         inode.tree_dirty = False
 
-    def _walk(self: LFS, inode: Inode) -> Iterator[tuple[int, int, int]]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _walk(self, inode: Inode) -> Iterator[tuple[int, int, int]]:
         """Every block of a file: (address, kind, offset); kind -1 is data, 0-2 an indirect
         block of that level (offset = the file offset of its first block pointer)."""
         if inode.body is not None:
@@ -149,8 +145,8 @@ class _DataMixin:
             if inode.ptr[slot] or (level, first) in inode.tree:
                 yield from self._walk_node(inode, level, first, inode.ptr[slot])
 
-    def _walk_node(  # type: ignore[misc]  # self is the LFS that mixes this in
-        self: LFS, inode: Inode, level: int, first: int, addr: int
+    def _walk_node(
+        self, inode: Inode, level: int, first: int, addr: int
     ) -> Iterator[tuple[int, int, int]]:
         """An indirect block and what is below it, as the block map stands in memory: nodes
         changed since the last commit (not yet written, or written at ``node.addr`` before
@@ -167,7 +163,7 @@ class _DataMixin:
             elif a or (level - 1, first + i * span) in inode.tree:
                 yield from self._walk_node(inode, level - 1, first + i * span, a)
 
-    def _free_from(self: LFS, inode: Inode, first_block: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _free_from(self, inode: Inode, first_block: int) -> None:
         """Drop every data block at file offset >= first_block."""
         for addr, kind, off in list(self._walk(inode)):
             if kind == -1 and off >= first_block:
@@ -175,7 +171,7 @@ class _DataMixin:
                 del addr
 
     # ------------------------------------------------------------------ file content
-    def _read_whole(self: LFS, inode: Inode) -> bytearray:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _read_whole(self, inode: Inode) -> bytearray:
         out = bytearray(inode.size)
         nblk = -(-inode.size // self.bs)
         for off in range(nblk):
@@ -187,9 +183,7 @@ class _DataMixin:
                 out[off * self.bs : end] = chunk[: end - off * self.bs]
         return out
 
-    def _write_data(  # type: ignore[misc]  # self is the LFS that mixes this in
-        self: LFS, inode: Inode, offset: int, data: bytes | bytearray | memoryview
-    ) -> None:
+    def _write_data(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> None:
         bs = self.bs
         mv = memoryview(data)
         n = len(mv)
@@ -221,8 +215,8 @@ class _DataMixin:
             inode.size = offset + n
         self._mark(inode)
 
-    def _overwrite_buffered(  # type: ignore[misc]  # self is the LFS that mixes this in
-        self: LFS,
+    def _overwrite_buffered(
+        self,
         addr: int,
         inode: Inode,
         blk: int,
@@ -260,7 +254,7 @@ class _DataMixin:
         self.counters.buffered_overwrites += 1
         return True
 
-    def _read_data(self: LFS, inode: Inode, offset: int, size: int) -> bytes:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _read_data(self, inode: Inode, offset: int, size: int) -> bytes:
         if inode.body is not None:
             return inode.body[offset : offset + size]
         end = min(inode.size, offset + size)
@@ -281,7 +275,7 @@ class _DataMixin:
             pos += take
         return b"".join(parts)
 
-    def _truncate_inode(self: LFS, inode: Inode, size: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _truncate_inode(self, inode: Inode, size: int) -> None:
         bs = self.bs
         if size < inode.size:
             keep = -(-size // bs)

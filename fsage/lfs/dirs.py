@@ -5,10 +5,6 @@ change record; the dir module of §3.5): directory files, path lookup and the ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from google.protobuf.message import DecodeError
-
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
 from fsage.lfs.common import LfsOpError, now_ms
@@ -20,9 +16,7 @@ from fsage.lfs.format import (
     BlockRec,
     LfsError,
 )
-
-if TYPE_CHECKING:
-    from fsage.lfs.fs import LFS
+from fsage.lfs.state import LfsState
 
 
 def _varint_len(n: int) -> int:
@@ -40,10 +34,10 @@ def _dir_file_size(d: dict[str, int]) -> int:
     return total
 
 
-class _DirMixin:
+class _DirMixin(LfsState):
     """Directories and their change journal of :class:`fsage.lfs.fs.LFS`."""
 
-    def _dir(self: LFS, ino: int) -> dict[str, int]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _dir(self, ino: int) -> dict[str, int]:
         d = self._dirs.get(ino)
         if d is None:
             inode = self._iget(ino)
@@ -54,26 +48,20 @@ class _DirMixin:
             raw = self._read_data(inode, 0, inode.size)
             d = {}
             if raw:
-                (n,) = fmt.U32.unpack_from(raw) if len(raw) >= 4 else (len(raw),)
-                if n > len(raw) - 4:
-                    raise LfsError(f"{self.path}: directory {ino} is damaged (length {n})")
                 msg = lfs_pb2.DirFile()
-                try:
-                    msg.ParseFromString(raw[4 : 4 + n])
-                except DecodeError:
-                    raise LfsError(f"{self.path}: directory {ino} does not decode") from None
+                why = fmt.parse_prefixed(raw, msg, len(raw))
+                if why is not None:
+                    raise LfsError(f"{self.path}: directory {ino} is damaged ({why})")
                 for rec in msg.list:
                     d[rec.name] = rec.ino
             self._dirs[ino] = d
         return d
 
-    def _dir_change(  # type: ignore[misc]  # self is the LFS that mixes this in
-        self: LFS, dino: int, name: str, ino: int, op: lfs_pb2.DirChRec.Operation
-    ) -> None:
+    def _dir_change(self, dino: int, name: str, ino: int, op: lfs_pb2.DirChRec.Operation) -> None:
         del dino
         self._dirch.append(fmt.encode_pb(lfs_pb2.DirChRec(ino=ino, name=name, op=op)))
 
-    def _write_dirch(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _write_dirch(self) -> None:
         if not self._dirch:
             return
         block = bytearray()
@@ -88,7 +76,7 @@ class _DirMixin:
             self._put(bytes(block), BlockRec(BT_DIRCH, 0))
         self._dirch.clear()
 
-    def _write_dir(self: LFS, ino: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _write_dir(self, ino: int) -> None:
         d = self._dirs[ino]
         inode = self._iget(ino)
         msg = lfs_pb2.DirFile(list=[lfs_pb2.DirFileRec(ino=i, name=n) for n, i in d.items()])
@@ -103,7 +91,7 @@ class _DirMixin:
             self._truncate_inode(inode, len(raw))
         inode.size = len(raw)
 
-    def _lookup(self: LFS, path: str, follow_last: bool = False) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _lookup(self, path: str, follow_last: bool = False) -> int:
         del follow_last
         ino = INO_ROOT
         for part in self._parts(path):
@@ -121,7 +109,7 @@ class _DirMixin:
                 raise LfsOpError(f"path components '.' and '..' are not supported: {path!r}")
         return parts
 
-    def _parent(self: LFS, path: str) -> tuple[int, str]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _parent(self, path: str) -> tuple[int, str]:
         parts = self._parts(path)
         if not parts:
             raise LfsOpError("the root directory has no parent")
@@ -136,7 +124,7 @@ class _DirMixin:
         self._dir(dino)
         return dino, parts[-1]
 
-    def _link(self: LFS, dino: int, name: str, ino: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _link(self, dino: int, name: str, ino: int) -> None:
         if len(name.encode("utf-8", "surrogateescape")) > 255:
             raise LfsOpError(f"name too long: {name[:40]!r}...")
         self._touch(dino)
@@ -147,7 +135,7 @@ class _DirMixin:
         d.mtime = d.ctime = now_ms()
         self._mark(d)
 
-    def _unlink_name(self: LFS, dino: int, name: str) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _unlink_name(self, dino: int, name: str) -> int:
         self._touch(dino)
         ino = self._dir(dino).pop(name)
         self._dirty_dirs.add(dino)

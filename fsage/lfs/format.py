@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from fsage.errors import SourceError
 from fsage.lfs import lfs_pb2
@@ -268,9 +268,33 @@ def make_geometry(
     )
 
 
-def encode_pb(msg: object) -> bytes:
-    data: bytes = msg.SerializeToString()  # type: ignore[attr-defined]
+def encode_pb(msg: Message) -> bytes:
+    """``msg`` as seed 003 stores protocol buffers: a 4-octet big-endian length, then it."""
+    data: bytes = msg.SerializeToString()
     return U32.pack(len(data)) + data
+
+
+def parse_prefixed(
+    raw: bytes | bytearray | memoryview,
+    msg: Message,
+    limit: int,
+    *,
+    offset: int = 0,
+    empty_ok: bool = True,
+) -> str | None:
+    """Decode into ``msg`` the length-prefixed message (``encode_pb``) at ``offset`` of
+    ``raw``; its length must be at most ``limit`` (and not 0 unless ``empty_ok``) and fit in
+    ``raw``. Returns None, or why it cannot be decoded."""
+    if len(raw) < offset + 4:
+        return "cut off"
+    (n,) = U32.unpack_from(raw, offset)
+    if n > limit or n > len(raw) - offset - 4 or (n == 0 and not empty_ok):
+        return f"bad length {n}"
+    try:
+        msg.ParseFromString(bytes(raw[offset + 4 : offset + 4 + n]))
+    except DecodeError:
+        return "does not decode"
+    return None
 
 
 def superblock_bytes(geo: Geometry) -> bytes:
@@ -330,14 +354,10 @@ def read_geometry(fd: int, image_size: int, where: str) -> Geometry:
     raw = os.pread(fd, block_size, 2 * block_size)
     if len(raw) < 4:
         raise LfsError(f"{where}: truncated image (no superblock)")
-    (n,) = U32.unpack_from(raw)
-    if n > len(raw) - 4:
-        raise LfsError(f"{where}: superblock length {n} does not fit in block 2")
     sb = lfs_pb2.Superblock()
-    try:
-        sb.ParseFromString(raw[4 : 4 + n])
-    except DecodeError:
-        raise LfsError(f"{where}: superblock does not decode") from None
+    why = parse_prefixed(raw, sb, len(raw))
+    if why is not None:
+        raise LfsError(f"{where}: the superblock in block 2 is damaged ({why})")
     required = (
         "version",
         "noctet_sector",
@@ -511,14 +531,11 @@ def read_checkpoint(fd: int, geo: Geometry, which: int) -> tuple[lfs_pb2.Checkpo
     raw = os.pread(fd, length, start)
     if len(raw) < length:
         return None, "region cut off"
-    (n,) = U32.unpack_from(raw)
-    if n == 0 or n > length - geo.block_size - 4:
-        return None, f"bad length {n}"
     cp = lfs_pb2.Checkpoint()
-    try:
-        cp.ParseFromString(raw[4 : 4 + n])
-    except DecodeError:
-        return None, "does not decode"
+    # The last block holds the duplicate timestamp.
+    why = parse_prefixed(raw, cp, length - geo.block_size - 4, empty_ok=False)
+    if why is not None:
+        return None, why
     if not cp.HasField("timestamp"):
         return None, "no timestamp"
     (dup,) = U64.unpack_from(raw, length - geo.block_size)

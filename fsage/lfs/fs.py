@@ -21,7 +21,6 @@ linear block ``seg * blocks_per_segment + blk`` (``linear_block``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import stat as stat_mod
@@ -29,17 +28,17 @@ import time
 import uuid as uuid_mod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
+from fsage.lfs.cleaning import _CleaningMixin
 from fsage.lfs.common import _RESERVE, LfsOpError, linear_block, now_ms
 from fsage.lfs.data import _DataMixin
 from fsage.lfs.dirs import _dir_file_size, _DirMixin
 from fsage.lfs.format import (
     BT_DATA,
-    BT_INDIRECT,
     INO_INOMAP,
     INO_INOTBL,
     INO_INOVEC,
@@ -53,10 +52,11 @@ from fsage.lfs.format import (
     BlockRec,
     Geometry,
     LfsError,
-    LfsNoSpace,
 )
-from fsage.lfs.inodes import Inode, _clone_inode, _InodeMixin
+from fsage.lfs.inodes import _InodeMixin
 from fsage.lfs.log import _LogMixin
+from fsage.lfs.savepoint import _SavepointMixin
+from fsage.lfs.state import Inode, OpenOptions, Savepoint
 
 __all__ = [
     "LFS",
@@ -83,54 +83,6 @@ class Stat:
     ctime_ms: int
     atime_ms: int
     version: int
-
-
-@dataclass
-class _Savepoint:
-    """What an operation may change in memory, taken before it starts (see ``LFS.atomic``).
-    System-file blocks are saved as they are first changed (``sys_blocks``)."""
-
-    live: list[int]
-    mtime: list[int]
-    clean: set[int]
-    sys: dict[int, Inode]
-    sys_len: dict[int, int]
-    free_hint: int
-    cur_seg: int
-    cur_pos: int
-    flushed_pos: int
-    seq: int
-    buf: bytearray
-    recs: list[BlockRec | None]
-    next_seg: int
-    seg_flags: int
-    last_flush_commit: bool
-    segs_since_cp: int
-    dirty: dict[int, Inode]
-    dirty_dirs: set[int]
-    dirch: list[bytes]
-    sys_dirty: dict[int, set[int]]
-    pending_since: float | None
-    sys_blocks: dict[tuple[int, int], bytes] = field(default_factory=dict)
-    #: Inodes (and directory tables) as they were when the operation first touched them:
-    #: a clone if they had changes not yet committed, None if the inode table has them.
-    inodes: dict[int, tuple[Inode | None, dict[str, int] | None]] = field(default_factory=dict)
-    #: Blocks of the segment buffer overwritten in place: their content before.
-    buf_blocks: dict[int, bytes] = field(default_factory=dict)
-
-
-@dataclass
-class OpenOptions:
-    policy: str | None = None
-    checkpoint_interval: int | None = None
-    disk: cl.DiskModel = field(default_factory=cl.DiskModel)
-    cache_segments: int = 16
-    readonly: bool = False
-    #: Seconds changes may wait in memory before they are committed to the log (0: commit
-    #: after every operation).
-    commit_interval: float = 5.0
-    #: Seconds between checkpoints (besides every ``checkpoint_interval`` segments).
-    checkpoint_seconds: float = 30.0
 
 
 def mkfs(
@@ -180,7 +132,7 @@ def mkfs(
     return geo
 
 
-class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
+class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _CleaningMixin):
     """One open LFS image. Paths are '/'-separated, relative to the root ('' is the root)."""
 
     def __init__(self) -> None:  # use LFS.open / mkfs
@@ -283,7 +235,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         self._last_flush_commit = False
         self._plug_summ: dict[int, fmt.Summary] = {}
         self._holeplug = False
-        self._txn: _Savepoint | None = None
+        self._txn: Savepoint | None = None
         self._pending_since: float | None = None
         self._last_cp_time = time.monotonic()
 
@@ -372,129 +324,6 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             return
         self.close()
 
-    # ------------------------------------------------------------------ atomic operations
-    @contextlib.contextmanager
-    def atomic(self, nblocks: int = 0) -> Iterator[None]:
-        """Run a group of operations as one: room for ``nblocks`` blocks is made first
-        (cleaning if needed, ``LfsNoSpace`` if it cannot be made, with nothing changed);
-        if anything inside fails, the file system is left exactly as it was before (the
-        blocks written meanwhile are dead and the current segment's summary is rewritten
-        without them). Checkpoints and cleaning wait until the group ends. Nested groups
-        join the outermost one."""
-        if self._txn is not None:
-            if nblocks:
-                self._ensure_space(nblocks)
-            yield
-            return
-        if nblocks:
-            self._ensure_space(nblocks)
-        self._txn = self._savepoint()
-        try:
-            yield
-            if self._commit_due():
-                self._commit()
-            if nblocks and len(self.clean) < _RESERVE:
-                raise LfsNoSpace(
-                    f"{self.path}: no space left (the operation would take the "
-                    f"{_RESERVE} clean segments kept for deletes and cleaning)"
-                )
-        except BaseException:
-            sp, self._txn = self._txn, None
-            if not self.closed:
-                self._rollback(sp)
-            raise
-        self._txn = None
-        self._after_op()
-
-    def _savepoint(self) -> _Savepoint:
-        return _Savepoint(
-            live=list(self.live),
-            mtime=list(self.mtime),
-            clean=set(self.clean),
-            sys={ino: _clone_inode(i) for ino, i in self.sys.items()},
-            sys_len={ino: len(d) for ino, d in self._sysdata.items()},
-            free_hint=self._free_hint,
-            cur_seg=self.cur_seg,
-            cur_pos=self.cur_pos,
-            flushed_pos=self.flushed_pos,
-            seq=self.seq,
-            buf=self.buf,  # blocks below cur_pos are never changed in a segment's buffer
-            recs=list(self.recs),
-            next_seg=self.next_seg,
-            seg_flags=self._seg_flags,
-            last_flush_commit=self._last_flush_commit,
-            segs_since_cp=self._segs_since_cp,
-            dirty=dict(self._dirty),
-            dirty_dirs=set(self._dirty_dirs),
-            dirch=list(self._dirch),
-            sys_dirty={k: set(v) for k, v in self._sys_dirty.items()},
-            pending_since=self._pending_since,
-        )
-
-    def _jsys(self, sino: int, blk: int) -> None:
-        """Before a system-file block changes inside an operation: keep its old content."""
-        sp = self._txn
-        if sp is not None and (sino, blk) not in sp.sys_blocks:
-            data = self._sysdata[sino]
-            sp.sys_blocks[(sino, blk)] = bytes(data[blk * self.bs : (blk + 1) * self.bs])
-
-    def _rollback(self, sp: _Savepoint) -> None:
-        for seg in [s for s in self._seg_cache if s in sp.clean or s == sp.cur_seg]:
-            del self._seg_cache[seg]
-        self.live, self.mtime, self.clean = sp.live, sp.mtime, sp.clean
-        self.sys = sp.sys
-        for sino, n in sp.sys_len.items():
-            del self._sysdata[sino][n:]
-        for (sino, blk), old in sp.sys_blocks.items():
-            data = self._sysdata[sino]
-            if blk * self.bs < len(data):
-                data[blk * self.bs : blk * self.bs + len(old)] = old[: len(data) - blk * self.bs]
-        self._sys_dirty = sp.sys_dirty
-        for sino in fmt.SYSTEM_FILES:
-            self.sys[sino].size = len(self._sysdata[sino])
-        # Inodes and directories the operation touched are put back as they were (or read
-        # again from the inode table); changes made before it still wait for their commit.
-        for ino, (inode, d) in sp.inodes.items():
-            if inode is None:
-                self._icache.pop(ino, None)
-            else:
-                self._icache[ino] = inode
-            if d is None:
-                self._dirs.pop(ino, None)
-            else:
-                self._dirs[ino] = d
-        self._dirty = {ino: self._icache[ino] for ino in sp.dirty}
-        self._dirty_dirs = sp.dirty_dirs
-        self._dirch = sp.dirch
-        self._pending_since = sp.pending_since
-        self._free_hint = sp.free_hint
-        self._plug_summ = {}
-        self._holeplug = False
-        self._cleaning = False
-        self.cur_seg, self.cur_pos, self.flushed_pos = sp.cur_seg, sp.cur_pos, sp.flushed_pos
-        self.seq, self.buf, self.recs = sp.seq, sp.buf, sp.recs
-        for pos, old in sp.buf_blocks.items():
-            self.buf[pos * self.bs : (pos + 1) * self.bs] = old
-        self.next_seg, self._seg_flags = sp.next_seg, sp.seg_flags
-        self._segs_since_cp = sp.segs_since_cp
-        # The summary on disk may describe blocks of the undone operation: write it again,
-        # newer than any summary the operation wrote, so roll-forward stops here.
-        if self.next_seg < 0 and self.clean:
-            self.next_seg = self._alloc_segment()
-        base = self.geo.seg_offset(self.cur_seg)
-        a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
-        if b > a:
-            os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
-            self.flushed_pos = self.cur_pos
-        summ = fmt.pack_summary(
-            self.geo, self.recs, max(self.next_seg, 0), self._stamp(), self._seg_flags
-        )
-        os.pwrite(self.fd, summ, base + self.ndata * self.bs)
-        self._last_flush_commit = sp.last_flush_commit
-
-    def _low_water(self) -> int:
-        return self._lw
-
     def sync(self) -> None:
         """Commit and write the buffer (a partial segment write)."""
         self._commit()
@@ -502,222 +331,15 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
     def checkpoint(self) -> None:
         self._checkpoint()
 
-    # ------------------------------------------------------------------ cleaning
-    def clean_now(self, want: int | None = None) -> int:
-        """Run garbage collection until ``want`` more segments are clean (default: twice the
-        low-water mark). Returns the number of segments freed."""
-        if self._txn is not None or self._cleaning:
-            return 0  # never inside an operation (see ``atomic``)
-        target = len(self.clean) + (want or 2 * self._low_water())
-        start = best = len(self.clean)
-        stalls = 0
-        # Stop after three passes that bring the clean count to no new high: passes that
-        # free one segment and fill another would otherwise go on for ever.
-        while len(self.clean) < target and stalls < 3:
-            got = self._gc_pass(target - len(self.clean))
-            if got < 0:
-                break  # the pass cost more than it freed: do not eat into the reserve
-            if len(self.clean) > best:
-                best, stalls = len(self.clean), 0
-            else:
-                stalls += 1
-        return len(self.clean) - start
-
-    def _gc_pass(self, want: int) -> int:
-        first = self.geo.first_log_segment
-        if any(
-            self.live[s] == 0 and s not in self.clean and s not in (self.cur_seg, self.next_seg)
-            for s in range(first, self.geo.segments)
-        ):
-            self._checkpoint()  # segments that emptied on their own become clean first
-        else:
-            self._commit()
-        before = len(self.clean)
-        cands = [
-            s
-            for s in range(self.geo.first_log_segment, self.geo.segments)
-            if s not in self.clean and s != self.cur_seg and s != self.next_seg and self.live[s] > 0
-        ]
-        # Room for the live blocks moved: what is left of the current segment and of the next
-        # one (already taken from the clean set) and all clean segments but one (the segment
-        # after those needs it). The pass also commits metadata for what it moved (indirect
-        # and inode-table blocks, up to one per block moved for small files): the live blocks
-        # moved get half of the room.
-        room_blocks = (
-            (self.ndata - self.cur_pos)
-            + (self.ndata if self.next_seg >= 0 else 0)
-            + max(0, len(self.clean) - 1) * self.ndata
-            - 8
-        ) // 2
-        if not cands or room_blocks < 1:
-            return 0
-        room = room_blocks / self.ndata
-        p = cl.plan(
-            self.policy,
-            cands,
-            self.live,
-            self.mtime,
-            now_ms(),
-            capacity=self.ndata,
-            blocks_per_segment=self.geo.blocks_per_segment,
-            block_size=self.bs,
-            want_segments=max(1, want),
-            room_segments=room,
-            disk=self.opts.disk,
-            cached=frozenset(self._seg_cache),
-        )
-        if p is None or not p.sources:
-            return 0
-        self._cleaning = True
-        try:
-            # One operation: a pass that runs out of room is undone (the blocks it moved
-            # stay where they were) and frees nothing.
-            with self.atomic():
-                self._cleaning = True
-                if p.mechanism == "clean":
-                    self.counters.cleaning_passes += 1
-                    for s in p.sources:
-                        self._relocate_segment(s, None)
-                else:
-                    self.counters.holeplug_passes += 1
-                    holes = self._find_holes(p.targets)
-                    self._holeplug = True
-                    try:
-                        for s in p.sources:
-                            self._relocate_segment(s, holes)
-                    finally:
-                        self._holeplug = False
-                    self._write_plugged()
-        except LfsNoSpace:
-            return 0
-        finally:
-            self._cleaning = False
-        self._checkpoint()
-        freed = len(self.clean) - before
-        self.counters.segments_freed += max(0, freed)
-        return freed
-
-    def _block_live(self, seg: int, blk: int, rec: BlockRec) -> tuple[Inode, int] | None:
-        """If block (seg, blk) is live: the owning inode and the file offset / node key."""
-        addr = fmt.sbn(seg, blk)
-        if rec.btype not in (BT_DATA, BT_INDIRECT):
-            return None
-        if rec.ino in self.sys:
-            inode = self.sys[rec.ino]
-        else:
-            if not self._bitmap_get(rec.ino):
-                return None
-            vec = self._sysdata[INO_INOVEC]
-            voff = rec.ino * fmt.INOVEC_SLOT
-            if voff + 16 > len(vec) or fmt.U32.unpack_from(vec, voff)[0] != rec.version:
-                return None
-            inode = self._iget(rec.ino)
-        if rec.btype == BT_DATA:
-            if rec.offset * self.bs >= max(inode.size, 1) and inode.ino not in self.sys:
-                return None
-            try:
-                return (inode, rec.offset) if self._get_ptr(inode, rec.offset) == addr else None
-            except LfsOpError:
-                return None
-        try:
-            slot, path = self._path(rec.offset)
-        except LfsOpError:
-            return None
-        key = (rec.level, rec.offset)
-        keys = [(lv, f) for lv, f, _ in path]
-        if key not in keys:
-            return None
-        pos = keys.index(key)
-        if pos == 0:
-            return (inode, -1) if inode.ptr[slot] == addr else None
-        parent_addr = inode.ptr[slot]
-        node = None
-        for lv, f, idx in path[:pos]:
-            node = inode.tree.get((lv, f))
-            if node is None:
-                if not parent_addr:
-                    return None
-                node = self._load_node(inode, (lv, f), parent_addr)
-            parent_addr = node.ptrs[idx]
-        return (inode, -1) if parent_addr == addr else None
-
-    def _segment_bytes(self, seg: int) -> bytes:
-        cached = self._seg_cache.get(seg)
-        if cached is not None:
-            self.counters.clean_segs_cached += 1
-            return cached
-        if self._holeplug:
-            self.counters.holeplug_segs_read += 1
-        else:
-            self.counters.clean_segs_read += 1
-        return os.pread(self.fd, self.geo.segment_size, self.geo.seg_offset(seg))
-
-    def _relocate_segment(self, seg: int, holes: list[int] | None) -> None:
-        summ = fmt.read_summary(self.fd, self.geo, seg)
-        raw = self._segment_bytes(seg)
-        for blk, rec in enumerate(summ.recs):
-            if rec is None:
-                continue
-            owner = self._block_live(seg, blk, rec)
-            if owner is None:
-                continue
-            inode, off = owner
-            data = raw[blk * self.bs : (blk + 1) * self.bs]
-            if rec.btype == BT_INDIRECT:
-                node = self._load_node(inode, (rec.level, rec.offset), fmt.sbn(seg, blk))
-                node.dirty = True
-                inode.tree_dirty = True
-                if inode.ino in self.sys:
-                    continue
-                self._mark(inode)
-                continue
-            if holes is not None and holes:
-                addr = holes.pop()
-                self._plug(addr, data, rec)
-            else:
-                addr = self._put(data, BlockRec(BT_DATA, 0, rec.ino, rec.version, off, rec.ctime))
-            self._set_ptr(inode, off, addr)
-            if inode.ino in self.sys:
-                continue
-
-    # hole-plugging: blocks go into dead slots of well-used segments, one write each
-    def _find_holes(self, targets: list[int]) -> list[int]:
-        holes: list[int] = []
-        self._plug_summ = {}
-        for seg in targets:
-            summ = fmt.read_summary(self.fd, self.geo, seg)
-            self._plug_summ[seg] = summ
-            for blk in range(self.ndata):
-                rec = summ.recs[blk]
-                if rec is None or self._block_live(seg, blk, rec) is None:
-                    holes.append(fmt.sbn(seg, blk))
-        holes.reverse()
-        return holes
-
-    def _plug(self, addr: int, data: bytes, rec: BlockRec) -> None:
-        seg, blk = fmt.sbn_split(addr)
-        os.pwrite(self.fd, data, self.geo.addr_offset(addr))
-        summ = self._plug_summ[seg]
-        seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
-        summ.recs[blk] = BlockRec(
-            BT_DATA, min(seq, fmt.SEQ_MAX), rec.ino, rec.version, rec.offset, rec.ctime
-        )
-        self.live[seg] += 1
-        self.mtime[seg] = max(self.mtime[seg], rec.ctime)
-        self.counters.holeplug_blocks += 1
-        self._seg_cache.pop(seg, None)
-
-    def _write_plugged(self) -> None:
-        for seg, summ in self._plug_summ.items():
-            raw = fmt.pack_summary(self.geo, summ.recs, summ.next_seg, summ.stamp, summ.flags)
-            os.pwrite(self.fd, raw, self.geo.seg_offset(seg) + self.ndata * self.bs)
-        self._plug_summ = {}
-
     # ------------------------------------------------------------------ public API
+    # Each operation on a name has a form that takes the directory's inode and the name
+    # (``*_at``, what the FUSE layer calls) and one that takes a path.
     def create(self, path: str, mode: int = 0o644) -> int:
-        dino, name = self._parent(path)
-        if name in self._dirs[dino]:
-            raise LfsOpError(f"file exists: {path!r}")
+        return self.create_at(*self._parent(path), mode)
+
+    def create_at(self, dino: int, name: str, mode: int = 0o644) -> int:
+        if name in self._dir(dino):
+            raise LfsOpError(f"file exists: {name!r}")
         with self.atomic(1):
             inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
             inode.nlink = 1
@@ -725,20 +347,38 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             self._end_op()
         return inode.ino
 
-    def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
-        inode = self._iget(self._lookup(path))
+    def _regular(self, ino: int, what: str) -> Inode:
+        inode = self._iget(ino)
         if inode.mode & S_IFMT != S_IFREG:
-            raise LfsOpError(f"not a regular file: {path!r}")
+            raise LfsOpError(f"not a regular file: {what!r}")
+        return inode
+
+    def _in_memory_ok(self) -> bool:
+        """Whether an operation whose changes stay in memory may skip its savepoint: it is
+        not inside a group, no commit is due and the clean segments are not running short
+        (so what it changes waits for a later commit, as everything buffered does)."""
+        return (
+            self._txn is None
+            and self.opts.commit_interval > 0
+            and len(self.clean) >= 3 + self._lw
+            and not self._commit_due()
+        )
+
+    def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
+        return self._write(self._regular(self._lookup(path), path), offset, data)
+
+    def write_ino(self, ino: int, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """``write`` to inode ``ino``."""
+        return self._write(self._regular(ino, f"inode {ino}"), offset, data)
+
+    def _write(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data)
         if (
             mv.nbytes
             and offset // self.bs == (offset + mv.nbytes - 1) // self.bs
-            and self._txn is None
-            and self.opts.commit_interval > 0
             and self.cur_pos < self.ndata
             and self.seq <= fmt.SEQ_MAX
-            and len(self.clean) >= 3 + self._lw
-            and not self._commit_due()
+            and self._in_memory_ok()
         ):
             self._write_small(inode, offset, mv)
             return mv.nbytes
@@ -776,6 +416,10 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             inode.size = offset + mv.nbytes
         inode.mtime = inode.ctime = ct
         self._mark(inode)
+        self._changed_in_memory()
+
+    def _changed_in_memory(self) -> None:
+        """The end of an operation that took no savepoint (``_in_memory_ok``)."""
         if self._pending_since is None:
             self._pending_since = time.monotonic()
         self._after_op()
@@ -804,17 +448,28 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         return self.write(path, self.stat(path).size, data)
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        inode = self._iget(self._lookup(path))
+        return self._read(self._lookup(path), offset, size, path)
+
+    def read_ino(self, ino: int, offset: int = 0, size: int = -1) -> bytes:
+        """``read`` of inode ``ino``."""
+        return self._read(ino, offset, size, f"inode {ino}")
+
+    def _read(self, ino: int, offset: int, size: int, what: str) -> bytes:
+        inode = self._iget(ino)
         if inode.mode & S_IFMT == S_IFDIR:
-            raise LfsOpError(f"is a directory: {path!r}")
+            raise LfsOpError(f"is a directory: {what!r}")
         if size < 0:
             size = inode.size
         return self._read_data(inode, offset, size)
 
     def truncate(self, path: str, size: int) -> None:
-        inode = self._iget(self._lookup(path))
-        if inode.mode & S_IFMT != S_IFREG:
-            raise LfsOpError(f"not a regular file: {path!r}")
+        self._truncate(self._regular(self._lookup(path), path), size)
+
+    def truncate_ino(self, ino: int, size: int) -> None:
+        """``truncate`` of inode ``ino``."""
+        self._truncate(self._regular(ino, f"inode {ino}"), size)
+
+    def _truncate(self, inode: Inode, size: int) -> None:
         with self.atomic(4):
             inode = self._iget(inode.ino)
             if size > inode.size:
@@ -826,12 +481,14 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             self._end_op()
 
     def unlink(self, path: str) -> None:
-        dino, name = self._parent(path)
-        if name not in self._dirs[dino]:
-            raise LfsOpError(f"no such file: {path!r}")
+        self.unlink_at(*self._parent(path))
+
+    def unlink_at(self, dino: int, name: str) -> None:
+        if name not in self._dir(dino):
+            raise LfsOpError(f"no such file: {name!r}")
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT == S_IFDIR:
-            raise LfsOpError(f"is a directory: {path!r}")
+            raise LfsOpError(f"is a directory: {name!r}")
         with self.atomic():
             self._unlink_name(dino, name)
             inode = self._iget(inode.ino)
@@ -844,9 +501,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
             self._end_op()
 
     def mkdir(self, path: str, mode: int = 0o755) -> int:
-        dino, name = self._parent(path)
-        if name in self._dirs[dino]:
-            raise LfsOpError(f"file exists: {path!r}")
+        return self.mkdir_at(*self._parent(path), mode)
+
+    def mkdir_at(self, dino: int, name: str, mode: int = 0o755) -> int:
+        if name in self._dir(dino):
+            raise LfsOpError(f"file exists: {name!r}")
         with self.atomic(1):
             inode = self._alloc_inode(S_IFDIR | (mode & 0o7777))
             inode.nlink = 2
@@ -859,14 +518,16 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
         return inode.ino
 
     def rmdir(self, path: str) -> None:
-        dino, name = self._parent(path)
-        if name not in self._dirs[dino]:
-            raise LfsOpError(f"no such directory: {path!r}")
+        self.rmdir_at(*self._parent(path))
+
+    def rmdir_at(self, dino: int, name: str) -> None:
+        if name not in self._dir(dino):
+            raise LfsOpError(f"no such directory: {name!r}")
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT != S_IFDIR:
-            raise LfsOpError(f"not a directory: {path!r}")
+            raise LfsOpError(f"not a directory: {name!r}")
         if self._dir(inode.ino):
-            raise LfsOpError(f"directory not empty: {path!r}")
+            raise LfsOpError(f"directory not empty: {name!r}")
         with self.atomic():
             self._unlink_name(dino, name)
             parent = self._iget(dino)
@@ -967,6 +628,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
     def stat(self, path: str) -> Stat:
         return self.stat_ino(self._lookup(path))
 
+    def lookup(self, dino: int, name: str) -> Stat | None:
+        """The attributes of ``name`` in directory ``dino``; None if it has no such name."""
+        ino = self._dir(dino).get(name)
+        return None if ino is None else self.stat_ino(ino)
+
     def stat_ino(self, ino: int) -> Stat:
         i = self._iget(ino)
         size, blocks = i.size, i.blocks
@@ -1057,20 +723,47 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin):
     ) -> Stat:
         """chmod (permission bits of ``mode``), chown and utimens in one unit; the change
         time becomes now. Returns the new attributes."""
-        ino = self._lookup(path)
-        with self.atomic(1):
-            inode = self._iget(ino)
-            if mode is not None:
-                inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
-            if uid is not None:
-                inode.uid = uid
-            if gid is not None:
-                inode.gid = gid
-            if atime_ms is not None:
-                inode.atime = atime_ms
-            if mtime_ms is not None:
-                inode.mtime = mtime_ms
-            inode.ctime = now_ms()
-            self._mark(inode)
-            self._end_op()
+        return self.setattr_ino(self._lookup(path), mode, uid, gid, atime_ms, mtime_ms)
+
+    def setattr_ino(
+        self,
+        ino: int,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        atime_ms: int | None = None,
+        mtime_ms: int | None = None,
+    ) -> Stat:
+        """``setattr`` of inode ``ino``."""
+        inode = self._iget(ino)  # the only step that can fail, before any change
+        change = (mode, uid, gid, atime_ms, mtime_ms)
+        if self._in_memory_ok():
+            self._set_attrs(inode, *change)
+            self._changed_in_memory()
+        else:
+            with self.atomic(1):
+                self._set_attrs(self._iget(ino), *change)
+                self._end_op()
         return self.stat_ino(ino)
+
+    def _set_attrs(
+        self,
+        inode: Inode,
+        mode: int | None,
+        uid: int | None,
+        gid: int | None,
+        atime_ms: int | None,
+        mtime_ms: int | None,
+    ) -> None:
+        if mode is not None:
+            inode.mode = (inode.mode & S_IFMT) | (mode & 0o7777)
+        if uid is not None:
+            inode.uid = uid
+        if gid is not None:
+            inode.gid = gid
+        if atime_ms is not None:
+            inode.atime = atime_ms
+        if mtime_ms is not None:
+            inode.mtime = mtime_ms
+        inode.ctime = now_ms()
+        self._mark(inode)

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from google.protobuf.message import DecodeError
 
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
@@ -24,84 +21,21 @@ from fsage.lfs.format import (
     S_IFREG,
     LfsError,
 )
-
-if TYPE_CHECKING:
-    from fsage.lfs.fs import LFS
-
-
-class _Node:
-    __slots__ = ("addr", "dirty", "ptrs")
-
-    def __init__(self, ptrs: list[int], addr: int) -> None:
-        self.ptrs = ptrs
-        self.addr = addr
-        self.dirty = False
-
-
-class Inode:
-    __slots__ = (
-        "atime",
-        "blocks",
-        "body",
-        "ctime",
-        "dirty",
-        "gid",
-        "ino",
-        "mode",
-        "mtime",
-        "nlink",
-        "ptr",
-        "size",
-        "tree",
-        "tree_dirty",
-        "uid",
-        "version",
-    )
-
-    def __init__(self, ino: int, mode: int = 0, version: int = 0) -> None:
-        self.ino = ino
-        self.mode = mode
-        self.nlink = 0
-        self.uid = 0
-        self.gid = 0
-        self.size = 0
-        self.blocks = 0
-        self.mtime = 0
-        self.ctime = 0
-        self.atime = 0
-        self.ptr = [0] * N_BLKPTR
-        self.body: bytes | None = None
-        self.version = version
-        self.tree: dict[tuple[int, int], _Node] = {}
-        self.tree_dirty = False
-        self.dirty = False
+from fsage.lfs.state import Inode, LfsState, _clone_inode
 
 
 def _simp(inode: Inode) -> lfs_pb2.InodeSimp:
     return lfs_pb2.InodeSimp(size=inode.size, blkptr=list(inode.ptr), ver=inode.version)
 
 
-def _clone_inode(inode: Inode) -> Inode:
-    c = Inode(inode.ino, inode.mode, inode.version)
-    for name in Inode.__slots__:
-        setattr(c, name, getattr(inode, name))
-    c.ptr = list(inode.ptr)
-    c.tree = {}
-    for key, node in inode.tree.items():
-        n = _Node(list(node.ptrs), node.addr)
-        n.dirty = node.dirty
-        c.tree[key] = n
-    return c
-
-
-class _InodeMixin:
+class _InodeMixin(LfsState):
     """Inode map and inode table of :class:`fsage.lfs.fs.LFS`."""
 
-    def _bitmap_get(self: LFS, ino: int) -> bool:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _bitmap_get(self, ino: int) -> bool:
         m = self._sysdata[INO_INOMAP]
         return ino // 8 < len(m) and bool(m[ino // 8] >> (ino % 8) & 1)
 
-    def _bitmap_set(self: LFS, ino: int, on: bool) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _bitmap_set(self, ino: int, on: bool) -> None:
         m = self._sysdata[INO_INOMAP]
         byte = ino // 8
         if byte >= len(m):
@@ -114,7 +48,7 @@ class _InodeMixin:
             m[byte] &= ~(1 << (ino % 8)) & 0xFF
         self._sys_dirty[INO_INOMAP].add(byte // self.bs)
 
-    def _used_inos(self: LFS) -> Iterator[int]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _used_inos(self) -> Iterator[int]:
         m = self._sysdata[INO_INOMAP]
         for byte, v in enumerate(m):
             if v:
@@ -123,7 +57,7 @@ class _InodeMixin:
                     if v >> bit & 1 and (ino >= fmt.FIRST_USER_INO or ino in _NAMED_SYSTEM):
                         yield ino
 
-    def _iget(self: LFS, ino: int) -> Inode:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _iget(self, ino: int) -> Inode:
         if self._txn is not None and ino not in self._txn.inodes:
             self._touch(ino)
         inode = self._icache.get(ino)
@@ -135,14 +69,10 @@ class _InodeMixin:
         off = ino * fmt.INODE_SLOT
         if off + 4 > len(tbl):
             raise LfsError(f"{self.path}: inode {ino} beyond the inode table")
-        (n,) = fmt.U32.unpack_from(tbl, off)
-        if n == 0 or n > fmt.INODE_SLOT - 4:
-            raise LfsError(f"{self.path}: inode table slot {ino} is damaged (length {n})")
         ent = lfs_pb2.InodeTblEntry()
-        try:
-            ent.ParseFromString(bytes(tbl[off + 4 : off + 4 + n]))
-        except DecodeError:
-            raise LfsError(f"{self.path}: inode table slot {ino} does not decode") from None
+        why = fmt.parse_prefixed(tbl, ent, fmt.INODE_SLOT - 4, offset=off, empty_ok=False)
+        if why is not None:
+            raise LfsError(f"{self.path}: inode table slot {ino} is damaged ({why})")
         vec = self._sysdata[INO_INOVEC]
         voff = ino * fmt.INOVEC_SLOT
         version = fmt.U32.unpack_from(vec, voff)[0] if voff + 16 <= len(vec) else 0
@@ -165,7 +95,7 @@ class _InodeMixin:
         self._icache[ino] = inode
         return inode
 
-    def _touch(self: LFS, ino: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _touch(self, ino: int) -> None:
         """Inside an operation, before inode ``ino`` (or its directory table) first changes:
         keep what rollback needs to put it back."""
         sp = self._txn
@@ -178,13 +108,13 @@ class _InodeMixin:
         d = self._dirs.get(ino)
         sp.inodes[ino] = (_clone_inode(inode), None if d is None else dict(d))
 
-    def _mark(self: LFS, inode: Inode) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _mark(self, inode: Inode) -> None:
         if inode.ino in self.sys:
             return
         inode.dirty = True
         self._dirty[inode.ino] = inode
 
-    def _alloc_inode(self: LFS, mode: int) -> Inode:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _alloc_inode(self, mode: int) -> Inode:
         ino = self._free_hint
         while self._bitmap_get(ino):
             ino += 1
@@ -201,7 +131,7 @@ class _InodeMixin:
         self._mark(inode)
         return inode
 
-    def _free_inode(self: LFS, inode: Inode) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _free_inode(self, inode: Inode) -> None:
         self._free_from(inode, 0)
         self._commit_tree(inode)
         self._bitmap_set(inode.ino, False)
@@ -210,7 +140,7 @@ class _InodeMixin:
         inode.mode = 0
         self._mark(inode)
 
-    def _store_inode(self: LFS, inode: Inode) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _store_inode(self, inode: Inode) -> None:
         ino = inode.ino
         tbl = self._sysdata[INO_INOTBL]
         vec = self._sysdata[INO_INOVEC]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
@@ -23,15 +22,13 @@ from fsage.lfs.format import (
     LfsNoSpace,
 )
 from fsage.lfs.inodes import _simp
-
-if TYPE_CHECKING:
-    from fsage.lfs.fs import LFS
+from fsage.lfs.state import LfsState
 
 
-class _LogMixin:
+class _LogMixin(LfsState):
     """Segments, the log, checkpoints and roll-forward of :class:`fsage.lfs.fs.LFS`."""
 
-    def _roll_forward(self: LFS, seg: int) -> list[int]:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _roll_forward(self, seg: int) -> list[int]:
         """Seed 003 §2.4.1: follow next-segment pointers from the checkpoint's next segment
         while each summary's timestamp grows; apply the system-file blocks of complete units."""
         rolled: list[int] = []
@@ -71,7 +68,7 @@ class _LogMixin:
             seg = summ.next_seg
         return rolled[:committed]
 
-    def _apply_rolled(self: LFS, pending: list[tuple[int, int, int]], seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _apply_rolled(self, pending: list[tuple[int, int, int]], seg: int) -> None:
         for ino, off, addr in pending:
             inode = self.sys[ino]
             if off > 1 << 24:
@@ -82,7 +79,7 @@ class _LogMixin:
                 raise LfsError(f"{self.path}: segment {seg}: system file too large")
         pending.clear()
 
-    def _recount_live(self: LFS, rolled: list[int]) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _recount_live(self, rolled: list[int]) -> None:
         """After roll-forward: live blocks per segment from a walk of every reachable block."""
         live = [0] * self.geo.segments
         for ino in fmt.SYSTEM_FILES:
@@ -98,21 +95,22 @@ class _LogMixin:
             self.mtime[seg] = max(self.mtime[seg], summ.stamp)
 
     # ------------------------------------------------------------------ segments
-    def _stamp(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _stamp(self) -> int:
         self._last_stamp = max(now_ms(), self._last_stamp + 1)
         return self._last_stamp
 
-    def _alloc_segment(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _alloc_segment(self) -> int:
         if not self.clean:
             raise LfsNoSpace(f"{self.path}: no clean segment left (the file system is full)")
         cur = self.cur_seg
         after = [s for s in self.clean if s > cur]
         seg = min(after) if after else min(self.clean)
+        self._keep_clean()
         self.clean.discard(seg)
         self.mtime[seg] = 0  # a reused segment's data time starts over (seed 003 §2.3.2)
         return seg
 
-    def _start_segment(self: LFS, seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _start_segment(self, seg: int) -> None:
         self.cur_seg = seg
         self.cur_pos = 0
         self.flushed_pos = 0
@@ -123,7 +121,7 @@ class _LogMixin:
         self._seg_flags = 0
         self._last_flush_commit = False
 
-    def _resume_segment(self: LFS, seg: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _resume_segment(self, seg: int) -> None:
         summ = fmt.read_summary(self.fd, self.geo, seg)
         self._start_segment(seg)
         used = [i for i, r in enumerate(summ.recs) if r is not None]
@@ -135,7 +133,7 @@ class _LogMixin:
             self.fd, self.cur_pos * self.bs, self.geo.seg_offset(seg)
         )
 
-    def _put(self: LFS, data: bytes | bytearray | memoryview, rec: BlockRec) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _put(self, data: bytes | bytearray | memoryview, rec: BlockRec) -> int:
         if self.cur_pos >= self.ndata or self.seq > fmt.SEQ_MAX:
             self._seal()
         pos = self.cur_pos
@@ -159,11 +157,11 @@ class _LogMixin:
             self.counters.new_blocks += 1
         return (seg << 32) | pos
 
-    def _die(self: LFS, addr: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _die(self, addr: int) -> None:
         if addr:
             self.live[addr >> 32] -= 1
 
-    def _flush(self: LFS, commit: bool) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _flush(self, commit: bool) -> None:
         """Write the buffered blocks and the summary of the current segment."""
         if self.cur_pos == self.flushed_pos and (not commit or self._last_flush_commit):
             return
@@ -185,7 +183,7 @@ class _LogMixin:
                 self.counters.new_requests += 1
         self.flushed_pos = self.cur_pos
 
-    def _seal(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _seal(self) -> None:
         """The current segment is full: write it and move to the next one."""
         self._flush(commit=False)
         self._seg_cache[self.cur_seg] = bytes(self.buf)
@@ -199,7 +197,7 @@ class _LogMixin:
         nxt = self.next_seg
         self._start_segment(nxt)
 
-    def _read_block(self: LFS, addr: int) -> bytes:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _read_block(self, addr: int) -> bytes:
         seg, blk = addr >> 32, addr & 0xFFFFFFFF
         if seg == self.cur_seg and blk < self.cur_pos and not self.closed:
             return bytes(self.buf[blk * self.bs : (blk + 1) * self.bs])
@@ -212,11 +210,9 @@ class _LogMixin:
         return data
 
     # ------------------------------------------------------------------ commit / checkpoint
-    def _commit(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _commit(self) -> None:
         """End a unit: everything changed so far reaches the log, the last write flagged."""
-        if self._txn is not None:
-            for ino in list(self._dirty):  # the commit changes their trees: keep them first
-                self._touch(ino)
+        self._keep_for_commit()
         self._pending_since: float | None = None
         self._write_dirch()
         for dino in sorted(self._dirty_dirs):
@@ -248,7 +244,7 @@ class _LogMixin:
             self._icache = {k: v for k, v in self._icache.items() if v.dirty}
             self._dirs = {k: v for k, v in self._dirs.items() if k in self._icache}
 
-    def _checkpoint(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _checkpoint(self) -> None:
         self._commit()
         if self.cur_pos > 0:
             # Seed 003 §2.3.2: next_seg is the next segment to be written after this
@@ -274,12 +270,13 @@ class _LogMixin:
         self._segs_since_cp = 0
         self._last_cp_time = time.monotonic()
         # Segments emptied since the last checkpoint become clean only now.
+        self._keep_clean()
         for s in range(self.geo.first_log_segment, self.geo.segments):
             if self.live[s] == 0 and s != self.cur_seg and s != self.next_seg:
                 self.clean.add(s)
         self.clean.discard(self.cur_seg)
 
-    def _end_op(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _end_op(self) -> None:
         """An operation's changes are done (in memory): they wait there for the next commit
         (``_commit_due``), which an operation outside any group makes at once."""
         if self._pending_since is None:
@@ -288,7 +285,7 @@ class _LogMixin:
             self._commit()
             self._after_op()
 
-    def _pending_blocks(self: LFS) -> int:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _pending_blocks(self) -> int:
         """A generous estimate of the metadata blocks the next commit writes."""
         sd = self._sys_dirty
         return (
@@ -299,7 +296,7 @@ class _LogMixin:
             + len(sd[INO_INOTBL])
         )
 
-    def _commit_due(self: LFS) -> bool:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _commit_due(self) -> bool:
         """Whether the changes waiting in memory are committed now: always with a
         ``commit_interval`` of 0; else when they are older than it, when their metadata
         would take more than ``_MAX_PENDING`` blocks, or when clean segments run short (so
@@ -312,7 +309,7 @@ class _LogMixin:
         est = self._pending_blocks()
         return est > _MAX_PENDING or len(self.clean) < self._lw + 3 + 2 * est // self.ndata
 
-    def _after_op(self: LFS) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _after_op(self) -> None:
         """Checkpoint and clean when due: never inside an operation, so that an operation that
         fails can be undone (segments it emptied are not reused before it ends)."""
         if (
@@ -324,7 +321,7 @@ class _LogMixin:
             self.clean_now()
 
     # ------------------------------------------------------------------ space
-    def _ensure_space(self: LFS, nblocks: int) -> None:  # type: ignore[misc]  # self is the LFS that mixes this in
+    def _ensure_space(self, nblocks: int) -> None:
         need = -(-nblocks // self.ndata) + 2
         if self._txn is not None:
             return  # made before the operation began (``atomic``); no cleaning inside it

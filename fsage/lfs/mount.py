@@ -13,7 +13,12 @@ work into file, stream, directory and file-system operations). What the adapter 
   (``.fuse_hidden<ino>``, as libfuse's path API does) until their last handle is released.
 * **Caching.** The kernel's writeback cache is on: small writes reach the LFS as page-sized
   or larger runs. ``fsync`` makes the kernel write its dirty pages; then the LFS commits its
-  buffer to the log and the image file is fdatasync'ed.
+  buffer to the log and the image file is fdatasync'ed. Since only this process changes the
+  image, the kernel keeps names, missing names and attributes for a day and its cached pages
+  without asking again (``fsage/_fuse.c``); ``flush`` is not implemented, so the kernel sends
+  none. Permissions are checked by the kernel (``default_permissions``) only with
+  ``-o allow_other``: otherwise only the mounting user, who can write the image anyway, reaches
+  the files, and the check would cost a ``getattr`` of the directory after each change in it.
 * **Unmount.** When the mount goes away (``fusermount3 -u``, or SIGINT, SIGTERM or SIGHUP to
   the mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
   ``kill -9`` the image holds what was committed (what was fsync'ed at least); the next mount
@@ -178,6 +183,16 @@ class LfsOperations:
                     stack.append((child, f"{dpath}/{name}" if dpath else name))
         raise _err(errno.ENOENT)
 
+    def _at(self, parent: int, name: bytes) -> tuple[int, str]:
+        """The LFS directory inode and the name of a request's (parent, name)."""
+        return self._lfs(parent), os.fsdecode(name)
+
+    def _entry(self, parent: int, name: bytes) -> Stat:
+        st = self._call(self.fs.lookup, *self._at(parent, name))
+        if st is None:
+            raise _err(errno.ENOENT)
+        return st
+
     def _child(self, parent: int, name: bytes) -> str:
         base = self._path(parent)
         n = os.fsdecode(name)
@@ -206,7 +221,7 @@ class LfsOperations:
         self._name[ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(ino)
         if uid or gid:
-            return self._attr(self._call(self.fs.setattr, self._path(ino), None, uid, gid))
+            return self._attr(self._call(self.fs.setattr_ino, ino, None, uid, gid))
         return self._stat(ino)
 
     def _forget_name(self, parent: int, name: bytes, ino: int, last: bool) -> None:
@@ -219,9 +234,8 @@ class LfsOperations:
 
     # ------------------------------------------------------------------ attributes
     def lookup(self, parent: int, name: bytes) -> Attr | None:
-        try:
-            st = self.fs.stat(self._child(parent, name))
-        except LfsOpError:
+        st = self._call(self.fs.lookup, *self._at(parent, name))
+        if st is None:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(st.ino)
@@ -243,9 +257,12 @@ class LfsOperations:
         fh: int,
     ) -> Attr:
         assert _fuse is not None
-        path = self._path(ino)
+        lino = self._lfs(ino)
+        if lino in self._gone:
+            # The times of a file the kernel closed after its last name went.
+            raise _err(errno.ENOENT)
         if to_set & _fuse.SET_SIZE:
-            self._call(self.fs.truncate, path, size)
+            self._call(self.fs.truncate_ino, lino, size)
         now_ns = None
         if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
             import time
@@ -264,7 +281,7 @@ class LfsOperations:
             mtime,
         )
         if args != (None,) * 5:
-            return self._attr(self._call(self.fs.setattr, path, *args))
+            return self._attr(self._call(self.fs.setattr_ino, lino, *args))
         return self._stat(ino)
 
     def readlink(self, ino: int) -> bytes:
@@ -280,11 +297,11 @@ class LfsOperations:
     def mknod(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
         if not stat_mod.S_ISREG(mode):
             raise _err(errno.EPERM)  # the LFS holds files, directories and symbolic links
-        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.create_at, *self._at(parent, name), mode & 0o7777)
         return self._made(parent, name, ino, uid, gid)
 
     def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
-        ino = self._call(self.fs.mkdir, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.mkdir_at, *self._at(parent, name), mode & 0o7777)
         return self._made(parent, name, ino, uid, gid)
 
     def symlink(self, target: bytes, parent: int, name: bytes, uid: int, gid: int) -> Attr:
@@ -298,25 +315,23 @@ class LfsOperations:
         return self._stat(ino)
 
     def unlink(self, parent: int, name: bytes) -> None:
-        path = self._child(parent, name)
-        st = self._call(self.fs.stat, path)
+        st = self._entry(parent, name)
         if self._open.get(st.ino) and st.nlink == 1 and st.ino not in self._hidden:
             hidden = f"{_HIDDEN}{st.ino:08x}"
             base = self._path(parent)
             hpath = f"{base}/{hidden}" if base else hidden
-            self._call(self.fs.rename, path, hpath)
+            self._call(self.fs.rename, self._child(parent, name), hpath)
             self._hidden[st.ino] = hpath
             self._name[st.ino] = (self._lfs(parent), hidden)
             return
-        self._call(self.fs.unlink, path)
+        self._call(self.fs.unlink_at, *self._at(parent, name))
         self._forget_name(parent, name, st.ino, st.nlink <= 1)
 
     def rmdir(self, parent: int, name: bytes) -> None:
-        path = self._child(parent, name)
-        st = self._call(self.fs.stat, path)
+        st = self._entry(parent, name)
         if not stat_mod.S_ISDIR(st.mode):
             raise _err(errno.ENOTDIR)
-        self._call(self.fs.rmdir, path)
+        self._call(self.fs.rmdir_at, *self._at(parent, name))
         self._forget_name(parent, name, st.ino, True)
 
     def rename(self, parent: int, name: bytes, newparent: int, newname: bytes, flags: int) -> None:
@@ -362,24 +377,21 @@ class LfsOperations:
 
     def open(self, ino: int, flags: int) -> int:
         if flags & os.O_TRUNC:
-            self._call(self.fs.truncate, self._path(ino), 0)
+            self._call(self.fs.truncate_ino, self._lfs(ino), 0)
         return self._new_fh(self._lfs(ino))
 
     def create(
         self, parent: int, name: bytes, mode: int, flags: int, uid: int, gid: int
     ) -> tuple[int, Attr]:
-        ino = self._call(self.fs.create, self._child(parent, name), mode & 0o7777)
+        ino = self._call(self.fs.create_at, *self._at(parent, name), mode & 0o7777)
         attr = self._made(parent, name, ino, uid, gid)
         return self._new_fh(ino), attr
 
     def read(self, fh: int, size: int, off: int) -> bytes:
-        return self._call(self.fs.read, self._path(self._fh(fh)), off, size)
+        return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
     def write(self, fh: int, data: bytes, off: int) -> int:
-        return self._call(self.fs.write, self._path(self._fh(fh)), off, data)
-
-    def flush(self, fh: int) -> None:
-        self._fh(fh)
+        return self._call(self.fs.write_ino, self._fh(fh), off, data)
 
     def fsync(self, fh: int, datasync: int) -> None:
         self._fh(fh)
@@ -439,10 +451,13 @@ class LfsOperations:
 
 
 def _options(image: Path, extra: tuple[str, ...]) -> str:
-    opts = ["default_permissions", f"fsname={image}", f"subtype={SUBTYPE}"]
-    if os.geteuid() == 0:
-        opts.append("allow_other")
-    opts.extend(extra)
+    opts = [f"fsname={image}", f"subtype={SUBTYPE}", *extra]
+    # Only the mounting user reaches the files (FUSE's default), and that user can write the
+    # image anyway: the kernel checks permissions only when other users are let in. Checking
+    # them always costs a request per directory change (the kernel drops the directory's
+    # attributes after each one and asks again before the next permission check).
+    if "allow_other" in opts and "default_permissions" not in opts:
+        opts.insert(0, "default_permissions")
     for o in opts:
         if "," in o.replace("\\,", ""):
             raise UsageError(f"FUSE option {o!r}: give one option per -o (or escape ',')")

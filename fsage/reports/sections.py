@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.fit import SizeFit
+from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
 from fsage.analyzer.history import trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
@@ -382,7 +383,9 @@ def score_over_time(data: ReportData) -> Section | None:
 
 
 def _free_label(min_blocks: int, bs: int) -> str:
-    return f"{human_bytes(min_blocks * bs)}-{human_bytes(2 * min_blocks * bs)}"
+    """The label `analyze` gives the free-extent bucket that starts at ``min_blocks``."""
+    last = min_blocks >= 1 << MAX_BUCKET
+    return free_extent_label(min_blocks, None if last else 2 * min_blocks - 1, bs)
 
 
 @register_section("free-space", order=40)

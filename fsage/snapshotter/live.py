@@ -2,7 +2,9 @@
 
 ``read_live_layout(path)`` walks a mounted tree (ext4, xfs, btrfs or any other file system on a
 block device whose driver answers FIEMAP) and yields a :class:`fsage.layout.Layout` of kind
-``live:<fstype>``. What it does, and the choices behind it:
+``live:<fstype>``. Its numpy-free first half (mountinfo, the checks before the walk, the C
+walk itself, and the walk ``fsage snapshot DIR`` starts before its imports) is in
+``fsage.snapshotter.livewalk``. What it does, and the choices behind it:
 
 * **Which file systems.** The file system type comes from ``/proc/self/mountinfo``. Pseudo file
   systems have no block layout and are refused with a :class:`SourceError`: every type that
@@ -67,7 +69,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import stat
 import struct
 from collections.abc import Callable
@@ -92,20 +93,34 @@ from fsage.layout import (
     Layout,
     LinkTable,
 )
+from fsage.snapshotter.livewalk import (
+    LFS_FSTYPE,
+    PSEUDO_FS_TYPES,
+    CWalk,
+    MountInfo,
+    WalkScope,
+    c_walker_available,
+    find_mount,
+    is_pseudo_fs,
+    read_mountinfo,
+    run_c_walk,
+    scope_of,
+    take_background_walk,
+)
 
 __all__ = [
     "LFS_FSTYPE",
     "PSEUDO_FS_TYPES",
     "MountInfo",
+    "c_walker_available",
     "fiemap_extents",
     "find_mount",
     "getfsmap_free",
+    "is_pseudo_fs",
     "of_inodes_in_use",
     "read_live_layout",
+    "read_mountinfo",
 ]
-
-#: The file system type of a mount made by ``fsage lfs mount`` (/proc/self/mountinfo).
-LFS_FSTYPE = "fuse.fsage-lfs"
 
 # ioctl request numbers (asm-generic encoding, as on x86-64 and arm64).
 FS_IOC_FIEMAP = 0xC020660B
@@ -157,135 +172,7 @@ FSMAP_DTYPE = np.dtype(
     }
 )
 
-# Used when /proc/filesystems cannot be read; normally every "nodev" type there is refused.
-PSEUDO_FS_TYPES = frozenset(
-    {
-        "proc",
-        "sysfs",
-        "tmpfs",
-        "ramfs",
-        "devtmpfs",
-        "devpts",
-        "cgroup",
-        "cgroup2",
-        "overlay",
-        "securityfs",
-        "debugfs",
-        "tracefs",
-        "pstore",
-        "bpf",
-        "mqueue",
-        "hugetlbfs",
-        "configfs",
-        "fusectl",
-        "autofs",
-        "binfmt_misc",
-        "efivarfs",
-        "nsfs",
-        "rpc_pipefs",
-        "sockfs",
-        "pipefs",
-        "fuse",
-        "nfs",
-        "nfs4",
-        "cifs",
-        "smb3",
-        "9p",
-        "virtiofs",
-        "zfs",
-    }
-)
-
 _SKIPPED_SHOWN = 5  # paths named in a note; the rest are counted
-
-
-@dataclass
-class MountInfo:
-    """One line of /proc/self/mountinfo (paths as bytes, octal escapes undone)."""
-
-    mount_point: bytes
-    root: bytes  # the directory of the file system mounted here ("/" unless a bind mount)
-    fstype: str
-    source: str
-    options: str
-    super_options: str
-    major: int
-    minor: int
-
-
-_OCTAL = re.compile(rb"\\([0-7]{3})")
-
-
-def _unescape(raw: bytes) -> bytes:
-    return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), raw)
-
-
-def read_mountinfo(text: bytes | None = None) -> list[MountInfo]:
-    if text is None:
-        with open("/proc/self/mountinfo", "rb") as f:
-            text = f.read()
-    out = []
-    for line in text.splitlines():
-        parts = line.split(b" ")
-        try:
-            sep = parts.index(b"-", 6)
-            major, minor = (int(x) for x in parts[2].split(b":"))
-            out.append(
-                MountInfo(
-                    mount_point=_unescape(parts[4]),
-                    root=_unescape(parts[3]),
-                    fstype=parts[sep + 1].decode("utf-8", "replace"),
-                    source=_unescape(parts[sep + 2]).decode("utf-8", "surrogateescape"),
-                    options=parts[5].decode("utf-8", "replace"),
-                    super_options=b" ".join(parts[sep + 3 :]).decode("utf-8", "replace"),
-                    major=major,
-                    minor=minor,
-                )
-            )
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
-def _under(path: bytes, top: bytes) -> bool:
-    """True if ``path`` is ``top`` or below it (whole components)."""
-    if top == b"/":
-        return path.startswith(b"/")
-    return path == top or path.startswith(top + b"/")
-
-
-def find_mount(real: bytes, mounts: list[MountInfo] | None = None) -> MountInfo:
-    """The mount that holds the canonical path ``real`` (the last one mounted wins)."""
-    mounts = read_mountinfo() if mounts is None else mounts
-    best: MountInfo | None = None
-    for m in mounts:
-        if _under(real, m.mount_point) and (
-            best is None or len(m.mount_point) >= len(best.mount_point)
-        ):
-            best = m
-    if best is None:
-        raise SourceError(f"{os.fsdecode(real)}: no mount holds this path")
-    return best
-
-
-def _nodev_types() -> set[str] | None:
-    try:
-        with open("/proc/filesystems", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    out = set()
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "nodev":
-            out.add(parts[1])
-    return out
-
-
-def is_pseudo_fs(fstype: str) -> bool:
-    base = fstype.split(".", 1)[0]  # "fuse.sshfs" -> "fuse"
-    nodev = _nodev_types()
-    return base in PSEUDO_FS_TYPES or fstype in PSEUDO_FS_TYPES or bool(nodev and base in nodev)
 
 
 def fiemap_extents(fd: int, *, sync: bool = False, batch: int = 256) -> npt.NDArray[np.void]:
@@ -993,29 +880,7 @@ def _c_links(res: dict[str, Any]) -> LinkTable:
     )
 
 
-@dataclass
-class _Scope:
-    """What both walks need to know about the tree they read."""
-
-    path: Path  # as given, for messages
-    mount_point: bytes
-    real: bytes  # the canonical path of the directory to read
-    sub: bytes  # real below the mount point ("" or "/a/b")
-    dev: int
-    submounts: set[bytes]
-    sync: bool
-    batch: int
-    workers: int
-    progress: Callable[[int], None] | None
-    block_size: int
-    expect: int  # about how many inodes the walk will meet (sizes the C walk's buffers)
-
-    @property
-    def comps(self) -> list[bytes]:
-        return [c for c in self.sub.split(b"/") if c]
-
-
-def _walk_python(sc: _Scope) -> _Seen:
+def _walk_python(sc: WalkScope) -> _Seen:
     """The walk in Python (os.scandir, fcntl.ioctl); the fallback and the tests' oracle."""
     w = _Walk(
         dev=sc.dev, submounts=sc.submounts, sync=sc.sync, batch=sc.batch, progress=sc.progress
@@ -1061,56 +926,14 @@ def _walk_python(sc: _Scope) -> _Seen:
     )
 
 
-def _walk_c(sc: _Scope) -> _Seen:
-    """The walk in C (fsage._live), on ``workers`` threads without the GIL."""
-    from fsage import _live
+def _walk_c(sc: WalkScope) -> _Seen:
+    """The walk in C: the one started in the background for this scope, or a new one."""
+    started = take_background_walk(sc)
+    return _seen_of_c(started.result() if started is not None else run_c_walk(sc))
 
-    subs = sorted(sc.submounts)
-    state = {"dir_fiemap": True, "getversion": True}
-    results: list[dict[str, Any]] = []
 
-    def call(task: tuple[bytes, int | None], mode: int, threads: int) -> int | None:
-        """Walk (or only record) one directory; its inode, None if it could not be opened."""
-        res = _live.walk(
-            sc.mount_point,
-            [task],
-            mode=mode,
-            dev=sc.dev,
-            submounts=subs,
-            sync=sc.sync,
-            batch=sc.batch,
-            dir_fiemap=state["dir_fiemap"],
-            getversion=state["getversion"],
-            block_size=sc.block_size,
-            threads=threads,
-            expect=sc.expect if mode == _live.MODE_WALK else 0,
-            progress=sc.progress if mode == _live.MODE_WALK else None,
-            progress_base=sum(len(r["ino"]) // 8 for r in results),
-        )
-        state["dir_fiemap"] = state["dir_fiemap"] and bool(res["dir_fiemap"])
-        state["getversion"] = state["getversion"] and bool(res["getversion"])
-        results.append(res)
-        top: int | None = res["top_ino"][0]
-        return top
-
-    # The directories from the mount root down to the one asked for, each with its one name.
-    parent: int | None = None
-    comps = sc.comps
-    for i, comp in enumerate([b"", *comps[:-1]] if comps else []):
-        relp = b"/" + b"/".join(comps[:i]) if i else b""
-        ino = call((relp, parent), _live.MODE_RECORD, 1)
-        if ino is None:
-            walked = os.path.join(sc.mount_point, relp[1:]) if comp else sc.mount_point
-            raise SourceError(f"{sc.path}: cannot open {os.fsdecode(walked)}")
-        parent = ino
-    top = call((sc.sub, parent), _live.MODE_WALK, min(sc.workers, _live.MAX_THREADS))
-    if top is None:
-        if not comps:
-            raise SourceError(
-                f"{sc.path}: cannot open the mount root {os.fsdecode(sc.mount_point)}"
-            )
-        raise SourceError(f"{sc.path}: cannot open this directory")
-    root_ino = results[0]["top_ino"][0]
+def _seen_of_c(walk: CWalk) -> _Seen:
+    results = walk.results
     files = FileTable.concat([_c_files(r) for r in results])
     if len(results) > 1:
         files = files.sorted_by_ino()
@@ -1121,17 +944,8 @@ def _walk_c(sc: _Scope) -> _Seen:
         [rel for r in results for rel in r["not_crossed"]],
         [(rel, _reason(err)) for r in results for rel, err in r["no_fiemap"]],
         sum(int(r["fiemap_ok"]) for r in results),
-        int(root_ino),
+        walk.root_ino,
     )
-
-
-def c_walker_available() -> bool:
-    """True if the C walk (fsage._live) is built."""
-    try:
-        from fsage import _live  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def of_inodes_in_use(
@@ -1168,64 +982,17 @@ def read_live_layout(
     Python walk. ``progress`` is called now and then with the number of inodes read
     so far. ``engine`` is "c" (fsage._live), "python" or "auto" (C where it is built).
     """
-    if engine not in ("auto", "c", "python"):
-        raise ValueError(f"unknown live-reader engine {engine!r}")
-    if engine == "auto":
-        engine = "c" if c_walker_available() else "python"
-    elif engine == "c" and not c_walker_available():
-        raise SourceError("the live reader's C walk (fsage._live) is not built")
-    if workers <= 0:
-        workers = min(4, len(os.sched_getaffinity(0))) if engine == "c" else 1
-    raw_path = os.fsencode(path)
-    try:
-        st0 = os.stat(raw_path)
-    except OSError as e:
-        raise SourceError(f"{path}: {e.strerror}") from None
-    if not stat.S_ISDIR(st0.st_mode):
-        raise SourceError(f"{path}: not a directory (the live reader reads a mounted tree)")
-    if fiemap_batch < 1:
-        raise ValueError("fiemap_batch must be at least 1")
-    real = os.path.realpath(raw_path)
-    mounts = read_mountinfo()
-    mount = find_mount(real, mounts)
-    if mount.fstype == LFS_FSTYPE:
-        raise SourceError(
-            f"{path}: is on an fsage LFS mounted through FUSE ({mount.source}); FUSE passes no "
-            "FIEMAP, so the live reader cannot map it: `fsage snapshot` of the mount point or "
-            "of the image reads the image instead"
-        )
-    if is_pseudo_fs(mount.fstype):
-        raise SourceError(
-            f"{path}: is on a {mount.fstype} file system, which has no block layout; "
-            "the live reader reads file systems on block devices (ext4, xfs, btrfs, ...)"
-        )
-    mp = mount.mount_point
-    sub = b"" if real == mp else (real[len(mp) :] if mp != b"/" else real)
-    submounts = {
-        m.mount_point[len(mp) :] if mp != b"/" else m.mount_point
-        for m in mounts
-        if m.mount_point != mp and _under(m.mount_point, mp)
-    }
-    vfs = os.statvfs(raw_path)
-    block_size = int(vfs.f_frsize or vfs.f_bsize)
-    if block_size <= 0:
-        raise SourceError(f"{path}: statvfs reports no block size")
-
-    scope = _Scope(
-        path=path,
-        mount_point=mp,
-        real=real,
-        sub=sub,
-        dev=st0.st_dev,
-        submounts=submounts,
+    scope = scope_of(
+        path,
         sync=sync,
-        batch=fiemap_batch,
+        fiemap_batch=fiemap_batch,
         workers=workers,
         progress=progress,
-        block_size=block_size,
-        expect=max(int(vfs.f_files) - int(vfs.f_ffree), 0),
+        engine=engine,
     )
-    seen = (_walk_c if engine == "c" else _walk_python)(scope)
+    mount, vfs, block_size = scope.mount, scope.vfs, scope.block_size
+    mp, sub = scope.mount_point, scope.sub
+    seen = (_walk_c if scope.engine == "c" else _walk_python)(scope)
     if seen.no_fiemap and not seen.fiemap_ok:
         rel, reason = seen.no_fiemap[0]
         raise SourceError(
@@ -1234,11 +1001,11 @@ def read_live_layout(
         )
     extra_notes: list[str] = []
     try:
-        fd = os.open(raw_path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(scope.real, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         raise SourceError(f"{path}: {e.strerror}") from None
     try:
-        free, why = getfsmap_free(fd, block_size, st0.st_dev)
+        free, why = getfsmap_free(fd, block_size, scope.dev)
         uuid, uuid_source = _fs_uuid(fd, mount, vfs)
         label = _fs_label(fd)
     finally:
@@ -1271,7 +1038,7 @@ def read_live_layout(
             "fiemap_sync": sync,
             "skipped": len(seen.skipped),
             "no_fiemap": len(seen.no_fiemap),
-            "walk": engine,
+            "walk": scope.engine,
             "not_crossed": len(seen.not_crossed),
             "physical_space": ("btrfs logical addresses" if mount.fstype == "btrfs" else "device"),
         },

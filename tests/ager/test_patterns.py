@@ -19,7 +19,7 @@ from fsage.workload import NoSpaceError, Op
 from .helpers import tree_of
 
 MIB = 1 << 20
-PRESETS = ("desktop", "news", "vcs", "database")
+PRESETS = ("desktop", "news", "vcs", "database", "mail")
 
 
 def _ops(name: str, capacity: int, seed: int = 1, churn: float = 0.5) -> tuple[Generator, list[Op]]:
@@ -44,8 +44,9 @@ def test_patterns_are_mix_kinds_and_documented() -> None:
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_stream_runs_on_a_directory_and_matches_the_model(tmp_path: Path, name: str) -> None:
-    # desktop's prealloc is 4% of its mix: a churn of one capacity gives it room to run.
-    gen, ops = _ops(name, 16 * MIB, churn=1.0 if name == "desktop" else 0.5)
+    # desktop's prealloc is 4% of its mix, and mail's bursts of 128 files use up much of a
+    # churn: a churn of one capacity gives their rarer patterns room to run.
+    gen, ops = _ops(name, 16 * MIB, churn=1.0 if name in ("desktop", "mail") else 0.5)
     counts = collections.Counter(op.op for op in ops)
     with PosixExecutor(tmp_path) as ex:
         for op in ops:
@@ -57,6 +58,7 @@ def test_preset_stream_runs_on_a_directory_and_matches_the_model(tmp_path: Path,
         "news": {"create", "delete", "fsync"},
         "vcs": {"rename", "mkdir", "delete"},
         "database": {"overwrite", "punch", "fsync", "append"},
+        "mail": {"append", "sync", "create", "delete"},  # a burst is ~a third of 16 MiB
     }[name]
     assert want <= set(counts), counts
     # Bulk tree removal removes directories too.
@@ -97,3 +99,41 @@ def test_preset_on_offline_ext_image(tmp_path: Path, name: str) -> None:
     assert fsck.returncode == 0, fsck.stdout
     assert kinds["punch"] + kinds["fallocate"] > 0
     assert abs(full - 0.6) <= 0.01
+
+
+@pytest.mark.needs_root
+def test_fill_out_of_inodes_stops_with_the_cause(tmp_path: Path) -> None:
+    # 256 inodes hold ~0.8 MiB of articles: the fill of 0.8 of 32 MiB can never be reached.
+    from fsage.ager.run import AgeOptions, age
+    from fsage.errors import FsageError
+
+    img = tmp_path / "few-inodes.img"
+    with open(img, "wb") as fh:
+        fh.truncate(32 * MIB)
+    subprocess.run(["mkfs.ext4", "-F", "-q", "-N", "256", str(img)], check=True)
+    prof = get_preset("news").with_overrides(fill=0.8, churn=0.0, ops_limit=200_000)
+    with pytest.raises(FsageError, match="inodes of the file system are in use"):
+        age(img, AgeOptions(profile=prof, seed=1, mode="mount"))
+
+
+def test_trickle_interleaves_small_files_in_one_directory() -> None:
+    from fsage.ager.profile import Profile
+
+    prof = Profile(name="t", mix={"trickle": 1.0}, fill=0.5, churn=0.5)
+    gen = Generator(prof, 2, 16 * MIB)
+    ops = list(gen.ops())
+    first = next(i for i, op in enumerate(ops) if op.op == "append")
+    # A round: one piece appended to each of the 32 files, then a sync.
+    round_ = ops[first : first + 33]
+    assert [op.op for op in round_] == ["append"] * 32 + ["sync"]
+    assert len({op.path for op in round_[:32]}) == 32
+    assert len({op.path.rpartition("/")[0] for op in round_[:32]}) == 1  # one directory
+    assert all(op.size <= 8 * 1024 for op in round_[:32])
+    # The files end at their own sizes, in the model as in the stream.
+    grown = collections.Counter()
+    for op in ops:
+        if op.op == "append":
+            grown[op.path] += op.size
+    assert {p: n for p, n in grown.items() if p in gen.files} == {
+        p: gen.files[p].size for p in grown if p in gen.files
+    }

@@ -41,8 +41,14 @@ def parse_e2freefrag(text: str) -> dict[str, object]:
     out["chunks_total"] = int(re.search(r"Total chunks: (\d+)", text).group(1))  # type: ignore[union-attr]
     out["chunks_free"] = int(re.search(r"Free chunks: (\d+)", text).group(1))  # type: ignore[union-attr]
     rows = re.findall(r"^\s*(\S+)\.\.\.\s*(\S+)\s*:\s+(\d+)\s+(\d+)\s+[\d.]+%$", text, re.M)
-    out["hist"] = [(f"{a}...{b}", int(c), int(d)) for a, b, c, d in rows]
+    # e2freefrag labels a bucket by its bounds ("4K...8K-"); fsage gives them in bytes
+    out["hist"] = [(_e2freefrag_bytes(a), int(c), int(d)) for a, _, c, d in rows]
     return out
+
+
+def _e2freefrag_bytes(bound: str) -> int:
+    """A bucket bound as e2freefrag prints it ("4K", "512K", "1M") in bytes."""
+    return int(bound[:-1]) << (10 * (" KMGTPE".index(bound[-1])))
 
 
 def test_free_space_matches_e2freefrag(image: Path) -> None:
@@ -53,7 +59,7 @@ def test_free_space_matches_e2freefrag(image: Path) -> None:
     ref = parse_e2freefrag(text)
     layout = snapshotter.read_source(image)
     a = analyze_layout(layout, parts={"free"})
-    ours = [(b["label"], b["count"], b["blocks"]) for b in a["free_extents"]]
+    ours = [(b["min_bytes"], b["count"], b["blocks"]) for b in a["free_extents"]]
     assert ours == ref["hist"]
     assert a["free_space"]["free_extent_count"] == ref["extents"]
     assert a["free_space"]["blocks_free"] == ref["free"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fsage.analyzer.freespace import free_extent_label
 from fsage.cli import main
 from fsage.text import human_bytes, size_range
 from tests.conftest import require_tools
@@ -84,3 +85,42 @@ def test_analyze_labels_buckets_in_bytes_in_every_format(tmp_path: Path, block_s
     html = out.read_text()
     for label in SIZES.values():
         assert f"files of {label}" in html
+
+
+def test_free_extent_labels_read_as_bytes() -> None:
+    assert free_extent_label(1, 1, 4096) == "4 KiB-8 KiB"  # e2freefrag: "4K...8K-"
+    assert free_extent_label(4, 7, 1024) == "4 KiB-8 KiB"
+    assert free_extent_label(128, 255, 4096) == "512 KiB-1 MiB"  # e2freefrag: "512K...1024K-"
+    assert free_extent_label(1 << 30, None, 4096) == "4 TiB or more"
+
+
+@pytest.mark.parametrize("block_size", [1024, 4096])
+def test_free_extents_have_one_label_in_analyze_and_the_report(
+    tmp_path: Path, block_size: int
+) -> None:
+    require_tools("mke2fs")
+    img = tmp_path / "fs.img"
+    subprocess.run(
+        ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(block_size), str(img), "16M"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    r = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
+    (a,) = json.loads(r.output)["snapshots"]
+    buckets = a["free_extents"]
+    assert buckets
+    for b in buckets:  # the label, and the bounds in bytes (to hold against e2freefrag's)
+        assert b["label"] == free_extent_label(b["min_blocks"], b["max_blocks"], block_size)
+        assert b["min_bytes"] == b["min_blocks"] * block_size
+        assert b["max_bytes"] == b["max_blocks"] * block_size
+    text = runner.invoke(main, ["analyze", "--db", str(db)]).output
+    assert "..." not in text
+    for b in buckets:
+        assert any(line.split("  ")[0] == b["label"] for line in text.splitlines()), b
+    out = tmp_path / "r.html"
+    assert runner.invoke(main, ["report", "--db", str(db), "-o", str(out)]).exit_code == 0
+    html = out.read_text()
+    for b in buckets:
+        assert json.dumps(b["label"]) in html, b["label"]

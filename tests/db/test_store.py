@@ -22,7 +22,7 @@ from fsage.db.schema import LATEST_VERSION, MIGRATIONS
 from fsage.db.store import Store
 from fsage.db.versions import stored_versions
 from fsage.errors import StoreError
-from fsage.layout import FILE_COLUMNS, FileTable, Layout
+from fsage.layout import FILE_COLUMNS, FileTable, Layout, LinkTable
 from fsage.snapshotter import read_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -549,3 +549,36 @@ def test_every_width_and_length_round_trips(dtype: type[np.generic]) -> None:
                 back = _ext2fs.unpack_columns(blob, [values.dtype.itemsize] * 2)
                 np.testing.assert_array_equal(np.frombuffer(back[0], dtype), values)
                 np.testing.assert_array_equal(np.frombuffer(back[1], dtype), values[:1])
+
+
+@pytest.mark.parametrize("spread", [1, 1000])  # dense inode numbers (a table), sparse (a search)
+def test_link_files_finds_each_links_inode(spread: int) -> None:
+    rng = np.random.default_rng(spread)
+    ino = rng.choice(np.arange(1, 7_000, dtype=np.uint64), 5_000, replace=False) * np.uint64(spread)
+    empty = FileTable.empty()
+    files = FileTable(
+        **{
+            name: np.zeros(len(ino), getattr(empty, name).dtype)
+            for name in FILE_COLUMNS
+            if name != "ino"
+        },
+        ino=ino,
+        ext_off=np.zeros(len(ino) + 1, np.uint64),
+        ext_logical=empty.ext_logical,
+        ext_physical=empty.ext_physical,
+        ext_length=empty.ext_length,
+        ext_flags=empty.ext_flags,
+        meta_off=np.zeros(len(ino) + 1, np.uint64),
+        meta_physical=empty.meta_physical,
+        meta_kind=empty.meta_kind,
+    )
+    # every file named, some twice, and names of inodes no file has (free, or past the end)
+    missing = np.array([0, int(ino.max()) + 1, 2**63, 2**64 - 1], np.uint64)
+    named = np.concatenate([ino, ino[:100], missing])
+    rng.shuffle(named)
+    links = LinkTable(
+        np.zeros(len(named), np.uint64), named, np.zeros(len(named) + 1, np.uint64), b""
+    )
+    rows = codec.link_files(files, links)
+    want = {int(i): r for r, i in enumerate(ino.tolist())}
+    assert rows.tolist() == [want.get(int(i), -1) for i in named.tolist()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import random
 import subprocess
 import sys
@@ -220,3 +221,51 @@ def test_cli_errors_and_outputs(tmp_path: Path) -> None:
     r = cli("fleet", "report", ds, "-o", html)
     body = html.read_text()
     assert "fsage fleet report" in body and body.count("class='plot'") == 4
+
+
+def test_fleet_buckets_are_in_bytes_across_block_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet of file systems of 1 KiB and 4 KiB blocks: a size or free-extent bucket holds
+    the same bytes on both, and the report labels buckets in bytes."""
+    import fsage.fleet.synth as synth
+    from fsage.analyzer.freespace import free_extent_label
+    from fsage.text import size_range
+
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    with Store.open(db, create=True) as store:
+        synthetic_history(store, "four", files=400, snapshots=2, seed=3)
+        monkeypatch.setattr(synth, "BLOCK", 1024)
+        synthetic_history(store, "one", files=400, snapshots=2, seed=4)
+    export_parquet(db, ds, host="h")
+    t = fleet_tables(ds, ("size", "free"))
+    # what each file system's latest snapshot has, by bucket in bytes, from analyze
+    files: dict[int, int] = {}
+    free: dict[int, int] = {}
+    for name in ("four", "one"):
+        out = cli("analyze", "--db", db, "--fs", name, "--format", "json").stdout
+        (a,) = json.loads(out)["snapshots"]
+        for r in a["by_size"]:
+            k = (r["max_bytes"] - 1).bit_length()  # over 2**(k-1), up to 2**k bytes
+            files[k] = files.get(k, 0) + r["files"]
+        for r in a["free_extents"]:
+            free[r["min_bytes"]] = free.get(r["min_bytes"], 0) + r["blocks"] * a["block_size"]
+    # (on 4 KiB blocks the first bucket, one block, holds every file up to 4 KiB: it shares
+    # the fleet's bucket 12 with the files of 2 to 4 KiB on 1 KiB blocks)
+    assert {r["bucket"]: r["files"] for r in t["size"]} == files
+    assert all(r["max_blocks"] * r["block_size"] == 1 << r["bucket"] for r in t["size"])
+    labels = [size_range(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in t["size"]]
+    assert len(set(labels)) == len(labels)
+    got_free = {r["min_blocks"] * r["block_size"]: r["free_blocks"] * r["block_size"]
+                for r in t["free"]}  # fmt: skip
+    assert got_free == free
+    assert math.isclose(sum(r["share_of_free_blocks"] for r in t["free"]), 1.0)
+    html = tmp_path / "fleet.html"
+    cli("fleet", "report", ds, "-o", html)
+    body = html.read_text()
+    assert "(blocks)" not in body
+    for label in labels:
+        assert json.dumps(label) in body
+    for r in t["free"]:
+        label = free_extent_label(r["min_blocks"], r["max_blocks"], r["block_size"])
+        assert json.dumps(label) in body

@@ -566,3 +566,20 @@ def test_figure_5_4_shape() -> None:
     for u in (0.6, 0.97):
         cheaper = min(cost[(u, "clean")], cost[(u, "holeplug")])
         assert cost[(u, "adaptive")] <= cheaper * 1.15
+
+
+def test_parse_prefixed_says_why_a_message_does_not_decode() -> None:
+    msg = lfs_pb2.DirChRec(ino=70, name="f", op=lfs_pb2.DirChRec.ADD)
+    raw = b"\xff" * 3 + fmt.encode_pb(msg) + b"tail"
+    out = lfs_pb2.DirChRec()
+    assert fmt.parse_prefixed(raw, out, 100, offset=3) is None
+    assert (out.ino, out.name) == (70, "f")
+    n = len(fmt.encode_pb(msg)) - 4
+    assert fmt.parse_prefixed(raw, lfs_pb2.DirChRec(), n - 1, offset=3) == f"bad length {n}"
+    assert fmt.parse_prefixed(raw[: 3 + n], lfs_pb2.DirChRec(), 100, offset=3) == f"bad length {n}"
+    assert fmt.parse_prefixed(raw[:5], lfs_pb2.DirChRec(), 100, offset=3) == "cut off"
+    empty = struct.pack(">I", 0)
+    assert fmt.parse_prefixed(empty, lfs_pb2.DirFile(), 100) is None
+    assert fmt.parse_prefixed(empty, lfs_pb2.DirFile(), 100, empty_ok=False) == "bad length 0"
+    junk = struct.pack(">I", 3) + b"\xff\xff\xff"
+    assert fmt.parse_prefixed(junk, lfs_pb2.DirFile(), 100) == "does not decode"

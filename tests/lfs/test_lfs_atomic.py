@@ -97,6 +97,70 @@ def test_an_op_failing_part_way_is_undone_whole(tmp_path: Path) -> None:
         assert state(fs) == before
 
 
+def _pending(fs: LFS) -> tuple[list[int], list[bytes], set[int], list[list[int]]]:
+    """The changes waiting in memory for the next commit, and the system files' maps."""
+    maps = [list(fs.inode(i).ptr) for i in fmt.SYSTEM_FILES]
+    return list(fs._dirty), list(fs._dirch), set(fs._dirty_dirs), maps
+
+
+@pytest.mark.parametrize("commit_inside", [False, True])
+def test_an_undone_op_keeps_the_changes_waiting_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit_inside: bool
+) -> None:
+    """Savepoints keep only a count of the inodes and directory records waiting for a commit
+    (or copy them when a commit comes inside the operation): an undone operation leaves
+    exactly the changes made before it waiting, and they reach the log whole."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        fs.mkdir("d")
+        for i in range(5):
+            fs.create(f"d/f{i}")
+            fs.write(f"d/f{i}", 0, bytes([i]) * 3000)
+        pending = _pending(fs)
+        assert pending[0] and pending[1]  # buffered, not yet committed
+        before = state(fs)
+        clean = set(fs.clean)
+        with pytest.raises(LfsOpError), fs.atomic(4):
+            fs.create("d/new")
+            fs.write("d/new", 0, b"n" * 9000)
+            fs.unlink("d/f0")
+            if commit_inside:
+                fs._commit()
+            fs.unlink("no-such-file")
+        assert _pending(fs) == pending
+        assert state(fs) == before
+        assert clean - fs.clean <= {fs.next_seg}  # the undo may name the next segment
+        fs.sync()
+        assert_clean(img)
+    with LFS.open(img) as fs:
+        assert state(fs) == before
+
+
+def test_attribute_changes_without_a_savepoint_still_reach_the_log(tmp_path: Path) -> None:
+    """chmod/utimens and one-block writes with no commit due change memory only (no
+    savepoint); they wait for the next commit like any buffered change."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        ino = fs.create("f")
+        taken = []
+        real = fs._savepoint
+        fs._savepoint = lambda: taken.append(1) or real()  # type: ignore[method-assign]
+        fs.write_ino(ino, 10, b"abc")
+        st = fs.setattr_ino(ino, mode=0o600, mtime_ms=12345)
+        assert taken == []
+        assert (st.mode & 0o7777, st.mtime_ms) == (0o600, 12345)
+        assert fs.read_ino(ino) == bytes(10) + b"abc"
+        assert ino in fs._dirty
+        with pytest.raises(LfsOpError):
+            fs.setattr_ino(999, mode=0o600)  # no such inode: refused before any change
+    with LFS.open(img) as fs:
+        st = fs.stat("f")
+        assert (st.mode & 0o7777, st.mtime_ms, st.size) == (0o600, 12345, 13)
+        assert fs.lookup(fmt.INO_ROOT, "f") == st
+        assert fs.lookup(fmt.INO_ROOT, "g") is None
+    assert_clean(img)
+
+
 def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
     """After an undone op the image on disk rolls forward to the state before it, not into
     the undone op's blocks (the summary of the current segment is written again)."""

@@ -22,7 +22,7 @@ import pytest
 
 from fsage.lfs.fs import LFS, mkfs
 from fsage.lfs.fsck import fsck
-from fsage.lfs.mount import fuse_available
+from fsage.lfs.mount import _options, fuse_available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,6 +132,8 @@ def twin() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        for left in d.parent.glob(f"{d.name}.fsage-age*"):  # `fsage age`'s state, beside it
+            left.unlink()
 
 
 # ---------------------------------------------------------------------------- the workload
@@ -502,3 +504,13 @@ def test_age_through_the_mount_matches_tmpfs(
     assert got == want
     mounted.unmount()
     assert rep_ok(mounted.image)
+
+
+def test_permissions_are_checked_by_the_kernel_only_when_others_are_let_in() -> None:
+    """Without allow_other only the mounting user (who can write the image anyway) reaches
+    the files: no default_permissions, which costs a request per directory change."""
+    img = Path("/x/lfs.img")
+    assert "default_permissions" not in _options(img, ()).split(",")
+    opts = _options(img, ("allow_other",)).split(",")
+    assert "default_permissions" in opts and "allow_other" in opts
+    assert _options(img, ("allow_other", "default_permissions")).count("default_permissions") == 1

@@ -1,0 +1,116 @@
+"""`fsage snapshot DIR` starts its walk before it imports the rest of the command, and the
+command takes that walk over (or drops it, when it fails first)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import click
+import pytest
+
+import fsage.snapshotter.livewalk as livewalk
+from fsage.cli import (
+    SNAPSHOT_FLAG_OPTIONS,
+    SNAPSHOT_VALUE_OPTIONS,
+    main,
+    snapshot_directory,
+)
+from fsage.errors import SourceError
+
+
+def test_snapshot_directory_reads_the_command_line(tmp_path: Path) -> None:
+    d, f = str(tmp_path), str(tmp_path / "file")
+    Path(f).write_bytes(b"x")
+    assert snapshot_directory(["snapshot", d]) == d
+    assert snapshot_directory(["snapshot", "--db", "x.db", d, "--freeze"]) == d
+    assert snapshot_directory(["snapshot", "--format=json", "--label", "-x", d]) == d
+    assert snapshot_directory(["snapshot", "--", d]) == d
+    assert snapshot_directory(["snapshot", d, "--help"]) is None
+    assert snapshot_directory(["snapshot", d, "--nope"]) is None
+    assert snapshot_directory(["snapshot", d, d]) is None
+    assert snapshot_directory(["snapshot", f]) is None  # an image: not the live reader
+    assert snapshot_directory(["snapshot", str(tmp_path / "missing")]) is None
+    assert snapshot_directory(["snapshot", d, "--db"]) is None
+    assert snapshot_directory(["show", d]) is None
+    assert snapshot_directory(["--version"]) is None
+    assert snapshot_directory([]) is None
+
+
+def test_the_options_it_knows_are_the_commands() -> None:
+    from fsage.cli.snapshot import snapshot
+
+    opts = [p for p in snapshot.params if isinstance(p, click.Option)]
+    flags = {o for p in opts if p.is_flag for o in p.opts}
+    values = {o for p in opts if not p.is_flag for o in p.opts}
+    assert flags == SNAPSHOT_FLAG_OPTIONS
+    assert values == SNAPSHOT_VALUE_OPTIONS
+
+
+def _readable_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    for i in range(30):
+        (tree / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (tree / f"d{i % 3}" / f"f{i}").write_bytes(b"y" * (i * 700))
+    try:
+        livewalk.scope_of(tree, engine="c")
+    except SourceError as exc:
+        pytest.skip(f"the live reader cannot read {tmp_path}: {exc}")
+    return tree
+
+
+def _walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads each C walk runs on, as they run."""
+    threads: list[str] = []
+    real = livewalk.run_c_walk
+
+    def run(sc: livewalk.WalkScope) -> livewalk.CWalk:
+        threads.append(threading.current_thread().name)
+        return real(sc)
+
+    import fsage.snapshotter.live as live
+
+    monkeypatch.setattr(livewalk, "run_c_walk", run)
+    monkeypatch.setattr(live, "run_c_walk", run)
+    return threads
+
+
+def test_the_command_takes_the_walk_started_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = _readable_tree(tmp_path)
+    threads = _walks(monkeypatch)
+    db = tmp_path / "a.db"
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(tree), "--db", str(db), "--format", "json"])
+    assert exit_.value.code == 0
+    assert threads == ["fsage-walk"]  # one walk, the one started before the command ran
+    assert '"files": 30' in capsys.readouterr().out
+    # and the layout it stored is the one a walk of the library call finds
+    from fsage.db.store import Store
+    from fsage.snapshotter.live import read_live_layout
+
+    with Store.open(db) as store:
+        stored = store.load_layout(1)
+    direct = read_live_layout(tree)
+    assert threads == ["fsage-walk", "MainThread"]
+    assert sorted(stored.files.ino.tolist()) == sorted(direct.files.ino.tolist())
+    assert stored.files.ext_physical.tolist() == direct.files.ext_physical.tolist()
+
+
+def test_a_walk_not_taken_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = _readable_tree(tmp_path)
+    threads = _walks(monkeypatch)
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(tree), "--db", str(tmp_path / "b.db"), "--taken-at", "nope"])
+    assert exit_.value.code != 0
+    assert "--taken-at" in capsys.readouterr().err
+    assert not livewalk._started  # nothing left for a later command to take
+    walking = [t for t in threading.enumerate() if t.name == "fsage-walk"]
+    assert all(t.daemon for t in walking)  # the process does not wait for it
+    for t in walking:
+        t.join()
+    assert threads == ["fsage-walk"]
+    assert not (tmp_path / "b.db").exists()
