@@ -44,6 +44,12 @@ live = Extension(
     extra_link_args=["-pthread"],
 )
 
+# Loops numpy has no single call for (fsage/_kernels.c): show's text rows, sorting names,
+# CSR gathers; no libraries.
+kernels = Extension(
+    "fsage._kernels", sources=["fsage/_kernels.c"], extra_compile_args=["-O2", "-Wall"]
+)
+
 # `fsage lfs mount`: libfuse3's low-level loop calling fsage/lfs/mount.py (fsage/_fuse.c).
 fuse = Extension(
     "fsage._fuse",
@@ -52,4 +58,4 @@ fuse = Extension(
     extra_link_args=pkg_config("--libs", libs=("fuse3",)),
 )
 
-setup(ext_modules=[ext2fs, live, fuse])
+setup(ext_modules=[ext2fs, live, fuse, kernels])
