@@ -44,11 +44,19 @@ live = Extension(
     extra_link_args=["-pthread"],
 )
 
-# The mounted-directory executor's ops (fsage/ager/posix.py); Linux only, no libraries.
+# The mounted-directory executor's ops and its worker thread (fsage/ager/posix.py); Linux only,
+# no libraries.
 posixexec = Extension(
     "fsage._posixexec",
     sources=["fsage/_posixexec.c"],
-    extra_compile_args=["-O2", "-Wall"],
+    extra_compile_args=["-O2", "-Wall", "-pthread"],
+    extra_link_args=["-pthread"],
+)
+
+# Loops numpy has no single call for (fsage/_kernels.c): show's text rows, sorting names,
+# CSR gathers; no libraries.
+kernels = Extension(
+    "fsage._kernels", sources=["fsage/_kernels.c"], extra_compile_args=["-O2", "-Wall"]
 )
 
 # `fsage lfs mount`: libfuse3's low-level loop calling fsage/lfs/mount.py (fsage/_fuse.c).
@@ -59,4 +67,4 @@ fuse = Extension(
     extra_link_args=pkg_config("--libs", libs=("fuse3",)),
 )
 
-setup(ext_modules=[ext2fs, live, posixexec, fuse])
+setup(ext_modules=[ext2fs, live, posixexec, fuse, kernels])

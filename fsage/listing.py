@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.dtypes import StringDType
 
+from fsage import _kernels
 from fsage.errors import StoreError
 from fsage.layout import FileTable, Layout, LinkTable, derive_paths
 from fsage.text import shown
@@ -151,9 +152,9 @@ def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, npt.NDArray[np.obj
         return np.zeros(0, np.int64), np.zeros(0, object), True
     parent = links.parent.astype(np.int64)
     ino = links.ino.astype(np.int64)
-    holders = np.unique(parent)
+    holders = _distinct(parent)
     dir_rows = np.flatnonzero(np.isin(ino, holders) & (ino != root_ino))
-    if np.unique(ino[dir_rows]).size != dir_rows.size:
+    if _distinct(ino[dir_rows]).size != dir_rows.size:
         return None
     names = links.decoded()
     printable = "".join(names).isprintable()
@@ -177,6 +178,13 @@ def link_paths(links: LinkTable, root_ino: int) -> tuple[I64, npt.NDArray[np.obj
     rows = np.flatnonzero(dirs[at] == parent)
     bases = _objects(list(prefix.values()))[order[at[rows]]]
     return rows.astype(np.int64), np.add(bases, _objects(names)[rows]), printable
+
+
+def _distinct(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The distinct values, sorted: ``np.unique`` without its look at ``np.ma``, which costs
+    `fsage show --path` the import of numpy.ma (15-30 ms)."""
+    out = np.sort(values)
+    return out[np.concatenate(([True], out[1:] != out[:-1]))] if out.size else out
 
 
 def _objects(items: list[Any]) -> npt.NDArray[np.object_]:
@@ -222,8 +230,12 @@ def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
     by_ino = np.argsort(row, kind="stable")
     order = by_ino[_argsort_text(paths[by_ino])]
     row_sorted, sorted_paths = row[order], paths[order]
-    _, first = np.unique(row_sorted, return_index=True)
-    first.sort()
+    # where each file first comes (written back to front: the earliest place stays)
+    first_at = np.empty(len(files), np.int64)
+    first_at[row_sorted[::-1]] = np.arange(row_sorted.size - 1, -1, -1)
+    is_first = np.zeros(row_sorted.size, bool)
+    is_first[first_at[row_sorted]] = True
+    first = np.flatnonzero(is_first)
     listed = row_sorted[first]
     unnamed = np.ones(len(files), bool)
     unnamed[listed] = False
@@ -245,13 +257,11 @@ def listing_of(files: ListedFiles, links: LinkTable, root_ino: int) -> Listing:
 
 
 def _argsort_text(texts: npt.NDArray[np.object_]) -> I64:
-    """Stable order of ``texts`` (code point order, as Python compares str)."""
-    try:
-        arr = texts.astype(_STR)
-    except UnicodeEncodeError:  # names that are not UTF-8 (surrogate escapes)
-        keys = texts.tolist()
-        return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
-    return np.argsort(arr, kind="stable").astype(np.int64)
+    """Stable order of ``texts`` (code point order, as Python compares str). Python's sort:
+    it takes the runs the texts already come in (files numbered in the order their directory
+    was filled) where a sort of arrays starts from scratch."""
+    keys = texts.tolist()
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
 
 
 def _listing_from(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
@@ -324,7 +334,7 @@ def subtree_listing(files: ListedFiles, paths: dict[int, list[str]]) -> Listing:
     """The files of ``paths`` (from :func:`subtree_paths`) that ``files`` holds, by first path
     then inode number."""
     inos = np.fromiter(paths, np.int64, len(paths))
-    rows = np.unique(_file_rows(files, inos))
+    rows = _distinct(_file_rows(files, inos))
     rows = rows[rows >= 0]
     ino = files.ino[rows].tolist()
     order = sorted(range(rows.size), key=lambda k: (paths[ino[k]][0], ino[k]))
@@ -449,8 +459,8 @@ def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list
 
 def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     """The listing as ``fsage show`` prints it: an aligned table (numbers right-aligned), its
-    header as soon as the column widths are known, then the rows in large chunks, each row
-    formatted by one ``%`` of a format with the widths in it."""
+    header as soon as the column widths are known, then the rows in large chunks, formatted
+    in C (``fsage/_kernels.c``)."""
     files, rows = lst.files, lst.rows
     shown_path = _shown_paths(lst.path, lst.unnamed, lst.printable)
     blocks = _blocks(files, rows)
@@ -467,29 +477,31 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
         for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
     ]
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
-    # the last column is not padded (the table's lines end without blanks); a file of one
-    # extent (most) has its numbers put in by the row's format, any other its joined text
-    head_fmt = "%{}{}s  %{}d  %{}d  %{}d  ".format("" if numeric[0] else "-", *widths[:4])
-    one, other = head_fmt + "%d:%d+%d", head_fmt + "%s"
+    # the last column is not padded (the table's lines end without blanks)
     off = files.ext_off.astype(np.int64)
-    last = max(len(files.ext_logical) - 1, 0)
+    logical, physical, length = (
+        np.ascontiguousarray(c, np.uint64)
+        for c in (files.ext_logical, files.ext_physical, files.ext_length)
+    )
+    ino, size, nblocks = (np.ascontiguousarray(c, np.uint64) for c in cols)
     for a in range(0, len(lst), CHUNK_ROWS):
         b = min(a + CHUNK_ROWS, len(lst))
         r = rows[a:b]
-        first = np.minimum(off[r], last)
-        heads = [shown_path[a:b], *(col[a:b].tolist() for col in cols)]
-        ext = (
-            [files.ext_logical[first], files.ext_physical[first], files.ext_length[first]]
-            if len(files.ext_logical)
-            else [np.zeros(b - a, np.uint64)] * 3
+        write(
+            _kernels.text_rows(
+                shown_path[a:b],
+                (widths[0], widths[1], widths[2], widths[3]),
+                numeric[0],
+                ino[a:b],
+                size[a:b],
+                nblocks[a:b],
+                off[r],
+                off[r + 1] - off[r],
+                logical,
+                physical,
+                length,
+            )
         )
-        lines = list(map(one.__mod__, zip(*heads, *(e.tolist() for e in ext), strict=True)))
-        odd = np.flatnonzero(off[r + 1] - off[r] != 1)
-        if odd.size:
-            texts = _extent_array(files, r[odd], "-").tolist()
-            for k, i in enumerate(odd.tolist()):
-                lines[i] = other % (*(h[i] for h in heads), texts[k])
-        write("\n".join(lines) + "\n")
 
 
 class _Sink:

@@ -125,6 +125,7 @@ class SnapshotAnalyzer:
         self.dirs = layout.files.is_dir()
         self._paths_order: I64 | None = None
         self._preorder: I64 | None = None
+        self._parent: I64 | None = None
 
     # -- parts ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -218,7 +219,7 @@ class SnapshotAnalyzer:
         bpg = blocks_per_group(self.layout) or 0
         now, best, blk = e4defrag_counts(_subset(s, e4sel), bpg, groups_per_flex(self.layout))
         kinds = reg | self.dirs | ((files.mode & 0o170000) == 0o120000)
-        actual, ideal = xfs_frag_counts(files.take(np.flatnonzero(kinds)))
+        actual, ideal = xfs_frag_counts(files, kinds)
         return {
             "filefrag_extents_total": int(ff[withblk].sum()),
             "filefrag_extents_mean": float(ff[withblk].mean()) if withblk.any() else None,
@@ -232,7 +233,13 @@ class SnapshotAnalyzer:
         }
 
     def locality(self) -> dict[str, Any]:
-        return locality(self.layout, self.scores.first_block, self.regular)
+        return locality(self.layout, self.scores.first_block, self.regular, self.parent())
+
+    def parent(self) -> I64:
+        """Every file's parent directory (``parent_index``)."""
+        if self._parent is None:
+            self._parent = parent_index(self.layout)
+        return self._parent
 
     def preorder(self) -> I64:
         """Every file's place in a depth-first walk by name (-1: unreachable)."""
@@ -314,7 +321,7 @@ class SnapshotAnalyzer:
         """The runs of the files at ``order`` grouped by size bucket, each bucket's files in
         ``order``: what :meth:`read_time` reads for one bucket, for all buckets at once."""
         kb = k[order]
-        by_bucket = order[np.argsort(kb, kind="stable")]
+        by_bucket = order[np.argsort(kb.astype(np.int16), kind="stable")]  # a radix sort
         kbs = k[by_bucket]
         runs = self.scores.runs
         counts = runs.off[by_bucket + 1] - runs.off[by_bucket]
@@ -340,14 +347,19 @@ class SnapshotAnalyzer:
             head = np.ones(rb.size, bool)
             head[1:] = rb[1:] != rb[:-1]
             ms[head] = m.average_access_ms + sp["length"][head] / m.bandwidth * 1000.0
-        out: dict[int, tuple[int, int, float]] = {}
+        # files and runs come grouped by bucket (``_bucket_runs``): each bucket is a slice,
+        # summed as the same values in the same order as a mask would give them
         fb = sp["file_bucket"]
-        for b in np.unique(fb).tolist():
-            fsel = fb == b
+        buckets = fb[np.flatnonzero(np.diff(fb, prepend=fb[:1] - 1))] if fb.size else fb
+        f_lo, f_hi = np.searchsorted(fb, buckets), np.searchsorted(fb, buckets, side="right")
+        r_lo, r_hi = np.searchsorted(rb, buckets), np.searchsorted(rb, buckets, side="right")
+        nbytes = sp["nbytes"]
+        out: dict[int, tuple[int, int, float]] = {}
+        for k, b in enumerate(buckets.tolist()):
             out[int(b)] = (
-                int(fsel.sum()),
-                int(sp["nbytes"][fsel].sum()),
-                float(ms[rb == b].sum()),
+                int(f_hi[k] - f_lo[k]),
+                int(nbytes[f_lo[k] : f_hi[k]].sum()),
+                float(ms[r_lo[k] : r_hi[k]].sum()),
             )
         return out
 
@@ -355,7 +367,7 @@ class SnapshotAnalyzer:
         """Aggregate score of every directory subtree down to ``depth`` below the root."""
         layout, s = self.layout, self.scores
         n = len(layout.files)
-        parent = parent_index(layout)
+        parent = self.parent()
         dep = self._depths(parent)
         reg = self.regular
         contrib_c = np.where(reg, s.contiguous, 0).astype(np.int64)

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numpy.dtypes import StringDType
 
+from fsage import _kernels
 from fsage.analyzer.locality import fact, inodes_per_group
 from fsage.analyzer.scores import FileScores
 from fsage.layout import META_XATTR, Layout
@@ -76,7 +76,12 @@ def walk_order(layout: Layout, sel: npt.NDArray[np.bool_], pos: I64 | None = Non
     if pos is None:
         pos = preorder(layout)
     idx = np.flatnonzero(sel & (pos >= 0))
-    return idx[np.argsort(pos[idx], kind="stable")].astype(np.int64)
+    if idx.size == 0:
+        return idx.astype(np.int64)
+    # positions are distinct: each file dropped into its slot, the slots read in order
+    slot = np.full(int(pos[idx].max()) + 1, -1, np.int64)
+    slot[pos[idx]] = idx
+    return slot[slot >= 0]
 
 
 def preorder(layout: Layout) -> I64:
@@ -106,13 +111,11 @@ def preorder(layout: Layout) -> I64:
         link_of[li_c[rows]] = rows
     dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
-    # rank every reachable file among its siblings by name
-    all_names = np.empty(len(links), object)
-    all_names[:] = links.decoded("latin-1")  # text that sorts as the bytes do
-    names = all_names[link_of[reach]].astype(StringDType())
-    name_rank = np.empty(reach.size, np.int64)
-    name_rank[np.argsort(names, kind="stable")] = np.arange(reach.size)
-    order = reach[np.lexsort((name_rank, parent[reach]))]
+    # every reachable file after its siblings of smaller names (bytes compared, in C)
+    by_name = _kernels.argsort_names(
+        parent[reach], links.names, links.name_off.astype(np.uint64), link_of[reach]
+    )
+    order = reach[np.frombuffer(by_name, np.int64)]
     size = np.where(dep >= 0, 1, 0).astype(np.int64)
     maxdep = int(dep.max())
     for d in range(maxdep, 0, -1):
@@ -154,16 +157,10 @@ def depths_below(parent: I64, roots: I64) -> I64:
 
 
 def ranges(lo: I64, hi: I64) -> I64:
-    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... concatenated (a CSR gather)."""
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    first = np.zeros(lo.size + 1, np.int64)
-    np.cumsum(counts, out=first[1:])
-    row = np.repeat(np.arange(lo.size), counts)
-    out: I64 = lo[row] + np.arange(total, dtype=np.int64) - first[row]
-    return out
+    """The indices lo[0]..hi[0]-1, lo[1]..hi[1]-1, ... concatenated (a CSR gather), in one
+    pass in C."""
+    out = _kernels.ranges(np.ascontiguousarray(lo, np.int64), np.ascontiguousarray(hi, np.int64))
+    return np.frombuffer(out, np.int64)
 
 
 def _inode_requests(layout: Layout, objs: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:

@@ -101,7 +101,13 @@ def _stats(d: npt.NDArray[Any]) -> dict[str, float | int] | None:
     }
 
 
-def locality(layout: Layout, first_block: I64, regular: npt.NDArray[np.bool_]) -> dict[str, Any]:
+def locality(
+    layout: Layout,
+    first_block: I64,
+    regular: npt.NDArray[np.bool_],
+    parent: I64 | None = None,
+) -> dict[str, Any]:
+    """``parent``: :func:`parent_index` of the layout, when the caller has it already."""
     files = layout.files
     has = regular & (first_block >= 0)
     out: dict[str, Any] = {
@@ -110,7 +116,8 @@ def locality(layout: Layout, first_block: I64, regular: npt.NDArray[np.bool_]) -
         "meta_to_data_blocks": None,
     }
     ipg = inodes_per_group(layout)
-    parent = parent_index(layout)
+    if parent is None:
+        parent = parent_index(layout)
     ino = files.ino.astype(np.int64)
     if ipg:
         sel = has & (parent >= 0)

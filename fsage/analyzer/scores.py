@@ -190,13 +190,17 @@ def filefrag_extents(files: FileTable) -> I64:
     return _bincount(owner[counted], None, n)
 
 
-def xfs_frag_counts(files: FileTable) -> tuple[int, int]:
-    """(actual, ideal) extent counts the way ``xfs_db frag`` counts them.
+def xfs_frag_counts(files: FileTable, sel: npt.NDArray[np.bool_] | None = None) -> tuple[int, int]:
+    """(actual, ideal) extent counts the way ``xfs_db frag`` counts them, over the files
+    ``sel`` flags (all: None).
 
     actual = extent records of every file with any; ideal = logically discontiguous runs
     (one per file plus one per hole). Physical placement plays no part in xfs_db's ideal.
     """
     owner, logical, _physical, length = _sorted_extents(files)
+    if sel is not None:
+        mine = sel[owner]
+        owner, logical, length = owner[mine], logical[mine], length[mine]
     if owner.size == 0:
         return 0, 0
     head = np.ones(owner.size, bool)

@@ -14,6 +14,7 @@ from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, t
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
+from fsage.heap import keep_freed_memory
 from fsage.text import shown
 
 BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
@@ -83,6 +84,7 @@ def analyze(
     """
     if depth < 0:
         raise UsageError("--depth must be 0 or more")
+    keep_freed_memory()  # whole-snapshot arrays come and go: no page faults for each anew
     models = models or ("dsp3105", "hdd", "ssd")
     if full and not history:
         raise UsageError("--full goes with --history")

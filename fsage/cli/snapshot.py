@@ -17,7 +17,6 @@ from fsage.cli.common import (
     format_option,
 )
 from fsage.db.store import Store, parse_taken_at
-from fsage.snapshotter import read_source
 
 
 @click.command()
@@ -64,6 +63,8 @@ def snapshot(
       fsage snapshot /dev/sdb1 --freeze
       fsage snapshot v1.img --name src --taken-at 2024-03-01T02:30:00Z
     """
+    from fsage.snapshotter import read_source  # not on `fsage show`'s path
+
     when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
     with count_progress("reading inodes") as progress:

@@ -205,15 +205,21 @@ def _select_links(
     """The links flagged ``keep``, with their rows."""
     if keep.all():
         return links, link_row
+    return select_links(links, keep), link_row[keep]
+
+
+def select_links(links: LinkTable, keep: npt.NDArray[np.bool_]) -> LinkTable:
+    """The links flagged ``keep``."""
+    if keep.all():
+        return links
     lengths = np.diff(links.name_off).astype(np.int64)
     raw = np.frombuffer(links.names, np.uint8)[np.repeat(keep, lengths)]
-    kept = LinkTable(
+    return LinkTable(
         parent=links.parent[keep],
         ino=links.ino[keep],
         name_off=_offsets(lengths[keep]),
         names=raw.tobytes(),
     )
-    return kept, link_row[keep]
 
 
 def _renumber(

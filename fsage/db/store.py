@@ -576,17 +576,23 @@ class Store:
             raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
         fs_id, facts_json, free_blob, notes = row
         with self._reading():
-            stored = versions.versions_at(self.con, fs_id, snapshot_id)
-        table, special = stored.files, stored.special
+            stored, alive = versions.chunk_versions_at(self.con, fs_id, snapshot_id)
+        # the valid versions in ino order, user files and reserved inodes each taken once
+        table = stored.files
+        rows = np.flatnonzero(alive)
+        rows = rows[np.argsort(table.ino[rows], kind="stable")]
+        special = stored.special[rows]
         links = stored.links
+        if not alive.all():
+            links = codec.select_links(links, alive[stored.link_row])
         pairs = np.frombuffer(zlib.decompress(free_blob), "<u8").reshape(-1, 2)
         facts = FsFacts.from_json(json.loads(facts_json))
         return Layout(
             facts=facts,
-            files=table.take(np.flatnonzero(~special)),
+            files=_rows_of(table, rows[~special]),
             links=links,
             free=FreeExtents(pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)),
-            special=table.take(np.flatnonzero(special)),
+            special=_rows_of(table, rows[special]),
             notes=list(json.loads(notes)),
         )
 
@@ -645,6 +651,18 @@ def _compare(
         superseded=np.concatenate([np.flatnonzero(gone), pos_c[found & ~same]]),
         write_rows=np.flatnonzero(~same),
     )
+
+
+def _rows_of(table: FileTable, rows: npt.NDArray[np.int64]) -> FileTable:
+    """``table.take(rows)``; views of its arrays when the rows are consecutive (a snapshot's
+    user files follow its reserved inodes in one chunk: no copy of every column)."""
+    if (
+        rows.size
+        and int(rows[-1]) - int(rows[0]) + 1 == rows.size
+        and bool(np.all(rows[1:] > rows[:-1]))
+    ):
+        return table.slice(int(rows[0]), int(rows[-1]) + 1)
+    return table.take(rows)
 
 
 def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:

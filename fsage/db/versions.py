@@ -132,6 +132,19 @@ def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64
 
 def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
     """Every version valid in snapshot ``snap_id``, in ino order."""
+    both, alive = chunk_versions_at(con, fs_id, snap_id)
+    rows = np.flatnonzero(alive)
+    order = rows[np.argsort(both.files.ino[rows], kind="stable")]
+    if np.array_equal(order, np.arange(len(both.files))):
+        return both
+    return both.take(order)
+
+
+def chunk_versions_at(
+    con: sqlite3.Connection, fs_id: int, snap_id: int
+) -> tuple[codec.Versions, npt.NDArray[np.bool_]]:
+    """The versions of every chunk snapshot ``snap_id`` sees, in chunk order, and which of
+    them are valid in it (a reader takes those it wants in one go)."""
     chunks = con.execute(
         "SELECT c.id, b.keys, b.body FROM version_chunks c"
         " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.first_snap <= ?"
@@ -144,20 +157,16 @@ def versions_at(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Vers
         " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
         (fs_id, snap_id, snap_id),
     )
-    parts = []
+    parts, alive = [], []
     for chunk_id, *blobs in chunks:
         v = codec.unpack_chunk(dict(zip(codec.CHUNK_BLOBS, blobs, strict=True)))
+        valid = np.ones(len(v.files), bool)
         gone = ended.get(chunk_id)
-        if gone is not None and gone.size:
-            alive = np.ones(len(v.files), bool)
-            alive[gone] = False
-            v = v.take(np.flatnonzero(alive))
+        if gone is not None:
+            valid[gone] = False
         parts.append(v)
-    both = codec.concat_versions(parts)
-    order = np.argsort(both.files.ino, kind="stable")
-    if np.array_equal(order, np.arange(len(order))):
-        return both
-    return both.take(order)
+        alive.append(valid)
+    return codec.concat_versions(parts), (np.concatenate(alive) if alive else np.zeros(0, bool))
 
 
 def forget_snapshot(
@@ -252,7 +261,7 @@ def listed_subtree(
                 )
                 for part, columns in (("keys", codec.KEY_COLUMNS), ("body", codec.BODY_COLUMNS))
             )
-            ino = keys["ino"].astype(np.uint64)
+            ino = keys["ino"].astype(np.uint64, copy=False)
             alive = np.ones(ino.size, bool)
             gone = ended.get(chunk_id)
             if gone is not None:
@@ -260,37 +269,49 @@ def listed_subtree(
             link_row = body["link_rows"].astype(np.int64)
             keep = alive[link_row]
             name_lens = body["name_lens"].astype(np.int64)
-            parents.append(body["link_parents"].astype(np.uint64)[keep])
+            parents.append(body["link_parents"].astype(np.uint64, copy=False)[keep])
             inos.append(ino[link_row[keep]])
             lens.append(name_lens[keep])
             raw = body["names"]
             names.append(raw if keep.all() else raw[np.repeat(keep, name_lens)])
-            chunks.append((ino, alive & (body["special"] == 0), body))
+            chunks.append((ino, alive, body))
         lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
-        off = np.zeros(lengths.size + 1, np.uint64)
-        np.cumsum(lengths, out=off[1:])
+        off = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=off[1:])  # in the lengths' own type: no cast per value
         links = LinkTable(
             np.concatenate(parents) if parents else np.zeros(0, np.uint64),
             np.concatenate(inos) if inos else np.zeros(0, np.uint64),
-            off,
+            off.view(np.uint64),
             b"".join(n.tobytes() for n in names),
         )
         wanted = resolve(links)
         parts: list[dict[str, npt.NDArray[Any]]] = []
-        for ino, user, body in chunks:
-            pick = user if wanted is None else user & np.isin(ino, wanted)
-            rows = np.flatnonzero(pick)
+        for ino, alive, body in chunks:
+            if wanted is None:
+                rows = np.flatnonzero(alive & (body["special"] == 0))
+            else:  # reserved inodes told apart among the few picked only
+                rows = np.flatnonzero(alive & np.isin(ino, wanted))
+                rows = rows[body.take("special", rows) == 0]
             if rows.size == 0:
                 continue
-            ext_off = np.zeros(ino.size + 1, np.uint64)
-            np.cumsum(body["ext_counts"], out=ext_off[1:])
+            counts = body["ext_counts"]
+            if rows.size <= 4:  # a few files: their offsets alone
+                ext_off = np.zeros(ino.size + 1, np.uint64)
+                for r in rows.tolist():
+                    ext_off[r] = counts[:r].sum(dtype=np.uint64)
+                    ext_off[r + 1] = ext_off[r] + np.uint64(counts[r])
+            else:
+                ext_off = np.zeros(ino.size + 1, np.uint64)
+                np.cumsum(counts, dtype=np.uint64, out=ext_off[1:])
             part: dict[str, npt.NDArray[Any]] = {"ino": ino[rows]}
-            if rows.size == ino.size:  # the whole chunk
-                part["ext_off"] = ext_off
+            a, b = int(rows[0]), int(rows[-1]) + 1
+            if rows.size == b - a and rows.size > 4096:  # one run (user files after reserved)
+                e0, e1 = int(ext_off[a]), int(ext_off[b])
+                part["ext_off"] = ext_off[a : b + 1] - np.uint64(e0)
                 for c in LISTED_COLUMNS:
-                    part[c] = body[c].astype(FILE_COLUMNS[c])
+                    part[c] = body[c][a:b].astype(FILE_COLUMNS[c])
                 for c in LISTED_EXTENTS:
-                    part[c] = body[c].astype(np.uint64)
+                    part[c] = body[c][e0:e1].astype(np.uint64)
                 parts.append(part)
                 continue
             ext_idx, part["ext_off"] = csr_take(ext_off, rows)

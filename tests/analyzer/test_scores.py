@@ -103,3 +103,16 @@ def test_e4defrag_score_formula() -> None:
     assert e4defrag_score(15, 10, 100) == 40.0
     assert e4defrag_score(30, 10, 100) == 84.0
     assert e4defrag_score(0, 0, 0) is None
+
+
+def test_xfs_counts_over_some_files_are_those_of_the_files_taken() -> None:
+    rng = np.random.default_rng(5)
+    extents = []
+    for _ in range(200):
+        k = int(rng.integers(0, 5))
+        logical = np.sort(rng.choice(50, k, replace=False)) * 4
+        extents.append([(int(lo), int(rng.integers(100, 10_000)), 2) for lo in logical[::-1]])
+    t = table(extents)
+    sel = rng.random(200) < 0.4
+    assert xfs_frag_counts(t, sel) == xfs_frag_counts(t.take(np.flatnonzero(sel)))
+    assert xfs_frag_counts(t, sel) != xfs_frag_counts(t)

@@ -532,6 +532,25 @@ def test_an_unusable_database_is_not_called_foreign(
         Store.open(db)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64, np.uint64])
+def test_every_width_and_length_round_trips(dtype: type[np.generic]) -> None:
+    """Short and long columns of every width, so that both the 8-byte loads and the last
+    values (fewer than 8 bytes from the blob's end) are read."""
+    from fsage import _ext2fs
+
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)  # type: ignore[type-var]
+    for n in (1, 2, 7, 9, 100):
+        for bits in (1, 8, 13, 24, 40, 63):
+            hi = min(int(info.max), int(info.min) + (1 << bits))
+            values = rng.integers(int(info.min), hi, n, endpoint=True, dtype=dtype)
+            for delta in (False, True):
+                blob = _ext2fs.pack_columns([(values, delta), (values[:1], False)])
+                back = _ext2fs.unpack_columns(blob, [values.dtype.itemsize] * 2)
+                np.testing.assert_array_equal(np.frombuffer(back[0], dtype), values)
+                np.testing.assert_array_equal(np.frombuffer(back[1], dtype), values[:1])
+
+
 @pytest.mark.parametrize("spread", [1, 1000])  # dense inode numbers (a table), sparse (a search)
 def test_link_files_finds_each_links_inode(spread: int) -> None:
     rng = np.random.default_rng(spread)
