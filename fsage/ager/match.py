@@ -58,6 +58,8 @@ MIN_FILES = 50
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
 PER_DIR = 256
 STALL_ROUNDS = 6
+#: Fills tried in all: a fill whose rounds stall is cleared and drawn again.
+FILLS = 3
 
 
 @dataclass
@@ -786,6 +788,14 @@ class Matcher:
             if n % 256 == 0:
                 self.disk.commit()
 
+    def clear(self) -> None:
+        """Delete every file of the matcher's (its directories stay, emptied)."""
+        for rel in list(self.sizes):
+            self.disk.unlink(rel)
+        self.paths.clear()
+        self.sizes.clear()
+        self.disk.commit()
+
     # -- steering
 
     def steer_scores(self, st: _State) -> dict[str, str]:
@@ -1036,6 +1046,7 @@ class Matcher:
         # one nearer in free space only), then the distance.
         closest: tuple[tuple[float, float], dict[str, Any]] | None = None
         stalled = 0
+        fills = 1
         last_actions: dict[str, str] = {}
         while True:
             st = self.snapshot()
@@ -1045,7 +1056,7 @@ class Matcher:
             tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
             self.say(
                 f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV {tv}, "
-                f"{time.perf_counter() - t0:.0f} s"
+                f"fullness {st.target.fullness:.3f}, {time.perf_counter() - t0:.0f} s"
             )
             rank = (_bucket_excess(rep), dist)
             better = closest is None or rank[0] < closest[0][0] - 1e-4
@@ -1065,8 +1076,18 @@ class Matcher:
             if time.perf_counter() - t0 > self.time_limit:
                 res.stop = f"time limit ({self.time_limit:.0f} s)"
                 break
+            if stalled >= STALL_ROUNDS and fills < FILLS:
+                # Holes punched cannot always be given back on the kernel's allocator (it
+                # takes no hint where to put the filler), and the free extents a fill leaves
+                # vary from run to run: a stalled fill is cleared and drawn again.
+                fills += 1
+                self.say(f"fsage: no progress in {STALL_ROUNDS} rounds: fill {fills} of {FILLS}")
+                self.clear()
+                self.fill()
+                best, stalled = None, 0
+                continue
             if stalled >= STALL_ROUNDS:
-                res.stop = f"no progress in {STALL_ROUNDS} rounds"
+                res.stop = f"no progress in {STALL_ROUNDS} rounds of each of {FILLS} fills"
                 break
             last_actions = self.steer_scores(st)
             free_action = self.steer_free(st) if st.free_known else ""
