@@ -319,8 +319,9 @@ class Disk:
     def mkdir(self, rel: str) -> None:
         raise NotImplementedError
 
-    def create(self, rel: str, size: int) -> int:
-        """A new file of ``size`` bytes written whole; returns its inode."""
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """A new file of ``size`` bytes written whole; returns its inode. ``at_once``: its
+        blocks allocated in one piece, after those of every file written before it."""
         raise NotImplementedError
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
@@ -451,10 +452,17 @@ class MountedDisk(Disk):
         while n > 0:
             n -= os.write(fd, self._buf[: min(n, len(self._buf))])
 
-    def create(self, rel: str, size: int) -> int:
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """``at_once``: the kernel writes a large file back a few MiB at a time, interleaved
+        with the other files written, so it is split: the writes before it are synced
+        first and it is fsync'ed whole."""
+        if at_once:
+            os.sync()
         fd, ino = self._open(rel)
         try:
             self._write(fd, size)
+            if at_once:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._place(rel, size)
@@ -583,7 +591,7 @@ class OfflineDisk(Disk):
         with contextlib.suppress(OpFailedError):  # exists already
             self.x.apply(Op("mkdir", self._path(rel)))
 
-    def create(self, rel: str, size: int) -> int:
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
         path = self._path(rel)
         self.x.apply(Op("create", path, size))
         return self.x.stat(path)[0]
@@ -673,8 +681,8 @@ class Matcher:
         self.files_written += 1
         self.bytes_written += size
 
-    def write_whole(self, rel: str, size: int) -> None:
-        self._written(rel, self.disk.create(rel, size), size)
+    def write_whole(self, rel: str, size: int, at_once: bool = False) -> None:
+        self._written(rel, self.disk.create(rel, size, at_once), size)
 
     def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
         for (rel, size), ino in zip(items, self.disk.interleave(items, chunk), strict=True):
@@ -742,7 +750,7 @@ class Matcher:
             for k, f in want.items():
                 if k == top:
                     continue
-                left = f * free_after
+                left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
                 while left >= 1 << k:
                     b = min(self.rng.randint(1 << k, (1 << (k + 1)) - 1), int(left))
                     plan.append(("spacer", b))
@@ -753,7 +761,8 @@ class Matcher:
         for i, (kind, v) in enumerate(plan):
             if kind == "spacer":
                 rel = self._new_path()
-                self.write_whole(rel, v * self.bs)
+                # A large spacer split by writeback would leave smaller holes than asked.
+                self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                 spacers.append(rel)
             elif kind == "whole":
                 self.write_whole(self._new_path(), self._size_of(self._draw_blocks(v)))
