@@ -58,6 +58,8 @@ MIN_FILES = 50
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
 PER_DIR = 256
 STALL_ROUNDS = 6
+#: Fills tried in all: a fill whose rounds stall is cleared and drawn again.
+FILLS = 3
 
 
 @dataclass
@@ -317,8 +319,9 @@ class Disk:
     def mkdir(self, rel: str) -> None:
         raise NotImplementedError
 
-    def create(self, rel: str, size: int) -> int:
-        """A new file of ``size`` bytes written whole; returns its inode."""
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """A new file of ``size`` bytes written whole; returns its inode. ``at_once``: its
+        blocks allocated in one piece, after those of every file written before it."""
         raise NotImplementedError
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
@@ -449,10 +452,17 @@ class MountedDisk(Disk):
         while n > 0:
             n -= os.write(fd, self._buf[: min(n, len(self._buf))])
 
-    def create(self, rel: str, size: int) -> int:
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """``at_once``: the kernel writes a large file back a few MiB at a time, interleaved
+        with the other files written, so it is split: the writes before it are synced
+        first and it is fsync'ed whole."""
+        if at_once:
+            os.sync()
         fd, ino = self._open(rel)
         try:
             self._write(fd, size)
+            if at_once:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._place(rel, size)
@@ -581,7 +591,7 @@ class OfflineDisk(Disk):
         with contextlib.suppress(OpFailedError):  # exists already
             self.x.apply(Op("mkdir", self._path(rel)))
 
-    def create(self, rel: str, size: int) -> int:
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
         path = self._path(rel)
         self.x.apply(Op("create", path, size))
         return self.x.stat(path)[0]
@@ -671,8 +681,8 @@ class Matcher:
         self.files_written += 1
         self.bytes_written += size
 
-    def write_whole(self, rel: str, size: int) -> None:
-        self._written(rel, self.disk.create(rel, size), size)
+    def write_whole(self, rel: str, size: int, at_once: bool = False) -> None:
+        self._written(rel, self.disk.create(rel, size, at_once), size)
 
     def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
         for (rel, size), ino in zip(items, self.disk.interleave(items, chunk), strict=True):
@@ -740,7 +750,7 @@ class Matcher:
             for k, f in want.items():
                 if k == top:
                     continue
-                left = f * free_after
+                left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
                 while left >= 1 << k:
                     b = min(self.rng.randint(1 << k, (1 << (k + 1)) - 1), int(left))
                     plan.append(("spacer", b))
@@ -751,7 +761,8 @@ class Matcher:
         for i, (kind, v) in enumerate(plan):
             if kind == "spacer":
                 rel = self._new_path()
-                self.write_whole(rel, v * self.bs)
+                # A large spacer split by writeback would leave smaller holes than asked.
+                self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                 spacers.append(rel)
             elif kind == "whole":
                 self.write_whole(self._new_path(), self._size_of(self._draw_blocks(v)))
@@ -785,6 +796,14 @@ class Matcher:
             n += 1
             if n % 256 == 0:
                 self.disk.commit()
+
+    def clear(self) -> None:
+        """Delete every file of the matcher's (its directories stay, emptied)."""
+        for rel in list(self.sizes):
+            self.disk.unlink(rel)
+        self.paths.clear()
+        self.sizes.clear()
+        self.disk.commit()
 
     # -- steering
 
@@ -1036,6 +1055,7 @@ class Matcher:
         # one nearer in free space only), then the distance.
         closest: tuple[tuple[float, float], dict[str, Any]] | None = None
         stalled = 0
+        fills = 1
         last_actions: dict[str, str] = {}
         while True:
             st = self.snapshot()
@@ -1045,7 +1065,7 @@ class Matcher:
             tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
             self.say(
                 f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV {tv}, "
-                f"{time.perf_counter() - t0:.0f} s"
+                f"fullness {st.target.fullness:.3f}, {time.perf_counter() - t0:.0f} s"
             )
             rank = (_bucket_excess(rep), dist)
             better = closest is None or rank[0] < closest[0][0] - 1e-4
@@ -1065,8 +1085,18 @@ class Matcher:
             if time.perf_counter() - t0 > self.time_limit:
                 res.stop = f"time limit ({self.time_limit:.0f} s)"
                 break
+            if stalled >= STALL_ROUNDS and fills < FILLS:
+                # Holes punched cannot always be given back on the kernel's allocator (it
+                # takes no hint where to put the filler), and the free extents a fill leaves
+                # vary from run to run: a stalled fill is cleared and drawn again.
+                fills += 1
+                self.say(f"fsage: no progress in {STALL_ROUNDS} rounds: fill {fills} of {FILLS}")
+                self.clear()
+                self.fill()
+                best, stalled = None, 0
+                continue
             if stalled >= STALL_ROUNDS:
-                res.stop = f"no progress in {STALL_ROUNDS} rounds"
+                res.stop = f"no progress in {STALL_ROUNDS} rounds of each of {FILLS} fills"
                 break
             last_actions = self.steer_scores(st)
             free_action = self.steer_free(st) if st.free_known else ""

@@ -213,3 +213,45 @@ def test_match_on_btrfs_matches_sizes_and_says_free_space_is_unknown(
     for r in res.report["buckets"]:
         if r["judged"]:
             assert abs(r["score"] - r["target_score"]) <= SCORE_TOL, text
+
+
+def test_a_stalled_fill_is_cleared_and_drawn_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds that stop making progress clear the matcher's files and fill again (FILLS in
+    all); the run is matched when a later fill gets there, and stops only after the last."""
+    import fsage.ager.match as m
+
+    def run(matched_in_fill: int | None) -> tuple[m.MatchResult, list[str]]:
+        events: list[str] = []
+        fills = [0]
+        matcher = m.Matcher.__new__(m.Matcher)
+        matcher.target = _target({1: (400, 0.5)}, {0: 100})
+        matcher.time_limit, matcher.say = 1e9, events.append
+        matcher.files_written = matcher.bytes_written = 0
+
+        def fill() -> None:
+            fills[0] += 1
+            events.append("fill")
+
+        def report(*_: object) -> dict[str, object]:
+            done = fills[0] == matched_in_fill
+            return {"buckets": [], "free_tv": 0.0 if done else 0.5, "free_ok": done,
+                    "buckets_ok": True, "matched": done, "free_known": True}  # fmt: skip
+
+        monkeypatch.setattr(matcher, "fill", fill, raising=False)
+        monkeypatch.setattr(matcher, "clear", lambda: events.append("clear"), raising=False)
+        monkeypatch.setattr(matcher, "snapshot", lambda: _State(), raising=False)
+        monkeypatch.setattr(matcher, "steer_scores", lambda st: {}, raising=False)
+        monkeypatch.setattr(matcher, "steer_free", lambda st: "", raising=False)
+        monkeypatch.setattr(m, "compare", report)
+        return matcher.run(), events
+
+    class _State:
+        target = _target({}, {})
+        free_known = True
+
+    res, events = run(matched_in_fill=2)
+    assert res.matched and events.count("fill") == 2 and events.count("clear") == 1
+    assert res.rounds == m.STALL_ROUNDS + 2
+    res, events = run(matched_in_fill=None)
+    assert not res.matched and events.count("fill") == m.FILLS
+    assert res.stop == f"no progress in {m.STALL_ROUNDS} rounds of each of {m.FILLS} fills"
