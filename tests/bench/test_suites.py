@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fsage.ager.images import loop_mount, make_image
+from fsage.errors import UsageError
 from fsage.replay.bench import BenchOptions, run_bench
 from tests.conftest import REPO, require_tools
 
@@ -258,3 +259,20 @@ def test_unknown_suite_and_bad_size(tmp_path: Path, fsage_env: dict[str, str]) -
     assert proc.stderr.strip() == "fsage: error: not a size: 'lots' (e.g. 4096, 64K, 32M)"
     assert "Traceback" not in proc.stderr
     assert REPO.exists()
+
+
+@pytest.mark.parametrize(
+    ("suite", "listed"),
+    [("postmark", "standard, seed003"), ("hfs-aging", "10k, 20k, 40k")],
+)
+def test_unknown_variant_is_refused_before_the_target_is_touched(
+    tmp_path: Path, suite: str, listed: str
+) -> None:
+    target = tmp_path / "t"
+    target.mkdir()
+    opts = BenchOptions(suite=suite, variant="nope", repeat=3)
+    said: list[str] = []
+    with pytest.raises(UsageError, match=f"unknown {suite} variant 'nope' \\({listed}"):
+        run_bench(target, opts, echo=said.append)
+    assert said == []  # refused before any layout read or run began
+    assert list(target.iterdir()) == []

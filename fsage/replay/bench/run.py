@@ -23,7 +23,7 @@ from fsage.replay.bench.layoutscore import (
     bench_files_score,
     old_files_score,
 )
-from fsage.replay.bench.suites import SUITES, BenchOptions, Result, SuiteOutput
+from fsage.replay.bench.suites import SUITES, BenchOptions, Result, SuiteOutput, check_variant
 from fsage.replay.bench.target import BENCH_PREFIX, BenchTarget
 
 
@@ -114,6 +114,7 @@ def run_bench(
     fn = SUITES.get(opts.suite)
     if fn is None:
         raise UsageError(f"unknown suite {opts.suite!r} (one of {', '.join(SUITES)})")
+    check_variant(opts)
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     with BenchTarget(Path(target), opts.suite) as tgt:

@@ -40,6 +40,22 @@ MIB = 1024 * KIB
 SEQ_SIZES = [KIB << i for i in range(13)]  # 1 KB .. 4 MB
 SEQ_DEFAULT_DATA = 32 * MIB
 HFS_VARIANTS = {"10k": "hfs-aging-10k", "20k": "hfs-aging-20k", "40k": "hfs-aging-40k"}
+
+
+def check_variant(opts: BenchOptions) -> str | None:
+    """The variant ``opts`` asks of its suite (its default when none is given), or None for a
+    suite without variants; UsageError for one the suite does not have. Checked before the
+    target is touched, and again by the suite."""
+    tables: dict[str, dict[str, Any]] = {"postmark": dict(VARIANTS), "hfs-aging": HFS_VARIANTS}
+    table = tables.get(opts.suite)
+    if table is None:
+        return None
+    variant = opts.variant or (DEFAULT_VARIANT if opts.suite == "postmark" else "10k")
+    if variant not in table:
+        raise UsageError(f"unknown {opts.suite} variant {variant!r} ({', '.join(table)})")
+    return variant
+
+
 TPCB_RECORD = 100
 TPCB_BLOCK = 4096
 TPCB_PER_BLOCK = TPCB_BLOCK // TPCB_RECORD  # 40 records in a 4 KB block
@@ -292,9 +308,8 @@ def run_postmark(tgt: BenchTarget, opts: BenchOptions, say: Say) -> SuiteOutput:
 
     if shutil.which(POSTMARK) is None:
         raise UsageError("the postmark suite needs Debian's postmark (apt-get install postmark)")
-    variant = opts.variant or DEFAULT_VARIANT
-    if variant not in VARIANTS:
-        raise UsageError(f"unknown postmark variant {variant!r} ({', '.join(VARIANTS)})")
+    variant = check_variant(opts)
+    assert variant is not None
     cfg = VARIANTS[variant]
     if opts.size:
         cfg = replace(cfg, files=opts.size)
@@ -489,9 +504,8 @@ def run_hfs_aging(tgt: BenchTarget, opts: BenchOptions, say: Say) -> SuiteOutput
     from fsage.ager.profile import get_preset
     from fsage.ager.run import AgeOptions, age
 
-    variant = opts.variant or "10k"
-    if variant not in HFS_VARIANTS:
-        raise UsageError(f"unknown hfs-aging variant {variant!r} ({', '.join(HFS_VARIANTS)})")
+    variant = check_variant(opts)
+    assert variant is not None
     profile = get_preset(HFS_VARIANTS[variant]).with_overrides(ops_limit=opts.size)
     notes: list[str] = []
     d = tgt.bench_dir / "hfs-aging"
