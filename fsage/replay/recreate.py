@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from fsage.ager.images import run_tool
-from fsage.errors import SourceError, UnsafeTargetError, UsageError
+from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
@@ -353,7 +353,8 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
             )
         if not first_layout.facts.mkfs.get("blocks_count"):
             raise UsageError(f"snapshot {chain[0].id} does not record its mkfs parameters")
-        name = opts.name or _free_name(store, f"{opts.fs_name}-recreated-{final.id}")
+        base_name = f"{opts.fs_name}-recreated-{final.id}"
+        name = opts.name or _free_name(store, base_name)
         notices: list[str] = []
         if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
             if opts.mode == "auto":
@@ -381,15 +382,25 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
                 part.unlink()
             raise
         try:
-            summ = store.add_snapshot(
-                recreated,
-                name=name,
-                source=str(target),
-                op_count=res.ops,
-                bytes_written=res.bytes_written,
-                label=f"recreation of snapshot {final.id}",
-                recreation_of=final.id,
-            )
+            for attempt in range(8):
+                try:
+                    summ = store.add_snapshot(
+                        recreated,
+                        name=name,
+                        source=str(target),
+                        op_count=res.ops,
+                        bytes_written=res.bytes_written,
+                        label=f"recreation of snapshot {final.id}",
+                        recreation_of=final.id,
+                    )
+                    break
+                except StoreError:
+                    # A replay running beside this one may have taken the name this one chose
+                    # at its start: a name fsage chose is chosen again, a given one is not.
+                    taken = name in {f["name"] for f in store.filesystems()}
+                    if opts.name or not taken or attempt == 7:
+                        raise
+                    name = _free_name(store, base_name)
         except BaseException:
             with contextlib.suppress(OSError):
                 target.unlink()

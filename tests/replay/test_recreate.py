@@ -396,3 +396,36 @@ def test_offline_replay_makes_symlinks_and_special_files(tmp_path: Path, e2fspro
 
     for path in ("/d/short", "/long", "/fifo", "/d/tty", "/d/file"):
         assert kind(target, path) == kind(img, path), path
+
+
+def test_a_name_taken_by_a_concurrent_replay_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replays into one database: the name the first chose at its start is taken by the
+    other before it stores its recreation; it stores under the next free name, not an error
+    after the whole replay (which removed its recreated image)."""
+    pytest.importorskip("fsage._ext2fs")
+    import sqlite3
+
+    from fsage.replay import recreate as recreate_mod
+
+    _img, db, last = _aged_history(tmp_path, "offline", size=64 * MIB)
+    real_free_name = recreate_mod._free_name
+
+    def free_name_then_taken(store: Any, base: str) -> str:
+        name = real_free_name(store, base)
+        if name == base:  # the first choice: another replay stores under it meanwhile
+            con = sqlite3.connect(db)
+            with con:
+                con.execute(
+                    "INSERT INTO filesystems (name, uuid, kind, created_at) VALUES (?, ?, ?, ?)",
+                    (name, "another-replay", "ext4", "2026-01-01T00:00:00+00:00"),
+                )
+            con.close()
+        return name
+
+    monkeypatch.setattr(recreate_mod, "_free_name", free_name_then_taken)
+    target = tmp_path / "rec.img"
+    res = recreate(RecreateOptions(db=db, fs_name="orig", target=target, mode="offline"))
+    assert res.recreation_fs == f"orig-recreated-{last}-2"
+    assert target.exists()
