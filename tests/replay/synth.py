@@ -53,8 +53,8 @@ def layout(entries: list[F]) -> Layout:
         gid=np.zeros(n, np.uint32),
         size=np.array([f.size for f in allf], np.uint64),
         atime=np.zeros(n, np.int64),
-        mtime=np.array([f.mtime for f in allf], np.int64),
-        ctime=np.array([f.ctime or f.mtime for f in allf], np.int64),
+        mtime=np.array([f.mtime or f.crtime for f in allf], np.int64),  # unset: as made
+        ctime=np.array([f.ctime or f.mtime or f.crtime for f in allf], np.int64),
         crtime=np.array([f.crtime for f in allf], np.int64),
         flags=np.zeros(n, np.uint32),
         damaged=np.zeros(n, np.uint32),
