@@ -661,6 +661,10 @@ def _op_line(op: Op) -> bytes:
         out += ',"offset":' + str(op.offset)
     if op.dest:
         out += ',"dest":"' + op.dest + '"'
+    if op.mode is not None:
+        out += ',"mode":' + str(op.mode)
+    if op.mtime_ns is not None:
+        out += ',"mtime_ns":' + str(op.mtime_ns)
     return (out + "}\n").encode()
 
 

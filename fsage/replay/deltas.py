@@ -1131,11 +1131,12 @@ def snapshot_deltas(
     since: str | None = None,
     intra: IntraDay | None = None,
     deletes: str = "first",
+    setattr: bool = True,
 ) -> tuple[WorkloadHeader, list[Op], DeltaStats]:
     """The op stream that takes ``fs_name`` from snapshot ``since`` (None: an empty file
     system, so the stream first populates the first snapshot) to snapshot ``until``."""
     chain, start = history(store, fs_name, until, since)
-    builder = DeltaBuilder(intra=intra, deletes=deletes)
+    builder = DeltaBuilder(intra=intra, deletes=deletes, setattr=setattr)
     ops: list[Op] = []
     prev: Layout | None = None
     prev_t: int | None = None
@@ -1180,6 +1181,7 @@ def make_header(
         "until": chain[-1].id if chain else None,
         "snapshots": [s.id for s in chain],
         "deletes": deletes,
+        "setattr": builder.setattr,
         "inferred": dict(stats.inferred),
         "skipped": stats.skipped_counts(),
         "intra_day": None,
