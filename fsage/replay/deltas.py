@@ -13,6 +13,15 @@ identity is a create, an identity that is gone a delete. For a file present in b
 * **overwrite**: same size and same blocks (or holes filled) but a newer modification time ->
   ``overwrite`` of the whole file (which bytes changed is not recorded).
 
+Attribute changes are ``setattr`` ops, right after the data of the file they concern (as tar
+sets the archive's time and mode once it has written a file): a new file whose modification
+time predates its creation (its ``crtime``; where none is recorded, the previous snapshot's
+time) gets that time and its mode, a new file of another mode than a ``create``'s its mode; a
+file whose data changed with a modification time from before the interval gets the time back
+(and its mode if that changed), a file with the same blocks and size whose time went back
+(``touch -d``) a ``setattr`` instead of an ``overwrite``, and a mode change alone a ``setattr``
+at the file's change time. ``DeltaBuilder(setattr=False)`` leaves them all out.
+
 A file with several names (hard links) is made under its first name (by path) and given the
 others with ``link`` ops right after; between snapshots its names are compared as sets: a name
 that went away while another came is a ``rename`` (names paired in path order), a name that
