@@ -10,7 +10,9 @@ Targets:
 The record (a JSON file: ``.fsage-age`` inside a directory target, ``<image>.fsage-age`` beside an
 image) holds the op index reached and, for generated workloads, the generator's state; Ctrl-C
 stops between two ops, so the target is consistent and the record exact, and ``--resume``
-continues from it.
+continues from it. After a kill, ``--resume`` takes what ran since the record from the journal
+and checks a directory target's tree against the journal's (``fsage.ager.reconcile``), for the
+op that was running may have taken effect without its journal line.
 """
 
 from __future__ import annotations
