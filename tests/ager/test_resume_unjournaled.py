@@ -5,7 +5,6 @@ the kill's state is made by hand on a plain directory)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,15 +85,20 @@ def whole(tmp_path: Path) -> dict[str, tuple[str, int]]:
     return tree_with_types(target)
 
 
-@pytest.mark.parametrize("k", range(len(STREAM)))
-@pytest.mark.parametrize("how", ["whole", "in part", "not at all"])
+CASES = [
+    (k, how)
+    for k in range(len(STREAM))
+    for how in ("whole", "in part", "not at all")
+    if how != "in part" or _partly(STREAM[k]) is not None
+]
+
+
+@pytest.mark.parametrize(("k", "how"), CASES)
 def test_resume_after_the_running_op_took_effect_unjournaled(
     tmp_path: Path, whole: dict[str, tuple[str, int]], k: int, how: str
 ) -> None:
     op = STREAM[k]
     effect = {"whole": op, "in part": _partly(op), "not at all": None}[how]
-    if how == "in part" and effect is None:
-        pytest.skip(f"{op.op} does not stop part-way")
     part, journal = _killed_at(tmp_path, k, effect)
     said: list[str] = []
     res = age(part, AgeOptions(resume=True), echo=said.append)
@@ -159,35 +163,37 @@ def test_a_difference_no_single_op_leaves_is_reported_and_left(tmp_path: Path) -
 
 
 def test_difference_names_the_op(tmp_path: Path) -> None:
-    root = tmp_path / "r"
-    root.mkdir()
-    ex = PosixExecutor(root)
+    """Whatever one op did to a tree, ``difference`` names that op (from names, types, sizes
+    and inode numbers)."""
     base = [Op("mkdir", "d"), Op("create", "d/f", size=10), Op("create", "g", size=3)]
-    for op in base:
-        ex.apply(op)
-    for op in [
-        Op("create", "d/h", size=7),
-        Op("append", "g", size=5),
-        Op("truncate", "d/f", size=4),
-        Op("delete", "g"),
-        Op("mkdir", "e"),
-        Op("rename", "g", dest="d/g2"),
-        Op("rename", "d", dest="e2"),
-        Op("rename", "g", dest="d/f"),  # onto an existing file
-        Op("link", "g", dest="d/l"),
-        Op("symlink", "s", size=3, dest="d/f"),
-        Op("mknod", "n", label="fifo"),
-    ]:
-        journaled = journal_tree({}, base)
-        ex.apply(op)
-        disk, inodes = disk_tree(root)
-        assert difference(journaled, disk, inodes).op == op
-        undo = journal_tree(journaled, [op])
-        assert difference(undo, disk, inodes).paths == []
-        ex.close()
-        for entry in sorted(os.listdir(root)):
-            os.system(f"rm -rf {root / entry}")
+    for i, op in enumerate(
+        [
+            Op("create", "d/h", size=7),
+            Op("append", "g", size=5),
+            Op("truncate", "d/f", size=4),
+            Op("delete", "g"),
+            Op("mkdir", "e"),
+            Op("rename", "g", dest="d/g2"),
+            Op("rename", "d", dest="e2"),
+            Op("rename", "g", dest="d/f"),  # onto an existing file
+            Op("link", "g", dest="d/l"),
+            Op("symlink", "s", size=3, dest="d/f"),
+            Op("mknod", "n", label="fifo"),
+        ]
+    ):
+        root = tmp_path / f"r{i}"
+        root.mkdir()
         ex = PosixExecutor(root)
         for b in base:
             ex.apply(b)
-    ex.close()
+        journaled = journal_tree({}, base)
+        ex.apply(op)
+        ex.close()
+        disk, inodes = disk_tree(root)
+        assert difference(journaled, disk, inodes).op == op
+        assert difference(journal_tree(journaled, [op]), disk, inodes).paths == []
+    # two changes are not one op's
+    disk, inodes = disk_tree(root)
+    journaled = journal_tree({}, [*base, Op("create", "x", size=1), Op("delete", "g")])
+    found = difference(journaled, disk, inodes)
+    assert found.op is None and len(found.paths) == 3
