@@ -127,10 +127,12 @@ def apply_op(tree: Tree, op: Op, *, allocate_only: bool = False) -> None:
         elif kind == "delete":
             del tree[op.path]
         elif kind == "rename":
-            for p in _subtree(tree, op.dest):
-                del tree[p]
-            for p in _subtree(tree, op.path):
-                tree[op.dest + p[len(op.path) :]] = tree.pop(p)
+            tree.pop(op.dest, None)  # replaced: a file, or an empty directory
+            if tree[op.path].kind == "d":  # what it holds moves too (a scan: rare)
+                for p in _subtree(tree, op.path):
+                    tree[op.dest + p[len(op.path) :]] = tree.pop(p)
+            else:
+                tree[op.dest] = tree.pop(op.path)
         elif kind == "link":
             tree[op.dest] = tree[op.path]
         elif kind == "symlink":
