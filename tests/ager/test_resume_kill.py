@@ -24,6 +24,7 @@ from fsage.workload import Op, WorkloadHeader, read_workload, write_workload
 MIB = 1 << 20
 CAPACITY = 128 * MIB
 KILLS = 10
+_KINDS = {stat.S_IFDIR: "d", stat.S_IFREG: "f", stat.S_IFLNK: "l"}
 
 
 def tree_with_types(root: Path) -> dict[str, tuple[str, int]]:
@@ -34,15 +35,7 @@ def tree_with_types(root: Path) -> dict[str, tuple[str, int]]:
         for name in dirs + files:
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
-            kind = (
-                "d"
-                if stat.S_ISDIR(st.st_mode)
-                else "f"
-                if stat.S_ISREG(st.st_mode)
-                else "l"
-                if stat.S_ISLNK(st.st_mode)
-                else "o"
-            )
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode), "o")
             out[os.path.relpath(p, root)] = (kind, 0 if kind == "d" else st.st_size)
     return out
 
@@ -64,7 +57,7 @@ def _tmpfs(mnt: Path, size: int) -> Iterator[Path]:
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def journal_tree(journal: Path) -> dict[str, tuple[str, int]]:
+def replayed_tree(journal: Path) -> dict[str, tuple[str, int]]:
     """What replaying ``journal`` on an empty directory gives, as ``tree_with_types`` shows it
     (the ops the tests' streams use; hard links share one size)."""
     tree: dict[str, list[object]] = {}  # path -> [kind, size], shared by hard links
@@ -209,7 +202,7 @@ def test_killed_runs_resume_to_a_tree_their_journal_replays_to(
         # stopped as soon as it ran on: before later ops delete what the kill left
         finished = not _run_and_stop(cmd, fsage_env, small_fs, signal.SIGINT, 0.0, said, 1)
         (journal,) = small_fs.parent.glob(small_fs.name + ".fsage-age.*.ops.jsonl")
-        assert not _differ(tree_with_types(small_fs), journal_tree(journal)), kills
+        assert not _differ(tree_with_types(small_fs), replayed_tree(journal)), kills
     if not finished:
         done = subprocess.run(cmd, env=fsage_env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
