@@ -215,6 +215,26 @@ class _DataMixin(LfsState):
             inode.size = offset + n
         self._mark(inode)
 
+    def _buffered(self, addr: int, inode: Inode, blk: int) -> bool:
+        """Whether ``addr``, block ``blk`` of ``inode``, may be changed in place in the segment
+        buffer (``_overwrite_buffered``)."""
+        pos = addr & 0xFFFFFFFF
+        if (
+            addr == 0
+            or addr >> 32 != self.cur_seg
+            or not (self.flushed_pos <= pos < self.cur_pos)
+            or self._cleaning
+        ):
+            return False
+        rec = self.recs[pos]
+        return not (
+            rec is None
+            or rec.btype != BT_DATA
+            or rec.ino != inode.ino
+            or rec.offset != blk
+            or rec.version != inode.version
+        )
+
     def _overwrite_buffered(
         self,
         addr: int,
@@ -227,18 +247,11 @@ class _DataMixin(LfsState):
         """Write buffering: a data block of this file that is still in the segment buffer
         (put since the last flush, so no committed unit refers to it) is changed in place
         instead of taking a new block."""
+        if not self._buffered(addr, inode, blk):
+            return False
         pos = addr & 0xFFFFFFFF
-        if not (self.flushed_pos <= pos < self.cur_pos) or self._cleaning or addr == 0:
-            return False
         rec = self.recs[pos]
-        if (
-            rec is None
-            or rec.btype != BT_DATA
-            or rec.ino != inode.ino
-            or rec.offset != blk
-            or rec.version != inode.version
-        ):
-            return False
+        assert rec is not None
         sp = self._txn
         start = pos * self.bs
         if sp is not None and sp.cur_seg == self.cur_seg and pos < sp.cur_pos:

@@ -373,15 +373,17 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
 
     def _write(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data)
-        if (
-            mv.nbytes
-            and offset // self.bs == (offset + mv.nbytes - 1) // self.bs
-            and self.cur_pos < self.ndata
-            and self.seq <= fmt.SEQ_MAX
-            and self._in_memory_ok()
-        ):
-            self._write_small(inode, offset, mv)
-            return mv.nbytes
+        n = mv.nbytes
+        if n:
+            first, last = offset // self.bs, (offset + n - 1) // self.bs
+            if (
+                last < N_DIRECT
+                and self.cur_pos + (last - first) < self.ndata
+                and self.seq + (last - first) <= fmt.SEQ_MAX
+                and self._in_memory_ok()
+            ):
+                self._write_buffered(inode, offset, mv)
+                return n
         nblk = -(-len(mv) // self.bs) + 1
         with self.atomic(nblk + nblk // 64 + 2):
             inode = self._iget(inode.ino)
@@ -390,30 +392,40 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             self._end_op()
         return len(mv)
 
-    def _write_small(self, inode: Inode, offset: int, mv: memoryview) -> None:
-        """A write within one block when the segment buffer has room and no commit is due:
-        everything that can fail (reading the block map and the old block) comes before the
-        first change, and the rest is in memory, so no savepoint is needed."""
+    def _write_buffered(self, inode: Inode, offset: int, mv: memoryview) -> None:
+        """A write to a file's direct blocks whose new blocks all fit in the segment buffer,
+        when no commit is due: everything that can fail (reading the old blocks it changes in
+        part) comes before the first change, and the rest is in memory, so no savepoint is
+        needed (the kernel's writeback cache sends a small file's pages as one such write)."""
         bs = self.bs
-        blk, within = divmod(offset, bs)
-        old = inode.ptr[blk] if blk < N_DIRECT else self._get_ptr(inode, blk)
+        end = offset + mv.nbytes
+        first, last = offset // bs, (end - 1) // bs
         ct = time.time_ns() // 1_000_000
-        if old >> 32 == self.cur_seg and self._overwrite_buffered(old, inode, blk, within, mv, ct):
-            pass
-        else:
-            if mv.nbytes == bs:
-                piece: bytes | bytearray | memoryview = mv
+        # (block, offset in it, the piece of mv, the block's old content if it is rewritten
+        # in part and not in the segment buffer)
+        plan: list[tuple[int, int, memoryview, bytes | None]] = []
+        for blk in range(first, last + 1):
+            lo, hi = max(offset, blk * bs), min(end, (blk + 1) * bs)
+            old = inode.ptr[blk]
+            base = None
+            if hi - lo < bs and old and not self._buffered(old, inode, blk):
+                self._check_addr(old, f"inode {inode.ino} block pointer")
+                base = self._read_block(old)
+            plan.append((blk, lo - blk * bs, mv[lo - offset : hi - offset], base))
+        for blk, within, piece, base in plan:
+            old = inode.ptr[blk]
+            if old and self._overwrite_buffered(old, inode, blk, within, piece, ct):
+                continue
+            if piece.nbytes == bs:
+                data: bytes | bytearray | memoryview = piece
             else:
-                base = bytearray(bs)
-                if old:
-                    self._check_addr(old, f"inode {inode.ino} block pointer")
-                    base[:] = self._read_block(old)
-                base[within : within + mv.nbytes] = mv
-                piece = base
-            addr = self._put(piece, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
+                block = bytearray(base) if base is not None else bytearray(bs)
+                block[within : within + piece.nbytes] = piece
+                data = block
+            addr = self._put(data, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
             self._set_ptr(inode, blk, addr)
-        if offset + mv.nbytes > inode.size:
-            inode.size = offset + mv.nbytes
+        if end > inode.size:
+            inode.size = end
         inode.mtime = inode.ctime = ct
         self._mark(inode)
         self._changed_in_memory()

@@ -257,13 +257,10 @@ class _LogMixin(LfsState):
             inode_inomap=_simp(self.sys[INO_INOMAP]),
             inode_inovec=_simp(self.sys[INO_INOVEC]),
             inode_inotbl=_simp(self.sys[INO_INOTBL]),
-            segusage=[
-                lfs_pb2.SegUsageRec(nblks_live=max(0, lv), mtime=mt)
-                for lv, mt in zip(self.live, self.mtime, strict=True)
-            ],
         )
         which = 1 - self.cp_which
-        fmt.write_checkpoint(self.fd, self.geo, which, cp)
+        segusage = fmt.segusage_octets(self.live, self.mtime)
+        fmt.write_checkpoint(self.fd, self.geo, which, cp, segusage)
         self.cp_which = which
         self.cp_stamp = stamp
         self.cp_next = self.cur_seg

@@ -79,6 +79,30 @@ def test_checkpoint_length_bound_matches_encoder() -> None:
         assert len(fmt.encode_pb(cp)) == fmt.checkpoint_len_max(nseg)
 
 
+def test_hand_encoded_directories_and_segment_usage_match_protobuf() -> None:
+    """Directory files and the checkpoint's segment usage table are packed without building
+    messages; the octets are those protobuf gives."""
+    from fsage.lfs.dirs import _encode_dir
+
+    rnd = random.Random(3)
+    for _ in range(300):
+        d = {
+            "".join(
+                rnd.choice("ab\u00e9\u20ac\U0001d11e_.") for _ in range(rnd.randrange(0, 300))
+            ): (rnd.choice([0, 1, 127, 128, 16383, 16384, (1 << 32) - 1, rnd.randrange(1 << 32)]))
+            for _ in range(rnd.randrange(0, 30))
+        }
+        recs = [lfs_pb2.DirFileRec(ino=i, name=n) for n, i in d.items()]
+        assert _encode_dir(d) == fmt.encode_pb(lfs_pb2.DirFile(list=recs))
+    live = [rnd.choice([-2, 0, 1, 300, (1 << 32) - 1]) for _ in range(500)]
+    mtime = [rnd.choice([0, 1, 1 << 40, (1 << 64) - 1]) for _ in range(500)]
+    pairs = zip(live, mtime, strict=True)
+    usage = [lfs_pb2.SegUsageRec(nblks_live=max(0, a), mtime=b) for a, b in pairs]
+    whole = lfs_pb2.Checkpoint(timestamp=9, next_seg=4, segusage=usage).SerializeToString()
+    head = lfs_pb2.Checkpoint(timestamp=9, next_seg=4).SerializeToString()
+    assert head + fmt.segusage_octets(live, mtime) == whole
+
+
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [

@@ -161,6 +161,59 @@ def test_attribute_changes_without_a_savepoint_still_reach_the_log(tmp_path: Pat
     assert_clean(img)
 
 
+def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
+    """Writes of several blocks to a file's direct blocks that fit the segment buffer take no
+    savepoint (as the kernel's writeback cache sends a small file's pages); partly rewritten
+    blocks, blocks still in the buffer and holes read back as a model says, before and after
+    the commit and a reopen."""
+    img = image(tmp_path / "a.img", segments=32, bps=32)
+    rnd = random.Random(7)
+    model: dict[str, bytearray] = {}
+    with LFS.open(img) as fs:
+        taken = []
+        real = fs._savepoint
+        fs._savepoint = lambda: taken.append(1) or real()  # type: ignore[method-assign]
+        for step in range(300):
+            name = f"f{rnd.randrange(6)}"
+            if name not in model:
+                fs.create(name)
+                model[name] = bytearray()
+            off = rnd.randrange(0, 10 * 4096)
+            data = os.urandom(rnd.randrange(1, 3 * 4096 + 100))
+            fs.write(name, off, data)
+            buf = model[name]
+            if len(buf) < off + len(data):
+                buf.extend(bytes(off + len(data) - len(buf)))
+            buf[off : off + len(data)] = data
+            if step % 50 == 49:
+                fs.sync()
+            assert fs.read(name) == bytes(buf)
+        assert len(taken) < 300 // 4  # most writes took none (creates and big writes do)
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        for name, buf in model.items():
+            assert fs.read(name) == bytes(buf)
+
+
+def test_a_buffered_write_that_cannot_read_an_old_block_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The old content of a block a write changes in part is read before the first change: a
+    bad block pointer fails the write with the file and the log as they were."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        ino = fs.create("f")
+        fs.write_ino(ino, 0, b"x" * 3 * 4096)
+        fs.sync()
+        inode = fs._iget(ino)
+        inode.ptr[1] = (fs.geo.segments + 5) << 32  # beyond the disk
+        before = (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty))
+        with pytest.raises(fmt.LfsError):
+            fs.write_ino(ino, 100, b"y" * 5000)  # all of block 0's tail, part of block 1
+        assert (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty)) == before
+        fs.closed = True  # the image was damaged in memory only: do not write it
+
+
 def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
     """After an undone op the image on disk rolls forward to the state before it, not into
     the undone op's blocks (the summary of the current segment is written again)."""
