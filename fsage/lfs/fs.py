@@ -85,6 +85,15 @@ class Stat:
     version: int
 
 
+def _plain(name: str) -> bool:
+    """A name that linking can take without failing part way: valid UTF-8 (the directory
+    change record's protocol buffer needs it) of at most 255 octets."""
+    try:
+        return len(name.encode("utf-8")) <= 255
+    except UnicodeEncodeError:
+        return False
+
+
 def mkfs(
     path: str | os.PathLike[str],
     *,
@@ -340,11 +349,21 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
     def create_at(self, dino: int, name: str, mode: int = 0o644) -> int:
         if name in self._dir(dino):
             raise LfsOpError(f"file exists: {name!r}")
+        if _plain(name) and self._in_memory_ok():
+            # Nothing below can fail once the directory's inode is at hand: no savepoint.
+            self._iget(dino)
+            ino = self._create(dino, name, mode)
+            self._changed_in_memory()
+            return ino
         with self.atomic(1):
-            inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
-            inode.nlink = 1
-            self._link(dino, name, inode.ino)
+            ino = self._create(dino, name, mode)
             self._end_op()
+        return ino
+
+    def _create(self, dino: int, name: str, mode: int) -> int:
+        inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
+        inode.nlink = 1
+        self._link(dino, name, inode.ino)
         return inode.ino
 
     def _regular(self, ino: int, what: str) -> Inode:
@@ -501,16 +520,28 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT == S_IFDIR:
             raise LfsOpError(f"is a directory: {name!r}")
+        if (
+            inode.body is not None or not (any(inode.ptr[N_DIRECT:]) or inode.tree)
+        ) and self._in_memory_ok():
+            # No indirect blocks to read or write: nothing below can fail once the
+            # directory's inode is at hand, so no savepoint.
+            self._iget(dino)
+            self._unlink(dino, name, inode.ino)
+            self._changed_in_memory()
+            return
         with self.atomic():
-            self._unlink_name(dino, name)
-            inode = self._iget(inode.ino)
-            inode.nlink -= 1
-            inode.ctime = now_ms()
-            if inode.nlink <= 0:
-                self._free_inode(inode)
-            else:
-                self._mark(inode)
+            self._unlink(dino, name, inode.ino)
             self._end_op()
+
+    def _unlink(self, dino: int, name: str, ino: int) -> None:
+        self._unlink_name(dino, name)
+        inode = self._iget(ino)
+        inode.nlink -= 1
+        inode.ctime = now_ms()
+        if inode.nlink <= 0:
+            self._free_inode(inode)
+        else:
+            self._mark(inode)
 
     def mkdir(self, path: str, mode: int = 0o755) -> int:
         return self.mkdir_at(*self._parent(path), mode)

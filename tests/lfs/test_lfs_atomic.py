@@ -161,6 +161,36 @@ def test_attribute_changes_without_a_savepoint_still_reach_the_log(tmp_path: Pat
     assert_clean(img)
 
 
+def test_creates_and_unlinks_without_indirect_blocks_take_no_savepoint(tmp_path: Path) -> None:
+    """Creating a file with a plain name and unlinking one without indirect blocks change
+    memory only; names a directory change record cannot hold, and files with indirect blocks,
+    take the savepoint (and a name too long changes nothing)."""
+    img = image(tmp_path / "a.img", segments=48)
+    with LFS.open(img) as fs:
+        taken: list[int] = []
+        real = fs._savepoint
+        fs._savepoint = lambda: taken.append(1) or real()  # type: ignore[method-assign]
+        a = fs.create_at(fmt.INO_ROOT, "a")
+        fs.write_ino(a, 0, b"small")
+        b = fs.create_at(fmt.INO_ROOT, "b")
+        fs.unlink_at(fmt.INO_ROOT, "a")
+        assert taken == []
+        before = state(fs)
+        with pytest.raises(LfsOpError, match="name too long"):
+            fs.create_at(fmt.INO_ROOT, "x" * 256)
+        assert taken == [1] and state(fs) == before
+        fs.write_ino(b, 0, os.urandom(14 * 4096))  # past the 12 direct blocks
+        taken.clear()
+        fs.unlink_at(fmt.INO_ROOT, "b")
+        assert taken == [1]
+        c = fs.create_at(fmt.INO_ROOT, "c")
+        fs.write_ino(c, 0, b"kept")
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        assert sorted(n for n, _ in fs.readdir("")) == ["c"]
+        assert fs.read("c") == b"kept"
+
+
 def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
     """Writes of several blocks to a file's direct blocks that fit the segment buffer take no
     savepoint (as the kernel's writeback cache sends a small file's pages); partly rewritten
