@@ -375,13 +375,15 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
     def _in_memory_ok(self) -> bool:
         """Whether an operation whose changes stay in memory may skip its savepoint: it is
         not inside a group, no commit is due and the clean segments are not running short
-        (so what it changes waits for a later commit, as everything buffered does)."""
-        return (
-            self._txn is None
-            and self.opts.commit_interval > 0
-            and len(self.clean) >= 3 + self._lw
-            and not self._commit_due()
-        )
+        (so what it changes waits for a later commit, as everything buffered does). A commit
+        that is due is made first, as ``sync`` would, before the operation changes anything:
+        made inside the operation's savepoint instead, it would have to keep every inode
+        waiting for it."""
+        if self._txn is not None or self.opts.commit_interval <= 0:
+            return False
+        if len(self.clean) >= 3 + self._lw and self._commit_due():
+            self._commit()
+        return len(self.clean) >= 3 + self._lw and not self._commit_due()
 
     def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
         return self._write(self._regular(self._lookup(path), path), offset, data)
@@ -397,11 +399,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             first, last = offset // self.bs, (offset + n - 1) // self.bs
             if (
                 last < N_DIRECT
+                and self._in_memory_ok()  # first: the commit it may make moves the buffer on
                 and self.cur_pos + (last - first) < self.ndata
                 and self.seq + (last - first) <= fmt.SEQ_MAX
-                and self._in_memory_ok()
             ):
-                self._write_buffered(inode, offset, mv)
+                self._write_buffered(self._iget(inode.ino), offset, mv)
                 return n
         nblk = -(-len(mv) // self.bs) + 1
         with self.atomic(nblk + nblk // 64 + 2):
@@ -778,10 +780,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         mtime_ms: int | None = None,
     ) -> Stat:
         """``setattr`` of inode ``ino``."""
-        inode = self._iget(ino)  # the only step that can fail, before any change
+        self._iget(ino)  # the only step that can fail, before any change
         change = (mode, uid, gid, atime_ms, mtime_ms)
         if self._in_memory_ok():
-            self._set_attrs(inode, *change)
+            # Got again: a commit made first may have dropped the inode from the cache.
+            self._set_attrs(self._iget(ino), *change)
             self._changed_in_memory()
         else:
             with self.atomic(1):

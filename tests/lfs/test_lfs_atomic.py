@@ -191,6 +191,50 @@ def test_creates_and_unlinks_without_indirect_blocks_take_no_savepoint(tmp_path:
         assert fs.read("c") == b"kept"
 
 
+def test_a_commit_due_is_made_before_an_in_memory_op_which_then_keeps_its_change(
+    tmp_path: Path,
+) -> None:
+    """When a commit is due, an operation that may stay in memory commits what waits first
+    (no savepoint); the commit may drop cached inodes and directories, and the operation's
+    own change still lands."""
+    img = image(tmp_path / "a.img", segments=48)
+    with LFS.open(img) as fs:
+        a = fs.create_at(fmt.INO_ROOT, "a")
+        fs.create_at(fmt.INO_ROOT, "b")
+        taken: list[int] = []
+        real_sp, real_commit = fs._savepoint, fs._commit
+        fs._savepoint = lambda: taken.append(1) or real_sp()  # type: ignore[method-assign]
+
+        def commit_and_forget() -> None:
+            real_commit()
+            fs._icache.clear()  # as the cache trim after a commit may
+            fs._dirs.clear()
+
+        fs._commit = commit_and_forget  # type: ignore[method-assign]
+
+        def due() -> None:
+            assert fs._pending_since is not None
+            fs._pending_since -= 3600  # older than commit_interval: a commit is due
+
+        due()
+        fs.write_ino(a, 0, b"x" * 5000)
+        assert fs.read_ino(a) == b"x" * 5000
+        due()
+        fs.setattr_ino(a, mode=0o600)
+        assert fs.stat_ino(a).mode & 0o7777 == 0o600
+        due()
+        c = fs.create_at(fmt.INO_ROOT, "c")
+        assert fs.stat_ino(c).nlink == 1
+        due()
+        fs.unlink_at(fmt.INO_ROOT, "b")
+        assert sorted(fs.directory(fmt.INO_ROOT)) == ["a", "c"]
+        assert taken == []
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        assert fs.read("a") == b"x" * 5000 and fs.stat("a").mode & 0o7777 == 0o600
+        assert sorted(fs.directory(fmt.INO_ROOT)) == ["a", "c"]
+
+
 def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
     """Writes of several blocks to a file's direct blocks that fit the segment buffer take no
     savepoint (as the kernel's writeback cache sends a small file's pages); partly rewritten
