@@ -379,10 +379,15 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         that is due is made first, as ``sync`` would, before the operation changes anything:
         made inside the operation's savepoint instead, it would have to keep every inode
         waiting for it."""
-        if self._txn is not None or self.opts.commit_interval <= 0:
+        if (
+            self._txn is not None
+            or self.opts.commit_interval <= 0
+            or len(self.clean) < 3 + self._lw
+        ):
             return False
-        if len(self.clean) >= 3 + self._lw and self._commit_due():
-            self._commit()
+        if not self._commit_due():
+            return True
+        self._commit()
         return len(self.clean) >= 3 + self._lw and not self._commit_due()
 
     def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
