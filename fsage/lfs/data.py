@@ -249,6 +249,13 @@ class _DataMixin(LfsState):
         instead of taking a new block."""
         if not self._buffered(addr, inode, blk):
             return False
+        self._overwrite_in_buffer(addr, within, piece, ctime)
+        return True
+
+    def _overwrite_in_buffer(
+        self, addr: int, within: int, piece: bytes | bytearray | memoryview, ctime: int
+    ) -> None:
+        """``_overwrite_buffered`` of a block ``_buffered`` said may be changed in place."""
         pos = addr & 0xFFFFFFFF
         rec = self.recs[pos]
         assert rec is not None
@@ -265,7 +272,6 @@ class _DataMixin(LfsState):
         if ctime > self.mtime[self.cur_seg]:
             self.mtime[self.cur_seg] = ctime
         self.counters.buffered_overwrites += 1
-        return True
 
     def _read_data(self, inode: Inode, offset: int, size: int) -> bytes:
         if inode.body is not None:

@@ -400,15 +400,13 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
     def _write(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data)
         n = mv.nbytes
-        if n:
-            first, last = offset // self.bs, (offset + n - 1) // self.bs
-            if (
-                last < N_DIRECT
-                and self._in_memory_ok()  # first: the commit it may make moves the buffer on
-                and self.cur_pos + (last - first) < self.ndata
-                and self.seq + (last - first) <= fmt.SEQ_MAX
-            ):
-                self._write_buffered(self._iget(inode.ino), offset, mv)
+        # _in_memory_ok first: the commit it may make moves the segment buffer on.
+        if n and self._in_memory_ok():
+            more = (offset + n - 1) // self.bs - offset // self.bs  # blocks past the first
+            if self.cur_pos + more < self.ndata and self.seq + more <= fmt.SEQ_MAX:
+                if self._icache.get(inode.ino) is not inode:  # that commit dropped it
+                    inode = self._iget(inode.ino)
+                self._write_buffered(inode, offset, mv)
                 return n
         nblk = -(-len(mv) // self.bs) + 1
         with self.atomic(nblk + nblk // 64 + 2):
@@ -419,42 +417,66 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         return len(mv)
 
     def _write_buffered(self, inode: Inode, offset: int, mv: memoryview) -> None:
-        """A write to a file's direct blocks whose new blocks all fit in the segment buffer,
-        when no commit is due: everything that can fail (reading the old blocks it changes in
+        """A write whose new blocks all fit in the segment buffer, when no commit is due:
+        everything that can fail (reading the block map and the old blocks it changes in
         part) comes before the first change, and the rest is in memory, so no savepoint is
         needed (the kernel's writeback cache sends a small file's pages as one such write)."""
         bs = self.bs
         end = offset + mv.nbytes
         first, last = offset // bs, (end - 1) // bs
         ct = time.time_ns() // 1_000_000
-        # (block, offset in it, the piece of mv, the block's old content if it is rewritten
-        # in part and not in the segment buffer)
-        plan: list[tuple[int, int, memoryview, bytes | None]] = []
+        # Per block: (block, offset in it, the piece of mv, its old address, whether that is
+        # in the segment buffer and may be changed there, the old content if it is rewritten
+        # in part and is not). Puts of earlier blocks leave what was in the buffer there.
+        plan: list[tuple[int, int, memoryview, int, bool, bytes | None]] = []
         for blk in range(first, last + 1):
-            lo, hi = max(offset, blk * bs), min(end, (blk + 1) * bs)
-            old = inode.ptr[blk]
+            lo = offset if blk == first else blk * bs
+            hi = end if blk == last else (blk + 1) * bs
+            # (past the direct blocks, _get_ptr reads and keeps the indirect blocks on the way)
+            old = inode.ptr[blk] if blk < N_DIRECT else self._get_ptr(inode, blk)
+            in_buffer = old != 0 and self._buffered(old, inode, blk)
             base = None
-            if hi - lo < bs and old and not self._buffered(old, inode, blk):
+            if hi - lo < bs and old and not in_buffer:
                 self._check_addr(old, f"inode {inode.ino} block pointer")
                 base = self._read_block(old)
-            plan.append((blk, lo - blk * bs, mv[lo - offset : hi - offset], base))
-        for blk, within, piece, base in plan:
-            old = inode.ptr[blk]
-            if old and self._overwrite_buffered(old, inode, blk, within, piece, ct):
-                continue
-            if piece.nbytes == bs:
-                data: bytes | bytearray | memoryview = piece
-            else:
-                block = bytearray(base) if base is not None else bytearray(bs)
-                block[within : within + piece.nbytes] = piece
-                data = block
-            addr = self._put(data, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
-            self._set_ptr(inode, blk, addr)
+            if first == last:  # one block (most small writes): no plan to go through
+                if in_buffer:
+                    self._overwrite_in_buffer(old, lo - blk * bs, mv, ct)
+                else:
+                    self._write_block(inode, blk, lo - blk * bs, mv, old, in_buffer, base, ct)
+                break
+            plan.append((blk, lo - blk * bs, mv[lo - offset : hi - offset], old, in_buffer, base))
+        for step in plan:
+            self._write_block(inode, *step, ct)
         if end > inode.size:
             inode.size = end
         inode.mtime = inode.ctime = ct
         self._mark(inode)
         self._changed_in_memory()
+
+    def _write_block(
+        self,
+        inode: Inode,
+        blk: int,
+        within: int,
+        piece: memoryview,
+        old: int,
+        in_buffer: bool,
+        base: bytes | None,
+        ct: int,
+    ) -> None:
+        """One block of ``_write_buffered``: changed in the segment buffer, or put anew."""
+        if in_buffer:
+            self._overwrite_in_buffer(old, within, piece, ct)
+            return
+        if piece.nbytes == self.bs:
+            data: bytes | bytearray | memoryview = piece
+        else:
+            block = bytearray(base) if base is not None else bytearray(self.bs)
+            block[within : within + piece.nbytes] = piece
+            data = block
+        addr = self._put(data, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
+        self._set_ptr(inode, blk, addr)
 
     def _changed_in_memory(self) -> None:
         """The end of an operation that took no savepoint (``_in_memory_ok``)."""

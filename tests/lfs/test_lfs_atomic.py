@@ -236,10 +236,10 @@ def test_a_commit_due_is_made_before_an_in_memory_op_which_then_keeps_its_change
 
 
 def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
-    """Writes of several blocks to a file's direct blocks that fit the segment buffer take no
-    savepoint (as the kernel's writeback cache sends a small file's pages); partly rewritten
-    blocks, blocks still in the buffer and holes read back as a model says, before and after
-    the commit and a reopen."""
+    """Writes of several blocks that fit the segment buffer take no savepoint (as the
+    kernel's writeback cache sends a small file's pages), past the direct blocks too; partly
+    rewritten blocks, blocks still in the buffer and holes read back as a model says, before
+    and after the commit and a reopen."""
     img = image(tmp_path / "a.img", segments=32, bps=32)
     rnd = random.Random(7)
     model: dict[str, bytearray] = {}
@@ -252,7 +252,7 @@ def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path)
             if name not in model:
                 fs.create(name)
                 model[name] = bytearray()
-            off = rnd.randrange(0, 10 * 4096)
+            off = rnd.randrange(0, 20 * 4096)  # direct blocks and the first indirect ones
             data = os.urandom(rnd.randrange(1, 3 * 4096 + 100))
             fs.write(name, off, data)
             buf = model[name]
@@ -286,6 +286,18 @@ def test_a_buffered_write_that_cannot_read_an_old_block_changes_nothing(
             fs.write_ino(ino, 100, b"y" * 5000)  # all of block 0's tail, part of block 1
         assert (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty)) == before
         fs.closed = True  # the image was damaged in memory only: do not write it
+    with LFS.open(img) as fs:  # the same with a bad pointer to an indirect block
+        ino = fs.create("g")
+        fs.write_ino(ino, 0, b"x" * 16 * 4096)
+        fs.sync()
+        fs._icache.clear()
+        inode = fs._iget(ino)
+        inode.ptr[fmt.N_DIRECT] = (fs.geo.segments + 5) << 32
+        before = (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty))
+        with pytest.raises(fmt.LfsError):
+            fs.write_ino(ino, 11 * 4096 + 10, b"y" * 4096)  # blocks 11 and 12
+        assert (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty)) == before
+        fs.closed = True
 
 
 def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
