@@ -122,7 +122,10 @@ class _DirMixin(LfsState):
             if old[blk * bs : (blk + 1) * bs] != piece:
                 self._write_data(inode, blk * bs, piece)
         if len(raw) < inode.size:
+            # Writing the directory file out is no change of the directory: its times stay.
+            times = inode.mtime, inode.ctime
             self._truncate_inode(inode, len(raw))
+            inode.mtime, inode.ctime = times
         inode.size = len(raw)
 
     def _lookup(self, path: str, follow_last: bool = False) -> int:

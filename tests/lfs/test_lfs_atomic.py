@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,25 @@ def test_a_commit_due_is_made_before_an_in_memory_op_which_then_keeps_its_change
     with LFS.open(img) as fs:
         assert fs.read("a") == b"x" * 5000 and fs.stat("a").mode & 0o7777 == 0o600
         assert sorted(fs.directory(fmt.INO_ROOT)) == ["a", "c"]
+
+
+def test_a_commit_leaves_the_times_of_a_directory_that_shrank(tmp_path: Path) -> None:
+    """The commit that writes a directory file shorter than before truncates it; the
+    directory's times are those of the change, not of the commit (a cleaning pass commits
+    inside an operation that then fails for want of space, which must change nothing)."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        for i in range(40):
+            fs.create(f"name-long-enough-to-fill-{i:03}")
+        fs.sync()
+        for i in range(40):
+            fs.unlink(f"name-long-enough-to-fill-{i:03}")
+        st = fs.stat("")
+        time.sleep(0.01)
+        fs.sync()
+        assert (fs.stat("").mtime_ms, fs.stat("").ctime_ms) == (st.mtime_ms, st.ctime_ms)
+    with LFS.open(img) as fs:
+        assert (fs.stat("").mtime_ms, fs.stat("").ctime_ms) == (st.mtime_ms, st.ctime_ms)
 
 
 def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
