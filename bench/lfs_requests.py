@@ -7,7 +7,7 @@ transactions, 500 B–9.77 KB, 100 subdirectories, seed 42) runs in a fresh dire
 mount, on the Table 1 geometry (50,000 sectors, 64 KB segments) in /dev/shm. Requests that
 libfuse answers itself (forget, flush, ...) do not reach Python and are not counted.
 
-    sudo PYTHONPATH=. python3 bench/lfs_requests.py [--runs 3]
+    sudo PYTHONPATH=. python3 bench/lfs_requests.py [--runs 3] [--profile 30]
 
 (``PYTHONPATH=.``: the mount runs in this process, so this checkout's fsage must be the one
 imported.)
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import os
+import pstats
 import resource
 import shutil
 import subprocess
@@ -63,9 +65,12 @@ HANDLERS = [
 ]
 
 
-def counting_operations(counts: collections.Counter[str]) -> type[lfs_mount.LfsOperations]:
-    """LfsOperations that count each request by kind."""
+def counting_operations(
+    counts: collections.Counter[str], cpu_ns: collections.Counter[str]
+) -> type[lfs_mount.LfsOperations]:
+    """LfsOperations that count each request by kind, and the CPU time its handler takes."""
     namespace: dict[str, Any] = {}
+    clock = time.thread_time_ns
     for name in HANDLERS:
         handler = getattr(lfs_mount.LfsOperations, name)
 
@@ -73,7 +78,11 @@ def counting_operations(counts: collections.Counter[str]) -> type[lfs_mount.LfsO
             self: Any, *args: Any, _handler: Callable[..., Any] = handler, _n: str = name
         ) -> Any:
             counts[_n] += 1
-            return _handler(self, *args)
+            t = clock()
+            try:
+                return _handler(self, *args)
+            finally:
+                cpu_ns[_n] += clock() - t
 
         namespace[name] = counted
     return type("CountingOperations", (lfs_mount.LfsOperations,), namespace)
@@ -107,11 +116,12 @@ def postmark(where: Path) -> tuple[float, float]:
     return wall, cpu
 
 
-def lfs_run(tmp: Path) -> dict[str, Any]:
+def lfs_run(tmp: Path, profile: bool = False, writeback: bool = True) -> dict[str, Any]:
     img, mp = tmp / "lfs.img", tmp / "mnt"
     mp.mkdir()
     mkfs(img, segments=SECTORS * 512 // (BPS * 4096), blocks_per_segment=BPS)
     counts: collections.Counter[str] = collections.Counter()
+    cpu_ns: collections.Counter[str] = collections.Counter()
     out: dict[str, Any] = {}
     mounted = threading.Event()
 
@@ -121,20 +131,30 @@ def lfs_run(tmp: Path) -> dict[str, Any]:
             while not os.path.ismount(mp):
                 time.sleep(0.01)
             counts.clear()
+            cpu_ns.clear()
             cpu0 = _cpu_self()
             out["wall"], out["postmark_cpu"] = postmark(mp)
             out["server_cpu"] = _cpu_self() - cpu0  # this thread only waits meanwhile
             out["requests"] = dict(counts)
+            out["handler_cpu"] = {k: v / 1e9 for k, v in cpu_ns.items()}
         finally:
             subprocess.run(["fusermount3", "-u", str(mp)], check=False)
 
     real = lfs_mount.LfsOperations
-    lfs_mount.LfsOperations = counting_operations(counts)
+    lfs_mount.LfsOperations = counting_operations(counts, cpu_ns)
     thread = threading.Thread(target=workload)
     thread.start()
+    # The requests are served on this thread (the C loop calls back into it): a profiler
+    # turned on here sees every handler (and the mount's own start and close).
+    profiler = cProfile.Profile() if profile else None
     try:
-        lfs_mount.mount(img, mp, ready=lambda pid: mounted.set())
+        if profiler:
+            profiler.enable()
+        lfs_mount.mount(img, mp, writeback=writeback, ready=lambda pid: mounted.set())
     finally:
+        if profiler:
+            profiler.disable()
+            out["profile"] = profiler
         lfs_mount.LfsOperations = real
         thread.join()
     return out
@@ -143,6 +163,12 @@ def lfs_run(tmp: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--no-writeback", action="store_true", help="without the kernel's writeback cache"
+    )
+    ap.add_argument(
+        "--profile", type=int, metavar="N", help="profile the server: its N costliest functions"
+    )
     args = ap.parse_args()
     why = lfs_mount.fuse_available()
     if why is not None or not can_loop_mount() or shutil.which("postmark") is None:
@@ -150,7 +176,7 @@ def main() -> None:
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for run in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="fsage-lfsreq-", dir=shm) as t:
-            lfs = lfs_run(Path(t))
+            lfs = lfs_run(Path(t), profile=bool(args.profile), writeback=not args.no_writeback)
             ext_img = Path(t) / "ext4.img"
             with open(ext_img, "wb") as f:
                 f.truncate(SECTORS * 512)
@@ -171,10 +197,20 @@ def main() -> None:
             f"{lfs['postmark_cpu']:.3f}, server {server:.3f} = "
             f"{server / max(n, 1) * 1e6:.1f} us/request)"
         )
+        hc = lfs["handler_cpu"]
+        costly = sorted(hc, key=lambda k: -hc[k])
+        print(
+            f"  handlers: {sum(hc.values()):.3f} s CPU in Python; by kind, us per request: "
+            + ", ".join(f"{k} {hc[k] / lfs['requests'][k] * 1e6:.0f}" for k in costly)
+        )
         print(
             f"  ext4: wall {ext_wall:.3f} s, CPU {ext_cpu:.3f} s; LFS/ext4: wall "
             f"{lfs['wall'] / ext_wall:.1f}x, CPU {cpu / max(ext_cpu, 1e-3):.1f}x"
         )
+        if args.profile:
+            stats = pstats.Stats(lfs["profile"])
+            stats.sort_stats("tottime").print_stats(args.profile)
+            stats.sort_stats("cumulative").print_stats(args.profile)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,26 @@ class _DataMixin(LfsState):
             inode.size = offset + n
         self._mark(inode)
 
+    def _buffered(self, addr: int, inode: Inode, blk: int) -> bool:
+        """Whether ``addr``, block ``blk`` of ``inode``, may be changed in place in the segment
+        buffer (``_overwrite_buffered``)."""
+        pos = addr & 0xFFFFFFFF
+        if (
+            addr == 0
+            or addr >> 32 != self.cur_seg
+            or not (self.flushed_pos <= pos < self.cur_pos)
+            or self._cleaning
+        ):
+            return False
+        rec = self.recs[pos]
+        return not (
+            rec is None
+            or rec.btype != BT_DATA
+            or rec.ino != inode.ino
+            or rec.offset != blk
+            or rec.version != inode.version
+        )
+
     def _overwrite_buffered(
         self,
         addr: int,
@@ -227,18 +247,18 @@ class _DataMixin(LfsState):
         """Write buffering: a data block of this file that is still in the segment buffer
         (put since the last flush, so no committed unit refers to it) is changed in place
         instead of taking a new block."""
+        if not self._buffered(addr, inode, blk):
+            return False
+        self._overwrite_in_buffer(addr, within, piece, ctime)
+        return True
+
+    def _overwrite_in_buffer(
+        self, addr: int, within: int, piece: bytes | bytearray | memoryview, ctime: int
+    ) -> None:
+        """``_overwrite_buffered`` of a block ``_buffered`` said may be changed in place."""
         pos = addr & 0xFFFFFFFF
-        if not (self.flushed_pos <= pos < self.cur_pos) or self._cleaning or addr == 0:
-            return False
         rec = self.recs[pos]
-        if (
-            rec is None
-            or rec.btype != BT_DATA
-            or rec.ino != inode.ino
-            or rec.offset != blk
-            or rec.version != inode.version
-        ):
-            return False
+        assert rec is not None
         sp = self._txn
         start = pos * self.bs
         if sp is not None and sp.cur_seg == self.cur_seg and pos < sp.cur_pos:
@@ -252,7 +272,6 @@ class _DataMixin(LfsState):
         if ctime > self.mtime[self.cur_seg]:
             self.mtime[self.cur_seg] = ctime
         self.counters.buffered_overwrites += 1
-        return True
 
     def _read_data(self, inode: Inode, offset: int, size: int) -> bytes:
         if inode.body is not None:

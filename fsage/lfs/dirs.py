@@ -5,6 +5,8 @@ change record; the dir module of §3.5): directory files, path lookup and the ch
 
 from __future__ import annotations
 
+import functools
+
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
 from fsage.lfs.common import LfsOpError, now_ms
@@ -32,6 +34,38 @@ def _dir_file_size(d: dict[str, int]) -> int:
         rec = 2 + _varint_len(ino) + _varint_len(n) + n
         total += 1 + _varint_len(rec) + rec
     return total
+
+
+#: Varints below 128 are one octet: those octets, made once.
+_SMALL_VARINT = tuple(bytes([i]) for i in range(128))
+
+
+def _varint(n: int) -> bytes:
+    if n < 128:
+        return _SMALL_VARINT[n]
+    out = bytearray()
+    while n >= 128:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _dir_entry(name: str, ino: int) -> bytes:
+    """One entry of a directory file: field 1 of DirFile, a DirFileRec{ino = 1, name = 2}."""
+    raw = name.encode("utf-8")
+    rec = b"".join((b"\x08", _varint(ino), b"\x12", _varint(len(raw)), raw))
+    return b"\x0a" + _varint(len(rec)) + rec
+
+
+def _encode_dir(d: dict[str, int]) -> bytes:
+    """A directory file holding ``d``: the octets ``encode_pb(DirFile(list=[DirFileRec(ino,
+    name), ...]))`` gives, from entries encoded once (a commit writes every directory changed
+    since the last one, most of whose entries it wrote before; building the messages again
+    was most of a commit's time)."""
+    body = b"".join([_dir_entry(name, ino) for name, ino in d.items()])
+    return fmt.U32.pack(len(body)) + body
 
 
 class _DirMixin(LfsState):
@@ -77,18 +111,21 @@ class _DirMixin(LfsState):
         self._dirch.clear()
 
     def _write_dir(self, ino: int) -> None:
-        d = self._dirs[ino]
         inode = self._iget(ino)
-        msg = lfs_pb2.DirFile(list=[lfs_pb2.DirFileRec(ino=i, name=n) for n, i in d.items()])
-        raw = fmt.encode_pb(msg)
-        old = self._read_data(inode, 0, inode.size)
+        raw = _encode_dir(self._dirs[ino])
         bs = self.bs
+        # Only the blocks that changed are written again; a directory of one block changed
+        # (it is written because it did), so it is not read back to compare.
+        old = self._read_data(inode, 0, inode.size) if len(raw) > bs else b""
         for blk in range(-(-len(raw) // bs)):
             piece = raw[blk * bs : (blk + 1) * bs]
             if old[blk * bs : (blk + 1) * bs] != piece:
                 self._write_data(inode, blk * bs, piece)
         if len(raw) < inode.size:
+            # Writing the directory file out is no change of the directory: its times stay.
+            times = inode.mtime, inode.ctime
             self._truncate_inode(inode, len(raw))
+            inode.mtime, inode.ctime = times
         inode.size = len(raw)
 
     def _lookup(self, path: str, follow_last: bool = False) -> int:

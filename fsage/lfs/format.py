@@ -514,11 +514,32 @@ def checkpoint_region(geo: Geometry, which: int) -> tuple[int, int]:
     return geo.seg_offset(seg), geo.segments_per_checkpoint * geo.segment_size
 
 
-def write_checkpoint(fd: int, geo: Geometry, which: int, cp: lfs_pb2.Checkpoint) -> None:
+#: A segment usage record as Checkpoint encodes it (field 6, length 14): SegUsageRec's
+#: nblks_live (field 1, fixed32) and mtime (field 2, fixed64), both always present.
+_SEGUSAGE_FIELD = struct.Struct("<BBBIBQ")
+
+
+def segusage_octets(live: list[int], mtime: list[int]) -> bytes:
+    """The segment usage table as Checkpoint's encoded field 6: the octets
+    ``SegUsageRec(nblks_live=max(0, live), mtime=mtime)`` records give, packed without
+    building a message per segment (a checkpoint's costliest part, and it has one per
+    segment of the disk)."""
+    pack = _SEGUSAGE_FIELD.pack
+    return b"".join(
+        [pack(0x32, 14, 0x0D, max(0, lv), 0x11, mt) for lv, mt in zip(live, mtime, strict=True)]
+    )
+
+
+def write_checkpoint(
+    fd: int, geo: Geometry, which: int, cp: lfs_pb2.Checkpoint, segusage: bytes = b""
+) -> None:
     """The protocol buffer at the region's start, then the timestamp duplicated in the first
-    eight octets of the last block of the region's last segment (§2.3.2)."""
+    eight octets of the last block of the region's last segment (§2.3.2). ``segusage``: the
+    segment usage table already encoded (``segusage_octets``), for a ``cp`` without one (its
+    field comes last, so the octets are those of the whole message)."""
     start, length = checkpoint_region(geo, which)
-    data = encode_pb(cp)
+    body = cp.SerializeToString() + segusage
+    data = U32.pack(len(body)) + body
     if len(data) > length - geo.block_size:
         raise LfsError("checkpoint does not fit its region")
     os.pwrite(fd, data, start)

@@ -85,6 +85,15 @@ class Stat:
     version: int
 
 
+def _plain(name: str) -> bool:
+    """A name that linking can take without failing part way: valid UTF-8 (the directory
+    change record's protocol buffer needs it) of at most 255 octets."""
+    try:
+        return len(name.encode("utf-8")) <= 255
+    except UnicodeEncodeError:
+        return False
+
+
 def mkfs(
     path: str | os.PathLike[str],
     *,
@@ -340,11 +349,21 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
     def create_at(self, dino: int, name: str, mode: int = 0o644) -> int:
         if name in self._dir(dino):
             raise LfsOpError(f"file exists: {name!r}")
+        if _plain(name) and self._in_memory_ok():
+            # Nothing below can fail once the directory's inode is at hand: no savepoint.
+            self._iget(dino)
+            ino = self._create(dino, name, mode)
+            self._changed_in_memory()
+            return ino
         with self.atomic(1):
-            inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
-            inode.nlink = 1
-            self._link(dino, name, inode.ino)
+            ino = self._create(dino, name, mode)
             self._end_op()
+        return ino
+
+    def _create(self, dino: int, name: str, mode: int) -> int:
+        inode = self._alloc_inode(S_IFREG | (mode & 0o7777))
+        inode.nlink = 1
+        self._link(dino, name, inode.ino)
         return inode.ino
 
     def _regular(self, ino: int, what: str) -> Inode:
@@ -356,13 +375,20 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
     def _in_memory_ok(self) -> bool:
         """Whether an operation whose changes stay in memory may skip its savepoint: it is
         not inside a group, no commit is due and the clean segments are not running short
-        (so what it changes waits for a later commit, as everything buffered does)."""
-        return (
-            self._txn is None
-            and self.opts.commit_interval > 0
-            and len(self.clean) >= 3 + self._lw
-            and not self._commit_due()
-        )
+        (so what it changes waits for a later commit, as everything buffered does). A commit
+        that is due is made first, as ``sync`` would, before the operation changes anything:
+        made inside the operation's savepoint instead, it would have to keep every inode
+        waiting for it."""
+        if (
+            self._txn is not None
+            or self.opts.commit_interval <= 0
+            or len(self.clean) < 3 + self._lw
+        ):
+            return False
+        if not self._commit_due():
+            return True
+        self._commit()
+        return len(self.clean) >= 3 + self._lw and not self._commit_due()
 
     def write(self, path: str, offset: int, data: bytes | bytearray | memoryview) -> int:
         return self._write(self._regular(self._lookup(path), path), offset, data)
@@ -373,15 +399,15 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
 
     def _write(self, inode: Inode, offset: int, data: bytes | bytearray | memoryview) -> int:
         mv = memoryview(data)
-        if (
-            mv.nbytes
-            and offset // self.bs == (offset + mv.nbytes - 1) // self.bs
-            and self.cur_pos < self.ndata
-            and self.seq <= fmt.SEQ_MAX
-            and self._in_memory_ok()
-        ):
-            self._write_small(inode, offset, mv)
-            return mv.nbytes
+        n = mv.nbytes
+        # _in_memory_ok first: the commit it may make moves the segment buffer on.
+        if n and self._in_memory_ok():
+            more = (offset + n - 1) // self.bs - offset // self.bs  # blocks past the first
+            if self.cur_pos + more < self.ndata and self.seq + more <= fmt.SEQ_MAX:
+                if self._icache.get(inode.ino) is not inode:  # that commit dropped it
+                    inode = self._iget(inode.ino)
+                self._write_buffered(inode, offset, mv)
+                return n
         nblk = -(-len(mv) // self.bs) + 1
         with self.atomic(nblk + nblk // 64 + 2):
             inode = self._iget(inode.ino)
@@ -390,33 +416,67 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             self._end_op()
         return len(mv)
 
-    def _write_small(self, inode: Inode, offset: int, mv: memoryview) -> None:
-        """A write within one block when the segment buffer has room and no commit is due:
-        everything that can fail (reading the block map and the old block) comes before the
-        first change, and the rest is in memory, so no savepoint is needed."""
+    def _write_buffered(self, inode: Inode, offset: int, mv: memoryview) -> None:
+        """A write whose new blocks all fit in the segment buffer, when no commit is due:
+        everything that can fail (reading the block map and the old blocks it changes in
+        part) comes before the first change, and the rest is in memory, so no savepoint is
+        needed (the kernel's writeback cache sends a small file's pages as one such write)."""
         bs = self.bs
-        blk, within = divmod(offset, bs)
-        old = inode.ptr[blk] if blk < N_DIRECT else self._get_ptr(inode, blk)
+        end = offset + mv.nbytes
+        first, last = offset // bs, (end - 1) // bs
         ct = time.time_ns() // 1_000_000
-        if old >> 32 == self.cur_seg and self._overwrite_buffered(old, inode, blk, within, mv, ct):
-            pass
-        else:
-            if mv.nbytes == bs:
-                piece: bytes | bytearray | memoryview = mv
-            else:
-                base = bytearray(bs)
-                if old:
-                    self._check_addr(old, f"inode {inode.ino} block pointer")
-                    base[:] = self._read_block(old)
-                base[within : within + mv.nbytes] = mv
-                piece = base
-            addr = self._put(piece, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
-            self._set_ptr(inode, blk, addr)
-        if offset + mv.nbytes > inode.size:
-            inode.size = offset + mv.nbytes
+        # Per block: (block, offset in it, the piece of mv, its old address, whether that is
+        # in the segment buffer and may be changed there, the old content if it is rewritten
+        # in part and is not). Puts of earlier blocks leave what was in the buffer there.
+        plan: list[tuple[int, int, memoryview, int, bool, bytes | None]] = []
+        for blk in range(first, last + 1):
+            lo = offset if blk == first else blk * bs
+            hi = end if blk == last else (blk + 1) * bs
+            # (past the direct blocks, _get_ptr reads and keeps the indirect blocks on the way)
+            old = inode.ptr[blk] if blk < N_DIRECT else self._get_ptr(inode, blk)
+            in_buffer = old != 0 and self._buffered(old, inode, blk)
+            base = None
+            if hi - lo < bs and old and not in_buffer:
+                self._check_addr(old, f"inode {inode.ino} block pointer")
+                base = self._read_block(old)
+            if first == last:  # one block (most small writes): no plan to go through
+                if in_buffer:
+                    self._overwrite_in_buffer(old, lo - blk * bs, mv, ct)
+                else:
+                    self._write_block(inode, blk, lo - blk * bs, mv, old, in_buffer, base, ct)
+                break
+            plan.append((blk, lo - blk * bs, mv[lo - offset : hi - offset], old, in_buffer, base))
+        for step in plan:
+            self._write_block(inode, *step, ct)
+        if end > inode.size:
+            inode.size = end
         inode.mtime = inode.ctime = ct
         self._mark(inode)
         self._changed_in_memory()
+
+    def _write_block(
+        self,
+        inode: Inode,
+        blk: int,
+        within: int,
+        piece: memoryview,
+        old: int,
+        in_buffer: bool,
+        base: bytes | None,
+        ct: int,
+    ) -> None:
+        """One block of ``_write_buffered``: changed in the segment buffer, or put anew."""
+        if in_buffer:
+            self._overwrite_in_buffer(old, within, piece, ct)
+            return
+        if piece.nbytes == self.bs:
+            data: bytes | bytearray | memoryview = piece
+        else:
+            block = bytearray(base) if base is not None else bytearray(self.bs)
+            block[within : within + piece.nbytes] = piece
+            data = block
+        addr = self._put(data, BlockRec(BT_DATA, 0, inode.ino, inode.version, blk, ct))
+        self._set_ptr(inode, blk, addr)
 
     def _changed_in_memory(self) -> None:
         """The end of an operation that took no savepoint (``_in_memory_ok``)."""
@@ -489,16 +549,28 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         inode = self._iget(self._dirs[dino][name])
         if inode.mode & S_IFMT == S_IFDIR:
             raise LfsOpError(f"is a directory: {name!r}")
+        if (
+            inode.body is not None or not (any(inode.ptr[N_DIRECT:]) or inode.tree)
+        ) and self._in_memory_ok():
+            # No indirect blocks to read or write: nothing below can fail once the
+            # directory's inode is at hand, so no savepoint.
+            self._iget(dino)
+            self._unlink(dino, name, inode.ino)
+            self._changed_in_memory()
+            return
         with self.atomic():
-            self._unlink_name(dino, name)
-            inode = self._iget(inode.ino)
-            inode.nlink -= 1
-            inode.ctime = now_ms()
-            if inode.nlink <= 0:
-                self._free_inode(inode)
-            else:
-                self._mark(inode)
+            self._unlink(dino, name, inode.ino)
             self._end_op()
+
+    def _unlink(self, dino: int, name: str, ino: int) -> None:
+        self._unlink_name(dino, name)
+        inode = self._iget(ino)
+        inode.nlink -= 1
+        inode.ctime = now_ms()
+        if inode.nlink <= 0:
+            self._free_inode(inode)
+        else:
+            self._mark(inode)
 
     def mkdir(self, path: str, mode: int = 0o755) -> int:
         return self.mkdir_at(*self._parent(path), mode)
@@ -735,10 +807,11 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         mtime_ms: int | None = None,
     ) -> Stat:
         """``setattr`` of inode ``ino``."""
-        inode = self._iget(ino)  # the only step that can fail, before any change
+        self._iget(ino)  # the only step that can fail, before any change
         change = (mode, uid, gid, atime_ms, mtime_ms)
         if self._in_memory_ok():
-            self._set_attrs(inode, *change)
+            # Got again: a commit made first may have dropped the inode from the cache.
+            self._set_attrs(self._iget(ino), *change)
             self._changed_in_memory()
         else:
             with self.atomic(1):

@@ -116,8 +116,10 @@ class _InodeMixin(LfsState):
 
     def _alloc_inode(self, mode: int) -> Inode:
         ino = self._free_hint
+        m = self._sysdata[INO_INOMAP]
         while self._bitmap_get(ino):
-            ino += 1
+            # Whole bytes of inodes in use are stepped over at once.
+            ino = (ino // 8 + 1) * 8 if m[ino // 8] == 0xFF else ino + 1
         self._free_hint = ino + 1
         self._touch(ino)
         vec = self._sysdata[INO_INOVEC]

@@ -102,9 +102,12 @@ class _LogMixin(LfsState):
     def _alloc_segment(self) -> int:
         if not self.clean:
             raise LfsNoSpace(f"{self.path}: no clean segment left (the file system is full)")
-        cur = self.cur_seg
-        after = [s for s in self.clean if s > cur]
-        seg = min(after) if after else min(self.clean)
+        # The first clean segment after the current one (the log is written in order, so
+        # usually the very next), else the first one.
+        clean = self.clean
+        seg = next((s for s in range(self.cur_seg + 1, self.geo.segments) if s in clean), None)
+        if seg is None:
+            seg = min(clean)
         self._keep_clean()
         self.clean.discard(seg)
         self.mtime[seg] = 0  # a reused segment's data time starts over (seed 003 §2.3.2)
@@ -170,12 +173,16 @@ class _LogMixin(LfsState):
             self.next_seg = self._alloc_segment()
         base = self.geo.seg_offset(self.cur_seg)
         a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
-        if b > a:
-            os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
         if commit:
             self._seg_flags = fmt.SEGFLAG_COMMIT | self.seq
         summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
-        os.pwrite(self.fd, summ, base + self.ndata * self.bs)
+        end = self.ndata * self.bs
+        if b == end and b > a:  # a full segment: its blocks and summary in one write
+            os.pwritev(self.fd, [memoryview(self.buf)[a:b], summ], base + a)
+        else:
+            if b > a:
+                os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
+            os.pwrite(self.fd, summ, base + end)
         if b > a:
             if self._cleaning:
                 self.counters.clean_requests += 1
@@ -257,13 +264,10 @@ class _LogMixin(LfsState):
             inode_inomap=_simp(self.sys[INO_INOMAP]),
             inode_inovec=_simp(self.sys[INO_INOVEC]),
             inode_inotbl=_simp(self.sys[INO_INOTBL]),
-            segusage=[
-                lfs_pb2.SegUsageRec(nblks_live=max(0, lv), mtime=mt)
-                for lv, mt in zip(self.live, self.mtime, strict=True)
-            ],
         )
         which = 1 - self.cp_which
-        fmt.write_checkpoint(self.fd, self.geo, which, cp)
+        segusage = fmt.segusage_octets(self.live, self.mtime)
+        fmt.write_checkpoint(self.fd, self.geo, which, cp, segusage)
         self.cp_which = which
         self.cp_stamp = stamp
         self.cp_next = self.cur_seg

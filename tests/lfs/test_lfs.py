@@ -79,6 +79,30 @@ def test_checkpoint_length_bound_matches_encoder() -> None:
         assert len(fmt.encode_pb(cp)) == fmt.checkpoint_len_max(nseg)
 
 
+def test_hand_encoded_directories_and_segment_usage_match_protobuf() -> None:
+    """Directory files and the checkpoint's segment usage table are packed without building
+    messages; the octets are those protobuf gives."""
+    from fsage.lfs.dirs import _encode_dir
+
+    rnd = random.Random(3)
+    for _ in range(300):
+        d = {
+            "".join(
+                rnd.choice("ab\u00e9\u20ac\U0001d11e_.") for _ in range(rnd.randrange(0, 300))
+            ): (rnd.choice([0, 1, 127, 128, 16383, 16384, (1 << 32) - 1, rnd.randrange(1 << 32)]))
+            for _ in range(rnd.randrange(0, 30))
+        }
+        recs = [lfs_pb2.DirFileRec(ino=i, name=n) for n, i in d.items()]
+        assert _encode_dir(d) == fmt.encode_pb(lfs_pb2.DirFile(list=recs))
+    live = [rnd.choice([-2, 0, 1, 300, (1 << 32) - 1]) for _ in range(500)]
+    mtime = [rnd.choice([0, 1, 1 << 40, (1 << 64) - 1]) for _ in range(500)]
+    pairs = zip(live, mtime, strict=True)
+    usage = [lfs_pb2.SegUsageRec(nblks_live=max(0, a), mtime=b) for a, b in pairs]
+    whole = lfs_pb2.Checkpoint(timestamp=9, next_seg=4, segusage=usage).SerializeToString()
+    head = lfs_pb2.Checkpoint(timestamp=9, next_seg=4).SerializeToString()
+    assert head + fmt.segusage_octets(live, mtime) == whole
+
+
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [
@@ -269,10 +293,14 @@ def test_cut_off_writes_open_to_a_committed_state(
         writes.append((off, bytes(data)))
         return real(fd, data, off)
 
+    def recording_v(fd: int, buffers: list[bytes | memoryview], off: int) -> int:
+        return recording(fd, b"".join(buffers), off)  # one write, which a cut may tear
+
     rng = random.Random(11)
     states: list[dict[str, bytes]] = []
     marks: list[int] = []
     monkeypatch.setattr(os, "pwrite", recording)
+    monkeypatch.setattr(os, "pwritev", recording_v)
     model: dict[str, bytearray] = {}
     with LFS.open(img, commit_interval=5.0 if buffered else 0) as fs:
         states.append({})
@@ -304,7 +332,7 @@ def test_cut_off_writes_open_to_a_committed_state(
             m.extend(bytes(max(0, off + len(data) - len(m))))
             m[off : off + len(data)] = data
             done()
-    monkeypatch.setattr(os, "pwrite", real)
+    monkeypatch.undo()
     cut_rng = random.Random(5)
     points = sorted(cut_rng.sample(range(1, len(writes)), min(40, len(writes) - 1)))
     for k in points:

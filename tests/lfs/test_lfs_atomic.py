@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,164 @@ def test_attribute_changes_without_a_savepoint_still_reach_the_log(tmp_path: Pat
         assert fs.lookup(fmt.INO_ROOT, "f") == st
         assert fs.lookup(fmt.INO_ROOT, "g") is None
     assert_clean(img)
+
+
+def test_creates_and_unlinks_without_indirect_blocks_take_no_savepoint(tmp_path: Path) -> None:
+    """Creating a file with a plain name and unlinking one without indirect blocks change
+    memory only; names a directory change record cannot hold, and files with indirect blocks,
+    take the savepoint (and a name too long changes nothing)."""
+    img = image(tmp_path / "a.img", segments=48)
+    with LFS.open(img) as fs:
+        taken: list[int] = []
+        real = fs._savepoint
+        fs._savepoint = lambda: taken.append(1) or real()  # type: ignore[method-assign]
+        a = fs.create_at(fmt.INO_ROOT, "a")
+        fs.write_ino(a, 0, b"small")
+        b = fs.create_at(fmt.INO_ROOT, "b")
+        fs.unlink_at(fmt.INO_ROOT, "a")
+        assert taken == []
+        before = state(fs)
+        with pytest.raises(LfsOpError, match="name too long"):
+            fs.create_at(fmt.INO_ROOT, "x" * 256)
+        assert taken == [1] and state(fs) == before
+        fs.write_ino(b, 0, os.urandom(14 * 4096))  # past the 12 direct blocks
+        taken.clear()
+        fs.unlink_at(fmt.INO_ROOT, "b")
+        assert taken == [1]
+        c = fs.create_at(fmt.INO_ROOT, "c")
+        fs.write_ino(c, 0, b"kept")
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        assert sorted(n for n, _ in fs.readdir("")) == ["c"]
+        assert fs.read("c") == b"kept"
+
+
+def test_a_commit_due_is_made_before_an_in_memory_op_which_then_keeps_its_change(
+    tmp_path: Path,
+) -> None:
+    """When a commit is due, an operation that may stay in memory commits what waits first
+    (no savepoint); the commit may drop cached inodes and directories, and the operation's
+    own change still lands."""
+    img = image(tmp_path / "a.img", segments=48)
+    with LFS.open(img) as fs:
+        a = fs.create_at(fmt.INO_ROOT, "a")
+        fs.create_at(fmt.INO_ROOT, "b")
+        taken: list[int] = []
+        real_sp, real_commit = fs._savepoint, fs._commit
+        fs._savepoint = lambda: taken.append(1) or real_sp()  # type: ignore[method-assign]
+
+        def commit_and_forget() -> None:
+            real_commit()
+            fs._icache.clear()  # as the cache trim after a commit may
+            fs._dirs.clear()
+
+        fs._commit = commit_and_forget  # type: ignore[method-assign]
+
+        def due() -> None:
+            assert fs._pending_since is not None
+            fs._pending_since -= 3600  # older than commit_interval: a commit is due
+
+        due()
+        fs.write_ino(a, 0, b"x" * 5000)
+        assert fs.read_ino(a) == b"x" * 5000
+        due()
+        fs.setattr_ino(a, mode=0o600)
+        assert fs.stat_ino(a).mode & 0o7777 == 0o600
+        due()
+        c = fs.create_at(fmt.INO_ROOT, "c")
+        assert fs.stat_ino(c).nlink == 1
+        due()
+        fs.unlink_at(fmt.INO_ROOT, "b")
+        assert sorted(fs.directory(fmt.INO_ROOT)) == ["a", "c"]
+        assert taken == []
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        assert fs.read("a") == b"x" * 5000 and fs.stat("a").mode & 0o7777 == 0o600
+        assert sorted(fs.directory(fmt.INO_ROOT)) == ["a", "c"]
+
+
+def test_a_commit_leaves_the_times_of_a_directory_that_shrank(tmp_path: Path) -> None:
+    """The commit that writes a directory file shorter than before truncates it; the
+    directory's times are those of the change, not of the commit (a cleaning pass commits
+    inside an operation that then fails for want of space, which must change nothing)."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        for i in range(40):
+            fs.create(f"name-long-enough-to-fill-{i:03}")
+        fs.sync()
+        for i in range(40):
+            fs.unlink(f"name-long-enough-to-fill-{i:03}")
+        st = fs.stat("")
+        time.sleep(0.01)
+        fs.sync()
+        assert (fs.stat("").mtime_ms, fs.stat("").ctime_ms) == (st.mtime_ms, st.ctime_ms)
+    with LFS.open(img) as fs:
+        assert (fs.stat("").mtime_ms, fs.stat("").ctime_ms) == (st.mtime_ms, st.ctime_ms)
+
+
+def test_writes_of_a_few_blocks_stay_in_memory_and_match_a_model(tmp_path: Path) -> None:
+    """Writes of several blocks that fit the segment buffer take no savepoint (as the
+    kernel's writeback cache sends a small file's pages), past the direct blocks too; partly
+    rewritten blocks, blocks still in the buffer and holes read back as a model says, before
+    and after the commit and a reopen."""
+    img = image(tmp_path / "a.img", segments=32, bps=32)
+    rnd = random.Random(7)
+    model: dict[str, bytearray] = {}
+    with LFS.open(img) as fs:
+        taken = []
+        real = fs._savepoint
+        fs._savepoint = lambda: taken.append(1) or real()  # type: ignore[method-assign]
+        for step in range(300):
+            name = f"f{rnd.randrange(6)}"
+            if name not in model:
+                fs.create(name)
+                model[name] = bytearray()
+            off = rnd.randrange(0, 20 * 4096)  # direct blocks and the first indirect ones
+            data = os.urandom(rnd.randrange(1, 3 * 4096 + 100))
+            fs.write(name, off, data)
+            buf = model[name]
+            if len(buf) < off + len(data):
+                buf.extend(bytes(off + len(data) - len(buf)))
+            buf[off : off + len(data)] = data
+            if step % 50 == 49:
+                fs.sync()
+            assert fs.read(name) == bytes(buf)
+        assert len(taken) < 300 // 4  # most writes took none (creates and big writes do)
+    assert_clean(img)
+    with LFS.open(img) as fs:
+        for name, buf in model.items():
+            assert fs.read(name) == bytes(buf)
+
+
+def test_a_buffered_write_that_cannot_read_an_old_block_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The old content of a block a write changes in part is read before the first change: a
+    bad block pointer fails the write with the file and the log as they were."""
+    img = image(tmp_path / "a.img")
+    with LFS.open(img) as fs:
+        ino = fs.create("f")
+        fs.write_ino(ino, 0, b"x" * 3 * 4096)
+        fs.sync()
+        inode = fs._iget(ino)
+        inode.ptr[1] = (fs.geo.segments + 5) << 32  # beyond the disk
+        before = (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty))
+        with pytest.raises(fmt.LfsError):
+            fs.write_ino(ino, 100, b"y" * 5000)  # all of block 0's tail, part of block 1
+        assert (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty)) == before
+        fs.closed = True  # the image was damaged in memory only: do not write it
+    with LFS.open(img) as fs:  # the same with a bad pointer to an indirect block
+        ino = fs.create("g")
+        fs.write_ino(ino, 0, b"x" * 16 * 4096)
+        fs.sync()
+        fs._icache.clear()
+        inode = fs._iget(ino)
+        inode.ptr[fmt.N_DIRECT] = (fs.geo.segments + 5) << 32
+        before = (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty))
+        with pytest.raises(fmt.LfsError):
+            fs.write_ino(ino, 11 * 4096 + 10, b"y" * 4096)  # blocks 11 and 12
+        assert (list(inode.ptr), inode.size, fs.cur_pos, fs.seq, dict(fs._dirty)) == before
+        fs.closed = True
 
 
 def test_failed_cleaning_pass_and_crash_after_undo(tmp_path: Path) -> None:
