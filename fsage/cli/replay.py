@@ -336,7 +336,7 @@ def deltas_cmd(
     help="Runs of the op stream; the floor is the largest distance between any two of them "
     "(and each run's distance to the snapshot is recorded too). Fewer runs give a narrower, "
     "noisier floor: on real histories a replay as close as a rerun passed a 3-run floor in "
-    "78-93% of cases, a 5-run one in 90-100% (bench/verdict.py).",
+    "63-93% of cases, a 5-run one in 77-100% (bench/verdict.py).",
 )
 @click.option(
     "--workdir",

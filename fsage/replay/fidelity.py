@@ -60,9 +60,9 @@ MIN_TOLERANCE = 0.02
 #: Added to the free-space noise floor to get its tolerance.
 FREE_TOLERANCE = 0.1
 #: Runs of the op stream a floor should rest on (``fsage noise-floor``'s default); a verdict
-#: against fewer says its floor is noisy. bench/verdict.py, on three release histories: floors
-#: of 3 runs resampled from 10 judged replays that land as close to the original as reruns
-#: do faithful in 78-93% of cases, floors of 5 in 90-100%.
+#: against fewer says its floor is noisy. bench/verdict.py, at the last snapshots of four release
+#: histories: floors of 3 runs resampled from 10 judged replays that land as close to the
+#: original as reruns do faithful in 63-93% of cases, floors of 5 in 77-100%.
 SOUND_RUNS = 5
 
 
