@@ -200,6 +200,7 @@ class Verdict:
             "reasons": self.reasons,
             "free_tolerance": self.free_tolerance,
             "rule": self.rule,
+            "basis": self.basis(),
             "noise_floor": self.noise_floor.to_json() if self.noise_floor else None,
         }
 

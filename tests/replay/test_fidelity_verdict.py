@@ -74,6 +74,8 @@ def test_the_verdict_flips_with_the_rule_when_runs_agree_but_not_with_the_origin
     assert by_original.faithful, by_original.reasons
     assert by_original.free_tolerance == pytest.approx(1.1)
     assert "original of 2 runs" in by_original.line()
+    assert by_original.to_json()["basis"] == by_original.basis()
+    assert by_original.to_json()["rule"] == "original"
 
 
 def test_the_verdict_flips_when_more_runs_widen_the_floor() -> None:
