@@ -1,0 +1,155 @@
+"""How reliable the verdict is: floors that record how many runs they rest on and how wide they
+are, the rule that judges by the runs' distance to the original, verdicts that flip with the
+floor, and an unaged copy of a small real history judged not faithful."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fsage.cli import main
+from fsage.db.store import Store
+from fsage.errors import UsageError
+from fsage.layout import FreeExtents, Layout
+from fsage.replay.fidelity import NoiseFloor, fidelity, noise_between
+
+from .synth import layout
+
+
+def _free(runs: list[tuple[int, int]]) -> Layout:
+    """A layout with no files and these free extents (start, length)."""
+    lay = layout([])
+    lay.free = FreeExtents(
+        np.array([r[0] for r in runs], np.uint64), np.array([r[1] for r in runs], np.uint64)
+    )
+    return lay
+
+
+# Free space in 8-block extents (original), in single blocks (runs of a biased op stream) and
+# half of each (a run between them).
+ORIGINAL = [(100 * i, 8) for i in range(8)]
+SMALL = [(100 * i + 3 * j, 1) for i in range(8) for j in range(8)]
+HALF = [(100 * i, 8) for i in range(4)] + [(1000 + 3 * j, 1) for j in range(32)]
+
+
+def test_a_floor_records_its_pairs_and_each_runs_distance_to_the_original() -> None:
+    orig = _free(ORIGINAL)
+    runs = [_free(SMALL), _free(SMALL), _free(HALF)]
+    floor = noise_between(runs, "three runs")
+    assert floor.runs == 3 and len(floor.free_tv_pairs) == 3
+    assert sorted(floor.free_tv_pairs) == pytest.approx([0.0, 0.5, 0.5])
+    assert floor.free_tv == pytest.approx(0.5)
+    assert floor.original_snapshot is None
+    floor.add_original(orig, runs, 7)
+    assert floor.original_snapshot == 7
+    assert floor.to_original_free_tv == pytest.approx([1.0, 1.0, 0.5])
+    again = NoiseFloor.from_json(json.loads(json.dumps({"noise_floor": floor.to_json()})))
+    assert again == floor
+    # A floor saved before the runs were compared with the original still loads, and says
+    # what is missing when asked to judge by the original.
+    old = {k: v for k, v in floor.to_json().items() if k in ("by_bucket", "free_tv", "runs")}
+    legacy = NoiseFloor.from_json(old)
+    assert legacy.free_tv == floor.free_tv and legacy.original_snapshot is None
+    with pytest.raises(UsageError, match="no distances to the original"):
+        fidelity(orig, orig).judge(legacy, "original")
+
+
+def test_the_verdict_flips_with_the_rule_when_runs_agree_but_not_with_the_original() -> None:
+    # The op stream's runs land together, all far from the original: judged by their spread
+    # (0 between them) a recreation like them is not faithful; judged by their distance to the
+    # original it is as close as a rerun.
+    orig, rec = _free(ORIGINAL), _free(SMALL)
+    runs = [_free(SMALL), _free(SMALL)]
+    floor = noise_between(runs)
+    floor.add_original(orig, runs, 1)
+    fid = fidelity(orig, rec)
+    assert fid.free_tv_distance == pytest.approx(1.0)
+    spread = fid.judge(floor, "spread")
+    assert not spread.faithful and spread.free_tolerance == pytest.approx(0.1)
+    by_original = fid.judge(floor, "original")
+    assert by_original.faithful, by_original.reasons
+    assert by_original.free_tolerance == pytest.approx(1.1)
+    assert "original of 2 runs" in by_original.line()
+    assert by_original.to_json()["basis"] == by_original.basis()
+    assert by_original.to_json()["rule"] == "original"
+
+
+def test_the_verdict_flips_when_more_runs_widen_the_floor() -> None:
+    # Two runs that happened to land together give a floor of 0; a third run shows the spread.
+    orig, rec = _free(SMALL), _free(HALF)
+    fid = fidelity(orig, rec)
+    two = noise_between([_free(SMALL), _free(SMALL)])
+    three = noise_between([_free(SMALL), _free(SMALL), _free(HALF)])
+    assert not fid.judge(two).faithful
+    assert fid.judge(three).faithful
+    # The verdict says how many runs its floor rests on and how wide their distances are.
+    line = fid.judge(two).line()
+    assert "2 runs (few" in line and "between runs 0.000-0.000" in line, line
+    assert "3 runs (few" in fid.judge(three).line()
+    assert "no measured noise floor" in fid.judge(None).line()
+
+
+def test_fidelity_command_judges_by_the_original_only_against_that_snapshots_floor(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "f.db"
+    orig, rec = _free(ORIGINAL), _free(SMALL)
+    rec.facts.uuid = "00000000-0000-0000-0000-000000000002"
+    with Store.open(db, create=True) as store:
+        a = store.add_snapshot(orig, name="orig").snapshot_id
+        b = store.add_snapshot(rec, name="rec").snapshot_id
+    runs = [_free(SMALL), _free(SMALL)]
+    floor = noise_between(runs)
+    floor.add_original(orig, runs, a)
+    path = tmp_path / "floor.json"
+    path.write_text(json.dumps({"noise_floor": floor.to_json()}))
+    base = ["fidelity", str(a), str(b), "--db", str(db), "--noise-floor", str(path), "--check"]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 3, r.output
+    r = CliRunner().invoke(main, [*base, "--tolerance-from", "original"])
+    assert r.exit_code == 0, r.output
+    assert "FAITHFUL" in r.output and f"runs to snapshot {a}" in r.output
+    # The floor's runs were compared with snapshot a: judging b as an original is refused.
+    r = CliRunner().invoke(
+        main,
+        ["fidelity", str(b), str(a), "--db", str(db), "--noise-floor", str(path),
+         "--tolerance-from", "original"],
+    )  # fmt: skip
+    assert r.exit_code != 0 and f"compared with snapshot {a}, not {b}" in r.output
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_an_unaged_copy_of_a_small_release_history_is_not_faithful(tmp_path: Path) -> None:
+    from fsage.replay.noise import noise_floor
+    from fsage.replay.unaged import fresh_copy
+    from fsage.replay.unpack import history_size, unpack_history
+
+    from .test_real_history import MIB, _releases
+
+    tars = _releases(tmp_path, 6)
+    batches = [[("proj", t)] for t in tars]
+    need, _ = history_size(batches, 1024)
+    size = int(need / 0.85) + 4096 * 256 + (2 << 20)
+    hist = unpack_history(batches, tmp_path / "o.img", tmp_path / "h.db", "proj",
+                          block_size=1024, size=size, inodes=4096)  # fmt: skip
+    assert size > 3 * MIB
+    db, last = tmp_path / "h.db", hist.snapshot_ids[-1]
+    floor, runs = noise_floor(db, "proj", runs=3, workdir=tmp_path)
+    with Store.open(db) as store:
+        original = store.load_layout(last)
+    floor.add_original(original, runs, last)
+    fresh = fresh_copy(db, "proj", None, tmp_path)
+    assert list(tmp_path.glob("fsage-fresh-*")) == []
+    fid = fidelity(original, fresh)
+    assert fid.files_matched == fid.files_original > 250
+    # Written in one go, its free space is one piece or a few: far beyond any floor.
+    assert fid.free_recreated["free_extent_count"] < fid.free_original["free_extent_count"]
+    for rule in ("spread", "original"):
+        v = fid.judge(floor, rule)
+        assert not v.faithful, (rule, floor.to_json())
+        assert any(r.startswith("free-space distance") for r in v.reasons), v.reasons
