@@ -308,10 +308,11 @@ def noise_floor_cmd(
 ) -> None:  # fmt: skip
     """Measure how far two runs of FS's op stream land apart: the noise floor of a recreation.
 
-    Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times with
-    `fsage age --ops` (unmounting at every snapshot) onto fresh file systems of the recorded
-    geometry, and compares the runs: per size bucket the largest layout-score difference, and
-    the largest free-space distance. `fsage replay --noise-floor FILE` judges against it.
+    Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times the
+    way `fsage replay` does (unmounting at every snapshot) onto fresh file systems of the
+    recorded geometry, and compares the runs: per size bucket the largest layout-score
+    difference, and the largest free-space distance. `fsage replay --noise-floor FILE`
+    judges against it.
 
     \b
     Examples:

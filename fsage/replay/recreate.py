@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -324,6 +324,44 @@ def _executor(image: Path, mode: str, fstype: str = "ext4") -> Iterator[_Session
         sess.close()
 
 
+@dataclass
+class OpCounts:
+    """What running an op stream did: ops run, bytes written, ops skipped for lack of space,
+    ops that failed (and the first few failures)."""
+
+    ops: int = 0
+    bytes_written: int = 0
+    nospace: int = 0
+    failed: int = 0
+    failed_examples: list[str] = field(default_factory=list)
+
+
+def run_op_stream(
+    image: Path,
+    ops: Iterable[Op],
+    *,
+    mode: str = "auto",
+    interval_end: str = DEFAULT_INTERVAL_END,
+    fstype: str = "ext4",
+) -> OpCounts:
+    """Run ``ops`` onto the file system on ``image`` the way a replay runs them (one loop
+    device for the whole stream, or offline), ending an interval with ``interval_end`` at each
+    snapshot marker but the last."""
+    ops = list(ops)
+    marks = sum(op.op == "snapshot" for op in ops)
+    counts = OpCounts()
+    seen = 0
+    with _executor(image, mode, fstype) as sess:
+        for op in ops:
+            if op.op == "snapshot":
+                seen += 1
+                if seen < marks:
+                    sess.end_interval(interval_end)
+                continue
+            _apply(sess.ex, op, counts)
+    return counts
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -586,7 +624,7 @@ def _replay(
     return res, final
 
 
-def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:
+def _apply(ex: Executor, op: Op, res: RecreateResult | OpCounts) -> None:
     res.ops += 1
     try:
         res.bytes_written += ex.apply(op)
@@ -599,10 +637,12 @@ def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:
 
 
 __all__ = [
+    "OpCounts",
     "RecreateOptions",
     "RecreateResult",
     "SourceError",
     "make_filesystem",
     "mkfs_argv",
     "recreate",
+    "run_op_stream",
 ]
