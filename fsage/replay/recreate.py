@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import sys
-import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from fsage.ager.images import run_tool
 from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
@@ -47,7 +45,6 @@ _FAILED_EXAMPLES = 5
 #: How each snapshot interval ends before the next one starts (``--interval-end``).
 INTERVAL_ENDS = ("remount", "drop-caches", "sync", "none")
 DEFAULT_INTERVAL_END = "remount"
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -87,9 +84,8 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    #: Where the time went (seconds, wall): inferring the ops (in a thread, overlapped with the
-    #: rest) and the part of it the replay waited for, running them, ending the intervals,
-    #: reading the recreation back.
+    #: Where the time went (seconds, wall): inferring the ops, running them, ending the
+    #: intervals, the final unmount, reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
@@ -465,72 +461,22 @@ def _free_name(store: Any, base: str) -> str:
     return name
 
 
-class _Ahead(Generic[_T]):
-    """The items of ``produce()``, made in a thread at most ``depth`` items ahead of the
-    consumer: inferring the next interval's ops (pure Python) overlaps with running this
-    interval's (mostly the kernel's time: writes, unlinks, the unmount), which run without the
-    interpreter lock. An error in the thread is raised to the consumer; ``close`` stops it."""
-
-    def __init__(self, produce: Callable[[], Iterator[_T]], depth: int = 1) -> None:
-        self._q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(produce,), name="fsage-replay-deltas", daemon=True
-        )
-        self._thread.start()
-
-    def _put(self, item: tuple[str, Any]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, produce: Callable[[], Iterator[_T]]) -> None:
-        it: Iterator[_T] | None = None
-        try:
-            it = produce()
-            for item in it:
-                if not self._put(("item", item)):
-                    return
-            self._put(("end", None))
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._put(("error", exc))
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    def __iter__(self) -> Iterator[_T]:
-        while True:
-            kind, value = self._q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @dataclass
 class _Interval:
     index: int
     snapshot: Any
     layout: Layout
     ops: list[Op]
-    seconds: float  # spent inferring them (wall, in the thread)
+    seconds: float  # spent inferring them (wall)
 
 
 def _intervals(
     db: Path, chain: list[Any], first_layout: Layout, builder: DeltaBuilder
-) -> Iterator[_Interval]:
-    """Each snapshot of ``chain`` with the ops that lead to it from the one before; reads
-    through its own connection (it runs in the look-ahead thread)."""
+) -> Generator[_Interval, None, None]:
+    """Each snapshot of ``chain`` with the ops that lead to it from the one before, inferred
+    when the replay asks for it (a look-ahead thread bought nothing: the replay's main thread
+    needs the interpreter lock back after every op's system calls, so it waited for the
+    inferring thread op by op, and the two ran one after the other at more CPU)."""
     from fsage.db.store import Store
 
     with Store.open(db, readonly=True) as store:
@@ -570,15 +516,12 @@ def _replay(
             recreation_fs="", mode=sess.mode, description=sess.ex.description,
             interval_end=opts.interval_end,
         )  # fmt: skip
-        #: deltas: inferring the ops (in the look-ahead thread, overlapped with the rest);
-        #: waiting_for_deltas: the part of it the replay waited for.
-        spent = {"deltas": 0.0, "waiting_for_deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
-        ahead = _Ahead(lambda: _intervals(opts.db, chain, first_layout, builder))
+        #: deltas: inferring the ops (reading the snapshots included).
+        spent = {"deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
+        intervals = _intervals(opts.db, chain, first_layout, builder)
         try:
-            t_wait = time.perf_counter()
-            for iv in ahead:
+            for iv in intervals:
                 t_ops = time.perf_counter()
-                spent["waiting_for_deltas"] += t_ops - t_wait
                 spent["deltas"] += iv.seconds
                 ops = iv.ops
                 for j, op in enumerate(ops):
@@ -596,11 +539,10 @@ def _replay(
                 spent["ops"] += t_end - t_ops
                 if iv.index + 1 < len(chain):
                     sess.end_interval(opts.interval_end)
-                t_wait = time.perf_counter()
-                spent["interval_ends"] += t_wait - t_end
+                spent["interval_ends"] += time.perf_counter() - t_end
                 final = iv.layout
         finally:
-            ahead.close()
+            intervals.close()
         if progress:
             sys.stderr.write("\n")
         t_close = time.perf_counter()
