@@ -195,7 +195,7 @@ def _timed_replay(
 
 #: The parts of a replay's time that the system-call floor covers (the rest: mkfs, reading
 #: the recreation back, storing it, the fidelity).
-_DRIVER_PARTS = ("deltas", "ops", "interval_ends", "final_unmount")
+_DRIVER_PARTS = ("waiting_for_deltas", "ops", "interval_ends", "final_unmount")
 
 
 def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:

@@ -26,6 +26,7 @@ import sys
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,9 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    #: Where the time went (seconds, wall): inferring the ops, running them, ending the
-    #: intervals, the final unmount, reading the recreation back.
+    #: Where the time went (seconds, wall): inferring the ops (overlapped with the interval
+    #: ends) and the part of it the replay waited for, running the ops, ending the intervals,
+    #: the final unmount, reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
@@ -474,9 +476,7 @@ def _intervals(
     db: Path, chain: list[Any], first_layout: Layout, builder: DeltaBuilder
 ) -> Generator[_Interval, None, None]:
     """Each snapshot of ``chain`` with the ops that lead to it from the one before, inferred
-    when the replay asks for it (a look-ahead thread bought nothing: the replay's main thread
-    needs the interpreter lock back after every op's system calls, so it waited for the
-    inferring thread op by op, and the two ran one after the other at more CPU)."""
+    when the replay asks for it; reads through its own connection."""
     from fsage.db.store import Store
 
     with Store.open(db, readonly=True) as store:
@@ -516,12 +516,21 @@ def _replay(
             recreation_fs="", mode=sess.mode, description=sess.ex.description,
             interval_end=opts.interval_end,
         )  # fmt: skip
-        #: deltas: inferring the ops (reading the snapshots included).
-        spent = {"deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
+        #: deltas: inferring the ops (reading the snapshots included), on the worker thread;
+        #: waiting_for_deltas: the part of it the replay waited for.
+        spent = {"deltas": 0.0, "waiting_for_deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
         intervals = _intervals(opts.db, chain, first_layout, builder)
+        # The next interval is inferred on one worker thread (its database connection lives
+        # there) while this one ends: the end is system calls (syncfs, umount2, mount) that run
+        # without the interpreter lock. Never while ops run: every op's return needs the lock,
+        # and waited for the inferring thread op by op.
+        infer = ThreadPoolExecutor(1, thread_name_prefix="fsage-replay-deltas")
         try:
-            for iv in intervals:
+            t_wait = time.perf_counter()
+            upcoming = infer.submit(next, intervals, None)
+            while (iv := upcoming.result()) is not None:
                 t_ops = time.perf_counter()
+                spent["waiting_for_deltas"] += t_ops - t_wait
                 spent["deltas"] += iv.seconds
                 ops = iv.ops
                 for j, op in enumerate(ops):
@@ -537,12 +546,15 @@ def _replay(
                             sys.stderr.flush()
                 t_end = time.perf_counter()
                 spent["ops"] += t_end - t_ops
+                upcoming = infer.submit(next, intervals, None)
                 if iv.index + 1 < len(chain):
                     sess.end_interval(opts.interval_end)
-                spent["interval_ends"] += time.perf_counter() - t_end
+                t_wait = time.perf_counter()
+                spent["interval_ends"] += t_wait - t_end
                 final = iv.layout
         finally:
-            intervals.close()
+            infer.submit(intervals.close).result()
+            infer.shutdown()
         if progress:
             sys.stderr.write("\n")
         t_close = time.perf_counter()
