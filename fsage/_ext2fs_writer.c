@@ -13,6 +13,7 @@
 #include "_ext2fs.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -933,6 +934,76 @@ static PyObject *writer_link(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* setattr(path, mode, mtime_ns): chmod (permission bits; None: kept) and/or set the modification
+ * time (ns since the epoch; None: kept) of path, which is never followed if it is a symlink; the
+ * change time becomes now, as for chmod and utimens. Times are stored as the kernel stores
+ * them: 32 seconds in i_mtime, epoch bits and nanoseconds in i_mtime_extra when the inode has
+ * room for it. */
+static PyObject *writer_setattr(PyObject *self, PyObject *args) {
+    PyObject *cap, *mode_obj, *mtime_obj;
+    const char *path;
+    Py_ssize_t len;
+    writer_t *w;
+    long long mode = 0, mtime_ns = 0;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Oy#OO:writer_setattr", &cap, &path, &len, &mode_obj,
+                          &mtime_obj) ||
+        (w = get_writer(cap)) == NULL)
+        return NULL;
+    if (mode_obj != Py_None && ((mode = PyLong_AsLongLong(mode_obj)) == -1 && PyErr_Occurred()))
+        return NULL;
+    if (mtime_obj != Py_None &&
+        ((mtime_ns = PyLong_AsLongLong(mtime_obj)) == -1 && PyErr_Occurred()))
+        return NULL;
+    if (mode < 0 || mode > 07777) {
+        PyErr_SetString(PyExc_ValueError, "setattr mode must be permission bits");
+        return NULL;
+    }
+    ext2_filsys fs = w->fs;
+    ext2_ino_t ino;
+    char *copy = PyMem_Malloc((size_t)len + 1);
+    if (copy == NULL)
+        return PyErr_NoMemory();
+    memcpy(copy, path, (size_t)len + 1);
+    errcode_t err = resolve(fs, copy, &ino);
+    PyMem_Free(copy);
+    struct ext2_inode_large inode;
+    int isize = EXT2_INODE_SIZE(fs->super);
+    if (isize > (int)sizeof(inode))
+        isize = (int)sizeof(inode);
+    memset(&inode, 0, sizeof(inode));
+    if (!err)
+        err = ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&inode, isize);
+    if (!err) {
+        int has_extra = isize > EXT2_GOOD_OLD_INODE_SIZE &&
+                        offsetof(struct ext2_inode_large, i_mtime_extra) +
+                                sizeof(inode.i_mtime_extra) <=
+                            (size_t)EXT2_GOOD_OLD_INODE_SIZE + inode.i_extra_isize;
+        if (mode_obj != Py_None && !LINUX_S_ISLNK(inode.i_mode))
+            inode.i_mode = (__u16)((inode.i_mode & LINUX_S_IFMT) | (__u16)mode);
+        if (mtime_obj != Py_None) {
+            long long sec = mtime_ns / 1000000000LL, frac = mtime_ns % 1000000000LL;
+            if (frac < 0) {
+                sec -= 1;
+                frac += 1000000000LL;
+            }
+            inode.i_mtime = (__u32)sec;
+            if (has_extra)
+                inode.i_mtime_extra = (__u32)((((sec - (__s32)sec) >> 32) & EXT4_EPOCH_MASK) |
+                                              ((unsigned long long)frac << EXT4_EPOCH_BITS));
+        }
+        inode.i_ctime = now32(fs);
+        if (isize > EXT2_GOOD_OLD_INODE_SIZE &&
+            offsetof(struct ext2_inode_large, i_ctime_extra) + sizeof(inode.i_ctime_extra) <=
+                (size_t)EXT2_GOOD_OLD_INODE_SIZE + inode.i_extra_isize)
+            inode.i_ctime_extra = 0; /* whole seconds, as now32 gives them */
+        err = ext2fs_write_inode_full(fs, ino, (struct ext2_inode *)&inode, isize);
+    }
+    if (err)
+        return fsage_raise(err, "setattr");
+    Py_RETURN_NONE;
+}
+
 /* The libext2fs codes the Python side maps to "no space" and "not found". */
 static PyObject *writer_errcodes(PyObject *self, PyObject *args) {
     (void)self, (void)args;
@@ -973,6 +1044,9 @@ PyMethodDef fsage_writer_methods[] = {
      "writer_unlink(h, path): remove a file or an empty directory."},
     {"writer_rename", writer_rename, METH_VARARGS,
      "writer_rename(h, src, dst): rename, replacing dst if it exists."},
+    {"writer_setattr", writer_setattr, METH_VARARGS,
+     "writer_setattr(h, path, mode, mtime_ns): chmod and/or set the modification time (None: "
+     "kept)."},
     {"writer_link", writer_link, METH_VARARGS,
      "writer_link(h, src, dst): a new name dst for the existing non-directory src."},
     {NULL, NULL, 0, NULL},

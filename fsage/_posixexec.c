@@ -3,8 +3,8 @@
  * in C, so that an op costs its system calls and little else.
  *
  * Executor.apply(op) runs create, append, overwrite, truncate, punch, fallocate, mkdir,
- * delete, rename and link with openat/fallocate/write/unlinkat/renameat/linkat relative to
- * directory descriptors; any other kind goes to the Python ``fallback(op)``. The semantics are
+ * delete, rename, link and setattr with openat/fallocate/write/unlinkat/renameat/linkat/
+ * fchmodat/utimensat relative to directory descriptors; any other kind goes to the Python ``fallback(op)``. The semantics are
  * posix.py's (see its module doc): every path is walked one component at a time from the
  * target's root with O_NOFOLLOW, a create that runs out of space removes the file it made,
  * an append that does truncates the file back, and errors become the exceptions given at
@@ -77,10 +77,12 @@ enum kind {
     K_DELETE,
     K_RENAME,
     K_LINK,
+    K_SETATTR,
     K_OTHER
 };
-static const char *const KIND_NAMES[] = {"create", "append", "overwrite", "truncate", "punch",
-                                         "fallocate", "mkdir", "delete", "rename", "link"};
+static const char *const KIND_NAMES[] = {"create",    "append", "overwrite", "truncate",
+                                         "punch",     "fallocate", "mkdir",  "delete",
+                                         "rename",    "link",   "setattr"};
 
 typedef struct {
     char *key; /* relative path of the directory, not NUL-terminated */
@@ -100,10 +102,17 @@ typedef struct {
 #define METADATA_COST (16 * 4096)
 #define ERR_JOURNAL (-5)
 
+/* What a setattr op sets: permission bits and/or the modification time (ns since the epoch). */
+struct attrs {
+    int has_mode, has_mtime;
+    long long mode, mtime_ns;
+};
+
 typedef struct {
     PyObject *op; /* the Op; released by the calling thread once run */
     enum kind kind;
     long long size, offset, bytes;
+    struct attrs attrs;
     char *buf; /* path NUL dest NUL journal line */
     size_t cap;
     Py_ssize_t plen, dlen, llen;
@@ -435,6 +444,7 @@ typedef struct {
     const char *path, *dest;
     Py_ssize_t plen, dlen;
     long long size, offset;
+    struct attrs attrs;
     PyObject *tmp_path, *tmp_dest; /* encoded non-ASCII paths */
 } OpArgs;
 
@@ -575,6 +585,32 @@ static int run_pair(Exec *ex, OpArgs *a) {
     return 0;
 }
 
+/* chmod and/or utimens of ``path``, never through a symlink: a symlink's own time is set, its
+ * mode left (Linux has none to set); atime is left as it is. */
+static int run_setattr(Exec *ex, OpArgs *a) {
+    int dfd;
+    const char *name;
+    int rc = split(ex, a->path, a->plen, &dfd, &name);
+    if (rc) return rc;
+    if (a->attrs.has_mode) {
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno_fail(ex);
+        if (!S_ISLNK(st.st_mode) && fchmodat(dfd, name, (mode_t)a->attrs.mode, 0) != 0)
+            return errno_fail(ex);
+    }
+    if (a->attrs.has_mtime) {
+        long long ns = a->attrs.mtime_ns, sec = ns / 1000000000LL, frac = ns % 1000000000LL;
+        if (frac < 0) { /* before 1970: tv_nsec must stay in [0, 1e9) */
+            sec -= 1;
+            frac += 1000000000LL;
+        }
+        struct timespec ts[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+                                 {.tv_sec = (time_t)sec, .tv_nsec = (long)frac}};
+        if (utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW) != 0) return errno_fail(ex);
+    }
+    return 0;
+}
+
 static int run_op(Exec *ex, OpArgs *a) {
     switch (a->kind) {
     case K_CREATE:
@@ -599,6 +635,8 @@ static int run_op(Exec *ex, OpArgs *a) {
     case K_RENAME:
     case K_LINK:
         return run_pair(ex, a);
+    case K_SETATTR:
+        return run_setattr(ex, a);
     default:
         return 0;
     }
@@ -624,7 +662,24 @@ static void args_release(OpArgs *a) {
     Py_XDECREF(a->tmp_dest);
 }
 
-static PyObject *S_op, *S_path, *S_dest, *S_size, *S_offset, *S_label, *S_fd, *S_add;
+static PyObject *S_op, *S_path, *S_dest, *S_size, *S_offset, *S_label, *S_fd, *S_add, *S_mode,
+    *S_mtime_ns;
+
+/* An optional integer attribute (None: not set); -1 with an exception on error. */
+static int get_optional(PyObject *op, PyObject *attr, int *has, long long *out) {
+    PyObject *v = PyObject_GetAttr(op, attr);
+    if (v == NULL) return -1;
+    *has = v != Py_None;
+    if (*has) {
+        *out = PyLong_AsLongLong(v);
+        if (*out == -1 && PyErr_Occurred()) {
+            Py_DECREF(v);
+            return -1;
+        }
+    }
+    Py_DECREF(v);
+    return 0;
+}
 
 static long long get_ll(PyObject *op, PyObject *attr, int *bad) {
     PyObject *v = PyObject_GetAttr(op, attr);
@@ -655,6 +710,10 @@ static int args_read(OpArgs *a, PyObject *op) {
     if (path_bytes(a->path_obj, &a->path, &a->plen, &a->tmp_path) < 0) return -1;
     if (a->kind == K_RENAME || a->kind == K_LINK)
         if (path_bytes(a->dest_obj, &a->dest, &a->dlen, &a->tmp_dest) < 0) return -1;
+    if (a->kind == K_SETATTR
+        && (get_optional(op, S_mode, &a->attrs.has_mode, &a->attrs.mode) < 0
+            || get_optional(op, S_mtime_ns, &a->attrs.has_mtime, &a->attrs.mtime_ns) < 0))
+        return -1;
     return 0;
 }
 
@@ -733,7 +792,7 @@ static Py_ssize_t format_line(OpArgs *a, char *buf, Py_ssize_t cap) {
         || !PyUnicode_Check(a->label_obj) || PyUnicode_GET_LENGTH(a->label_obj) != 0)
         return -1;
     char *w = buf, *end = buf + cap;
-    char num[32];
+    char num[48];
     const char *kind = KIND_NAMES[a->kind];
     if (append_str(&w, end, "{\"op\":\"", 7) || append_str(&w, end, kind, (Py_ssize_t)strlen(kind))
         || append_str(&w, end, "\"", 1))
@@ -756,6 +815,14 @@ static Py_ssize_t format_line(OpArgs *a, char *buf, Py_ssize_t cap) {
                  || append_str(&w, end, PyUnicode_DATA(a->dest_obj), dlen)
                  || append_str(&w, end, "\"", 1)))
         return -1;
+    if (a->attrs.has_mode) {
+        int n = snprintf(num, sizeof num, ",\"mode\":%lld", a->attrs.mode);
+        if (append_str(&w, end, num, n)) return -1;
+    }
+    if (a->attrs.has_mtime) {
+        int n = snprintf(num, sizeof num, ",\"mtime_ns\":%lld", a->attrs.mtime_ns);
+        if (append_str(&w, end, num, n)) return -1;
+    }
     if (append_str(&w, end, "}\n", 2)) return -1;
     return w - buf;
 }
@@ -867,6 +934,7 @@ static void *worker_main(void *arg) {
             a.dlen = sl->dlen;
             a.size = sl->size;
             a.offset = sl->offset;
+            a.attrs = sl->attrs;
             ex->gen++;
             rc = run_op(ex, &a);
             err = ex->err;
@@ -1083,6 +1151,7 @@ static PyObject *Exec_submit(Exec *ex, PyObject *const *args, Py_ssize_t nargs) 
     sl->kind = a.kind;
     sl->size = a.size;
     sl->offset = a.offset;
+    sl->attrs = a.attrs;
     sl->jfd = jfd;
     sl->bytes = op_result(&a);
     Py_INCREF(op);
@@ -1326,9 +1395,11 @@ static struct PyModuleDef module = {
     "The mounted-directory executor's ops in C (see fsage/ager/posix.py).", -1, NULL};
 
 PyMODINIT_FUNC PyInit__posixexec(void) {
-    const char *names[] = {"op", "path", "dest", "size", "offset", "label", "fd", "add"};
-    PyObject **slots[] = {&S_op, &S_path, &S_dest, &S_size, &S_offset, &S_label, &S_fd, &S_add};
-    for (int i = 0; i < 8; i++) {
+    const char *names[] = {"op", "path", "dest", "size", "offset", "label", "fd", "add", "mode",
+                           "mtime_ns"};
+    PyObject **slots[] = {&S_op,    &S_path, &S_dest, &S_size, &S_offset,
+                          &S_label, &S_fd,   &S_add,  &S_mode, &S_mtime_ns};
+    for (int i = 0; i < 10; i++) {
         *slots[i] = PyUnicode_InternFromString(names[i]);
         if (*slots[i] == NULL) return NULL;
     }

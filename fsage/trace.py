@@ -12,7 +12,11 @@ A trace comes from
 The score counts read requests as the device driver received them (action ``D``, "issued"; ``Q``
 when a trace has no ``D`` events), in the order they were issued: 1 - (requests not starting
 where the previous ended) / (blocks read). Sectors are converted to file-system blocks of the
-snapshot's block size, relative to the start of the partition.
+snapshot's block size, relative to the start of the partition. A block is counted at its first
+read only: a cold read reads every block once unless the page cache drops it meanwhile (memory
+pressure, another process's ``drop_caches``), and such a re-read says nothing of the layout (the
+modeled score reads each block once too); the blocks read again are counted apart
+(``reread_blocks``).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from fsage.analyzer.dynamic import request_score
 from fsage.db.store import Store
 from fsage.errors import FsageError, SourceError, StoreError, UsageError
 
+I64 = np.ndarray[Any, np.dtype[np.int64]]
 SECTOR = 512
 DEBUGFS = Path("/sys/kernel/debug")
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), DEBUGFS / "tracing")
@@ -86,12 +91,36 @@ class Trace:
         return first.astype(np.int64), (last - first + 1).astype(np.int64)
 
     def score(self, block_size: int, offset_sectors: int = 0) -> dict[str, Any]:
+        """Conway's score of the first reads of every block (see the module doc), with
+        ``reread_blocks``: the block reads left out as re-reads."""
         if block_size % SECTOR or block_size <= 0:
             raise UsageError(f"block size {block_size} is not a multiple of {SECTOR} bytes")
         start, length = self.blocks(block_size, offset_sectors)
-        out = request_score(start, length)
+        first_start, first_length = first_reads(start, length)
+        out = request_score(first_start, first_length)
+        out["reread_blocks"] = int(length.sum() - first_length.sum())
         out["block_size"] = block_size
         return out
+
+
+def first_reads(start: I64, length: I64) -> tuple[I64, I64]:
+    """Requests (first block, blocks) in issue order, cut down to the blocks no earlier
+    request read: a request part of which was read before keeps its other parts, each a
+    request of its own."""
+    if start.size == 0:
+        return start, length
+    ends = np.cumsum(length)
+    req = np.repeat(np.arange(start.size), length)
+    block = np.repeat(start, length) + np.arange(int(ends[-1])) - np.repeat(ends - length, length)
+    keep = np.zeros(block.size, bool)
+    keep[np.unique(block, return_index=True)[1]] = True
+    block, req = block[keep], req[keep]
+    if block.size == 0:
+        return block, block
+    new = np.ones(block.size, bool)
+    new[1:] = (req[1:] != req[:-1]) | (block[1:] != block[:-1] + 1)
+    at = np.flatnonzero(new)
+    return block[at], np.diff(np.append(at, block.size))
 
 
 def parse_events(lines: Iterable[str]) -> Iterator[Event]:
@@ -333,6 +362,8 @@ class TraceRow:
     blocks: int
     score: float | None
     modeled_score: float | None
+    #: Block reads left out of the score as re-reads of blocks read before (see module doc).
+    reread_blocks: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -379,7 +410,7 @@ def save_trace(
                 result["blocks"],
                 result["score"],
                 modeled,
-                json.dumps(params or {}),
+                json.dumps({**(params or {}), "reread_blocks": result.get("reread_blocks", 0)}),
             ),
         )
         assert cur.lastrowid is not None
@@ -395,7 +426,8 @@ def traces(
 ) -> list[TraceRow]:
     sql = (
         "SELECT t.id, t.snapshot_id, f.name, t.taken_at, t.source, t.device, t.command,"
-        " t.block_size, t.requests, t.discontiguous, t.blocks, t.score, t.modeled_score"
+        " t.block_size, t.requests, t.discontiguous, t.blocks, t.score, t.modeled_score,"
+        " t.params"
         " FROM traces t LEFT JOIN snapshots s ON s.id = t.snapshot_id"
         " LEFT JOIN filesystems f ON f.id = s.fs_id WHERE 1=1"
     )
@@ -409,7 +441,20 @@ def traces(
     if trace_id is not None:
         sql += " AND t.id = ?"
         args.append(trace_id)
-    return [TraceRow(*r) for r in store.con.execute(sql + " ORDER BY t.id", args)]
+    rows = []
+    for r in store.con.execute(sql + " ORDER BY t.id", args):
+        row = TraceRow(*r[:-1])
+        row.reread_blocks = _reread_blocks(r[-1])
+        rows.append(row)
+    return rows
+
+
+def _reread_blocks(params: str | None) -> int:
+    try:
+        value = json.loads(params or "{}").get("reread_blocks", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) else 0
 
 
 def snapshot_for(store: Store, snapshot_id: int | None, fs_name: str | None) -> int | None:

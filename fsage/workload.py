@@ -44,7 +44,13 @@ OP_KINDS = (
     "snapshot",  # marker: a snapshot is wanted here (label)
     "punch",  # path, offset, size: free the blocks of the range; the file keeps its size
     "fallocate",  # path, offset, size: allocate blocks for the range, growing the size to its end
+    "setattr",  # path, mode and/or mtime_ns: permission bits, modification time (as tar sets)
 )
+
+#: The permission bits a ``setattr`` op may set (chmod's: rwx for all, setuid, setgid, sticky).
+MODE_BITS = 0o7777
+#: The permission bits every executor gives a file a ``create`` op makes (before the umask).
+CREATE_MODE = 0o644
 
 
 #: Kinds of special file a ``mknod`` op makes, and their file-type bits.
@@ -77,6 +83,10 @@ class Op:
     offset: int = 0
     dest: str = ""
     label: str = ""
+    #: setattr only: permission bits (``MODE_BITS``), and the modification time in ns since
+    #: the epoch; None leaves it as it is.
+    mode: int | None = None
+    mtime_ns: int | None = None
 
     def to_json(self) -> str:
         # Only non-default fields, so streams stay small and diffs readable.
@@ -91,6 +101,10 @@ class Op:
             out["dest"] = self.dest
         if self.label:
             out["label"] = self.label
+        if self.mode is not None:
+            out["mode"] = self.mode
+        if self.mtime_ns is not None:
+            out["mtime_ns"] = self.mtime_ns
         return json.dumps(out, separators=(",", ":"))
 
     @classmethod
@@ -103,6 +117,8 @@ class Op:
                 offset=int(data.get("offset", 0)),
                 dest=str(data.get("dest", "")),
                 label=str(data.get("label", "")),
+                mode=_optional_int(data.get("mode")),
+                mtime_ns=_optional_int(data.get("mtime_ns")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkloadError(f"{where}bad op {data!r}: {exc}") from None
@@ -122,6 +138,23 @@ class Op:
             raise WorkloadError(f"{where}mknod of unknown kind {self.label!r}")
         if self.op == "symlink" and (self.size > SYMLINK_MAX or "\0" in self.dest):
             raise WorkloadError(f"{where}bad symlink target for {self.path!r}")
+        if self.op == "setattr":
+            if self.mode is None and self.mtime_ns is None:
+                raise WorkloadError(f"{where}setattr of {self.path!r} sets neither mode nor mtime")
+            if self.mode is not None and not 0 <= self.mode <= MODE_BITS:
+                raise WorkloadError(f"{where}setattr mode {self.mode:#o} is not permission bits")
+            if self.mtime_ns is not None and not -(2**63) <= self.mtime_ns < 2**63:
+                raise WorkloadError(f"{where}setattr mtime_ns {self.mtime_ns} out of range")
+        elif self.mode is not None or self.mtime_ns is not None:
+            raise WorkloadError(f"{where}mode and mtime_ns belong to setattr, not {self.op}")
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not an integer")
+    return value
 
 
 def check_relpath(path: str, where: str = "") -> str:

@@ -153,6 +153,9 @@ class OfflineExtExecutor(Executor):
         if kind == "mknod":
             self._call(op, "writer_mknod", p, SPECIAL_MODES[op.label] | 0o644, 0)
             return 0
+        if kind == "setattr":
+            self._call(op, "writer_setattr", p, op.mode, op.mtime_ns)
+            return 0
         if kind in ("fsync", "snapshot"):
             return 0
         if kind == "sync":

@@ -10,7 +10,9 @@ Targets:
 The record (a JSON file: ``.fsage-age`` inside a directory target, ``<image>.fsage-age`` beside an
 image) holds the op index reached and, for generated workloads, the generator's state; Ctrl-C
 stops between two ops, so the target is consistent and the record exact, and ``--resume``
-continues from it.
+continues from it. After a kill, ``--resume`` takes what ran since the record from the journal
+and checks a directory target's tree against the journal's (``fsage.ager.reconcile``), for the
+op that was running may have taken effect without its journal line.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fsage.ager.generator import DATA_OPS, Generator
 from fsage.ager.images import can_loop_mount, image_kind, mount, umount
 from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
 from fsage.ager.posix import (
+    IGNORED_NAMES,
     MARKER,
     InFlightError,
     PosixExecutor,
@@ -42,6 +45,15 @@ from fsage.ager.posix import (
     record_path_for,
 )
 from fsage.ager.profile import Profile
+from fsage.ager.reconcile import (
+    Difference,
+    Tree,
+    difference,
+    disk_tree,
+    journal_tree,
+    load_tree,
+    save_tree,
+)
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.workload import (
@@ -138,6 +150,11 @@ class Target:
         """(relative path, is_dir, size) of everything in the target, for resuming."""
         return _layout_entries(self.layout())
 
+    def tree_root(self) -> Path | None:
+        """The directory the ops run in, when the target is one (a resume then checks the
+        tree below it against the journal)."""
+        return None
+
     def counters_mark(self) -> Any:
         """What ``run_metrics`` needs to report the part of a run after this moment."""
         return None
@@ -185,6 +202,9 @@ class DirTarget(Target):
 
     def walk(self) -> list[tuple[str, bool, int]]:
         return _walk_dir(self.source)
+
+    def tree_root(self) -> Path | None:
+        return self.source
 
 
 def _walk_dir(root: Path) -> list[tuple[str, bool, int]]:
@@ -254,6 +274,9 @@ class MountedImageTarget(Target):
 
     def walk(self) -> list[tuple[str, bool, int]]:
         return _walk_dir(self.mnt)
+
+    def tree_root(self) -> Path | None:
+        return self.mnt
 
     def close(self) -> None:
         try:
@@ -661,7 +684,83 @@ def _op_line(op: Op) -> bytes:
         out += ',"offset":' + str(op.offset)
     if op.dest:
         out += ',"dest":"' + op.dest + '"'
+    if op.mode is not None:
+        out += ',"mode":' + str(op.mode)
+    if op.mtime_ns is not None:
+        out += ',"mtime_ns":' + str(op.mtime_ns)
     return (out + "}\n").encode()
+
+
+def _start_tree_path(journal: Path) -> Path:
+    """Where the tree a journal started on is kept (when it was not empty)."""
+    return journal.with_name(journal.name.removesuffix(".ops.jsonl") + ".start.json")
+
+
+def _save_start_tree(tgt: Target, journal: Path) -> None:
+    """Keep the tree a new journal starts on beside it, when not empty: a resume after a kill
+    replays the journal from it."""
+    root = tgt.tree_root()
+    if root is not None:
+        tree, inodes = disk_tree(root, skip=IGNORED_NAMES)
+        if tree:
+            save_tree(_start_tree_path(journal), tree, inodes)
+
+
+def _compare_with_journal(
+    tgt: Target,
+    journal: Path,
+    opts: AgeOptions,
+    res: AgeResult,
+    say: Callable[[str], None],
+) -> tuple[Difference | None, Tree]:
+    """How the tree on disk differs from the one the journal replays to, and that tree;
+    (None, {}) when the target is not a directory tree."""
+    root = tgt.tree_root()
+    if root is None:
+        return None, {}
+    with open(journal, "rb") as fh:
+        header_end = len(fh.readline())
+    ops, _ = _Journal.tail(journal, header_end)  # every complete line: what took effect
+    try:
+        base = load_tree(_start_tree_path(journal))
+        journaled = journal_tree(base, ops, allocate_only=opts.data == "fallocate")
+    except WorkloadError as exc:
+        res.notices.append(f"the journal could not be checked against the target: {exc}")
+        say(f"fsage: {res.notices[-1]}")
+        return None, {}
+    disk, inodes = disk_tree(root, skip=IGNORED_NAMES)
+    return difference(journaled, disk, inodes), journaled
+
+
+def _data_bytes(ops: list[Op]) -> int:
+    """The bytes ``ops`` write (as ``bytes_written`` counts them)."""
+    return sum(o.size for o in ops if o.op in DATA_OPS)
+
+
+def _as_named_by(found: Difference, op: Op | None) -> Op | None:
+    """``found.op`` under ``op``'s name of the file, when the file written has several (hard
+    links: every name of it differs)."""
+    if op is None or found.op is None or op.path not in found.paths or op.op == "create":
+        return found.op
+    return replace(found.op, path=op.path) if found.op.op in ("append", "truncate") else found.op
+
+
+def _in_part(op: Op, effect: Op | None) -> bool:
+    """True when ``effect`` (a change found on disk) is what ``op`` leaves when it stops
+    part-way: a file created or appended to but not to its full length."""
+    return (
+        effect is not None
+        and op.op in ("create", "append")
+        and effect.path == op.path
+        and effect.op in ("create", "append", "truncate")
+    )
+
+
+def _describe(op: Op) -> str:
+    text = f"{op.op} {op.path!r}" + (f" to {op.dest!r}" if op.dest else "")
+    if op.op in DATA_OPS or op.op == "truncate":
+        text += f", {op.size:,} bytes"
+    return text
 
 
 def _journal_path(record_path: Path) -> Path:
@@ -702,6 +801,17 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         ran_after, journal_keep = _Journal.tail(old_journal, int(record.get("journal_bytes", 0)))
     elif old_journal is not None:
         old_journal = None
+    bytes_written += _data_bytes(ran_after)
+    # A run killed while an op ran may have left that op's effect, whole or in part, without
+    # its journal line: the tree on disk is checked against the one the journal replays to.
+    unclean = opts.resume and not record.get("clean", False)
+    found: Difference | None = None
+    journaled: Tree = {}
+    if unclean and old_journal is not None:
+        found, journaled = _compare_with_journal(tgt, old_journal, opts, res, say)
+    repair: Op | None = None  # the op that took effect unjournaled: journaled, not run again
+    undo: Op | None = None  # what takes back the part of an op that took effect in part
+    rerun: Op | None = None  # the next op, which took effect in part: it runs again
     if opts.ops_file is not None:
         header, ops = read_workload(opts.ops_file)
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
@@ -709,6 +819,21 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")
         ops = itertools.islice(ops, start, None)
         start += _skip_ran(ops, ran_after)
+        if found is not None and found.op is not None:
+            # The stream says which op was running: the difference is that op, whole or in
+            # part (then it runs again, after what it appended is cut off).
+            nxt = next(ops, None)
+            effect = _as_named_by(found, nxt)
+            if nxt is not None and nxt == effect:
+                repair = nxt
+                start += 1
+                bytes_written += _data_bytes([nxt])
+            elif nxt is not None and _in_part(nxt, effect):
+                rerun = nxt
+                if nxt.op == "append":
+                    undo = Op("truncate", nxt.path, size=journaled[nxt.path].size)
+            if nxt is not None and repair is None:
+                ops = itertools.chain([nxt], ops)
     else:
         assert opts.profile is not None
         profile = opts.profile
@@ -729,7 +854,10 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             gen.adopt(tgt.walk())
             st = record.get("gen", {})
             start += len(ran_after)
-            bytes_written += sum(o.size for o in ran_after if o.op in DATA_OPS)
+            if found is not None and found.op is not None:
+                repair = found.op  # the generator takes the tree on disk as it is
+                start += 1
+                bytes_written += _data_bytes([repair])
             gen.stats.ops = start
             gen.stats.bytes_written = bytes_written
             gen.stats.phase = st.get("phase", "fill")
@@ -741,9 +869,28 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         header = gen.header()
         ops = gen.ops()
     res.resumed_from = start
-    # A run killed between an op and its journal line: that op may have taken effect; a
-    # namespace op that then fails as already done is counted as done.
-    in_flight = opts.resume and not record.get("clean", False)
+    # A run killed between an op and its journal line, on a target whose tree could not be
+    # checked against the journal: that op may have taken effect; a namespace op that then
+    # fails as already done is counted as done.
+    settled = found is not None and (not found.paths or repair is not None or rerun is not None)
+    in_flight = unclean and not settled
+    kill_notice = ""
+    if found is not None and found.paths and not settled:
+        kill_notice = (
+            f"the target differs from its journal by more than the op running when the run "
+            f"was killed can have done ({len(found.paths)} paths, e.g. {found.paths[0]!r}): "
+            "the journal will not replay to it exactly"
+        )
+    elif repair is not None:
+        kill_notice = (
+            f"the op running when the run was killed ({_describe(repair)}) had taken effect "
+            "without its journal line: journaled now, not run again"
+        )
+    elif rerun is not None:
+        kill_notice = (
+            f"the op running when the run was killed ({_describe(rerun)}) had taken effect "
+            "in part: it runs again" + (" on the file's length before it" if undo else "")
+        )
     if opts.resume:
         say(f"fsage: resuming at op {start}")
         if ran_after:
@@ -752,9 +899,16 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                 "after its last record were taken from its journal"
             )
             say(f"fsage: {res.notices[-1]}")
+        if kill_notice:
+            res.notices.append(kill_notice)
+            say(f"fsage: {kill_notice}")
 
     if old_journal is not None:
         journal = _Journal(old_journal, None, journal_keep)
+        if undo is not None:
+            tgt.executor.apply(undo)
+        if repair is not None:
+            journal.add(repair)
     else:
         jheader = WorkloadHeader(
             generator="fsage.age/journal",
@@ -762,6 +916,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             seed=seed if gen is not None else header.seed,
         )
         journal = _Journal(_journal_path(tgt.record_path), jheader, None)
+        _save_start_tree(tgt, journal.path)
     res.journal = str(journal.path)
 
     store_cm: Any = contextlib.nullcontext(None)

@@ -57,6 +57,14 @@ def _delta_options(f: F) -> F:
             help="Mean lifetime of a short-lived file, seconds.",
         ),
         click.option("--intra-seed", type=int, default=0, show_default=True, help="Its seed."),
+        click.option(
+            "--setattr/--no-setattr",
+            "setattr",
+            default=True,
+            show_default=True,
+            help="Replay attribute changes: a file's mode and a modification time set after "
+            "its data (as tar sets the archive's), with setattr ops.",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -106,7 +114,8 @@ def _judge_options(f: F) -> F:
 @format_option("text", "json")
 def replay_cmd(
     target: Path, db: Path, fs_name: str, until: str | None, deletes: str,
-    intra_files_per_day: float, intra_lifetime: float, intra_seed: int, name: str | None,
+    intra_files_per_day: float, intra_lifetime: float, intra_seed: int, setattr: bool,
+    name: str | None,
     mode: str | None, interval_end: str, noise_floor: Path | None, check: bool, force: bool,
     fmt: str,
 ) -> None:  # fmt: skip
@@ -127,7 +136,7 @@ def replay_cmd(
         db=db, fs_name=fs_name, target=target, until=until, mode=mode or "auto", force=force,
         intra=_intra(intra_files_per_day, intra_lifetime, intra_seed), deletes=deletes,
         interval_end=interval_end, noise_floor=_load_floor(noise_floor), name=name,
-        progress=progress_enabled() and fmt == "text",
+        progress=progress_enabled() and fmt == "text", setattr=setattr,
     )  # fmt: skip
     res = recreate(opts, echo=lambda s: click.echo(s, err=True))
     fid = res.fidelity
@@ -222,7 +231,8 @@ def _echo_fidelity(fid: Fidelity) -> None:
 @format_option("text", "json")
 def deltas_cmd(
     db: Path, fs_name: str, until: str | None, deletes: str, intra_files_per_day: float,
-    intra_lifetime: float, intra_seed: int, since: str | None, output: Path, fmt: str,
+    intra_lifetime: float, intra_seed: int, setattr: bool, since: str | None, output: Path,
+    fmt: str,
 ) -> None:  # fmt: skip
     """Write the operations between snapshots of FS as a workload (JSON Lines).
 
@@ -239,8 +249,9 @@ def deltas_cmd(
     intra = _intra(intra_files_per_day, intra_lifetime, intra_seed)
     with Store.open(db) as store:
         header, ops, stats = snapshot_deltas(
-            store, fs_name, until=until, since=since, intra=intra, deletes=deletes
-        )
+            store, fs_name, until=until, since=since, intra=intra, deletes=deletes,
+            setattr=setattr,
+        )  # fmt: skip
     count = write_workload(output, header, ops)
     err = str(output) == "-"  # the stream went to stdout: the summary goes to stderr
     if fmt == "json":

@@ -71,6 +71,12 @@ def _print(row: Any, fmt: str, tool: str) -> None:
         f"{'-' if row.score is None else f'{row.score:.4f}'}{modeled}; "
         f"{row.discontiguous} of {row.requests} read requests seek, {row.blocks} blocks of "
         f"{row.block_size} B read"
+        + (
+            f" ({row.reread_blocks} more read again, left out: the page cache dropped them "
+            "while the command ran)"
+            if row.reread_blocks
+            else ""
+        )
     )
 
 

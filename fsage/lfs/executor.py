@@ -112,6 +112,10 @@ class LfsExecutor(Executor):
             return 0
         if op.op == "snapshot":
             return 0
+        if op.op == "setattr":  # the log keeps milliseconds
+            mtime_ms = None if op.mtime_ns is None else op.mtime_ns // 1_000_000
+            fs.setattr(op.path, mode=op.mode, mtime_ms=mtime_ms)
+            return 0
         if op.op in ("punch", "fallocate"):
             # A log has no unwritten extents to reserve or holes to punch in place.
             raise WorkloadError(

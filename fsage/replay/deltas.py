@@ -13,6 +13,15 @@ identity is a create, an identity that is gone a delete. For a file present in b
 * **overwrite**: same size and same blocks (or holes filled) but a newer modification time ->
   ``overwrite`` of the whole file (which bytes changed is not recorded).
 
+Attribute changes are ``setattr`` ops, right after the data of the file they concern (as tar
+sets the archive's time and mode once it has written a file): a new file whose modification
+time predates its creation (its ``crtime``; where none is recorded, the previous snapshot's
+time) gets that time and its mode, a new file of another mode than a ``create``'s its mode; a
+file whose data changed with a modification time from before the interval gets the time back
+(and its mode if that changed), a file with the same blocks and size whose time went back
+(``touch -d``) a ``setattr`` instead of an ``overwrite``, and a mode change alone a ``setattr``
+at the file's change time. ``DeltaBuilder(setattr=False)`` leaves them all out.
+
 A file with several names (hard links) is made under its first name (by path) and given the
 others with ``link`` ops right after; between snapshots its names are compared as sets: a name
 that went away while another came is a ``rename`` (names paired in path order), a name that
@@ -65,7 +74,7 @@ import numpy as np
 
 from fsage.errors import StoreError, UsageError, WorkloadError
 from fsage.layout import Layout
-from fsage.workload import SYMLINK_MAX, Op, WorkloadHeader, check_relpath
+from fsage.workload import CREATE_MODE, MODE_BITS, SYMLINK_MAX, Op, WorkloadHeader, check_relpath
 
 #: Identity of a file: (inode, generation, creation time ns). Synthetic entries (the root, the
 #: mkfs-made lost+found, intra-day files, temporaries) use negative inode numbers.
@@ -96,6 +105,7 @@ _PHASE = {
     "truncate": 4,
     "rewrite": 4,
     "overwrite": 4,
+    "setattr": 4,
     "rmdir": 5,
 }
 
@@ -115,6 +125,7 @@ INFERRED_KINDS = (
     "intra_delete",
     "symlink",
     "special",
+    "setattr",
 )
 
 
@@ -192,6 +203,7 @@ class _Entry:
     crtime: int
     links: list[_Link]  # valid names, sorted by path; the first is the primary
     ftype: int = stat.S_IFREG  # S_IFMT of the inode
+    perm: int = CREATE_MODE  # permission bits
 
 
 def _name_ok(raw: bytes) -> bool:
@@ -276,6 +288,7 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
                     crtime=int(files.crtime[r]),
                     links=[],
                     ftype=fmt,
+                    perm=mode[r] & MODE_BITS,
                 )
                 out[key] = e
             e.links.append(_Link(parent, name, path))
@@ -467,6 +480,18 @@ class _Plan:
     ftype: int = field(compare=False, default=stat.S_IFREG)  # create: what it makes
     runs: list[tuple[int, int]] | None = field(compare=False, default=None)  # sparse create:
     # the (offset, bytes) pieces with data; the rest of the file's size is holes
+    attrs: _Attrs | None = field(compare=False, default=None)  # set right after the data
+
+
+@dataclass(frozen=True)
+class _Attrs:
+    """What a ``setattr`` op sets: permission bits, modification time (None: left)."""
+
+    mode: int | None = None
+    mtime_ns: int | None = None
+
+    def op(self, path: str) -> Op:
+        return Op("setattr", path, mode=self.mode, mtime_ns=self.mtime_ns)
 
 
 #: A plan in the scheduling heap: (time, phase, seq, plan).
@@ -488,12 +513,15 @@ class DeltaBuilder:
         intra: IntraDay | None = None,
         deletes: str = "first",
         replaced_at_create: bool = True,
+        setattr: bool = True,
     ) -> None:
         if deletes not in ("first", "parent"):
             raise UsageError(f"unknown delete placement {deletes!r} (first or parent)")
         self.intra = intra
         self.deletes = deletes
         self.replaced_at_create = replaced_at_create
+        #: Replay the attribute changes the snapshots show (``setattr`` ops).
+        self.setattr = setattr
         self.stats = DeltaStats()
         self.ns = _Namespace()
         self._rng = random.Random(intra.seed if intra else 0)
@@ -633,6 +661,7 @@ class DeltaBuilder:
                 plans[-1].inferred = kind
                 if kind == "create":
                     plans[-1].runs = _sparse_pieces(new, e, bs)
+                    plans[-1].attrs = self._created_attrs(e, lo)
             for extra in e.links[1:]:
                 plans.append(
                     self._new_plan(
@@ -683,6 +712,17 @@ class DeltaBuilder:
                 continue
             self._plan_content(plans, old, o, new, e, bs, clamp)
         return plans
+
+    def _created_attrs(self, e: _Entry, lo: int) -> _Attrs | None:
+        """What a new regular file's data leaves to set: a modification time from before the
+        file existed (its creation time, else the interval's start) was set explicitly, as tar
+        sets the archive's, together with the mode; a mode other than a create's, alone."""
+        if not self.setattr:
+            return None
+        birth = e.crtime if e.crtime > 0 else lo
+        if e.mtime < birth:
+            return _Attrs(e.perm, e.mtime)
+        return _Attrs(e.perm) if e.perm != CREATE_MODE else None
 
     def _plan_names(self, plans: list[_Plan], e: _Entry, t: int) -> None:
         """Renames, links and removed names that take the names the file has in the namespace
@@ -771,18 +811,34 @@ class DeltaBuilder:
     ) -> None:
         old_runs, new_runs = _runs(old, o.row), _runs(new, e.row)
         same_ext = old_runs == new_runs
-        if same_ext and o.size == e.size and o.mtime == e.mtime:
+        mode = e.perm if self.setattr and e.perm != o.perm else None
+        content: _Plan | None = None
+        mtime: int | None = None
+        if not (same_ext and o.size == e.size and o.mtime == e.mtime):
+            limit = -(-min(o.size, e.size) // bs)
+            t = clamp(e.mtime)
+            # A modification time from before the interval was set, not left by a write (as
+            # tar sets the archive's after writing a file).
+            if self.setattr and e.mtime < self._lo:
+                mtime = e.mtime
+            if _blocks_moved(old_runs, new_runs, limit):
+                content = self._new_plan(t, "rewrite", e.key, size=e.size, inferred="rewrite")
+            elif e.size > o.size:
+                content = self._new_plan(t, "append", e.key, size=e.size - o.size, inferred="grow")
+            elif e.size < o.size:
+                content = self._new_plan(t, "truncate", e.key, size=e.size, inferred="shrink")
+            elif same_ext and self.setattr and (mtime is not None or e.mtime < o.mtime):
+                mtime = e.mtime  # same blocks and size, the time set back (touch -d): no write
+            elif e.size and (not same_ext or o.mtime != e.mtime):
+                content = self._new_plan(t, "overwrite", e.key, size=e.size, inferred="overwrite")
+        if mode is None and mtime is None:
+            if content is not None:
+                plans.append(content)
             return
-        limit = -(-min(o.size, e.size) // bs)
-        t = clamp(e.mtime)
-        if _blocks_moved(old_runs, new_runs, limit):
-            plans.append(self._new_plan(t, "rewrite", e.key, size=e.size, inferred="rewrite"))
-        elif e.size > o.size:
-            plans.append(self._new_plan(t, "append", e.key, size=e.size - o.size, inferred="grow"))
-        elif e.size < o.size:
-            plans.append(self._new_plan(t, "truncate", e.key, size=e.size, inferred="shrink"))
-        elif e.size and (not same_ext or o.mtime != e.mtime):
-            plans.append(self._new_plan(t, "overwrite", e.key, size=e.size, inferred="overwrite"))
+        if content is None:  # attributes alone (chmod, touch), at the file's change time
+            content = self._new_plan(clamp(e.ctime), "setattr", e.key, inferred="setattr")
+        content.attrs = _Attrs(mode, mtime)
+        plans.append(content)
 
     def _plan_intra(
         self,
@@ -843,6 +899,12 @@ class DeltaBuilder:
         waiting: dict[tuple[str, Key], list[_Plan]] = {}
         out: list[Op] = []
 
+        def set_attrs(p: _Plan, path: str) -> None:
+            """The attributes the file's data leaves to set, right after it (as tar does)."""
+            if p.attrs is not None:
+                out.append(p.attrs.op(path))
+                self.stats.inferred["setattr"] += 1
+
         def drop(p: _Plan) -> None:
             todo[p.key] -= 1
             self.stats.skip("unresolved", p.key)
@@ -900,6 +962,7 @@ class DeltaBuilder:
                 else:
                     out.append(Op("create", path, size=p.size))
                 self.stats.inferred[p.inferred] += 1
+                set_attrs(p, path)
                 return [("key", p.key)]
             if kind == "link":
                 assert p.of is not None
@@ -939,9 +1002,11 @@ class DeltaBuilder:
                     out.append(Op("append", path, size=p.size))
             elif kind == "overwrite":
                 out.append(Op("overwrite", path, size=p.size))
-            else:
+            elif kind != "setattr":
                 out.append(Op(kind, path, size=p.size))
-            self.stats.inferred[p.inferred] += 1
+            if kind != "setattr":
+                self.stats.inferred[p.inferred] += 1
+            set_attrs(p, path)
             return []
 
         while heap or waiting:
@@ -1075,11 +1140,12 @@ def snapshot_deltas(
     since: str | None = None,
     intra: IntraDay | None = None,
     deletes: str = "first",
+    setattr: bool = True,
 ) -> tuple[WorkloadHeader, list[Op], DeltaStats]:
     """The op stream that takes ``fs_name`` from snapshot ``since`` (None: an empty file
     system, so the stream first populates the first snapshot) to snapshot ``until``."""
     chain, start = history(store, fs_name, until, since)
-    builder = DeltaBuilder(intra=intra, deletes=deletes)
+    builder = DeltaBuilder(intra=intra, deletes=deletes, setattr=setattr)
     ops: list[Op] = []
     prev: Layout | None = None
     prev_t: int | None = None
@@ -1124,6 +1190,7 @@ def make_header(
         "until": chain[-1].id if chain else None,
         "snapshots": [s.id for s in chain],
         "deletes": deletes,
+        "setattr": builder.setattr,
         "inferred": dict(stats.inferred),
         "skipped": stats.skipped_counts(),
         "intra_day": None,

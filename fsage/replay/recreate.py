@@ -62,6 +62,7 @@ class RecreateOptions:
     noise_floor: NoiseFloor | None = None
     name: str | None = None
     progress: bool = False
+    setattr: bool = True  # replay attribute changes (setattr ops)
 
 
 @dataclass
@@ -504,7 +505,7 @@ def _replay(
     first_layout: Layout,
     say: Callable[[str], None],
 ) -> tuple[RecreateResult, Layout]:
-    builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes)
+    builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes, setattr=opts.setattr)
     progress = opts.progress
     res: RecreateResult
     final: Layout | None = None

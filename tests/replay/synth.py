@@ -28,6 +28,11 @@ class F:
     ctime: int = 0
     crtime: int = 0
     ext: list[tuple[int, int, int]] = field(default_factory=list)
+    perm: int | None = None  # permission bits; None: the kind's usual ones
+
+
+def _mode(f: F, usual: int) -> int:
+    return usual if f.perm is None else stat.S_IFMT(usual) | f.perm
 
 
 def layout(entries: list[F]) -> Layout:
@@ -47,14 +52,14 @@ def layout(entries: list[F]) -> Layout:
     files = FileTable(
         ino=np.array([f.ino for f in allf], np.uint64),
         generation=np.array([f.gen for f in allf], np.uint32),
-        mode=np.array([modes[f.kind] for f in allf], np.uint32),
+        mode=np.array([_mode(f, modes[f.kind]) for f in allf], np.uint32),
         nlink=np.array([max(len(f.links), 1) for f in allf], np.uint32),
         uid=np.zeros(n, np.uint32),
         gid=np.zeros(n, np.uint32),
         size=np.array([f.size for f in allf], np.uint64),
         atime=np.zeros(n, np.int64),
-        mtime=np.array([f.mtime for f in allf], np.int64),
-        ctime=np.array([f.ctime or f.mtime for f in allf], np.int64),
+        mtime=np.array([f.mtime or f.crtime for f in allf], np.int64),  # unset: as made
+        ctime=np.array([f.ctime or f.mtime or f.crtime for f in allf], np.int64),
         crtime=np.array([f.crtime for f in allf], np.int64),
         flags=np.zeros(n, np.uint32),
         damaged=np.zeros(n, np.uint32),
@@ -110,6 +115,8 @@ class Model:
             assert op.dest not in self.names, f"{op.dest} exists"
             self._parent_ok(op.dest)
             self.names[op.dest] = self.names[p]
+        elif op.op == "setattr":
+            assert p in self.names, f"setattr of missing {p}"
         elif op.op == "delete":
             assert p in self.names, f"delete of missing {p}"
             if self.inodes[self.names[p]] is None:

@@ -11,6 +11,7 @@ import os
 import stat
 import sysconfig
 import tarfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 from fsage.ager.images import loop_mount, make_image
 from fsage.cli import main
 from fsage.db.store import Store
+from fsage.layout import Layout
 from fsage.replay.noise import noise_floor
 from fsage.replay.recreate import RecreateOptions, recreate
 from fsage.replay.unpack import history_size, unpack_history
@@ -63,6 +65,16 @@ def _releases(tmp: Path, count: int) -> list[Path]:
     return out
 
 
+def _file_attrs(layout: Layout) -> Counter[tuple[int, int]]:
+    """(permission bits, modification time) of every regular file, counted."""
+    f = layout.files
+    return Counter(
+        (m & 0o7777, t)
+        for m, t in zip(f.mode.tolist(), f.mtime.tolist(), strict=True)
+        if stat.S_ISREG(m)
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.needs_root
 def test_release_history_replays_within_the_noise_floor(tmp_path: Path) -> None:
@@ -97,6 +109,13 @@ def test_release_history_replays_within_the_noise_floor(tmp_path: Path) -> None:
         assert fid.bytes_matched == fid.bytes_original
         assert fid.symlinks_matched == fid.symlinks_original == 1
         assert fid.others_matched == fid.others_original == 1
+        # tar set each file's archive time and mode after its data: replayed as setattr ops,
+        # so the recreation's files carry the original's times and modes.
+        assert res.deltas["inferred"]["setattr"] >= fid.files_original
+        with Store.open(db) as store:
+            assert _file_attrs(store.load_layout(sid)) == _file_attrs(
+                store.load_layout(res.recreation_snapshot_id)
+            )
         judged = [r for r in fid.by_size if r["judged"]]
         assert judged, fid.by_size
         # Every size bucket of 50 files or more within its tolerance.
