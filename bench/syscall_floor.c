@@ -7,7 +7,9 @@
  * for it: directories opened one component at a time from the root with O_NOFOLLOW and kept
  * open (all of them, where fsage keeps 256), openat(O_CREAT|O_EXCL) + 1 MiB writes + close
  * for a create, unlinkat (rmdir on EISDIR/EPERM) for a delete, mkdirat, renameat, linkat,
- * symlinkat, mknodat, ftruncate, pwrite, fallocate. A snapshot marker ends an interval as the
+ * symlinkat, mknodat, ftruncate, pwrite, fallocate, fstatat + fchmodat and utimensat for a
+ * setattr (its flags in the record's special-file field: 1 mode, 2 mtime; the mode in its
+ * size, the mtime in ns in its offset). A snapshot marker ends an interval as the
  * replay does (`--interval-end`): remount (umount2 + mount of the same loop device), sync
  * (syncfs), drop-caches (syncfs, then /proc/sys/vm/drop_caches), none. The last marker is not
  * an interval end; the final unmount is timed separately.
@@ -38,7 +40,7 @@
 
 /* Op codes; bench/replay.py's FLOOR_KINDS lists them in this order. */
 enum { CREATE, APPEND, OVERWRITE, TRUNCATE, PUNCH, FALLOCATE, MKDIR, DELETE, RENAME, LINK,
-       SYMLINK, MKNOD, FSYNC, SYNC, MARK };
+       SYMLINK, MKNOD, FSYNC, SYNC, MARK, SETATTR };
 
 typedef struct {
     int parent; /* index of the parent directory, -1: the root */
@@ -206,6 +208,20 @@ static int run(int kind, int d, const char *name, int d2, const char *name2, lon
         return close(fd);
     case SYNC:
         return syncfs(root_fd);
+    case SETATTR:
+        if (special & 1) {
+            struct stat st;
+            if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+            if (!S_ISLNK(st.st_mode) && fchmodat(dfd, name, (mode_t)size, 0) != 0) return -1;
+        }
+        if (special & 2) {
+            long long sec = offset / 1000000000LL, frac = offset % 1000000000LL;
+            if (frac < 0) sec -= 1, frac += 1000000000LL;
+            struct timespec ts[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+                                     {.tv_sec = (time_t)sec, .tv_nsec = (long)frac}};
+            return utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW);
+        }
+        return 0;
     }
     return 0;
 }

@@ -37,7 +37,7 @@ from fsage.workload import SPECIAL_KINDS, Op, symlink_target
 #: The op kinds in the order of syscall_floor.c's enum.
 FLOOR_KINDS = (
     *("create", "append", "overwrite", "truncate", "punch", "fallocate", "mkdir", "delete"),
-    *("rename", "link", "symlink", "mknod", "fsync", "sync", "snapshot"),
+    *("rename", "link", "symlink", "mknod", "fsync", "sync", "snapshot", "setattr"),
 )
 _SOURCE = Path(__file__).resolve().parent / "syscall_floor.c"
 
@@ -96,13 +96,17 @@ def encode(ops: list[Op]) -> bytes:
             head2, _, name2 = op.dest.rpartition("/")
             d2 = dir_id(head2)
         special = SPECIAL_KINDS.index(op.label) if op.op == "mknod" else 0
+        size, offset = op.size, op.offset
+        if op.op == "setattr":  # flags, the mode and the mtime where mknod and data ops put theirs
+            special = (op.mode is not None) | (op.mtime_ns is not None) << 1
+            size, offset = op.mode or 0, op.mtime_ns or 0
         text = symlink_target(op) if op.op == "symlink" else ""
         inval: list[int] = []
         if op.op in ("delete", "rename"):
             inval = stale(op.path) + (stale(op.dest) if op.op == "rename" else [])
         marks += op.op == "snapshot"
         recs.append(
-            struct.pack("<iiiiqq", kind, d, d2, special, op.size, op.offset)
+            struct.pack("<iiiiqq", kind, d, d2, special, size, offset)
             + _text(name) + _text(name2) + _text(text)
             + struct.pack(f"<i{len(inval)}i", len(inval), *inval)
         )  # fmt: skip

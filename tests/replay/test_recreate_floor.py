@@ -65,6 +65,8 @@ OPS = [
     Op("symlink", "c/s", size=40),
     Op("mknod", "c/fifo", label="fifo"),
     Op("truncate", "top", size=7),
+    Op("setattr", "top", mode=0o600, mtime_ns=-1_500_000_000),
+    Op("setattr", "c/s", mtime_ns=86_400 * 10**9),
     Op("delete", "c/b/f"),
     Op("snapshot", label="two"),
     Op("mkdir", "d"),
@@ -91,7 +93,12 @@ def test_encoding_names_each_directory_once_and_what_a_rename_makes_stale() -> N
     assert (rename["d"], rename["name"], rename["d2"], rename["name2"]) == (-1, "a", -1, "c")
     assert sorted(rename["inval"]) == sorted([ids["a"], ids["a/b"]])
     assert len(recs[9]["text"]) == 40 and recs[10]["special"] == 0  # fifo
-    assert recs[17]["inval"] == [ids["d"]] and recs[16]["inval"] == recs[12]["inval"] == []
+    assert recs[19]["inval"] == [ids["d"]] and recs[18]["inval"] == recs[14]["inval"] == []
+    chmod_and_time, time_only = recs[12], recs[13]
+    assert (chmod_and_time["special"], chmod_and_time["size"], chmod_and_time["offset"]) == (
+        3, 0o600, -1_500_000_000,
+    )  # fmt: skip
+    assert (time_only["special"], time_only["offset"]) == (2, 86_400 * 10**9)
 
 
 @pytest.mark.needs_root
@@ -105,7 +112,11 @@ def test_the_floor_program_makes_what_the_ops_say(tmp_path: Path, end: str) -> N
     with loop_mount(tmp_path / "floor.img") as mnt:
         assert os.path.getsize(mnt / "c/b/g") == 4106
         assert os.stat(mnt / "hard").st_nlink == 2
-        assert os.path.getsize(mnt / "top") == 7
+        top = os.stat(mnt / "top")
+        assert (top.st_size, stat.S_IMODE(top.st_mode), top.st_mtime_ns) == (
+            7, 0o600, -1_500_000_000,
+        )  # fmt: skip
+        assert os.lstat(mnt / "c/s").st_mtime_ns == 86_400 * 10**9
         assert len(os.readlink(mnt / "c/s")) == 40
         assert stat.S_ISFIFO(os.lstat(mnt / "c/fifo").st_mode)
         assert not (mnt / "a").exists() and not (mnt / "d").exists()
