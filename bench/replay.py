@@ -11,7 +11,10 @@ with ``fsage age --ops``), ``fsage replay`` with each ``--interval-end`` asked f
 with ``--intra``, intra-day activity added), fidelity per size bucket and the verdict; and the
 replay time against writing the bytes the replay wrote once, sequentially (1 MiB writes, one
 file, fsync: what ``dd bs=1M conv=fsync`` does) on a fresh file system of the same geometry,
-in the same run. Target: replay <= 2x the sequential write.
+in the same run. Target: replay <= 2x the sequential write. Beside them, the floor: the same
+op stream as bare system calls (``bench/syscall_floor.c``, compiled with gcc at run time), on a
+fresh file system of the same geometry, each interval ended the same way ("floor: system calls
+alone N x"); what the replay takes above it is what fsage adds.
 
     python3 bench/replay.py --sdists /tmp/sdists [--block-size 4096] [--fill 0.8]
         [--ends remount,sync,drop-caches,none] [--intra 2000] [--json out.json]
@@ -33,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from syscall_floor import replay_ops, syscall_floor
 
 from fsage.ager.images import can_loop_mount, loop_mount
 from fsage.db.store import Store
@@ -163,8 +169,16 @@ def _timed_replay(
     cpu1 = _cpu()
     seq = sequential_write(target, res.bytes_written, tmp)
     cpu2 = _cpu()
+    floor = syscall_floor(replay_ops(db, fs_name, str(sid), intra), target, end, tmp)
     target.unlink()
+    driver = sum(res.timings.get(k, 0.0) for k in _DRIVER_PARTS)
     return {
+        "floor_seconds": floor["seconds"],
+        "floor_cpu_seconds": floor["cpu_seconds"],
+        "floor": floor,
+        "floor_ratio": floor["seconds"] / seq,
+        "driver_seconds": driver,
+        "driver_ratio": driver / seq,
         "replay_seconds": res.elapsed,
         "replay_timings": res.timings,
         "replay_cpu_seconds": sum(cpu1) - sum(cpu0),
@@ -177,6 +191,11 @@ def _timed_replay(
         "ops": res.ops,
         "fid": res.fidelity,
     }
+
+
+#: The parts of a replay's time that the system-call floor covers (the rest: mkfs, reading
+#: the recreation back, storing it, the fidelity).
+_DRIVER_PARTS = ("waiting_for_deltas", "ops", "interval_ends", "final_unmount")
 
 
 def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
@@ -336,7 +355,9 @@ def main() -> None:
                 med = {k: statistics.median(r[k] for r in runs)
                        for k in ("replay_seconds", "sequential_seconds", "ratio",
                                  "replay_cpu_seconds", "replay_user_seconds",
-                                 "replay_system_seconds", "sequential_cpu_seconds")}  # fmt: skip
+                                 "replay_system_seconds", "sequential_cpu_seconds",
+                                 "floor_seconds", "floor_cpu_seconds", "floor_ratio",
+                                 "driver_seconds", "driver_ratio")}  # fmt: skip
                 first = runs[0]
                 each = ", ".join(f"{r['ratio']:.2f}" for r in runs)
                 print(
@@ -354,6 +375,14 @@ def main() -> None:
                         f"{k} {statistics.median(r['replay_timings'][k] for r in runs):.2f} s"
                         for k in first["replay_timings"]
                     )
+                )
+                print(
+                    f"  floor: system calls alone {med['floor_ratio']:.2f}x (the same ops as "
+                    f"bare system calls, bench/syscall_floor.c: {med['floor_seconds']:.2f} s, "
+                    f"CPU {med['floor_cpu_seconds']:.2f} s); the replay's ops, interval ends "
+                    f"and final unmount {med['driver_seconds']:.2f} s = "
+                    f"{med['driver_ratio']:.2f}x; each run: "
+                    + ", ".join(f"{r['floor_ratio']:.2f}" for r in runs)
                 )
                 for i, r in enumerate(runs):
                     show(f"snapshot {sid}, run {i + 1}", r["fid"], table=i == 0)

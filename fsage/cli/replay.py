@@ -357,8 +357,8 @@ def noise_floor_cmd(
 ) -> None:  # fmt: skip
     """Measure how far two runs of FS's op stream land apart: the noise floor of a recreation.
 
-    Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times with
-    `fsage age --ops` (unmounting at every snapshot) onto fresh file systems of the recorded
+    Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times the
+    way `fsage replay` does (unmounting at every snapshot) onto fresh file systems of the recorded
     geometry, and compares the runs: per size bucket the largest layout-score difference, and
     the largest free-space distance; and each run with the snapshot itself. `fsage replay
     --noise-floor FILE` judges against the runs' spread, or with `--tolerance-from original`

@@ -3,9 +3,13 @@
 ext4's allocator is not deterministic (delayed allocation, per-CPU preallocation, the order
 writeback reaches the blocks), so two runs of one workload on one kernel differ. The floor is
 measured the way a user would by hand: the op stream inferred from the snapshots up to the
-judged one (``fsage deltas``) is run ``runs`` times with ``fsage age --ops`` (through a loop
-mount, unmounted at every snapshot marker) onto fresh file systems of the recorded geometry,
-and the runs are compared with each other (``fsage.replay.fidelity.noise_between``).
+judged one (``fsage deltas``) is run ``runs`` times onto fresh file systems of the recorded
+geometry, unmounted and mounted again at every snapshot marker (what ``fsage age --ops`` does,
+and ``fsage replay``), and the runs are compared with each other
+(``fsage.replay.fidelity.noise_between``). The runs go through the replay's own machinery
+(``fsage.replay.recreate.run_op_stream``: one loop device for the whole run, remounted with
+the system calls) and read each file system once, at its end; ``fsage age --ops`` ran
+mount(8) and umount(8) and read and stored a snapshot at every marker.
 """
 
 from __future__ import annotations
@@ -19,8 +23,7 @@ from pathlib import Path
 from fsage.errors import UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import snapshot_deltas
-from fsage.replay.fidelity import NoiseFloor, noise_between
-from fsage.workload import write_workload
+from fsage.replay.fidelity import SOUND_RUNS, NoiseFloor, noise_between
 
 
 def noise_floor(
@@ -28,7 +31,7 @@ def noise_floor(
     fs_name: str,
     until: str | None = None,
     *,
-    runs: int = 3,
+    runs: int = SOUND_RUNS,
     mode: str = "auto",
     workdir: Path | None = None,
     echo: Callable[[str], None] | None = None,
@@ -36,9 +39,8 @@ def noise_floor(
     """Run the op stream of ``fs_name`` up to ``until`` ``runs`` times; the floor and the
     layouts the runs ended with. Nothing is left in ``workdir`` (default: a temporary
     directory)."""
-    from fsage.ager.run import AgeOptions, age
     from fsage.db.store import Store
-    from fsage.replay.recreate import make_filesystem
+    from fsage.replay.recreate import make_filesystem, run_op_stream
     from fsage.snapshotter import read_source
 
     say = echo or (lambda s: None)
@@ -53,18 +55,16 @@ def noise_floor(
     base = Path(tempfile.mkdtemp(prefix="fsage-noise-", dir=workdir))
     layouts: list[Layout] = []
     try:
-        ops_file = base / "ops.jsonl"
-        write_workload(ops_file, header, ops)
         for r in range(runs):
             image = base / f"run{r}.img"
             make_filesystem(image, first)
             say(f"fsage: noise run {r + 1}/{runs}: {len(ops)} ops onto {image}")
-            age(
-                image,
-                AgeOptions(
-                    ops_file=ops_file, mode=mode, db=base / "runs.db", name=f"run{r}", force=True
-                ),
-            )
+            counts = run_op_stream(image, ops, mode=mode, fstype=first.facts.kind)
+            if counts.nospace or counts.failed:
+                say(
+                    f"fsage: noise run {r + 1}: {counts.nospace} ops skipped for lack of space, "
+                    f"{counts.failed} failed (first: {counts.failed_examples[:1]})"
+                )
             layouts.append(read_source(image))
             image.unlink()
     finally:

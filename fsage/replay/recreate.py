@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import sys
-import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from fsage.ager.images import run_tool
 from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
@@ -47,7 +46,6 @@ _FAILED_EXAMPLES = 5
 #: How each snapshot interval ends before the next one starts (``--interval-end``).
 INTERVAL_ENDS = ("remount", "drop-caches", "sync", "none")
 DEFAULT_INTERVAL_END = "remount"
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -88,9 +86,9 @@ class RecreateResult:
     intra_day: dict[str, Any] | None = None
     notices: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    #: Where the time went (seconds, wall): inferring the ops (in a thread, overlapped with the
-    #: rest) and the part of it the replay waited for, running them, ending the intervals,
-    #: reading the recreation back.
+    #: Where the time went (seconds, wall): inferring the ops (overlapped with the interval
+    #: ends) and the part of it the replay waited for, running the ops, ending the intervals,
+    #: the final unmount, reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
 
@@ -325,6 +323,44 @@ def _executor(image: Path, mode: str, fstype: str = "ext4") -> Iterator[_Session
         sess.close()
 
 
+@dataclass
+class OpCounts:
+    """What running an op stream did: ops run, bytes written, ops skipped for lack of space,
+    ops that failed (and the first few failures)."""
+
+    ops: int = 0
+    bytes_written: int = 0
+    nospace: int = 0
+    failed: int = 0
+    failed_examples: list[str] = field(default_factory=list)
+
+
+def run_op_stream(
+    image: Path,
+    ops: Iterable[Op],
+    *,
+    mode: str = "auto",
+    interval_end: str = DEFAULT_INTERVAL_END,
+    fstype: str = "ext4",
+) -> OpCounts:
+    """Run ``ops`` onto the file system on ``image`` the way a replay runs them (one loop
+    device for the whole stream, or offline), ending an interval with ``interval_end`` at each
+    snapshot marker but the last."""
+    ops = list(ops)
+    marks = sum(op.op == "snapshot" for op in ops)
+    counts = OpCounts()
+    seen = 0
+    with _executor(image, mode, fstype) as sess:
+        for op in ops:
+            if op.op == "snapshot":
+                seen += 1
+                if seen < marks:
+                    sess.end_interval(interval_end)
+                continue
+            _apply(sess.ex, op, counts)
+    return counts
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -428,72 +464,20 @@ def _free_name(store: Any, base: str) -> str:
     return name
 
 
-class _Ahead(Generic[_T]):
-    """The items of ``produce()``, made in a thread at most ``depth`` items ahead of the
-    consumer: inferring the next interval's ops (pure Python) overlaps with running this
-    interval's (mostly the kernel's time: writes, unlinks, the unmount), which run without the
-    interpreter lock. An error in the thread is raised to the consumer; ``close`` stops it."""
-
-    def __init__(self, produce: Callable[[], Iterator[_T]], depth: int = 1) -> None:
-        self._q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(produce,), name="fsage-replay-deltas", daemon=True
-        )
-        self._thread.start()
-
-    def _put(self, item: tuple[str, Any]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, produce: Callable[[], Iterator[_T]]) -> None:
-        it: Iterator[_T] | None = None
-        try:
-            it = produce()
-            for item in it:
-                if not self._put(("item", item)):
-                    return
-            self._put(("end", None))
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._put(("error", exc))
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    def __iter__(self) -> Iterator[_T]:
-        while True:
-            kind, value = self._q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 @dataclass
 class _Interval:
     index: int
     snapshot: Any
     layout: Layout
     ops: list[Op]
-    seconds: float  # spent inferring them (wall, in the thread)
+    seconds: float  # spent inferring them (wall)
 
 
 def _intervals(
     db: Path, chain: list[Any], first_layout: Layout, builder: DeltaBuilder
-) -> Iterator[_Interval]:
-    """Each snapshot of ``chain`` with the ops that lead to it from the one before; reads
-    through its own connection (it runs in the look-ahead thread)."""
+) -> Generator[_Interval, None, None]:
+    """Each snapshot of ``chain`` with the ops that lead to it from the one before, inferred
+    when the replay asks for it; reads through its own connection."""
     from fsage.db.store import Store
 
     with Store.open(db, readonly=True) as store:
@@ -533,13 +517,19 @@ def _replay(
             recreation_fs="", mode=sess.mode, description=sess.ex.description,
             interval_end=opts.interval_end,
         )  # fmt: skip
-        #: deltas: inferring the ops (in the look-ahead thread, overlapped with the rest);
+        #: deltas: inferring the ops (reading the snapshots included), on the worker thread;
         #: waiting_for_deltas: the part of it the replay waited for.
         spent = {"deltas": 0.0, "waiting_for_deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
-        ahead = _Ahead(lambda: _intervals(opts.db, chain, first_layout, builder))
+        intervals = _intervals(opts.db, chain, first_layout, builder)
+        # The next interval is inferred on one worker thread (its database connection lives
+        # there) while this one ends: the end is system calls (syncfs, umount2, mount) that run
+        # without the interpreter lock. Never while ops run: every op's return needs the lock,
+        # and waited for the inferring thread op by op.
+        infer = ThreadPoolExecutor(1, thread_name_prefix="fsage-replay-deltas")
         try:
             t_wait = time.perf_counter()
-            for iv in ahead:
+            upcoming = infer.submit(next, intervals, None)
+            while (iv := upcoming.result()) is not None:
                 t_ops = time.perf_counter()
                 spent["waiting_for_deltas"] += t_ops - t_wait
                 spent["deltas"] += iv.seconds
@@ -557,13 +547,15 @@ def _replay(
                             sys.stderr.flush()
                 t_end = time.perf_counter()
                 spent["ops"] += t_end - t_ops
+                upcoming = infer.submit(next, intervals, None)
                 if iv.index + 1 < len(chain):
                     sess.end_interval(opts.interval_end)
                 t_wait = time.perf_counter()
                 spent["interval_ends"] += t_wait - t_end
                 final = iv.layout
         finally:
-            ahead.close()
+            infer.submit(intervals.close).result()
+            infer.shutdown()
         if progress:
             sys.stderr.write("\n")
         t_close = time.perf_counter()
@@ -587,7 +579,7 @@ def _replay(
     return res, final
 
 
-def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:
+def _apply(ex: Executor, op: Op, res: RecreateResult | OpCounts) -> None:
     res.ops += 1
     try:
         res.bytes_written += ex.apply(op)
@@ -600,10 +592,12 @@ def _apply(ex: Executor, op: Op, res: RecreateResult) -> None:
 
 
 __all__ = [
+    "OpCounts",
     "RecreateOptions",
     "RecreateResult",
     "SourceError",
     "make_filesystem",
     "mkfs_argv",
     "recreate",
+    "run_op_stream",
 ]
