@@ -1,3 +1,7 @@
-from fsage.cli import main
+"""``python3 -m fsage``: the fsage command as a process of its own (see fsage.launch)."""
 
-main()
+import sys
+
+from fsage.launch import run
+
+run(sys.argv[1:])
