@@ -785,8 +785,8 @@ static int list_dir(walker_t *w, int dfd, const task_t *t) {
 
 /* Each entry of the directory, in inode order: the inodes (and their extent trees) are then
  * read in the order they lie on disk and in memory rather than in the directory's hash order,
- * which takes a few per cent less CPU with warm caches and fewer seeks with cold ones. The
- * Python walk reads them in the same order. */
+ * which takes a few per cent less CPU with warm caches (and reads the inode tables in order
+ * with cold ones). The Python walk reads them in the same order. */
 static void read_dir(walker_t *w, int dfd, const task_t *t, uint64_t dino) {
     if (list_dir(w, dfd, t) < 0)
         return;
