@@ -88,6 +88,8 @@ def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 out = {"interpreter": cpu()}
+from fsage.launch import keep_freed_memory
+keep_freed_memory()  # as `python3 -m fsage snapshot` does
 c = cpu()
 import fsage.cli, fsage.cli.snapshot, fsage.db.store, fsage.snapshotter.live
 out["imports"] = cpu() - c
@@ -182,10 +184,12 @@ def start_up(rounds: int, env: dict[str, str]) -> str:
     """Median CPU seconds of the interpreter alone and of the imports ``fsage snapshot DIR``
     makes before it reads anything (not counted above: part of the whole command)."""
     bare = [time_command([sys.executable, "-c", "pass"], env)[1] for _ in range(rounds)]
+    no_site = [time_command([sys.executable, "-S", "-c", "pass"], env)[1] for _ in range(rounds)]
     code = "import fsage.cli.snapshot, fsage.snapshotter.live"
     imports = [time_command([sys.executable, "-c", code], env)[1] for _ in range(rounds)]
     return (
-        f"  start-up: interpreter {statistics.median(bare):.3f} s CPU, with the snapshot "
+        f"  start-up: interpreter {statistics.median(bare):.3f} s CPU (without site-packages' "
+        f".pth files, python3 -S: {statistics.median(no_site):.3f}), with the snapshot "
         f"path's imports {statistics.median(imports):.3f} s CPU"
     )
 

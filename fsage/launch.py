@@ -80,7 +80,7 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _keep_freed_memory() -> None:
+def keep_freed_memory() -> None:
     """A snapshot allocates its large buffers one after the other (the walk's, then the
     store's): reusing the freed ones spares a page fault for every 4 KiB of the next."""
     try:
@@ -94,7 +94,7 @@ def run(args: Sequence[str]) -> None:
     """``python3 -m fsage ARGS``."""
     args = list(args)
     if args[:1] == ["snapshot"]:
-        _keep_freed_memory()
+        keep_freed_memory()
     start_snapshot_walk(args, progress_enabled())
     from fsage.cli import main
 
