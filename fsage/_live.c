@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stddef.h>
@@ -1651,24 +1650,7 @@ static PyObject *py_sort_unique(PyObject *self, PyObject *args) {
     return out;
 }
 
-PyDoc_STRVAR(keep_freed_memory_doc,
-             "keep_freed_memory()\n\n"
-             "For a short-lived process: have malloc keep the memory it is given back and hand it\n"
-             "out again, from one arena, instead of mapping fresh zeroed pages for every large\n"
-             "buffer (each page then costs a fault). The walk's buffers, once freed, hold the\n"
-             "store's arrays and SQLite's pages. Call it before any thread starts.");
-
-static PyObject *py_keep_freed_memory(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    mallopt(M_ARENA_MAX, 1);              /* the walk's threads free into the main heap */
-    mallopt(M_MMAP_THRESHOLD, 256 << 20); /* large buffers from the heap, not their own maps */
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);   /* and freed ones stay there */
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"keep_freed_memory", py_keep_freed_memory, METH_NOARGS, keep_freed_memory_doc},
     {"walk", (PyCFunction)(void (*)(void))py_walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"sort_unique", py_sort_unique, METH_VARARGS, sort_unique_doc},
     {NULL, NULL, 0, NULL},

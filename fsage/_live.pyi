@@ -41,8 +41,5 @@ def walk(
     waits, and it runs signal handlers every 100 ms (an exception ends the walk).
     """
 
-def keep_freed_memory() -> None:
-    """Have malloc reuse freed memory from one arena (a short-lived process; before threads)."""
-
 def sort_unique(inos: bytes | bytearray | memoryview, use_table: bool) -> bytes:
     """The positions (uint32) of the first occurrence of each inode, in increasing order."""
