@@ -21,7 +21,7 @@ def keep_freed_memory(*, one_arena: bool = False) -> None:
     """Let blocks up to 1 GiB come from the heap, and never trim it (glibc only).
 
     ``one_arena`` (before any thread starts): threads allocate from the main heap too, so that
-    what a thread frees (the live walk's buffers) is reused by the next thread's arrays."""
+    what a thread frees (the live walk's buffers) is reused by the main thread's arrays."""
     if not sys.platform.startswith("linux"):
         return
     try:

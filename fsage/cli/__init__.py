@@ -60,7 +60,8 @@ class FsageGroup(click.Group):
         args = sys.argv[1:] if args is None else list(args)
         from fsage.cli.common import progress_enabled
 
-        directory = start_snapshot_walk(args, progress_enabled())  # `python3 -m fsage`: started
+        # a no-op where `python3 -m fsage` (fsage.launch) has started it before click
+        directory = start_snapshot_walk(args, progress_enabled())
         try:
             return super().main(args, *rest, **kwargs)
         finally:
