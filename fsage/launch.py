@@ -5,12 +5,13 @@ runs while the interpreter imports click, the command, numpy and the store (a te
 second of CPU or more); the command then takes the walk over (``fsage.snapshotter.livewalk``).
 This module imports only the standard library, as does the part of the live reader it starts.
 
-``python3 -m fsage`` runs :func:`run`: the walk starts before click is imported, malloc is
-told to reuse the memory the walk frees for the store's arrays, and a successful ``fsage
-snapshot`` ends the process as soon as its output is flushed, without the interpreter's
-teardown (freeing every module and array one by one: about 0.02 s of CPU after the work is
-done). Callers of ``fsage.cli.main`` in a process of their own (the console script, tests)
-start the walk after click is imported and exit as usual.
+``python3 -m fsage`` and the ``fsage`` console script run :func:`run`: the walk starts before
+click is imported, malloc is told to reuse the memory the walk frees for the store's arrays,
+and a successful ``fsage snapshot`` ends the process as soon as its output is flushed, without
+the interpreter's teardown (freeing every module and array one by one: about 0.02 s of CPU
+after the work is done). Callers of ``fsage.cli.main`` (tests, an ``fsage`` script installed
+before the console script pointed here) start the walk after click is imported and exit as
+usual.
 """
 
 from __future__ import annotations
@@ -103,3 +104,8 @@ def run(args: Sequence[str]) -> None:
         if args[:1] == ["snapshot"] and exc.code in (0, None):
             _exit_now(0)  # the snapshot is committed and its line printed
         raise
+
+
+def main() -> None:
+    """The ``fsage`` console script."""
+    run(sys.argv[1:])
