@@ -3,6 +3,7 @@ command takes that walk over (or drops it, when it fails first)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def _readable_tree(tmp_path: Path) -> Path:
     for i in range(30):
         (tree / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
         (tree / f"d{i % 3}" / f"f{i}").write_bytes(b"y" * (i * 700))
+    os.sync()  # no delayed allocation left for writeback to settle between two reads
     try:
         livewalk.scope_of(tree, engine="c")
     except SourceError as exc:
