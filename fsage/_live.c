@@ -761,10 +761,13 @@ static int cmp_dent_ref(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* The whole listing of dfd in w->listing; 0, or -1 once noted (errno) or out of memory. */
+/* The whole listing of dfd in w->listing; 0, or -1 once noted (errno), out of memory or
+ * stopped. */
 static int list_dir(walker_t *w, int dfd, const task_t *t) {
     w->listing.len = 0;
     for (;;) {
+        if (stopped(w))
+            return -1;
         if (buf_reserve(&w->listing, DENTS_SIZE)) {
             fail_oom(w);
             return -1;
