@@ -33,6 +33,7 @@ then read inodes and extent trees from the loop device's backing file). Needs ro
 
     sudo python3 bench/live.py --files 200000 --fs ext4,xfs --cache warm
     python3 bench/live.py --tree /home --whole-only   # a tree that is already there
+    python3 bench/live.py --files 100000 --whole-only --baseline ../main   # before/after
 
 After the whole commands, the CPU seconds of each phase of ``fsage snapshot DIR`` run one
 after the other (interpreter, imports, read, store), and of find and filefrag apart: where
@@ -88,6 +89,8 @@ def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 out = {"interpreter": cpu()}
+from fsage.launch import keep_freed_memory
+keep_freed_memory()  # as `python3 -m fsage snapshot` does
 c = cpu()
 import fsage.cli, fsage.cli.snapshot, fsage.db.store, fsage.snapshotter.live
 out["imports"] = cpu() - c
@@ -166,14 +169,15 @@ def time_command(argv: list[str], env: dict[str, str] | None = None) -> tuple[fl
     return el, usage.ru_utime + usage.ru_stime
 
 
-def command_env() -> dict[str, str]:
-    """The environment of the timed fsage processes: this source tree, with its modules
-    compiled to bytecode first (as ``pip install`` does), so that start-up is not timed
-    compiling them where PYTHONDONTWRITEBYTECODE is set."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def command_env(tree: Path = ROOT) -> dict[str, str]:
+    """The environment of the timed fsage processes: the source tree ``tree`` (this one by
+    default; its C extensions built in place), with its modules compiled to bytecode first
+    (as ``pip install`` does), so that start-up is not timed compiling them where
+    PYTHONDONTWRITEBYTECODE is set."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(ROOT / "fsage")], check=True, env=env
+        [sys.executable, "-m", "compileall", "-q", str(tree / "fsage")], check=True, env=env
     )
     return env
 
@@ -182,34 +186,48 @@ def start_up(rounds: int, env: dict[str, str]) -> str:
     """Median CPU seconds of the interpreter alone and of the imports ``fsage snapshot DIR``
     makes before it reads anything (not counted above: part of the whole command)."""
     bare = [time_command([sys.executable, "-c", "pass"], env)[1] for _ in range(rounds)]
+    no_site = [time_command([sys.executable, "-S", "-c", "pass"], env)[1] for _ in range(rounds)]
     code = "import fsage.cli.snapshot, fsage.snapshotter.live"
     imports = [time_command([sys.executable, "-c", code], env)[1] for _ in range(rounds)]
     return (
-        f"  start-up: interpreter {statistics.median(bare):.3f} s CPU, with the snapshot "
+        f"  start-up: interpreter {statistics.median(bare):.3f} s CPU (without site-packages' "
+        f".pth files, python3 -S: {statistics.median(no_site):.3f}), with the snapshot "
         f"path's imports {statistics.median(imports):.3f} s CPU"
     )
 
 
-def whole_commands(mnt: Path, work: Path, rounds: int, cold: bool) -> None:
-    """``fsage snapshot DIR`` as a process against ``find | xargs filefrag -e``."""
+def whole_commands(
+    mnt: Path, work: Path, rounds: int, cold: bool, baseline: Path | None = None
+) -> None:
+    """``fsage snapshot DIR`` as a process against ``find | xargs filefrag -e`` (and, with
+    ``baseline``, against another checkout's fsage, interleaved: before/after on a shared
+    machine)."""
     env = command_env()
+    base_env = command_env(baseline) if baseline is not None else None
     ff_cmd = ["sh", "-c", f"find '{mnt}' -type f -print0 | xargs -0 filefrag -e > /dev/null"]
     ff: list[tuple[float, float]] = []
     fs: list[tuple[float, float]] = []
-    for i in range(rounds):
+    before: list[tuple[float, float]] = []
+
+    def snapshot(run_env: dict[str, str], out: list[tuple[float, float]]) -> None:
+        db = work / "whole.db"
+        if cold:
+            drop_caches()
+        out.append(
+            time_command(
+                [sys.executable, "-m", "fsage", "snapshot", str(mnt), "--db", str(db)], run_env
+            )
+        )
+        for p in work.glob("whole.db*"):
+            p.unlink()
+
+    for _ in range(rounds):
         if cold:
             drop_caches()
         ff.append(time_command(ff_cmd))
-        db = work / f"whole-{i}.db"
-        if cold:
-            drop_caches()
-        fs.append(
-            time_command(
-                [sys.executable, "-m", "fsage", "snapshot", str(mnt), "--db", str(db)], env
-            )
-        )
-        for p in work.glob(f"whole-{i}.db*"):
-            p.unlink()
+        snapshot(env, fs)
+        if base_env is not None:
+            snapshot(base_env, before)
     f_wall = statistics.median(w for w, _ in ff)
     f_cpu = statistics.median(c for _, c in ff)
     s_wall = statistics.median(w for w, _ in fs)
@@ -221,6 +239,15 @@ def whole_commands(mnt: Path, work: Path, rounds: int, cold: bool) -> None:
     )
     print(f"  runs: fsage {_runs([w for w, _ in fs])}; filefrag {_runs([w for w, _ in ff])}")
     print(f"  CPU runs: fsage {_runs([c for _, c in fs])}; filefrag {_runs([c for _, c in ff])}")
+    if before:
+        b_wall = statistics.median(w for w, _ in before)
+        b_cpu = statistics.median(c for _, c in before)
+        print(
+            f"  baseline {baseline}: {b_wall:.3f} s (CPU {b_cpu:.3f} s), filefrag/baseline "
+            f"{f_wall / b_wall:.2f}x (CPU {f_cpu / b_cpu:.2f}x); this fsage takes "
+            f"{s_wall / b_wall:.2f} of its time, {s_cpu / b_cpu:.2f} of its CPU "
+            f"(runs {_runs([w for w, _ in before])}; CPU {_runs([c for _, c in before])})"
+        )
     print(start_up(rounds, env))
     cpu_phases(mnt, work, rounds, env)
 
@@ -321,7 +348,7 @@ def bench_tree(mnt: Path, work: Path, args: argparse.Namespace) -> None:
         time_filefrag(mnt)  # warm-up: dentries, inodes and extent caches
         for _, workers, engine in configs:
             time_fsage(mnt, workers, engine)
-    whole_commands(mnt, work, args.rounds, args.cache == "cold")
+    whole_commands(mnt, work, args.rounds, args.cache == "cold", args.baseline)
     if args.whole_only:
         return
     print("library call only (no start-up, no store):")
@@ -379,6 +406,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--whole-only", action="store_true", help="only the whole commands and their phases"
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of fsage (extensions built in place): its whole command is "
+        "timed too, interleaved, for before/after ratios on a shared machine",
     )
     args = ap.parse_args()
     if os.geteuid() != 0 and args.tree is None:

@@ -278,13 +278,14 @@ typedef struct {
     shared_t *sh;
     int dir_fiemap, getversion; /* cleared when the file system refuses the call */
     struct fiemap *fm;
-    char *dents;
     buf_t recs, ext, lpar, lino, lend, names;
     uint64_t unflushed;
     pathlist_t skipped, not_crossed, no_fiemap;
     uint64_t fiemap_ok;
     int pend_lo, pend_n; /* files read but not yet closed: descriptors pend_lo.. +pend_n-1 */
     tasks_t found;  /* subdirectories of the directory being read */
+    buf_t listing;  /* the directory being read, as getdents64 lists it */
+    buf_t order;    /* its entries in inode order */
     buf_t scratch;  /* rel + "/" + name for messages and tasks */
     int oom;
 } walker_t;
@@ -747,44 +748,88 @@ static void subdir(walker_t *w, const task_t *t, uint64_t dino, const char *name
     }
 }
 
-static void read_dir(walker_t *w, int dfd, const task_t *t, uint64_t dino) {
+/* A directory entry of the listing, by inode number. */
+typedef struct {
+    uint64_t ino;
+    size_t pos; /* in the listing: ties (hard links in one directory) keep listing order */
+} dent_ref_t;
+
+static int cmp_dent_ref(const void *a, const void *b) {
+    const dent_ref_t *x = a, *y = b;
+    if (x->ino != y->ino)
+        return (x->ino > y->ino) - (x->ino < y->ino);
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The whole listing of dfd in w->listing; 0, or -1 once noted (errno), out of memory or
+ * stopped. */
+static int list_dir(walker_t *w, int dfd, const task_t *t) {
+    w->listing.len = 0;
     for (;;) {
+        if (stopped(w))
+            return -1;
+        if (buf_reserve(&w->listing, DENTS_SIZE)) {
+            fail_oom(w);
+            return -1;
+        }
         long nread;
         do
-            nread = syscall(SYS_getdents64, dfd, w->dents, DENTS_SIZE);
+            nread = syscall(SYS_getdents64, dfd, w->listing.p + w->listing.len, DENTS_SIZE);
         while (nread < 0 && errno == EINTR);
         if (nread < 0) {
             note(w, &w->skipped, t->rel, t->len, "", errno); /* rel + "/" */
-            return;
+            return -1;
         }
         if (nread == 0)
-            return;
-        for (long pos = 0; pos < nread && !stopped(w);) {
-            struct linux_dirent64 *d = (struct linux_dirent64 *)(w->dents + pos);
-            pos += d->d_reclen;
-            const char *name = d->d_name;
-            if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0)))
+            return 0;
+        w->listing.len += (size_t)nread;
+    }
+}
+
+/* Each entry of the directory, in inode order: the inodes (and their extent trees) are then
+ * read in the order they lie on disk and in memory rather than in the directory's hash order,
+ * which takes a few per cent less CPU with warm caches (and reads the inode tables in order
+ * with cold ones). The Python walk reads them in the same order. */
+static void read_dir(walker_t *w, int dfd, const task_t *t, uint64_t dino) {
+    if (list_dir(w, dfd, t) < 0)
+        return;
+    size_t count = 0;
+    for (size_t pos = 0; pos < w->listing.len; count++)
+        pos += ((const struct linux_dirent64 *)(w->listing.p + pos))->d_reclen;
+    if (buf_reserve(&w->order, count * sizeof(dent_ref_t))) {
+        fail_oom(w);
+        return;
+    }
+    dent_ref_t *refs = (dent_ref_t *)w->order.p;
+    count = 0;
+    for (size_t pos = 0; pos < w->listing.len; count++) {
+        const struct linux_dirent64 *d = (const struct linux_dirent64 *)(w->listing.p + pos);
+        refs[count] = (dent_ref_t){d->d_ino, pos};
+        pos += d->d_reclen;
+    }
+    qsort(refs, count, sizeof *refs, cmp_dent_ref);
+    for (size_t k = 0; k < count && !stopped(w); k++) {
+        const struct linux_dirent64 *d = (const struct linux_dirent64 *)(w->listing.p + refs[k].pos);
+        const char *name = d->d_name;
+        if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0)))
+            continue;
+        unsigned char type = d->d_type;
+        struct statx sx;
+        int have = 0;
+        if (type == DT_UNKNOWN) {
+            if (xstatx(dfd, name, AT_SYMLINK_NOFOLLOW, &sx) < 0) {
+                note(w, &w->skipped, t->rel, t->len, name, errno);
                 continue;
-            unsigned char type = d->d_type;
-            struct statx sx;
-            int have = 0;
-            if (type == DT_UNKNOWN) {
-                if (xstatx(dfd, name, AT_SYMLINK_NOFOLLOW, &sx) < 0) {
-                    note(w, &w->skipped, t->rel, t->len, name, errno);
-                    continue;
-                }
-                have = 1;
-                type = IFTODT(sx.stx_mode);
             }
-            if (type == DT_DIR)
-                subdir(w, t, dino, name);
-            else if (type == DT_REG)
-                regular_file(w, dfd, t, dino, name);
-            else
-                other_entry(w, dfd, t, dino, name, have ? &sx : NULL);
+            have = 1;
+            type = IFTODT(sx.stx_mode);
         }
-        if (stopped(w))
-            return;
+        if (type == DT_DIR)
+            subdir(w, t, dino, name);
+        else if (type == DT_REG)
+            regular_file(w, dfd, t, dino, name);
+        else
+            other_entry(w, dfd, t, dino, name, have ? &sx : NULL);
     }
 }
 
@@ -1182,7 +1227,7 @@ static int join_workers(walker_t *ws, int nw, uint64_t block_size, int filter_li
 
 static void walker_free(walker_t *w) {
     free(w->fm);
-    free(w->dents);
+    buf_free(&w->listing);
     buf_free(&w->recs);
     buf_free(&w->ext);
     buf_free(&w->lpar);
@@ -1190,6 +1235,7 @@ static void walker_free(walker_t *w) {
     buf_free(&w->lend);
     buf_free(&w->names);
     buf_free(&w->scratch);
+    buf_free(&w->order);
     pathlist_free(&w->skipped);
     pathlist_free(&w->not_crossed);
     pathlist_free(&w->no_fiemap);
@@ -1204,8 +1250,8 @@ static int walker_init(walker_t *w, shared_t *sh, size_t expect, int dir_fiemap,
     w->dir_fiemap = dir_fiemap;
     w->getversion = getversion;
     w->fm = calloc(1, sizeof(struct fiemap) + (size_t)sh->batch * sizeof(struct fiemap_extent));
-    w->dents = malloc(DENTS_SIZE);
-    if (!w->fm || !w->dents)
+    buf_init_cap(&w->listing, DENTS_SIZE);
+    if (!w->fm || !w->listing.p)
         return -1;
     buf_init_cap(&w->recs, expect * sizeof(rec_t));
     buf_init_cap(&w->ext, expect * sizeof(ext_t));

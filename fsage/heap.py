@@ -13,11 +13,15 @@ import sys
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 _HEAP_BLOCKS_UP_TO = 1 << 30
 
 
-def keep_freed_memory() -> None:
-    """Let blocks up to 1 GiB come from the heap, and never trim it (glibc only)."""
+def keep_freed_memory(*, one_arena: bool = False) -> None:
+    """Let blocks up to 1 GiB come from the heap, and never trim it (glibc only).
+
+    ``one_arena`` (before any thread starts): threads allocate from the main heap too, so that
+    what a thread frees (the live walk's buffers) is reused by the main thread's arrays."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -28,3 +32,5 @@ def keep_freed_memory() -> None:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_UP_TO)
     mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    if one_arena:
+        mallopt(_M_ARENA_MAX, 1)

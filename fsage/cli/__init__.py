@@ -9,7 +9,6 @@ tests/cli checks that the table and the modules agree.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +17,10 @@ import click
 
 from fsage import __version__
 from fsage.errors import FsageError
+from fsage.launch import SNAPSHOT_FLAG_OPTIONS as SNAPSHOT_FLAG_OPTIONS
+from fsage.launch import SNAPSHOT_VALUE_OPTIONS as SNAPSHOT_VALUE_OPTIONS
+from fsage.launch import snapshot_directory as snapshot_directory
+from fsage.launch import start_snapshot_walk
 from fsage.text import shown
 
 # command name -> module of fsage.cli that defines it
@@ -45,35 +48,6 @@ COMMAND_MODULES = {
 }
 
 
-# `fsage snapshot`'s options, those that take a value and the flags (tests/cli holds them to
-# the command's): enough to see, before the command is even imported, which directory it reads.
-SNAPSHOT_VALUE_OPTIONS = frozenset({"--db", "--name", "--label", "--taken-at", "--format"})
-SNAPSHOT_FLAG_OPTIONS = frozenset({"--freeze"})
-
-
-def snapshot_directory(args: Sequence[str]) -> str | None:
-    """The directory that ``fsage ARGS`` will snapshot, if ARGS are ``snapshot DIR [options]``
-    with options the command knows; None otherwise (the command then says what is wrong)."""
-    if not args or args[0] != "snapshot":
-        return None
-    positional: list[str] = []
-    rest = iter(args[1:])
-    for arg in rest:
-        if arg == "--":
-            positional.extend(rest)
-            break
-        if arg.split("=", 1)[0] in SNAPSHOT_VALUE_OPTIONS:
-            if "=" not in arg and next(rest, None) is None:
-                return None
-        elif arg.startswith("-") and arg not in SNAPSHOT_FLAG_OPTIONS:
-            return None  # --help, or an option that does not exist
-        elif arg not in SNAPSHOT_FLAG_OPTIONS:
-            positional.append(arg)
-    if len(positional) != 1 or not os.path.isdir(positional[0]):
-        return None
-    return positional[0]
-
-
 class FsageGroup(click.Group):
     """Loads commands on demand, and turns FsageError into one clear line on stderr and its
     exit code — never a traceback."""
@@ -84,14 +58,10 @@ class FsageGroup(click.Group):
         tenth of a second or more of CPU) overlap. Not on a terminal, where the walk reports
         progress to the command."""
         args = sys.argv[1:] if args is None else list(args)
-        directory = snapshot_directory(args)
-        if directory is not None:
-            from fsage.cli.common import progress_enabled
+        from fsage.cli.common import progress_enabled
 
-            if not progress_enabled():
-                from fsage.snapshotter.livewalk import start_background_walk
-
-                start_background_walk(directory)
+        # a no-op where `python3 -m fsage` (fsage.launch) has started it before click
+        directory = start_snapshot_walk(args, progress_enabled())
         try:
             return super().main(args, *rest, **kwargs)
         finally:

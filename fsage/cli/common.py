@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from fsage.launch import progress_enabled as progress_enabled
 from fsage.text import shown
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,11 +79,6 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}"
     return shown(str(v))  # a name with a newline must not forge a row
-
-
-def progress_enabled() -> bool:
-    """Progress bars only on a terminal, so cron stays quiet."""
-    return sys.stderr.isatty()
 
 
 def echo_csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -124,15 +124,23 @@ def _u64(values: npt.NDArray[Any]) -> U64:
     return values.astype(np.uint64)
 
 
+def _u32_or_u64(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The values as the C digest reads them: 4- and 8-byte integers as they are (it widens
+    them as astype(uint64) would), others widened to u64."""
+    if values.dtype.itemsize in (4, 8):
+        return np.ascontiguousarray(values)
+    return values.astype(np.uint64)
+
+
 def file_digests(files: FileTable, links: LinkTable, link_file: npt.NDArray[np.int64]) -> U64:
     """One 64-bit digest per file (see the module docstring), computed in C."""
     raw = _ext2fs.file_digests(
-        [_u64(files.ino)] + [_u64(getattr(files, c)) for c in DIGEST_COLUMNS],
+        [_u64(files.ino)] + [_u32_or_u64(getattr(files, c)) for c in DIGEST_COLUMNS],
         _u64(files.ext_off),
         _u64(files.ext_logical),
         _u64(files.ext_physical),
         _u64(files.ext_length),
-        _u64(files.ext_flags),
+        _u32_or_u64(files.ext_flags),
         _u64(files.meta_off),
         _u64(files.meta_physical),
         _u64(files.meta_kind),

@@ -13,7 +13,8 @@ walk itself, and the walk ``fsage snapshot DIR`` starts before its imports) is i
   cannot be read. A file system that answers FIEMAP with "not supported" on every regular
   file is refused as well; where only some files are refused, those are recorded without
   extents and a note names them.
-* **The walk.** In C (``fsage._live``, built by setup.py): getdents64 on each directory,
+* **The walk.** In C (``fsage._live``, built by setup.py): getdents64 on each directory, its
+  entries taken in inode order (the inodes are then read as they lie, not in hash order),
   ``openat``/``statx``/ioctls relative to the directory's descriptor (so any name survives
   and paths may exceed PATH_MAX), pending directories on an explicit stack (no depth limit, at
   most three descriptors open per thread), interrupted calls retried, the GIL released.
@@ -571,7 +572,7 @@ class _Walk:
                     self._skip(rel + b"/", e)
                     continue
                 with it:
-                    for entry in it:
+                    for entry in sorted(it, key=_inode_of):  # as the C walk
                         ename = entry.name
                         try:
                             if entry.is_dir(follow_symlinks=False):
@@ -688,6 +689,10 @@ def _part(w: _Walk) -> _Part:
 
 
 _WORKER_WALK: _Walk | None = None  # the template a forked worker copies its settings from
+
+
+def _inode_of(entry: os.DirEntry[bytes]) -> int:
+    return entry.inode()
 
 
 def _walk_tasks(tasks: list[_DirTask]) -> _Part:

@@ -382,7 +382,10 @@ _started: list[BackgroundWalk] = []
 
 def start_background_walk(path: str) -> None:
     """Start the C walk of the directory ``path`` with ``read_live_layout``'s defaults and no
-    progress, if it can be read (anything else is left to the reader, which then says why)."""
+    progress, if it can be read (anything else is left to the reader, which then says why);
+    not again while a walk of ``path`` started here waits to be taken."""
+    if any(walk.scope.path == Path(path) for walk in _started):
+        return
     try:
         scope = scope_of(Path(path), engine="c")
     except (SourceError, OSError, ValueError):

@@ -3,6 +3,7 @@ command takes that walk over (or drops it, when it fails first)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def _readable_tree(tmp_path: Path) -> Path:
     for i in range(30):
         (tree / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
         (tree / f"d{i % 3}" / f"f{i}").write_bytes(b"y" * (i * 700))
+    os.sync()  # no delayed allocation left for writeback to settle between two reads
     try:
         livewalk.scope_of(tree, engine="c")
     except SourceError as exc:
@@ -114,3 +116,40 @@ def test_a_walk_not_taken_is_dropped(
         t.join()
     assert threads == ["fsage-walk"]
     assert not (tmp_path / "b.db").exists()
+
+
+def test_a_walk_is_started_once_per_directory(tmp_path: Path) -> None:
+    tree = _readable_tree(tmp_path)
+    try:
+        livewalk.start_background_walk(str(tree))
+        livewalk.start_background_walk(str(tree))  # as `python3 -m fsage`, then the group
+        assert len(livewalk._started) == 1
+    finally:
+        for walk in livewalk._started:
+            walk.result()
+        livewalk.forget_background_walks()
+
+
+def test_python_m_fsage_snapshot_stores_before_it_exits(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    """The process ends without the interpreter's teardown: the snapshot must be committed,
+    and its line printed, by then; a failed command exits as usual."""
+    import json
+    import subprocess
+    import sys
+
+    from fsage.db.store import Store
+
+    tree = _readable_tree(tmp_path)
+    db = tmp_path / "m.db"
+    argv = [sys.executable, "-m", "fsage", "snapshot", str(tree), "--db", str(db)]
+    res = subprocess.run([*argv, "--format", "json"], capture_output=True, text=True, env=fsage_env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["files"] == 30
+    with Store.open(db) as store:
+        assert int(store.load_layout(1).files.is_regular().sum()) == 30
+    bad = subprocess.run(
+        [*argv, "--taken-at", "nope"], capture_output=True, text=True, env=fsage_env
+    )
+    assert bad.returncode == 2 and "--taken-at" in bad.stderr

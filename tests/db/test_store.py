@@ -582,3 +582,38 @@ def test_link_files_finds_each_links_inode(spread: int) -> None:
     rows = codec.link_files(files, links)
     want = {int(i): r for r, i in enumerate(ino.tolist())}
     assert rows.tolist() == [want.get(int(i), -1) for i in named.tolist()]
+
+
+def test_c_digests_of_many_files_agree_with_their_numpy_definition() -> None:
+    """Past 65536 files the C digest sums the names on a second thread, and it reads the
+    4-byte columns without their widened copies: still the numpy definition, bit for bit."""
+    rng = np.random.default_rng(16)
+    n = 70_000
+    ext_counts = rng.integers(0, 4, n)
+    ext_off = np.zeros(n + 1, np.uint64)
+    np.cumsum(ext_counts, out=ext_off[1:])
+    m = int(ext_off[-1])
+    cols = {
+        c: rng.integers(0, 2**63, n, dtype=np.uint64).astype(t) for c, t in FILE_COLUMNS.items()
+    }
+    cols["ino"] = np.arange(11, 11 + n, dtype=np.uint64)
+    files = FileTable(
+        **cols,
+        ext_off=ext_off,
+        ext_logical=rng.integers(0, 2**40, m, dtype=np.uint64),
+        ext_physical=rng.integers(0, 2**40, m, dtype=np.uint64),
+        ext_length=rng.integers(1, 2**20, m, dtype=np.uint64),
+        ext_flags=rng.integers(0, 2**32, m, dtype=np.uint64).astype(np.uint32),
+        meta_off=np.zeros(n + 1, np.uint64),
+        meta_physical=np.zeros(0, np.uint64),
+        meta_kind=np.zeros(0, np.uint8),
+    )
+    owners = rng.permutation(np.concatenate([cols["ino"], cols["ino"][:5000]]))  # hard links
+    links = LinkTable.from_lists(
+        rng.integers(2, 10, len(owners)).tolist(),
+        owners.tolist(),
+        [f"f{i}".encode() for i in range(len(owners))],
+    )
+    order, link_off = codec.link_order(files, links)
+    c = codec.file_digests(files, links, codec.link_files(files, links))
+    np.testing.assert_array_equal(c, codec.file_digests_numpy(files, links, order, link_off))

@@ -584,6 +584,23 @@ def test_c_walk_gives_the_python_walks_layout(fs: Mounted) -> None:
     assert any(w > 0 for w in births.values())
 
 
+def test_each_directory_is_read_in_inode_order(fs: Mounted) -> None:
+    """Both walks take a directory's entries by inode number, not in the order the directory
+    lists them (ext4: by name hash), so the inodes are read as they lie."""
+    engines = ["python", "c"] if c_walker_available() else ["python"]
+    for engine in engines:
+        layout = read_live_layout(fs.mnt, engine=engine, workers=1)
+        files, links = layout.files, layout.links
+        regular = set(files.ino[files.is_regular()].tolist())  # a directory's name is
+        by_dir: dict[int, list[int]] = {}  # recorded when the directory itself is read
+        for parent, ino in zip(links.parent.tolist(), links.ino.tolist(), strict=True):
+            if ino in regular:
+                by_dir.setdefault(parent, []).append(ino)
+        assert any(len(inos) > 3 for inos in by_dir.values())
+        for inos in by_dir.values():
+            assert inos == sorted(inos), engine
+
+
 def _scratch(workdir: Path, name: str) -> Mounted:
     if not c_walker_available():
         pytest.skip("fsage._live is not built")
