@@ -34,7 +34,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fsage.ager.generator import DATA_OPS, Generator
-from fsage.ager.images import can_loop_mount, image_kind, mount, umount
+from fsage.ager.images import (
+    can_loop_mount,
+    clear_stale_mounts,
+    image_kind,
+    mount,
+    mount_dir,
+    umount,
+)
 from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
 from fsage.ager.posix import (
     IGNORED_NAMES,
@@ -231,12 +238,10 @@ class MountedImageTarget(Target):
     """An image loop-mounted on a temporary directory; snapshots unmount, read, remount."""
 
     def __init__(self, image: Path, opts: AgeOptions) -> None:
-        import tempfile
-
         self.source = image
         self.record_path = image.with_name(image.name + ".fsage-age")
         self.kind = f"mounted-{image_kind(image) or 'image'}"
-        self.mnt = Path(tempfile.mkdtemp(prefix="fsage-age-"))
+        self.mnt = mount_dir("age")
         self.opts = opts
         self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
         self._mounted = False
@@ -376,6 +381,13 @@ class LfsTarget(ReopenTarget):
 
 def open_target(path: Path, opts: AgeOptions) -> Target:
     """Choose how to reach ``path`` (see module doc)."""
+    stale: list[str] = []
+    tgt = _open_target(path, opts, stale)
+    tgt.notices[:0] = stale
+    return tgt
+
+
+def _open_target(path: Path, opts: AgeOptions, stale: list[str]) -> Target:
     if opts.mode not in ("auto", "mount", "offline"):
         raise UsageError(f"unknown mode {opts.mode!r}")
     real = Path(os.path.realpath(path))
@@ -396,6 +408,8 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         )
     if opts.data not in (None, "write", "fallocate"):
         raise UsageError(f"unknown data mode {opts.data!r} (write or fallocate)")
+    # whichever way it is written, an image still mounted by a killed run must not be
+    stale.extend(clear_stale_mounts(real))
     if kind == "lfs":
         if opts.data == "fallocate":
             raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
