@@ -214,6 +214,13 @@ def clear_stale_mounts(image: Path, say: Callable[[str], None] | None = None) ->
         leftover = this_image and not points and not loop.autoclear  # attached, never mounted
         if not stale and not leftover:
             continue
+        if os.geteuid() != 0:
+            if not this_image:
+                continue
+            raise UnsafeTargetError(
+                f"{image}: {', '.join(stale) or loop.dev} ({loop.dev}) was left by a killed "
+                "fsage run; unmounting it needs root"
+            )
         for mp in stale:
             umount(Path(mp))
             with contextlib.suppress(OSError):

@@ -9,12 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fsage.ager.images import make_image
-from fsage.ager.reconcile import Node, journal_tree
+from fsage.ager.reconcile import Node, durable_prefix, journal_tree
 from fsage.ager.run import _Journal, _layout_entries
 from fsage.snapshotter import read_source
 from fsage.workload import Op, WorkloadHeader, write_workload
@@ -110,3 +111,22 @@ def test_a_killed_offline_run_is_not_resumed(tmp_path: Path, fsage_env: dict[str
     again = subprocess.run([*base, "--resume"], env=fsage_env, capture_output=True, text=True)
     assert again.returncode == 1
     assert "the offline run was killed" in again.stderr and "cannot be resumed" in again.stderr
+
+
+def test_durable_prefix_finds_the_last_journal_state_an_image_holds() -> None:
+    ops = [
+        Op("mkdir", "a"),
+        Op("create", "a/x", size=10),
+        Op("link", "a/x", dest="a/y"),
+        Op("append", "a/y", size=5),
+        Op("rename", "a", dest="b"),
+        Op("delete", "b/x"),
+        Op("symlink", "b/s", dest="y"),
+    ]
+    for k in range(len(ops) + 1):
+        state = journal_tree({}, ops[:k])
+        image = {p: replace(n) for p, n in state.items() if n.kind in "df"}
+        # the last state equal to it: a symlink is not seen in an image read back
+        assert durable_prefix({}, ops, image) == (len(ops) if k == len(ops) - 1 else k)
+    assert durable_prefix({}, ops, {"a": Node("d"), "a/x": Node("f", 11)}) is None
+    assert durable_prefix({}, ops, {"a": Node("d")}, first=2) is None
