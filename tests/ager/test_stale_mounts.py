@@ -112,6 +112,7 @@ def test_resume_after_a_kill_clears_the_stale_mount(
     finally:
         for _dev, mnt in mounts_of(image):
             umount(Path(mnt))
+            Path(mnt).rmdir()
         for dev in loop_devices_of(image, False).values():
             subprocess.run(["losetup", "-d", dev], check=False)
 

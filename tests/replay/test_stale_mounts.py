@@ -62,5 +62,6 @@ def test_a_killed_replay_and_noise_floor_leave_nothing_mounted_after_the_next_re
     finally:
         for mnt in replay_mounts(tmp_path):
             umount(Path(mnt))
+            Path(mnt).rmdir()
         for dev in loop_devices_of(tmp_path, True).values():
             subprocess.run(["losetup", "-d", dev], check=False)
