@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from fsage.errors import FsageError, SourceError
+from fsage.errors import FsageError, SourceError, UnsafeTargetError
 
 FS_KINDS = ("ext4", "ext3", "ext2", "xfs", "btrfs")
 #: Smallest image mkfs accepts for each kind (bytes).
@@ -98,12 +100,152 @@ def umount(mountpoint: Path) -> None:
     subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
 
 
+# ---------------------------------------------------------------------------- stale mounts
+#
+# A run killed with SIGKILL leaves its loop mount behind. Mounting the image again then goes
+# wrong either way: ``mount -o loop`` reuses the loop device and shares the stale mount's
+# superblock (the run goes on under a mount nobody will unmount), and a second loop device
+# (``losetup --find``, as a replay does) gives a second ext4 instance over the same blocks,
+# each overwriting the other's metadata (files written through the first mount are lost
+# without a trace that e2fsck sees). So a run clears fsage's own stale mounts of its image
+# first. Mount points carry the pid of the process that made them, which tells a killed
+# run's mount from a live one's.
+
+#: fsage's own mount points: ``fsage-<use>-<pid>-<random>`` (older versions: no pid).
+_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt)-(?:(\d+)-)?[^-/]+")
+
+
+def mount_dir(use: str) -> Path:
+    """A fresh temporary mount point for ``use`` (age, replay, mnt), named with this process's
+    id so that a later run can tell whether the process that mounted it is still alive."""
+    return Path(tempfile.mkdtemp(prefix=f"fsage-{use}-{os.getpid()}-"))
+
+
+@dataclass(frozen=True)
+class _Loop:
+    dev: str  # /dev/loopN
+    devno: str  # major:minor, as /proc/self/mountinfo names it
+    backing: str  # the backing file's path; " (deleted)" once unlinked
+    autoclear: bool  # detached by the kernel at its last unmount (mount -o loop)
+
+
+def _loops() -> list[_Loop]:
+    out = []
+    for sysdir in Path("/sys/block").glob("loop*"):
+        try:
+            backing = (sysdir / "loop" / "backing_file").read_text().rstrip("\n")
+            devno = (sysdir / "dev").read_text().strip()
+            autoclear = (sysdir / "loop" / "autoclear").read_text().strip() == "1"
+        except OSError:  # not attached
+            continue
+        out.append(_Loop(f"/dev/{sysdir.name}", devno, backing, autoclear))
+    return out
+
+
+def _mounts() -> dict[str, list[str]]:
+    """{major:minor: mount points} of this mount namespace."""
+    out: dict[str, list[str]] = {}
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+        for line in fh:
+            f = line.split()
+            mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), f[4])
+            out.setdefault(f[2], []).append(mnt)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is dead too
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _owner(mountpoint: str) -> int | bool:
+    """Who made ``mountpoint``: the pid of a live fsage process, False for a stale mount of
+    fsage's (its process is gone, or an older fsage that did not say), True for anything not
+    fsage's own."""
+    m = _OWN_MOUNT.fullmatch(os.path.basename(mountpoint))
+    if m is None:
+        return True
+    if m[1] is None:
+        return False
+    pid = int(m[1])
+    return pid if _alive(pid) else False
+
+
+def _pid_named(mountpoint: str) -> bool:
+    m = _OWN_MOUNT.fullmatch(os.path.basename(mountpoint))
+    return m is not None and m[1] is not None
+
+
+def clear_stale_mounts(image: Path, say: Callable[[str], None] | None = None) -> list[str]:
+    """Unmount and detach what killed fsage runs left mounted from ``image`` (and any mount of
+    fsage's whose process is gone); refuse when ``image`` is mounted by a live fsage run or by
+    something else. Returns the one-line notices (also given to ``say``)."""
+    real = os.path.realpath(image)
+    mounts = _mounts()
+    notices: list[str] = []
+    for loop in _loops():
+        deleted = loop.backing.endswith(" (deleted)")
+        this_image = loop.backing.removesuffix(" (deleted)") == real
+        points = mounts.get(loop.devno, [])
+        owners = {mp: _owner(mp) for mp in points}
+        if this_image and not deleted:
+            for mp, who in owners.items():
+                if who is True:
+                    raise UnsafeTargetError(
+                        f"{image} is mounted on {mp} ({loop.dev}), not by fsage; unmount it first"
+                    )
+                if who is not False:
+                    raise UnsafeTargetError(
+                        f"{image} is mounted on {mp} ({loop.dev}) by fsage process {who}, "
+                        "which is still running"
+                    )
+        stale = [mp for mp, who in owners.items() if who is False]
+        if not this_image:  # another image's: only mounts whose dead process is named
+            stale = [mp for mp in stale if _pid_named(mp)]
+        leftover = this_image and not points and not loop.autoclear  # attached, never mounted
+        if not stale and not leftover:
+            continue
+        if os.geteuid() != 0:
+            if not this_image:
+                continue
+            raise UnsafeTargetError(
+                f"{image}: {', '.join(stale) or loop.dev} ({loop.dev}) was left by a killed "
+                "fsage run; unmounting it needs root"
+            )
+        for mp in stale:
+            umount(Path(mp))
+            with contextlib.suppress(OSError):
+                os.rmdir(mp)
+        done = [f"unmounted {', '.join(stale)}"] if stale else []
+        if len(stale) == len(points):
+            if not loop.autoclear:  # the kernel detaches the others at their unmount
+                subprocess.run(["losetup", "-d", loop.dev], capture_output=True, check=False)
+            done.append(f"detached {loop.dev}")
+        notices.append(
+            f"{' and '.join(done)} ({loop.backing}): left behind by an fsage run that was killed"
+        )
+    for n in notices:
+        if say is not None:
+            say(n)
+    return notices
+
+
 @contextlib.contextmanager
 def loop_mount(image: Path, *, options: str = "") -> Iterator[Path]:
     """Loop-mount ``image`` on a fresh temporary directory; unmount and remove it on exit."""
     if not can_loop_mount():
         raise FsageError("loop mounting needs root and /dev/loop-control")
-    mnt = Path(tempfile.mkdtemp(prefix="fsage-mnt-"))
+    clear_stale_mounts(image)
+    mnt = mount_dir("mnt")
     mounted = False
     try:
         mount(image, mnt, options=options)

@@ -215,12 +215,43 @@ def difference(journaled: Tree, disk: Tree, inodes: dict[str, int]) -> Differenc
     return Difference(op, paths)
 
 
+def durable_prefix(base: Tree, ops: list[Op], image: Tree, first: int = 0) -> int | None:
+    """The largest ``k >= first`` such that ``base`` after ``ops[:k]`` has the directories and
+    files of ``image`` (names, sizes; other kinds left out), or None.
+
+    An image whose writer keeps the ops it ran in memory until it writes them out (a log's
+    segment buffer) holds, after a kill, the ops up to some point of its journal: that point.
+    """
+    tree = journal_tree(base, ops[:first])
+
+    def plain(node: Node | None) -> bool:
+        return node is not None and node.kind in "df"
+
+    count = sum(plain(n) for n in tree.values())  # directories and files, kept up per op
+    found = None
+    for k in range(first, len(ops) + 1):
+        if count == len(image) and {p: n for p, n in tree.items() if plain(n)} == image:
+            found = k
+        if k == len(ops):
+            break
+        op = ops[k]
+        names = {op.path, op.dest} - {""}
+        count -= sum(plain(tree.get(p)) for p in names)
+        try:
+            apply_op(tree, op)
+        except WorkloadError:
+            break
+        count += sum(plain(tree.get(p)) for p in names)
+    return found
+
+
 __all__ = [
     "Difference",
     "Tree",
     "apply_op",
     "difference",
     "disk_tree",
+    "durable_prefix",
     "journal_tree",
     "load_tree",
     "save_tree",

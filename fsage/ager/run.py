@@ -34,7 +34,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fsage.ager.generator import DATA_OPS, Generator
-from fsage.ager.images import can_loop_mount, image_kind, mount, umount
+from fsage.ager.images import (
+    can_loop_mount,
+    clear_stale_mounts,
+    image_kind,
+    mount,
+    mount_dir,
+    umount,
+)
 from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
 from fsage.ager.posix import (
     IGNORED_NAMES,
@@ -47,9 +54,11 @@ from fsage.ager.posix import (
 from fsage.ager.profile import Profile
 from fsage.ager.reconcile import (
     Difference,
+    Node,
     Tree,
     difference,
     disk_tree,
+    durable_prefix,
     journal_tree,
     load_tree,
     save_tree,
@@ -231,12 +240,10 @@ class MountedImageTarget(Target):
     """An image loop-mounted on a temporary directory; snapshots unmount, read, remount."""
 
     def __init__(self, image: Path, opts: AgeOptions) -> None:
-        import tempfile
-
         self.source = image
         self.record_path = image.with_name(image.name + ".fsage-age")
         self.kind = f"mounted-{image_kind(image) or 'image'}"
-        self.mnt = Path(tempfile.mkdtemp(prefix="fsage-age-"))
+        self.mnt = mount_dir("age")
         self.opts = opts
         self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
         self._mounted = False
@@ -376,6 +383,13 @@ class LfsTarget(ReopenTarget):
 
 def open_target(path: Path, opts: AgeOptions) -> Target:
     """Choose how to reach ``path`` (see module doc)."""
+    stale: list[str] = []
+    tgt = _open_target(path, opts, stale)
+    tgt.notices[:0] = stale
+    return tgt
+
+
+def _open_target(path: Path, opts: AgeOptions, stale: list[str]) -> Target:
     if opts.mode not in ("auto", "mount", "offline"):
         raise UsageError(f"unknown mode {opts.mode!r}")
     real = Path(os.path.realpath(path))
@@ -396,6 +410,8 @@ def open_target(path: Path, opts: AgeOptions) -> Target:
         )
     if opts.data not in (None, "write", "fallocate"):
         raise UsageError(f"unknown data mode {opts.data!r} (write or fallocate)")
+    # whichever way it is written, an image still mounted by a killed run must not be
+    stale.extend(clear_stale_mounts(real))
     if kind == "lfs":
         if opts.data == "fallocate":
             raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
@@ -732,6 +748,44 @@ def _compare_with_journal(
     return difference(journaled, disk, inodes), journaled
 
 
+def _lfs_durable(
+    tgt: Target,
+    journal: Path,
+    ran_after: list[Op],
+    keep: int | None,
+    res: AgeResult,
+    say: Callable[[str], None],
+) -> tuple[list[Op], int | None, list[Op] | None]:
+    """The journal cut back to the ops the LFS image holds: a killed LFS run loses the ops of
+    its segment buffer, journaled but never written, and those run again. Returns the ops
+    that ran after the record and the journal's length, or, when the image lost ops journaled
+    before the record too, every op it holds, the length, and the ops lost before the record."""
+    with open(journal, "rb") as fh:
+        fh.readline()
+        lines = fh.read().splitlines(keepends=True)
+    header_end = journal.stat().st_size - sum(map(len, lines))
+    every, _ = _Journal.tail(journal, header_end)
+    mark = len(every) - len(ran_after)  # journaled before the record
+    image: Tree = {p: Node("d") if is_dir else Node("f", size) for p, is_dir, size in tgt.walk()}
+    k = durable_prefix(load_tree(_start_tree_path(journal)), every, image)
+    if k is None:
+        raise FsageError(
+            f"{tgt.source}: the killed run's LFS image holds none of the states its journal "
+            "passes through: it cannot be resumed"
+        )
+    if k == len(every):
+        return ran_after, keep, None
+    res.notices.append(
+        f"{len(every) - k} ops journaled after the last segment the LFS image holds were lost "
+        "with the kill: they run again"
+    )
+    say(f"fsage: {res.notices[-1]}")
+    cut = header_end + sum(map(len, lines[:k]))
+    if k >= mark:
+        return ran_after[: k - mark], cut, None
+    return every[:k], cut, every[k:mark]
+
+
 def _data_bytes(ops: list[Op]) -> int:
     """The bytes ``ops`` write (as ``bytes_written`` counts them)."""
     return sum(o.size for o in ops if o.op in DATA_OPS)
@@ -801,10 +855,28 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         ran_after, journal_keep = _Journal.tail(old_journal, int(record.get("journal_bytes", 0)))
     elif old_journal is not None:
         old_journal = None
-    bytes_written += _data_bytes(ran_after)
     # A run killed while an op ran may have left that op's effect, whole or in part, without
     # its journal line: the tree on disk is checked against the one the journal replays to.
     unclean = opts.resume and not record.get("clean", False)
+    if unclean and old_journal is not None and tgt.kind == "offline-ext":
+        raise FsageError(
+            f"{path}: the offline run was killed: libext2fs keeps the image's bitmaps, group "
+            "descriptors and inodes in memory until it closes, so the image holds neither its "
+            "journal's ops nor those of its record (check it with e2fsck -fn); it cannot be "
+            "resumed: age a fresh image"
+        )
+    if unclean and old_journal is not None and tgt.kind == "lfs":
+        ran_after, journal_keep, back = _lfs_durable(
+            tgt, old_journal, ran_after, journal_keep, res, say
+        )
+        if back is not None:  # the image lost ops journaled before the record too
+            if opts.ops_file is not None:  # the stream is skipped from its start
+                start, bytes_written = 0, 0
+            else:  # the generator goes on from the tree on disk
+                start -= len(back)
+                bytes_written -= _data_bytes(back)
+                ran_after = []
+    bytes_written += _data_bytes(ran_after)
     found: Difference | None = None
     journaled: Tree = {}
     if unclean and old_journal is not None:

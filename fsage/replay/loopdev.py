@@ -18,10 +18,13 @@ import ctypes.util
 import errno
 import os
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fsage.ager.images import clear_stale_mounts
 from fsage.errors import FsageError
 
 _MNT_DETACH = 2
@@ -51,9 +54,14 @@ class LoopDevice:
     """``image`` on a loop device until ``detach``; ``fstype`` is what ``mount`` is asked for
     (ext2 and ext3 fall back to the ext4 driver when the kernel has no driver of that name)."""
 
-    def __init__(self, image: Path, fstype: str = "ext4") -> None:
+    def __init__(
+        self, image: Path, fstype: str = "ext4", say: Callable[[str], None] | None = None
+    ) -> None:
         self.image = Path(image)
         self.fstype = fstype
+        # a second loop device over an image a killed run left mounted would be a second
+        # file system instance over the same blocks: clear it first, and say so
+        clear_stale_mounts(self.image, say or (lambda s: print(f"fsage: {s}", file=sys.stderr)))
         self.dev = _tool(["losetup", "--find", "--show", str(self.image)], f"attaching {image}")
 
     def mount(self, mountpoint: Path) -> None:

@@ -224,7 +224,7 @@ class _Session:
     """
 
     def __init__(self, image: Path, mode: str, fstype: str = "ext4") -> None:
-        from fsage.ager.images import can_loop_mount
+        from fsage.ager.images import can_loop_mount, mount_dir
 
         self.image = image
         self.mnt: Path | None = None
@@ -233,10 +233,9 @@ class _Session:
         if mode == "mount" or (mode == "auto" and can_loop_mount()):
             if not can_loop_mount():
                 raise UsageError("--mount needs root and /dev/loop-control")
-            import tempfile
 
             self.mode = "mount"
-            self.mnt = Path(tempfile.mkdtemp(prefix="fsage-replay-"))
+            self.mnt = mount_dir("replay")
             try:
                 self.loop = LoopDevice(image, fstype)
                 self.loop.mount(self.mnt)
@@ -366,7 +365,7 @@ def run_op_stream(
 
 def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -> RecreateResult:
     """Recreate ``opts.fs_name`` as of ``opts.until`` on ``opts.target`` (see the module doc)."""
-    from fsage.ager.images import can_loop_mount
+    from fsage.ager.images import can_loop_mount, clear_stale_mounts
     from fsage.ager.offline import OFFLINE_NOTICE
     from fsage.db.store import Store
     from fsage.snapshotter import read_source
@@ -401,6 +400,7 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
             say(f"fsage: {n}")
 
         part = target.with_name(f".{target.name}.fsage-part")
+        clear_stale_mounts(part, lambda s: say(f"fsage: {s}"))  # a killed replay's
         with contextlib.suppress(FileNotFoundError):
             part.unlink()
         try:

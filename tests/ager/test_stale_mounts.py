@@ -1,0 +1,138 @@
+"""A run killed with SIGKILL leaves its loop mount behind: the next run on the same image must
+clear it (not mount the image a second time beside it), and must refuse an image mounted by
+something that is not fsage's, or by an fsage run still going."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fsage.ager.images import clear_stale_mounts, make_image, mount, umount
+from fsage.ager.run import AgeOptions, age
+from fsage.errors import UnsafeTargetError
+from fsage.workload import Op, WorkloadHeader, write_workload
+
+MIB = 1 << 20
+
+
+def loop_devices_of(image: Path, under: bool) -> dict[str, str]:
+    """{major:minor: /dev/loopN} of the loop devices backed by ``image`` (or, ``under``, by a
+    file below that directory), deleted since or not."""
+    real = os.path.realpath(image)
+    out = {}
+    for sysdir in Path("/sys/block").glob("loop*"):
+        try:
+            backing = (sysdir / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            continue
+        backing = backing.removesuffix(" (deleted)")
+        if backing == real or (under and backing.startswith(real + "/")):
+            out[(sysdir / "dev").read_text().strip()] = f"/dev/{sysdir.name}"
+    return out
+
+
+def loops_of(image: Path) -> list[str]:
+    return sorted(loop_devices_of(image, False).values())
+
+
+def mounts_of(image: Path, under: bool = False) -> list[tuple[str, str]]:
+    """(loop device, mount point) of every mount of ``image`` through a loop device."""
+    devs = loop_devices_of(image, under)
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        if f[2] in devs:
+            out.append((devs[f[2]], f[4]))
+    return out
+
+
+def kill_when_mounted(
+    cmd: list[str],
+    env: dict[str, str],
+    image: Path,
+    prefix: str,
+    under: bool = False,
+    pause: float = 0.3,
+) -> str:
+    """Start ``cmd``, SIGKILL it once it has mounted ``image`` (or, ``under``, an image below
+    that directory) on a ``prefix`` mount point and run ``pause`` s; the mount point it left."""
+
+    def ours() -> list[str]:
+        return [m for _, m in mounts_of(image, under) if os.path.basename(m).startswith(prefix)]
+
+    before = set(ours())
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        while not set(ours()) - before:
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline, "never mounted"
+            time.sleep(0.01)
+        time.sleep(pause)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    (left,) = set(ours()) - before
+    return left
+
+
+def _slow_ops(path: Path, count: int) -> Path:
+    ops = [Op("mkdir", "d")]
+    ops += [Op("create", f"d/f{i}", size=64 << 10) for i in range(count)]
+    write_workload(path, WorkloadHeader("test"), iter(ops))
+    return path
+
+
+@pytest.mark.needs_root
+@pytest.mark.slow
+def test_resume_after_a_kill_clears_the_stale_mount(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    image = make_image(tmp_path / "a.img", "ext4", 96 * MIB)
+    ops = _slow_ops(tmp_path / "ops.jsonl", 1200)
+    base = [sys.executable, "-m", "fsage", "age", str(image)]
+    left = kill_when_mounted([*base, "--ops", str(ops), "--fsync"], fsage_env, image, "fsage-age-")
+    try:
+        done = subprocess.run([*base, "--resume"], env=fsage_env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "left behind by an fsage run that was killed" in done.stderr, done.stderr
+        assert left in done.stderr
+        # nothing of either run is left: no mount, no loop device, no mount point
+        assert mounts_of(image) == [] and loops_of(image) == []
+        assert not os.path.exists(left)
+        fsck = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
+        assert fsck.returncode == 0, fsck.stdout
+    finally:
+        for _dev, mnt in mounts_of(image):
+            umount(Path(mnt))
+            Path(mnt).rmdir()
+        for dev in loop_devices_of(image, False).values():
+            subprocess.run(["losetup", "-d", dev], check=False)
+
+
+@pytest.mark.needs_root
+def test_an_image_mounted_by_something_else_is_refused(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "a.img", "ext4", 16 * MIB)
+    ops = _slow_ops(tmp_path / "ops.jsonl", 3)
+    for name in ("theirs", f"fsage-age-{os.getpid()}-live"):  # not fsage's; a live run's
+        mnt = tmp_path / name
+        mnt.mkdir()
+        mount(image, mnt)
+        try:
+            with pytest.raises(UnsafeTargetError, match=f"mounted on {mnt}"):
+                age(image, AgeOptions(ops_file=ops))
+            with pytest.raises(
+                UnsafeTargetError, match="still running" if "fsage" in name else "not by fsage"
+            ):
+                clear_stale_mounts(image)
+            assert [m for _, m in mounts_of(image)] == [str(mnt)]  # left alone
+        finally:
+            umount(mnt)
+    assert loops_of(image) == []
