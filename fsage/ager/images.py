@@ -112,12 +112,13 @@ def umount(mountpoint: Path) -> None:
 # run's mount from a live one's.
 
 #: fsage's own mount points: ``fsage-<use>-<pid>-<random>`` (older versions: no pid).
-_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt)-(?:(\d+)-)?[^-/]+")
+_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt|match|unpack|bench)-(?:(\d+)-)?[^-/]+")
 
 
 def mount_dir(use: str) -> Path:
-    """A fresh temporary mount point for ``use`` (age, replay, mnt), named with this process's
-    id so that a later run can tell whether the process that mounted it is still alive."""
+    """A fresh temporary mount point for ``use`` (age, replay, mnt, match, unpack, bench),
+    named with this process's id so that a later run can tell whether the process that mounted
+    it is still alive."""
     return Path(tempfile.mkdtemp(prefix=f"fsage-{use}-{os.getpid()}-"))
 
 

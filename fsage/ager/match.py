@@ -33,7 +33,6 @@ import json
 import math
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1185,7 +1184,7 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
 def _disk(path: Path, mode: str) -> Iterator[Disk]:
     """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
     or "auto" as root with loop devices), else an ext image through the offline writer."""
-    from fsage.ager.images import can_loop_mount, image_kind, mount, umount
+    from fsage.ager.images import can_loop_mount, image_kind, mount, mount_dir, umount
 
     if mode not in ("auto", "mount", "offline"):
         raise UsageError(f"unknown mode {mode!r}")
@@ -1215,7 +1214,7 @@ def _disk(path: Path, mode: str) -> Iterator[Disk]:
         return
     if not can_loop_mount():
         raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
-    mnt = Path(tempfile.mkdtemp(prefix="fsage-match-"))
+    mnt = mount_dir("match")
     try:
         mount(path, mnt)
         try:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fsage.ager.images import mount, run_tool, umount
+from fsage.ager.images import mount, mount_dir, run_tool, umount
 from fsage.errors import UsageError
 
 #: One snapshot's batch: (directory under the root, release tarball) pairs, unpacked in order.
@@ -103,7 +102,7 @@ def unpack_history(
     if inodes:
         argv += ["-N", str(inodes)]
     run_tool([*argv, "-E", "nodiscard", str(image)], f"making {image}")
-    mnt = Path(tempfile.mkdtemp(prefix="fsage-unpack-"))
+    mnt = mount_dir("unpack")
     ids: list[int] = []
     full: list[float] = []
     mounted = False

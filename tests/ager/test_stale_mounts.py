@@ -136,3 +136,19 @@ def test_an_image_mounted_by_something_else_is_refused(tmp_path: Path) -> None:
         finally:
             umount(mnt)
     assert loops_of(image) == []
+
+
+@pytest.mark.parametrize("use", ["age", "replay", "mnt", "match", "unpack", "bench"])
+def test_every_fsage_mount_point_names_its_process(use: str) -> None:
+    """Every command that loop-mounts an image names its mount point with its pid, so that a
+    later run can clear it once that process is gone and refuse it while it runs."""
+    from fsage.ager.images import _owner, mount_dir
+
+    mnt = mount_dir(use)
+    try:
+        assert _owner(str(mnt)) == os.getpid()
+        dead = str(mnt).replace(f"-{os.getpid()}-", "-999999999-")
+        assert _owner(dead) is False
+    finally:
+        mnt.rmdir()
+    assert _owner("/tmp/theirs") is True

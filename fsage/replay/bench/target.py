@@ -16,7 +16,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,14 +110,14 @@ class BenchTarget:
                 raise UsageError("refusing to benchmark '/': give a directory on the file system")
             self.root = self.path
         elif self.path.is_file():
-            from fsage.ager.images import can_loop_mount, image_kind
+            from fsage.ager.images import can_loop_mount, image_kind, mount_dir
 
             kind = image_kind(self.path)
             if kind is None:
                 raise UsageError(f"{path}: not a directory or a recognised file-system image")
             self.image = Path(os.path.realpath(self.path))
             if can_loop_mount() and kind != "lfs":
-                self._tmp_mnt = Path(tempfile.mkdtemp(prefix="fsage-bench-mnt-"))
+                self._tmp_mnt = mount_dir("bench")
                 self.root = self._tmp_mnt
             else:
                 why = (
