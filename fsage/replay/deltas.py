@@ -93,6 +93,7 @@ _SPECIAL = {
 }
 _MADE_TYPES = frozenset({stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK, *_SPECIAL})
 DAY_NS = 86_400 * 10**9
+_IFMT = 0o170000  # stat.S_IFMT as a mask, applied inline in the per-file loops
 
 # Phases break ties between ops at the same time.
 _PHASE = {
@@ -185,14 +186,14 @@ class DeltaStats:
 # ---------------------------------------------------------------------------- entries
 
 
-@dataclass
+@dataclass(slots=True)
 class _Link:
     parent: Key
     name: str
     path: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     key: Key
     is_dir: bool
@@ -206,15 +207,6 @@ class _Entry:
     perm: int = CREATE_MODE  # permission bits
 
 
-def _name_ok(raw: bytes) -> bool:
-    return (
-        0 < len(raw) <= NAME_MAX
-        and raw not in (b".", b"..")
-        and b"/" not in raw
-        and b"\0" not in raw
-    )
-
-
 def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     """Replayable entries of ``layout`` with their validated names, keyed by identity.
 
@@ -223,14 +215,16 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     made, moved or removed, but what it holds is replayed like anything else.
     """
     files = layout.files
+    # Whole columns as Python lists once: indexing numpy arrays per file costs more than the
+    # rest of the walk.
     ino = files.ino.tolist()
     gen = files.generation.tolist()
     crt = files.crtime.tolist()
     mode = files.mode.tolist()
-    row_of = {i: r for r, i in enumerate(ino)}
-    key_of: dict[int, Key] = {}
-    for r, i in enumerate(ino):
-        key_of[i] = (int(i), int(gen[r]), int(crt[r]))
+    size = files.size.tolist()
+    mtime = files.mtime.tolist()
+    ctime = files.ctime.tolist()
+    row_of = dict(zip(ino, range(len(ino)), strict=True))  # a repeated inode: its last row
     root = layout.root_ino
     children: dict[int, list[tuple[int, bytes]]] = {}
     links = layout.links
@@ -239,33 +233,45 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     for p, c, a, b in zip(
         links.parent.tolist(), links.ino.tolist(), off[:-1], off[1:], strict=True
     ):
-        children.setdefault(int(p), []).append((int(c), names[a:b]))
+        kids = children.get(p)
+        if kids is None:
+            kids = children[p] = []
+        kids.append((c, names[a:b]))
 
     out: dict[Key, _Entry] = {}
     dkey: dict[int, Key] = {root: ROOT}
     stack: list[tuple[int, str]] = [(root, "")]
     seen_dirs = {root}
+    # A name the op vocabulary can carry: 1..NAME_MAX bytes, not '.' or '..', no '/' or NUL
+    # (those two bytes are looked for name by name only when the name table holds any).
+    clean = b"/" not in names and b"\0" not in names
     while stack:
         d, prefix = stack.pop()
+        parent = dkey[d]
         for c, raw in children.get(d, ()):
-            row = row_of.get(c)
-            if row is None or c == root:
+            r = row_of.get(c)
+            if r is None or c == root:
                 continue
-            r = row
-            key = key_of[c]
-            if not _name_ok(raw):
+            key = (c, gen[r], crt[r])
+            if not (
+                0 < len(raw) <= NAME_MAX
+                and raw != b"."
+                and raw != b".."
+                and (clean or (b"/" not in raw and b"\0" not in raw))
+            ):
                 stats.skip("unsafe_name", key)
                 continue
             name = raw.decode("utf-8", "surrogateescape")
             path = f"{prefix}/{name}" if prefix else name
-            fmt = stat.S_IFMT(mode[r])
-            if d == root and name == LOST_FOUND_NAME and fmt == stat.S_IFDIR:
-                dkey[c] = LOST_FOUND
-                if c not in seen_dirs:
-                    seen_dirs.add(c)
-                    stack.append((c, path))
-                continue
+            m = mode[r]
+            fmt = m & _IFMT
             if fmt == stat.S_IFDIR:
+                if d == root and name == LOST_FOUND_NAME:
+                    dkey[c] = LOST_FOUND
+                    if c not in seen_dirs:
+                        seen_dirs.add(c)
+                        stack.append((c, path))
+                    continue
                 if c in seen_dirs:  # a second name for a directory: a damaged tree
                     stats.skip("directory_loop", key)
                     continue
@@ -275,25 +281,16 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
             elif fmt not in _MADE_TYPES:
                 stats.skip("special_file", key)
                 continue
-            parent = dkey[d]
             e = out.get(key)
             if e is None:
-                e = _Entry(
-                    key=key,
-                    is_dir=fmt == stat.S_IFDIR,
-                    row=r,
-                    size=int(files.size[r]),
-                    mtime=int(files.mtime[r]),
-                    ctime=int(files.ctime[r]),
-                    crtime=int(files.crtime[r]),
-                    links=[],
-                    ftype=fmt,
-                    perm=mode[r] & MODE_BITS,
-                )
-                out[key] = e
+                e = out[key] = _Entry(
+                    key, fmt == stat.S_IFDIR, r, size[r], mtime[r], ctime[r], crt[r], [], fmt,
+                    m & MODE_BITS,
+                )  # fmt: skip
             e.links.append(_Link(parent, name, path))
     for e in out.values():
-        e.links.sort(key=lambda lk: lk.path)
+        if len(e.links) > 1:
+            e.links.sort(key=lambda lk: lk.path)
     return out
 
 
@@ -371,7 +368,7 @@ def _blocks_moved(
 # ---------------------------------------------------------------------------- namespace
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     key: Key
     parent: Key | None
@@ -465,7 +462,7 @@ class _Namespace:
 # ---------------------------------------------------------------------------- plans
 
 
-@dataclass(order=True)
+@dataclass(order=True, slots=True)
 class _Plan:
     time: int
     phase: int
