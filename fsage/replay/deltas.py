@@ -638,31 +638,36 @@ class DeltaBuilder:
 
         plans: list[_Plan] = []
         self._retire_reused(plans, old, olds, new, news, bs, hi)
+        nodes = ns.nodes
+        made = [e for e in news.values() if e.key not in nodes]
         # Creations in creation order, then inode order (seq follows the sort).
-        for e in sorted(news.values(), key=lambda e: (born(e), e.key[0])):
-            if e.key in ns.nodes:
-                continue
+        for e in sorted(made, key=lambda e: (born(e), e.key[0])):
             lk = e.links[0]
-            kind = "mkdir" if e.is_dir else "create"
-            plans.append(
-                self._new_plan(
-                    clamp(born(e)), kind, e.key, parent=lk.parent, name=lk.name, size=e.size
-                )
-            )
-            plans[-1].ftype = e.ftype
-            if e.ftype == stat.S_IFLNK:
-                plans[-1].inferred = "symlink"
-            elif e.ftype in _SPECIAL:
-                plans[-1].inferred = "special"
+            t = clamp(born(e))
+            ftype = e.ftype
+            runs: list[tuple[int, int]] | None = None
+            attrs: _Attrs | None = None
+            if e.is_dir:
+                kind = inferred = "mkdir"
             else:
-                plans[-1].inferred = kind
-                if kind == "create":
-                    plans[-1].runs = _sparse_pieces(new, e, bs)
-                    plans[-1].attrs = self._created_attrs(e, lo)
+                kind = "create"
+                if ftype == stat.S_IFLNK:
+                    inferred = "symlink"
+                elif ftype in _SPECIAL:
+                    inferred = "special"
+                else:
+                    inferred = kind
+                    runs = _sparse_pieces(new, e, bs)
+                    attrs = self._created_attrs(e, lo)
+            self._seq += 1
+            plans.append(
+                _Plan(t, _PHASE[kind], self._seq, kind, e.key, lk.parent, lk.name, e.size,
+                      inferred, None, ftype, runs, attrs)
+            )  # fmt: skip
             for extra in e.links[1:]:
                 plans.append(
                     self._new_plan(
-                        clamp(born(e)),
+                        t,
                         "link",
                         self._new_key(),
                         parent=extra.parent,
@@ -674,8 +679,8 @@ class DeltaBuilder:
         # A name a new file takes over (rewrite by a new inode: editors, package managers,
         # tar) is freed when the new file comes, as those tools unlink just before creating.
         taken_at: dict[tuple[Key, str], int] = {}
-        for e in news.values():
-            if e.key not in ns.nodes and not e.is_dir:
+        for e in made:
+            if not e.is_dir:
                 lk = e.links[0]
                 taken_at.setdefault((lk.parent, lk.name), clamp(born(e)))
         for key, node in list(ns.nodes.items()):
@@ -697,11 +702,14 @@ class DeltaBuilder:
                 for alias in self._aliases.get(key, []):
                     plans.append(self._new_plan(t, "delete", alias, inferred="unlink"))
                 plans.append(self._new_plan(t, "delete", key, inferred="delete"))
+        aliases = self._aliases
         for key, e in news.items():
-            cur = ns.nodes.get(key)
+            cur = nodes.get(key)
             if cur is None:
                 continue
-            self._plan_names(plans, e, clamp(e.ctime))
+            lk = e.links[0]
+            if len(e.links) > 1 or cur.name != lk.name or cur.parent != lk.parent or key in aliases:
+                self._plan_names(plans, e, clamp(e.ctime))  # else: one name, already right
             if e.is_dir or old is None or e.ftype != stat.S_IFREG:
                 continue
             o = olds.get(key)
