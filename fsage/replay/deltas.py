@@ -705,8 +705,8 @@ class DeltaBuilder:
             if not e.is_dir:
                 lk = e.links[0]
                 taken_at.setdefault((lk.parent, lk.name), clamp(born(e)))
-        for key, node in list(ns.nodes.items()):
-            if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
+        for key, node in list(nodes.items()):
+            if key[0] < 0 or key in news:  # synthetic (the root, lost+found too) or kept
                 continue
             if node.is_dir:
                 # Removed directories go last, deepest first (the ns path depth breaks ties).
@@ -723,7 +723,10 @@ class DeltaBuilder:
                         t = pe.mtime
                 for alias in self._aliases.get(key, []):
                     plans.append(self._new_plan(t, "delete", alias, inferred="unlink"))
-                plans.append(self._new_plan(t, "delete", key, inferred="delete"))
+                self._seq += 1
+                plans.append(
+                    _Plan(t, _PHASE["delete"], self._seq, "delete", key, inferred="delete")
+                )
         aliases = self._aliases
         for key, e in news.items():
             cur = nodes.get(key)
@@ -1066,9 +1069,11 @@ class DeltaBuilder:
                 assert isinstance(b, tuple)
                 waiting.setdefault(b, []).append(p)
                 continue
-            for ev in execute(p):
-                for w in waiting.pop(ev, ()):
-                    heapq.heappush(heap, (w.time, w.phase, w.seq, w))
+            events = execute(p)
+            if waiting:  # mostly nothing waits: no event to look up
+                for ev in events:
+                    for w in waiting.pop(ev, ()):
+                        heapq.heappush(heap, (w.time, w.phase, w.seq, w))
         return out
 
     def _break_cycle(
