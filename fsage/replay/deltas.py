@@ -67,6 +67,7 @@ import heapq
 import math
 import random
 import stat
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -316,15 +317,26 @@ def _runs(layout: Layout, row: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _sparse_pieces(layout: Layout, e: _Entry, bs: int) -> list[tuple[int, int]] | None:
+#: A layout's extent offsets, logical starts and lengths as Python lists (read file by file).
+_ExtentLists = tuple[list[int], list[int], list[int]]
+
+
+def _extent_lists(layout: Layout) -> _ExtentLists:
+    f = layout.files
+    return f.ext_off.tolist(), f.ext_logical.tolist(), f.ext_length.tolist()
+
+
+def _sparse_pieces(
+    layout: Layout, e: _Entry, bs: int, extents: _ExtentLists
+) -> list[tuple[int, int]] | None:
     """The (byte offset, bytes) pieces of a sparse regular file that hold blocks, or None when
-    the file has no hole (or may keep its data in the inode)."""
+    the file has no hole (or may keep its data in the inode). ``extents``: the layout's."""
     if e.size <= 0:
         return None
     nblocks = -(-e.size // bs)
-    f = layout.files
-    a = int(f.ext_off[e.row])
-    if int(f.ext_off[e.row + 1]) - a == 1 and f.ext_logical[a] == 0 and f.ext_length[a] >= nblocks:
+    ext_off, ext_logical, ext_length = extents
+    a = ext_off[e.row]
+    if ext_off[e.row + 1] - a == 1 and ext_logical[a] == 0 and ext_length[a] >= nblocks:
         return None  # one extent from the start past the end: the usual file, no hole
     runs = _runs(layout, e.row)
     covered = sum(min(lo + n, nblocks) - lo for lo, _p, n in runs if lo < nblocks)
@@ -662,6 +674,7 @@ class DeltaBuilder:
         self._retire_reused(plans, old, olds, new, news, bs, hi)
         nodes = ns.nodes
         made = [e for e in news.values() if e.key not in nodes]
+        extents = _extent_lists(new)
         # Creations in creation order, then inode order (seq follows the sort).
         for e in sorted(made, key=lambda e: (born(e), e.key[0])):
             lk = e.links[0]
@@ -679,7 +692,7 @@ class DeltaBuilder:
                     inferred = "special"
                 else:
                     inferred = kind
-                    runs = _sparse_pieces(new, e, bs)
+                    runs = _sparse_pieces(new, e, bs, extents)
                     attrs = self._created_attrs(e, lo)
             self._seq += 1
             plans.append(
@@ -921,9 +934,7 @@ class DeltaBuilder:
         nodes = ns.nodes
         inferred = self.stats.inferred
         pending = {p.key for p in plans if p.kind in ("mkdir", "create", "link")}
-        todo = {p.key: 0 for p in plans}
-        for p in plans:
-            todo[p.key] += 1
+        todo = Counter(p.key for p in plans)
         # Ordered by (time, phase, seq): seq is unique, so the plans themselves are never
         # compared (a dataclass comparison per heap step costs more than the rest of a step).
         heap: list[_Queued] = [(p.time, p.phase, p.seq, p) for p in plans]
