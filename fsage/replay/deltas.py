@@ -736,10 +736,7 @@ class DeltaBuilder:
                         t = pe.mtime
                 for alias in self._aliases.get(key, []):
                     plans.append(self._new_plan(t, "delete", alias, inferred="unlink"))
-                self._seq += 1
-                plans.append(
-                    _Plan(t, _PHASE["delete"], self._seq, "delete", key, inferred="delete")
-                )
+                plans.append(self._new_plan(t, "delete", key, inferred="delete"))
         aliases = self._aliases
         for key, e in news.items():
             cur = nodes.get(key)
@@ -1013,10 +1010,9 @@ class DeltaBuilder:
                     if not p.runs or p.runs[-1][0] + p.runs[-1][1] < p.size:
                         out.append(Op("truncate", path, size=p.size))
                 else:
-                    out.append(Op("create", path, p.size))
+                    out.append(Op("create", path, size=p.size))
                 inferred[p.inferred] += 1
-                if p.attrs is not None:
-                    set_attrs(p, path)
+                set_attrs(p, path)
                 return [("key", p.key)]
             if kind == "link":
                 assert p.of is not None
