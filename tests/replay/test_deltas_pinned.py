@@ -10,6 +10,7 @@ is inferred or to its order shows here first.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -348,3 +349,18 @@ def test_inferred_stream_is_pinned(variant: str) -> None:
     ops, inferred = _stream(**VARIANTS[variant])
     assert ops == globals()[variant.upper()]
     assert {k: v for k, v in inferred.items() if v} == globals()[variant.upper() + "_INFERRED"]
+
+
+def test_interval_leaves_the_garbage_collector_as_it_found_it() -> None:
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            DeltaBuilder().interval(None, _history()[0], start_ns=None, end_ns=100 * S)
+            assert gc.isenabled() is enabled
+        gc.enable()
+        with pytest.raises(AttributeError):  # an interval that fails half-way
+            DeltaBuilder().interval(None, None, start_ns=None, end_ns=1)  # type: ignore[arg-type]
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
