@@ -61,10 +61,13 @@ its holes stay holes. Paths in the ops (and link and rename destinations) always
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import math
 import random
 import stat
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -93,6 +96,7 @@ _SPECIAL = {
 }
 _MADE_TYPES = frozenset({stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK, *_SPECIAL})
 DAY_NS = 86_400 * 10**9
+_IFMT = 0o170000  # stat.S_IFMT as a mask, applied inline in the per-file loops
 
 # Phases break ties between ops at the same time.
 _PHASE = {
@@ -185,14 +189,14 @@ class DeltaStats:
 # ---------------------------------------------------------------------------- entries
 
 
-@dataclass
+@dataclass(slots=True)
 class _Link:
     parent: Key
     name: str
     path: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     key: Key
     is_dir: bool
@@ -206,15 +210,6 @@ class _Entry:
     perm: int = CREATE_MODE  # permission bits
 
 
-def _name_ok(raw: bytes) -> bool:
-    return (
-        0 < len(raw) <= NAME_MAX
-        and raw not in (b".", b"..")
-        and b"/" not in raw
-        and b"\0" not in raw
-    )
-
-
 def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     """Replayable entries of ``layout`` with their validated names, keyed by identity.
 
@@ -223,14 +218,16 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     made, moved or removed, but what it holds is replayed like anything else.
     """
     files = layout.files
+    # Whole columns as Python lists once: indexing numpy arrays per file costs more than the
+    # rest of the walk.
     ino = files.ino.tolist()
     gen = files.generation.tolist()
     crt = files.crtime.tolist()
     mode = files.mode.tolist()
-    row_of = {i: r for r, i in enumerate(ino)}
-    key_of: dict[int, Key] = {}
-    for r, i in enumerate(ino):
-        key_of[i] = (int(i), int(gen[r]), int(crt[r]))
+    size = files.size.tolist()
+    mtime = files.mtime.tolist()
+    ctime = files.ctime.tolist()
+    row_of = dict(zip(ino, range(len(ino)), strict=True))  # a repeated inode: its last row
     root = layout.root_ino
     children: dict[int, list[tuple[int, bytes]]] = {}
     links = layout.links
@@ -239,33 +236,45 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
     for p, c, a, b in zip(
         links.parent.tolist(), links.ino.tolist(), off[:-1], off[1:], strict=True
     ):
-        children.setdefault(int(p), []).append((int(c), names[a:b]))
+        kids = children.get(p)
+        if kids is None:
+            kids = children[p] = []
+        kids.append((c, names[a:b]))
 
     out: dict[Key, _Entry] = {}
     dkey: dict[int, Key] = {root: ROOT}
     stack: list[tuple[int, str]] = [(root, "")]
     seen_dirs = {root}
+    # A name the op vocabulary can carry: 1..NAME_MAX bytes, not '.' or '..', no '/' or NUL
+    # (those two bytes are looked for name by name only when the name table holds any).
+    clean = b"/" not in names and b"\0" not in names
     while stack:
         d, prefix = stack.pop()
+        parent = dkey[d]
         for c, raw in children.get(d, ()):
-            row = row_of.get(c)
-            if row is None or c == root:
+            r = row_of.get(c)
+            if r is None or c == root:
                 continue
-            r = row
-            key = key_of[c]
-            if not _name_ok(raw):
+            key = (c, gen[r], crt[r])
+            if not (
+                0 < len(raw) <= NAME_MAX
+                and raw != b"."
+                and raw != b".."
+                and (clean or (b"/" not in raw and b"\0" not in raw))
+            ):
                 stats.skip("unsafe_name", key)
                 continue
             name = raw.decode("utf-8", "surrogateescape")
             path = f"{prefix}/{name}" if prefix else name
-            fmt = stat.S_IFMT(mode[r])
-            if d == root and name == LOST_FOUND_NAME and fmt == stat.S_IFDIR:
-                dkey[c] = LOST_FOUND
-                if c not in seen_dirs:
-                    seen_dirs.add(c)
-                    stack.append((c, path))
-                continue
+            m = mode[r]
+            fmt = m & _IFMT
             if fmt == stat.S_IFDIR:
+                if d == root and name == LOST_FOUND_NAME:
+                    dkey[c] = LOST_FOUND
+                    if c not in seen_dirs:
+                        seen_dirs.add(c)
+                        stack.append((c, path))
+                    continue
                 if c in seen_dirs:  # a second name for a directory: a damaged tree
                     stats.skip("directory_loop", key)
                     continue
@@ -275,25 +284,16 @@ def _entries(layout: Layout, stats: DeltaStats) -> dict[Key, _Entry]:
             elif fmt not in _MADE_TYPES:
                 stats.skip("special_file", key)
                 continue
-            parent = dkey[d]
             e = out.get(key)
             if e is None:
-                e = _Entry(
-                    key=key,
-                    is_dir=fmt == stat.S_IFDIR,
-                    row=r,
-                    size=int(files.size[r]),
-                    mtime=int(files.mtime[r]),
-                    ctime=int(files.ctime[r]),
-                    crtime=int(files.crtime[r]),
-                    links=[],
-                    ftype=fmt,
-                    perm=mode[r] & MODE_BITS,
-                )
-                out[key] = e
+                e = out[key] = _Entry(
+                    key, fmt == stat.S_IFDIR, r, size[r], mtime[r], ctime[r], crt[r], [], fmt,
+                    m & MODE_BITS,
+                )  # fmt: skip
             e.links.append(_Link(parent, name, path))
     for e in out.values():
-        e.links.sort(key=lambda lk: lk.path)
+        if len(e.links) > 1:
+            e.links.sort(key=lambda lk: lk.path)
     return out
 
 
@@ -317,15 +317,26 @@ def _runs(layout: Layout, row: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _sparse_pieces(layout: Layout, e: _Entry, bs: int) -> list[tuple[int, int]] | None:
+#: A layout's extent offsets, logical starts and lengths as Python lists (read file by file).
+_ExtentLists = tuple[list[int], list[int], list[int]]
+
+
+def _extent_lists(layout: Layout) -> _ExtentLists:
+    f = layout.files
+    return f.ext_off.tolist(), f.ext_logical.tolist(), f.ext_length.tolist()
+
+
+def _sparse_pieces(
+    layout: Layout, e: _Entry, bs: int, extents: _ExtentLists
+) -> list[tuple[int, int]] | None:
     """The (byte offset, bytes) pieces of a sparse regular file that hold blocks, or None when
-    the file has no hole (or may keep its data in the inode)."""
+    the file has no hole (or may keep its data in the inode). ``extents``: the layout's."""
     if e.size <= 0:
         return None
     nblocks = -(-e.size // bs)
-    f = layout.files
-    a = int(f.ext_off[e.row])
-    if int(f.ext_off[e.row + 1]) - a == 1 and f.ext_logical[a] == 0 and f.ext_length[a] >= nblocks:
+    ext_off, ext_logical, ext_length = extents
+    a = ext_off[e.row]
+    if ext_off[e.row + 1] - a == 1 and ext_logical[a] == 0 and ext_length[a] >= nblocks:
         return None  # one extent from the start past the end: the usual file, no hole
     runs = _runs(layout, e.row)
     covered = sum(min(lo + n, nblocks) - lo for lo, _p, n in runs if lo < nblocks)
@@ -368,10 +379,24 @@ def _blocks_moved(
     return False
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector: inferring an interval allocates several
+    objects per file and drops no cycle that must go before it ends, while the collector's
+    passes over the growing heap cost about a fifth of the inference's CPU."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 # ---------------------------------------------------------------------------- namespace
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     key: Key
     parent: Key | None
@@ -465,7 +490,7 @@ class _Namespace:
 # ---------------------------------------------------------------------------- plans
 
 
-@dataclass(order=True)
+@dataclass(order=True, slots=True)
 class _Plan:
     time: int
     phase: int
@@ -562,6 +587,12 @@ class DeltaBuilder:
         label: str = "",
     ) -> list[Op]:
         """Ops that take the file system from ``old`` (None: empty) to ``new``."""
+        with _collector_paused():
+            return self._interval(old, new, start_ns=start_ns, end_ns=end_ns, label=label)
+
+    def _interval(
+        self, old: Layout | None, new: Layout, *, start_ns: int | None, end_ns: int, label: str
+    ) -> list[Op]:
         old_entries: dict[Key, _Entry] = {}
         if old is not None:
             old_entries = dict(self._entries_of(old))
@@ -641,31 +672,37 @@ class DeltaBuilder:
 
         plans: list[_Plan] = []
         self._retire_reused(plans, old, olds, new, news, bs, hi)
+        nodes = ns.nodes
+        made = [e for e in news.values() if e.key not in nodes]
+        extents = _extent_lists(new)
         # Creations in creation order, then inode order (seq follows the sort).
-        for e in sorted(news.values(), key=lambda e: (born(e), e.key[0])):
-            if e.key in ns.nodes:
-                continue
+        for e in sorted(made, key=lambda e: (born(e), e.key[0])):
             lk = e.links[0]
-            kind = "mkdir" if e.is_dir else "create"
-            plans.append(
-                self._new_plan(
-                    clamp(born(e)), kind, e.key, parent=lk.parent, name=lk.name, size=e.size
-                )
-            )
-            plans[-1].ftype = e.ftype
-            if e.ftype == stat.S_IFLNK:
-                plans[-1].inferred = "symlink"
-            elif e.ftype in _SPECIAL:
-                plans[-1].inferred = "special"
+            t = clamp(born(e))
+            ftype = e.ftype
+            runs: list[tuple[int, int]] | None = None
+            attrs: _Attrs | None = None
+            if e.is_dir:
+                kind = inferred = "mkdir"
             else:
-                plans[-1].inferred = kind
-                if kind == "create":
-                    plans[-1].runs = _sparse_pieces(new, e, bs)
-                    plans[-1].attrs = self._created_attrs(e, lo)
+                kind = "create"
+                if ftype == stat.S_IFLNK:
+                    inferred = "symlink"
+                elif ftype in _SPECIAL:
+                    inferred = "special"
+                else:
+                    inferred = kind
+                    runs = _sparse_pieces(new, e, bs, extents)
+                    attrs = self._created_attrs(e, lo)
+            self._seq += 1
+            plans.append(
+                _Plan(t, _PHASE[kind], self._seq, kind, e.key, lk.parent, lk.name, e.size,
+                      inferred, None, ftype, runs, attrs)
+            )  # fmt: skip
             for extra in e.links[1:]:
                 plans.append(
                     self._new_plan(
-                        clamp(born(e)),
+                        t,
                         "link",
                         self._new_key(),
                         parent=extra.parent,
@@ -677,12 +714,12 @@ class DeltaBuilder:
         # A name a new file takes over (rewrite by a new inode: editors, package managers,
         # tar) is freed when the new file comes, as those tools unlink just before creating.
         taken_at: dict[tuple[Key, str], int] = {}
-        for e in news.values():
-            if e.key not in ns.nodes and not e.is_dir:
+        for e in made:
+            if not e.is_dir:
                 lk = e.links[0]
                 taken_at.setdefault((lk.parent, lk.name), clamp(born(e)))
-        for key, node in list(ns.nodes.items()):
-            if key in (ROOT, LOST_FOUND) or key[0] < 0 or key in news:
+        for key, node in list(nodes.items()):
+            if key[0] < 0 or key in news:  # synthetic (the root, lost+found too) or kept
                 continue
             if node.is_dir:
                 # Removed directories go last, deepest first (the ns path depth breaks ties).
@@ -700,11 +737,14 @@ class DeltaBuilder:
                 for alias in self._aliases.get(key, []):
                     plans.append(self._new_plan(t, "delete", alias, inferred="unlink"))
                 plans.append(self._new_plan(t, "delete", key, inferred="delete"))
+        aliases = self._aliases
         for key, e in news.items():
-            cur = ns.nodes.get(key)
+            cur = nodes.get(key)
             if cur is None:
                 continue
-            self._plan_names(plans, e, clamp(e.ctime))
+            lk = e.links[0]
+            if len(e.links) > 1 or cur.name != lk.name or cur.parent != lk.parent or key in aliases:
+                self._plan_names(plans, e, clamp(e.ctime))  # else: one name, already right
             if e.is_dir or old is None or e.ftype != stat.S_IFREG:
                 continue
             o = olds.get(key)
@@ -888,10 +928,10 @@ class DeltaBuilder:
     def _schedule(self, plans: list[_Plan]) -> list[Op]:
         """Run the plans in time order against the namespace, each waiting for what it needs."""
         ns = self.ns
+        nodes = ns.nodes
+        inferred = self.stats.inferred
         pending = {p.key for p in plans if p.kind in ("mkdir", "create", "link")}
-        todo = {p.key: 0 for p in plans}
-        for p in plans:
-            todo[p.key] += 1
+        todo = Counter(p.key for p in plans)
         # Ordered by (time, phase, seq): seq is unique, so the plans themselves are never
         # compared (a dataclass comparison per heap step costs more than the rest of a step).
         heap: list[_Queued] = [(p.time, p.phase, p.seq, p) for p in plans]
@@ -903,7 +943,7 @@ class DeltaBuilder:
             """The attributes the file's data leaves to set, right after it (as tar does)."""
             if p.attrs is not None:
                 out.append(p.attrs.op(path))
-                self.stats.inferred["setattr"] += 1
+                inferred["setattr"] += 1
 
         def drop(p: _Plan) -> None:
             todo[p.key] -= 1
@@ -911,47 +951,57 @@ class DeltaBuilder:
 
         def blocker(p: _Plan) -> tuple[str, Key] | bool | None:
             """An event to wait for; None when the plan can run; False when it never can."""
-            if p.kind in ("mkdir", "create"):
-                need = [p.parent]
-            elif p.kind == "link":
+            kind = p.kind
+            if kind == "delete":  # the common cases first, as the general rule below has them
+                return None if p.key in nodes else ("key", p.key) if p.key in pending else False
+            if kind == "create" or kind == "mkdir":
+                dir_node = nodes.get(p.parent)
+                if dir_node is None:
+                    return ("key", p.parent) if p.parent in pending else False
+                if not dir_node.is_dir:
+                    return False
+                other = dir_node.kids.get(p.name)
+                return ("moved", other) if other is not None and other != p.key else None
+            if kind == "link":
                 assert p.of is not None
                 need = [p.of, p.parent]
             else:
-                need = [p.key] + ([p.parent] if p.kind == "rename" else [])
+                need = [p.key] + ([p.parent] if kind == "rename" else [])
             for k in need:
-                if k not in ns.nodes:
+                if k not in nodes:
                     return ("key", k) if k in pending else False
-            if p.kind in ("mkdir", "create", "rename", "link"):
-                if not ns.nodes[p.parent].is_dir:
+            if kind in ("rename", "link"):
+                if not nodes[p.parent].is_dir:
                     return False
-                if p.kind == "rename":
-                    node = ns.nodes[p.key]
+                if kind == "rename":
+                    node = nodes[p.key]
                     if (node.parent, node.name) == (p.parent, p.name):
                         return None
                     if ns.inside(p.parent, p.key):
                         # Moving a directory below itself: wait for the target parent to leave.
                         return ("moved", p.parent) if p.parent != p.key else False
-                other = ns.nodes[p.parent].kids.get(p.name)
+                other = nodes[p.parent].kids.get(p.name)
                 if other is not None and other != p.key:
                     return ("moved", other)
-            if p.kind == "rmdir" and ns.nodes[p.key].kids:
+            if kind == "rmdir" and nodes[p.key].kids:
                 return ("empty", p.key)
             return None
 
         def execute(p: _Plan) -> list[tuple[str, Key]]:
             todo[p.key] -= 1
             kind = p.kind
-            if kind in ("mkdir", "create"):
+            if kind == "create" or kind == "mkdir":
                 path = ns.child_path(p.parent, p.name)
                 check_relpath(path)
                 ns.add(p.key, p.parent, p.name, kind == "mkdir")
                 pending.discard(p.key)
+                ftype = p.ftype
                 if kind == "mkdir":
                     out.append(Op("mkdir", path))
-                elif p.ftype == stat.S_IFLNK:
+                elif ftype == stat.S_IFLNK:
                     out.append(Op("symlink", path, size=min(max(p.size, 1), SYMLINK_MAX)))
-                elif p.ftype in _SPECIAL:
-                    out.append(Op("mknod", path, label=_SPECIAL[p.ftype]))
+                elif ftype in _SPECIAL:
+                    out.append(Op("mknod", path, label=_SPECIAL[ftype]))
                 elif p.runs is not None:
                     # A sparse file: its data pieces where they were, holes elsewhere.
                     out.append(Op("create", path))
@@ -961,7 +1011,7 @@ class DeltaBuilder:
                         out.append(Op("truncate", path, size=p.size))
                 else:
                     out.append(Op("create", path, size=p.size))
-                self.stats.inferred[p.inferred] += 1
+                inferred[p.inferred] += 1
                 set_attrs(p, path)
                 return [("key", p.key)]
             if kind == "link":
@@ -972,7 +1022,7 @@ class DeltaBuilder:
                 ns.add(p.key, p.parent, p.name, False)
                 pending.discard(p.key)
                 self._add_alias(p.of, p.key)
-                self.stats.inferred[p.inferred] += 1
+                inferred[p.inferred] += 1
                 return [("key", p.key)]
             path = ns.path(p.key)
             if kind == "rename":
@@ -982,7 +1032,7 @@ class DeltaBuilder:
                 dest = ns.child_path(p.parent, p.name)
                 old_parent = ns.move(p.key, p.parent, p.name)
                 out.append(Op("rename", path, dest=dest))
-                self.stats.inferred[p.inferred] += 1
+                inferred[p.inferred] += 1
                 ev = [("moved", p.key)]
                 if not ns.nodes[old_parent].kids:
                     ev.append(("empty", old_parent))
@@ -991,7 +1041,7 @@ class DeltaBuilder:
                 parent = ns.remove(p.key)
                 self._drop_alias(p.key)
                 out.append(Op("delete", path))
-                self.stats.inferred[p.inferred] += 1
+                inferred[p.inferred] += 1
                 ev = [("moved", p.key)]
                 if not ns.nodes[parent].kids:
                     ev.append(("empty", parent))
@@ -1005,7 +1055,7 @@ class DeltaBuilder:
             elif kind != "setattr":
                 out.append(Op(kind, path, size=p.size))
             if kind != "setattr":
-                self.stats.inferred[p.inferred] += 1
+                inferred[p.inferred] += 1
             set_attrs(p, path)
             return []
 
@@ -1026,9 +1076,11 @@ class DeltaBuilder:
                 assert isinstance(b, tuple)
                 waiting.setdefault(b, []).append(p)
                 continue
-            for ev in execute(p):
-                for w in waiting.pop(ev, ()):
-                    heapq.heappush(heap, (w.time, w.phase, w.seq, w))
+            events = execute(p)
+            if waiting:  # mostly nothing waits: no event to look up
+                for ev in events:
+                    for w in waiting.pop(ev, ()):
+                        heapq.heappush(heap, (w.time, w.phase, w.seq, w))
         return out
 
     def _break_cycle(
