@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
+from fsage.replay.deltas import DeltaBuilder
 from fsage.workload import Op, check_relpath
 
 BS = 4096
@@ -162,3 +163,22 @@ class Model:
             if ino:
                 groups.setdefault(ino, []).append(name)
         return {(tuple(sorted(v)), self.inodes[k]) for k, v in groups.items()}
+
+
+#: The root's lost+found, as every synthetic ext layout has it.
+LF = F(11, [(2, b"lost+found")], kind="dir", gen=0)
+
+
+def two_intervals(a: list[F], b: list[F], **kw: object) -> tuple[list[Op], list[Op], DeltaBuilder]:
+    """The ops a ``DeltaBuilder(**kw)`` infers for an empty file system becoming ``a`` (the
+    first interval, ending at 100 s) and ``a`` becoming ``b`` (the second, ending at 200 s)."""
+    bld = DeltaBuilder(**kw)  # type: ignore[arg-type]
+    la, lb = layout([LF, *a]), layout([LF, *b])
+    first = bld.interval(None, la, start_ns=None, end_ns=100 * S, label="s1")
+    second = bld.interval(la, lb, start_ns=100 * S, end_ns=200 * S, label="s2")
+    return first, second, bld
+
+
+def body(ops: list[Op]) -> list[str]:
+    """The ops as JSON lines, snapshot markers left out."""
+    return [op.to_json() for op in ops if op.op != "snapshot"]

@@ -16,21 +16,9 @@ from fsage.errors import UsageError
 from fsage.replay.deltas import DeltaBuilder, IntraDay, parse_when
 from fsage.workload import Op, WorkloadHeader, check_relpath, read_workload, write_workload
 
-from .synth import BS, F, Model, S, layout
-
-LF = F(11, [(2, b"lost+found")], kind="dir", gen=0)
-
-
-def _two(a: list[F], b: list[F], **kw: object) -> tuple[list[Op], list[Op], DeltaBuilder]:
-    bld = DeltaBuilder(**kw)  # type: ignore[arg-type]
-    la, lb = layout([LF, *a]), layout([LF, *b])
-    first = bld.interval(None, la, start_ns=None, end_ns=100 * S, label="s1")
-    second = bld.interval(la, lb, start_ns=100 * S, end_ns=200 * S, label="s2")
-    return first, second, bld
-
-
-def _body(ops: list[Op]) -> list[str]:
-    return [op.to_json() for op in ops if op.op != "snapshot"]
+from .synth import BS, LF, F, Model, S, layout
+from .synth import body as _body
+from .synth import two_intervals as _two
 
 
 def test_population_in_creation_order_dirs_first() -> None:

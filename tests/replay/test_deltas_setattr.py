@@ -3,24 +3,9 @@ written (tar sets the archive's), and mode changes, are replayed right after the
 
 from __future__ import annotations
 
-from fsage.replay.deltas import DeltaBuilder
-from fsage.workload import Op
-
-from .synth import BS, F, Model, S, layout
-
-LF = F(11, [(2, b"lost+found")], kind="dir", gen=0)
-
-
-def _two(a: list[F], b: list[F], **kw: object) -> tuple[list[Op], list[Op], DeltaBuilder]:
-    bld = DeltaBuilder(**kw)  # type: ignore[arg-type]
-    la, lb = layout([LF, *a]), layout([LF, *b])
-    first = bld.interval(None, la, start_ns=None, end_ns=100 * S, label="s1")
-    second = bld.interval(la, lb, start_ns=100 * S, end_ns=200 * S, label="s2")
-    return first, second, bld
-
-
-def _body(ops: list[Op]) -> list[str]:
-    return [op.to_json() for op in ops if op.op != "snapshot"]
+from .synth import BS, F, Model, S
+from .synth import body as _body
+from .synth import two_intervals as _two
 
 
 def test_a_file_whose_mtime_predates_its_creation_gets_it_set_after_its_data() -> None:
