@@ -680,31 +680,9 @@ def _busy(ex: Executor) -> float | None:
     return ex.busy_s if isinstance(ex, PosixExecutor) else None
 
 
-def _plain(text: str) -> bool:
-    """True when JSON writes ``text`` as is between quotes (printable ASCII, no quote or
-    backslash)."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
-
-
 def _op_line(op: Op) -> bytes:
-    """``op.to_json()`` and a newline, formatted directly for the common plain-ASCII op (the
-    same bytes; the journal writes one per op)."""
-    if not (_plain(op.op) and _plain(op.path) and _plain(op.dest) and not op.label):
-        return (op.to_json() + "\n").encode()
-    out = '{"op":"' + op.op + '"'
-    if op.path:
-        out += ',"path":"' + op.path + '"'
-    if op.size:
-        out += ',"size":' + str(op.size)
-    if op.offset:
-        out += ',"offset":' + str(op.offset)
-    if op.dest:
-        out += ',"dest":"' + op.dest + '"'
-    if op.mode is not None:
-        out += ',"mode":' + str(op.mode)
-    if op.mtime_ns is not None:
-        out += ',"mtime_ns":' + str(op.mtime_ns)
-    return (out + "}\n").encode()
+    """A journal line: ``op.to_json()`` and a newline."""
+    return (op.to_json() + "\n").encode()
 
 
 def _start_tree_path(journal: Path) -> Path:

@@ -206,7 +206,11 @@ def test_journal_lines_are_the_ops_json() -> None:
         Op("link", 'a"b', dest="c\\d"),
         Op("create", "tab\there"),
         Op("punch", "p", size=7),
+        Op("setattr", "s", mode=0o600, mtime_ns=-5),
+        Op("create", "bad-\udcff-name\u2603\U0001f600", label="x\x00"),
     ]
     for op in ops:
-        assert _op_line(op) == (op.to_json() + "\n").encode()
+        # The definition: json.dumps of the non-default fields, in field order.
+        fields = {k: v for k, v in vars(op).items() if v not in ("", 0, None) or k == "op"}
+        assert _op_line(op) == (json.dumps(fields, separators=(",", ":")) + "\n").encode()
         assert Op.from_json(json.loads(_op_line(op))) == op
