@@ -16,7 +16,7 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
      touch no free extent deleted; as many blocks are then allocated from the largest free
      extent when the target has less free space in extents of its size (the fill already
      leaves holes shaped like the target's free extents: it writes spacer files of those
-     sizes among the others and deletes them);
+     sizes, the large ones first, and deletes them once the rest is written);
    - where the live reader cannot see free space (btrfs: no GETFSMAP), free space is not
      judged, the run stops once the size buckets match, and it is never called matched.
 3. It stops when every size bucket holding at least ``MIN_FILES`` files in the target is
@@ -169,7 +169,9 @@ def measure(layout: Layout, source: str = "") -> _State:
     fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
     free = {int(b): int(fl[fk == b].sum()) for b in np.unique(fk).tolist()}
     f = layout.facts
-    used = f.blocks_total - f.blocks_free
+    # The free map where there is one: ext4's own count (statvfs) takes the blocks its
+    # allocator holds in reserve for open files as free, the map as used.
+    used = f.blocks_total - (int(fl.sum()) if f.free_space_known else f.blocks_free)
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
         buckets, free, source,
@@ -364,7 +366,11 @@ class MountedDisk(Disk):
         self.area = root / AREA
         vfs = os.statvfs(root)
         self.bs = vfs.f_frsize
-        self.total = vfs.f_blocks
+        # Fullness as the snapshots measure it (the live reader's and the offline reader's
+        # alike): used blocks, metadata included, of the device's blocks where GETFSMAP
+        # gives them. statvfs leaves ext4's metadata out of both: a target read offline
+        # would be matched on a different scale.
+        self.total = _device_blocks(root, self.bs) or vfs.f_blocks
         self._buf = b"\xa5" * (1 << 20)
         # btrfs frees a punched range only when no part of its extent is still referenced:
         # holes there are made by deleting whole files.
@@ -545,7 +551,7 @@ class MountedDisk(Disk):
 
     def fullness(self) -> float:
         v = os.statvfs(self.root)
-        return (v.f_blocks - v.f_bfree) / v.f_blocks
+        return (self.total - v.f_bfree) / self.total
 
     def commit(self) -> None:
         os.sync()
@@ -732,8 +738,8 @@ class Matcher:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
         files sized like the target's free extents (all but the largest bucket, which the
-        unwritten rest of the disk gives); delete the spacers, then top up to the target's
-        fullness."""
+        unwritten rest of the disk gives); top up to the target's fullness (with the spacers
+        still there), then delete the spacers."""
         t = self.target
         self._keep_a_group_empty()
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
@@ -755,6 +761,17 @@ class Matcher:
                     plan.append(("spacer", b))
                     left -= b
         self.rng.shuffle(plan)
+        # Large spacers go first, while the disk is empty: written among the other files, the
+        # allocator finds no free extent of their size in their group and splits them (an
+        # 8,200-block spacer as 6,144 + 2,070 blocks), leaving two smaller holes. Each is
+        # followed by a whole file, so that two of them never make one hole.
+        big = [i for i, (kind, v) in enumerate(plan) if kind == "spacer" and v * self.bs >= 1 << 20]
+        walls = iter([i for i, (kind, _) in enumerate(plan) if kind == "whole"])
+        first: list[int] = []
+        for i in big:
+            first += [i] + [w for w in [next(walls, None)] if w is not None]
+        taken = set(first)
+        plan = [plan[i] for i in first] + [item for i, item in enumerate(plan) if i not in taken]
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
         for i, (kind, v) in enumerate(plan):
@@ -777,24 +794,28 @@ class Matcher:
             if group:
                 self.write_interleaved(group, 1)
         self.disk.commit()
+        # Top up with whole files of the buckets whose files are contiguous in the target
+        # (whole files would raise the others' scores), before the spacers go: the allocator
+        # would put the top-up files into the spacers' holes first.
+        spacer_share = sum(self.sizes[rel] for rel in spacers) / self.bs / max(self.total, 1)
+        keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
+        keys = keys or [k for k in t.buckets if k >= 1]
+        weights = [t.buckets[k][0] for k in keys]
+        goal = min(t.fullness + spacer_share, 0.97)
+        n = 0
+        while keys and self.fullness() < goal - 0.002:
+            k = self.rng.choices(keys, weights)[0]
+            room = int((goal - self.fullness()) * self.total) + 1
+            self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
+            n += 1
+            if n % 256 == 0:
+                self.disk.commit()
+        self.disk.commit()
         for rel in spacers:
             self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
         self.disk.commit()
-        # Top up with whole files of the buckets whose files are contiguous in the target
-        # (whole files would raise the others' scores).
-        keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
-        keys = keys or [k for k in t.buckets if k >= 1]
-        weights = [t.buckets[k][0] for k in keys]
-        n = 0
-        while keys and self.fullness() < t.fullness - 0.002:
-            k = self.rng.choices(keys, weights)[0]
-            room = int((t.fullness - self.fullness()) * self.total) + 1
-            self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
-            n += 1
-            if n % 256 == 0:
-                self.disk.commit()
 
     def clear(self) -> None:
         """Delete every file of the matcher's (its directories stay, emptied)."""
@@ -1136,6 +1157,17 @@ def _xfs_geometry(root: Path) -> tuple[int, int, int, int, int] | None:
     inopblog = (block // inode).bit_length() - 1
     log_group = log_start >> agblklog if log_start else -1
     return agblocks, agcount, agblklog + inopblog, log_group, log_blocks
+
+
+def _device_blocks(root: Path, block_size: int) -> int | None:
+    """The blocks of the device under ``root`` (GETFSMAP), None where it cannot be had."""
+    from fsage.snapshotter.live import getfsmap_free
+
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return getfsmap_free(fd, block_size, os.fstat(fd).st_dev)[1]
+    finally:
+        os.close(fd)
 
 
 def _fs_type(root: Path) -> str:

@@ -56,8 +56,10 @@ walk itself, and the walk ``fsage snapshot DIR`` starts before its imports) is i
 * **Facts.** ``kind`` is ``live:<fstype>``; ``uuid`` comes from ``FS_IOC_GETFSUUID`` (Linux 6.5+,
   unprivileged), else ``blkid`` on the mounted device, else ``statfs().f_fsid`` written as
   ``fsid:<16 hex digits>`` (``facts.extra["uuid_source"]`` says which); ``label`` from
-  ``FS_IOC_GETFSLABEL`` where answered; block and inode counts from ``statvfs`` (on ext4 this
-  total excludes the space the file system keeps for its own metadata).
+  ``FS_IOC_GETFSLABEL`` where answered; the block count is the device's as GETFSMAP maps it
+  (metadata included, as the offline readers and e2freefrag count it: statvfs on ext4 leaves
+  out the space the file system keeps for its own metadata), else statvfs's; free blocks
+  (as the file system reports them) and inode counts from ``statvfs``.
 * **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), mode, nlink,
   uid, gid, size, times in nanoseconds; crtime from statx's birth time where the file system
   keeps one (C walk; ext4, xfs and btrfs do), else 0 (the Python walk has it only through
@@ -281,8 +283,11 @@ def _encode_dev(dev: int) -> int:
 
 def getfsmap_free(
     fd: int, block_size: int, dev: int, *, batch: int = 1024
-) -> tuple[FreeExtents | None, str]:
-    """Free extents from FS_IOC_GETFSMAP, or (None, reason) where it cannot be had."""
+) -> tuple[FreeExtents | None, int | None, str]:
+    """Free extents from FS_IOC_GETFSMAP and the blocks of the device they are on (the end
+    of its last record: metadata included, as the on-disk block count; statvfs leaves out
+    what the file system keeps for itself), or (None, None, reason) where it cannot be
+    had."""
     buf = bytearray(_FSMAP_HEAD_SIZE + 64 * batch)
     struct.pack_into("<IIII", buf, 0, 0, 0, batch, 0)
     # High key: all ones but the length (xfs refuses a high key with a length).
@@ -295,10 +300,10 @@ def getfsmap_free(
             fcntl.ioctl(fd, FS_IOC_GETFSMAP, buf, True)
         except OSError as e:
             if e.errno in (errno.EPERM, errno.EACCES):
-                return None, "GETFSMAP needs CAP_SYS_ADMIN on this file system"
+                return None, None, "GETFSMAP needs CAP_SYS_ADMIN on this file system"
             if e.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL):
-                return None, "the file system has no GETFSMAP"
-            return None, f"GETFSMAP failed: {e.strerror}"
+                return None, None, "the file system has no GETFSMAP"
+            return None, None, f"GETFSMAP failed: {e.strerror}"
         oflags, _count, entries = struct.unpack_from("<III", buf, 4)
         if entries == 0:
             break
@@ -321,6 +326,9 @@ def getfsmap_free(
             if want not in devices:
                 want = int(free["device"][0])
             free = free[free["device"] == want]
+            recs = recs[recs["device"] == want]
+    ends = recs["physical"].astype(np.uint64) + recs["length"].astype(np.uint64)
+    device_blocks = int(ends.max()) // block_size if ends.shape[0] else None
     bs = np.uint64(block_size)
     start = free["physical"].astype(np.uint64) // bs
     length = free["length"].astype(np.uint64) // bs
@@ -334,7 +342,7 @@ def getfsmap_free(
         heads = np.flatnonzero(~joins)
         length = np.add.reduceat(length, heads).astype(np.uint64)
         start = start[heads]
-    return FreeExtents(start.astype(np.uint64), length.astype(np.uint64)), ""
+    return FreeExtents(start.astype(np.uint64), length.astype(np.uint64)), device_blocks, ""
 
 
 def _fs_uuid(fd: int, mount: MountInfo, vfs: os.statvfs_result) -> tuple[str, str]:
@@ -1010,7 +1018,7 @@ def read_live_layout(
     except OSError as e:
         raise SourceError(f"{path}: {e.strerror}") from None
     try:
-        free, why = getfsmap_free(fd, block_size, scope.dev)
+        free, device_blocks, why = getfsmap_free(fd, block_size, scope.dev)
         uuid, uuid_source = _fs_uuid(fd, mount, vfs)
         label = _fs_label(fd)
     finally:
@@ -1027,7 +1035,9 @@ def read_live_layout(
         uuid=uuid,
         label=label,
         block_size=block_size,
-        blocks_total=int(vfs.f_blocks) * int(vfs.f_frsize or block_size) // scale,
+        # The on-disk block count, as the offline readers and e2freefrag give it, where
+        # GETFSMAP maps the device; else what statvfs counts (without the metadata).
+        blocks_total=device_blocks or int(vfs.f_blocks) * int(vfs.f_frsize or block_size) // scale,
         blocks_free=int(vfs.f_bfree) * int(vfs.f_frsize or block_size) // scale,
         inodes_total=int(vfs.f_files),
         inodes_free=int(vfs.f_ffree),

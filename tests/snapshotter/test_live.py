@@ -450,16 +450,18 @@ def test_free_space_per_fs(fs: Mounted, layouts: dict[int, Layout]) -> None:
             assert not used[s : s + n].any()
 
 
-def _e2freefrag(dev: str) -> tuple[int, int, dict[int, int]]:
-    """Free blocks, free extents and {bucket lower bound in bytes: extents} from e2freefrag."""
+def _e2freefrag(dev: str) -> tuple[int, int, int, dict[int, int]]:
+    """Total blocks, free blocks, free extents and {bucket lower bound in bytes: extents}
+    from e2freefrag."""
     out = _run("e2freefrag", dev)
+    total = int(re.search(r"Total blocks: (\d+)", out).group(1))  # type: ignore[union-attr]
     free_blocks = int(re.search(r"Free blocks: (\d+)", out).group(1))  # type: ignore[union-attr]
     extents = int(re.search(r"Num. free extent: (\d+)", out).group(1))  # type: ignore[union-attr]
     unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     hist = {}
     for m in re.finditer(r"^\s*(\d+)([KMGT])\.\.\.\s*\S+\s*:\s*(\d+)\s+(\d+)", out, re.M):
         hist[int(m.group(1)) * unit[m.group(2)]] = int(m.group(3))
-    return free_blocks, extents, hist
+    return total, free_blocks, extents, hist
 
 
 def test_ext4_free_space_matches_e2freefrag(workdir: Path) -> None:
@@ -476,12 +478,16 @@ def test_ext4_free_space_matches_e2freefrag(workdir: Path) -> None:
             p.unlink()
         os.sync()
         layout = read_live_layout(m.mnt)
+        statvfs_blocks = os.statvfs(m.mnt).f_blocks
         os.sync()
-        free_blocks, extents, hist = _e2freefrag(m.dev)
+        total, free_blocks, extents, hist = _e2freefrag(m.dev)
     finally:
         _umount(m)
     bs = layout.facts.block_size
     assert layout.facts.free_space_known
+    # The block count is the device's, metadata included (statvfs leaves that out), so that
+    # fullness means the same in a live snapshot as in an offline one.
+    assert layout.facts.blocks_total == total > statvfs_blocks
     assert layout.free.blocks == free_blocks
     assert len(layout.free) == extents
     got: dict[int, int] = {}
