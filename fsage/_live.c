@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 
@@ -1653,9 +1655,22 @@ static PyObject *py_sort_unique(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* glibc's mallopt, for fsage.heap: here so that `fsage snapshot` need not import ctypes (a few
+ * ms of CPU) before its walk starts. */
+PyDoc_STRVAR(mallopt_doc, "mallopt(param, value) -> int: glibc's mallopt (1 on success).");
+
+static PyObject *py_mallopt(PyObject *self, PyObject *args) {
+    (void)self;
+    int param, value;
+    if (!PyArg_ParseTuple(args, "ii", &param, &value))
+        return NULL;
+    return PyLong_FromLong(mallopt(param, value));
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))py_walk, METH_VARARGS | METH_KEYWORDS, walk_doc},
     {"sort_unique", py_sort_unique, METH_VARARGS, sort_unique_doc},
+    {"mallopt", py_mallopt, METH_VARARGS, mallopt_doc},
     {NULL, NULL, 0, NULL},
 };
 

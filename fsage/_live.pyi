@@ -43,3 +43,6 @@ def walk(
 
 def sort_unique(inos: bytes | bytearray | memoryview, use_table: bool) -> bytes:
     """The positions (uint32) of the first occurrence of each inode, in increasing order."""
+
+def mallopt(param: int, value: int) -> int:
+    """glibc's mallopt (1 on success)."""

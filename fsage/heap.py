@@ -8,8 +8,11 @@ reuse costs no more peak memory (the same arrays are alive at the peak either wa
 
 from __future__ import annotations
 
-import ctypes
 import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -24,13 +27,31 @@ def keep_freed_memory(*, one_arena: bool = False) -> None:
     what a thread frees (the live walk's buffers) is reused by the main thread's arrays."""
     if not sys.platform.startswith("linux"):
         return
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    mallopt = _mallopt()
+    if mallopt is None:
         return
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_UP_TO)
     mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
     if one_arena:
         mallopt(_M_ARENA_MAX, 1)
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt: from fsage._live where it is built (no ctypes to import), else
+    through ctypes; None without glibc."""
+    try:
+        from fsage._live import mallopt as built
+
+        return built
+    except ImportError:
+        pass
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int]
+    call.restype = ctypes.c_int
+    result: Callable[[int, int], int] = call
+    return result

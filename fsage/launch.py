@@ -16,10 +16,12 @@ usual.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # `fsage snapshot`'s options, those that take a value and the flags (tests/cli holds them to
 # the command's): enough to see, before the command is even imported, which directory it reads.
@@ -76,8 +78,10 @@ def _exit_now(code: int) -> None:
         code = code or 141  # as the command does when a reader went away
     except (OSError, ValueError):
         pass
-    with contextlib.suppress(OSError, ValueError):
+    try:  # noqa: SIM105 (contextlib is not imported on this path)
         sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os._exit(code)
 
 

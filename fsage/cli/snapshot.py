@@ -67,20 +67,27 @@ def snapshot(
 
     when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
-    with count_progress("reading inodes") as progress:
-        layout = read_source(
-            source,
-            freeze=freeze,
-            notice=lambda line: click.echo(f"fsage: {line}", err=True),
-            progress=progress,
-        )
-        if progress is not None:  # the count it ended on
-            read = len(layout.files) + len(layout.special)
-            progress(read, read)
-    with Store.open(db, create=True) as store:
+    # The database first: one that cannot be used fails before a long read, and making a new
+    # one's schema overlaps the walk that `fsage snapshot DIR` has already started.
+    store = Store.open(db, create=True)
+    try:
+        with count_progress("reading inodes") as progress:
+            layout = read_source(
+                source,
+                freeze=freeze,
+                notice=lambda line: click.echo(f"fsage: {line}", err=True),
+                progress=progress,
+            )
+            if progress is not None:  # the count it ended on
+                read = len(layout.files) + len(layout.special)
+                progress(read, read)
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
+    except BaseException:
+        store.abandon()
+        raise
+    store.close()
     if fmt == "json":
         echo_json(summary.to_json())
     else:

@@ -230,9 +230,10 @@ def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
 class Store:
     """Open with ``Store.open(path)``; use as a context manager."""
 
-    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, con: sqlite3.Connection, path: Path, created: bool = False) -> None:
         self.con = con
         self.path = path
+        self.created = created  # this open made the database
 
     @classmethod
     def open(cls, path: Path | str, create: bool = False, readonly: bool = False) -> Store:
@@ -302,10 +303,24 @@ class Store:
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror}") from None
-        return cls(con, path)
+        return cls(con, path, created=new)
 
     def close(self) -> None:
         self.con.close()
+
+    def abandon(self) -> None:
+        """Close after a failure; a database this open created is removed again while it
+        holds no snapshot (another command may have written one meanwhile), so that a first
+        snapshot that failed leaves nothing behind."""
+        try:
+            empty = self.con.execute("SELECT 1 FROM snapshots LIMIT 1").fetchone() is None
+        except sqlite3.Error:
+            empty = False
+        self.close()
+        if self.created and empty:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self.path}{suffix}")
 
     def __enter__(self) -> Store:
         return self

@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+# Not typing.TYPE_CHECKING: typing is not imported yet when `fsage snapshot DIR` starts its
+# walk from here.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from fsage.snapshotter.sources import read_source
 
 __all__ = ["read_source"]

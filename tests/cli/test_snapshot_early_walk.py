@@ -153,3 +153,28 @@ def test_python_m_fsage_snapshot_stores_before_it_exits(
         [*argv, "--taken-at", "nope"], capture_output=True, text=True, env=fsage_env
     )
     assert bad.returncode == 2 and "--taken-at" in bad.stderr
+
+
+def test_a_failed_first_snapshot_leaves_no_database(tmp_path: Path) -> None:
+    """The database is opened before the read (so that the schema of a new one is made while
+    the walk runs): a read that fails removes a database it made, never one that was there."""
+    bad = tmp_path / "not-a-file-system.img"
+    bad.write_bytes(b"\x5a" * 65536)
+    db = tmp_path / "new.db"
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(bad), "--db", str(db)])
+    assert exit_.value.code != 0
+    assert [p.name for p in tmp_path.iterdir()] == [bad.name]  # no db, -wal or -shm
+    tree = _readable_tree(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(tree), "--db", str(db)])
+    assert exit_.value.code == 0
+    before = db.read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(bad), "--db", str(db)])
+    assert exit_.value.code != 0
+    from fsage.db.store import Store
+
+    assert db.exists() and len(db.read_bytes()) == len(before)
+    with Store.open(db, readonly=True) as store:
+        assert [s.id for s in store.snapshots(None)] == [1]
