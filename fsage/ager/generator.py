@@ -375,6 +375,9 @@ class Generator:
         st = self.stats
         counts = st.counts
         syncs = bool(self.profile.fsync_every or self.profile.sync_every)
+        if limit is not None and st.ops >= limit:  # a run resumed where its limit stopped it
+            st.stopped_by = "ops-limit"
+            return
         for op in body:
             # Counted here, not in a generator per op: this runs for every op.
             kind = op.op

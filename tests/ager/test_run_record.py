@@ -163,6 +163,12 @@ def test_explicit_options_are_honoured() -> None:
     ops = list(gen.ops())
     assert len(ops) == 1001 and gen.stats.stopped_by == "ops-limit"
     assert ops[-1].op != "fsync" or ops[-2].op in ("create", "append", "overwrite", "truncate")
+    # A run resumed with its op count restored stops at the same limit: none more at it, one
+    # more one op short of it.
+    for done, more in ((1001, 0), (1000, 1)):
+        again = Generator(prof, 1, 64 * MIB)
+        again.stats.ops = done
+        assert len(list(again.ops())) == more and again.stats.stopped_by == "ops-limit"
     # A churned run ends on its fill target, not wherever the churn drifted to.
     for name in ("impressions", "hfs-surge"):
         gen = Generator(get_preset(name).with_overrides(fill=0.7, churn=1.0), 2, 256 * MIB)
