@@ -9,8 +9,10 @@ First, what a user feels — whole commands, as processes:
   (interpreter start-up, imports, the walk and the store's transaction all counted; a new
   database each run, so every file is stored). The target is fsage >= 2x faster. fsage's
   modules are compiled to bytecode first, as an installed fsage's are (PYTHONDONTWRITEBYTECODE
-  would otherwise have every run compile them); the CPU seconds of the interpreter alone and
-  with the command's imports follow, to show what start-up costs.
+  would otherwise have every run compile them); then a process that only starts Python and
+  runs the same C walk (no click, numpy or store: the floor of a command written in Python),
+  and the CPU seconds of the interpreter alone and with the command's imports, to show what
+  start-up costs.
 
 Then the library call alone, to see where the time goes:
 
@@ -80,6 +82,13 @@ print(json.dumps({
 }))
 """
 
+
+# A process that starts the interpreter and runs the command's C walk, nothing else.
+WALK_ONLY = """
+import sys
+from fsage.snapshotter import livewalk
+livewalk.run_c_walk(livewalk.scope_of(sys.argv[1], engine="c"))
+"""
 
 # The whole command's phases one after the other, CPU seconds of each (all threads).
 PHASES = """
@@ -208,6 +217,10 @@ def whole_commands(
     ff: list[tuple[float, float]] = []
     fs: list[tuple[float, float]] = []
     before: list[tuple[float, float]] = []
+    walks: list[tuple[float, float]] = []
+    # The floor of a command in Python: a process that starts the interpreter and runs the same
+    # C walk, and nothing else (no click, numpy or store).
+    walk_cmd = [sys.executable, "-c", WALK_ONLY, str(mnt)]
 
     def snapshot(run_env: dict[str, str], out: list[tuple[float, float]]) -> None:
         db = work / "whole.db"
@@ -228,6 +241,9 @@ def whole_commands(
         snapshot(env, fs)
         if base_env is not None:
             snapshot(base_env, before)
+        if cold:
+            drop_caches()
+        walks.append(time_command(walk_cmd, env))
     f_wall = statistics.median(w for w, _ in ff)
     f_cpu = statistics.median(c for _, c in ff)
     s_wall = statistics.median(w for w, _ in fs)
@@ -239,6 +255,12 @@ def whole_commands(
     )
     print(f"  runs: fsage {_runs([w for w, _ in fs])}; filefrag {_runs([w for w, _ in ff])}")
     print(f"  CPU runs: fsage {_runs([c for _, c in fs])}; filefrag {_runs([c for _, c in ff])}")
+    w_wall = statistics.median(w for w, _ in walks)
+    w_cpu = statistics.median(c for _, c in walks)
+    print(
+        f"  floor: a Python process that only runs the walk: {w_wall:.3f} s (CPU {w_cpu:.3f} s), "
+        f"filefrag/floor {f_wall / w_wall:.2f}x (runs {_runs([w for w, _ in walks])})"
+    )
     if before:
         b_wall = statistics.median(w for w, _ in before)
         b_cpu = statistics.median(c for _, c in before)
