@@ -220,3 +220,26 @@ def test_journal_lines_are_the_ops_json() -> None:
         fields = {k: v for k, v in vars(op).items() if v not in ("", 0, None) or k == "op"}
         assert _op_line(op) == (json.dumps(fields, separators=(",", ":")) + "\n").encode()
         assert Op.from_json(json.loads(_op_line(op))) == op
+
+
+def test_op_is_a_frozen_dataclass_whatever_its_init() -> None:
+    """Op's own __init__ (one dict assignment, for speed) takes every field, with the defaults
+    the fields declare, and the instances behave as the frozen dataclass's would."""
+    import dataclasses
+    import inspect
+    import pickle
+
+    params = inspect.signature(Op).parameters
+    fields = dataclasses.fields(Op)
+    assert list(params) == [f.name for f in fields]
+    assert [p.default for p in params.values()][1:] == [f.default for f in fields][1:]
+    op = Op("setattr", "a/b", mode=0o640, mtime_ns=7)
+    assert vars(op) == {f.name: getattr(op, f.name) for f in fields}
+    assert op == Op("setattr", "a/b", 0, 0, "", "", 0o640, 7) and hash(op) == hash(Op(**vars(op)))
+    assert op != Op("setattr", "a/b", mode=0o640)
+    assert pickle.loads(pickle.dumps(op)) == op and dataclasses.replace(op, size=1).size == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        op.size = 3  # type: ignore[misc]
+    assert repr(Op("sync")) == (
+        "Op(op='sync', path='', size=0, offset=0, dest='', label='', mode=None, mtime_ns=None)"
+    )
