@@ -40,6 +40,7 @@ from fsage.snapshotter.live import (
     merge_extents,
     read_live_layout,
     read_mountinfo,
+    scope_of,
 )
 
 MKFS = {
@@ -833,3 +834,40 @@ def test_c_walk_under_a_low_descriptor_limit(workdir: Path) -> None:
         _umount(m)
     assert int(out[1]) == 0
     assert int(out[0]) >= 302  # the files, "/" and "/many"
+
+
+@pytest.mark.slow
+def test_the_machines_own_usr_matches_find_and_filefrag() -> None:
+    """A tree nobody here wrote: /usr as installed. Its regular files are those find lists
+    (one record per inode), and a sample of them have filefrag's extents and stat's sizes."""
+    usr = Path("/usr")
+    try:
+        scope_of(usr)
+    except SourceError as exc:
+        pytest.skip(f"the live reader cannot read /usr here: {exc}")
+    if shutil.which("filefrag") is None:
+        pytest.skip("filefrag is not installed")
+    listed = _run("find", str(usr), "-xdev", "-type", "f", "-printf", r"%i %p\n")
+    by_ino: dict[int, str] = {}
+    for line in listed.splitlines():
+        ino, _, path = line.partition(" ")
+        by_ino.setdefault(int(ino), path)
+    layout = read_live_layout(usr)
+    files = layout.files
+    regular = files.is_regular()
+    assert len(by_ino) > 1000
+    assert set(files.ino[regular].tolist()) == set(by_ino)
+    rows = {int(ino): i for i, ino in enumerate(files.ino.tolist())}
+    bs = layout.facts.block_size
+    rng = random.Random(16)
+    checked = 0
+    for ino in rng.sample(sorted(by_ino), 300):
+        path = Path(by_ino[ino])
+        row = rows[ino]
+        st = os.lstat(path)
+        if st.st_ctime_ns != int(files.ctime[row]):
+            continue  # changed since the read (a package being installed)
+        assert int(files.size[row]) == st.st_size, path
+        assert _extents(layout, row) == filefrag_extents(path, bs), path
+        checked += 1
+    assert checked >= 250
