@@ -385,6 +385,11 @@ def noise_floor_cmd(
     click.echo(f"noise floor of {fs_name}: {floor.note}")
     pairs = ", ".join(f"{x:.3f}" for x in sorted(floor.free_tv_pairs))
     click.echo(f"  free-space distance between runs: {floor.free_tv:.3f} (largest of {pairs})")
+    without = floor.free_tv_without_one()
+    if without is not None:
+        click.echo(
+            f"  with any one run left out, the floor would be {without[0]:.3f}-{without[1]:.3f}"
+        )
     to_orig = ", ".join(f"{x:.3f}" for x in sorted(floor.to_original_free_tv))
     click.echo(f"  free-space distance of each run to snapshot {snap}: {to_orig}")
     if runs < SOUND_RUNS:

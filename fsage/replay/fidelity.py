@@ -130,6 +130,20 @@ class NoiseFloor:
             )
         return self.to_original_by_bucket, max(self.to_original_free_tv, default=0.0)
 
+    def free_tv_without_one(self) -> tuple[float, float] | None:
+        """The free-space floor the runs would give with any one of them left out, smallest
+        and largest: how much a single run decides the floor (None below 3 runs, or for a
+        floor stored without its pairs). The pairs are in ``noise_between``'s order."""
+        n = self.runs
+        if n < 3 or len(self.free_tv_pairs) != n * (n - 1) // 2:
+            return None
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        floors = [
+            max(d for (i, j), d in zip(pairs, self.free_tv_pairs, strict=True) if k not in (i, j))
+            for k in range(n)
+        ]
+        return min(floors), max(floors)
+
     def describe(self, rule: str = DEFAULT_RULE) -> str:
         """How many runs the floor rests on and how wide their free-space distances spread."""
         if rule == "original" and self.to_original_free_tv:
@@ -155,6 +169,7 @@ class NoiseFloor:
             "runs": self.runs,
             "note": self.note,
             "free_tv_pairs": self.free_tv_pairs,
+            "free_tv_without_one": self.free_tv_without_one(),
             "original_snapshot": self.original_snapshot,
             "to_original_by_bucket": {
                 str(k): v for k, v in sorted(self.to_original_by_bucket.items())

@@ -43,6 +43,9 @@ def test_a_floor_records_its_pairs_and_each_runs_distance_to_the_original() -> N
     assert floor.runs == 3 and len(floor.free_tv_pairs) == 3
     assert sorted(floor.free_tv_pairs) == pytest.approx([0.0, 0.5, 0.5])
     assert floor.free_tv == pytest.approx(0.5)
+    # How much one run decides the floor: without the third, the two left agree (0).
+    assert floor.free_tv_without_one() == pytest.approx((0.0, 0.5))
+    assert noise_between(runs[:2]).free_tv_without_one() is None
     assert floor.original_snapshot is None
     floor.add_original(orig, runs, 7)
     assert floor.original_snapshot == 7
