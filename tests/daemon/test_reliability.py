@@ -63,11 +63,15 @@ def test_several_snapshots_of_two_targets_then_sigterm(
     assert d.stop() == 0
     db = tmp_path / "fsage.db"
     assert integrity(db) == "ok" and orphan_versions(db) == 0
-    runs = query(db, "SELECT target, status, snapshot_id FROM collection_runs ORDER BY id")
-    assert all(status == "ok" for _, status, _ in runs)
+    runs = query(db, "SELECT target, status, snapshot_id, error FROM collection_runs ORDER BY id")
+    # Every run succeeded, but for one the SIGTERM may have caught inside its snapshot (on a
+    # loaded machine a snapshot takes long enough): it is rolled back and recorded so.
+    stopped = [r for r in runs if r[1] == "interrupted"]
+    assert len(stopped) <= 1 and all(r[2:] == (None, "stopped by SIGTERM") for r in stopped), runs
+    assert all(r[1] == "ok" for r in runs if r not in stopped), runs
     with Store.open(db) as store:
         snaps = store.snapshots()
-        assert [s.id for s in snaps] == sorted(r[2] for r in runs)
+        assert [s.id for s in snaps] == sorted(r[2] for r in runs if r[1] == "ok")
         for s in snaps:
             assert store.load_layout(s.id).files.ino.size > 0
     stamped = d.log().splitlines()
