@@ -17,6 +17,7 @@ from fsage.cli.common import (
     format_option,
 )
 from fsage.db.store import Store, parse_taken_at
+from fsage.errors import StoreError
 
 
 @click.command()
@@ -67,9 +68,15 @@ def snapshot(
 
     when = parse_taken_at(taken_at) if taken_at else None
     started = time.monotonic()
-    # The database first: one that cannot be used fails before a long read, and making a new
-    # one's schema overlaps the walk that `fsage snapshot DIR` has already started.
-    store = Store.open(db, create=True)
+    # The database is opened first, so that making a new one's schema overlaps the walk that
+    # `fsage snapshot DIR` has already started; a database that cannot be used is reported
+    # after the read, whose errors come first.
+    store: Store | None = None
+    store_error: StoreError | None = None
+    try:
+        store = Store.open(db, create=True)
+    except StoreError as exc:
+        store_error = exc
     try:
         with count_progress("reading inodes") as progress:
             layout = read_source(
@@ -81,11 +88,15 @@ def snapshot(
             if progress is not None:  # the count it ended on
                 read = len(layout.files) + len(layout.special)
                 progress(read, read)
+        if store is None:
+            assert store_error is not None
+            raise store_error
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
     except BaseException:
-        store.abandon()
+        if store is not None:
+            store.abandon()
         raise
     store.close()
     if fmt == "json":
