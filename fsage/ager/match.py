@@ -169,9 +169,10 @@ def measure(layout: Layout, source: str = "") -> _State:
     fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
     free = {int(b): int(fl[fk == b].sum()) for b in np.unique(fk).tolist()}
     f = layout.facts
-    # The free map where there is one: ext4's own count (statvfs) takes the blocks its
-    # allocator holds in reserve for open files as free, the map as used.
-    used = f.blocks_total - (int(fl.sum()) if f.free_space_known else f.blocks_free)
+    # The free count the file system reports, as the fill's fullness reads it (statvfs on a
+    # mount: ext4's reservations for open files count as free, as they are once it is
+    # unmounted and read offline; xfs's reserve pool, free in its map, does not).
+    used = f.blocks_total - f.blocks_free
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
         buckets, free, source,
