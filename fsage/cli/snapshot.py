@@ -71,12 +71,11 @@ def snapshot(
     # The database is opened first, so that making a new one's schema overlaps the walk that
     # `fsage snapshot DIR` has already started; a database that cannot be used is reported
     # after the read, whose errors come first.
-    store: Store | None = None
-    store_error: StoreError | None = None
+    store: Store | StoreError
     try:
         store = Store.open(db, create=True)
     except StoreError as exc:
-        store_error = exc
+        store = exc
     try:
         with count_progress("reading inodes") as progress:
             layout = read_source(
@@ -88,14 +87,13 @@ def snapshot(
             if progress is not None:  # the count it ended on
                 read = len(layout.files) + len(layout.special)
                 progress(read, read)
-        if store is None:
-            assert store_error is not None
-            raise store_error
+        if isinstance(store, StoreError):
+            raise store
         summary = store.add_snapshot(
             layout, name=name, source=str(source), label=label, started=started, taken_at=when
         )
     except BaseException:
-        if store is not None:
+        if isinstance(store, Store):
             store.abandon()
         raise
     store.close()
