@@ -117,15 +117,6 @@ class MountInfo:
         self.major = major
         self.minor = minor
 
-    def _key(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MountInfo) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"MountInfo({fields})"
@@ -143,7 +134,7 @@ def _unescape(raw: bytes) -> bytes:
     while i < len(raw):
         digits = raw[i + 1 : i + 4]
         if raw[i] == 0x5C and len(digits) == 3 and all(c in _OCTAL_DIGITS for c in digits):
-            out.append(int(raw[i + 1 : i + 4], 8) & 0xFF)
+            out.append(int(digits, 8) & 0xFF)
             i += 4
         else:
             out.append(raw[i])
