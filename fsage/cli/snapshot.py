@@ -18,6 +18,7 @@ from fsage.cli.common import (
 )
 from fsage.db.store import Store, parse_taken_at
 from fsage.errors import StoreError
+from fsage.snapshotter.livewalk import background_walk_started
 
 
 @click.command()
@@ -67,7 +68,9 @@ def snapshot(
     from fsage.snapshotter import read_source  # not on `fsage show`'s path
 
     when = parse_taken_at(taken_at) if taken_at else None
-    started = time.monotonic()
+    # The read began with the walk `fsage snapshot DIR` started before this command was
+    # imported, if it did: the seconds reported count it.
+    started = background_walk_started(source) or time.monotonic()
     # The database is opened first, so that making a new one's schema overlaps the walk that
     # `fsage snapshot DIR` has already started; a database that cannot be used is reported
     # after the read, whose errors come first.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 
 from fsage.errors import SourceError
 
@@ -36,6 +37,7 @@ __all__ = [
     "CWalk",
     "MountInfo",
     "WalkScope",
+    "background_walk_started",
     "c_walker_available",
     "find_mount",
     "forget_background_walks",
@@ -409,6 +411,7 @@ class BackgroundWalk:
 
     def __init__(self, scope: WalkScope) -> None:
         self.scope = scope
+        self.started = time.monotonic()
         self._walk: CWalk | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="fsage-walk", daemon=True)
@@ -443,6 +446,16 @@ def start_background_walk(path: str) -> None:
     except (SourceError, OSError, ValueError):
         return
     _started.append(BackgroundWalk(scope))
+
+
+def background_walk_started(path: str | os.PathLike[str]) -> float | None:
+    """When (time.monotonic()) the walk started for the directory ``path`` began, if one
+    waits to be taken: a snapshot's reported seconds then count the read from there."""
+    try:
+        real = os.path.realpath(os.fsencode(path))
+    except (OSError, ValueError):
+        return None
+    return next((w.started for w in _started if w.scope.real == real), None)
 
 
 def take_background_walk(scope: WalkScope) -> BackgroundWalk | None:

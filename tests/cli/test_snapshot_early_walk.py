@@ -178,3 +178,27 @@ def test_a_failed_first_snapshot_leaves_no_database(tmp_path: Path) -> None:
     assert db.exists() and len(db.read_bytes()) == len(before)
     with Store.open(db, readonly=True) as store:
         assert [s.id for s in store.snapshots(None)] == [1]
+
+
+def test_the_seconds_reported_count_the_walk_started_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary's seconds run from the start of the walk begun before the command's
+    imports, not from the command body (which would leave the read out)."""
+    import json
+    import time
+
+    tree = _readable_tree(tmp_path)
+    real = livewalk.run_c_walk
+
+    def slow(sc: livewalk.WalkScope) -> livewalk.CWalk:
+        time.sleep(0.4)  # a walk of a large tree, most of it before the command body runs
+        return real(sc)
+
+    monkeypatch.setattr(livewalk, "run_c_walk", slow)
+    livewalk.start_background_walk(str(tree))
+    time.sleep(0.3)  # the imports
+    with pytest.raises(SystemExit) as exit_:
+        main(["snapshot", str(tree), "--db", str(tmp_path / "s.db"), "--format", "json"])
+    assert exit_.value.code == 0
+    assert json.loads(capsys.readouterr().out)["seconds"] >= 0.4
