@@ -259,10 +259,8 @@ def whole_commands(
                 [sys.executable, "-m", "fsage", "snapshot", str(mnt), "--db", str(kept)], env
             )
         )
-    f_wall = statistics.median(w for w, _ in ff)
-    f_cpu = statistics.median(c for _, c in ff)
-    s_wall = statistics.median(w for w, _ in fs)
-    s_cpu = statistics.median(c for _, c in fs)
+    f_wall, f_cpu = _medians(ff)
+    s_wall, s_cpu = _medians(fs)
     print(
         f"WHOLE COMMAND  fsage snapshot DIR: {s_wall:.3f} s (CPU {s_cpu:.3f} s)  vs  "
         f"find | xargs filefrag -e: {f_wall:.3f} s (CPU {f_cpu:.3f} s)  ->  "
@@ -270,21 +268,17 @@ def whole_commands(
     )
     print(f"  runs: fsage {_runs([w for w, _ in fs])}; filefrag {_runs([w for w, _ in ff])}")
     print(f"  CPU runs: fsage {_runs([c for _, c in fs])}; filefrag {_runs([c for _, c in ff])}")
-    w_wall = statistics.median(w for w, _ in walks)
-    w_cpu = statistics.median(c for _, c in walks)
-    print(
-        f"  floor: a Python process that only runs the walk: {w_wall:.3f} s (CPU {w_cpu:.3f} s), "
-        f"filefrag/floor {f_wall / w_wall:.2f}x (runs {_runs([w for w, _ in walks])})"
-    )
-    n_wall = statistics.median(w for w, _ in nightly)
-    n_cpu = statistics.median(c for _, c in nightly)
-    print(
-        f"  again into a database that holds the tree (a nightly run, nothing new): {n_wall:.3f} s"
-        f" (CPU {n_cpu:.3f} s), {f_wall / n_wall:.2f}x (runs {_runs([w for w, _ in nightly])})"
-    )
+    for what, runs in (
+        ("floor: a Python process that only runs the walk", walks),
+        ("again into a database that holds the tree (a nightly run, nothing new)", nightly),
+    ):
+        wall, cpu_s = _medians(runs)
+        print(
+            f"  {what}: {wall:.3f} s (CPU {cpu_s:.3f} s), filefrag/this {f_wall / wall:.2f}x "
+            f"(runs {_runs([w for w, _ in runs])})"
+        )
     if before:
-        b_wall = statistics.median(w for w, _ in before)
-        b_cpu = statistics.median(c for _, c in before)
+        b_wall, b_cpu = _medians(before)
         print(
             f"  baseline {baseline}: {b_wall:.3f} s (CPU {b_cpu:.3f} s), filefrag/baseline "
             f"{f_wall / b_wall:.2f}x (CPU {f_cpu / b_cpu:.2f}x); this fsage takes "
@@ -346,6 +340,11 @@ def time_fsage(mnt: Path, workers: int, engine: str) -> dict[str, float]:
     ).stdout
     doc: dict[str, float] = json.loads(out)
     return doc
+
+
+def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median wall and CPU seconds of (wall, CPU) runs."""
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
 
 def _runs(xs: list[float]) -> str:
