@@ -433,6 +433,23 @@ def test_unprivileged_run_skips_what_it_cannot_read(fs: Mounted, engine: str) ->
     assert doc["free_known"] == (fs.fstype != "btrfs")
 
 
+def test_block_count_is_the_devices(fs: Mounted, layouts: dict[int, Layout]) -> None:
+    """The block count is the file system's own, metadata included, as its tools give it
+    (dumpe2fs's block count, xfs_info's data blocks, its internal log among them); btrfs
+    answers no GETFSMAP and keeps statvfs's."""
+    total = layouts[256].facts.blocks_total
+    if fs.fstype == "ext4":
+        head = _run("dumpe2fs", "-h", fs.dev)
+        assert total == int(re.search(r"Block count:\s+(\d+)", head).group(1))  # type: ignore[union-attr]
+    elif fs.fstype == "xfs":
+        info = _run("xfs_info", str(fs.mnt))
+        data = re.search(r"^data\s+=.*?blocks=(\d+)", info, re.M)
+        assert data is not None and total == int(data.group(1))
+        assert total > os.statvfs(fs.mnt).f_blocks  # statvfs leaves the log out
+    else:
+        assert total == os.statvfs(fs.mnt).f_blocks
+
+
 def test_free_space_per_fs(fs: Mounted, layouts: dict[int, Layout]) -> None:
     layout = layouts[256]
     if fs.fstype == "btrfs":
