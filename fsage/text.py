@@ -13,7 +13,7 @@ can break a line, forge a row or drive the terminal.
 
 from __future__ import annotations
 
-__all__ = ["disk_text", "from_disk", "human_bytes", "shown", "size_range", "to_disk"]
+__all__ = ["decimal", "disk_text", "from_disk", "human_bytes", "shown", "size_range", "to_disk"]
 
 
 def from_disk(raw: bytes) -> str:
@@ -55,6 +55,15 @@ def human_bytes(n: float | int | None) -> str:
             return f"{v:.1f} {unit}"
         v /= 1024
     return f"{v:.1f} TiB"
+
+
+def decimal(v: float, digits: int, signed: bool = False) -> str:
+    """``v`` to ``digits`` decimals (with its sign, ``signed``), never as a negative zero: a
+    change of -0.00001 reads "+0.0000", not "-0.0000"."""
+    text = f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    if float(text) == 0:
+        text = ("+" if signed else "") + text.lstrip("+-")
+    return text
 
 
 def size_range(min_blocks: int, max_blocks: int, block_size: int) -> str:

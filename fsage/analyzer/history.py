@@ -11,6 +11,7 @@ import numpy as np
 from fsage.analyzer.analysis import DEFAULT_MODELS, PARTS, analyze_layout
 from fsage.db.store import SnapshotRow, Store
 from fsage.errors import StoreError
+from fsage.text import decimal
 
 DAYS_PER_MONTH = 365.25 / 12
 
@@ -231,7 +232,7 @@ def _fmt_score(v: float | None) -> str:
 
 
 def _change(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.4f}"
+    return "-" if v is None else decimal(v, 4, signed=True)
 
 
 def trend_line(t: dict[str, Any]) -> str:

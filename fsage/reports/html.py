@@ -31,6 +31,7 @@ from typing import Any
 
 from fsage import __version__
 from fsage.private import write_private_text
+from fsage.text import decimal
 
 
 @dataclass
@@ -116,7 +117,7 @@ def _cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}"
+        return decimal(v, 3)
     return str(v)
 
 

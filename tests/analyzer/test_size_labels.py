@@ -124,3 +124,20 @@ def test_free_extents_have_one_label_in_analyze_and_the_report(
     html = out.read_text()
     for b in buckets:
         assert json.dumps(b["label"]) in html, b["label"]
+
+
+def test_decimals_never_show_a_negative_zero() -> None:
+    from fsage.analyzer.history import trend_line
+    from fsage.text import decimal
+
+    assert decimal(-0.00001, 4, signed=True) == "+0.0000"
+    assert decimal(-0.0, 3) == "0.000"
+    assert decimal(-0.00006, 4, signed=True) == "-0.0001"
+    assert decimal(0.25, 3) == "0.250" and decimal(-1.5, 2) == "-1.50"
+    # A history whose score fell by a hair reads as no change, not as "-0.0000".
+    line = trend_line(
+        {"first_layout_score": 1.0, "last_layout_score": 0.99999, "total_change": -0.00001,
+         "decline_per_month": None, "decline_per_month_reason": "snapshots span 3 s",
+         "span_days": 3 / 86400}
+    )  # fmt: skip
+    assert "total change +0.0000" in line and "-0.0000" not in line
