@@ -128,14 +128,18 @@ def _table_html(t: Table) -> str:
         for row in t.rows
     )
     cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # In a box of the page's width that scrolls sideways: a wide table stays in the column.
+    return (
+        f'<div class="table"><table>{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1250px;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
-td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}
+.table{overflow-x:auto}table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}td{white-space:nowrap}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .plot{width:100%;min-height:420px}.note{color:#555;font-size:.9em}
 #fsage-errors{color:#b00;white-space:pre-wrap}

@@ -106,7 +106,8 @@ def summary(data: ReportData) -> Section:
             [
                 a.get("fs"),
                 a["id"],
-                a.get("taken_at"),
+                # as `fsage snapshots` lists it, to the second
+                None if a.get("taken_at") is None else str(a["taken_at"])[:19].replace("T", " "),
                 a.get("kind"),
                 a["files"],
                 a["layout_score"],
@@ -127,7 +128,7 @@ def summary(data: ReportData) -> Section:
                 [
                     "file system",
                     "snapshot",
-                    "taken at",
+                    "taken at (UTC)",
                     "kind",
                     "files",
                     "layout score",
