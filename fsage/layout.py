@@ -390,6 +390,16 @@ class Layout:
         return derive_paths(self.links, self.root_ino)
 
     @property
+    def blocks_free(self) -> int:
+        """Free blocks, one value wherever fsage shows them: the free map's where the reader
+        has one (the free-extent histogram sums to it), else the reader's own count (kept in
+        ``facts.blocks_free``: a superblock's, or statvfs's, which takes ext4's preallocations
+        for files being written as free)."""
+        if self.facts.free_space_known:
+            return int(self.free.blocks)
+        return int(self.facts.blocks_free)
+
+    @property
     def damaged_files(self) -> int:
         return int(np.count_nonzero(self.files.damaged)) + int(
             np.count_nonzero(self.special.damaged)

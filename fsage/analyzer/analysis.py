@@ -138,12 +138,9 @@ class SnapshotAnalyzer:
             "kind": facts.kind,
             "block_size": self.bs,
             "blocks_total": facts.blocks_total,
-            # one value for free blocks in the whole analysis: the free-space map's, which the
-            # free-extent histogram sums to; the reader's own counter (superblock, statfs)
-            # beside it
-            "blocks_free": (
-                self.layout.free.blocks if facts.free_space_known else facts.blocks_free
-            ),
+            # one value for free blocks (the free map's; see Layout.blocks_free), the
+            # reader's own counter (superblock, statfs) beside it
+            "blocks_free": self.layout.blocks_free,
             "blocks_free_reported": facts.blocks_free,
             "inodes": len(self.layout.files),
             "files": int(reg.sum()),
