@@ -450,6 +450,7 @@ class Store:
         link_file = codec.link_files(everything, layout.links)
         digests = codec.file_digests(everything, layout.links, link_file).view(np.int64)
         free = layout.free
+        free_blocks = layout.blocks_free
         free_blob = zlib.compress(
             np.stack([free.start, free.length], axis=1).astype("<u8").tobytes(), 1
         )
@@ -489,8 +490,8 @@ class Store:
                     n_files,
                     dirs,
                     extents,
-                    layout.facts.blocks_total - layout.blocks_free,
-                    layout.blocks_free,
+                    layout.facts.blocks_total - free_blocks,
+                    free_blocks,
                     len(free),
                     layout.damaged_files,
                     diff.new,
