@@ -11,9 +11,10 @@ First, what a user feels — whole commands, as processes:
   modules are compiled to bytecode first, as an installed fsage's are (PYTHONDONTWRITEBYTECODE
   would otherwise have every run compile them); then a process that only starts Python and
   runs the same C walk (no click, numpy or store: the floor of a command written in Python),
-  the command again into a database that already holds the tree (a nightly run with nothing
-  new), and the CPU seconds of the interpreter alone and with the command's imports, to show what
-  start-up costs.
+  a process that also imports click and writes the snapshot's bytes to a new database (the
+  bound of a store without numpy), the command again into a database that already holds the
+  tree (a nightly run with nothing new), and the CPU seconds of the interpreter alone and
+  with the command's imports, to show what start-up costs.
 
 Then the library call alone, to see where the time goes:
 
@@ -89,6 +90,28 @@ WALK_ONLY = """
 import sys
 from fsage.snapshotter import livewalk
 livewalk.run_c_walk(livewalk.scope_of(sys.argv[1], engine="c"))
+"""
+
+# The least a command in Python without numpy could do: start the walk as `fsage snapshot`
+# does, import click and the command line meanwhile, then write as many bytes as the snapshot
+# takes in a new database (as the store makes one: its page size, a rollback journal, synced).
+# No digests, packing or comparison: a bound on what a store free of numpy could reach.
+WALK_AND_WRITE = """
+import os, sqlite3, sys
+from fsage.snapshotter import livewalk
+livewalk.start_background_walk(sys.argv[1])
+import fsage.cli
+walk = livewalk.take_background_walk(livewalk.scope_of(sys.argv[1], engine="c"))
+walk.result()
+con = sqlite3.connect(sys.argv[2], isolation_level=None)
+con.execute("PRAGMA page_size=16384")
+con.execute("PRAGMA synchronous=NORMAL")
+con.execute("CREATE TABLE chunk(body BLOB)")
+con.execute("BEGIN IMMEDIATE")
+con.execute("INSERT INTO chunk VALUES (?)", (os.urandom(int(sys.argv[3])),))
+con.execute("COMMIT")
+con.close()
+os._exit(0)
 """
 
 # The whole command's phases one after the other, CPU seconds of each (all threads).
@@ -229,6 +252,11 @@ def whole_commands(
     # The floor of a command in Python: a process that starts the interpreter and runs the same
     # C walk, and nothing else (no click, numpy or store).
     walk_cmd = [sys.executable, "-c", WALK_ONLY, str(mnt)]
+    bound_db = work / "bound.db"
+    bound_cmd = [
+        sys.executable, "-c", WALK_AND_WRITE, str(mnt), str(bound_db), str(kept.stat().st_size)
+    ]  # fmt: skip
+    bounds: list[tuple[float, float]] = []
 
     def snapshot(run_env: dict[str, str], out: list[tuple[float, float]]) -> None:
         db = work / "whole.db"
@@ -254,6 +282,11 @@ def whole_commands(
         walks.append(time_command(walk_cmd, env))
         if cold:
             drop_caches()
+        bounds.append(time_command(bound_cmd, env))
+        for p in work.glob("bound.db*"):
+            p.unlink()
+        if cold:
+            drop_caches()
         nightly.append(
             time_command(
                 [sys.executable, "-m", "fsage", "snapshot", str(mnt), "--db", str(kept)], env
@@ -270,6 +303,7 @@ def whole_commands(
     print(f"  CPU runs: fsage {_runs([c for _, c in fs])}; filefrag {_runs([c for _, c in ff])}")
     for what, runs in (
         ("floor: a Python process that only runs the walk", walks),
+        ("bound without numpy: the walk, click, and the snapshot's bytes written", bounds),
         ("again into a database that holds the tree (a nightly run, nothing new)", nightly),
     ):
         wall, cpu_s = _medians(runs)

@@ -229,13 +229,75 @@ def test_kill_during_snapshot_leaves_database_as_it_was(tmp_path: Path) -> None:
     assert killed_inside > 0, "no run was interrupted; the test did not exercise a kill"
 
 
+def _journal_mode(db: Path) -> str:
+    with sqlite3.connect(db) as con:
+        return str(con.execute("PRAGMA journal_mode").fetchone()[0])
+
+
+def test_a_new_database_takes_wal_after_its_first_snapshot(tmp_path: Path) -> None:
+    image, _ = make_image(tmp_path, files=50)
+    db = tmp_path / "db.sqlite"
+    store = Store.open(db, create=True)
+    try:
+        # The first snapshot's pages are written once, through a rollback journal...
+        assert store.con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        store.add_snapshot(read_source(image), name="t")
+        # ... and from then on readers never wait for the writer.
+        assert store.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        with Store.open(db, readonly=True) as reader:
+            store.con.execute("BEGIN IMMEDIATE")
+            store.con.execute("UPDATE snapshots SET label = 'being written'")
+            assert [r.label for r in reader.snapshots()] == [None]  # read during the write
+            store.con.execute("ROLLBACK")
+    finally:
+        store.close()
+    assert not Path(f"{db}-journal").exists()
+    assert _journal_mode(db) == "wal"
+    with Store.open(db) as again:
+        assert again.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+KILL_IN_FIRST_WRITE = """
+import os, signal, sys
+from fsage.db import versions
+from fsage.db.store import Store
+from fsage.snapshotter import read_source
+write_chunk = versions.write_chunk
+def write_then_die(*args, **kwargs):
+    write_chunk(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)  # inside the transaction, its pages written
+versions.write_chunk = write_then_die
+Store.open(sys.argv[2], create=True).add_snapshot(read_source(sys.argv[1]), name="t")
+"""
+
+
+def test_a_first_snapshot_killed_in_its_write_leaves_a_database_that_opens(
+    tmp_path: Path,
+) -> None:
+    image, _ = make_image(tmp_path, files=2000, sizes=(10, 100, 5000))
+    db = tmp_path / "db.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_IN_FIRST_WRITE, str(image), str(db)], env=env, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert Path(f"{db}-journal").exists()  # a hot journal: the write was under way
+    with Store.open(db) as store:  # rolled back to the empty schema, and in WAL mode
+        assert store.snapshots() == []
+        assert store.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert store.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        summary = store.add_snapshot(read_source(image), name="t")
+        assert summary.new_files == summary.files > 2000
+    assert not Path(f"{db}-journal").exists()
+
+
 def test_migrations_are_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     with Store.open(db, create=True) as store:
         versions = [r[0] for r in store.con.execute("SELECT version FROM schema_migrations")]
         assert versions == [m[0] for m in MIGRATIONS]
-        assert store.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # taken at close
         con.execute(
             "INSERT INTO schema_migrations VALUES (?, 'from the future', '2099-01-01')",
             (LATEST_VERSION + 1,),
