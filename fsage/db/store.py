@@ -330,11 +330,13 @@ class Store:
             empty = self.con.execute("SELECT 1 FROM snapshots LIMIT 1").fetchone() is None
         except sqlite3.Error:
             empty = False
-        self.close()
         if self.created and empty:
+            self.con.close()  # not switched to WAL: about to be removed
             for suffix in DATABASE_SUFFIXES:
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self.path}{suffix}")
+        else:
+            self.close()
 
     def __enter__(self) -> Store:
         return self
