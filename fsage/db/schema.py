@@ -312,26 +312,22 @@ def current_version(con: sqlite3.Connection) -> int:
 
 def migrate(con: sqlite3.Connection) -> list[int]:
     """Apply the migrations this database lacks; returns the versions applied."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-    )
-    have = current_version(con)
-    if have > LATEST_VERSION:
-        raise StoreError(
-            f"database schema version {have} is newer than this fsage knows ({LATEST_VERSION});"
-            " upgrade fsage"
-        )
-    pending = [m for m in MIGRATIONS if m[0] > have]
-    # A new database takes them all in one transaction (there is nothing to convert, and one
-    # commit is cheaper than one per migration); an existing one, each in its own.
-    batches = [pending] if have == 0 else [[m] for m in pending]
     applied: list[int] = []
-    for batch in batches:
-        if not batch:
-            continue
+    while (have := current_version(con)) < LATEST_VERSION:
         con.execute("BEGIN IMMEDIATE")
         try:
+            # Read again under the write lock: another process may have just migrated (two
+            # commands that found no database and made it at once).
+            have = current_version(con)
+            pending = [m for m in MIGRATIONS if m[0] > have]
+            # A new database takes them all in one transaction (there is nothing to convert,
+            # and one commit is cheaper than one per migration); an existing one, each in its
+            # own.
+            batch = pending if have == 0 else pending[:1]
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
             for version, name, sql, step in batch:
                 for statement in _statements(sql):
                     con.execute(statement)
@@ -346,6 +342,11 @@ def migrate(con: sqlite3.Connection) -> list[int]:
             raise
         con.execute("COMMIT")
         applied.extend(m[0] for m in batch)
+    if have > LATEST_VERSION:
+        raise StoreError(
+            f"database schema version {have} is newer than this fsage knows ({LATEST_VERSION});"
+            " upgrade fsage"
+        )
     return applied
 
 

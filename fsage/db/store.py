@@ -140,10 +140,19 @@ _SNAPSHOT_SELECT = """
 _MIGRATION_COLUMNS = ["version", "name", "applied_at"]
 
 
-def _use_wal(con: sqlite3.Connection, path: Path) -> None:
-    mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+def _use_wal(con: sqlite3.Connection, path: Path) -> bool:
+    """Put the database in WAL mode; False, leaving it as it is, while another connection holds
+    a new database in its first transaction (SQLite does not wait for that lock here): that
+    one switches at its end, or this one after its own first transaction."""
+    try:
+        mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return False
+        raise
     if mode != "wal":
         raise StoreError(f"{path}: cannot use WAL mode ({mode})")
+    return True
 
 
 def _uri(path: Path, **params: str) -> str:
@@ -239,11 +248,13 @@ def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
 class Store:
     """Open with ``Store.open(path)``; use as a context manager."""
 
-    def __init__(self, con: sqlite3.Connection, path: Path, created: bool = False) -> None:
+    def __init__(
+        self, con: sqlite3.Connection, path: Path, created: bool = False, wal: bool = True
+    ) -> None:
         self.con = con
         self.path = path
         self.created = created  # this open made the database
-        self._wal = not created  # see _wal_after_first_write
+        self._wal = wal  # in WAL mode; if not, it takes it after its first transaction
 
     @classmethod
     def open(cls, path: Path | str, create: bool = False, readonly: bool = False) -> Store:
@@ -295,8 +306,8 @@ class Store:
                 # Large pages: a snapshot writes tens of MB of blobs, and SQLite's cost goes
                 # with the number of pages (a new database only; it must precede WAL).
                 con.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            else:  # a new database takes WAL after its first write (_wal_after_first_write)
-                _use_wal(con, path)
+            # A new database takes WAL after its first transaction (_wal_after_first_write).
+            wal = not new and _use_wal(con, path)
             migrate(con)
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
@@ -304,7 +315,7 @@ class Store:
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror}") from None
-        return cls(con, path, created=new)
+        return cls(con, path, created=new, wal=wal)
 
     def _wal_after_first_write(self) -> None:
         """A new database makes its schema and its first transaction (usually a whole
@@ -313,7 +324,8 @@ class Store:
         100k files, 11 ms less for the whole `fsage snapshot DIR`. It takes WAL after that
         first transaction, so that readers never block the writer from then on; a database
         left in rollback mode (a kill in between, or another connection in the way of the
-        switch) takes it at its next open."""
+        switch) takes it at its next open. A connection that found a database in another's
+        first transaction does the same."""
         if not self._wal:
             with contextlib.suppress(sqlite3.Error):
                 self._wal = self.con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"

@@ -291,6 +291,32 @@ def test_a_first_snapshot_killed_in_its_write_leaves_a_database_that_opens(
     assert not Path(f"{db}-journal").exists()
 
 
+def test_snapshots_of_four_file_systems_into_one_new_database_at_once(tmp_path: Path) -> None:
+    images = []
+    for k in range(4):
+        (tmp_path / f"t{k}").mkdir()
+        images.append(make_image(tmp_path / f"t{k}", files=300, seed=k)[0])
+    db = tmp_path / "db.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    commands = [
+        [sys.executable, "-m", "fsage", "snapshot", str(image), "--db", str(db)] for image in images
+    ]
+    procs = [
+        subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for c in commands
+    ]
+    outcomes = [(p.wait(), *p.communicate()) for p in procs]
+    # One of them made the database; the others found it being made (its schema, or its first
+    # snapshot, under way) and went on, each taking its turn to write.
+    assert [code for code, _, _ in outcomes] == [0, 0, 0, 0], outcomes
+    with Store.open(db) as store:
+        assert len(store.snapshots()) == 4
+        assert len(store.filesystems()) == 4
+        assert store.con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert _journal_mode(db) == "wal"
+    assert not Path(f"{db}-journal").exists()
+
+
 def test_migrations_are_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     with Store.open(db, create=True) as store:
