@@ -305,10 +305,10 @@ def test_snapshots_of_four_file_systems_into_one_new_database_at_once(tmp_path: 
         subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for c in commands
     ]
-    outcomes = [(p.wait(), *p.communicate()) for p in procs]
+    outcomes = [(*p.communicate(), p.returncode) for p in procs]
     # One of them made the database; the others found it being made (its schema, or its first
     # snapshot, under way) and went on, each taking its turn to write.
-    assert [code for code, _, _ in outcomes] == [0, 0, 0, 0], outcomes
+    assert [code for _, _, code in outcomes] == [0, 0, 0, 0], outcomes
     with Store.open(db) as store:
         assert len(store.snapshots()) == 4
         assert len(store.filesystems()) == 4
