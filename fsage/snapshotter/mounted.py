@@ -9,7 +9,11 @@ read-write, fsage reads it one of two ways:
   dirty data is placed before it is mapped, and GETFSMAP for free space). The snapshot keeps
   the device's identity: the ext facts (uuid, label, features, groups, mkfs parameters) and the
   reserved inodes come from the superblock and inode table, its kind is the ext kind, and the
-  store records it under the same file system and name as an offline read;
+  store records it under the same file system and name as an offline read. Its records are
+  those an offline read of the same state yields: after a syncfs, what only the inode table
+  holds (inode flags, extent-tree, indirect and xattr blocks, a symlink's generation and
+  target block) is taken from it for every inode that is the same there, inline data has no
+  extent, and free space is the block bitmap's;
 * with ``freeze=True``, by freezing the file system (FIFREEZE: the kernel writes everything out,
   checkpoints the journal and holds new writes) for the offline read, and thawing it
   (FITHAW) on every way out. SIGINT, SIGTERM and SIGHUP are held back while it is frozen and
@@ -20,6 +24,7 @@ A read-only mount is read offline as an unmounted source is.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -38,7 +43,7 @@ import numpy as np
 
 from fsage import _ext2fs
 from fsage.errors import SourceError
-from fsage.layout import FileTable, Layout
+from fsage.layout import EXTENT_DELALLOC, EXTENT_INLINE, FileTable, FreeExtents, Layout
 from fsage.snapshotter.ext import _facts, read_ext_layout
 from fsage.snapshotter.live import (
     MountInfo,
@@ -165,14 +170,23 @@ def read_mounted(
 
 def _as_device(path: Path, live: Layout, line: str) -> Layout:
     """The live layout under the device's identity: the superblock's facts, the reserved
-    inodes of the inode table, the ext kind; files, names and free space as read live."""
+    inodes of the inode table, the ext kind; files and names as read live, joined with what
+    only the inode table holds (see ``_joined``). Free space is the block bitmap's, as an
+    offline read and e2freefrag count it, unless the bitmap on disk is behind the mount."""
     special = FileTable.empty()
-    files = live.files
+    files = _without_inline(live.files)
+    free = live.free
+    free_note = ""
+    _syncfs(live.facts.extra.get("mount_point"))
     try:
         offline = read_ext_layout(path)
         facts = offline.facts
         special = offline.special
-        files = _with_flags(files, offline.files)
+        files = _joined(files, offline.files)
+        if live.facts.free_space_known:
+            free, free_note = _free_of(files, offline.free, live.free)
+        else:
+            free = offline.free
     except SourceError:  # the on-disk inode table may be too far behind to be read
         try:
             scanner = _ext2fs.Scanner(str(path))
@@ -189,10 +203,10 @@ def _as_device(path: Path, live: Layout, line: str) -> Layout:
             f"{path}: the mount reports {live.facts.block_size} B blocks, the superblock "
             f"{facts.block_size} B"
         )
-    if live.facts.free_space_known:
-        facts.blocks_free = live.free.blocks
+    if live.facts.free_space_known or free is not live.free:
+        facts.blocks_free = free.blocks
     facts.inodes_free = live.facts.inodes_free
-    facts.free_space_known = live.facts.free_space_known
+    facts.free_space_known = live.facts.free_space_known or free is not live.free
     facts.extra = {
         **facts.extra,
         "read_through": "mount point",
@@ -200,21 +214,109 @@ def _as_device(path: Path, live: Layout, line: str) -> Layout:
         "walk": live.facts.extra.get("walk"),
         "fiemap_sync": True,
     }
-    notes = [line, "extent-tree blocks of files are not recorded (FIEMAP maps data only)"]
-    return replace(live, facts=facts, files=files, special=special, notes=notes + live.notes)
+    notes = [line] + ([free_note] if free_note else [])
+    return replace(
+        live, facts=facts, files=files, free=free, special=special, notes=notes + live.notes
+    )
 
 
-def _with_flags(files: FileTable, disk: FileTable) -> FileTable:
-    """The live table with the inode flags (which FIEMAP does not give) of the inode table on
-    disk, for the inodes that are there with the same generation; 0 for the others."""
-    flags = np.zeros(len(files), np.uint32)
-    if len(disk):
-        order = np.argsort(disk.ino, kind="stable")
-        ino = disk.ino[order]
-        pos = np.minimum(np.searchsorted(ino, files.ino), len(ino) - 1)
-        same = (ino[pos] == files.ino) & (disk.generation[order][pos] == files.generation)
-        flags[same] = disk.flags[order][pos[same]]
-    return replace(files, flags=flags)
+def _syncfs(mount_point: object) -> None:
+    """Write the mounted file system's metadata out, so that the inode table and bitmaps
+    read next are those of the state the walk saw."""
+    if not isinstance(mount_point, str):
+        os.sync()
+        return
+    try:
+        fd = os.open(mount_point, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        os.sync()
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def _without_inline(files: FileTable) -> FileTable:
+    """The table without FIEMAP's inline extents: ext4 keeps inline data in the inode, and
+    the ext reader records such a file with no extent (it owns no block of its own)."""
+    inline = (files.ext_flags & EXTENT_INLINE) != 0
+    if not inline.any():
+        return files
+    counts = np.diff(files.ext_off).astype(np.int64)
+    owner = np.repeat(np.arange(len(files)), counts)
+    keep = ~inline
+    ext_off = np.zeros(len(files) + 1, np.uint64)
+    np.cumsum(np.bincount(owner[keep], minlength=len(files)), out=ext_off[1:])
+    return replace(
+        files,
+        ext_off=ext_off,
+        ext_logical=files.ext_logical[keep],
+        ext_physical=files.ext_physical[keep],
+        ext_length=files.ext_length[keep],
+        ext_flags=files.ext_flags[keep],
+    )
+
+
+def _joined(files: FileTable, disk: FileTable) -> FileTable:
+    """The live table with what only the inode table gives, for every inode that is the same
+    on disk (same number, type and mode, change time and, but for symlinks, generation):
+    inode flags, damage marks and metadata blocks (extent-tree, indirect and xattr blocks),
+    and for symlinks, which cannot be opened for an ioctl, the generation and the block of
+    a slow symlink's target. Other inodes keep flags 0 and no metadata blocks."""
+    n = len(files)
+    if n == 0 or len(disk) == 0:
+        return replace(files, flags=np.zeros(n, np.uint32))
+    order = np.argsort(disk.ino, kind="stable")
+    ino = disk.ino[order]
+    at = np.minimum(np.searchsorted(ino, files.ino), len(ino) - 1)
+    pos = order[at]
+    symlink = (files.mode & 0o170000) == stat.S_IFLNK
+    same = (
+        (ino[at] == files.ino)
+        & (disk.mode[pos] == files.mode)
+        & (disk.ctime[pos] == files.ctime)
+        & (symlink | (disk.generation[pos] == files.generation))
+    )
+    both = FileTable.concat([files, disk])
+    from_disk = np.where(same, n + pos, np.arange(n))
+    ext_rows = np.where(same & symlink, from_disk, np.arange(n))
+    with_ext = both.take(ext_rows)
+    with_meta = both.take(from_disk)
+    none = np.zeros(n, np.uint32)
+    return replace(
+        files,
+        generation=np.where(same, disk.generation[pos], files.generation).astype(np.uint32),
+        flags=np.where(same, disk.flags[pos], none).astype(np.uint32),
+        damaged=np.where(same, disk.damaged[pos], files.damaged).astype(np.uint32),
+        ext_off=with_ext.ext_off,
+        ext_logical=with_ext.ext_logical,
+        ext_physical=with_ext.ext_physical,
+        ext_length=with_ext.ext_length,
+        ext_flags=with_ext.ext_flags,
+        meta_off=with_meta.meta_off,
+        meta_physical=with_meta.meta_physical,
+        meta_kind=with_meta.meta_kind,
+    )
+
+
+def _free_of(files: FileTable, bitmap: FreeExtents, fsmap: FreeExtents) -> tuple[FreeExtents, str]:
+    """The bitmap's free extents (GETFSMAP also counts the blocks ext4 holds in memory for
+    its preallocations as used), or GETFSMAP's with a note when a block the walk found in a
+    file is free in the bitmap on disk."""
+    start = files.ext_physical[(files.ext_flags & EXTENT_DELALLOC) == 0]
+    length = files.ext_length[(files.ext_flags & EXTENT_DELALLOC) == 0]
+    if bitmap.start.size and start.size:
+        last = np.searchsorted(bitmap.start, start + length, side="left").astype(np.int64) - 1
+        hit = (last >= 0) & (bitmap.start[last] + bitmap.length[last] > start)
+        if hit.any():
+            return fsmap, (
+                f"free space as GETFSMAP maps it: {int(np.count_nonzero(hit))} extent(s) the"
+                " walk found in files are free in the block bitmap on disk"
+            )
+    return bitmap, ""
 
 
 # ---------------------------------------------------------------- freezing
