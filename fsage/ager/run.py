@@ -974,7 +974,9 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         from fsage.db.store import Store
 
         store_cm = Store.open(opts.db, create=True)
-    name = opts.name or Path(path).name
+    # The store's rule names the file system (its label, else its uuid, or the name it was
+    # recorded under), as `fsage snapshot` does; --name, also from the resumed run's record.
+    name: str | None = opts.name or record.get("name")
     start_bytes = bytes_written
     params: dict[str, Any] = {
         "workload": ident,
@@ -1008,6 +1010,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             "journal_bytes": journal.bytes,
             "updated": time.time(),
         }
+        if name is not None:
+            data["name"] = name
         if gen is not None:
             data["gen"] = {
                 "phase": gen.stats.phase,
@@ -1033,7 +1037,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     with store_cm as store, _Interrupt() as intr:
 
         def snapshot(label: str) -> None:
-            nonlocal step, snap_s, busy_before
+            nonlocal step, snap_s, busy_before, name
             if store is None:
                 return
             ts = clock()
@@ -1047,6 +1051,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                 layout, name=name, op_count=done, bytes_written=bytes_written, label=label
             )
             res.snapshots.append(int(summ.snapshot_id))
+            name = summ.fs_name
             last_snap[0] = done
             snap_s += clock() - ts
 
@@ -1266,7 +1271,7 @@ def _finish_aging_run(
     store: Store,
     run_id: int,
     *,
-    name: str,
+    name: str | None,
     status: str,
     ops: int,
     bytes_written: int,

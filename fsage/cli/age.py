@@ -49,7 +49,11 @@ from fsage.lfs.cleaner import POLICIES
     help="Record snapshots while aging in this database.",
 )
 @click.option("--snapshot-every", type=int, default=0, help="Snapshot every N ops (with --db).")
-@click.option("--name", help="File-system name for the snapshots (default: target's name).")
+@click.option(
+    "--name",
+    help="File-system name for the snapshots (default: as for fsage snapshot, the name it"
+    " already has in the database, else its label, else fs-<uuid>; kept by --resume).",
+)
 @click.option("--mount", "mode", flag_value="mount", help="Loop-mount an image (root).")
 @click.option(
     "--offline",

@@ -26,8 +26,8 @@ from fsage.snapshotter.livewalk import background_walk_started
 @db_option
 @click.option(
     "--name",
-    help="Name of the file system in the database (default: its label, or"
-    " the name it already has there).",
+    help="Name of the file system in the database (default: the name it already has there,"
+    " else its label, else fs-<uuid>; fsage age names it the same way).",
 )
 @click.option("--label", help="A note stored with this snapshot.")
 @click.option(

@@ -1,0 +1,105 @@
+"""One rule names a file system in the database, whichever command records it first: the name
+it already has there, else its label, else fs-<first 8 characters of its uuid>. An aging run
+keeps its --name when resumed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from images import dumpe2fs_header, make_ext_image
+
+from fsage.ager.generator import Generator
+from fsage.ager.offline import OfflineExtExecutor
+from fsage.ager.profile import get_preset
+from fsage.ager.run import AgeOptions, age
+from fsage.cli import main
+from fsage.db.store import Store
+from fsage.workload import Op, OpFailedError, write_workload
+
+MIB = 1 << 20
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Path:
+    gen = Generator(get_preset("hfs-surge").with_overrides(fill=0.4), 5, 24 * MIB)
+    path = tmp_path / "ops.jsonl"
+    write_workload(path, gen.header(), gen.ops())
+    return path
+
+
+def _names(db: Path) -> dict[str, int]:
+    """File-system name -> snapshots recorded under it."""
+    with Store.open(db) as store:
+        counts: dict[str, int] = {}
+        for s in store.snapshots():
+            counts[s.fs_name] = counts.get(s.fs_name, 0) + 1
+        return counts
+
+
+def test_age_and_snapshot_name_an_image_alike(tmp_path: Path, stream: Path) -> None:
+    r = CliRunner()
+    labelled = make_ext_image(tmp_path, "ext4", size="32M", extra=["-L", "scratch"], name="l.img")
+    db = tmp_path / "a.db"
+    res = r.invoke(
+        main,
+        ["age", str(labelled), "--ops", str(stream), "--offline", "--db", str(db),
+         "--snapshot-every", "500"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    snap = r.invoke(main, ["snapshot", str(labelled), "--db", str(db)])
+    assert snap.exit_code == 0, snap.output
+    counts = _names(db)
+    assert list(counts) == ["scratch"] and counts["scratch"] >= 3
+
+    # No label: fs- and the uuid dumpe2fs reads, first by snapshot, then by age.
+    bare = make_ext_image(tmp_path, "ext4", size="32M", name="bare.img")
+    uuid = dumpe2fs_header(bare)["Filesystem UUID"]
+    db2 = tmp_path / "b.db"
+    snap = r.invoke(main, ["snapshot", str(bare), "--db", str(db2)])
+    assert snap.exit_code == 0, snap.output
+    assert re.match(rf"snapshot 1 of fs-{uuid[:8]}:", snap.output)
+    res = r.invoke(
+        main,
+        ["age", str(bare), "--ops", str(stream), "--offline", "--db", str(db2),
+         "--snapshot-every", "500"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert list(_names(db2)) == [f"fs-{uuid[:8]}"]
+
+
+def test_resume_keeps_the_name(
+    tmp_path: Path, stream: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image = make_ext_image(tmp_path, "ext4", size="32M", extra=["-L", "scratch"], name="d.img")
+    db = tmp_path / "a.db"
+    real = OfflineExtExecutor.apply
+    calls = [0]
+
+    def failing(self: OfflineExtExecutor, op: Op) -> int:
+        calls[0] += 1
+        if calls[0] == 1201:
+            raise OpFailedError("create 'x': Input/output error")
+        return real(self, op)
+
+    opts = AgeOptions(ops_file=stream, mode="offline", db=db, snapshot_every=500, name="demo")
+    with monkeypatch.context() as m:
+        m.setattr(OfflineExtExecutor, "apply", failing)
+        with pytest.raises(OpFailedError):
+            age(image, opts)
+    record = json.loads((tmp_path / "d.img.fsage-age").read_text())
+    assert record["ops_done"] == 1200 and not record["finished"]
+    res = age(image, AgeOptions(resume=True, db=db, snapshot_every=500))
+    assert res.finished and res.resumed_from == 1200
+    counts = _names(db)
+    assert list(counts) == ["demo"] and counts["demo"] >= 4
+    with Store.open(db) as store:
+        params = [
+            json.loads(p) for (p,) in store.con.execute("SELECT params FROM aging_runs ORDER BY id")
+        ]
+    assert [p["name"] for p in params] == ["demo", "demo"]
