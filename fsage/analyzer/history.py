@@ -1,5 +1,8 @@
 """Analyses read from a store: one snapshot, the latest of each file system, or a whole history
-with its trends (seed 000 §4.3: layout score per snapshot, decline per month)."""
+with its trends (seed 000 §4.3: layout score per snapshot and its change per month).
+
+Every command and the report name a trend the same way, with the same sign: a *change* of the
+layout score (negative when it falls), over the snapshots that have a score (TREND_RULE)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,14 @@ from fsage.errors import StoreError
 from fsage.text import decimal
 
 DAYS_PER_MONTH = 365.25 / 12
+
+TREND_RULE = (
+    "Trends (first and last layout score, total change, change per month) are taken over the "
+    "snapshots that have a layout score, as fsage fleet takes them: a snapshot of an empty "
+    "file system, or of one that holds only files under 2 blocks, has none and is left out. "
+    "A change is negative when the score falls; a change per month (least-squares slope) needs "
+    "two scored snapshots 7 days or more apart."
+)
 
 
 def select_snapshots(
@@ -96,12 +107,13 @@ GIB = 1 << 30
 
 def trends(analyses: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per file system: the layout score series, the total change from the first to the last
-    snapshot, and rates where they mean something.
+    scored snapshot, and rates where they mean something (see TREND_RULE).
 
-    A decline per month (least squares) needs snapshots spanning at least ``MIN_RATE_DAYS``
-    days; otherwise it is None and ``decline_per_month_reason`` says why. Snapshots of an aging
-    run or a replay carry their own clock (operations done, bytes written): the change per
-    thousand operations and per GiB written is given where every snapshot has that clock.
+    A change per month (least squares) needs scored snapshots spanning at least
+    ``MIN_RATE_DAYS`` days; otherwise it is None and ``change_per_month_reason`` says why.
+    Snapshots of an aging run or a replay carry their own clock (operations done, bytes
+    written): the change per thousand operations and per GiB written is given where every
+    snapshot has that clock.
     Files created / changed / deleted per day between two snapshots are given only when they
     are at least ``MIN_ACTIVITY_DAYS`` apart, and per thousand operations where ops are known.
     A recreation (``fsage replay``) is listed under ``recreations`` of the file system whose
@@ -186,28 +198,33 @@ def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
         for k in ("created", "changed", "deleted"):
             row[f"{k}_per_kop"] = row[k] * 1000.0 / dops if dops > 0 else None
         activity.append(row)
-    span = float(times[-1] - times[0]) if len(items) > 1 else 0.0
-    first, last = scores[0], scores[-1]
-    total = last - first if len(scores) > 1 and first is not None and last is not None else None
-    if len(items) < 2:
-        reason: str | None = "one snapshot"
-        rate = None
+    scored = [i for i, s in enumerate(scores) if s is not None]
+    span = float(times[scored[-1]] - times[scored[0]]) if len(scored) > 1 else 0.0
+    first = scores[scored[0]] if scored else None
+    last = scores[scored[-1]] if scored else None
+    total = last - first if first is not None and last is not None and len(scored) > 1 else None
+    rate: float | None = None
+    if len(scored) < 2:
+        reason: str | None = "one scored snapshot" if scored else "no scored snapshot"
     elif span < MIN_RATE_DAYS:
         reason = (
-            f"snapshots span {_span_text(span)} (a rate per month needs {MIN_RATE_DAYS:g} days)"
+            f"scored snapshots span {_span_text(span)} (a rate per month needs "
+            f"{MIN_RATE_DAYS:g} days)"
         )
-        rate = None
     else:
-        rate = decline_per_month(times, scores)
-        reason = None if rate is not None else "fewer than two scored snapshots"
+        rate = change_per_month(times, scores)
+        reason = None
     return {
         "snapshots": series,
+        "scored_snapshots": len(scored),
+        "first_scored_id": items[scored[0]]["id"] if scored else None,
+        "last_scored_id": items[scored[-1]]["id"] if scored else None,
         "span_days": span,
         "first_layout_score": first,
         "last_layout_score": last,
         "total_change": total,
-        "decline_per_month": rate,
-        "decline_per_month_reason": reason,
+        "change_per_month": rate,
+        "change_per_month_reason": reason,
         "clock": "ops" if has_ops else "time",
         "change_per_kop": _slope(ops, scores, 1000.0) if has_ops else None,
         "change_per_gib_written": _slope(written, scores, float(GIB)) if has_bytes else None,
@@ -231,26 +248,33 @@ def _fmt_score(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _change(v: float | None) -> str:
-    return "-" if v is None else decimal(v, 4, signed=True)
+def change_text(v: float | None) -> str:
+    """A change of layout score with its sign and two significant digits at least (-0.00041,
+    +0.000048, -0.0123): small monthly rates do not round to zero."""
+    if v is None:
+        return "-"
+    digits = 4
+    if v != 0:
+        digits = min(8, max(4, 1 - int(np.floor(np.log10(abs(v))))))
+    return decimal(v, digits, signed=True)
 
 
 def trend_line(t: dict[str, Any]) -> str:
     """The trend of one file system in one sentence (also used by the report)."""
     parts = [
         f"layout score {_fmt_score(t['first_layout_score'])} -> "
-        f"{_fmt_score(t['last_layout_score'])} (total change {_change(t['total_change'])}) "
+        f"{_fmt_score(t['last_layout_score'])} (total change {change_text(t['total_change'])}) "
         f"over {_span_text(t['span_days'])}"
     ]
-    d = t["decline_per_month"]
+    d = t["change_per_month"]
     if d is not None:
-        parts.append(f"decline per month {d:.5f}")
+        parts.append(f"change per month {change_text(d)}")
     else:
-        parts.append(f"no rate per month: {t['decline_per_month_reason']}")
+        parts.append(f"no change per month: {t['change_per_month_reason']}")
     if t.get("change_per_kop") is not None:
-        parts.append(f"change per 1,000 operations {_change(t['change_per_kop'])}")
+        parts.append(f"change per 1,000 operations {change_text(t['change_per_kop'])}")
     if t.get("change_per_gib_written") is not None:
-        parts.append(f"per GiB written {_change(t['change_per_gib_written'])}")
+        parts.append(f"per GiB written {change_text(t['change_per_gib_written'])}")
     return "; ".join(parts)
 
 
@@ -265,11 +289,11 @@ def _span_text(days: float) -> str:
     return f"{days:.1f} days"
 
 
-def decline_per_month(
+def change_per_month(
     days: Sequence[float] | np.ndarray, scores: Sequence[float | None]
 ) -> float | None:
-    """Least-squares slope of layout score against time, as a decline per month (positive when
-    the score falls). None with fewer than two scored snapshots or no elapsed time."""
+    """Least-squares slope of layout score against time, per month (negative when the score
+    falls). None with fewer than two scored snapshots or no elapsed time."""
     pts = [(float(t), s) for t, s in zip(days, scores, strict=True) if s is not None]
     if len(pts) < 2:
         return None
@@ -278,7 +302,7 @@ def decline_per_month(
     if np.ptp(t) == 0:
         return None
     slope = float(np.polyfit(t, y, 1)[0])
-    return -slope * DAYS_PER_MONTH
+    return slope * DAYS_PER_MONTH
 
 
 def _days(iso: str | None) -> float:

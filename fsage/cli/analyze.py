@@ -10,7 +10,13 @@ from typing import Any
 import click
 
 from fsage.analyzer.diskmodel import PRESETS
-from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, trends
+from fsage.analyzer.history import (
+    TREND_RULE,
+    analyze_many,
+    select_snapshots,
+    trend_line,
+    trends,
+)
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
@@ -37,8 +43,7 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     "--history",
     is_flag=True,
     help="Every snapshot of the file system(s): one line each (date, operations done, layout "
-    "score, free space) and the trends (total change; a rate per month only over 7 days or "
-    "more).",
+    "score, free space) and the trends. " + TREND_RULE,
 )
 @click.option(
     "--full",
@@ -294,7 +299,7 @@ def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
 
 SEED000_TREND = (
     "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
-    "0.016 per month worst, 0.00725 average"
+    "a change of -0.016 per month at worst, -0.00725 on average"
 )
 
 

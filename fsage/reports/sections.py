@@ -10,7 +10,7 @@ import numpy as np
 
 from fsage.analyzer.fit import SizeFit
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
-from fsage.analyzer.history import trend_line
+from fsage.analyzer.history import change_text, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
 
@@ -111,8 +111,8 @@ def summary(data: ReportData) -> Section:
                 a.get("kind"),
                 a["files"],
                 a["layout_score"],
-                tr.get("total_change"),
-                tr.get("decline_per_month"),
+                change_text(tr.get("total_change")),
+                change_text(tr.get("change_per_month")),
                 dyn.get("path"),
                 fs.get("blocks_free"),
                 a.get("largest_free_extent"),
@@ -132,8 +132,8 @@ def summary(data: ReportData) -> Section:
                     "kind",
                     "files",
                     "layout score",
-                    "total change (first to last snapshot)",
-                    "decline / month (spans of 7 days or more)",
+                    "total change (first to last scored snapshot)",
+                    "change / month (7 days or more)",
                     "dynamic score (path order)",
                     "free blocks",
                     "largest free extent",

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsage.analyzer import PRESETS, DiskModel, fit_sizes
-from fsage.analyzer.history import decline_per_month
+from fsage.analyzer.history import change_per_month, change_text
 from fsage.cli import main
 
 from .images import make_image
@@ -50,11 +50,21 @@ def test_sequential_requests_pay_transfer_only() -> None:
     assert avg == pytest.approx(9.5, rel=0.01)
 
 
-def test_decline_per_month() -> None:
-    # seed 000: 0.064 over four months = 0.016 / month
+def test_change_per_month() -> None:
+    # seed 000: 0.064 lost over four months = a change of -0.016 / month; a rise is positive
     days = [0.0, 365.25 / 3]
-    assert decline_per_month(days, [0.90, 0.836]) == pytest.approx(0.016)
-    assert decline_per_month([0.0], [0.9]) is None
+    assert change_per_month(days, [0.90, 0.836]) == pytest.approx(-0.016)
+    assert change_per_month(days, [0.836, 0.90]) == pytest.approx(0.016)
+    assert change_per_month([0.0], [0.9]) is None
+
+
+def test_change_text_keeps_two_significant_digits() -> None:
+    assert change_text(-0.00041) == "-0.00041"
+    assert change_text(0.000048) == "+0.000048"
+    assert change_text(-0.0123) == "-0.0123"
+    assert change_text(0.25) == "+0.2500"
+    assert change_text(0.0) == "+0.0000"
+    assert change_text(None) == "-"
 
 
 def test_fit_recovers_parameters() -> None:
@@ -101,7 +111,7 @@ def test_analyze_command(tmp_path: Path) -> None:
 def _analysis(
     sid: int,
     taken_at: str,
-    score: float,
+    score: float | None,
     fs: str = "t",
     ops: int | None = None,
     recreation_of: int | None = None,
@@ -132,8 +142,8 @@ def test_trends_give_rates_only_over_meaningful_spans() -> None:
         _analysis(3, "2026-01-01T00:10:00+00:00", 0.90, ops=3000),
     ]
     t = trends(quick)["t"]
-    assert t["decline_per_month"] is None
-    assert "10 min" in t["decline_per_month_reason"] and "7 days" in t["decline_per_month_reason"]
+    assert t["change_per_month"] is None
+    assert "10 min" in t["change_per_month_reason"] and "7 days" in t["change_per_month_reason"]
     assert t["total_change"] == pytest.approx(-0.10)
     assert all(a["created_per_day"] is None and a["per_day_reason"] for a in t["activity"])
     # the aging clock: snapshots 2 and 3 carry ops; 0.05 lost over 2000 ops
@@ -146,9 +156,34 @@ def test_trends_give_rates_only_over_meaningful_spans() -> None:
         _analysis(2, "2026-05-02T18:00:00+00:00", 0.836),
     ]
     t2 = trends(slow)["t"]
-    assert t2["decline_per_month"] == pytest.approx(0.016, rel=0.01)
-    assert t2["decline_per_month_reason"] is None
+    assert t2["change_per_month"] == pytest.approx(-0.016, rel=0.01)
+    assert t2["change_per_month_reason"] is None
     assert t2["activity"][0]["created_per_day"] == pytest.approx(30 / 121.75)
+
+
+def test_trends_start_at_the_first_scored_snapshot() -> None:
+    """A history that begins with an empty file system (no layout score) is measured from its
+    first scored snapshot, as fsage fleet measures it."""
+    from fsage.analyzer.history import trend_line, trends
+
+    hist = [
+        _analysis(1, "2026-01-01T00:00:00+00:00", None),
+        _analysis(2, "2026-01-03T00:00:00+00:00", 0.99),
+        _analysis(3, "2026-02-02T00:00:00+00:00", 0.97),
+        _analysis(4, "2026-03-04T00:00:00+00:00", None),
+    ]
+    t = trends(hist)["t"]
+    assert (t["first_layout_score"], t["last_layout_score"]) == (0.99, 0.97)
+    assert (t["first_scored_id"], t["last_scored_id"], t["scored_snapshots"]) == (2, 3, 2)
+    assert t["total_change"] == pytest.approx(-0.02)
+    assert t["span_days"] == pytest.approx(30.0)
+    assert t["change_per_month"] == pytest.approx(-0.02 * 365.25 / 12 / 30)
+    line = trend_line(t)
+    assert "0.990 -> 0.970 (total change -0.0200) over 30.0 days" in line
+    assert "change per month -0.0203" in line
+    only_empty = trends([_analysis(1, "2026-01-01T00:00:00+00:00", None)])["t"]
+    assert only_empty["total_change"] is None
+    assert only_empty["change_per_month_reason"] == "no scored snapshot"
 
 
 def test_trends_put_a_recreation_beside_its_snapshot() -> None:

@@ -134,10 +134,10 @@ def test_decimals_never_show_a_negative_zero() -> None:
     assert decimal(-0.0, 3) == "0.000"
     assert decimal(-0.00006, 4, signed=True) == "-0.0001"
     assert decimal(0.25, 3) == "0.250" and decimal(-1.5, 2) == "-1.50"
-    # A history whose score fell by a hair reads as no change, not as "-0.0000".
+    # A history whose score fell by a hair shows the hair, never "-0.0000".
     line = trend_line(
         {"first_layout_score": 1.0, "last_layout_score": 0.99999, "total_change": -0.00001,
-         "decline_per_month": None, "decline_per_month_reason": "snapshots span 3 s",
+         "change_per_month": None, "change_per_month_reason": "snapshots span 3 s",
          "span_days": 3 / 86400}
     )  # fmt: skip
-    assert "total change +0.0000" in line and "-0.0000" not in line
+    assert "total change -0.000010" in line and "-0.0000 " not in line
