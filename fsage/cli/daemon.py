@@ -12,6 +12,7 @@ from click.core import ParameterSource
 from fsage.cli.common import db_option, echo_json, echo_table, format_option
 from fsage.errors import UsageError
 from fsage.snapshotter.daemon import ConfigError, Daemon, daemon_status, load_config
+from fsage.snapshotter.schedule import parse_duration
 
 _config_option = click.option(
     "--config",
@@ -38,25 +39,39 @@ _config_option = click.option(
     help="With --once: only this target (repeatable).",
 )
 @click.option("--no-jitter", is_flag=True, help="Ignore the configured jitter.")
+@click.option(
+    "--wait-for-lock",
+    "lock_wait",
+    default="1s",
+    show_default=True,
+    metavar="DURATION",
+    help="How long to wait for another fsage daemon run that holds the database (the "
+    "timers' services wait 6h, so that runs of two schedules that meet take turns).",
+)
 @click.option("--check", is_flag=True, help="Only validate the configuration and exit.")
 @click.option(
     "--install-units",
     "units_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write the systemd units (fsage.service, fsage.timer, fsage-daemon.service) for this "
-    "configuration and this fsage's path to DIR (e.g. /etc/systemd/system), then exit.",
+    help="Write the systemd units for this configuration and this fsage's path to DIR (e.g. "
+    "/etc/systemd/system), then exit: a timer and a service per schedule (fsage.timer and "
+    "fsage.service when all targets share one, else fsage-TARGET.timer/.service), and "
+    "fsage-daemon.service, the long-running daemon, to use instead of them. Says which runs "
+    'each target; a schedule no calendar can say (every = "7m") leaves the daemon only.',
 )
 @click.option(
     "--install-cron",
     "cron_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the cron line for this configuration to FILE (e.g. /etc/cron.d/fsage), then exit.",
+    help="Write the cron lines for this configuration (one per schedule) to FILE (e.g. "
+    "/etc/cron.d/fsage), then exit.",
 )
 def daemon(
     config_path: Path,
     once: bool,
     targets: tuple[str, ...],
     no_jitter: bool,
+    lock_wait: str,
     check: bool,
     units_dir: Path | None,
     cron_file: Path | None,
@@ -94,20 +109,26 @@ def daemon(
         for line in exc.problems:
             click.echo(f"fsage: error: {line}", err=True)
         sys.exit(exc.exit_code)
-    if units_dir is not None or cron_file is not None:
-        from fsage.snapshotter.units import install_cron, install_units
+    try:
+        wait = parse_duration(lock_wait)
+    except ValueError as exc:
+        raise UsageError(f"--wait-for-lock: {exc}") from None
+    if units_dir is not None or cron_file is not None or check:
+        from fsage.snapshotter.units import describe_units, install_cron, install_units
 
-        written = install_units(units_dir, config_path) if units_dir is not None else []
+        written = install_units(units_dir, config_path, config) if units_dir is not None else []
         if cron_file is not None:
-            written.append(install_cron(cron_file, config_path))
+            written.append(install_cron(cron_file, config_path, config))
         for path in written:
             click.echo(f"wrote {path}")
+        if check:
+            n = len(config.targets)
+            click.echo(f"{config_path}: ok, {n} target(s), database {config.database}")
+        if check or units_dir is not None:
+            for line in describe_units(config):
+                click.echo(line)
         return
-    if check:
-        n = len(config.targets)
-        click.echo(f"{config_path}: ok, {n} target(s), database {config.database}")
-        return
-    runner = Daemon(config, use_jitter=not no_jitter)
+    runner = Daemon(config, use_jitter=not no_jitter, lock_wait=wait)
     code = runner.run_once(targets) if once else runner.run_forever()
     sys.exit(code)
 

@@ -335,7 +335,9 @@ class DatabaseLock:
         self.path = lock_path(database)
         self.fd: int | None = None
 
-    def acquire(self, wait: float = 1.0) -> None:
+    def acquire(self, wait: float = 1.0, stopped: Callable[[], bool] | None = None) -> None:
+        """Take the lock, waiting up to ``wait`` seconds for another holder (``stopped``:
+        gives up at once when it says so)."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -347,7 +349,7 @@ class DatabaseLock:
                 break
             except BlockingIOError:
                 # `fsage status` may hold a shared lock for an instant: retry briefly.
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or (stopped is not None and stopped()):
                     pid = _read_pid(fd)
                     os.close(fd)
                     holder = f" (pid {pid})" if pid else ""
@@ -589,8 +591,11 @@ class Daemon:
         stopper: Stopper | None = None,
         use_jitter: bool = True,
         rng: random.Random | None = None,
+        lock_wait: float = 1.0,
     ) -> None:
         self.config = config
+        # How long to wait for the database's lock (a timer's run waits out another's).
+        self.lock_wait = lock_wait
         self.log = log or Log()
         self.stopper = stopper or Stopper()
         self.use_jitter = use_jitter
@@ -819,7 +824,7 @@ class Daemon:
         if not db.parent.is_dir():
             raise FsageError(f"{db.parent}: no such directory (for the database {db})")
         lock = DatabaseLock(db)
-        lock.acquire()
+        lock.acquire(self.lock_wait, lambda: bool(self.stopper.requested))
         try:
             Store.open(db, create=True).close()
         except FsageError as exc:

@@ -122,6 +122,12 @@ def _check_field(text: str, index: int) -> frozenset[int]:
     return frozenset(values)
 
 
+def cron_fields(expression: str) -> list[frozenset[int]]:
+    """The values each of the five fields of a checked expression allows (day of week 0-6,
+    Sunday 0)."""
+    return [_check_field(f, i) for i, f in enumerate(expression.split())]
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     """A five-field cron expression, evaluated by croniter in ``tz`` (None: local time).
