@@ -121,7 +121,8 @@ class CountProgress:
         self.width = 0
 
     def __call__(self, done: int, total: int) -> None:
-        self.done, self.total = done, max(total, done)
+        """``total`` 0: not known (the count alone is shown, without a share or an ETA)."""
+        self.done, self.total = done, (max(total, done) if total > 0 else 0)
         now = time.monotonic()
         if self.drawn == 0.0 or (now - self.drawn >= self.REDRAW and done < total):
             self.drawn = now
@@ -135,8 +136,11 @@ class CountProgress:
         return f"ETA {left // 60}:{left % 60:02d}"
 
     def _draw(self, tail: str) -> None:
-        pct = 100 * self.done // self.total if self.total else 0
-        line = f"{self.label}  {self.done:,}/{self.total:,}  {pct:3d}%  {tail}"
+        if self.total:
+            pct = 100 * self.done // self.total
+            line = f"{self.label}  {self.done:,}/{self.total:,}  {pct:3d}%  {tail}"
+        else:
+            line = f"{self.label}  {self.done:,}  (of a number not known ahead)"
         pad = " " * max(0, self.width - len(line))
         self.width = len(line)
         self.file.write(f"\r{line}{pad}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -55,7 +56,8 @@ def snapshot(
 
     Only files whose layout or metadata changed since the previous snapshot are stored again.
     Prints one summary line; on a terminal, stderr shows the inodes read so far, of those in
-    use, and an ETA while it reads. An ext source mounted read-write is read through its mount
+    use (for a directory below a mount point, of those its last snapshot read, if any), and an
+    ETA while it reads. An ext source mounted read-write is read through its mount
     point (a line on stderr says so) and recorded as the device.
 
     \b
@@ -86,6 +88,7 @@ def snapshot(
                 freeze=freeze,
                 notice=lambda line: click.echo(f"fsage: {line}", err=True),
                 progress=progress,
+                expected=_last_count(store, source) if progress is not None else None,
             )
             if progress is not None:  # the count it ended on
                 read = len(layout.files) + len(layout.special)
@@ -104,6 +107,18 @@ def snapshot(
         echo_json(summary.to_json())
     else:
         click.echo(summary.line())
+
+
+def _last_count(store: Store | StoreError, source: Path) -> int | None:
+    """The inodes the last snapshot of the directory ``source`` read: the progress line's
+    total for a directory below a mount point, of which statvfs knows nothing."""
+    if isinstance(store, StoreError) or not source.is_dir():
+        return None
+    real = os.path.realpath(source)
+    for snap in reversed(store.snapshots()):
+        if snap.source == str(source) or os.path.realpath(snap.source) == real:
+            return snap.files
+    return None
 
 
 @click.command()

@@ -962,13 +962,18 @@ def _seen_of_c(walk: CWalk) -> _Seen:
 
 
 def of_inodes_in_use(
-    progress: Callable[[int, int], None], path: Path | bytes
+    progress: Callable[[int, int], None], path: Path | bytes, expected: int | None = None
 ) -> Callable[[int], None]:
     """``read_live_layout``'s ``progress(done)`` as ``progress(done, total)``, the total being
-    the inodes in use on the file system of ``path`` (statvfs; for a directory below the
-    mount point, more than the walk will read)."""
-    vfs = os.statvfs(path)
-    in_use = max(int(vfs.f_files) - int(vfs.f_ffree), 0)
+    the inodes in use on the file system (statvfs) when ``path`` is its mount point; for a
+    directory below it, whose share of them nothing tells ahead, ``expected`` (what the last
+    snapshot of that directory read), else 0: not known."""
+    real = os.path.realpath(os.fsencode(path))
+    if find_mount(real).mount_point == real:
+        vfs = os.statvfs(path)
+        in_use = max(int(vfs.f_files) - int(vfs.f_ffree), 0)
+    else:
+        in_use = expected or 0
 
     def report(done: int) -> None:
         progress(done, in_use)

@@ -28,6 +28,7 @@ def read_source(
     freeze: bool = False,
     notice: Notice | None = None,
     progress: Progress | None = None,
+    expected: int | None = None,
 ) -> Layout:
     """Read any supported source into a Layout; SourceError with one clear line otherwise.
 
@@ -35,7 +36,8 @@ def read_source(
     being read through its mount point. ``notice`` is called with a line that says how a
     mounted source was read. ``progress`` is called now and then while a directory tree or an
     ext file system is read: inodes read so far, and the inodes in use (from statvfs, or the
-    group descriptors; for a directory below a mount point, those of the whole file system).
+    group descriptors; for a directory below a mount point, ``expected``, the inodes its last
+    snapshot read, else 0: not known).
     """
     path = Path(path)
     try:
@@ -45,7 +47,7 @@ def read_source(
     except OSError as exc:
         raise SourceError(f"{path}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
-        return _read_directory(path, progress)
+        return _read_directory(path, progress, expected)
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
         raise SourceError(f"{path}: not an image file, block device or directory")
     if not os.access(path, os.R_OK):
@@ -100,7 +102,9 @@ def _unchanged(path: Path, before: os.stat_result, read: Callable[[], Layout]) -
     return layout
 
 
-def _read_directory(path: Path, progress: Progress | None = None) -> Layout:
+def _read_directory(
+    path: Path, progress: Progress | None = None, expected: int | None = None
+) -> Layout:
     try:
         from fsage.snapshotter.live import read_live_layout
     except ImportError:
@@ -114,7 +118,8 @@ def _read_directory(path: Path, progress: Progress | None = None) -> Layout:
         from fsage.lfs.mounted import read_mounted_lfs  # the LFS code only for an LFS
 
         return read_mounted_lfs(str(path), os.fsdecode(mount.mount_point), mount.source)
-    return read_live_layout(path, progress=of_inodes_in_use(progress, path) if progress else None)
+    report = of_inodes_in_use(progress, path, expected) if progress else None
+    return read_live_layout(path, progress=report)
 
 
 def _is_lfs_image(path: Path) -> bool:

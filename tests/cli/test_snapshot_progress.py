@@ -273,3 +273,41 @@ def test_count_progress_claims_nothing_on_failure(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(common, "progress_enabled", lambda: False)
     with common.count_progress("reading inodes") as report:
         assert report is None
+
+
+@pytest.mark.needs_root
+def test_progress_of_a_subtree_counts_the_subtree(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    """Below a mount point the file system's inodes in use say nothing of the walk: the first
+    snapshot shows the count alone, the next one the count its predecessor read."""
+    if not root_and_loop():
+        pytest.skip("needs root and loop devices")
+    require_tools("mkfs.ext4")
+    image, mnt = tmp_path / "sub.img", tmp_path / "mnt"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        _tree(mnt / "other", 6000)  # outside the subtree: statvfs counts it, the walk must not
+        sub = _tree(mnt / "sub", 5000)
+        os.sync()
+        # the subtree's inodes and the mount root the layout's paths start from
+        walked = 2 + sum(len(dirs) + len(files) for _, dirs, files in os.walk(sub))
+        argv = [sys.executable, "-m", "fsage", "snapshot", str(sub), "--format", "json",
+                "--db", str(tmp_path / "s.db")]  # fmt: skip
+        status, out, term = _run_on_pty(argv, fsage_env)
+        assert status == 0, term
+        assert _summary(out)["inodes"] == walked
+        unknown = re.findall(r"reading inodes  ([\d,]+)  \(of a number not known ahead\)", term)
+        assert unknown and all(0 < int(n.replace(",", "")) < walked for n in unknown)
+        lines = PROGRESS_LINE.findall(term)
+        assert [(d, t) for d, t, _p, _tail in lines] == [(f"{walked:,}", f"{walked:,}")]
+        status, out, term = _run_on_pty(argv, fsage_env)
+        assert status == 0, term
+        lines = PROGRESS_LINE.findall(term)
+        assert len(lines) >= 2 and {t for _d, t, _p, _tail in lines} == {f"{walked:,}"}
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
