@@ -31,6 +31,7 @@ I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 _STR = StringDType()
 CHUNK_ROWS = 65_536  # rows formatted and written at a time
+PATH_WIDTH_FLOOR = 40  # paths up to this long are always aligned (see path_width)
 
 TEXT_HEADERS = ["path", "ino", "size", "blocks", "extents (logical:physical+length)"]
 CSV_HEADERS = ["path", "ino", "mode", "size", "blocks", "extents"]
@@ -299,11 +300,24 @@ def paths_below(links: LinkTable, root_ino: int, prefix: str) -> dict[int, list[
     if not parts:
         return derive_paths(links, root_ino)
     parent = links.parent.astype(np.int64)
+    # the entries grouped by directory, once: each level then costs its own entries only
+    by_parent = np.argsort(parent, kind="stable")
+    sorted_parent = parent[by_parent]
+
+    def entries_of(dirs: I64) -> I64:
+        lo = np.searchsorted(sorted_parent, dirs, side="left")
+        hi = np.searchsorted(sorted_parent, dirs, side="right")
+        n = hi - lo
+        start = np.zeros(n.size + 1, np.int64)
+        np.cumsum(n, out=start[1:])
+        at = np.repeat(lo - start[:-1], n) + np.arange(int(start[-1]), dtype=np.int64)
+        return np.sort(by_parent[at])  # in table order, as a scan of the table finds them
+
     cur = root_ino
     path = ""
     for comp in parts:
         want = comp.encode("utf-8", "surrogateescape")
-        rows = np.flatnonzero(parent == cur)
+        rows = entries_of(np.array([cur], np.int64))
         hit = next((int(r) for r in rows.tolist() if links.name(r) == want), None)
         if hit is None:
             return {}
@@ -313,7 +327,7 @@ def paths_below(links: LinkTable, root_ino: int, prefix: str) -> dict[int, list[
     frontier = {cur: path}
     seen = {cur}
     while frontier:
-        rows = np.flatnonzero(np.isin(parent, np.fromiter(frontier, np.int64, len(frontier))))
+        rows = entries_of(np.fromiter(frontier, np.int64, len(frontier)))
         nxt: dict[int, str] = {}
         for r in rows.tolist():
             ino = int(links.ino[r])
@@ -366,7 +380,7 @@ def show_files(
     if prefix is not None and not len(lst):
         raise StoreError(f"no file at or below {prefix} in snapshot {snapshot_id}")
     if fmt == "json":
-        write_json(lst.entries(), write)
+        write_json_listing(lst, write)
     elif fmt == "csv":
         write_csv(lst, write)
     else:
@@ -399,9 +413,16 @@ def _blocks(files: ListedFiles, rows: I64) -> U64:
     return np.asarray(sums[off[rows + 1]] - sums[off[rows]], np.uint64)
 
 
-def _extent_array(files: ListedFiles, rows: I64, empty: str) -> npt.NDArray[Any]:
+def _extent_array(
+    files: ListedFiles,
+    rows: I64,
+    empty: str,
+    parts: tuple[str, str, str, str] = ("", ":", "+", ""),
+    sep: str = " ",
+) -> npt.NDArray[Any]:
     """Each file's extents as ``logical:physical+length`` separated by spaces (``empty`` for
-    a file without extents)."""
+    a file without extents); ``parts`` (before, between the numbers, after) and ``sep``
+    make other notations (JSON's)."""
     off = files.ext_off.astype(np.int64)
     start, count = off[rows], off[rows + 1] - off[rows]
     out = np.full(rows.size, empty, dtype=_STR)
@@ -412,11 +433,13 @@ def _extent_array(files: ListedFiles, rows: I64, empty: str) -> npt.NDArray[Any]
     # the extents of these rows, back to back, each as text
     idx = np.repeat(start - first[:-1], count) + np.arange(int(first[-1]), dtype=np.int64)
     ext = (
-        files.ext_logical[idx].astype(_STR)
-        + ":"
+        parts[0]
+        + files.ext_logical[idx].astype(_STR)
+        + parts[1]
         + files.ext_physical[idx].astype(_STR)
-        + "+"
+        + parts[2]
         + files.ext_length[idx].astype(_STR)
+        + parts[3]
     )
     has = np.flatnonzero(count > 0)
     out[has] = ext[first[has]]
@@ -424,30 +447,12 @@ def _extent_array(files: ListedFiles, rows: I64, empty: str) -> npt.NDArray[Any]
     few = np.flatnonzero((count > 1) & (count <= 32))
     k = 1
     while few.size:
-        out[few] = out[few] + " " + ext[first[few] + k]
+        out[few] = out[few] + sep + ext[first[few] + k]
         k += 1
         few = few[count[few] > k]
     for i in np.flatnonzero(count > 32).tolist():
-        out[i] = " ".join(ext[first[i] : first[i + 1]].tolist())
+        out[i] = sep.join(ext[first[i] : first[i + 1]].tolist())
     return out
-
-
-def _extent_widths(files: ListedFiles, rows: I64, empty: str) -> int:
-    """The longest of :func:`_extent_array` without making them."""
-    off = files.ext_off.astype(np.int64)
-    count = off[rows + 1] - off[rows]
-    if rows.size == 0:
-        return 0
-    per = (
-        _digits(files.ext_logical)
-        + _digits(files.ext_physical)
-        + _digits(files.ext_length)
-        + 3  # ':', '+' and the space before the next
-    )
-    sums = np.zeros(per.size + 1, np.int64)
-    np.cumsum(per, out=sums[1:])
-    width = sums[off[rows + 1]] - sums[off[rows]] - 1
-    return int(np.where(count > 0, width, len(empty)).max())
 
 
 def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list[str]:
@@ -455,6 +460,17 @@ def _shown_paths(paths: list[str | None], unnamed: int, printable: bool) -> list
     if printable and unnamed == 0:
         return paths  # type: ignore[return-value]
     return ["-" if p is None else p if p.isprintable() else shown(p) for p in paths]
+
+
+def path_width(lengths: I64) -> int:
+    """The width of the path column: the longest path, but no wider than nine paths in ten
+    (a few deep paths would pad every row; a longer one pushes the rest of its row over)."""
+    if lengths.size == 0:
+        return 0
+    longest = int(lengths.max())
+    k = -(-lengths.size * 9 // 10) - 1  # nine in ten are at most this long
+    ninth = int(np.partition(lengths, k)[k])
+    return min(longest, max(ninth, PATH_WIDTH_FLOOR))
 
 
 def write_text(lst: Listing, write: Callable[[str], object]) -> None:
@@ -468,14 +484,14 @@ def write_text(lst: Listing, write: Callable[[str], object]) -> None:
     cols: list[U64] = [files.ino[rows], files.size[rows], blocks]
     widths = [len(h) for h in TEXT_HEADERS]
     if len(lst):
-        widths[0] = max(widths[0], max(map(len, shown_path)))
+        widths[0] = max(widths[0], path_width(np.fromiter(map(len, shown_path), np.int64)))
         for k, col in enumerate(cols, start=1):
             widths[k] = max(widths[k], int(_digits(col).max()))
-        widths[4] = max(widths[4], _extent_widths(files, rows, "-"))
     head = [
         h.rjust(w) if num else h.ljust(w)
         for h, w, num in zip(TEXT_HEADERS, widths, numeric, strict=True)
     ]
+    # The extents come last, unpadded: their rule is as long as their heading.
     write("  ".join(head).rstrip() + "\n" + "  ".join("-" * w for w in widths) + "\n")
     # the last column is not padded (the table's lines end without blanks)
     off = files.ext_off.astype(np.int64)
@@ -538,6 +554,57 @@ def write_csv(lst: Listing, write: Callable[[str], object]) -> None:
         )
 
 
+_JSON_EXTENT = ("[\n        ", ",\n        ", ",\n        ", "\n      ]")
+# One entry as json.dumps(..., indent=2) writes it inside the list.
+_JSON_ITEM = (
+    '  {\n    "path": %s,\n    "paths": %s,\n    "ino": %d,\n    "mode": "%o",\n'
+    '    "size": %d,\n    "blocks": %d,\n    "extents": %s,\n    "damaged": %d\n  }'
+)
+
+
+def write_json_listing(lst: Listing, write: Callable[[str], object]) -> None:
+    """What :func:`write_json` writes of ``lst.entries()``, byte for byte, from the columns a
+    chunk of rows at a time, without an object per file."""
+    if not len(lst):
+        write("[]\n")
+        return
+    enc = json.encoder.encode_basestring_ascii
+    files, rows = lst.files, lst.rows
+    blocks = _blocks(files, rows)
+    all_paths = lst.paths_of()
+    write("[\n")
+    for a in range(0, len(lst), CHUNK_ROWS):
+        b = min(a + CHUNK_ROWS, len(lst))
+        r = rows[a:b]
+        path = ["null" if p is None else enc(p) for p in lst.path[a:b]]
+        paths = [
+            "[]"
+            if not ps
+            else f"[\n      {pj}\n    ]"
+            if len(ps) == 1
+            else "[\n      " + ",\n      ".join(map(enc, ps)) + "\n    ]"
+            for pj, ps in zip(path, all_paths[a:b], strict=True)
+        ]
+        extents = [
+            f"[\n      {e}\n    ]" if e else "[]"
+            for e in _extent_array(files, r, "", _JSON_EXTENT, ",\n      ").tolist()
+        ]
+        columns = zip(
+            path,
+            paths,
+            files.ino[r].tolist(),
+            files.mode[r].tolist(),
+            files.size[r].tolist(),
+            blocks[a:b].tolist(),
+            extents,
+            files.damaged[r].tolist(),
+            strict=True,
+        )
+        part = ",\n".join(map(_JSON_ITEM.__mod__, columns))
+        write(part + (",\n" if b < len(lst) else "\n"))
+    write("]\n")
+
+
 def write_json(entries: list[FileEntry], write: Callable[[str], object]) -> None:
     """The entries as a JSON list (as ``json.dumps(..., indent=2)`` writes it), in chunks."""
     if not entries:
@@ -583,5 +650,6 @@ __all__ = [
     "subtree_paths",
     "write_csv",
     "write_json",
+    "write_json_listing",
     "write_text",
 ]

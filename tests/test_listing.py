@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import random
 import subprocess
@@ -24,11 +25,12 @@ import pytest
 from click.testing import CliRunner
 
 from fsage.cli import main
-from fsage.cli.common import echo_csv, echo_table
+from fsage.cli.common import echo_csv
 from fsage.db.store import Store
 from fsage.errors import StoreError
 from fsage.layout import Layout
 from fsage.listing import file_listing, listing, show_files
+from fsage.text import shown
 from tests.analyzer.layouts import layout as hand_layout
 from tests.analyzer.layouts import table
 from tests.conftest import require_tools
@@ -121,11 +123,42 @@ def reference_output(entries: list[dict[str, Any]], fmt: str) -> str:
                 [[e["path"], e["ino"], e["mode"], e["size"], e["blocks"], ext(e)] for e in entries],
             )
         else:
-            echo_table(
-                ["path", "ino", "size", "blocks", "extents (logical:physical+length)"],
-                [[e["path"], e["ino"], e["size"], e["blocks"], ext(e) or "-"] for e in entries],
-            )
+            return plain_table(entries)
     return out.getvalue()
+
+
+def plain_table(entries: list[dict[str, Any]]) -> str:
+    """The text table: numbers right-aligned, the extents last and unpadded (their rule as
+    long as their heading), the path column as wide as nine paths in ten (at least 40, at
+    most the longest): a longer path pushes its row over."""
+    heads = ["path", "ino", "size", "blocks", "extents (logical:physical+length)"]
+    paths = [shown(e["path"]) if e["path"] is not None else "-" for e in entries]
+    lengths = sorted(len(p) for p in paths)
+    ninth = lengths[math.ceil(len(lengths) * 0.9) - 1]
+    widths = [
+        max(4, min(lengths[-1], max(ninth, 40))),
+        *(max(len(h), *(len(str(e[k])) for e in entries)) for h, k in
+          zip(heads[1:4], ["ino", "size", "blocks"], strict=True)),
+        len(heads[4]),
+    ]  # fmt: skip
+    path_right = all(e["path"] is None for e in entries)
+    lines = [
+        "  ".join(
+            [heads[0].rjust(widths[0]) if path_right else heads[0].ljust(widths[0])]
+            + [h.rjust(w) for h, w in zip(heads[1:4], widths[1:4], strict=True)]
+            + [heads[4]]
+        ),
+        "  ".join("-" * w for w in widths),
+    ]
+    for p, e in zip(paths, entries, strict=True):
+        cells = [p.rjust(widths[0]) if path_right else p.ljust(widths[0])]
+        cells += [
+            str(e[k]).rjust(w) for k, w in zip(["ino", "size", "blocks"], widths[1:4], strict=True)
+        ]
+        lines.append(
+            "  ".join([*cells, " ".join(f"{lo}:{ph}+{n}" for lo, ph, n in e["extents"]) or "-"])
+        )
+    return "".join(line + "\n" for line in lines)
 
 
 def shown_by_fsage(store: Store, snap: int, prefix: str | None, fmt: str) -> str:
