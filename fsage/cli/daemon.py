@@ -9,9 +9,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option
+from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.errors import UsageError
-from fsage.snapshotter.daemon import ConfigError, Daemon, daemon_status, load_config
+from fsage.snapshotter.daemon import (
+    ConfigError,
+    Daemon,
+    TargetStatus,
+    daemon_status,
+    load_config,
+)
 from fsage.snapshotter.schedule import parse_duration
 
 _config_option = click.option(
@@ -142,17 +148,20 @@ def _when(value: datetime | None) -> str:
 @click.command()
 @db_option
 @_config_option
-@format_option("text", "json")
+@format_option("text", "json", "csv")
 def status(db: Path, config_path: Path | None, fmt: str) -> None:
     """Per daemon target: the last success, the last failure with its error, the next run.
 
     With --config the targets and their schedules come from the configuration (and so does
-    the database); with --db only, from what the daemon recorded. Times are local.
+    the database); with --db only, from what the daemon recorded. Times are local in the
+    text table, ISO 8601 with their offset in JSON and CSV (one row per target, the fields
+    of JSON's targets).
 
     \b
     Examples:
       fsage status --config /etc/fsage/fsage.toml
       fsage status --db /var/lib/fsage/fsage.db --format json
+      fsage status --config /etc/fsage/fsage.toml --format csv
     """
     ctx = click.get_current_context()
     config = None
@@ -169,6 +178,11 @@ def status(db: Path, config_path: Path | None, fmt: str) -> None:
     result = daemon_status(db, config)
     if fmt == "json":
         echo_json(result.to_json())
+        return
+    if fmt == "csv":
+        rows = [t.to_json() for t in result.targets]
+        fields = list(TargetStatus.__dataclass_fields__)
+        echo_csv(fields, [[r[k] for k in fields] for r in rows])
         return
     if result.daemon_pid is None:
         running = "not running"

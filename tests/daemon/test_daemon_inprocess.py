@@ -257,3 +257,40 @@ def test_status_per_target(tmp_path: Path, two_images: tuple[Path, Path]) -> Non
         ("gone", None, None),
     ]
     assert json.loads(json.dumps(alone.to_json()))["daemon_running"] is False
+
+
+def test_status_as_csv(tmp_path: Path, two_images: tuple[Path, Path]) -> None:
+    """One row per target, the columns of JSON's targets, against the runs table."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from fsage.cli import main
+
+    a, b = two_images
+    cfg = write_config(
+        tmp_path / "fsage.toml",
+        'database = "fsage.db"\ntimezone = "UTC"\nschedule = "0 3 * * *"',
+        {"a": a, "b": b, "gone": tmp_path / "nope.img"},
+    )
+    config = load_config(cfg)
+    Daemon(config, log=quiet()).run_once()
+    Daemon(config, log=quiet()).run_once(["b"])
+    res = CliRunner().invoke(main, ["status", "--config", str(cfg), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(res.output)))
+    db = config.database
+    last_ok = dict(
+        query(db, "SELECT target, max(snapshot_id) FROM collection_runs WHERE status = 'ok'"
+                  " GROUP BY target")
+    )  # fmt: skip
+    runs = dict(query(db, "SELECT target, count(*) FROM collection_runs GROUP BY target"))
+    assert [r["target"] for r in rows] == ["a", "b", "gone"]
+    for r in rows:
+        assert r["last_success_snapshot"] == str(last_ok.get(r["target"], ""))
+        assert r["runs"] == str(runs[r["target"]])
+        assert datetime.fromisoformat(r["next_run"]).hour == 3
+    assert (rows[1]["runs"], rows[2]["failures"]) == ("2", "1")
+    assert rows[2]["last_failure_error"] == f"{tmp_path}/nope.img: no such file or directory"
+    assert rows[0]["last_failure_at"] == "" and rows[2]["last_success_at"] == ""
+    assert list(rows[0]) == list(daemon_status(db, config).targets[0].to_json())
