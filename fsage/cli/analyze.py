@@ -11,11 +11,12 @@ import click
 
 from fsage.analyzer.diskmodel import PRESETS
 from fsage.analyzer.history import analyze_many, select_snapshots, trend_line, trends
+from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
 from fsage.heap import keep_freed_memory
-from fsage.text import shown
+from fsage.text import human_bytes, shown
 
 BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
 
@@ -135,9 +136,21 @@ def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
         )
     if by == "dir":
         return (
-            ["directory", "files", "data blocks", "layout score"],
             [
-                [_printable(r["path"]), r["files"], r["blocks"], r["layout_score"]]
+                *("directory", "files", "data blocks", "layout score", "scan score"),
+                *("own scan score", "file pairs", "adjacent", "<= 1 MiB", "<= group", "farther"),
+            ],
+            [
+                [
+                    _printable(r["path"]),
+                    r["files"],
+                    r["blocks"],
+                    r["layout_score"],
+                    r["scan_score"],
+                    r["own_scan_score"],
+                    r["pairs"],
+                    *(_share(r[f"{k}_share"]) for k in GAP_BUCKETS),
+                ]
                 for r in a["by_dir"]
             ],
         )
@@ -203,6 +216,8 @@ def _text(a: dict[str, Any], by: str) -> None:
         + (f"; inode->data median {i2d['median']:.0f} blocks" if i2d else "")
         + (f"; metadata->data median {m2d['median']:.0f} blocks" if m2d else "")
     )
+    for line in locality_lines(loc):
+        click.echo("  " + line)
     dm = a["disk_model"]
     dyn = dm["dynamic_reads"]
     click.echo(
@@ -236,6 +251,35 @@ def _text(a: dict[str, Any], by: str) -> None:
             ],
         )
     click.echo("")
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def locality_lines(loc: dict[str, Any]) -> list[str]:
+    """Between files: the gaps of neighbouring files and the directories' own scans."""
+    out = []
+    nd = loc.get("neighbour_distance")
+    if nd and nd["pairs"]:
+        group = (
+            f"<= one group ({human_bytes(nd['group_bytes'])})"
+            if nd["group_bytes"]
+            else "<= one group (size unknown)"
+        )
+        out.append(
+            f"next file of the directory (path order, {nd['pairs']} pairs): "
+            f"{_share(nd['adjacent_share'])} adjacent, {_share(nd['le_1mib_share'])} <= 1 MiB, "
+            f"{_share(nd['le_group_share'])} {group}, {_share(nd['farther_share'])} farther"
+        )
+    ds = loc.get("directory_scan")
+    if ds and ds["scans"]:
+        out.append(
+            f"directories' own scans (modeled dynamic layout score, {ds['scans']} directories): "
+            f"aggregate {_score(ds['aggregate'])}, p10 {_score(ds['p10'])}, median "
+            f"{_score(ds['median'])}, p90 {_score(ds['p90'])}"
+        )
+    return out
 
 
 def _ops(v: int | None) -> str:
@@ -376,7 +420,13 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     elif by == "dir":
-        w.writerow(["id", "fs", "path", "depth", "files", "blocks", "layout_score"])
+        w.writerow(
+            [
+                *("id", "fs", "path", "depth", "files", "blocks", "layout_score"),
+                *("scan_score", "own_scan_score", "pairs"),
+                *(f"{k}_share" for k in GAP_BUCKETS),
+            ]
+        )
         for a in results:
             for r in a["by_dir"]:
                 w.writerow(
@@ -388,6 +438,10 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                         r["files"],
                         r["blocks"],
                         r["layout_score"],
+                        r["scan_score"],
+                        r["own_scan_score"],
+                        r["pairs"],
+                        *(r[f"{k}_share"] for k in GAP_BUCKETS),
                     ]
                 )
     else:
