@@ -220,8 +220,8 @@ def _inode_requests(
             _, at = np.unique(key, return_index=True)
         else:
             # first object of each (segment, window): segments are ascending, so a stable
-            # sort by window within the segment order finds it
-            by = np.lexsort((key, segment))
+            # sort by window keeps each window's objects in segment order
+            by = np.argsort(key, kind="stable")
             ks, ss = key[by], segment[by]
             head = np.ones(by.size, bool)
             head[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
