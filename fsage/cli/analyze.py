@@ -76,10 +76,18 @@ def analyze(
     numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 
+    Locality between files: for consecutive files of one directory in path order, the
+    distance from one file's last block to the next one's first (adjacent, up to 1 MiB, up to
+    one block group / AG, farther; bytes, so that block sizes compare), and the modeled
+    dynamic layout score (Conway et al., FAST'17) of each directory's own scan (the directory,
+    then its files by name, cold) beside that of the whole path-order scan. With --by dir,
+    each subtree's scan score, its own files' and its shares of neighbour distances.
+
     \b
     Examples:
       fsage analyze
       fsage analyze --fs home --by dir --depth 1
+      fsage analyze --fs home --by dir --format csv
       fsage analyze --snapshot 12 --format json
       fsage analyze --fs home --history --format csv
     """
