@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fsage.analyzer.analysis import SnapshotAnalyzer
@@ -328,3 +329,21 @@ def test_live_and_offline_reads_give_the_same_locality(tmp_path: Path) -> None:
     assert a["dynamic_layout_score_path"] == b["dynamic_layout_score_path"]
     # the interleaving put other directories' files between neighbours
     assert b["neighbour_distance"]["adjacent_share"] < 0.5
+
+
+def test_gap_buckets_by_bytes_and_an_unknown_group_size() -> None:
+    """Worked by hand: gaps in blocks of 1 KiB and 4 KiB; the same byte distance lands in the
+    same bucket; without a group size its bucket is None and the gap counts as farther."""
+    from fsage.analyzer.locality import gap_distribution
+
+    gaps = np.array([0, 1, -1024, 1025, 8192, 8193, -9000], np.int64)
+    small = gap_distribution(gaps, 1024, 8192)  # 1 KiB blocks, 8 MiB groups
+    assert [small[k] for k in ("adjacent", "le_1mib", "le_group", "farther")] == [1, 2, 2, 2]
+    assert small["forward_share"] == 5 / 7
+    assert small["median_bytes"] == 1025 * 1024
+    # 4 KiB blocks, 128 MiB groups: 0, 0, 1 MiB back, 1 MiB, 8 MiB, 8 MiB and 8.8 MiB back
+    big = gap_distribution(np.array([0, 0, -256, 256, 2048, 2048, -2250], np.int64), 4096, 32768)
+    assert [big[k] for k in ("adjacent", "le_1mib", "le_group", "farther")] == [2, 2, 3, 0]
+    unknown = gap_distribution(gaps, 1024, None)
+    assert unknown["le_group"] is None and unknown["le_group_share"] is None
+    assert unknown["farther"] == 4 and unknown["group_bytes"] is None
