@@ -23,6 +23,7 @@ from fsage.analyzer.dynamic import (
     modeled_reads,
     preorder_sizes,
     ranges,
+    root_index,
     score_distribution,
     subtree_scans,
     walk_order,
@@ -493,10 +494,10 @@ class SnapshotAnalyzer:
         layout = self.layout
         ino = layout.files.ino.astype(np.int64)
         n = len(layout.files)
-        root = np.searchsorted(ino, layout.root_ino)
+        root = root_index(layout)
         names: dict[int, str] = {}
-        if root < n and ino[root] == layout.root_ino:
-            names[int(root)] = "/"
+        if root >= 0:
+            names[root] = "/"
         want = set(np.flatnonzero(self.dirs & (dep >= 1) & (dep <= depth)).tolist())
         if not want:
             return names

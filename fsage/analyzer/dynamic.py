@@ -111,8 +111,8 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
     n = len(files)
     pos = np.full(n, -1, np.int64)
     ino = files.ino.astype(np.int64)
-    root = int(np.searchsorted(ino, layout.root_ino))
-    if n == 0 or root >= n or ino[root] != layout.root_ino:
+    root = root_index(layout)
+    if root < 0:
         return pos, np.zeros(n, np.int64)
     parent = np.full(n, -1, np.int64)
     link_of = np.full(n, -1, np.int64)
@@ -153,6 +153,28 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
         at = np.flatnonzero(dep == d)
         pos[at] = pos[parent[at]] + 1 + offset[at]
     return pos, size
+
+
+def root_index(layout: Layout) -> int:
+    """Index of the root directory in layout.files (-1: none): ``layout.root_ino`` where it
+    names a directory with entries, else the one directory with entries that no other
+    directory names (a layout whose root inode number was not kept, such as xfs's 128 or
+    btrfs's 256 read back as ext's 2)."""
+    files, links = layout.files, layout.links
+    n = len(files)
+    if n == 0:
+        return -1
+    ino = files.ino.astype(np.int64)
+    parents = np.unique(links.parent.astype(np.int64))
+    at = int(np.searchsorted(ino, layout.root_ino))
+    if at < n and ino[at] == layout.root_ino and (parents.size == 0 or layout.root_ino in parents):
+        return at
+    named = links.ino[links.ino != links.parent].astype(np.int64)
+    tops = parents[~np.isin(parents, named)]
+    if tops.size != 1:
+        return -1
+    at = int(np.searchsorted(ino, tops[0]))
+    return at if at < n and ino[at] == tops[0] else -1
 
 
 def depths_below(parent: I64, roots: I64) -> I64:

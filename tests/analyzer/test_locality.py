@@ -347,3 +347,41 @@ def test_gap_buckets_by_bytes_and_an_unknown_group_size() -> None:
     unknown = gap_distribution(gaps, 1024, None)
     assert unknown["le_group"] is None and unknown["le_group_share"] is None
     assert unknown["farther"] == 4 and unknown["group_bytes"] is None
+
+
+@pytest.mark.needs_root
+def test_xfs_read_live_keeps_its_locality_once_stored(tmp_path: Path) -> None:
+    """An xfs tree read through its mount (root inode 128), analysed as read and as loaded
+    back from the database: the same walk, neighbours and scans."""
+    if not _can_mount() or shutil.which("mkfs.xfs") is None:
+        pytest.skip("needs root, loop devices and mkfs.xfs")
+    snapshotter = pytest.importorskip("fsage.snapshotter")
+    from fsage.db.store import Store
+
+    img, mnt, db = tmp_path / "x.img", tmp_path / "mnt", tmp_path / "x.db"
+    with open(img, "wb") as f:
+        f.truncate(320 << 20)
+    subprocess.run(["mkfs.xfs", "-q", str(img)], check=True, capture_output=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True, capture_output=True)
+    try:
+        rnd = random.Random(4)
+        for d in range(3):
+            (mnt / f"d{d}").mkdir()
+            for i in range(20):
+                (mnt / f"d{d}" / f"f{i:02d}").write_bytes(rnd.randbytes(rnd.randint(1, 30_000)))
+        os.sync()  # xfs maps data still in delayed allocation as no blocks
+        live = snapshotter.read_source(mnt)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True, capture_output=True)
+    a = SnapshotAnalyzer(live).locality()
+    with Store.open(db, create=True) as store:
+        sid = store.add_snapshot(live, name="x").snapshot_id
+        stored = store.load_layout(sid)
+    b = SnapshotAnalyzer(stored).locality()
+    assert a["neighbour_distance"]["pairs"] == 3 * 19
+    assert a["neighbour_distance"] == b["neighbour_distance"]
+    assert a["neighbour_distance"]["le_group"] is None  # no AG size from a live read
+    assert a["directory_scan"] == b["directory_scan"]
+    assert a["directory_scan"]["scans"] == 3
+    assert b["dynamic_layout_score_path"] is not None
