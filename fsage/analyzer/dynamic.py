@@ -336,9 +336,23 @@ def subtree_scans(
     lo = np.searchsorted(wp, pos[roots])
     hi = np.searchsorted(wp, pos[roots] + size[roots])
     hi = np.where(pos[roots] >= 0, hi, lo)
-    idx = ranges(lo, hi)
-    seg = np.repeat(np.arange(roots.size, dtype=np.int64), hi - lo)
-    return modeled_reads(layout, scores, walk[idx], seg).segment_counts(roots.size)
+    disc = np.zeros(roots.size, np.int64)
+    blocks = np.zeros(roots.size, np.int64)
+    # nested subtrees read the same files again: modeled a quarter of a walk at a time (a
+    # larger subtree on its own), so that memory stays below that of one scan of the tree
+    ends = np.cumsum(hi - lo)
+    batch = max(walk.size // 4, 1)
+    start = 0
+    while start < roots.size:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, base + batch, side="right")), start + 1)
+        part = slice(start, stop)
+        idx = ranges(lo[part], hi[part])
+        seg = np.repeat(np.arange(stop - start, dtype=np.int64), (hi - lo)[part])
+        reads = modeled_reads(layout, scores, walk[idx], seg)
+        disc[part], blocks[part] = reads.segment_counts(stop - start)
+        start = stop
+    return disc, blocks
 
 
 def score_distribution(disc: I64, blocks: I64) -> dict[str, Any]:
