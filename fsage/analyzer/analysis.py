@@ -16,13 +16,29 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.diskmodel import PRESETS, DiskModel
-from fsage.analyzer.dynamic import depths_below, modeled_reads, preorder, ranges, walk_order
+from fsage.analyzer.dynamic import (
+    Requests,
+    depths_below,
+    directory_scans,
+    modeled_reads,
+    preorder_sizes,
+    ranges,
+    root_index,
+    score_distribution,
+    subtree_scans,
+    walk_order,
+)
 from fsage.analyzer.fit import fit_sizes
 from fsage.analyzer.freespace import free_space, group_map
 from fsage.analyzer.locality import (
+    GAP_BUCKETS,
     blocks_per_group,
+    gap_buckets,
+    gap_distribution,
     groups_per_flex,
+    last_block,
     locality,
+    neighbour_gaps,
     parent_index,
 )
 from fsage.analyzer.scores import (
@@ -124,8 +140,11 @@ class SnapshotAnalyzer:
         self.regular = layout.files.is_regular()
         self.dirs = layout.files.is_dir()
         self._paths_order: I64 | None = None
-        self._preorder: I64 | None = None
+        self._preorder: tuple[I64, I64] | None = None
         self._parent: I64 | None = None
+        self._path_reads: Requests | None = None
+        self._gaps: tuple[I64, I64] | None = None
+        self._dir_scans: tuple[I64, I64, I64, I64] | None = None
 
     # -- parts ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -230,7 +249,39 @@ class SnapshotAnalyzer:
         }
 
     def locality(self) -> dict[str, Any]:
-        return locality(self.layout, self.scores.first_block, self.regular, self.parent())
+        out = locality(self.layout, self.scores.first_block, self.regular, self.parent())
+        gap, _ = self.gaps()
+        out["neighbour_distance"] = gap_distribution(gap, self.bs, blocks_per_group(self.layout))
+        _, _, disc, blocks = self.directory_scans()
+        out["directory_scan"] = score_distribution(disc, blocks)
+        out["dynamic_layout_score_path"] = self.path_reads().score()["score"]
+        return out
+
+    def gaps(self) -> tuple[I64, I64]:
+        """Between consecutive regular files of a directory in path order: the gap in blocks
+        and the directory (``neighbour_gaps``)."""
+        if self._gaps is None:
+            runs = self.scores.runs
+            last = last_block(runs.off, runs.start, runs.length)
+            self._gaps = neighbour_gaps(
+                self.scores.first_block, last, self.preorder(), self.parent(), self.regular
+            )
+        return self._gaps
+
+    def directory_scans(self) -> tuple[I64, I64, I64, I64]:
+        """Every directory's own modeled scan (``directory_scans``)."""
+        if self._dir_scans is None:
+            self._dir_scans = directory_scans(
+                self.layout, self.scores, self.preorder(), self.parent(), self.regular
+            )
+        return self._dir_scans
+
+    def path_reads(self) -> Requests:
+        """The modeled requests of a cold path-order scan of every directory and file."""
+        if self._path_reads is None:
+            walk = walk_order(self.layout, self.regular | self.dirs, self.preorder())
+            self._path_reads = modeled_reads(self.layout, self.scores, walk)
+        return self._path_reads
 
     def parent(self) -> I64:
         """Every file's parent directory (``parent_index``)."""
@@ -240,8 +291,11 @@ class SnapshotAnalyzer:
 
     def preorder(self) -> I64:
         """Every file's place in a depth-first walk by name (-1: unreachable)."""
+        return self._preorder_sizes()[0]
+
+    def _preorder_sizes(self) -> tuple[I64, I64]:
         if self._preorder is None:
-            self._preorder = preorder(self.layout)
+            self._preorder = preorder_sizes(self.layout)
         return self._preorder
 
     def path_order(self) -> I64:
@@ -288,11 +342,11 @@ class SnapshotAnalyzer:
             "dynamic_layout_score_data_only": {},
         }
         objects = self.regular | self.dirs
-        walks = {"inode": np.flatnonzero(objects).astype(np.int64)}
+        walks = {"inode": modeled_reads(self.layout, s, np.flatnonzero(objects).astype(np.int64))}
         if paths:
-            walks["path"] = walk_order(self.layout, objects, self.preorder())
-        for name, walk in walks.items():
-            reads = modeled_reads(self.layout, s, walk).score()
+            walks["path"] = self.path_reads()
+        for name, req in walks.items():
+            reads = req.score()
             out["dynamic_layout_score"][name] = reads["score"]
             out["dynamic_reads"][name] = reads
         for name, order in orders.items():
@@ -361,7 +415,9 @@ class SnapshotAnalyzer:
         return out
 
     def by_dir(self, depth: int = 2) -> list[dict[str, Any]]:
-        """Aggregate score of every directory subtree down to ``depth`` below the root."""
+        """Aggregate score of every directory subtree down to ``depth`` below the root, with
+        its locality: the modeled scan of the subtree (``grep -r``) and of the directory's own
+        files, and the gaps between neighbouring files of the subtree's directories."""
         layout, s = self.layout, self.scores
         n = len(layout.files)
         parent = self.parent()
@@ -371,7 +427,14 @@ class SnapshotAnalyzer:
         contrib_d = np.where(reg, s.denominator, 0).astype(np.int64)
         contrib_b = np.where(reg, s.blocks, 0).astype(np.int64)
         contrib_f = reg.astype(np.int64)
-        acc = np.stack([contrib_f, contrib_b, contrib_c, contrib_d]).astype(np.float64)
+        gap, gap_dir = self.gaps()
+        group_blocks = blocks_per_group(layout)
+        gk = gap_buckets(gap, self.bs, group_blocks)
+        pairs = [
+            np.bincount(gap_dir[gk == k], minlength=n)[:n].astype(np.float64)
+            for k in range(len(GAP_BUCKETS))
+        ]
+        acc = np.stack([contrib_f, contrib_b, contrib_c, contrib_d, *pairs]).astype(np.float64)
         # push every file's numbers up to its parent, deepest level first (files grouped by
         # depth once; each level one bincount per number)
         maxdep = int(dep.max()) if n else 0
@@ -383,21 +446,43 @@ class SnapshotAnalyzer:
             if at.size == 0:
                 continue
             up, where = np.unique(parent[at], return_inverse=True)
-            for row in acc:
-                row[up] += np.bincount(where, weights=row[at], minlength=up.size)
+            for number in acc:
+                number[up] += np.bincount(where, weights=number[at], minlength=up.size)
         names = self._dir_names(parent, dep, depth)
+        listed = sorted(names.items(), key=lambda kv: kv[1])
+        roots = np.array([i for i, _ in listed], np.int64)
+        pos, size = self._preorder_sizes()
+        walk = walk_order(layout, self.regular | self.dirs, pos)
+        sub_disc, sub_blocks = subtree_scans(layout, s, roots, pos, size, walk)
+        dirs, _, own_disc, own_blocks = self.directory_scans()
+        at = np.searchsorted(dirs, roots)
+        has_own = np.zeros(roots.size, bool)
+        if dirs.size:
+            has_own = (at < dirs.size) & (dirs[np.minimum(at, dirs.size - 1)] == roots)
         out = []
-        for i, path in sorted(names.items(), key=lambda kv: kv[1]):
-            f, b, c, dd = (round(float(v)) for v in acc[:, i])
-            out.append(
-                {
-                    "path": path,
-                    "depth": int(dep[i]),
-                    "files": f,
-                    "blocks": b,
-                    "layout_score": _ratio(c, dd),
-                }
-            )
+        for k, (i, path) in enumerate(listed):
+            f, b, c, dd = (round(float(v)) for v in acc[:4, i])
+            counts = [round(float(v)) for v in acc[4:, i]]
+            npairs = sum(counts)
+            own = None
+            if has_own[k] and own_blocks[at[k]] > 0:
+                own = 1.0 - int(own_disc[at[k]]) / int(own_blocks[at[k]])
+            row: dict[str, Any] = {
+                "path": path,
+                "depth": int(dep[i]),
+                "files": f,
+                "blocks": b,
+                "layout_score": _ratio(c, dd),
+                "scan_score": (
+                    1.0 - int(sub_disc[k]) / int(sub_blocks[k]) if sub_blocks[k] else None
+                ),
+                "own_scan_score": own,
+                "pairs": npairs,
+            }
+            for name, cnt in zip(GAP_BUCKETS, counts, strict=True):
+                known = name != "le_group" or group_blocks is not None
+                row[f"{name}_share"] = cnt / npairs if npairs and known else None
+            out.append(row)
         return out
 
     @staticmethod
@@ -409,10 +494,10 @@ class SnapshotAnalyzer:
         layout = self.layout
         ino = layout.files.ino.astype(np.int64)
         n = len(layout.files)
-        root = np.searchsorted(ino, layout.root_ino)
+        root = root_index(layout)
         names: dict[int, str] = {}
-        if root < n and ino[root] == layout.root_ino:
-            names[int(root)] = "/"
+        if root >= 0:
+            names[root] = "/"
         want = set(np.flatnonzero(self.dirs & (dep >= 1) & (dep <= depth)).tolist())
         if not want:
             return names

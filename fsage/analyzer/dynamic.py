@@ -44,13 +44,26 @@ INODE_READAHEAD_BLOCKS = 32
 
 @dataclass
 class Requests:
-    """Block requests in issue order (file-system blocks)."""
+    """Block requests in issue order (file-system blocks); ``segment``: for reads modeled as
+    several independent scans, the scan each request belongs to (ascending)."""
 
     start: I64
     length: I64
+    segment: I64 | None = None
 
     def score(self) -> dict[str, Any]:
         return request_score(self.start, self.length)
+
+    def segment_counts(self, nseg: int) -> tuple[I64, I64]:
+        """Per segment: (requests that seek, blocks read). Every scan starts with a seek."""
+        seg = self.segment if self.segment is not None else np.zeros(self.start.size, np.int64)
+        keep = self.length > 0
+        seg, start, length = seg[keep], self.start[keep], self.length[keep]
+        seek = np.ones(seg.size, bool)
+        seek[1:] = (start[1:] != start[:-1] + length[:-1]) | (seg[1:] != seg[:-1])
+        disc = np.bincount(seg[seek], minlength=nseg).astype(np.int64)
+        blocks = np.rint(np.bincount(seg, weights=length, minlength=nseg)).astype(np.int64)
+        return disc, blocks
 
 
 def request_score(start: I64, length: I64) -> dict[str, Any]:
@@ -85,16 +98,22 @@ def walk_order(layout: Layout, sel: npt.NDArray[np.bool_], pos: I64 | None = Non
 
 
 def preorder(layout: Layout) -> I64:
-    """Each file's position in a depth-first walk from the root (-1: not reachable), without
-    building path strings: siblings are ranked by name, subtree sizes summed bottom-up, and
-    positions handed down level by level."""
+    """Each file's position in a depth-first walk from the root (-1: not reachable)."""
+    return preorder_sizes(layout)[0]
+
+
+def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
+    """Each file's position in a depth-first walk from the root (-1: not reachable) and the
+    number of files of its subtree (itself included; 0: not reachable), without building path
+    strings: siblings are ranked by name, subtree sizes summed bottom-up, and positions handed
+    down level by level. A subtree's files hold the positions ``pos .. pos + size - 1``."""
     files, links = layout.files, layout.links
     n = len(files)
     pos = np.full(n, -1, np.int64)
     ino = files.ino.astype(np.int64)
-    root = int(np.searchsorted(ino, layout.root_ino))
-    if n == 0 or root >= n or ino[root] != layout.root_ino:
-        return pos
+    root = root_index(layout)
+    if root < 0:
+        return pos, np.zeros(n, np.int64)
     parent = np.full(n, -1, np.int64)
     link_of = np.full(n, -1, np.int64)
     if len(links):
@@ -133,7 +152,29 @@ def preorder(layout: Layout) -> I64:
     for d in range(1, maxdep + 1):
         at = np.flatnonzero(dep == d)
         pos[at] = pos[parent[at]] + 1 + offset[at]
-    return pos
+    return pos, size
+
+
+def root_index(layout: Layout) -> int:
+    """Index of the root directory in layout.files (-1: none): ``layout.root_ino`` where it
+    names a directory with entries, else the one directory with entries that no other
+    directory names (a layout whose root inode number was not kept, such as xfs's 128 or
+    btrfs's 256 read back as ext's 2)."""
+    files, links = layout.files, layout.links
+    n = len(files)
+    if n == 0:
+        return -1
+    ino = files.ino.astype(np.int64)
+    parents = np.unique(links.parent.astype(np.int64))
+    at = int(np.searchsorted(ino, layout.root_ino))
+    if at < n and ino[at] == layout.root_ino and (parents.size == 0 or layout.root_ino in parents):
+        return at
+    named = links.ino[links.ino != links.parent].astype(np.int64)
+    tops = parents[~np.isin(parents, named)]
+    if tops.size != 1:
+        return -1
+    at = int(np.searchsorted(ino, tops[0]))
+    return at if at < n and ino[at] == tops[0] else -1
 
 
 def depths_below(parent: I64, roots: I64) -> I64:
@@ -163,9 +204,12 @@ def ranges(lo: I64, hi: I64) -> I64:
     return np.frombuffer(out, np.int64)
 
 
-def _inode_requests(layout: Layout, objs: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+def _inode_requests(
+    layout: Layout, objs: I64, segment: I64 | None = None
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """Per object: the inode-table request (start, length) and whether it is the first read
-    of its readahead window. Empty lengths where the geometry is unknown (non-ext)."""
+    of its readahead window (within its ``segment``: each scan starts cold). Empty lengths
+    where the geometry is unknown (non-ext)."""
     n = objs.size
     none = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool))
     ipg = inodes_per_group(layout)
@@ -193,20 +237,35 @@ def _inode_requests(layout: Layout, objs: I64) -> tuple[I64, I64, npt.NDArray[np
     wend = np.maximum(wend, block + 1)
     first = np.zeros(n, bool)
     if ok.any():
-        _, at = np.unique(np.where(ok, wstart, -1), return_index=True)
+        key = np.where(ok, wstart, -1)
+        if segment is None:
+            _, at = np.unique(key, return_index=True)
+        else:
+            # first object of each (segment, window): segments are ascending, so a stable
+            # sort by window keeps each window's objects in segment order
+            by = np.argsort(key, kind="stable")
+            ks, ss = key[by], segment[by]
+            head = np.ones(by.size, bool)
+            head[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
+            at = by[head]
         first[at] = True
     first &= ok
     return wstart, wend - wstart, first
 
 
-def modeled_reads(layout: Layout, scores: FileScores, order: I64) -> Requests:
+def modeled_reads(
+    layout: Layout, scores: FileScores, order: I64, segment: I64 | None = None
+) -> Requests:
     """The requests of reading the files at ``order`` (directories included) one after the
-    other, each with its inode block, metadata blocks and data."""
+    other, each with its inode block, metadata blocks and data. ``segment`` (ascending, one
+    per entry of ``order``) cuts the read into independent cold scans: a file may appear in
+    several, and an inode-table window read by one scan is read again by the next."""
     files = layout.files
     n = order.size
     if n == 0:
-        return Requests(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    istart, ilen, ifirst = _inode_requests(layout, order)
+        empty = np.zeros(0, np.int64)
+        return Requests(empty, empty, None if segment is None else empty)
+    istart, ilen, ifirst = _inode_requests(layout, order, segment)
     # metadata blocks of each object (extent-tree nodes, indirect blocks; not xattr blocks)
     mo = files.meta_off.astype(np.int64)
     m_rows = np.repeat(np.arange(n), mo[order + 1] - mo[order])
@@ -239,4 +298,86 @@ def modeled_reads(layout: Layout, scores: FileScores, order: I64) -> Requests:
     )
     start[r_pos] = runs.start[r_idx]
     length[r_pos] = runs.length[r_idx]
-    return Requests(start, length)
+    req_segment = None if segment is None else np.repeat(segment, per)
+    return Requests(start, length, req_segment)
+
+
+def directory_scans(
+    layout: Layout, scores: FileScores, pos: I64, parent: I64, regular: npt.NDArray[np.bool_]
+) -> tuple[I64, I64, I64, I64]:
+    """Each directory's own scan, modeled cold: the directory (inode, metadata, its blocks),
+    then its regular files by name — what ``cat DIR/*`` reads; subdirectories are left to
+    their own scans. Returns, for every directory holding a regular file: its index, its
+    regular files, the requests that seek and the blocks read."""
+    kids = np.flatnonzero(regular & (pos >= 0) & (parent >= 0))
+    dirs = np.unique(parent[kids])
+    if dirs.size == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    objs = np.concatenate([dirs, kids])
+    owner = np.concatenate([dirs, parent[kids]])
+    # a directory's walk position comes before every one of its entries'
+    by = np.lexsort((pos[objs], owner))
+    objs, seg = objs[by], np.searchsorted(dirs, owner[by])
+    disc, blocks = modeled_reads(layout, scores, objs, seg).segment_counts(dirs.size)
+    files = np.bincount(seg, minlength=dirs.size).astype(np.int64) - 1
+    return dirs, files, disc, blocks
+
+
+def subtree_scans(
+    layout: Layout, scores: FileScores, roots: I64, pos: I64, size: I64, walk: I64
+) -> tuple[I64, I64]:
+    """Conway's ``grep -r DIR`` for each directory of ``roots``, each modeled cold: (requests
+    that seek, blocks read). ``walk``: the objects a scan reads, in walk order;
+    ``pos``/``size``: :func:`preorder_sizes`."""
+    if roots.size == 0 or walk.size == 0:
+        return np.zeros(roots.size, np.int64), np.zeros(roots.size, np.int64)
+    wp = pos[walk]
+    lo = np.searchsorted(wp, pos[roots])
+    hi = np.searchsorted(wp, pos[roots] + size[roots])
+    hi = np.where(pos[roots] >= 0, hi, lo)
+    disc = np.zeros(roots.size, np.int64)
+    blocks = np.zeros(roots.size, np.int64)
+    # nested subtrees read the same files again: modeled a quarter of a walk at a time (a
+    # larger subtree on its own), so that memory stays below that of one scan of the tree
+    ends = np.cumsum(hi - lo)
+    batch = max(walk.size // 4, 1)
+    start = 0
+    while start < roots.size:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, base + batch, side="right")), start + 1)
+        part = slice(start, stop)
+        idx = ranges(lo[part], hi[part])
+        seg = np.repeat(np.arange(stop - start, dtype=np.int64), (hi - lo)[part])
+        reads = modeled_reads(layout, scores, walk[idx], seg)
+        disc[part], blocks[part] = reads.segment_counts(stop - start)
+        start = stop
+    return disc, blocks
+
+
+def score_distribution(disc: I64, blocks: I64) -> dict[str, Any]:
+    """The scores ``1 - disc / blocks`` of several scans: their block-weighted aggregate,
+    mean, quantiles and a histogram in tenths (the last bin holds 0.9 to 1)."""
+    ok = blocks > 0
+    sc = 1.0 - disc[ok] / blocks[ok]
+    n = int(sc.size)
+    if n == 0:
+        return {
+            "scans": 0,
+            "aggregate": None,
+            "mean": None,
+            "p10": None,
+            "median": None,
+            "p90": None,
+            "histogram": [0] * 10,
+        }
+    hist = np.bincount(np.minimum((sc * 10).astype(np.int64), 9), minlength=10)
+    return {
+        "scans": n,
+        "aggregate": 1.0 - int(disc[ok].sum()) / int(blocks[ok].sum()),
+        "mean": float(sc.mean()),
+        "p10": float(np.quantile(sc, 0.1)),
+        "median": float(np.median(sc)),
+        "p90": float(np.quantile(sc, 0.9)),
+        "histogram": [int(c) for c in hist],
+    }

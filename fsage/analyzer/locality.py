@@ -178,3 +178,70 @@ def meta_distances(layout: Layout) -> I64:
         d = np.where(m_phys < s, s - m_phys, np.where(m_phys > e, m_phys - e, 0))
         best = np.where(same, np.minimum(best, d), best)
     return best
+
+
+# -- between neighbouring files ------------------------------------------------------------
+
+MIB = 1 << 20
+GAP_BUCKETS = ("adjacent", "le_1mib", "le_group", "farther")
+"""Buckets of the distance between neighbouring files, in bytes so that block sizes compare:
+0 (the next file starts right after the previous one ends), up to 1 MiB, up to one block
+group / allocation group, farther."""
+
+
+def last_block(run_off: I64, run_start: I64, run_length: I64) -> I64:
+    """Physical address of each file's logically last block (-1: no blocks), from the CSR runs
+    of :class:`fsage.analyzer.scores.Runs` (ordered by file, then logical block)."""
+    out = np.full(run_off.size - 1, -1, np.int64)
+    has = run_off[1:] > run_off[:-1]
+    li = run_off[1:][has] - 1
+    out[has] = run_start[li] + run_length[li] - 1
+    return out
+
+
+def neighbour_gaps(
+    first: I64, last: I64, pos: I64, parent: I64, sel: npt.NDArray[np.bool_]
+) -> tuple[I64, I64]:
+    """For consecutive files of one directory in path order (the selected files with blocks,
+    by their walk position ``pos`` within each ``parent``): the gap in blocks from one file's
+    last block to the next one's first, ``first[next] - last[prev] - 1`` (0: adjacent;
+    negative: the next file lies before), and the directory of each pair."""
+    idx = np.flatnonzero(sel & (pos >= 0) & (parent >= 0) & (first >= 0))
+    if idx.size < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = idx[np.lexsort((pos[idx], parent[idx]))]
+    same = parent[order[1:]] == parent[order[:-1]]
+    prev, nxt = order[:-1][same], order[1:][same]
+    return first[nxt] - last[prev] - 1, parent[nxt]
+
+
+def gap_buckets(gap: I64, block_size: int, group_blocks: int | None) -> I64:
+    """Index into :data:`GAP_BUCKETS` of every gap (in blocks)."""
+    d = np.abs(gap) * block_size
+    group = group_blocks * block_size if group_blocks else None
+    out = np.full(gap.size, 3, np.int64)
+    if group is not None:
+        out[d <= group] = 2
+    out[d <= MIB] = 1
+    out[gap == 0] = 0
+    return out
+
+
+def gap_distribution(gap: I64, block_size: int, group_blocks: int | None) -> dict[str, Any]:
+    """Counts and shares of the gaps by :data:`GAP_BUCKETS`; ``le_group`` is None where the
+    group size is unknown (its gaps count as farther)."""
+    k = gap_buckets(gap, block_size, group_blocks)
+    counts = np.bincount(k, minlength=len(GAP_BUCKETS))
+    n = int(gap.size)
+    out: dict[str, Any] = {
+        "pairs": n,
+        "group_bytes": group_blocks * block_size if group_blocks else None,
+    }
+    for i, name in enumerate(GAP_BUCKETS):
+        known = name != "le_group" or group_blocks is not None
+        out[name] = int(counts[i]) if known else None
+        out[f"{name}_share"] = float(counts[i]) / n if n and known else None
+    d = np.abs(gap) * block_size
+    out["median_bytes"] = float(np.median(d)) if n else None
+    out["forward_share"] = float(np.mean(gap >= 0)) if n else None
+    return out

@@ -17,11 +17,12 @@ from fsage.analyzer.history import (
     trend_line,
     trends,
 )
+from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_bar
 from fsage.db.store import Store
 from fsage.errors import UsageError
 from fsage.heap import keep_freed_memory
-from fsage.text import shown
+from fsage.text import human_bytes, shown
 
 BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
 
@@ -80,10 +81,18 @@ def analyze(
     numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 
+    Locality between files: for consecutive files of one directory in path order, the
+    distance from one file's last block to the next one's first (adjacent, up to 1 MiB, up to
+    one block group / AG, farther; bytes, so that block sizes compare), and the modeled
+    dynamic layout score (Conway et al., FAST'17) of each directory's own scan (the directory,
+    then its files by name, cold) beside that of the whole path-order scan. With --by dir,
+    each subtree's scan score, its own files' and its shares of neighbour distances.
+
     \b
     Examples:
       fsage analyze
       fsage analyze --fs home --by dir --depth 1
+      fsage analyze --fs home --by dir --format csv
       fsage analyze --snapshot 12 --format json
       fsage analyze --fs home --history --format csv
     """
@@ -140,9 +149,21 @@ def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
         )
     if by == "dir":
         return (
-            ["directory", "files", "data blocks", "layout score"],
             [
-                [_printable(r["path"]), r["files"], r["blocks"], r["layout_score"]]
+                *("directory", "files", "data blocks", "layout score", "scan score"),
+                *("own scan score", "file pairs", "adjacent", "<= 1 MiB", "<= group", "farther"),
+            ],
+            [
+                [
+                    _printable(r["path"]),
+                    r["files"],
+                    r["blocks"],
+                    r["layout_score"],
+                    r["scan_score"],
+                    r["own_scan_score"],
+                    r["pairs"],
+                    *(_share(r[f"{k}_share"]) for k in GAP_BUCKETS),
+                ]
                 for r in a["by_dir"]
             ],
         )
@@ -208,6 +229,8 @@ def _text(a: dict[str, Any], by: str) -> None:
         + (f"; inode->data median {i2d['median']:.0f} blocks" if i2d else "")
         + (f"; metadata->data median {m2d['median']:.0f} blocks" if m2d else "")
     )
+    for line in locality_lines(loc):
+        click.echo("  " + line)
     dm = a["disk_model"]
     dyn = dm["dynamic_reads"]
     click.echo(
@@ -241,6 +264,35 @@ def _text(a: dict[str, Any], by: str) -> None:
             ],
         )
     click.echo("")
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def locality_lines(loc: dict[str, Any]) -> list[str]:
+    """Between files: the gaps of neighbouring files and the directories' own scans."""
+    out = []
+    nd = loc.get("neighbour_distance")
+    if nd and nd["pairs"]:
+        group = (
+            f"<= one group ({human_bytes(nd['group_bytes'])})"
+            if nd["group_bytes"]
+            else "<= one group (size unknown)"
+        )
+        out.append(
+            f"next file of the directory (path order, {nd['pairs']} pairs): "
+            f"{_share(nd['adjacent_share'])} adjacent, {_share(nd['le_1mib_share'])} <= 1 MiB, "
+            f"{_share(nd['le_group_share'])} {group}, {_share(nd['farther_share'])} farther"
+        )
+    ds = loc.get("directory_scan")
+    if ds and ds["scans"]:
+        out.append(
+            f"directories' own scans (modeled dynamic layout score, {ds['scans']} directories): "
+            f"aggregate {_score(ds['aggregate'])}, p10 {_score(ds['p10'])}, median "
+            f"{_score(ds['median'])}, p90 {_score(ds['p90'])}"
+        )
+    return out
 
 
 def _ops(v: int | None) -> str:
@@ -381,7 +433,13 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                     ]
                 )
     elif by == "dir":
-        w.writerow(["id", "fs", "path", "depth", "files", "blocks", "layout_score"])
+        w.writerow(
+            [
+                *("id", "fs", "path", "depth", "files", "blocks", "layout_score"),
+                *("scan_score", "own_scan_score", "pairs"),
+                *(f"{k}_share" for k in GAP_BUCKETS),
+            ]
+        )
         for a in results:
             for r in a["by_dir"]:
                 w.writerow(
@@ -393,6 +451,10 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
                         r["files"],
                         r["blocks"],
                         r["layout_score"],
+                        r["scan_score"],
+                        r["own_scan_score"],
+                        r["pairs"],
+                        *(r[f"{k}_share"] for k in GAP_BUCKETS),
                     ]
                 )
     else:

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
+from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.db import codec
 from fsage.db.store import SnapshotRow, Store
 from fsage.errors import FsageError
@@ -167,6 +168,16 @@ def schemas() -> dict[str, Any]:
                 ("chunk_bytes", i64),
                 ("dynamic_layout_score_inode", f64),
                 ("dynamic_layout_score_path", f64),
+                # locality between files (SnapshotAnalyzer.locality)
+                ("same_group_share", f64),
+                ("inode_to_data_median_blocks", f64),
+                ("dir_scan_score_aggregate", f64),
+                ("dir_scan_score_median", f64),
+                ("neighbour_pairs", i64),
+                ("neighbour_adjacent_share", f64),
+                ("neighbour_le_1mib_share", f64),
+                ("neighbour_le_group_share", f64),
+                ("neighbour_farther_share", f64),
             ]
         ),
         "size_buckets": pa.schema(
@@ -649,10 +660,23 @@ def _snapshot_row(host: str, row: SnapshotRow, layout: Layout) -> dict[str, Any]
     }
 
 
+def _locality_columns(loc: dict[str, Any]) -> dict[str, Any]:
+    i2d, nd, ds = loc["inode_to_data_blocks"], loc["neighbour_distance"], loc["directory_scan"]
+    return {
+        "same_group_share": loc["same_group_share"],
+        "inode_to_data_median_blocks": i2d["median"] if i2d else None,
+        "dir_scan_score_aggregate": ds["aggregate"],
+        "dir_scan_score_median": ds["median"],
+        "neighbour_pairs": nd["pairs"],
+        **{f"neighbour_{k}_share": nd[f"{k}_share"] for k in GAP_BUCKETS},
+    }
+
+
 def _metrics(
     host: str, row: SnapshotRow, layout: Layout
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The per-snapshot figures of `fsage analyze` (summary, by size, free space, dynamic)."""
+    """The per-snapshot figures of `fsage analyze` (summary, by size, free space, dynamic,
+    locality)."""
     an = SnapshotAnalyzer(layout, snapshot_id=row.id, taken_at=row.taken_at)
     summ = an.summary()
     free = an.free()
@@ -686,6 +710,7 @@ def _metrics(
         "chunk_bytes": free["chunk_bytes"],
         "dynamic_layout_score_inode": dyn.get("inode"),
         "dynamic_layout_score_path": dyn.get("path"),
+        **_locality_columns(an.locality()),
     }
     buckets = []
     for b in an.by_size():

@@ -55,3 +55,6 @@ def report_data_from_store(
 
         extra["compare"] = compare_snapshots(store, *compare)
     return ReportData(analyses=analyses, trends=trends(analyses), title=title, extra=extra)
+
+
+from fsage.reports import sections_locality as _sections_locality  # noqa: E402, F401

@@ -52,7 +52,7 @@ def test_report_is_self_contained_and_escaped(db: Path, tmp_path: Path) -> None:
     # the hostile names never appear raw
     assert HOSTILE not in text
     assert html_escaped(HOSTILE) in text  # in the summary table and the directory table
-    assert text.count("class='plot'") == 7
+    assert text.count("class='plot'") == 9
 
 
 def html_escaped(s: str) -> str:
@@ -121,11 +121,11 @@ def test_every_plot_draws_in_chromium(db: Path, tmp_path: Path) -> None:
     attrs = body.group(1)
     assert 'data-done="1"' in attrs
     assert "data-errors" not in attrs
-    assert 'data-plots="7"' in attrs and 'data-plots-drawn="7"' in attrs
+    assert 'data-plots="9"' in attrs and 'data-plots-drawn="9"' in attrs
     # no title, axis label, tick label, legend or button drawn over another
-    assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * 7
+    assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * 9
     # every figure fits its box, so none is drawn over the table or heading after it
-    assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * 7
+    assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * 9
     assert re.search(r'<div id="fsage-errors"></div>', dom)
     # the hostile name stayed text: no <img> element was created from it
     assert "<img" not in dom
@@ -180,6 +180,6 @@ def test_overlapping_text_is_caught(db: Path, tmp_path: Path) -> None:
         _BUILDERS[:] = [b for b in _BUILDERS if b[1] != "test-overlap"]
     dom = _chromium_dom(out, tmp_path / "profile")
     found = re.findall(r'data-overlaps="([^"]*)"', dom)
-    assert len(found) == 10  # 7 standard figures, 2 of the comparison, the bad one
-    assert found[:-1] == [""] * 9, found
+    assert len(found) == 12  # 9 standard figures, 2 of the comparison, the bad one
+    assert found[:-1] == [""] * 11, found
     assert "title:" in found[-1] and "legend:" in found[-1]
