@@ -47,8 +47,8 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
 @click.option(
     "--suite",
     required=True,
-    type=click.Choice(["seq", "seq-fsync", "create-read", "postmark", "tpcb", "hfs-aging"]),
-    help="Benchmark suite.",
+    type=click.Choice(["seq", "seq-fsync", "create-read", "postmark", "tpcb", "hfs-aging", "scan"]),
+    help="Benchmark suite (scan: a cold read of the tree in path order, against a clean copy).",
 )
 @click.option(
     "--db",
@@ -88,7 +88,17 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     show_default=True,
     help="Also run the suite (as often) on an empty file system of the image's mkfs "
     "parameters and size, made and removed in this invocation; results are also given "
-    "relative to it.",
+    "relative to it. scan: the clean copy of the tree the aged/clean ratio needs.",
+)
+@click.option(
+    "--path",
+    "scan_path",
+    help="scan: read only this directory of the file system (default: all of it).",
+)
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="scan: trace each scan's block requests (root) and keep their dynamic layout score.",
 )
 @format_option("text", "json")
 def run_cmd(
@@ -104,6 +114,8 @@ def run_cmd(
     keep: bool,
     repeat: int,
     baseline: bool,
+    scan_path: str | None,
+    trace: bool,
     fmt: str,
 ) -> None:
     """Run SUITE on TARGET (an image, loop-mounted when root, or a mounted directory).
@@ -136,10 +148,15 @@ def run_cmd(
         name=name,
         repeat=repeat,
         baseline=baseline,
+        path=scan_path,
+        trace=trace,
     )
     run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(run.to_json())
+        return
+    if suite == "scan":
+        _print_scan(run)
         return
     click.echo(f"{suite} on {run.via}: {run.seconds:.1f} s" + ("" if run.cold else " (warm)"))
     for n in run.notes:
@@ -165,6 +182,51 @@ def run_cmd(
          "old layout"],
         rows,
     )  # fmt: skip
+    if run.run_id is not None:
+        click.echo(f"stored as bench run {run.run_id}")
+
+
+def _print_scan(run: Any) -> None:
+    scan = run.params["scan"]
+    click.echo(
+        f"scan of {scan['path']} on {run.via}: {run.seconds:.1f} s"
+        + ("" if run.cold else " (warm)")
+    )
+    for n in run.notes:
+        click.echo(f"  note: {n}")
+    rows = []
+    for name in ("aged", "clean"):
+        side = scan.get(name)
+        if not side:
+            continue
+        tr = side.get("trace") or {}
+        rows.append(
+            [
+                name,
+                side["files"],
+                side["bytes"] / 2**20,
+                side["seconds"],
+                side["spread"],
+                side["mb_per_s"],
+                tr.get("score"),
+                tr.get("requests"),
+                tr.get("blocks"),
+            ]
+        )
+    echo_table(
+        ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score", "requests",
+         "blocks"],
+        rows,
+    )  # fmt: skip
+    verdict = scan.get("aged_clean")
+    if verdict is not None:
+        ratio = verdict["ratio"]
+        click.echo(
+            "aged/clean: "
+            + ("inconclusive" if ratio is None else f"{ratio:.3f}")
+            + f" ({verdict['reason']}; medians {verdict['aged_median_seconds']:.3f} s and "
+            f"{verdict['clean_median_seconds']:.3f} s, spread {verdict['spread']:.1%})"
+        )
     if run.run_id is not None:
         click.echo(f"stored as bench run {run.run_id}")
 
