@@ -129,13 +129,30 @@ def run_cmd(
     parameters and size, made for the run and removed after (the baseline results are stored
     with the run's, and each result is also given relative to it).
 
+    The scan suite reads every file of the tree (or --path) in path order, cold: an image on a
+    read-only loop device with direct I/O, remounted and with caches dropped before every
+    scan; a mounted directory with each file advised out of the page cache. On an ext image
+    it also copies the tree onto a fresh file system of the same mkfs parameters and scans
+    the two alternately: the aged/clean ratio of their median times, or "inconclusive"
+    where the repeats spread as wide as the difference.
+
     \b
     Examples:
       fsage bench ext4.img --suite seq --size 8M --db fsage.db
       fsage bench /mnt/test --suite tpcb --transactions 20000
       fsage bench ext4.img --suite hfs-aging --variant 20k --format json
+      fsage bench aged.img --suite scan --repeat 5 --trace --db fsage.db
+      fsage bench aged.img --suite scan --path home/alice --format json
     """
     from fsage.replay.bench import BenchOptions, parse_size, run_bench
+
+    if suite != "scan" and (scan_path is not None or trace):
+        raise UsageError("--path and --trace belong to the scan suite")
+    if suite == "scan" and (size or variant or transactions or file_sizes or keep):
+        raise UsageError(
+            "the scan suite reads the tree there is: it takes no --size, --variant, "
+            "--transactions, --file-size or --keep"
+        )
 
     opts = BenchOptions(
         suite=suite,
@@ -249,6 +266,11 @@ def _parse_scale(suite: str, size: str | None, parse_size: Any) -> int | None:
     return int(parse_size(size))
 
 
+def _of(params: dict[str, Any]) -> str:
+    """What a result measured: its file size, variant or (scan) tree."""
+    return str(params.get("file_size") or params.get("variant") or params.get("tree") or "")
+
+
 def _open_store(db: Path) -> Any:
     from fsage.db.store import Store
 
@@ -326,7 +348,7 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
              "layout_score_bench_files", "layout_score_old_files"],
             [
                 [r.run_id, r.suite, r.fs_name, r.started_at, r.cold, r.metric,
-                 str(r.params.get("file_size") or r.params.get("variant") or ""), r.value,
+                 _of(r.params), r.value,
                  r.unit, r.layout_score_bench_files, r.layout_score_old_files]
                 for r in res
             ],
@@ -361,7 +383,7 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
                 r.fs_name,
                 r.started_at[:10],
                 r.metric,
-                str(r.params.get("file_size") or r.params.get("variant") or ""),
+                _of(r.params),
                 r.value,
                 r.unit,
                 r.layout_score_bench_files,

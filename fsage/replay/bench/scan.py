@@ -177,7 +177,8 @@ def _traced_scan(tree: Tree, label: str, notes: list[str], say: Say) -> ScanRead
         try:
             return _scan(tree, True)
         except TraceError as exc:
-            say(f"fsage: {label}: the trace failed ({exc})" + (", again" if attempt == 1 else ""))
+            again = "; scanning once more" if attempt == 1 else ""
+            say(f"fsage: {label}: the trace failed ({exc}){again}")
             last = str(exc)
     notes.append(f"{label} is not traced: {last}")
     return _scan(tree, False)
