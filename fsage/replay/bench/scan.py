@@ -75,6 +75,13 @@ class ScanImage:
         self.image = image
         self.fstype, self.options = _MOUNT[kind]
         clear_stale_mounts(image, say)
+        # what was written to the image through a page-cached loop device may still be dirty
+        # in the host's cache: on disk first, so that direct reads of it see it
+        fd = os.open(image, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self.dev = _tool(
             ["losetup", "--find", "--show", "--read-only", "--direct-io=on", str(image)],
             f"attaching {image}",
