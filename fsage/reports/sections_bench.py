@@ -223,9 +223,11 @@ def bench_section(data: ReportData) -> Section | None:
                 },
             }
         )
+    if not rows:
+        tables.pop(0)  # only scan runs: their own table says it all
     scan_table, scan_figure = _scan_parts(bench["runs"])
     if scan_table is not None:
-        tables.insert(1, scan_table)
+        tables.insert(0 if not rows else 1, scan_table)
     if scan_figure is not None:
         figures.insert(0, scan_figure)
     return Section("Benchmarks", figures=figures, tables=tables, notes=notes)
