@@ -372,20 +372,24 @@ def _record_tracer(dev: BlockDevice, call: Callable[[], tuple[int, float]]) -> R
     current = (t / "current_tracer").read_text().strip()
     if current not in ("nop", "blk"):
         raise TraceError(f"the kernel tracer is in use ({current}); not taking it over")
+    if current == "blk" and (t / "tracing_on").read_text().strip() == "1":
+        # one blk tracer per machine: another trace is running (or a killed one left it on:
+        # `echo nop > current_tracer` in tracefs frees it)
+        raise TraceError("the kernel's blk tracer is in use by another trace; not taking it over")
     enable = Path("/sys/class/block") / dev.queue_name / "trace" / "enable"
     if not enable.exists():
         raise TraceError(f"{dev.name} cannot be traced ({enable} missing)")
     old_kb = (t / "buffer_size_kb").read_text().split()[0]
     try:
-        (t / "tracing_on").write_text("0\n")
-        (t / "current_tracer").write_text("blk\n")
-        (t / "buffer_size_kb").write_text(f"{TRACE_BUFFER_KB}\n")
-        (t / "trace").write_text("\n")
-        enable.write_text("1\n")
-        (t / "tracing_on").write_text("1\n")
+        _tracefs_write(t, "tracing_on", "0")
+        _tracefs_write(t, "current_tracer", "blk")
+        _tracefs_write(t, "buffer_size_kb", str(TRACE_BUFFER_KB))
+        _tracefs_write(t, "trace", "")
+        _tracefs_write(enable.parent, "enable", "1")
+        _tracefs_write(t, "tracing_on", "1")
         code, secs = call()
         os.sync()
-        (t / "tracing_on").write_text("0\n")
+        _tracefs_write(t, "tracing_on", "0")
         text = (t / "trace").read_text(errors="replace")
         lost = _overruns(t)
     finally:
@@ -398,6 +402,18 @@ def _record_tracer(dev: BlockDevice, call: Callable[[], tuple[int, float]]) -> R
     if lost:
         raise TraceError(f"the trace buffer overflowed ({lost} events lost); trace a shorter read")
     return Recording(text, "blk tracer", secs, code)
+
+
+def _tracefs_write(directory: Path, name: str, value: str) -> None:
+    """One setting of the tracer; EBUSY and the like as a TraceError (the tracer is one per
+    machine, and another trace may hold it)."""
+    try:
+        (directory / name).write_text(f"{value}\n")
+    except OSError as exc:
+        raise TraceError(
+            f"the kernel's blk tracer refused {name} = {value!r}: {exc.strerror} "
+            "(another trace running?)"
+        ) from None
 
 
 def _overruns(t: Path) -> int:

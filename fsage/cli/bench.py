@@ -226,13 +226,14 @@ def _print_scan(run: Any) -> None:
                 side["spread"],
                 side["mb_per_s"],
                 tr.get("score"),
+                tr.get("modeled_score"),
                 tr.get("requests"),
                 tr.get("blocks"),
             ]
         )
     echo_table(
-        ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score", "requests",
-         "blocks"],
+        ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score", "modeled score",
+         "requests", "blocks"],
         rows,
     )  # fmt: skip
     verdict = scan.get("aged_clean")
@@ -242,7 +243,8 @@ def _print_scan(run: Any) -> None:
             "aged/clean: "
             + ("inconclusive" if ratio is None else f"{ratio:.3f}")
             + f" ({verdict['reason']}; medians {verdict['aged_median_seconds']:.3f} s and "
-            f"{verdict['clean_median_seconds']:.3f} s, spread {verdict['spread']:.1%})"
+            f"{verdict['clean_median_seconds']:.3f} s, spread {verdict['spread']:.1%}; aged "
+            f"slower in {verdict['aged_slower_rounds']} of {verdict['rounds']} rounds)"
         )
     if run.run_id is not None:
         click.echo(f"stored as bench run {run.run_id}")

@@ -49,6 +49,9 @@ def test_a_spread_wider_than_the_difference_is_inconclusive() -> None:
     assert v.text().startswith("inconclusive")
     assert v.spread == pytest.approx(2 / 11)
     assert v.difference == pytest.approx(11 / 10.5 - 1)
+    # round by round: 10.0 < 10.4, 12.0 > 10.5, 11.0 > 10.6
+    assert (v.slower_rounds, v.rounds) == (2, 3)
+    assert "aged slower in 2 of 3 rounds" in v.text()
 
 
 def test_a_spread_equal_to_the_difference_is_inconclusive() -> None:

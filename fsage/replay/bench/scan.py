@@ -22,6 +22,7 @@ dynamic layout score is kept with the time, the layout that explains it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -48,6 +49,8 @@ from fsage.replay.bench.suites import BenchOptions, Result
 from fsage.replay.bench.target import BENCH_PREFIX, can_drop_caches, drop_caches, is_root
 
 Say = Callable[[str], None]
+#: Traced scans tried before a scan runs untraced.
+TRACE_ATTEMPTS = 3
 
 #: Mount type and read-only options per image kind: no journal replay on a read-only device.
 _MOUNT = {"ext": ("ext4", "ro,noload"), "xfs": ("xfs", "ro,norecovery"), "btrfs": ("btrfs", "ro")}
@@ -176,17 +179,20 @@ def _scan(tree: Tree, trace: bool) -> ScanRead:
 
 
 def _traced_scan(tree: Tree, label: str, notes: list[str], say: Say) -> ScanRead:
-    """A traced scan; once more when the tracer lost it (the kernel's tracer is one per
-    machine, and another user can take it meanwhile), then the scan untraced, said."""
+    """A traced scan; again (up to :data:`TRACE_ATTEMPTS` in all) when the tracer lost it or
+    was busy (the kernel's tracer is one per machine, and another trace can hold it), then
+    the scan untraced, said."""
     from fsage.trace import TraceError
 
-    for attempt in (1, 2):
+    last = ""
+    for attempt in range(1, TRACE_ATTEMPTS + 1):
         try:
             return _scan(tree, True)
         except TraceError as exc:
-            again = "; scanning once more" if attempt == 1 else ""
-            say(f"fsage: {label}: the trace failed ({exc}){again}")
             last = str(exc)
+            again = "; scanning once more" if attempt < TRACE_ATTEMPTS else ""
+            say(f"fsage: {label}: the trace failed ({exc}){again}")
+            time.sleep(attempt)
     notes.append(f"{label} is not traced: {last}")
     return _scan(tree, False)
 
@@ -260,7 +266,40 @@ def run_scan(
 
         with Store.open(db, create=True) as store:
             store_run(store, run, uuid=None if before is None else before.facts.uuid)
+            if opts.trace:
+                _save_traces(store, run)
     return run
+
+
+def _save_traces(store: Any, run: BenchRun) -> None:
+    """The last traced scan of each tree into the traces table (``fsage trace list``): the
+    aged tree's with the file system's latest snapshot, beside its modeled score."""
+    from fsage.trace import save_trace
+
+    scan = run.params["scan"]
+    for name in ("aged", "clean"):
+        side = scan.get(name) or {}
+        tr = side.get("trace")
+        if not tr:
+            continue
+        row = save_trace(
+            store,
+            tr,
+            snapshot_id=run.snapshot_id if name == "aged" else None,
+            source=f"bench scan ({tr.get('tool', 'trace')})",
+            device=None,
+            command=f"fsage bench --suite scan: run {run.run_id}, {name} tree {scan['path']}",
+            params={"bench_run": run.run_id, "tree": name, "seconds": side["seconds"]},
+        )
+        tr["trace_id"] = row.id
+        if row.modeled_score is not None:
+            tr["modeled_score"] = row.modeled_score
+    # the run's stored parameters name the traces, as its printed ones do
+    with store.transaction() as tx:
+        tx.execute(
+            "UPDATE bench_runs SET params = ? WHERE id = ?",
+            (json.dumps(run.params, default=str), run.run_id),
+        )
 
 
 def _via(target: Path, with_clean: bool) -> str:

@@ -184,6 +184,10 @@ class AgedCleanVerdict:
     #: "slower" or "faster" (the aged tree against its clean copy), or "inconclusive".
     verdict: str
     reason: str
+    #: Rounds (one scan of each, alternating) in which the aged tree read slower: beside the
+    #: medians, what the pairing says when the machine's load drifts.
+    slower_rounds: int = 0
+    rounds: int = 0
 
     @property
     def ratio(self) -> float | None:
@@ -193,11 +197,12 @@ class AgedCleanVerdict:
         return self.aged_median / self.clean_median
 
     def text(self) -> str:
+        rounds = f"; aged slower in {self.slower_rounds} of {self.rounds} rounds"
         if self.ratio is None:
-            return f"inconclusive ({self.reason})"
+            return f"inconclusive ({self.reason}{rounds})"
         return (
             f"{self.ratio:.3f} (the aged tree reads {self.difference:.1%} {self.verdict} than its "
-            f"clean copy; repeats spread {self.spread:.1%})"
+            f"clean copy; repeats spread {self.spread:.1%}{rounds})"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,31 +214,31 @@ class AgedCleanVerdict:
             "clean_median_seconds": self.clean_median,
             "spread": self.spread,
             "difference": self.difference,
+            "aged_slower_rounds": self.slower_rounds,
+            "rounds": self.rounds,
         }
 
 
 def aged_clean_verdict(aged: Sequence[float], clean: Sequence[float]) -> AgedCleanVerdict:
     """Conway's aged/clean ratio of scan times (medians), called inconclusive where the
     repeats spread at least as wide as the difference, or where one run each gives no
-    spread to judge by."""
+    spread to judge by. ``aged[i]`` and ``clean[i]`` are the scans of round ``i``."""
     if not aged or not clean:
         raise ValueError("no scan times to compare")
     a, c = float(np.median(aged)), float(np.median(clean))
     spread = max(relative_spread(aged), relative_spread(clean))
     diff = abs(a / c - 1.0) if c > 0 else 0.0
+    rounds = min(len(aged), len(clean))
+    slower = sum(1 for x, y in zip(aged, clean, strict=False) if x > y)
+
+    def verdict(word: str, reason: str) -> AgedCleanVerdict:
+        return AgedCleanVerdict(a, c, spread, diff, word, reason, slower, rounds)
+
     if len(aged) < 2 or len(clean) < 2:
-        return AgedCleanVerdict(
-            a, c, spread, diff, "inconclusive", "one run each: no spread to judge by; --repeat 3"
-        )
+        return verdict("inconclusive", "one run each: no spread to judge by; --repeat 3")
     if c <= 0 or spread >= diff:
-        return AgedCleanVerdict(
-            a,
-            c,
-            spread,
-            diff,
+        return verdict(
             "inconclusive",
             f"the repeats spread {spread:.1%}, as wide as or wider than the {diff:.1%} difference",
         )
-    return AgedCleanVerdict(
-        a, c, spread, diff, "slower" if a > c else "faster", "the difference exceeds the spread"
-    )
+    return verdict("slower" if a > c else "faster", "the difference exceeds the spread")
