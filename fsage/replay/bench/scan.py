@@ -207,6 +207,8 @@ def run_scan(
     if not target.exists():
         raise UsageError(f"{target}: no such file or directory")
     sub = _subpath(opts.path)
+    if opts.trace and not is_root():
+        raise UsageError("--trace needs root (block tracing)")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     notes: list[str] = []
@@ -217,6 +219,13 @@ def run_scan(
             aged, before, clean = _image_sides(target, sub, opts, notes, say, stack)
         else:
             raise UsageError(f"{target}: not a directory or an image file")
+        if opts.trace:
+            from fsage.trace import resolve_device
+
+            # a tree on no block device (tmpfs) cannot be traced: said once, before any scan
+            for tree in (aged, clean):
+                if tree is not None:
+                    resolve_device(tree.device)
         for n in notes:
             say(f"fsage: {n}")
         reads = _alternate(aged, clean, max(opts.repeat, 1), opts.trace, notes, say)
