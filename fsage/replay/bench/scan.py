@@ -379,11 +379,15 @@ def _image_sides(
     image = Path(os.path.realpath(target))
     from fsage.snapshotter import read_source
 
-    before = read_source(image)
-    bs = before.facts.block_size
+    before: Layout | None = None
+    try:
+        before = read_source(image)
+    except FsageError as exc:
+        notes.append(f"no layout score and no clean copy: the image cannot be read ({exc})")
     aged_img = ScanImage(image, kind, say)
     stack.callback(aged_img.close)
     aged_img.mount()
+    bs = before.facts.block_size if before is not None else os.statvfs(aged_img.mnt).f_frsize
     root = aged_img.mnt / sub
     if not root.is_dir():
         raise UsageError(f"--path {opts.path}: no such directory in {target}")
@@ -393,7 +397,7 @@ def _image_sides(
             "refuses direct I/O); the caches are dropped before every scan instead"
         )
     aged = Tree("aged", root, Path(aged_img.dev), aged_img.cold, bs)
-    if not opts.baseline:
+    if not opts.baseline or before is None:
         return aged, before, None
     if kind != "ext" or not before.facts.mkfs.get("blocks_count"):
         notes.append(f"no clean copy: the mkfs parameters of a {kind} image are not recovered")
