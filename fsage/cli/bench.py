@@ -26,12 +26,16 @@ class BenchGroup(click.Group):
 def bench_group() -> None:
     """Run a benchmark suite on TARGET and store it with layout scores (seed 000, 002, 004).
 
+    The scan suite asks whether a file system is aged: a cold read of its tree against a clean
+    copy made in the same run (Conway et al., FAST'17).
+
     `fsage bench TARGET --suite NAME` is short for `fsage bench run TARGET --suite NAME`.
 
     \b
     Examples:
       fsage bench ext4.img --suite seq --db fsage.db
       fsage bench /mnt/test --suite postmark --variant 50k --format json
+      fsage bench aged.img --suite scan --trace --db fsage.db
       fsage bench predict --db fsage.db --suite create-read
     """
 
