@@ -300,3 +300,21 @@ def test_scan_of_a_scattered_image_against_its_clean_copy(tmp_path: Path) -> Non
     loops = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout
     assert loops.strip() == ""
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+
+
+@pytest.mark.needs_root
+@pytest.mark.slow
+def test_scan_of_a_path_reads_and_copies_only_that_tree(tmp_path: Path) -> None:
+    require_tools("mkfs.ext4", "losetup")
+    image = tmp_path / "scan-path.img"
+    sizes = _scattered_image(image, tmp_path / "mnt")
+    run = run_scan(image, BenchOptions("scan", repeat=1, baseline=True, path="/mail"))
+    scan = run.params["scan"]
+    mail = [s for name, s in sizes.items() if name.startswith("mail/")]
+    assert scan["path"] == "mail"
+    for side in ("aged", "clean"):
+        assert scan[side]["bytes"] == sum(mail)
+        assert scan[side]["files"] == len(mail) == 60
+    # one run each: no spread to judge a ratio by
+    assert scan["aged_clean"]["ratio"] is None
+    assert "one run" in scan["aged_clean"]["reason"]
