@@ -227,6 +227,11 @@ def predict(
 ) -> Prediction:
     """Seed 002's table over the stored runs of ``suite`` (default: the suite with the most
     runs that measured read and write)."""
+    if suite == "scan":
+        raise UsageError(
+            "scan runs are judged by their aged/clean ratio, not predicted from layout scores: "
+            "fsage bench results --suite scan"
+        )
     allres = stored_results(store, suite)
     if suite is None:
         suite = _pick_suite(allres) or "seq"
