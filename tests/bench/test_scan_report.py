@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from fsage.db.store import Store
 from fsage.replay.bench.run import BenchRun, store_run
 from fsage.replay.bench.suites import Result
@@ -127,3 +129,13 @@ def test_a_missing_baseline_draws_nothing_and_says_so() -> None:
     table = next(t for t in section.tables if "actual read" in t.headers)
     col = table.headers.index("actual read")
     assert {row[col] for row in table.rows} == {"no baseline"}
+
+
+def test_scan_runs_are_not_predicted(tmp_path: Path) -> None:
+    from fsage.errors import UsageError
+    from fsage.replay.bench.predict import predict
+
+    with Store.open(tmp_path / "r.db", create=True) as store:
+        store_run(store, _scan_run([10.0, 10.1, 10.2], [8.0, 8.1, 8.2], 10.1 / 8.1))
+        with pytest.raises(UsageError, match="aged/clean ratio"):
+            predict(store, "scan")
