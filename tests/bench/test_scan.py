@@ -318,3 +318,25 @@ def test_scan_of_a_path_reads_and_copies_only_that_tree(tmp_path: Path) -> None:
     # one run each: no spread to judge a ratio by
     assert scan["aged_clean"]["ratio"] is None
     assert "one run" in scan["aged_clean"]["reason"]
+
+
+@pytest.mark.needs_root
+def test_an_image_whose_journal_needs_recovery_is_refused(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    require_tools("mkfs.ext4", "debugfs")
+    image = tmp_path / "dirty.img"
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image), "32M"], check=True, capture_output=True)
+    # the flag a crash leaves: read-only, the journal would not be replayed
+    subprocess.run(
+        ["debugfs", "-w", "-R", "feature needs_recovery", str(image)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    p = _fsage("bench", str(image), "--suite", "scan", "--repeat", "1", env=fsage_env)
+    assert p.returncode != 0
+    assert p.stderr.strip().splitlines() == [
+        f"fsage: error: {image}: its journal needs recovery (not unmounted cleanly); mount and "
+        "unmount it once, or e2fsck -fy it, before scanning"
+    ]
+    loops = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout
+    assert loops.strip() == ""

@@ -384,6 +384,13 @@ def _image_sides(
         before = read_source(image)
     except FsageError as exc:
         notes.append(f"no layout score and no clean copy: the image cannot be read ({exc})")
+    if before is not None and "needs_recovery" in (before.facts.mkfs.get("features") or []):
+        # read-only, the journal is not replayed: the scan would read a state the kernel
+        # never showed, and the clean copy would copy it
+        raise UsageError(
+            f"{target}: its journal needs recovery (not unmounted cleanly); mount and unmount "
+            "it once, or e2fsck -fy it, before scanning"
+        )
     aged_img = ScanImage(image, kind, say)
     stack.callback(aged_img.close)
     aged_img.mount()
