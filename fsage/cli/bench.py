@@ -235,11 +235,11 @@ def _print_scan(run: Any) -> None:
                 tr.get("blocks"),
             ]
         )
-    echo_table(
-        ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score", "modeled score",
-         "requests", "blocks"],
-        rows,
-    )  # fmt: skip
+    headers = ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score",
+               "modeled score", "requests", "blocks"]  # fmt: skip
+    if not run.params.get("trace"):
+        headers, rows = headers[:6], [r[:6] for r in rows]
+    echo_table(headers, rows)
     verdict = scan.get("aged_clean")
     if verdict is not None:
         ratio = verdict["ratio"]
