@@ -31,7 +31,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +48,14 @@ SECTOR = 512
 DEBUGFS = Path("/sys/kernel/debug")
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), DEBUGFS / "tracing")
 TRACE_BUFFER_KB = 65536
+#: Where the device is unknown (an imported text), the largest sector a trace may name: 64 PiB
+#: of 512-byte sectors, beyond any device fsage reads.
+MAX_SECTOR = 2**47
+#: The longest request a trace may hold, in sectors (1 GiB): block layers split requests far
+#: below this (``max_sectors_kb``), so a longer one is a damaged line.
+MAX_REQUEST_SECTORS = 2**21
+#: Blocks a trace may read in all: scoring keeps a few integers per block read.
+MAX_TRACE_BLOCKS = 2**26
 
 # blkparse's default line: "8,0  3  1  0.000000000  697  D  RS 1234 + 8 [cat]"; the kernel's
 # blk tracer: "cat-697 [003] d..1. 12.345: 8,0  D  RS 1234 + 8 [cat]".
@@ -96,6 +104,17 @@ class Trace:
         if block_size % SECTOR or block_size <= 0:
             raise UsageError(f"block size {block_size} is not a multiple of {SECTOR} bytes")
         start, length = self.blocks(block_size, offset_sectors)
+        if int(start.min(initial=0)) < 0:
+            raise TraceError(
+                f"requests start before the partition ({offset_sectors:,} sectors in): "
+                "check --offset-sectors"
+            )
+        total = int(length.sum())
+        if total > MAX_TRACE_BLOCKS:
+            raise TraceError(
+                f"the trace reads {total:,} blocks, more than fsage scores at once "
+                f"({MAX_TRACE_BLOCKS:,}): trace a shorter read"
+            )
         first_start, first_length = first_reads(start, length)
         out = request_score(first_start, first_length)
         out["reread_blocks"] = int(length.sum() - first_length.sum())
@@ -123,26 +142,52 @@ def first_reads(start: I64, length: I64) -> tuple[I64, I64]:
     return block[at], np.diff(np.append(at, block.size))
 
 
-def parse_events(lines: Iterable[str]) -> Iterator[Event]:
-    for line in lines:
+def parse_events(lines: Iterable[str]) -> Iterator[tuple[int, Event]]:
+    """(line number from 1, event) of every event line."""
+    for number, line in enumerate(lines, 1):
         m = _EVENT.search(line)
         if m:
             maj, mnr, action, rwbs, sector, n = m.groups()
-            yield Event(int(maj), int(mnr), action, rwbs, int(sector), int(n))
+            yield number, Event(int(maj), int(mnr), action, rwbs, int(sector), int(n))
+
+
+def check_request(ev: Event, number: int, source: str, device_sectors: int | None = None) -> None:
+    """TraceError naming the line when a request lies beyond the device (or, the device
+    unknown, beyond :data:`MAX_SECTOR`) or is longer than any request a block layer issues."""
+    limit = MAX_SECTOR if device_sectors is None else device_sectors
+    what = "the device's" if device_sectors is not None else "any device's"
+    if ev.sectors > MAX_REQUEST_SECTORS:
+        raise TraceError(
+            f"{source} line {number}: a request of {ev.sectors:,} sectors is longer than any "
+            f"block layer issues ({MAX_REQUEST_SECTORS:,} sectors at most)"
+        )
+    if ev.sector + ev.sectors > limit:
+        raise TraceError(
+            f"{source} line {number}: sector {ev.sector:,} + {ev.sectors:,} lies beyond "
+            f"{what} {limit:,} sectors"
+        )
 
 
 def parse_blkparse(
-    lines: Iterable[str], device: tuple[int, int] | None = None, action: str | None = None
+    lines: Iterable[str],
+    device: tuple[int, int] | None = None,
+    action: str | None = None,
+    *,
+    source: str = "the trace",
+    device_sectors: int | None = None,
 ) -> Trace:
     """The read requests of a blkparse (or blk tracer) text: of ``device`` (major, minor) when
-    given, at ``action`` (default: ``D``, else ``Q``)."""
+    given, at ``action`` (default: ``D``, else ``Q``). Requests are checked against the
+    device's size in sectors when known (:func:`check_request`); ``source`` names the text in
+    errors."""
     by_action: dict[str, list[tuple[int, int]]] = {}
     devices: set[tuple[int, int]] = set()
-    for ev in parse_events(lines):
+    for number, ev in parse_events(lines):
         if "R" not in ev.rwbs or ev.sectors <= 0:
             continue
         if device is not None and (ev.major, ev.minor) != device:
             continue
+        check_request(ev, number, source, device_sectors)
         devices.add((ev.major, ev.minor))
         by_action.setdefault(ev.action, []).append((ev.sector, ev.sectors))
     if len(devices) > 1:
@@ -168,6 +213,16 @@ class BlockDevice:
     major: int
     minor: int
     start_sector: int  # of a partition within its disk, else 0
+
+    @property
+    def size_sectors(self) -> int | None:
+        """The device's size in 512-byte sectors (of its disk's numbering: a partition's
+        requests are traced at their place on the disk), or None when /sys does not say."""
+        try:
+            size = int((Path("/sys/class/block") / self.name / "size").read_text())
+        except (OSError, ValueError):
+            return None
+        return self.start_sector + size
 
     @property
     def queue_name(self) -> str:
@@ -228,21 +283,29 @@ class Recording:
 
 def record(dev: BlockDevice, command: Sequence[str], cold: bool = True) -> Recording:
     """Run ``command`` with block tracing on ``dev``; the trace as blkparse text."""
-    if os.geteuid() != 0:
-        raise TraceError("tracing block requests needs root")
     if not command:
         raise UsageError("no command to trace (give it after --)")
+    return record_call(dev, lambda: _run(command), cold=cold)
+
+
+def record_call(
+    dev: BlockDevice, call: Callable[[], tuple[int, float]], cold: bool = True
+) -> Recording:
+    """Run ``call`` (returning its exit code and seconds) with block tracing on ``dev``; the
+    trace as blkparse text. fsage's own reads (the ``scan`` suite) are traced this way."""
+    if os.geteuid() != 0:
+        raise TraceError("tracing block requests needs root")
     ensure_debugfs()
     if cold:
         drop_caches()
     if shutil.which("blktrace") and shutil.which("blkparse"):
         with tempfile.TemporaryDirectory(prefix="fsage-trace-") as tmp:
-            got = _record_blktrace(dev, command, Path(tmp))
+            got = _record_blktrace(dev, call, Path(tmp))
             if got is not None:
                 return got
         if cold:
             drop_caches()
-    return _record_tracer(dev, command)
+    return _record_tracer(dev, call)
 
 
 def _run(command: Sequence[str]) -> tuple[int, float]:
@@ -254,7 +317,9 @@ def _run(command: Sequence[str]) -> tuple[int, float]:
     return p.returncode, time.monotonic() - t0
 
 
-def _record_blktrace(dev: BlockDevice, command: Sequence[str], tmp: Path) -> Recording | None:
+def _record_blktrace(
+    dev: BlockDevice, call: Callable[[], tuple[int, float]], tmp: Path
+) -> Recording | None:
     """None when blktrace cannot trace here (the caller falls back to the blk tracer)."""
     proc = subprocess.Popen(
         ["blktrace", "-d", f"/dev/{dev.name}", "-o", "trace", "-D", str(tmp)],
@@ -276,7 +341,7 @@ def _record_blktrace(dev: BlockDevice, command: Sequence[str], tmp: Path) -> Rec
         return None
     time.sleep(0.2)
     try:
-        code, secs = _run(command)
+        code, secs = call()
     finally:
         os.sync()
         proc.send_signal(signal.SIGINT)
@@ -300,27 +365,31 @@ def _tracefs() -> Path:
     raise TraceError("neither blktrace nor the kernel's blk tracer (tracefs) is available")
 
 
-def _record_tracer(dev: BlockDevice, command: Sequence[str]) -> Recording:
+def _record_tracer(dev: BlockDevice, call: Callable[[], tuple[int, float]]) -> Recording:
     t = _tracefs()
     if "blk" not in (t / "available_tracers").read_text().split():
         raise TraceError("the kernel has no blk tracer and blktrace cannot trace here")
     current = (t / "current_tracer").read_text().strip()
     if current not in ("nop", "blk"):
         raise TraceError(f"the kernel tracer is in use ({current}); not taking it over")
+    if current == "blk" and (t / "tracing_on").read_text().strip() == "1":
+        # one blk tracer per machine: another trace is running (or a killed one left it on:
+        # `echo nop > current_tracer` in tracefs frees it)
+        raise TraceError("the kernel's blk tracer is in use by another trace; not taking it over")
     enable = Path("/sys/class/block") / dev.queue_name / "trace" / "enable"
     if not enable.exists():
         raise TraceError(f"{dev.name} cannot be traced ({enable} missing)")
     old_kb = (t / "buffer_size_kb").read_text().split()[0]
     try:
-        (t / "tracing_on").write_text("0\n")
-        (t / "current_tracer").write_text("blk\n")
-        (t / "buffer_size_kb").write_text(f"{TRACE_BUFFER_KB}\n")
-        (t / "trace").write_text("\n")
-        enable.write_text("1\n")
-        (t / "tracing_on").write_text("1\n")
-        code, secs = _run(command)
+        _tracefs_write(t, "tracing_on", "0")
+        _tracefs_write(t, "current_tracer", "blk")
+        _tracefs_write(t, "buffer_size_kb", str(TRACE_BUFFER_KB))
+        _tracefs_write(t, "trace", "")
+        _tracefs_write(enable.parent, "enable", "1")
+        _tracefs_write(t, "tracing_on", "1")
+        code, secs = call()
         os.sync()
-        (t / "tracing_on").write_text("0\n")
+        _tracefs_write(t, "tracing_on", "0")
         text = (t / "trace").read_text(errors="replace")
         lost = _overruns(t)
     finally:
@@ -335,6 +404,18 @@ def _record_tracer(dev: BlockDevice, command: Sequence[str]) -> Recording:
     return Recording(text, "blk tracer", secs, code)
 
 
+def _tracefs_write(directory: Path, name: str, value: str) -> None:
+    """One setting of the tracer; EBUSY and the like as a TraceError (the tracer is one per
+    machine, and another trace may hold it)."""
+    try:
+        (directory / name).write_text(f"{value}\n")
+    except OSError as exc:
+        raise TraceError(
+            f"the kernel's blk tracer refused {name} = {value!r}: {exc.strerror} "
+            "(another trace running?)"
+        ) from None
+
+
 def _overruns(t: Path) -> int:
     total = 0
     for stats in (t / "per_cpu").glob("cpu*/stats"):
@@ -342,6 +423,55 @@ def _overruns(t: Path) -> int:
             if line.startswith("overrun:"):
                 total += int(line.split()[1])
     return total
+
+
+def mountpoint_of(dev: BlockDevice) -> Path | None:
+    """Where ``dev`` is mounted (its first mount in /proc/self/mountinfo), or None."""
+    want = f"{dev.major}:{dev.minor}"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            f = line.split()
+            if len(f) > 4 and f[2] == want and f[3] == "/":
+                return Path(f[4].replace("\\040", " "))
+    return None
+
+
+def file_bytes_under(root: Path) -> int:
+    """Bytes allocated to the regular files under ``root`` (st_blocks), on its file system
+    only, without following symbolic links."""
+    total = 0
+    top = os.lstat(root).st_dev
+    stack = [os.fsencode(root)]
+    while stack:
+        d = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(d) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    st = e.stat(follow_symlinks=False)
+                    if st.st_dev != top:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(e.path)
+                    elif stat.S_ISREG(st.st_mode):
+                        total += st.st_blocks * 512
+    return total
+
+
+#: A trace reading less than this share of what the files hold did not read most of them.
+SHORT_READ_SHARE = 0.5
+
+
+def short_read_warning(read_bytes: int, file_bytes: int, where: Path) -> str | None:
+    """A warning when a traced command read far fewer bytes than the files under ``where``
+    hold (its score then says little of their layout), else None."""
+    if file_bytes <= 0 or read_bytes >= SHORT_READ_SHARE * file_bytes:
+        return None
+    return (
+        f"the command read {read_bytes / 2**20:,.1f} MiB while the files under {where} hold "
+        f"{file_bytes / 2**20:,.1f} MiB: it skipped most of their data, so the score says "
+        "little of their layout (GNU tar writing to /dev/null reads no file data: "
+        "tar cf - . | cat >/dev/null does)"
+    )
 
 
 # ---------- storing ----------------------------------------------------------------------

@@ -26,12 +26,16 @@ class BenchGroup(click.Group):
 def bench_group() -> None:
     """Run a benchmark suite on TARGET and store it with layout scores (seed 000, 002, 004).
 
+    The scan suite asks whether a file system is aged: a cold read of its tree against a clean
+    copy made in the same run (Conway et al., FAST'17).
+
     `fsage bench TARGET --suite NAME` is short for `fsage bench run TARGET --suite NAME`.
 
     \b
     Examples:
       fsage bench ext4.img --suite seq --db fsage.db
       fsage bench /mnt/test --suite postmark --variant 50k --format json
+      fsage bench aged.img --suite scan --trace --db fsage.db
       fsage bench predict --db fsage.db --suite create-read
     """
 
@@ -47,8 +51,8 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
 @click.option(
     "--suite",
     required=True,
-    type=click.Choice(["seq", "seq-fsync", "create-read", "postmark", "tpcb", "hfs-aging"]),
-    help="Benchmark suite.",
+    type=click.Choice(["seq", "seq-fsync", "create-read", "postmark", "tpcb", "hfs-aging", "scan"]),
+    help="Benchmark suite (scan: a cold read of the tree in path order, against a clean copy).",
 )
 @click.option(
     "--db",
@@ -88,7 +92,17 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     show_default=True,
     help="Also run the suite (as often) on an empty file system of the image's mkfs "
     "parameters and size, made and removed in this invocation; results are also given "
-    "relative to it.",
+    "relative to it. scan: the clean copy of the tree the aged/clean ratio needs.",
+)
+@click.option(
+    "--path",
+    "scan_path",
+    help="scan: read only this directory of the file system (default: all of it).",
+)
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="scan: trace each scan's block requests (root) and keep their dynamic layout score.",
 )
 @format_option("text", "json")
 def run_cmd(
@@ -104,6 +118,8 @@ def run_cmd(
     keep: bool,
     repeat: int,
     baseline: bool,
+    scan_path: str | None,
+    trace: bool,
     fmt: str,
 ) -> None:
     """Run SUITE on TARGET (an image, loop-mounted when root, or a mounted directory).
@@ -117,13 +133,30 @@ def run_cmd(
     parameters and size, made for the run and removed after (the baseline results are stored
     with the run's, and each result is also given relative to it).
 
+    The scan suite reads every file of the tree (or --path) in path order, cold: an image on a
+    read-only loop device with direct I/O, remounted and with caches dropped before every
+    scan; a mounted directory with each file advised out of the page cache. On an ext image
+    it also copies the tree onto a fresh file system of the same mkfs parameters and scans
+    the two alternately: the aged/clean ratio of their median times, or "inconclusive"
+    where the repeats spread as wide as the difference.
+
     \b
     Examples:
       fsage bench ext4.img --suite seq --size 8M --db fsage.db
       fsage bench /mnt/test --suite tpcb --transactions 20000
       fsage bench ext4.img --suite hfs-aging --variant 20k --format json
+      fsage bench aged.img --suite scan --repeat 5 --trace --db fsage.db
+      fsage bench aged.img --suite scan --path home/alice --format json
     """
     from fsage.replay.bench import BenchOptions, parse_size, run_bench
+
+    if suite != "scan" and (scan_path is not None or trace):
+        raise UsageError("--path and --trace belong to the scan suite")
+    if suite == "scan" and (size or variant or transactions or file_sizes or keep):
+        raise UsageError(
+            "the scan suite reads the tree there is: it takes no --size, --variant, "
+            "--transactions, --file-size or --keep"
+        )
 
     opts = BenchOptions(
         suite=suite,
@@ -136,10 +169,15 @@ def run_cmd(
         name=name,
         repeat=repeat,
         baseline=baseline,
+        path=scan_path,
+        trace=trace,
     )
     run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(run.to_json())
+        return
+    if suite == "scan":
+        _print_scan(run)
         return
     click.echo(f"{suite} on {run.via}: {run.seconds:.1f} s" + ("" if run.cold else " (warm)"))
     for n in run.notes:
@@ -169,6 +207,53 @@ def run_cmd(
         click.echo(f"stored as bench run {run.run_id}")
 
 
+def _print_scan(run: Any) -> None:
+    scan = run.params["scan"]
+    click.echo(
+        f"scan of {scan['path']} on {run.via}: {run.seconds:.1f} s"
+        + ("" if run.cold else " (warm)")
+    )
+    for n in run.notes:
+        click.echo(f"  note: {n}")
+    rows = []
+    for name in ("aged", "clean"):
+        side = scan.get(name)
+        if not side:
+            continue
+        tr = side.get("trace") or {}
+        rows.append(
+            [
+                name,
+                side["files"],
+                side["bytes"] / 2**20,
+                side["seconds"],
+                side["spread"],
+                side["mb_per_s"],
+                tr.get("score"),
+                tr.get("modeled_score"),
+                tr.get("requests"),
+                tr.get("blocks"),
+            ]
+        )
+    headers = ["tree", "files", "MiB", "median s", "spread", "MB/s", "traced score",
+               "modeled score", "requests", "blocks"]  # fmt: skip
+    if not run.params.get("trace"):
+        headers, rows = headers[:6], [r[:6] for r in rows]
+    echo_table(headers, rows)
+    verdict = scan.get("aged_clean")
+    if verdict is not None:
+        ratio = verdict["ratio"]
+        click.echo(
+            "aged/clean: "
+            + ("inconclusive" if ratio is None else f"{ratio:.3f}")
+            + f" ({verdict['reason']}; medians {verdict['aged_median_seconds']:.3f} s and "
+            f"{verdict['clean_median_seconds']:.3f} s, spread {verdict['spread']:.1%}; aged "
+            f"slower in {verdict['aged_slower_rounds']} of {verdict['rounds']} rounds)"
+        )
+    if run.run_id is not None:
+        click.echo(f"stored as bench run {run.run_id}")
+
+
 def _parse_scale(suite: str, size: str | None, parse_size: Any) -> int | None:
     if size is None:
         return None
@@ -185,6 +270,11 @@ def _parse_scale(suite: str, size: str | None, parse_size: Any) -> int | None:
             raise UsageError(f"--size must be positive: {size!r}")
         return n
     return int(parse_size(size))
+
+
+def _of(params: dict[str, Any]) -> str:
+    """What a result measured: its file size, variant or (scan) tree."""
+    return str(params.get("file_size") or params.get("variant") or params.get("tree") or "")
 
 
 def _open_store(db: Path) -> Any:
@@ -264,7 +354,7 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
              "layout_score_bench_files", "layout_score_old_files"],
             [
                 [r.run_id, r.suite, r.fs_name, r.started_at, r.cold, r.metric,
-                 str(r.params.get("file_size") or r.params.get("variant") or ""), r.value,
+                 _of(r.params), r.value,
                  r.unit, r.layout_score_bench_files, r.layout_score_old_files]
                 for r in res
             ],
@@ -299,7 +389,7 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
                 r.fs_name,
                 r.started_at[:10],
                 r.metric,
-                str(r.params.get("file_size") or r.params.get("variant") or ""),
+                _of(r.params),
                 r.value,
                 r.unit,
                 r.layout_score_bench_files,

@@ -109,14 +109,21 @@ def trace_run(
     \b
     Examples:
       fsage trace run /mnt/home --fs home -- grep -r zzzz /mnt/home
-      fsage trace run /dev/loop3 --block-size 4096 -- tar cf /dev/null -C /mnt/t .
+      fsage trace run /dev/loop3 --block-size 4096 -- sh -c 'tar cf - -C /mnt/t . | cat >/dev/null'
+
+    GNU tar writing straight to /dev/null reads no file data, so its trace measures almost
+    nothing: pipe it through cat as above. fsage warns when a trace read far fewer blocks
+    than the files under TARGET hold.
     """
     from fsage.trace import (
         block_size_of,
+        file_bytes_under,
+        mountpoint_of,
         parse_blkparse,
         record,
         resolve_device,
         save_trace,
+        short_read_warning,
         snapshot_for,
     )
 
@@ -125,8 +132,19 @@ def trace_run(
         sid = snapshot_for(store, snapshot_id, fs_name)
         bs = block_size_of(store, sid, block_size)
     rec = record(dev, command, cold=not warm)
-    tr = parse_blkparse(rec.text.splitlines(), device=(dev.major, dev.minor))
+    tr = parse_blkparse(
+        rec.text.splitlines(),
+        device=(dev.major, dev.minor),
+        source=f"the trace of {dev.name}",
+        device_sectors=dev.size_sectors,
+    )
     result = tr.score(bs, dev.start_sector)
+    # what the files hold is walked after the trace, so that the walk warms no cache it reads
+    where = target if target.is_dir() else mountpoint_of(dev)
+    warning = None
+    if where is not None:
+        read = (int(result["blocks"]) + int(result["reread_blocks"])) * bs
+        warning = short_read_warning(read, file_bytes_under(where), where)
     with Store.open(db, create=True) as store:
         row = save_trace(
             store,
@@ -138,6 +156,8 @@ def trace_run(
             params={"cold": not warm, "seconds": rec.seconds, "exit_code": rec.exit_code},
         )
     _print(row, fmt, rec.tool)
+    if warning is not None:
+        click.echo(f"fsage: warning: {warning}", err=True)
     if rec.exit_code != 0:
         click.echo(f"fsage: note: the command exited with {rec.exit_code}", err=True)
 
@@ -188,7 +208,7 @@ def trace_import(
             lines = file.read_text(errors="replace").splitlines()
         except OSError as exc:
             raise UsageError(f"{file}: {exc.strerror}") from None
-    tr = parse_blkparse(lines, device=_device(device), action=action)
+    tr = parse_blkparse(lines, device=_device(device), action=action, source=str(file))
     with Store.open(db, create=True) as store:
         sid = snapshot_for(store, snapshot_id, fs_name)
         bs = block_size_of(store, sid, block_size)

@@ -13,6 +13,12 @@ from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.reports.sections import esc
 
 MAIN_METRICS = ("read", "write", "transactions", "tps", "time")
+#: How each metric's points are drawn in the prediction figure: distinct shapes and sizes, so
+#: that a read point at the same place as a write point stays visible around it.
+MARKERS = {
+    "read": {"color": "#1f77b4", "symbol": "circle-open", "size": 14, "line": {"width": 2}},
+    "write": {"color": "#d62728", "symbol": "x", "size": 8},
+}
 
 
 @register_extra("bench")
@@ -35,6 +41,7 @@ def bench_extra(store: Any, fs_name: str | None) -> dict[str, Any] | None:
                 "fs": r.fs_name,
                 "date": r.started_at,
                 "cold": r.cold,
+                "scan": r.run_params.get("scan") if r.suite == "scan" else None,
                 "results": [],
             },
         )
@@ -51,6 +58,8 @@ def bench_extra(store: Any, fs_name: str | None) -> dict[str, Any] | None:
     suites = sorted({r.suite for r in results})
     predictions = []
     for suite in suites:
+        if suite == "scan":  # judged by its aged/clean ratio (its own table), not predicted
+            continue
         pred = predict(store, suite, fs_name=fs_name)
         if pred.rows:
             predictions.append(pred.to_json())
@@ -135,6 +144,7 @@ def bench_section(data: ReportData) -> Section | None:
     figures = []
     notes = []
     for pred in bench.get("predictions", []):
+        has_base = _has_baseline(pred)
         what = f"{pred['suite']}" + (
             f", {pred['file_size']:,}-byte files" if pred["file_size"] else ""
         )
@@ -161,9 +171,9 @@ def bench_section(data: ReportData) -> Section | None:
                         r["old_layout"],
                         r["diff"],
                         r["pred_read"],
-                        r["actual_read"],
+                        r["actual_read"] if has_base["read"] else NO_BASELINE,
                         r["pred_write"],
-                        r["actual_write"],
+                        r["actual_write"] if has_base["write"] else NO_BASELINE,
                     ]
                     for r in pred["rows"]
                 ],
@@ -172,7 +182,15 @@ def bench_section(data: ReportData) -> Section | None:
         )
         notes += [f"{pred['suite']}: {n}" for n in pred["notes"]]
         traces: list[dict[str, Any]] = []
-        for metric, color in (("read", "#1f77b4"), ("write", "#d62728")):
+        for metric in ("read", "write"):
+            if not has_base[metric]:
+                # relative to the best run, that run would sit at 1.000: nothing to draw
+                notes.append(
+                    f"{pred['suite']}: {metric}: no baseline (no run on an empty file system), "
+                    "so no relative performance is drawn"
+                )
+                continue
+            color = MARKERS[metric]["color"]
             pts = [
                 (r["bench_layout"], r[f"actual_{metric}"], r["run_id"])
                 for r in pred["rows"]
@@ -186,10 +204,12 @@ def bench_section(data: ReportData) -> Section | None:
                     "x": [p[0] for p in pts],
                     "y": [p[1] for p in pts],
                     "text": [esc(f"run {p[2]}") for p in pts],
-                    "marker": {"color": color},
+                    "marker": MARKERS[metric],
                 }
             )
-            traces += _fit_line(pred.get(f"{metric}_fit"), metric, color)
+            traces += _fit_line(pred.get(f"{metric}_fit"), metric, str(color))
+        if not traces:
+            continue
         figures.append(
             {
                 "data": traces,
@@ -205,4 +225,113 @@ def bench_section(data: ReportData) -> Section | None:
                 },
             }
         )
+    if not rows:
+        tables.pop(0)  # only scan runs: their own table says it all
+    scan_table, scan_figure = _scan_parts(bench["runs"])
+    if scan_table is not None:
+        tables.insert(0 if not rows else 1, scan_table)
+    if scan_figure is not None:
+        figures.insert(0, scan_figure)
     return Section("Benchmarks", figures=figures, tables=tables, notes=notes)
+
+
+NO_BASELINE = "no baseline"
+
+
+def _has_baseline(pred: dict[str, Any]) -> dict[str, bool]:
+    """Per metric, whether the prediction's relative values are relative to a run on an empty
+    file system (older JSON without the flag: only where a baseline value exists)."""
+    flags = pred.get("baseline_empty_fs")
+    base = pred.get("baseline") or {}
+    if isinstance(flags, dict):
+        return {m: bool(flags.get(m)) for m in ("read", "write")}
+    return {m: base.get(m) is not None for m in ("read", "write")}
+
+
+def _ratio_cell(scan: dict[str, Any]) -> str:
+    v = scan.get("aged_clean")
+    if not v:
+        return "no clean copy"
+    return "inconclusive" if v.get("ratio") is None else f"{v['ratio']:.3f}"
+
+
+def _scan_parts(runs: list[dict[str, Any]]) -> tuple[Table | None, dict[str, Any] | None]:
+    """The scan runs: a table of aged and clean times with the aged/clean ratio (or
+    "inconclusive"), and a figure of the two medians per run with their range."""
+    scans = [r for r in runs if r.get("scan")]
+    if not scans:
+        return None, None
+    rows = []
+    for run in scans:
+        sc = run["scan"]
+        aged, clean = sc.get("aged") or {}, sc.get("clean") or {}
+        rows.append(
+            [
+                run["run_id"],
+                run["fs"],
+                str(run["date"])[:19],
+                sc.get("path"),
+                aged.get("files"),
+                _mib(aged.get("bytes")),
+                _secs(aged),
+                _secs(clean),
+                aged.get("mb_per_s"),
+                clean.get("mb_per_s"),
+                _ratio_cell(sc),
+                (aged.get("trace") or {}).get("score"),
+                (clean.get("trace") or {}).get("score"),
+            ]
+        )
+    table = Table(
+        ["run", "fs", "date", "path", "files", "MiB", "aged s", "clean s", "aged MB/s",
+         "clean MB/s", "aged/clean", "traced score aged", "traced score clean"],
+        rows,
+        caption="Scans: a cold read of the tree in path order on the file system and on a "
+        "clean copy of the same tree made in the same run (same mkfs parameters), alternately; "
+        "median seconds with the spread of the repeats. 'inconclusive' where the spread is "
+        "as wide as the difference.",
+    )  # fmt: skip
+    traces: list[dict[str, Any]] = []
+    for name, color in (("aged", "#d62728"), ("clean", "#2ca02c")):
+        xs, ys, lo, hi = [], [], [], []
+        for run in scans:
+            side = run["scan"].get(name)
+            if not side:
+                continue
+            vals = [float(v) for v in side.get("values") or [side["seconds"]]]
+            xs.append(esc(f"run {run['run_id']}"))
+            ys.append(float(side["seconds"]))
+            hi.append(max(vals) - float(side["seconds"]))
+            lo.append(float(side["seconds"]) - min(vals))
+        if xs:
+            traces.append(
+                {
+                    "type": "bar",
+                    "name": name,
+                    "x": xs,
+                    "y": ys,
+                    "marker": {"color": color},
+                    "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
+                }
+            )
+    figure = {
+        "data": traces,
+        "layout": {
+            "title": {"text": "Scan time, aged vs clean copy (median, bars: range of repeats)"},
+            "barmode": "group",
+            "yaxis": {"title": {"text": "seconds"}, "rangemode": "tozero"},
+            "margin": {"t": 50, "l": 60, "r": 20, "b": 60},
+            "legend": {"orientation": "h"},
+        },
+    }
+    return table, figure
+
+
+def _mib(n: Any) -> float | None:
+    return None if n is None else float(n) / 2**20
+
+
+def _secs(side: dict[str, Any]) -> str:
+    if not side:
+        return "-"
+    return f"{side['seconds']:.3f} (spread {side.get('spread', 0.0):.1%})"

@@ -161,6 +161,9 @@ class Prediction:
     write_fit: Fit | None
     baseline: dict[str, float | None]
     notes: list[str] = field(default_factory=list)
+    #: Per metric, whether its baseline is a run on an empty file system (else the best run,
+    #: and "relative" is relative to that run, not to an empty file system).
+    baseline_empty_fs: dict[str, bool] = field(default_factory=dict)
 
     HEADERS = (
         "run", "fs", "date", "bench layout", "old layout", "diff",
@@ -191,6 +194,7 @@ class Prediction:
             "suite": self.suite,
             "file_size": self.file_size,
             "baseline": self.baseline,
+            "baseline_empty_fs": self.baseline_empty_fs,
             "read_fit": None if self.read_fit is None else self.read_fit.to_json(),
             "write_fit": None if self.write_fit is None else self.write_fit.to_json(),
             "rows": [r.to_json() for r in self.rows],
@@ -223,6 +227,11 @@ def predict(
 ) -> Prediction:
     """Seed 002's table over the stored runs of ``suite`` (default: the suite with the most
     runs that measured read and write)."""
+    if suite == "scan":
+        raise UsageError(
+            "scan runs are judged by their aged/clean ratio, not predicted from layout scores: "
+            "fsage bench results --suite scan"
+        )
     allres = stored_results(store, suite)
     if suite is None:
         suite = _pick_suite(allres) or "seq"
@@ -258,9 +267,11 @@ def predict(
         if r.metric in ("read", "write"):
             by_run.setdefault(r.run_id, {})[r.metric] = r
     baseline: dict[str, float | None] = {}
+    empty_fs: dict[str, bool] = {}
     for metric in ("read", "write"):
         vals = [(m[metric], _old_files(m[metric])) for m in by_run.values() if metric in m]
         empty = [r.value for r, n in vals if n == 0]
+        empty_fs[metric] = bool(empty)
         if empty:
             baseline[metric] = max(empty)
         elif vals:
@@ -319,7 +330,9 @@ def predict(
             "rows marked outside: their old files' layout score lies outside the scores the fit "
             "observed, and a fit is not extrapolated"
         )
-    return Prediction(suite, file_size, rows, fits["read"], fits["write"], baseline, notes)
+    return Prediction(
+        suite, file_size, rows, fits["read"], fits["write"], baseline, notes, empty_fs
+    )
 
 
 def _comparable_key(r: StoredResult) -> str:

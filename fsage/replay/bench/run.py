@@ -111,6 +111,10 @@ def run_bench(
     """Run suite ``opts.suite`` on ``target`` (an image or a mounted directory); store the run
     in ``db`` when given."""
     say = echo or (lambda s: None)
+    if opts.suite == "scan":
+        from fsage.replay.bench.scan import run_scan
+
+        return run_scan(target, opts, db, say)
     fn = SUITES.get(opts.suite)
     if fn is None:
         raise UsageError(f"unknown suite {opts.suite!r} (one of {', '.join(SUITES)})")

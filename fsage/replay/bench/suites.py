@@ -76,6 +76,8 @@ class BenchOptions:
     name: str | None = None
     repeat: int = 1  # runs of the suite; results are the medians
     baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
+    path: str | None = None  # scan: the tree to read, inside the file system (default: all)
+    trace: bool = False  # scan: trace each scan's block requests
 
 
 @dataclass
