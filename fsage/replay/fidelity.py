@@ -4,26 +4,36 @@
   file at the same path with the same size), directories matched by path;
 * the layout score of each (block-weighted aggregate, seed 000 §4.1), overall and per size
   bucket (seed 000 Figure 5 buckets);
-* the distance between the free-space histograms (e2freefrag's log2 buckets, weighted by
-  free blocks): total variation distance (half the L1 distance of the two distributions, 0 =
-  the same, 1 = disjoint) and earth mover's distance in buckets (how many doublings of extent
-  size the free space would have to move, on average, to match);
+* the distance between the free-space histograms (e2freefrag's log2 buckets) twice: weighted
+  by free blocks, and by free extents (one large free extent holding most of the free blocks
+  decides the first; the second sees how many small pieces the free space is in). Each is a
+  total variation distance (half the L1 distance of the two distributions, 0 = the same, 1 =
+  disjoint); the block-weighted one also as an earth mover's distance in buckets (how many
+  doublings of extent size the free space would have to move, on average, to match);
+* locality: the path-order dynamic layout score of each (the modeled one of
+  ``fsage.analyzer.dynamic``: a cold recursive read of the tree, inodes and metadata included);
 * the geometry: the mkfs parameters of both, and whether they agree;
 * symlinks (same path, same target length) and other inodes (device nodes, FIFOs, sockets:
   same path, same type) matched;
 * a verdict (``Verdict``): the recreation is faithful when every count matches, in every size
   bucket holding at least ``MIN_BUCKET_FILES`` files of the original the layout scores differ by
   at most the tolerance (the noise floor of that bucket, or ``MIN_TOLERANCE``, whichever is
-  larger) and the free-space total variation distance is within the free-space noise floor +
-  ``FREE_TOLERANCE``. The noise floor (``NoiseFloor``) is how far two runs of the same op
-  stream on the same kernel land from each other (``fsage.replay.noise``): ext4's allocator is
-  not deterministic, so no recreation can be asked to come closer than that.
+  larger), the dynamic layout scores likewise, and both free-space distances are within their
+  noise floor + ``FREE_TOLERANCE``. The noise floor (``NoiseFloor``) is how far two runs of the
+  same op stream on the same kernel land from each other (``fsage.replay.noise``): ext4's
+  allocator is not deterministic, so no recreation can be asked to come closer than that.
+
+A floor measured at the judged snapshot also carries the yardstick of a plain copy (the
+snapshot's files written in one go onto an empty file system, ``fsage.replay.unaged``): the
+verdict says where the recreation lies between a rerun and a copy (``Verdict.copy_relative``),
+and a floor whose tolerances would let the copy pass judges nothing faithful.
 """
 
 from __future__ import annotations
 
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -76,59 +86,106 @@ def free_tolerance(noise: float) -> float:
     return noise + FREE_TOLERANCE
 
 
-#: Where a verdict's tolerances come from (``Fidelity.judge``): ``spread``, the runs' largest
-#: distance between each other (the issue's rule); ``original``, the runs' largest distance to
-#: the original snapshot ("is the recreation as close to the original as a rerun of its op
-#: stream is?"; needs a floor measured with the original, see ``NoiseFloor.add_original``).
+#: Where a verdict's tolerances come from and what it then proves (``Fidelity.judge``). Both
+#: rules take the tolerances from the runs' spread (their largest distance between each other):
+#: a bias the runs share is never part of a tolerance. ``spread``: the recreation lies within the
+#: runs' noise of the original (it is as close to the original as one rerun is to another).
+#: ``original``: that, and the op stream itself reproduces the original: its runs land, on
+#: average, within the same tolerances of it (needs a floor measured with the original, see
+#: ``NoiseFloor.add_original``), so a stream whose every rerun is off in the same direction is
+#: not passed even when one recreation happens to land close.
 RULES = ("spread", "original")
 DEFAULT_RULE = "spread"
+
+#: The distances a verdict judges, besides the size buckets ("bucket:MIN_BLOCKS").
+FREE_BLOCKS = "free_blocks"
+FREE_EXTENTS = "free_extents"
+DYNAMIC = "dynamic"
+
+
+def is_free(key: str) -> bool:
+    return key in (FREE_BLOCKS, FREE_EXTENTS)
+
+
+def tolerance(key: str, noise: float) -> float:
+    """The tolerance of distance ``key`` given its noise."""
+    return free_tolerance(noise) if is_free(key) else bucket_tolerance(noise)
 
 
 @dataclass
 class NoiseFloor:
     """How far runs of one op stream land from each other: per size bucket (its smallest
-    block count) the largest layout-score difference seen, and the largest free-space total
-    variation distance; every pair's free-space distance (how wide the floor is); and, when
-    measured, each run's distance to the original snapshot."""
+    block count) the largest layout-score difference seen, the largest free-space total
+    variation distances (by blocks and by extents) and the largest difference of path-order
+    dynamic layout scores; every pair's free-space distance (how wide the floor is); and, when
+    measured at a snapshot, each run's distances to it and those of a plain copy."""
 
     by_bucket: dict[int, float] = field(default_factory=dict)
     free_tv: float = 0.0
     runs: int = 0
     note: str = ""
     free_tv_pairs: list[float] = field(default_factory=list)
+    free_count_tv: float = 0.0
+    free_count_tv_pairs: list[float] = field(default_factory=list)
+    dynamic: float = 0.0
     #: The snapshot the runs were compared with (None: not compared).
     original_snapshot: int | None = None
-    #: Per size bucket the largest layout-score difference of a run to the original.
-    to_original_by_bucket: dict[int, float] = field(default_factory=dict)
-    #: Each run's free-space distance to the original.
-    to_original_free_tv: list[float] = field(default_factory=list)
+    #: Each run's distances to the original (``Fidelity.distances``: signed score differences).
+    to_original: list[dict[str, float]] = field(default_factory=list)
+    #: A plain copy's distances to the original (None: not measured).
+    copy: dict[str, float] | None = None
 
     def bucket(self, min_blocks: int) -> float:
         return self.by_bucket.get(int(min_blocks), 0.0)
 
-    def add_original(self, original: Layout, runs: list[Layout], snapshot_id: int) -> None:
-        """Measure each run's distance to ``original`` (for the ``original`` rule)."""
-        self.original_snapshot = int(snapshot_id)
-        self.to_original_by_bucket, self.to_original_free_tv = {}, []
-        for run in runs:
-            f = fidelity(original, run)
-            _max_bucket_diffs(f, self.to_original_by_bucket)
-            self.to_original_free_tv.append(f.free_tv_distance)
+    def noise(self, key: str) -> float:
+        """The spread of distance ``key`` between runs (0 when not measured)."""
+        if key == FREE_BLOCKS:
+            return self.free_tv
+        if key == FREE_EXTENTS:
+            return self.free_count_tv
+        if key == DYNAMIC:
+            return self.dynamic
+        return self.bucket(int(key.split(":")[1]))
 
-    def tolerances(self, rule: str) -> tuple[dict[int, float], float]:
-        """(layout-score noise per size bucket, free-space noise) under ``rule``."""
+    def add_original(self, original: Layout, runs: list[Layout], snapshot_id: int) -> None:
+        """Measure each run's distances to ``original`` (for the ``original`` rule)."""
+        self.original_snapshot = int(snapshot_id)
+        dyn = dynamic_score(original)
+        self.to_original = [
+            fidelity(original, run, dynamic=(dyn, dynamic_score(run))).distances() for run in runs
+        ]
+
+    def add_copy(self, original: Layout, copy: Layout) -> None:
+        """Measure a plain copy's distances to ``original`` (the verdict's yardstick)."""
+        self.copy = {k: abs(v) for k, v in fidelity(original, copy).distances().items()}
+
+    def for_snapshot(self, snapshot_id: int) -> NoiseFloor:
+        """This floor as it applies to judging ``snapshot_id``: what was measured against
+        another snapshot (runs' distances, the copy) left out."""
+        if self.original_snapshot == snapshot_id:
+            return self
+        return replace(self, original_snapshot=None, to_original=[], copy=None)
+
+    def bias(self, key: str) -> float | None:
+        """The runs' mean distance ``key`` to the original (signed for scores)."""
+        xs = [d[key] for d in self.to_original if key in d]
+        return sum(xs) / len(xs) if xs else None
+
+    @property
+    def to_original_free_tv(self) -> list[float]:
+        return [d.get(FREE_BLOCKS, 0.0) for d in self.to_original]
+
+    def check_rule(self, rule: str) -> None:
         if rule not in RULES:
             raise ValueError(f"unknown rule {rule!r}")
-        if rule == "spread":
-            return self.by_bucket, self.free_tv
-        if self.original_snapshot is None:
+        if rule == "original" and self.original_snapshot is None:
             from fsage.errors import UsageError
 
             raise UsageError(
                 "this noise floor has no distances to the original snapshot: measure it again "
-                "with `fsage noise-floor` (which now records them) to judge by the original"
+                "with `fsage noise-floor` at that snapshot to judge by the original"
             )
-        return self.to_original_by_bucket, max(self.to_original_free_tv, default=0.0)
 
     def free_tv_without_one(self) -> tuple[float, float] | None:
         """The free-space floor the runs would give with any one of them left out, smallest
@@ -146,13 +203,14 @@ class NoiseFloor:
 
     def describe(self, rule: str = DEFAULT_RULE) -> str:
         """How many runs the floor rests on and how wide their free-space distances spread."""
-        if rule == "original" and self.to_original_free_tv:
-            xs, what = self.to_original_free_tv, f"runs to snapshot {self.original_snapshot}"
-        else:
-            xs, what = self.free_tv_pairs, "between runs"
+        xs = self.free_tv_pairs
         spread = f"{min(xs):.3f}-{max(xs):.3f}" if xs else f"{self.free_tv:.3f}"
         few = " (few: the floor is itself noisy)" if self.runs < SOUND_RUNS else ""
-        return f"{self.runs} runs{few}; free-space distance {what} {spread}"
+        out = f"{self.runs} runs{few}; free-space distance between runs {spread}"
+        orig = self.to_original_free_tv
+        if rule == "original" and orig:
+            out += f", runs to snapshot {self.original_snapshot} {min(orig):.3f}-{max(orig):.3f}"
+        return out
 
     def labelled(self, block_size: int) -> list[tuple[str, float]]:
         """(file-size label in bytes, layout-score difference) per bucket, smallest first."""
@@ -166,15 +224,16 @@ class NoiseFloor:
         return {
             "by_bucket": {str(k): v for k, v in sorted(self.by_bucket.items())},
             "free_tv": self.free_tv,
+            "free_count_tv": self.free_count_tv,
+            "dynamic": self.dynamic,
             "runs": self.runs,
             "note": self.note,
             "free_tv_pairs": self.free_tv_pairs,
+            "free_count_tv_pairs": self.free_count_tv_pairs,
             "free_tv_without_one": self.free_tv_without_one(),
             "original_snapshot": self.original_snapshot,
-            "to_original_by_bucket": {
-                str(k): v for k, v in sorted(self.to_original_by_bucket.items())
-            },
-            "to_original_free_tv": self.to_original_free_tv,
+            "to_original": self.to_original,
+            "copy": self.copy,
         }
 
     @classmethod
@@ -184,18 +243,24 @@ class NoiseFloor:
         try:
             if "noise_floor" in data:
                 data = data["noise_floor"]
+            to_original = [
+                {str(k): float(v) for k, v in d.items()} for d in data.get("to_original", [])
+            ]
             orig = data.get("original_snapshot")
+            copy = data.get("copy")
             return cls(
                 by_bucket={int(k): float(v) for k, v in data["by_bucket"].items()},
                 free_tv=float(data["free_tv"]),
                 runs=int(data.get("runs", 0)),
                 note=str(data.get("note", "")),
                 free_tv_pairs=[float(x) for x in data.get("free_tv_pairs", [])],
-                original_snapshot=None if orig is None else int(orig),
-                to_original_by_bucket={
-                    int(k): float(v) for k, v in data.get("to_original_by_bucket", {}).items()
-                },
-                to_original_free_tv=[float(x) for x in data.get("to_original_free_tv", [])],
+                free_count_tv=float(data.get("free_count_tv", 0.0)),
+                free_count_tv_pairs=[float(x) for x in data.get("free_count_tv_pairs", [])],
+                dynamic=float(data.get("dynamic", 0.0)),
+                # a floor stored before the runs' distances were kept whole has none to judge by
+                original_snapshot=None if orig is None or not to_original else int(orig),
+                to_original=to_original,
+                copy=None if copy is None else {str(k): float(v) for k, v in copy.items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise UsageError("not a noise floor (see fsage noise-floor)") from None
@@ -208,6 +273,13 @@ class Verdict:
     free_tolerance: float
     noise_floor: NoiseFloor | None
     rule: str = DEFAULT_RULE
+    #: Where the recreation lies between a rerun (0) and a plain copy (1), in its worst judged
+    #: distance; None without a copy's distances.
+    copy_relative: float | None = None
+    #: The distance that decides ``copy_relative``.
+    copy_worst: str | None = None
+    #: Whether the plain copy itself is within the tolerances (then they judge nothing).
+    copy_passes: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,6 +288,9 @@ class Verdict:
             "free_tolerance": self.free_tolerance,
             "rule": self.rule,
             "basis": self.basis(),
+            "copy_relative": self.copy_relative,
+            "copy_worst": self.copy_worst,
+            "copy_passes": self.copy_passes,
             "noise_floor": self.noise_floor.to_json() if self.noise_floor else None,
         }
 
@@ -225,12 +300,21 @@ class Verdict:
             return "no measured noise floor: fixed tolerances"
         return f"{self.rule} of {self.noise_floor.describe(self.rule)}"
 
+    def yardstick(self) -> str:
+        """Where the recreation lies between a rerun and a plain copy."""
+        if self.copy_relative is None:
+            return "no plain-copy yardstick (a noise floor measured at this snapshot has one)"
+        return (
+            f"{self.copy_relative:.2f} of the way from a rerun to a plain copy "
+            f"(0 = as good as a rerun, 1 = no better than a copy; worst: {self.copy_worst})"
+        )
+
     def line(self) -> str:
         if self.faithful:
-            head = "verdict: FAITHFUL (within tolerance in every judged bucket)"
+            head = "verdict: FAITHFUL (within tolerance in every judged distance)"
         else:
             head = "verdict: NOT FAITHFUL: " + "; ".join(self.reasons)
-        return f"{head} [{self.basis()}]"
+        return f"{head}; {self.yardstick()} [{self.basis()}]"
 
 
 @dataclass
@@ -262,13 +346,61 @@ class Fidelity:
     missing: list[str] = field(default_factory=list)  # examples: in the original only
     extra: list[str] = field(default_factory=list)  # examples: in the recreation only
     size_differs: list[str] = field(default_factory=list)
+    #: Total variation distance of the free-extent histograms weighted by extent counts.
+    free_count_tv_distance: float = 0.0
+    dynamic_score_original: float | None = None
+    dynamic_score_recreated: float | None = None
     verdict: Verdict | None = None
 
-    def judge(self, floor: NoiseFloor | None = None, rule: str = DEFAULT_RULE) -> Verdict:
+    def distances(self) -> dict[str, float]:
+        """Every distance a verdict can judge, by key: "bucket:MIN_BLOCKS" (recreated minus
+        original layout score), ``DYNAMIC`` (likewise, path-order dynamic layout score),
+        ``FREE_BLOCKS`` and ``FREE_EXTENTS`` (total variation distances)."""
+        out: dict[str, float] = {}
+        for r in self.by_size:
+            so, sr = r["layout_score_original"], r["layout_score_recreated"]
+            if so is not None and sr is not None:
+                out[f"bucket:{r['min_blocks']}"] = sr - so
+        out[FREE_BLOCKS] = self.free_tv_distance
+        out[FREE_EXTENTS] = self.free_count_tv_distance
+        if self.dynamic_score_original is not None and self.dynamic_score_recreated is not None:
+            out[DYNAMIC] = self.dynamic_score_recreated - self.dynamic_score_original
+        return out
+
+    def judged(self) -> dict[str, str]:
+        """The distances a verdict judges, with their labels: size buckets holding at least
+        ``MIN_BUCKET_FILES`` files of the original, both free-space distances, and the dynamic
+        layout score when the original has one and at least as many files."""
+        out = {
+            f"bucket:{r['min_blocks']}": f"files of {r['label']}"
+            for r in self.by_size
+            if r["files_original"] >= MIN_BUCKET_FILES
+        }
+        out[FREE_BLOCKS] = "free space by blocks"
+        out[FREE_EXTENTS] = "free space by extents"
+        if self.dynamic_score_original is not None and self.files_original >= MIN_BUCKET_FILES:
+            out[DYNAMIC] = "path-order dynamic layout score"
+        return out
+
+    def judge(
+        self,
+        floor: NoiseFloor | None = None,
+        rule: str = DEFAULT_RULE,
+        copy: dict[str, float] | None = None,
+    ) -> Verdict:
         """The verdict against ``floor`` (None: no measured floor, so the fixed minimum
-        tolerances) under ``rule`` (see ``RULES``); fills each size row's difference and
-        tolerance and sets ``verdict``."""
-        noise, free_noise = floor.tolerances(rule) if floor else ({}, 0.0)
+        tolerances) under ``rule`` (see ``RULES``), with a plain copy's distances to the
+        original (``copy``, else the floor's) as the yardstick; fills each size row's difference
+        and tolerance and sets ``verdict``."""
+        if floor is not None:
+            floor.check_rule(rule)
+        elif rule not in RULES:
+            raise ValueError(f"unknown rule {rule!r}")
+        copy = copy if copy is not None else (floor.copy if floor else None)
+
+        def noise(key: str) -> float:
+            return floor.noise(key) if floor else 0.0
+
         reasons: list[str] = []
         for what, a, m in (
             ("files", self.files_original, self.files_matched),
@@ -286,27 +418,72 @@ class Fidelity:
         ):
             if b > a:
                 reasons.append(f"{b - a:,} {what} in the recreation only")
+        dist, judged = self.distances(), self.judged()
         for r in self.by_size:
-            so, sr = r["layout_score_original"], r["layout_score_recreated"]
-            bucket_noise = noise.get(int(r["min_blocks"]), 0.0)
-            tol = bucket_tolerance(bucket_noise)
-            diff = None if so is None or sr is None else sr - so
-            judged = r["files_original"] >= MIN_BUCKET_FILES
+            key = f"bucket:{r['min_blocks']}"
+            diff = dist.get(key)
             r["difference"] = diff
-            r["tolerance"] = tol
-            r["noise_floor"] = bucket_noise if floor else None
-            r["judged"] = judged
-            r["within"] = None if not judged else (diff is not None and abs(diff) <= tol)
-            if judged and not r["within"]:
-                got = "no score" if diff is None else f"{diff:+.3f}"
-                reasons.append(f"files of {r['label']}: score {got}, tolerance {tol:.3f}")
-        free_tol = free_tolerance(free_noise)
-        if self.free_tv_distance > free_tol:
-            reasons.append(
-                f"free-space distance {self.free_tv_distance:.3f} > tolerance {free_tol:.3f}"
+            r["noise_floor"] = noise(key) if floor else None
+            r["tolerance"] = tolerance(key, noise(key))
+            r["judged"] = key in judged
+            r["within"] = (
+                None if key not in judged else diff is not None and abs(diff) <= r["tolerance"]
             )
-        self.verdict = Verdict(not reasons, reasons, free_tol, floor, rule)
+        for key, label in judged.items():
+            tol, d = tolerance(key, noise(key)), dist.get(key)
+            if d is None:
+                reasons.append(f"{label}: none in the recreation, tolerance {tol:.3f}")
+            elif abs(d) > tol:
+                shown = f"{d:.3f}" if is_free(key) else f"{d:+.3f}"
+                reasons.append(f"{label}: distance {shown}, tolerance {tol:.3f}")
+        if rule == "original" and floor is not None:
+            for key, label in judged.items():
+                bias, tol = floor.bias(key), tolerance(key, noise(key))
+                if bias is not None and abs(bias) > tol:
+                    runs = [d[key] for d in floor.to_original if key in d]
+                    reasons.append(
+                        f"the op stream's runs land off the original in {label}: "
+                        f"{min(runs):+.3f} to {max(runs):+.3f} (mean {bias:+.3f}), "
+                        f"tolerance {tol:.3f}"
+                    )
+        relative, worst, copy_passes = self._against_copy(copy, dist, judged, noise)
+        if copy_passes:
+            reasons.append(
+                "a plain copy is within these tolerances too: they cannot tell a recreation "
+                "from a copy"
+            )
+        free_tol = free_tolerance(noise(FREE_BLOCKS))
+        self.verdict = Verdict(
+            not reasons, reasons, free_tol, floor, rule, relative, worst, copy_passes
+        )
         return self.verdict
+
+    @staticmethod
+    def _against_copy(
+        copy: dict[str, float] | None,
+        dist: dict[str, float],
+        judged: dict[str, str],
+        noise: Callable[[str], float],
+    ) -> tuple[float | None, str | None, bool | None]:
+        """(where the recreation lies between a rerun and the copy in its worst judged
+        distance, that distance's label, whether the copy passes every judged tolerance).
+        A distance counts when the copy lands beyond the runs' noise in it (else a copy and a
+        rerun are alike there): (recreation - noise) / (copy - noise), at least 0."""
+        if copy is None:
+            return None, None, None
+        passes = all(abs(copy.get(k, 1.0)) <= tolerance(k, noise(k)) for k in judged)
+        best: tuple[float, str] | None = None
+        for key, label in judged.items():
+            n, c = noise(key), abs(copy.get(key, 0.0))
+            if c <= n:
+                continue
+            d = dist.get(key)
+            r = 1.0 if d is None else max(abs(d) - n, 0.0) / (c - n)
+            if best is None or r > best[0]:
+                best = (r, label)
+        if best is None:
+            return None, None, passes
+        return best[0], best[1], passes
 
     @property
     def layout_score_difference(self) -> float | None:
@@ -334,9 +511,11 @@ class Fidelity:
             f"{self.symlinks_matched}/{self.symlinks_original}; others matched "
             f"{self.others_matched}/{self.others_original}",
             f"layout score original {sc(self.layout_score_original)}, recreated "
-            f"{sc(self.layout_score_recreated)}",
-            f"free space: total variation distance {self.free_tv_distance:.3f}, earth mover's "
-            f"distance {self.free_emd_buckets:.3f} buckets; free extents "
+            f"{sc(self.layout_score_recreated)}; path-order dynamic layout score original "
+            f"{sc(self.dynamic_score_original)}, recreated {sc(self.dynamic_score_recreated)}",
+            f"free space: total variation distance {self.free_tv_distance:.3f} by blocks, "
+            f"{self.free_count_tv_distance:.3f} by extents; earth mover's distance "
+            f"{self.free_emd_buckets:.3f} buckets; free extents "
             f"{self.free_original['free_extent_count']} vs "
             f"{self.free_recreated['free_extent_count']}",
             "geometry: " + ("same" if self.geometry_matches else "DIFFERS: " + self._geo_diff()),
@@ -404,26 +583,30 @@ def _overall(layout: Layout) -> float | None:
     return aggregate_score(s.contiguous[reg], s.denominator[reg])
 
 
-def _free_hist(layout: Layout) -> tuple[np.ndarray[Any, np.dtype[np.float64]], dict[str, Any]]:
+Hist = np.ndarray[Any, np.dtype[np.float64]]
+
+
+def _free_hist(layout: Layout) -> tuple[Hist, Hist, dict[str, Any]]:
+    """(free blocks per log2 bucket, free extents per bucket, the free-space summary)."""
     f = layout.facts
     fs = free_space(layout.free, f.block_size, f.blocks_total, f.first_data_block)
-    h = np.zeros(MAX_BUCKET + 1, np.float64)
-    for k, _count, blocks in fs.buckets:
-        h[k] = blocks
-    return h, fs.to_json()
+    blocks = np.zeros(MAX_BUCKET + 1, np.float64)
+    counts = np.zeros(MAX_BUCKET + 1, np.float64)
+    for k, count, nblocks in fs.buckets:
+        blocks[k] = nblocks
+        counts[k] = count
+    return blocks, counts, fs.to_json()
 
 
 def free_distances(a: Layout, b: Layout) -> tuple[float, float]:
     """(total variation distance, earth mover's distance in log2 buckets) between the
     block-weighted free-extent histograms of ``a`` and ``b``; 0 when both have no free space."""
-    ha, _ = _free_hist(a)
-    hb, _ = _free_hist(b)
+    ha, _, _ = _free_hist(a)
+    hb, _, _ = _free_hist(b)
     return _distances(ha, hb)
 
 
-def _distances(
-    ha: np.ndarray[Any, np.dtype[np.float64]], hb: np.ndarray[Any, np.dtype[np.float64]]
-) -> tuple[float, float]:
+def _distances(ha: Hist, hb: Hist) -> tuple[float, float]:
     sa, sb = float(ha.sum()), float(hb.sum())
     if sa == 0 and sb == 0:
         return 0.0, 0.0
@@ -435,6 +618,19 @@ def _distances(
     return tv, emd
 
 
+def dynamic_score(layout: Layout) -> float | None:
+    """The modeled path-order dynamic layout score (``fsage.analyzer.dynamic``): a cold
+    recursive read of the whole tree, directories and regular files, inodes and metadata
+    included; None when nothing would be read."""
+    from fsage.analyzer.analysis import SnapshotAnalyzer
+    from fsage.analyzer.dynamic import modeled_reads, walk_order
+
+    a = SnapshotAnalyzer(layout)
+    reads = modeled_reads(layout, a.scores, walk_order(layout, a.regular | a.dirs))
+    score = reads.score()["score"]
+    return None if score is None else float(score)
+
+
 def geometry(layout: Layout) -> dict[str, Any]:
     m = layout.facts.mkfs
     out = {k: m.get(k) for k in GEOMETRY_KEYS}
@@ -443,8 +639,14 @@ def geometry(layout: Layout) -> dict[str, Any]:
     return out
 
 
-def fidelity(original: Layout, recreated: Layout) -> Fidelity:
-    """Compare a recorded snapshot with its recreation (see the module doc)."""
+def fidelity(
+    original: Layout,
+    recreated: Layout,
+    *,
+    dynamic: tuple[float | None, float | None] | None = None,
+) -> Fidelity:
+    """Compare a recorded snapshot with its recreation (see the module doc). ``dynamic``: their
+    path-order dynamic layout scores when already known."""
     names_a, names_b = _path_sizes(original), _path_sizes(recreated)
     fa, da, fb, db = names_a.regular, names_a.dirs, names_b.regular, names_b.dirs
     matched = [p for p, s in fa.items() if fb.get(p) == s]
@@ -469,9 +671,11 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
                 "layout_score_recreated": cb / dnb if dnb else None,
             }
         )
-    ha, ja = _free_hist(original)
-    hb, jb = _free_hist(recreated)
+    ha, ca_, ja = _free_hist(original)
+    hb, cb_, jb = _free_hist(recreated)
     tv, emd = _distances(ha, hb)
+    count_tv, _ = _distances(ca_, cb_)
+    dyn_a, dyn_b = dynamic or (dynamic_score(original), dynamic_score(recreated))
     ga, gb = geometry(original), geometry(recreated)
     geo = {k: [ga[k], gb[k]] for k in GEOMETRY_KEYS}
     return Fidelity(
@@ -504,34 +708,38 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
         missing=missing[:EXAMPLES],
         extra=extra[:EXAMPLES],
         size_differs=differs[:EXAMPLES],
+        free_count_tv_distance=count_tv,
+        dynamic_score_original=dyn_a,
+        dynamic_score_recreated=dyn_b,
     )
 
 
-def _max_bucket_diffs(f: Fidelity, into: dict[int, float]) -> None:
-    """Raise ``into``'s per-bucket layout-score differences to those of ``f`` where larger."""
-    for r in f.by_size:
-        so, sr = r["layout_score_original"], r["layout_score_recreated"]
-        if so is None or sr is None:
-            continue
-        k = int(r["min_blocks"])
-        into[k] = max(into.get(k, 0.0), abs(sr - so))
-
-
 def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
-    """The noise floor from several runs of one op stream: the largest pairwise layout-score
-    difference per size bucket and the largest pairwise free-space distance."""
+    """The noise floor from several runs of one op stream: the largest pairwise difference of
+    layout score per size bucket and of dynamic layout score, and the largest pairwise
+    free-space distances."""
     floor = NoiseFloor(runs=len(layouts), note=note)
+    dyn = [dynamic_score(lay) for lay in layouts]
     for i in range(len(layouts)):
         for j in range(i + 1, len(layouts)):
-            f = fidelity(layouts[i], layouts[j])
-            _max_bucket_diffs(f, floor.by_bucket)
-            floor.free_tv_pairs.append(f.free_tv_distance)
+            d = fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j])).distances()
+            for key, v in d.items():
+                if key.startswith("bucket:"):
+                    k = int(key.split(":")[1])
+                    floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
+            floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
+            floor.free_tv_pairs.append(d[FREE_BLOCKS])
+            floor.free_count_tv_pairs.append(d[FREE_EXTENTS])
     floor.free_tv = max(floor.free_tv_pairs, default=0.0)
+    floor.free_count_tv = max(floor.free_count_tv_pairs, default=0.0)
     return floor
 
 
 __all__ = [
     "DEFAULT_RULE",
+    "DYNAMIC",
+    "FREE_BLOCKS",
+    "FREE_EXTENTS",
     "FREE_TOLERANCE",
     "GEOMETRY_KEYS",
     "MIN_BUCKET_FILES",
@@ -542,9 +750,11 @@ __all__ = [
     "NoiseFloor",
     "Verdict",
     "bucket_tolerance",
+    "dynamic_score",
     "fidelity",
     "free_distances",
     "free_tolerance",
     "geometry",
     "noise_between",
+    "tolerance",
 ]
