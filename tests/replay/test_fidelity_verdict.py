@@ -123,8 +123,8 @@ def test_fidelity_command_judges_by_the_original_only_against_that_snapshots_flo
     r = CliRunner().invoke(main, [*base, "--tolerance-from", "original"])
     assert r.exit_code == 3, r.output
     assert "runs to snapshot" in r.output and "land off" not in r.output
-    r = CliRunner().invoke(main, ["fidelity", str(a), str(a), "--db", str(db), "--noise-floor",
-                                  str(path), "--check", "--tolerance-from", "original"])  # fmt: skip
+    same = ["fidelity", str(a), str(a), "--db", str(db), "--noise-floor", str(path), "--check"]
+    r = CliRunner().invoke(main, [*same, "--tolerance-from", "original"])
     assert r.exit_code == 0 and "verdict: FAITHFUL" in r.output, r.output
     # The floor's runs were compared with snapshot a: judging b as an original is refused.
     r = CliRunner().invoke(

@@ -133,7 +133,8 @@ def test_fidelity_command_check_exit_status(tmp_path: Path) -> None:
     label = size_range(3, 4, orig.facts.block_size)
     assert "outside tolerance" in r.output and f"files of {label}" in r.output
     floor = tmp_path / "floor.json"
-    floor.write_text(json.dumps({"noise_floor": NoiseFloor({3: 0.05}, 0.0, 2, dynamic=0.05).to_json()}))
+    wide = NoiseFloor({3: 0.05}, 0.0, 2, dynamic=0.05)
+    floor.write_text(json.dumps({"noise_floor": wide.to_json()}))
     r = CliRunner().invoke(
         main, ["fidelity", str(a), str(b), "--db", str(db), "--check", "--noise-floor", str(floor)]
     )
