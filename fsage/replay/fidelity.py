@@ -392,11 +392,6 @@ class Fidelity:
         tolerances) under ``rule`` (see ``RULES``), with a plain copy's distances to the
         original (``copy``, else the floor's) as the yardstick; fills each size row's difference
         and tolerance and sets ``verdict``."""
-        if floor is not None:
-            floor.check_rule(rule)
-        elif rule not in RULES:
-            raise ValueError(f"unknown rule {rule!r}")
-        copy = copy if copy is not None else (floor.copy if floor else None)
 
         def noise(key: str) -> float:
             return floor.noise(key) if floor else 0.0
@@ -429,61 +424,11 @@ class Fidelity:
             r["within"] = (
                 None if key not in judged else diff is not None and abs(diff) <= r["tolerance"]
             )
-        for key, label in judged.items():
-            tol, d = tolerance(key, noise(key)), dist.get(key)
-            if d is None:
-                reasons.append(f"{label}: none in the recreation, tolerance {tol:.3f}")
-            elif abs(d) > tol:
-                shown = f"{d:.3f}" if is_free(key) else f"{d:+.3f}"
-                reasons.append(f"{label}: distance {shown}, tolerance {tol:.3f}")
-        if rule == "original" and floor is not None:
-            for key, label in judged.items():
-                bias, tol = floor.bias(key), tolerance(key, noise(key))
-                if bias is not None and abs(bias) > tol:
-                    runs = [d[key] for d in floor.to_original if key in d]
-                    reasons.append(
-                        f"the op stream's runs land off the original in {label}: "
-                        f"{min(runs):+.3f} to {max(runs):+.3f} (mean {bias:+.3f}), "
-                        f"tolerance {tol:.3f}"
-                    )
-        relative, worst, copy_passes = self._against_copy(copy, dist, judged, noise)
-        if copy_passes:
-            reasons.append(
-                "a plain copy is within these tolerances too: they cannot tell a recreation "
-                "from a copy"
-            )
-        free_tol = free_tolerance(noise(FREE_BLOCKS))
-        self.verdict = Verdict(
-            not reasons, reasons, free_tol, floor, rule, relative, worst, copy_passes
-        )
-        return self.verdict
-
-    @staticmethod
-    def _against_copy(
-        copy: dict[str, float] | None,
-        dist: dict[str, float],
-        judged: dict[str, str],
-        noise: Callable[[str], float],
-    ) -> tuple[float | None, str | None, bool | None]:
-        """(where the recreation lies between a rerun and the copy in its worst judged
-        distance, that distance's label, whether the copy passes every judged tolerance).
-        A distance counts when the copy lands beyond the runs' noise in it (else a copy and a
-        rerun are alike there): (recreation - noise) / (copy - noise), at least 0."""
-        if copy is None:
-            return None, None, None
-        passes = all(abs(copy.get(k, 1.0)) <= tolerance(k, noise(k)) for k in judged)
-        best: tuple[float, str] | None = None
-        for key, label in judged.items():
-            n, c = noise(key), abs(copy.get(key, 0.0))
-            if c <= n:
-                continue
-            d = dist.get(key)
-            r = 1.0 if d is None else max(abs(d) - n, 0.0) / (c - n)
-            if best is None or r > best[0]:
-                best = (r, label)
-        if best is None:
-            return None, None, passes
-        return best[0], best[1], passes
+        v = judge_distances(dist, judged, floor, rule, copy)
+        v.reasons[:0] = reasons
+        v.faithful = not v.reasons
+        self.verdict = v
+        return v
 
     @property
     def layout_score_difference(self) -> float | None:
@@ -526,6 +471,79 @@ class Fidelity:
 
     def _geo_diff(self) -> str:
         return ", ".join(f"{k} {a} vs {b}" for k, (a, b) in self.geometry.items() if a != b)
+
+
+def judge_distances(
+    dist: dict[str, float],
+    judged: dict[str, str],
+    floor: NoiseFloor | None = None,
+    rule: str = DEFAULT_RULE,
+    copy: dict[str, float] | None = None,
+) -> Verdict:
+    """The verdict on distances alone (``Fidelity.distances``; ``judged``: the keys judged
+    and their labels, ``Fidelity.judged``): each within its tolerance, under ``rule`` the runs'
+    bias too, and the place between a rerun and ``copy`` (else the floor's copy)."""
+    if floor is not None:
+        floor.check_rule(rule)
+    elif rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}")
+    copy = copy if copy is not None else (floor.copy if floor else None)
+
+    def noise(key: str) -> float:
+        return floor.noise(key) if floor else 0.0
+
+    reasons: list[str] = []
+    for key, label in judged.items():
+        tol, d = tolerance(key, noise(key)), dist.get(key)
+        if d is None:
+            reasons.append(f"{label}: none in the recreation, tolerance {tol:.3f}")
+        elif abs(d) > tol:
+            shown = f"{d:.3f}" if is_free(key) else f"{d:+.3f}"
+            reasons.append(f"{label}: distance {shown}, tolerance {tol:.3f}")
+    if rule == "original" and floor is not None:
+        for key, label in judged.items():
+            bias, tol = floor.bias(key), tolerance(key, noise(key))
+            if bias is not None and abs(bias) > tol:
+                runs = [d[key] for d in floor.to_original if key in d]
+                reasons.append(
+                    f"the op stream's runs land off the original in {label}: "
+                    f"{min(runs):+.3f} to {max(runs):+.3f} (mean {bias:+.3f}), "
+                    f"tolerance {tol:.3f}"
+                )
+    relative, worst, copy_passes = _against_copy(copy, dist, judged, noise)
+    if copy_passes:
+        reasons.append(
+            "a plain copy is within these tolerances too: they cannot tell a recreation from a copy"
+        )
+    free_tol = free_tolerance(noise(FREE_BLOCKS))
+    return Verdict(not reasons, reasons, free_tol, floor, rule, relative, worst, copy_passes)
+
+
+def _against_copy(
+    copy: dict[str, float] | None,
+    dist: dict[str, float],
+    judged: dict[str, str],
+    noise: Callable[[str], float],
+) -> tuple[float | None, str | None, bool | None]:
+    """(where the recreation lies between a rerun and the copy in its worst judged
+    distance, that distance's label, whether the copy passes every judged tolerance).
+    A distance counts where the copy lands outside its tolerance (elsewhere the verdict
+    cannot tell a copy from a rerun): (recreation - noise) / (copy - noise), at least 0."""
+    if copy is None:
+        return None, None, None
+    passes = all(abs(copy.get(k, 1.0)) <= tolerance(k, noise(k)) for k in judged)
+    best: tuple[float, str] | None = None
+    for key, label in judged.items():
+        n, c = noise(key), abs(copy.get(key, 0.0))
+        if c <= tolerance(key, n):
+            continue
+        d = dist.get(key)
+        r = 1.0 if d is None else max(abs(d) - n, 0.0) / (c - n)
+        if best is None or r > best[0]:
+            best = (r, label)
+    if best is None:
+        return None, None, passes
+    return best[0], best[1], passes
 
 
 @dataclass
@@ -755,6 +773,7 @@ __all__ = [
     "free_distances",
     "free_tolerance",
     "geometry",
+    "judge_distances",
     "noise_between",
     "tolerance",
 ]

@@ -164,6 +164,12 @@ def test_the_verdict_places_a_recreation_between_a_rerun_and_a_plain_copy() -> N
     assert fidelity(orig, _scored(2)).judge(floor).copy_relative == 0.0
     assert fidelity(orig, _scored(30)).judge(floor).copy_relative == pytest.approx(1.0)
     assert fidelity(orig, _scored(48)).judge(floor).copy_relative == pytest.approx(45 / 27)
+    # A distance where the copy is within tolerance cannot place anything (a rerun may differ
+    # as much), even when it lies beyond the runs' noise.
+    near = NoiseFloor(by_bucket={3: 0.0}, runs=5, dynamic=1.0, free_count_tv=1.0)
+    near.copy = {"bucket:3": 3 / 180, "free_blocks": 0.0, "free_extents": 0.0}
+    v = fidelity(orig, _scored(2)).judge(near)
+    assert v.copy_relative is None and v.copy_passes
     # Tolerances wide enough to pass the copy judge nothing faithful.
     wide = NoiseFloor(by_bucket={3: 0.2}, runs=5, dynamic=1.0)
     wide.copy = floor.copy
