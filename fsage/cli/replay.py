@@ -423,7 +423,7 @@ def noise_floor_cmd(
     pairs = ", ".join(f"{x:.3f}" for x in sorted(floor.free_tv_pairs))
     click.echo(f"  free-space distance between runs: {floor.free_tv:.3f} (largest of {pairs})")
     click.echo(
-        f"  by extents: {floor.free_count_tv:.3f}; path-order dynamic layout score: "
+        f"  by extents: {floor.free_extents:.3f}; path-order dynamic layout score: "
         f"{floor.dynamic:.3f}"
     )
     without = floor.free_tv_without_one()

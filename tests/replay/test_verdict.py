@@ -72,13 +72,14 @@ def test_free_space_tolerance_is_floor_plus_a_tenth() -> None:
     orig = _free(layout([]), [(10 * i, 4) for i in range(9)] + [(100, 1)])
     rec = _free(layout([]), [(10 * i, 1) for i in range(10)] + [(200, 4), (210, 4)])
     fid = fidelity(orig, rec)
-    tv, count_tv = fid.free_tv_distance, fid.free_count_tv_distance
+    tv, count_tv = fid.free_tv_distance, fid.free_extents_distance
     assert tv == pytest.approx(0.5 * (abs(1 / 37 - 10 / 18) + abs(36 / 37 - 8 / 18)))
-    assert count_tv == pytest.approx(0.5 * (abs(0.1 - 10 / 12) + abs(0.9 - 2 / 12)))
+    # By extents: 9 extents of 1 block and 7 of 4 appear or go, of 22 in both.
+    assert count_tv == pytest.approx(16 / 22)
     assert not fid.judge().faithful
 
     def floor(blocks: float, extents: float) -> NoiseFloor:
-        return NoiseFloor(free_tv=blocks - 0.1, free_count_tv=extents - 0.1, runs=2)
+        return NoiseFloor(free_tv=blocks - 0.1, free_extents=extents - 0.1, runs=2)
 
     assert fid.judge(floor(tv + 1e-9, count_tv + 1e-9)).faithful
     v = fid.judge(floor(tv - 1e-3, count_tv + 1e-9))

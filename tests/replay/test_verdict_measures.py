@@ -37,20 +37,26 @@ def _small_and_big(small: int) -> list[tuple[int, int]]:
 def test_free_space_is_judged_by_extent_counts_when_one_extent_holds_the_blocks() -> None:
     # The original: 128 small free extents beside one large one; the recreation: 5 beside the
     # same large one. By blocks the large extent decides (97% and 99.9% of the free blocks);
-    # by extents the two differ in nearly all of them.
+    # by extents 123 of the 135 extents of both would have to appear or go.
     orig = _free(layout([]), _small_and_big(128))
     rec = _free(layout([]), _small_and_big(5))
     fid = fidelity(orig, rec)
     small_o, small_r = 512 / (512 + BIG), 20 / (20 + BIG)
     assert fid.free_tv_distance == pytest.approx(small_o - small_r)
     assert fid.free_tv_distance < 0.1
-    assert fid.free_count_tv_distance == pytest.approx(128 / 129 - 5 / 6)
+    assert fid.free_extents_distance == pytest.approx(123 / 135)
     v = fid.judge()
     assert not v.faithful
-    assert v.reasons == [
-        f"free space by extents: distance {128 / 129 - 5 / 6:.3f}, tolerance 0.100"
-    ]
+    assert v.reasons == [f"free space by extents: distance {123 / 135:.3f}, tolerance 0.100"]
     # The same number of small extents in other places passes both.
+    # Spread alike over the buckets but half as many (a distance between the distributions
+    # would call them the same): 64 small extents beside a large one half as large.
+    orig2 = _free(layout([]), [(10 * i, 4) for i in range(128)] + [(100_000, 32_000)])
+    half = _free(layout([]), [(10 * i, 4) for i in range(64)] + [(100_000, 16_400)])
+    fewer = fidelity(orig2, half)
+    assert fewer.free_tv_distance == pytest.approx(512 / 32_512 - 256 / 16_656)
+    assert fewer.free_extents_distance == pytest.approx(64 / 194)
+    assert not fewer.judge().faithful
     moved = _free(layout([]), [(20 * i + 3, 4) for i in range(128)] + [(200_000, BIG)])
     assert fidelity(orig, moved).judge().faithful
 
@@ -150,7 +156,7 @@ def test_a_systematically_biased_stream_is_not_passed() -> None:
 def test_the_verdict_places_a_recreation_between_a_rerun_and_a_plain_copy() -> None:
     orig = _scored(0)
     # Runs 3/180 apart; a copy 30/180 off; a recreation 12/180 off: (12-3)/(30-3) = 1/3.
-    floor = NoiseFloor(by_bucket={3: 3 / 180}, runs=5, dynamic=1.0, free_count_tv=1.0)
+    floor = NoiseFloor(by_bucket={3: 3 / 180}, runs=5, dynamic=1.0, free_extents=1.0)
     floor.copy = {"bucket:3": 30 / 180, "free_blocks": 0.0, "free_extents": 0.0}
     v = fidelity(orig, _scored(12)).judge(floor)
     assert not v.faithful
@@ -166,7 +172,7 @@ def test_the_verdict_places_a_recreation_between_a_rerun_and_a_plain_copy() -> N
     assert fidelity(orig, _scored(48)).judge(floor).copy_relative == pytest.approx(45 / 27)
     # A distance where the copy is within tolerance cannot place anything (a rerun may differ
     # as much), even when it lies beyond the runs' noise.
-    near = NoiseFloor(by_bucket={3: 0.0}, runs=5, dynamic=1.0, free_count_tv=1.0)
+    near = NoiseFloor(by_bucket={3: 0.0}, runs=5, dynamic=1.0, free_extents=1.0)
     near.copy = {"bucket:3": 3 / 180, "free_blocks": 0.0, "free_extents": 0.0}
     v = fidelity(orig, _scored(2)).judge(near)
     assert v.copy_relative is None and v.copy_passes
@@ -189,7 +195,7 @@ def test_fidelity_command_shows_the_yardstick_only_for_the_floors_snapshot(
     with Store.open(db, create=True) as store:
         a = store.add_snapshot(orig, name="orig").snapshot_id
         b = store.add_snapshot(rec, name="rec").snapshot_id
-    floor = NoiseFloor(by_bucket={3: 3 / 180}, runs=5, dynamic=1.0, free_count_tv=1.0)
+    floor = NoiseFloor(by_bucket={3: 3 / 180}, runs=5, dynamic=1.0, free_extents=1.0)
     floor.original_snapshot = a
     floor.to_original = [{"bucket:3": 0.0}]
     floor.copy = {"bucket:3": 30 / 180}
