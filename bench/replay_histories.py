@@ -72,7 +72,7 @@ def verdict_summary(out: Path, which: str) -> list[str]:
         f"  {which} (snapshot {res['snapshot_id']}): free space {d[FREE_BLOCKS]:.3f} by blocks, "
         f"{d[FREE_EXTENTS]:.3f} by extents (free extents {fid.free_original['free_extent_count']}"
         f" vs {fid.free_recreated['free_extent_count']}); dynamic layout score "
-        f"{fid.dynamic_score_original} vs {fid.dynamic_score_recreated} "
+        f"{fid.dynamic_score_original or 0:.3f} vs {fid.dynamic_score_recreated or 0:.3f} "
         f"({d.get(DYNAMIC, float('nan')):+.3f}); floor: {floor.describe()}"
     ]
     for rule in RULES:

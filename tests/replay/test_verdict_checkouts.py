@@ -6,6 +6,7 @@ extents the verdict counts are e2freefrag's."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import subprocess
@@ -120,3 +121,54 @@ def test_a_plain_copy_of_a_checkout_history_is_not_faithful(tmp_path: Path) -> N
     assert v.copy_relative is not None and v.copy_worst is not None
     assert f"{v.copy_relative:.2f} of the way from a rerun to a plain copy" in v.line()
     assert list(tmp_path.glob("fsage-*")) == []
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_noise_floor_and_replay_commands_carry_the_yardstick(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fsage.cli import main
+
+    img = make_image(tmp_path / "o.img", "ext4", 24 * MIB, label="co")
+    db = tmp_path / "h.db"
+    trees = _commits(random.Random(7), 4)
+    with Store.open(db, create=True) as store:
+        prev: dict[str, int] = {}
+        for k in (0, 2):
+            with loop_mount(img) as mnt:
+                for j in (k, k + 1):
+                    _checkout(mnt, prev, trees[j], j)
+                    prev = trees[j]
+            store.add_snapshot(read_source(img), name="co")
+    base = ["--db", str(db), "--fs", "co"]
+    r = CliRunner().invoke(main, ["noise-floor", *base, "--runs", "2", "--workdir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "a plain copy to snapshot 2: free space" in r.output
+    assert "free-space distance of each run to snapshot 2:" in r.output
+    r = CliRunner().invoke(main, ["noise-floor", *base, "--runs", "2", "--no-copy",
+                                  "--workdir", str(tmp_path), "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    floor = json.loads(r.stdout)["noise_floor"]
+    assert floor["copy"] is None and len(floor["to_original"]) == 2
+    r = CliRunner().invoke(main, ["noise-floor", *base, "--runs", "2",
+                                  "--workdir", str(tmp_path), "--format", "json"])  # fmt: skip
+    floor = json.loads(r.stdout)["noise_floor"]
+    assert floor["copy"]["free_extents"] > 0 and floor["original_snapshot"] == 2
+    path = tmp_path / "floor.json"
+    path.write_text(r.stdout)
+    rec, judge = str(tmp_path / "r.img"), ["--noise-floor", str(path)]
+    r = CliRunner().invoke(main, ["replay", *base, *judge, "--tolerance-from", "original",
+                                  "--format", "json", rec])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)["fidelity"]["verdict"]
+    assert v["rule"] == "original" and v["copy_relative"] is not None
+    assert v["faithful"] == (not v["reasons"])
+    # Judged at the first snapshot, a floor measured at the last has no yardstick and no runs'
+    # distances to it.
+    r = CliRunner().invoke(main, ["replay", *base, "--until", "1", *judge, "--force", rec])
+    assert r.exit_code == 0 and "no plain-copy yardstick" in r.output, r.output
+    r = CliRunner().invoke(main, ["replay", *base, "--until", "1", *judge, "--tolerance-from",
+                                  "original", "--force", rec])  # fmt: skip
+    assert r.exit_code != 0 and "compared with snapshot 2, not 1" in r.output
+    assert "Traceback" not in r.output
