@@ -59,6 +59,16 @@ def test_a_floor_records_its_pairs_and_each_runs_distance_to_the_original() -> N
     assert legacy.free_tv == floor.free_tv and legacy.original_snapshot is None
     with pytest.raises(UsageError, match="no distances to the original"):
         fidelity(orig, orig).judge(legacy, "original")
+    # A floor that kept only each run's largest distance to the original (which the original
+    # rule once took as tolerance) has no signed distances to judge a bias by either.
+    kept = {
+        **old,
+        "original_snapshot": 7,
+        "to_original_by_bucket": {},
+        "to_original_free_tv": [1.0],
+    }
+    assert NoiseFloor.from_json(kept).original_snapshot is None
+    assert NoiseFloor.from_json(kept).copy is None
 
 
 def test_runs_that_agree_with_each_other_but_not_with_the_original_pass_nothing() -> None:
