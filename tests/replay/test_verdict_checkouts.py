@@ -66,11 +66,13 @@ def _checkout(root: Path, old: dict[str, int], new: dict[str, int], seed: int) -
     return written
 
 
-def _e2freefrag_extents(image: Path) -> int:
+def _e2freefrag(image: Path) -> tuple[int, list[tuple[int, int]]]:
+    """e2freefrag's count of free extents and its histogram: (extents, blocks) per bucket."""
     out = subprocess.run(["e2freefrag", str(image)], capture_output=True, text=True, check=True)
     m = re.search(r"Num. free extent:\s*(\d+)", out.stdout)
     assert m, out.stdout
-    return int(m.group(1))
+    rows = re.findall(r"^\s*\S+\.\.\.\s*\S+\s*:\s*(\d+)\s+(\d+)\s", out.stdout, re.M)
+    return int(m.group(1)), [(int(c), int(b)) for c, b in rows]
 
 
 @pytest.mark.slow
@@ -105,8 +107,11 @@ def test_a_plain_copy_of_a_checkout_history_is_not_faithful(tmp_path: Path) -> N
     copy = fresh_copy(db, "co", None, tmp_path)
     fid = fidelity(original, copy)
     assert fid.files_matched == fid.files_original == len(trees[-1])
-    # The free extents the verdict counts are e2freefrag's on the original image.
-    assert fid.free_original["free_extent_count"] == _e2freefrag_extents(img)
+    # The free extents the verdict counts are e2freefrag's on the original image, bucket by
+    # bucket.
+    total, hist = _e2freefrag(img)
+    assert fid.free_original["free_extent_count"] == total and len(hist) > 3
+    assert [(b["count"], b["blocks"]) for b in fid.free_original["free_extents"]] == hist
     assert fid.free_recreated["free_extent_count"] < fid.free_original["free_extent_count"]
     for rule in RULES:
         v = fid.judge(floor, rule)
