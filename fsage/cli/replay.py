@@ -160,7 +160,6 @@ def replay_cmd(
     scores original vs recreated (overall and by size), path-order dynamic layout score,
     free-space histogram distances (by blocks and by extents), and the verdict.
 
-    \b
     The verdict: every file matched, every size bucket of 50 files or more, the dynamic layout
     score and both free-space distances within tolerance. --tolerance-from says what a pass
     proves: spread, that the recreation is as close to the original as two reruns of its op
@@ -395,7 +394,6 @@ def noise_floor_cmd(
     free-space distances (by blocks and by extents); then each run, and a plain copy, with the
     snapshot itself.
 
-    \b
     `fsage replay --noise-floor FILE` and `fsage fidelity` judge against the floor. Both rules
     take the runs' spread as tolerance. --tolerance-from spread (default) proves the recreation
     is as close to the snapshot as one rerun is to another; --tolerance-from original proves
