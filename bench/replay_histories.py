@@ -5,7 +5,9 @@ The releases of each project (``NAME-VERSION.tar.gz``, as ``pip download --no-de
 per project on a loop-mounted ext4 (``fsage.replay.unpack``), with a snapshot after each
 batch; the file system is sized so the last state fills it to ``--fill``. The image and the
 database are kept in ``--out``, and the commands that judge a recreation of the middle and the
-last snapshot are printed (and run, with ``--judge``):
+last snapshot are printed (and run, with ``--judge``, then each replay's verdict under both
+rules summed up: the judged distances, the free extents, where the replay lies between a
+rerun and a plain copy, and what fails it):
 
     python3 bench/replay_histories.py --sdists /work/cache/replay/sympy --out /tmp/h-sympy \\
         --block-size 1024 --fill 0.8 [--members '*/lib/*,*/test/*'] [--snapshots 30] [--judge]
@@ -50,6 +52,32 @@ def judge_commands(out: Path, fs: str, ids: list[int]) -> list[tuple[list[str], 
                       "--noise-floor", str(floor), "--force", "--format", "json", rec],
                      out / f"replay-{which}.json"))  # fmt: skip
     return cmds
+
+
+def verdict_summary(out: Path, which: str) -> list[str]:
+    """The replay of the ``which`` snapshot judged under both rules against its floor."""
+    from fsage.replay.fidelity import DYNAMIC, FREE_BLOCKS, FREE_EXTENTS, RULES, NoiseFloor
+    from fsage.replay.fidelity import Fidelity as Fid
+
+    try:
+        res = json.loads((out / f"replay-{which}.json").read_text())
+        floor = NoiseFloor.from_json(json.loads((out / f"floor-{which}.json").read_text()))
+    except (OSError, ValueError) as exc:
+        return [f"  {which}: no verdict ({exc})"]
+    data = res["fidelity"]
+    fields = {k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}
+    fid = Fid(**fields)
+    d = fid.distances()
+    lines = [
+        f"  {which} (snapshot {res['snapshot_id']}): free space {d[FREE_BLOCKS]:.3f} by blocks, "
+        f"{d[FREE_EXTENTS]:.3f} by extents (free extents {fid.free_original['free_extent_count']}"
+        f" vs {fid.free_recreated['free_extent_count']}); dynamic layout score "
+        f"{fid.dynamic_score_original or 0:.3f} vs {fid.dynamic_score_recreated or 0:.3f} "
+        f"({d.get(DYNAMIC, float('nan')):+.3f}); floor: {floor.describe()}"
+    ]
+    for rule in RULES:
+        lines.append(f"    {rule}: {fid.judge(floor, rule).line()}")
+    return lines
 
 
 def main() -> None:
@@ -101,6 +129,9 @@ def main() -> None:
             with open(dest, "w") if dest else contextlib.nullcontext() as fh:
                 subprocess.run(cmd, check=False, stdout=fh, env=env)
             print(f"    ({time.perf_counter() - t0:.0f} s)")
+    if args.judge:
+        for which in ("middle", "last"):
+            print("\n".join(verdict_summary(args.out, which)))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,20 @@
 """How reliable is the fidelity verdict? Spread of the op stream's own runs against replays.
 
 At each point (a recorded history and one of its snapshots) the op stream up to the snapshot
-is run ``--runs`` times with ``fsage age --ops`` (as ``fsage noise-floor`` runs it), ``fsage
-replay`` recreates the snapshot ``--replays`` times, and two recreations that are clearly not
-aged are made: the last snapshot's files created fresh, in one go, on an empty file system of
-the same geometry (``fresh``), and a replay whose intervals end with nothing
-(``--interval-end none``: delayed allocation lays out only the survivors). Printed per point:
+is run ``--runs`` times (as ``fsage noise-floor`` runs it), ``fsage replay`` recreates the
+snapshot ``--replays`` times, and two recreations that are clearly not aged are made: the
+snapshot's files created fresh, in one go, on an empty file system of the same geometry
+(``fresh``, the plain copy the verdict's yardstick rests on), and a replay whose intervals end
+with nothing (``--interval-end none``: delayed allocation lays out only the survivors). Printed
+per point:
 
-* the distances (free-space total variation and earth mover's distance; the largest layout-
-  score difference over the judged size buckets) run vs run, run vs original, replay vs
-  original, and of the unaged recreations to the original;
+* the distances the verdict judges (free space by blocks and by extents per bucket, the
+  path-order dynamic layout score, the largest layout-score difference over the judged size
+  buckets) run vs run, run vs original, replay vs original, and of the unaged recreations;
 * how often each replay is judged faithful against floors of 3 and of 5 runs resampled from
-  the runs (every subset), under the pairwise rule (the issue's: within the runs' largest
-  distance between each other, + 0.1 for free space) and the reference rule (within the
-  largest distance of the runs to the original, + the same margins);
+  the runs (every subset), under both rules of ``fsage.replay.fidelity`` (``spread``: within
+  the runs' spread; ``original``: that, and the runs' mean distance to the original within it
+  too), what fails them, and where they lie between a rerun (0) and the plain copy (1);
 * whether the unaged recreations are judged NOT faithful under each rule.
 
 Needs root and loop devices. The history directories hold ``h.db`` (``bench/
@@ -44,7 +45,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fsage.ager.images import can_loop_mount
 from fsage.db.store import Store
 from fsage.layout import Layout
-from fsage.replay.fidelity import MIN_BUCKET_FILES, bucket_tolerance, fidelity, free_tolerance
+from fsage.replay.fidelity import (
+    DYNAMIC,
+    FREE_BLOCKS,
+    FREE_EXTENTS,
+    RULES,
+    NoiseFloor,
+    fidelity,
+    judge_distances,
+)
 from fsage.replay.noise import noise_floor
 from fsage.replay.recreate import RecreateOptions, recreate
 from fsage.replay.unaged import fresh_copy
@@ -55,19 +64,14 @@ def _cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def distance(a: Layout, b: Layout) -> dict[str, Any]:
-    """Free-space distances and layout-score differences per size bucket (a as original)."""
+def distance(a: Layout, b: Layout) -> dict[str, float]:
+    """The distances a verdict judges (``Fidelity.distances``), a as original, and the free
+    extents of both."""
     f = fidelity(a, b)
-    buckets = {}
-    for r in f.by_size:
-        so, sr = r["layout_score_original"], r["layout_score_recreated"]
-        if so is not None and sr is not None:
-            buckets[str(r["min_blocks"])] = abs(sr - so)
     return {
-        "tv": f.free_tv_distance,
-        "emd": f.free_emd_buckets,
-        "buckets": buckets,
-        "extents": [f.free_original["free_extent_count"], f.free_recreated["free_extent_count"]],
+        **f.distances(),
+        "extents_original": f.free_original["free_extent_count"],
+        "extents": f.free_recreated["free_extent_count"],
     }
 
 
@@ -95,13 +99,9 @@ def measure(hist: Path, work: Path, point: str, runs: int, replays: int) -> dict
         shutil.copy(src / "h.db", db)
     with Store.open(db) as store:
         original = store.load_layout(sid)
-    judged = [
-        str(r["min_blocks"])
-        for r in fidelity(original, original).by_size
-        if r["files_original"] >= MIN_BUCKET_FILES
-    ]
+    judged = fidelity(original, original).judged()
     t0, c0 = time.perf_counter(), _cpu()
-    _, run_layouts = noise_floor(db, name, str(sid), runs=runs, workdir=wd)
+    _, run_layouts = noise_floor(db, name, str(sid), runs=runs, workdir=wd, copy=False)
     t_runs, c_runs = time.perf_counter() - t0, _cpu() - c0
     rep_layouts = [replay_layout(db, name, sid, wd, "remount") for _ in range(replays)]
     t_rep = time.perf_counter() - t0 - t_runs
@@ -113,8 +113,8 @@ def measure(hist: Path, work: Path, point: str, runs: int, replays: int) -> dict
     return {
         "point": point,
         "snapshot": sid,
-        "judged_buckets": judged,
-        "free_extents_original": fidelity(original, original).free_original["free_extent_count"],
+        "judged": judged,
+        "free_extents_original": distance(original, original)["extents_original"],
         "run_run": {
             f"{i},{j}": distance(run_layouts[i], run_layouts[j])
             for i, j in itertools.combinations(range(n), 2)
@@ -129,8 +129,8 @@ def measure(hist: Path, work: Path, point: str, runs: int, replays: int) -> dict
 # ------------------------------------------------------------------------------- analysis
 
 
-def _bucket_max(d: dict[str, Any], judged: list[str]) -> float:
-    return max((d["buckets"].get(k, 0.0) for k in judged), default=0.0)
+def _bucket_max(d: dict[str, float], judged: dict[str, str]) -> float:
+    return max((abs(d.get(k, 0.0)) for k in judged if k.startswith("bucket:")), default=0.0)
 
 
 def _spread(xs: list[float]) -> str:
@@ -139,94 +139,100 @@ def _spread(xs: list[float]) -> str:
     return f"{min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}"
 
 
-def _misses(
-    d: dict[str, Any], judged: list[str], free: float, by_bucket: dict[str, float]
-) -> tuple[bool, bool]:
-    """(outside the free-space tolerance, outside some judged bucket's tolerance)."""
-    buckets = any(
-        d["buckets"].get(k, 1.0) > bucket_tolerance(by_bucket.get(k, 0.0)) for k in judged
-    )
-    return d["tv"] > free_tolerance(free), buckets
-
-
-def _faithful(
-    d: dict[str, Any], judged: list[str], free: float, by_bucket: dict[str, float]
-) -> bool:
-    return not any(_misses(d, judged, free, by_bucket))
-
-
-def _floor_spread(raw: dict[str, Any], subset: tuple[int, ...]) -> tuple[float, dict[str, float]]:
-    free, buckets = 0.0, {}  # type: ignore[var-annotated]
+def _floor(raw: dict[str, Any], subset: tuple[int, ...]) -> NoiseFloor:
+    """The floor the runs of ``subset`` give (as ``noise_between`` and ``add_original`` make
+    it), with the plain copy as yardstick."""
+    floor = NoiseFloor(runs=len(subset), original_snapshot=int(raw["snapshot"]))
     for i, j in itertools.combinations(subset, 2):
         d = raw["run_run"][f"{i},{j}"]
-        free = max(free, d["tv"])
-        for k, v in d["buckets"].items():
-            buckets[k] = max(buckets.get(k, 0.0), v)
-    return free, buckets
+        for key, v in d.items():
+            if key.startswith("bucket:"):
+                k = int(key.split(":")[1])
+                floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
+        floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
+        floor.free_tv_pairs.append(d[FREE_BLOCKS])
+        floor.free_extents_pairs.append(d[FREE_EXTENTS])
+    floor.free_tv = max(floor.free_tv_pairs, default=0.0)
+    floor.free_extents = max(floor.free_extents_pairs, default=0.0)
+    floor.to_original = [raw["run_orig"][i] for i in subset]
+    fresh = raw["unaged_orig"]["fresh"]
+    floor.copy = {k: abs(v) for k, v in fresh.items() if not k.startswith("extents")}
+    return floor
 
 
-def _floor_original(raw: dict[str, Any], subset: tuple[int, ...]) -> tuple[float, dict[str, float]]:
-    free, buckets = 0.0, {}  # type: ignore[var-annotated]
-    for i in subset:
-        d = raw["run_orig"][i]
-        free = max(free, d["tv"])
-        for k, v in d["buckets"].items():
-            buckets[k] = max(buckets.get(k, 0.0), v)
-    return free, buckets
+def _why(reasons: list[str]) -> set[str]:
+    """What failed a verdict, in short."""
+    out = set()
+    for r in reasons:
+        if r.startswith("the op stream's runs"):
+            out.add("bias")
+        elif r.startswith("free space by blocks"):
+            out.add("free/blocks")
+        elif r.startswith("free space by extents"):
+            out.add("free/extents")
+        elif r.startswith("path-order dynamic"):
+            out.add("dynamic")
+        elif r.startswith("files of"):
+            out.add("bucket")
+        elif r.startswith("a plain copy"):
+            out.add("copy passes")
+    return out
 
 
-#: The verdict's rules (fsage.replay.fidelity.RULES): the runs' spread between each other, and
-#: the runs' distance to the original.
-RULES = {"spread": _floor_spread, "original": _floor_original}
+WHY = ("free/blocks", "free/extents", "bucket", "dynamic", "bias")
 
 
 def analyse(raw: dict[str, Any]) -> list[str]:
-    judged = raw["judged_buckets"]
+    if "judged" not in raw:
+        sys.exit("saved distances from an older bench/verdict.py: measure them again")
+    judged: dict[str, str] = raw["judged"]
     n = len(raw["run_orig"])
     out = [
         f"== {raw['point']} (snapshot {raw['snapshot']}; {raw['free_extents_original']} free "
-        f"extents in the original; {n} runs, {len(raw['replay_orig'])} replays; judged buckets "
-        f"{len(judged)}; the runs took {raw['seconds']['runs_cpu']:.0f} s CPU, "
+        f"extents in the original; {n} runs, {len(raw['replay_orig'])} replays; judged: "
+        f"{len(judged)} distances; the runs took {raw['seconds']['runs_cpu']:.0f} s CPU, "
         f"{raw['seconds']['runs_wall']:.0f} s wall)",
-        f"  {'distances (min / median / max)':34} {'free TV':>22} {'free EMD':>22} "
-        f"{'worst judged bucket':>22}",
+        f"  {'distances (min / median / max)':34} {'free TV blocks':>22} {'free extents dist':>22} "
+        f"{'dynamic score':>22} {'worst judged bucket':>22} {'free extents':>13}",
     ]
     groups = {
         "run vs run": list(raw["run_run"].values()),
         "run vs original": raw["run_orig"],
         "replay vs original": raw["replay_orig"],
+        **{f"unaged ({k}) vs original": [v] for k, v in raw["unaged_orig"].items()},
     }
     for label, ds in groups.items():
         out.append(
-            f"  {label:34} {_spread([d['tv'] for d in ds]):>22} "
-            f"{_spread([d['emd'] for d in ds]):>22} "
-            f"{_spread([_bucket_max(d, judged) for d in ds]):>22}"
-        )
-    for label, d in raw["unaged_orig"].items():
-        out.append(
-            f"  {'unaged (' + label + ') vs original':34} {d['tv']:>22.3f} {d['emd']:>22.3f} "
-            f"{_bucket_max(d, judged):>22.3f}"
+            f"  {label:34} {_spread([d[FREE_BLOCKS] for d in ds]):>22} "
+            f"{_spread([d[FREE_EXTENTS] for d in ds]):>22} "
+            f"{_spread([abs(d.get(DYNAMIC, 0.0)) for d in ds]):>22} "
+            f"{_spread([_bucket_max(d, judged) for d in ds]):>22} "
+            f"{_spread([float(d['extents']) for d in ds]):>13}"
         )
     out.append(
-        f"  {'floor of k runs':22} {'rule':10} {'free floor min/med/max':>24} "
-        f"{'replays faithful':>17} {'out: free':>9} {'bucket':>9}   unaged judged faithful"
+        f"  {'floor of k runs':22} {'rule':9} {'replays faithful':>16} "
+        + " ".join(f"{w:>12}" for w in WHY)
+        + f" {'vs copy (med)':>14}   unaged judged faithful"
     )
     for k in sorted({k for k in (3, 5, n) if k <= n}):
         subsets = list(itertools.combinations(range(n), k))
-        for rule, make in RULES.items():
-            floors = [make(raw, s) for s in subsets]
-            misses = [_misses(d, judged, fr, bb) for fr, bb in floors for d in raw["replay_orig"]]
-            ok = [not any(m) for m in misses]
-            by_free = sum(m[0] for m in misses) / len(misses)
-            by_bucket = sum(m[1] for m in misses) / len(misses)
+        floors = [_floor(raw, s) for s in subsets]
+        for rule in RULES:
+            verdicts = [
+                judge_distances(d, judged, fl, rule) for fl in floors for d in raw["replay_orig"]
+            ]
+            why = [_why(v.reasons) for v in verdicts]
+            rel = [v.copy_relative for v in verdicts if v.copy_relative is not None]
             unaged = {
-                label: sum(_faithful(d, judged, fr, bb) for fr, bb in floors) / len(floors)
+                label: sum(judge_distances(d, judged, fl, rule).faithful for fl in floors)
+                / len(floors)
                 for label, d in raw["unaged_orig"].items()
             }
             out.append(
-                f"  {k:2} runs ({len(subsets):3} subsets)   {rule:10} "
-                f"{_spread([f for f, _ in floors]):>24} {sum(ok) / len(ok):>16.0%} "
-                f"{by_free:>9.0%} {by_bucket:>9.0%}   "
+                f"  {k:2} runs ({len(subsets):3} subsets)  {rule:9} "
+                f"{sum(v.faithful for v in verdicts) / len(verdicts):>16.0%} "
+                + " ".join(f"{sum(w in x for x in why) / len(why):>12.0%}" for w in WHY)
+                + f" {statistics.median(rel) if rel else float('nan'):>14.2f}   "
                 + ", ".join(f"{lab} {v:.0%}" for lab, v in unaged.items())
             )
     return out

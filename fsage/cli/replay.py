@@ -16,6 +16,9 @@ from fsage.errors import FsageError, UsageError
 from fsage.replay.deltas import IntraDay, history, snapshot_deltas
 from fsage.replay.fidelity import (
     DEFAULT_RULE,
+    DYNAMIC,
+    FREE_BLOCKS,
+    FREE_EXTENTS,
     FREE_TOLERANCE,
     MIN_TOLERANCE,
     RULES,
@@ -86,6 +89,17 @@ def _intra(per_day: float, lifetime: float, seed: int) -> IntraDay | None:
     return IntraDay(files_per_day=per_day, lifetime_s=lifetime, seed=seed)
 
 
+#: What each verdict rule proves, for the help of every command that judges.
+RULES_HELP = (
+    "Both rules take their tolerances from the runs' spread (their largest distance between "
+    "each other), never from a bias the runs share. spread: the recreation is as close to the "
+    "original as one rerun of its op stream is to another. original: that, and the op stream "
+    "reproduces the original: its runs land, on average, within the same tolerances of the "
+    "snapshot, so a stream whose every rerun is off in the same direction fails (needs a floor "
+    "measured at that snapshot)."
+)
+
+
 def _judge_options(f: F) -> F:
     f = click.option(
         "--tolerance-from",
@@ -93,10 +107,7 @@ def _judge_options(f: F) -> F:
         type=click.Choice(RULES),
         default=DEFAULT_RULE,
         show_default=True,
-        help="What the noise floor's tolerances are: the runs' largest distance between each "
-        "other (spread), or the runs' largest distance to the original snapshot (original: "
-        "is the recreation as close to the original as a rerun of its op stream is?; needs a "
-        "floor measured at that snapshot).",
+        help="What the verdict proves. " + RULES_HELP,
     )(f)
     f = click.option(
         "--check",
@@ -107,8 +118,9 @@ def _judge_options(f: F) -> F:
         "--noise-floor",
         type=click.Path(dir_okay=False, exists=True, path_type=Path),
         help="The noise floor to judge against (JSON from `fsage noise-floor --format json`); "
-        f"default: none measured, so tolerances of {MIN_TOLERANCE} per size bucket and "
-        f"{FREE_TOLERANCE} for free space.",
+        f"default: none measured, so tolerances of {MIN_TOLERANCE} per size bucket and for the "
+        f"dynamic layout score, and {FREE_TOLERANCE} for free space. A floor measured at the "
+        "judged snapshot also places the recreation between a rerun (0) and a plain copy (1).",
     )(f)
 
 
@@ -145,7 +157,16 @@ def replay_cmd(
     files, replays the operations inferred between snapshots up to --until (through a loop
     mount when root, else offline through libext2fs), records the result in the database as a
     recreation of that snapshot, and prints the fidelity: files and bytes matched, layout
-    scores original vs recreated (overall and by size), free-space histogram distance.
+    scores original vs recreated (overall and by size), path-order dynamic layout score,
+    free-space histogram distances (by blocks and by extents), and the verdict.
+
+    The verdict: every file matched, every size bucket of 50 files or more, the dynamic layout
+    score and both free-space distances within tolerance. --tolerance-from says what a pass
+    proves: spread, that the recreation is as close to the original as two reruns of its op
+    stream are to each other; original, that and that the reruns themselves land on the
+    original (no shared bias). With a floor measured at this snapshot the verdict also says
+    where the recreation lies between a rerun (0) and a plain copy of the tree (1), and fails
+    whenever the tolerances would pass that copy.
 
     \b
     Examples:
@@ -153,9 +174,9 @@ def replay_cmd(
       fsage replay --fs home --until 42 --format json rec.img
     """
     floor = _load_floor(noise_floor)
-    if floor is not None and rule == "original":
+    if floor is not None:
         with Store.open(db) as store:
-            _check_floor_snapshot(floor, history(store, fs_name, until)[0][-1].id)
+            floor = _floor_for(floor, history(store, fs_name, until)[0][-1].id, rule)
     opts = RecreateOptions(
         db=db, fs_name=fs_name, target=target, until=until, mode=mode or "auto", force=force,
         intra=_intra(intra_files_per_day, intra_lifetime, intra_seed), deletes=deletes,
@@ -165,8 +186,7 @@ def replay_cmd(
     res = recreate(opts, echo=lambda s: click.echo(s, err=True))
     fid = res.fidelity
     assert fid is not None
-    if rule != DEFAULT_RULE:
-        fid.judge(floor, rule)
+    fid.judge(floor, rule)
     if fmt == "json":
         echo_json(res.to_json())
         _exit_on_check(fid, check)
@@ -202,14 +222,16 @@ def _load_floor(path: Path | None) -> NoiseFloor | None:
     return NoiseFloor.from_json(data)
 
 
-def _check_floor_snapshot(floor: NoiseFloor, snapshot_id: int) -> None:
-    """Judging by the original needs the runs' distances to that very snapshot."""
-    floor.tolerances("original")  # UsageError when the floor has none
-    if floor.original_snapshot != snapshot_id:
+def _floor_for(floor: NoiseFloor, snapshot_id: int, rule: str) -> NoiseFloor:
+    """The floor as it judges ``snapshot_id``: judging by the original needs the runs'
+    distances to that very snapshot; the plain copy is only a yardstick for its own snapshot."""
+    floor.check_rule(rule)  # UsageError when the floor has no distances to a snapshot
+    if rule == "original" and floor.original_snapshot != snapshot_id:
         raise UsageError(
             f"the noise floor's runs were compared with snapshot {floor.original_snapshot}, "
             f"not {snapshot_id}: measure it at that snapshot to judge by the original"
         )
+    return floor.for_snapshot(snapshot_id)
 
 
 class OutsideTolerance(FsageError):
@@ -339,6 +361,14 @@ def deltas_cmd(
     "63-93% of cases, a 5-run one in 77-100% (bench/verdict.py).",
 )
 @click.option(
+    "--copy/--no-copy",
+    default=True,
+    show_default=True,
+    help="Also write the snapshot's files in one go onto an empty file system of the same "
+    "geometry and record that plain copy's distances to the snapshot: the yardstick a verdict "
+    "places a recreation against (0 = as good as a rerun, 1 = no better than a copy).",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Where the run images go (removed after); default: the temporary directory.",
@@ -352,17 +382,24 @@ def deltas_cmd(
 @click.option("--offline", "mode", flag_value="offline", help="Run through libext2fs.")
 @format_option("text", "json")
 def noise_floor_cmd(
-    db: Path, fs_name: str, until: str | None, runs: int, workdir: Path | None,
+    db: Path, fs_name: str, until: str | None, runs: int, copy: bool, workdir: Path | None,
     mode: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Measure how far two runs of FS's op stream land apart: the noise floor of a recreation.
 
     Infers the op stream up to --until (as `fsage deltas` does), runs it --runs times the
-    way `fsage replay` does (unmounting at every snapshot) onto fresh file systems of the recorded
-    geometry, and compares the runs: per size bucket the largest layout-score difference, and
-    the largest free-space distance; and each run with the snapshot itself. `fsage replay
-    --noise-floor FILE` judges against the runs' spread, or with `--tolerance-from original`
-    against their distance to the snapshot.
+    way `fsage replay` does (unmounting at every snapshot) onto fresh file systems of the
+    recorded geometry, and compares the runs: per size bucket the largest layout-score
+    difference, the largest difference of path-order dynamic layout score, and the largest
+    free-space distances (by blocks and by extents); then each run, and a plain copy, with the
+    snapshot itself.
+
+    `fsage replay --noise-floor FILE` and `fsage fidelity` judge against the floor. Both rules
+    take the runs' spread as tolerance. --tolerance-from spread (default) proves the recreation
+    is as close to the snapshot as one rerun is to another; --tolerance-from original proves
+    that and that the runs themselves land on the snapshot on average (an op stream that
+    reruns the same way but misses the snapshot fails). A floor whose tolerances would pass
+    the plain copy judges nothing faithful.
 
     \b
     Examples:
@@ -374,17 +411,19 @@ def noise_floor_cmd(
 
     floor, layouts = noise_floor(
         db, fs_name, until, runs=runs, mode=mode or "auto", workdir=workdir,
-        echo=(lambda s: click.echo(s, err=True)) if fmt == "text" else None,
+        echo=(lambda s: click.echo(s, err=True)) if fmt == "text" else None, copy=copy,
     )  # fmt: skip
-    with Store.open(db) as store:
-        snap = history(store, fs_name, until)[0][-1].id
-        floor.add_original(store.load_layout(snap), layouts, snap)
     if fmt == "json":
         echo_json({"noise_floor": floor.to_json()})
         return
+    snap = floor.original_snapshot
     click.echo(f"noise floor of {fs_name}: {floor.note}")
     pairs = ", ".join(f"{x:.3f}" for x in sorted(floor.free_tv_pairs))
     click.echo(f"  free-space distance between runs: {floor.free_tv:.3f} (largest of {pairs})")
+    click.echo(
+        f"  by extents: {floor.free_extents:.3f}; path-order dynamic layout score: "
+        f"{floor.dynamic:.3f}"
+    )
     without = floor.free_tv_without_one()
     if without is not None:
         click.echo(
@@ -392,14 +431,27 @@ def noise_floor_cmd(
         )
     to_orig = ", ".join(f"{x:.3f}" for x in sorted(floor.to_original_free_tv))
     click.echo(f"  free-space distance of each run to snapshot {snap}: {to_orig}")
+    if floor.copy is not None:
+        c = floor.copy
+        click.echo(
+            f"  a plain copy to snapshot {snap}: free space {c.get(FREE_BLOCKS, 0.0):.3f} by "
+            f"blocks, {c.get(FREE_EXTENTS, 0.0):.3f} by extents; dynamic layout score "
+            f"{c.get(DYNAMIC, 0.0):.3f}"
+        )
     if runs < SOUND_RUNS:
         click.echo(
             f"  note: a floor of {runs} runs is itself noisy (bench/verdict.py); "
             f"{SOUND_RUNS} or more are steadier"
         )
+    bias = {k: floor.bias(f"bucket:{k}") for k in floor.by_bucket}
     echo_table(
-        ["file size", "layout score difference"],
-        [list(row) for row in floor.labelled(layouts[0].facts.block_size)],
+        ["file size", "layout score difference", "runs to snapshot (mean)"],
+        [
+            [label, diff, bias[k]]
+            for (label, diff), k in zip(
+                floor.labelled(layouts[0].facts.block_size), sorted(floor.by_bucket), strict=True
+            )
+        ],
     )
 
 
@@ -420,14 +472,21 @@ def fidelity_cmd(
 ) -> None:
     """Compare snapshot ORIGINAL with RECREATION (any two snapshots) and give the verdict.
 
+    The verdict judges matched files, the layout score of every size bucket of 50 files or
+    more, the path-order dynamic layout score, and the free space by blocks and by extents.
+    With --noise-floor, --tolerance-from spread proves RECREATION is as close to ORIGINAL as
+    one rerun of the op stream is to another; original proves that and that the reruns
+    themselves land on ORIGINAL (no bias they share); a floor measured at ORIGINAL places
+    RECREATION between a rerun (0) and a plain copy (1).
+
     \b
     Examples:
       fsage fidelity 31 40 --noise-floor floor.json --check
       fsage fidelity 31 40 --format json
     """
     floor = _load_floor(noise_floor)
-    if floor is not None and rule == "original":
-        _check_floor_snapshot(floor, original)
+    if floor is not None:
+        floor = _floor_for(floor, original, rule)
     with Store.open(db) as store:
         a = store.load_layout(original)
         b = store.load_layout(recreation)

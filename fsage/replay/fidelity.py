@@ -4,20 +4,21 @@
   file at the same path with the same size), directories matched by path;
 * the layout score of each (block-weighted aggregate, seed 000 §4.1), overall and per size
   bucket (seed 000 Figure 5 buckets);
-* the distance between the free-space histograms (e2freefrag's log2 buckets, weighted by
-  free blocks): total variation distance (half the L1 distance of the two distributions, 0 =
-  the same, 1 = disjoint) and earth mover's distance in buckets (how many doublings of extent
-  size the free space would have to move, on average, to match);
+* the distance between the free-space histograms (e2freefrag's log2 buckets) twice: by free
+  blocks, the total variation distance of the block-weighted distributions (half their L1
+  distance, 0 = the same, 1 = disjoint), also as an earth mover's distance in buckets (how
+  many doublings of extent size the free space would have to move, on average, to match); and
+  by free extents, the extents per bucket that would have to appear or go over all extents of
+  both (0 = the same count in every bucket, 1 = none in common). One large free extent holding
+  most of the free blocks decides the first; the second sees how many pieces the free space
+  is in, and how many in each size;
+* locality: the path-order dynamic layout score of each (the modeled one of
+  ``fsage.analyzer.dynamic``: a cold recursive read of the tree, inodes and metadata included);
 * the geometry: the mkfs parameters of both, and whether they agree;
 * symlinks (same path, same target length) and other inodes (device nodes, FIFOs, sockets:
   same path, same type) matched;
-* a verdict (``Verdict``): the recreation is faithful when every count matches, in every size
-  bucket holding at least ``MIN_BUCKET_FILES`` files of the original the layout scores differ by
-  at most the tolerance (the noise floor of that bucket, or ``MIN_TOLERANCE``, whichever is
-  larger) and the free-space total variation distance is within the free-space noise floor +
-  ``FREE_TOLERANCE``. The noise floor (``NoiseFloor``) is how far two runs of the same op
-  stream on the same kernel land from each other (``fsage.replay.noise``): ext4's allocator is
-  not deterministic, so no recreation can be asked to come closer than that.
+* the verdict (``Fidelity.judge``, rules and tolerances in ``fsage.replay.verdict``): every
+  count matches and every judged distance is within its tolerance.
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, free_space
 from fsage.analyzer.scores import aggregate_score, file_scores
 from fsage.layout import Layout
+
+# The verdict's names, kept importable from here.
+from fsage.replay.verdict import (
+    DEFAULT_RULE,
+    DYNAMIC,
+    FREE_BLOCKS,
+    FREE_EXTENTS,
+    FREE_TOLERANCE,
+    MIN_BUCKET_FILES,
+    MIN_TOLERANCE,
+    RULES,
+    SOUND_RUNS,
+    NoiseFloor,
+    Verdict,
+    bucket_tolerance,
+    free_tolerance,
+    judge_distances,
+    tolerance,
+)
 from fsage.text import size_range
 
 #: mkfs parameters that define the geometry (label, UUID and hash seed are not geometry).
@@ -53,184 +73,6 @@ GEOMETRY_KEYS = (
 #: Paths left out of the comparison: made by mkfs, not by the recorded activity.
 IGNORED_TOP = frozenset({"lost+found"})
 EXAMPLES = 10
-#: Size buckets with fewer files of the original than this are shown but not judged.
-MIN_BUCKET_FILES = 50
-#: The smallest tolerance of a bucket's layout score.
-MIN_TOLERANCE = 0.02
-#: Added to the free-space noise floor to get its tolerance.
-FREE_TOLERANCE = 0.1
-#: Runs of the op stream a floor should rest on (``fsage noise-floor``'s default); a verdict
-#: against fewer says its floor is noisy. bench/verdict.py, at the last snapshots of four release
-#: histories: floors of 3 runs resampled from 10 judged replays that land as close to the
-#: original as reruns do faithful in 63-93% of cases, floors of 5 in 77-100%.
-SOUND_RUNS = 5
-
-
-def bucket_tolerance(noise: float) -> float:
-    """A size bucket's layout-score tolerance given its noise."""
-    return max(noise, MIN_TOLERANCE)
-
-
-def free_tolerance(noise: float) -> float:
-    """The free-space distance's tolerance given its noise."""
-    return noise + FREE_TOLERANCE
-
-
-#: Where a verdict's tolerances come from (``Fidelity.judge``): ``spread``, the runs' largest
-#: distance between each other (the issue's rule); ``original``, the runs' largest distance to
-#: the original snapshot ("is the recreation as close to the original as a rerun of its op
-#: stream is?"; needs a floor measured with the original, see ``NoiseFloor.add_original``).
-RULES = ("spread", "original")
-DEFAULT_RULE = "spread"
-
-
-@dataclass
-class NoiseFloor:
-    """How far runs of one op stream land from each other: per size bucket (its smallest
-    block count) the largest layout-score difference seen, and the largest free-space total
-    variation distance; every pair's free-space distance (how wide the floor is); and, when
-    measured, each run's distance to the original snapshot."""
-
-    by_bucket: dict[int, float] = field(default_factory=dict)
-    free_tv: float = 0.0
-    runs: int = 0
-    note: str = ""
-    free_tv_pairs: list[float] = field(default_factory=list)
-    #: The snapshot the runs were compared with (None: not compared).
-    original_snapshot: int | None = None
-    #: Per size bucket the largest layout-score difference of a run to the original.
-    to_original_by_bucket: dict[int, float] = field(default_factory=dict)
-    #: Each run's free-space distance to the original.
-    to_original_free_tv: list[float] = field(default_factory=list)
-
-    def bucket(self, min_blocks: int) -> float:
-        return self.by_bucket.get(int(min_blocks), 0.0)
-
-    def add_original(self, original: Layout, runs: list[Layout], snapshot_id: int) -> None:
-        """Measure each run's distance to ``original`` (for the ``original`` rule)."""
-        self.original_snapshot = int(snapshot_id)
-        self.to_original_by_bucket, self.to_original_free_tv = {}, []
-        for run in runs:
-            f = fidelity(original, run)
-            _max_bucket_diffs(f, self.to_original_by_bucket)
-            self.to_original_free_tv.append(f.free_tv_distance)
-
-    def tolerances(self, rule: str) -> tuple[dict[int, float], float]:
-        """(layout-score noise per size bucket, free-space noise) under ``rule``."""
-        if rule not in RULES:
-            raise ValueError(f"unknown rule {rule!r}")
-        if rule == "spread":
-            return self.by_bucket, self.free_tv
-        if self.original_snapshot is None:
-            from fsage.errors import UsageError
-
-            raise UsageError(
-                "this noise floor has no distances to the original snapshot: measure it again "
-                "with `fsage noise-floor` (which now records them) to judge by the original"
-            )
-        return self.to_original_by_bucket, max(self.to_original_free_tv, default=0.0)
-
-    def free_tv_without_one(self) -> tuple[float, float] | None:
-        """The free-space floor the runs would give with any one of them left out, smallest
-        and largest: how much a single run decides the floor (None below 3 runs, or for a
-        floor stored without its pairs). The pairs are in ``noise_between``'s order."""
-        n = self.runs
-        if n < 3 or len(self.free_tv_pairs) != n * (n - 1) // 2:
-            return None
-        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-        floors = [
-            max(d for (i, j), d in zip(pairs, self.free_tv_pairs, strict=True) if k not in (i, j))
-            for k in range(n)
-        ]
-        return min(floors), max(floors)
-
-    def describe(self, rule: str = DEFAULT_RULE) -> str:
-        """How many runs the floor rests on and how wide their free-space distances spread."""
-        if rule == "original" and self.to_original_free_tv:
-            xs, what = self.to_original_free_tv, f"runs to snapshot {self.original_snapshot}"
-        else:
-            xs, what = self.free_tv_pairs, "between runs"
-        spread = f"{min(xs):.3f}-{max(xs):.3f}" if xs else f"{self.free_tv:.3f}"
-        few = " (few: the floor is itself noisy)" if self.runs < SOUND_RUNS else ""
-        return f"{self.runs} runs{few}; free-space distance {what} {spread}"
-
-    def labelled(self, block_size: int) -> list[tuple[str, float]]:
-        """(file-size label in bytes, layout-score difference) per bucket, smallest first."""
-        out = []
-        for lo, diff in sorted(self.by_bucket.items()):
-            hi = bucket_range(int(size_bucket(np.array([lo]))[0]))[1]
-            out.append((size_range(lo, hi, block_size), diff))
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "by_bucket": {str(k): v for k, v in sorted(self.by_bucket.items())},
-            "free_tv": self.free_tv,
-            "runs": self.runs,
-            "note": self.note,
-            "free_tv_pairs": self.free_tv_pairs,
-            "free_tv_without_one": self.free_tv_without_one(),
-            "original_snapshot": self.original_snapshot,
-            "to_original_by_bucket": {
-                str(k): v for k, v in sorted(self.to_original_by_bucket.items())
-            },
-            "to_original_free_tv": self.to_original_free_tv,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> NoiseFloor:
-        from fsage.errors import UsageError
-
-        try:
-            if "noise_floor" in data:
-                data = data["noise_floor"]
-            orig = data.get("original_snapshot")
-            return cls(
-                by_bucket={int(k): float(v) for k, v in data["by_bucket"].items()},
-                free_tv=float(data["free_tv"]),
-                runs=int(data.get("runs", 0)),
-                note=str(data.get("note", "")),
-                free_tv_pairs=[float(x) for x in data.get("free_tv_pairs", [])],
-                original_snapshot=None if orig is None else int(orig),
-                to_original_by_bucket={
-                    int(k): float(v) for k, v in data.get("to_original_by_bucket", {}).items()
-                },
-                to_original_free_tv=[float(x) for x in data.get("to_original_free_tv", [])],
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise UsageError("not a noise floor (see fsage noise-floor)") from None
-
-
-@dataclass
-class Verdict:
-    faithful: bool
-    reasons: list[str]
-    free_tolerance: float
-    noise_floor: NoiseFloor | None
-    rule: str = DEFAULT_RULE
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "faithful": self.faithful,
-            "reasons": self.reasons,
-            "free_tolerance": self.free_tolerance,
-            "rule": self.rule,
-            "basis": self.basis(),
-            "noise_floor": self.noise_floor.to_json() if self.noise_floor else None,
-        }
-
-    def basis(self) -> str:
-        """What the tolerances rest on."""
-        if self.noise_floor is None:
-            return "no measured noise floor: fixed tolerances"
-        return f"{self.rule} of {self.noise_floor.describe(self.rule)}"
-
-    def line(self) -> str:
-        if self.faithful:
-            head = "verdict: FAITHFUL (within tolerance in every judged bucket)"
-        else:
-            head = "verdict: NOT FAITHFUL: " + "; ".join(self.reasons)
-        return f"{head} [{self.basis()}]"
 
 
 @dataclass
@@ -262,13 +104,56 @@ class Fidelity:
     missing: list[str] = field(default_factory=list)  # examples: in the original only
     extra: list[str] = field(default_factory=list)  # examples: in the recreation only
     size_differs: list[str] = field(default_factory=list)
+    #: How far the free-extent counts per bucket are (``_count_distance``).
+    free_extents_distance: float = 0.0
+    dynamic_score_original: float | None = None
+    dynamic_score_recreated: float | None = None
     verdict: Verdict | None = None
 
-    def judge(self, floor: NoiseFloor | None = None, rule: str = DEFAULT_RULE) -> Verdict:
+    def distances(self) -> dict[str, float]:
+        """Every distance a verdict can judge, by key: "bucket:MIN_BLOCKS" (recreated minus
+        original layout score), ``DYNAMIC`` (likewise, path-order dynamic layout score),
+        ``FREE_BLOCKS`` and ``FREE_EXTENTS`` (total variation distances)."""
+        out: dict[str, float] = {}
+        for r in self.by_size:
+            so, sr = r["layout_score_original"], r["layout_score_recreated"]
+            if so is not None and sr is not None:
+                out[f"bucket:{r['min_blocks']}"] = sr - so
+        out[FREE_BLOCKS] = self.free_tv_distance
+        out[FREE_EXTENTS] = self.free_extents_distance
+        if self.dynamic_score_original is not None and self.dynamic_score_recreated is not None:
+            out[DYNAMIC] = self.dynamic_score_recreated - self.dynamic_score_original
+        return out
+
+    def judged(self) -> dict[str, str]:
+        """The distances a verdict judges, with their labels: size buckets holding at least
+        ``MIN_BUCKET_FILES`` files of the original, both free-space distances, and the dynamic
+        layout score when the original has one and at least as many files."""
+        out = {
+            f"bucket:{r['min_blocks']}": f"files of {r['label']}"
+            for r in self.by_size
+            if r["files_original"] >= MIN_BUCKET_FILES
+        }
+        out[FREE_BLOCKS] = "free space by blocks"
+        out[FREE_EXTENTS] = "free space by extents"
+        if self.dynamic_score_original is not None and self.files_original >= MIN_BUCKET_FILES:
+            out[DYNAMIC] = "path-order dynamic layout score"
+        return out
+
+    def judge(
+        self,
+        floor: NoiseFloor | None = None,
+        rule: str = DEFAULT_RULE,
+        copy: dict[str, float] | None = None,
+    ) -> Verdict:
         """The verdict against ``floor`` (None: no measured floor, so the fixed minimum
-        tolerances) under ``rule`` (see ``RULES``); fills each size row's difference and
-        tolerance and sets ``verdict``."""
-        noise, free_noise = floor.tolerances(rule) if floor else ({}, 0.0)
+        tolerances) under ``rule`` (see ``RULES``), with a plain copy's distances to the
+        original (``copy``, else the floor's) as the yardstick; fills each size row's difference
+        and tolerance and sets ``verdict``."""
+
+        def noise(key: str) -> float:
+            return floor.noise(key) if floor else 0.0
+
         reasons: list[str] = []
         for what, a, m in (
             ("files", self.files_original, self.files_matched),
@@ -286,27 +171,22 @@ class Fidelity:
         ):
             if b > a:
                 reasons.append(f"{b - a:,} {what} in the recreation only")
+        dist, judged = self.distances(), self.judged()
         for r in self.by_size:
-            so, sr = r["layout_score_original"], r["layout_score_recreated"]
-            bucket_noise = noise.get(int(r["min_blocks"]), 0.0)
-            tol = bucket_tolerance(bucket_noise)
-            diff = None if so is None or sr is None else sr - so
-            judged = r["files_original"] >= MIN_BUCKET_FILES
+            key = f"bucket:{r['min_blocks']}"
+            diff = dist.get(key)
             r["difference"] = diff
-            r["tolerance"] = tol
-            r["noise_floor"] = bucket_noise if floor else None
-            r["judged"] = judged
-            r["within"] = None if not judged else (diff is not None and abs(diff) <= tol)
-            if judged and not r["within"]:
-                got = "no score" if diff is None else f"{diff:+.3f}"
-                reasons.append(f"files of {r['label']}: score {got}, tolerance {tol:.3f}")
-        free_tol = free_tolerance(free_noise)
-        if self.free_tv_distance > free_tol:
-            reasons.append(
-                f"free-space distance {self.free_tv_distance:.3f} > tolerance {free_tol:.3f}"
+            r["noise_floor"] = noise(key) if floor else None
+            r["tolerance"] = tolerance(key, noise(key))
+            r["judged"] = key in judged
+            r["within"] = (
+                None if key not in judged else diff is not None and abs(diff) <= r["tolerance"]
             )
-        self.verdict = Verdict(not reasons, reasons, free_tol, floor, rule)
-        return self.verdict
+        v = judge_distances(dist, judged, floor, rule, copy)
+        v.reasons[:0] = reasons
+        v.faithful = not v.reasons
+        self.verdict = v
+        return v
 
     @property
     def layout_score_difference(self) -> float | None:
@@ -334,9 +214,11 @@ class Fidelity:
             f"{self.symlinks_matched}/{self.symlinks_original}; others matched "
             f"{self.others_matched}/{self.others_original}",
             f"layout score original {sc(self.layout_score_original)}, recreated "
-            f"{sc(self.layout_score_recreated)}",
-            f"free space: total variation distance {self.free_tv_distance:.3f}, earth mover's "
-            f"distance {self.free_emd_buckets:.3f} buckets; free extents "
+            f"{sc(self.layout_score_recreated)}; path-order dynamic layout score original "
+            f"{sc(self.dynamic_score_original)}, recreated {sc(self.dynamic_score_recreated)}",
+            f"free space: distance {self.free_tv_distance:.3f} by blocks (total variation), "
+            f"{self.free_extents_distance:.3f} by extents per bucket; earth mover's distance "
+            f"{self.free_emd_buckets:.3f} buckets; free extents "
             f"{self.free_original['free_extent_count']} vs "
             f"{self.free_recreated['free_extent_count']}",
             "geometry: " + ("same" if self.geometry_matches else "DIFFERS: " + self._geo_diff()),
@@ -404,26 +286,30 @@ def _overall(layout: Layout) -> float | None:
     return aggregate_score(s.contiguous[reg], s.denominator[reg])
 
 
-def _free_hist(layout: Layout) -> tuple[np.ndarray[Any, np.dtype[np.float64]], dict[str, Any]]:
+Hist = np.ndarray[Any, np.dtype[np.float64]]
+
+
+def _free_hist(layout: Layout) -> tuple[Hist, Hist, dict[str, Any]]:
+    """(free blocks per log2 bucket, free extents per bucket, the free-space summary)."""
     f = layout.facts
     fs = free_space(layout.free, f.block_size, f.blocks_total, f.first_data_block)
-    h = np.zeros(MAX_BUCKET + 1, np.float64)
-    for k, _count, blocks in fs.buckets:
-        h[k] = blocks
-    return h, fs.to_json()
+    blocks = np.zeros(MAX_BUCKET + 1, np.float64)
+    counts = np.zeros(MAX_BUCKET + 1, np.float64)
+    for k, count, nblocks in fs.buckets:
+        blocks[k] = nblocks
+        counts[k] = count
+    return blocks, counts, fs.to_json()
 
 
 def free_distances(a: Layout, b: Layout) -> tuple[float, float]:
     """(total variation distance, earth mover's distance in log2 buckets) between the
     block-weighted free-extent histograms of ``a`` and ``b``; 0 when both have no free space."""
-    ha, _ = _free_hist(a)
-    hb, _ = _free_hist(b)
+    ha, _, _ = _free_hist(a)
+    hb, _, _ = _free_hist(b)
     return _distances(ha, hb)
 
 
-def _distances(
-    ha: np.ndarray[Any, np.dtype[np.float64]], hb: np.ndarray[Any, np.dtype[np.float64]]
-) -> tuple[float, float]:
+def _distances(ha: Hist, hb: Hist) -> tuple[float, float]:
     sa, sb = float(ha.sum()), float(hb.sum())
     if sa == 0 and sb == 0:
         return 0.0, 0.0
@@ -435,6 +321,28 @@ def _distances(
     return tv, emd
 
 
+def _count_distance(ca: Hist, cb: Hist) -> float:
+    """How far two free-extent counts per bucket are: the extents that would have to appear
+    or go, bucket by bucket, over all extents of both (Bray-Curtis: 0 = the same count in
+    every bucket, 1 = no bucket in common). Unlike a distance between the two distributions it
+    sees totals: 33 free extents against 427 spread alike are 0.86 apart, not 0."""
+    total = float(ca.sum() + cb.sum())
+    return float(np.abs(ca - cb).sum()) / total if total else 0.0
+
+
+def dynamic_score(layout: Layout) -> float | None:
+    """The modeled path-order dynamic layout score (``fsage.analyzer.dynamic``): a cold
+    recursive read of the whole tree, directories and regular files, inodes and metadata
+    included; None when nothing would be read."""
+    from fsage.analyzer.analysis import SnapshotAnalyzer
+    from fsage.analyzer.dynamic import modeled_reads, walk_order
+
+    a = SnapshotAnalyzer(layout)
+    reads = modeled_reads(layout, a.scores, walk_order(layout, a.regular | a.dirs))
+    score = reads.score()["score"]
+    return None if score is None else float(score)
+
+
 def geometry(layout: Layout) -> dict[str, Any]:
     m = layout.facts.mkfs
     out = {k: m.get(k) for k in GEOMETRY_KEYS}
@@ -443,8 +351,14 @@ def geometry(layout: Layout) -> dict[str, Any]:
     return out
 
 
-def fidelity(original: Layout, recreated: Layout) -> Fidelity:
-    """Compare a recorded snapshot with its recreation (see the module doc)."""
+def fidelity(
+    original: Layout,
+    recreated: Layout,
+    *,
+    dynamic: tuple[float | None, float | None] | None = None,
+) -> Fidelity:
+    """Compare a recorded snapshot with its recreation (see the module doc). ``dynamic``: their
+    path-order dynamic layout scores when already known."""
     names_a, names_b = _path_sizes(original), _path_sizes(recreated)
     fa, da, fb, db = names_a.regular, names_a.dirs, names_b.regular, names_b.dirs
     matched = [p for p, s in fa.items() if fb.get(p) == s]
@@ -469,9 +383,10 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
                 "layout_score_recreated": cb / dnb if dnb else None,
             }
         )
-    ha, ja = _free_hist(original)
-    hb, jb = _free_hist(recreated)
+    ha, ca_, ja = _free_hist(original)
+    hb, cb_, jb = _free_hist(recreated)
     tv, emd = _distances(ha, hb)
+    dyn_a, dyn_b = dynamic or (dynamic_score(original), dynamic_score(recreated))
     ga, gb = geometry(original), geometry(recreated)
     geo = {k: [ga[k], gb[k]] for k in GEOMETRY_KEYS}
     return Fidelity(
@@ -504,34 +419,38 @@ def fidelity(original: Layout, recreated: Layout) -> Fidelity:
         missing=missing[:EXAMPLES],
         extra=extra[:EXAMPLES],
         size_differs=differs[:EXAMPLES],
+        free_extents_distance=_count_distance(ca_, cb_),
+        dynamic_score_original=dyn_a,
+        dynamic_score_recreated=dyn_b,
     )
 
 
-def _max_bucket_diffs(f: Fidelity, into: dict[int, float]) -> None:
-    """Raise ``into``'s per-bucket layout-score differences to those of ``f`` where larger."""
-    for r in f.by_size:
-        so, sr = r["layout_score_original"], r["layout_score_recreated"]
-        if so is None or sr is None:
-            continue
-        k = int(r["min_blocks"])
-        into[k] = max(into.get(k, 0.0), abs(sr - so))
-
-
 def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
-    """The noise floor from several runs of one op stream: the largest pairwise layout-score
-    difference per size bucket and the largest pairwise free-space distance."""
+    """The noise floor from several runs of one op stream: the largest pairwise difference of
+    layout score per size bucket and of dynamic layout score, and the largest pairwise
+    free-space distances."""
     floor = NoiseFloor(runs=len(layouts), note=note)
+    dyn = [dynamic_score(lay) for lay in layouts]
     for i in range(len(layouts)):
         for j in range(i + 1, len(layouts)):
-            f = fidelity(layouts[i], layouts[j])
-            _max_bucket_diffs(f, floor.by_bucket)
-            floor.free_tv_pairs.append(f.free_tv_distance)
+            d = fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j])).distances()
+            for key, v in d.items():
+                if key.startswith("bucket:"):
+                    k = int(key.split(":")[1])
+                    floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
+            floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
+            floor.free_tv_pairs.append(d[FREE_BLOCKS])
+            floor.free_extents_pairs.append(d[FREE_EXTENTS])
     floor.free_tv = max(floor.free_tv_pairs, default=0.0)
+    floor.free_extents = max(floor.free_extents_pairs, default=0.0)
     return floor
 
 
 __all__ = [
     "DEFAULT_RULE",
+    "DYNAMIC",
+    "FREE_BLOCKS",
+    "FREE_EXTENTS",
     "FREE_TOLERANCE",
     "GEOMETRY_KEYS",
     "MIN_BUCKET_FILES",
@@ -542,9 +461,12 @@ __all__ = [
     "NoiseFloor",
     "Verdict",
     "bucket_tolerance",
+    "dynamic_score",
     "fidelity",
     "free_distances",
     "free_tolerance",
     "geometry",
+    "judge_distances",
     "noise_between",
+    "tolerance",
 ]

@@ -10,6 +10,11 @@ and ``fsage replay``), and the runs are compared with each other
 (``fsage.replay.recreate.run_op_stream``: one loop device for the whole run, remounted with
 the system calls) and read each file system once, at its end; ``fsage age --ops`` ran
 mount(8) and umount(8) and read and stored a snapshot at every marker.
+
+The floor is measured at a snapshot: each run is compared with that snapshot too (what the
+``original`` rule of a verdict judges the stream's bias by), and so is a plain copy of it (its
+files written in one go onto an empty file system, ``fsage.replay.unaged``), the yardstick a
+verdict places a recreation against.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from fsage.errors import UsageError
 from fsage.layout import Layout
 from fsage.replay.deltas import snapshot_deltas
 from fsage.replay.fidelity import SOUND_RUNS, NoiseFloor, noise_between
+from fsage.replay.unaged import fresh_copy
 
 
 def noise_floor(
@@ -35,9 +41,12 @@ def noise_floor(
     mode: str = "auto",
     workdir: Path | None = None,
     echo: Callable[[str], None] | None = None,
+    compare: bool = True,
+    copy: bool = True,
 ) -> tuple[NoiseFloor, list[Layout]]:
     """Run the op stream of ``fs_name`` up to ``until`` ``runs`` times; the floor and the
-    layouts the runs ended with. Nothing is left in ``workdir`` (default: a temporary
+    layouts the runs ended with. ``compare``: measure each run's distances to the snapshot;
+    ``copy``: and a plain copy's. Nothing is left in ``workdir`` (default: a temporary
     directory)."""
     from fsage.db.store import Store
     from fsage.replay.recreate import make_filesystem, run_op_stream
@@ -50,6 +59,7 @@ def noise_floor(
         header, ops, _stats = snapshot_deltas(store, fs_name, until=until)
         until_id = header.params["until"]
         first = store.load_layout(int(header.params["snapshots"][0]))
+        original = store.load_layout(int(until_id)) if compare or copy else None
     if not first.facts.kind.startswith("ext") or not first.facts.mkfs.get("blocks_count"):
         raise UsageError(f"{fs_name}: the noise floor needs a recorded ext file system")
     base = Path(tempfile.mkdtemp(prefix="fsage-noise-", dir=workdir))
@@ -71,7 +81,13 @@ def noise_floor(
         with contextlib.suppress(OSError):
             shutil.rmtree(base)
     note = f"{runs} runs of the op stream of {fs_name} up to snapshot {until_id} ({len(ops)} ops)"
-    return noise_between(layouts, note), layouts
+    floor = noise_between(layouts, note)
+    if original is not None and compare:
+        floor.add_original(original, layouts, int(until_id))
+    if original is not None and copy:
+        say(f"fsage: a plain copy of snapshot {until_id}, the verdict's yardstick")
+        floor.add_copy(original, fresh_copy(db, fs_name, str(until_id), workdir))
+    return floor, layouts
 
 
 __all__ = ["noise_floor"]

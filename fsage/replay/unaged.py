@@ -1,6 +1,9 @@
 """The unaged control: a snapshot's files written in one go onto an empty file system of the
 recorded geometry, with no history before them. A verdict that calls this faithful cannot tell
-an aged recreation from a fresh copy (``bench/verdict.py`` checks it on real histories).
+an aged recreation from a fresh copy; ``fsage noise-floor`` records this plain copy's distances
+to the snapshot, and the verdict places a recreation between a rerun of its op stream (0) and
+the copy (1), failing whenever its tolerances would pass the copy (``fsage.replay.verdict``;
+``bench/verdict.py`` checks it on real histories).
 """
 
 from __future__ import annotations

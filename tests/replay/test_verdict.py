@@ -54,7 +54,7 @@ def test_verdict_uses_the_larger_of_floor_and_minimum() -> None:
     assert row["tolerance"] == 0.02 and not row["within"]
     assert not v.faithful and f"files of {size_range(3, 4, orig.facts.block_size)}" in v.reasons[0]
     # A measured floor of 0.05 in that bucket makes the same distance acceptable.
-    v = fid.judge(NoiseFloor(by_bucket={3: 0.05}, free_tv=0.0, runs=2))
+    v = fid.judge(NoiseFloor(by_bucket={3: 0.05}, free_tv=0.0, runs=2, dynamic=0.05))
     assert v.faithful, v.reasons
     assert fid.by_size[0]["tolerance"] == 0.05
 
@@ -68,15 +68,26 @@ def test_small_buckets_are_shown_not_judged() -> None:
 
 
 def test_free_space_tolerance_is_floor_plus_a_tenth() -> None:
-    # 36 of 37 free blocks in 4-7 against 8 of 18.
+    # 36 of 37 free blocks in 4-7 against 8 of 18; 9 of 10 free extents in 4-7 against 2 of 12.
     orig = _free(layout([]), [(10 * i, 4) for i in range(9)] + [(100, 1)])
     rec = _free(layout([]), [(10 * i, 1) for i in range(10)] + [(200, 4), (210, 4)])
     fid = fidelity(orig, rec)
-    tv = fid.free_tv_distance
-    assert 0.1 < tv < 0.7
+    tv, count_tv = fid.free_tv_distance, fid.free_extents_distance
+    assert tv == pytest.approx(0.5 * (abs(1 / 37 - 10 / 18) + abs(36 / 37 - 8 / 18)))
+    # By extents: 9 extents of 1 block and 7 of 4 appear or go, of 22 in both.
+    assert count_tv == pytest.approx(16 / 22)
     assert not fid.judge().faithful
-    assert fid.judge(NoiseFloor(free_tv=tv - 0.1 + 1e-9, runs=2)).faithful
-    assert not fid.judge(NoiseFloor(free_tv=tv - 0.1 - 1e-3, runs=2)).faithful
+
+    def floor(blocks: float, extents: float) -> NoiseFloor:
+        return NoiseFloor(free_tv=blocks - 0.1, free_extents=extents - 0.1, runs=2)
+
+    assert fid.judge(floor(tv + 1e-9, count_tv + 1e-9)).faithful
+    v = fid.judge(floor(tv - 1e-3, count_tv + 1e-9))
+    assert v.reasons == [f"free space by blocks: distance {tv:.3f}, tolerance {tv - 1e-3:.3f}"]
+    v = fid.judge(floor(tv + 1e-9, count_tv - 1e-3))
+    assert v.reasons == [
+        f"free space by extents: distance {count_tv:.3f}, tolerance {count_tv - 1e-3:.3f}"
+    ]
 
 
 def test_a_missing_symlink_or_fifo_is_not_matched() -> None:
@@ -123,7 +134,8 @@ def test_fidelity_command_check_exit_status(tmp_path: Path) -> None:
     label = size_range(3, 4, orig.facts.block_size)
     assert "outside tolerance" in r.output and f"files of {label}" in r.output
     floor = tmp_path / "floor.json"
-    floor.write_text(json.dumps({"noise_floor": NoiseFloor({3: 0.05}, 0.0, 2).to_json()}))
+    wide = NoiseFloor({3: 0.05}, 0.0, 2, dynamic=0.05)
+    floor.write_text(json.dumps({"noise_floor": wide.to_json()}))
     r = CliRunner().invoke(
         main, ["fidelity", str(a), str(b), "--db", str(db), "--check", "--noise-floor", str(floor)]
     )
