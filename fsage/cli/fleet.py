@@ -154,21 +154,20 @@ _TEXT_COLUMNS = {
          "change_per_month", "free_fraction", "free_extent_count"],
     ),
     "size": (
-        "layout score by file size (blocks of block_size bytes), latest snapshots",
-        ["min_blocks", "max_blocks", "block_size", "filesystems", "files", "layout_score",
-         "worst_layout_score", "mean_change_per_month"],
+        "layout score by file size, latest snapshots",
+        ["label", "filesystems", "files", "layout_score", "worst_layout_score",
+         "mean_change_per_month"],
     ),
     "free": (
-        "free space across the fleet (blocks of block_size bytes), latest snapshots",
-        ["min_blocks", "max_blocks", "block_size", "free_extents", "free_blocks",
-         "share_of_free_blocks"],
+        "free space across the fleet by free-extent size, latest snapshot of each device",
+        ["label", "filesystems", "free_extents", "free_bytes", "share_of_free_space"],
     ),
-    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z"]),
+    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z", "direction"]),
     "trend": ("layout score over time", ["host", "fs", "snapshot_id", "taken_at",
                                           "layout_score", "free_fraction"]),
     "files_by_size": (
         "layout score by size bucket from the exported extents",
-        ["host", "fs", "snapshot_id", "bucket", "files", "blocks", "layout_score"],
+        ["host", "fs", "snapshot_id", "bucket", "label", "files", "blocks", "layout_score"],
     ),
 }  # fmt: skip
 
@@ -232,7 +231,7 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("fleet.html"),
     show_default=True,
-    help="HTML file to write.",
+    help="HTML file to write ('-': standard output).",
 )
 def report(directory: Path, output: Path) -> None:
     """Draw the fleet analysis of DIRECTORY as one self-contained HTML file (opens offline).
@@ -240,11 +239,17 @@ def report(directory: Path, output: Path) -> None:
     \b
     Examples:
       fsage fleet report /data/fleet -o fleet.html
+      fsage fleet report /data/fleet -o - | gzip > fleet.html.gz
     """
     from fsage.fleet.report import write_fleet_report
+    from fsage.reports.html import check_output
 
+    check_output(output)  # before the queries: a bad path is found at once
     figures = write_fleet_report(directory, output)
-    click.echo(f"wrote {output} ({figures} figures)")
+    if str(output) == "-":
+        click.echo(f"fleet report: {figures} figures", err=True)  # standard output holds the page
+    else:
+        click.echo(f"wrote {output} ({figures} figures)")
 
 
 COMMANDS = [export, fleet]
