@@ -98,6 +98,21 @@ def fleet() -> None:
     """
 
 
+def _warn(line: str) -> None:
+    click.echo(f"fsage: warning: {line}", err=True)
+
+
+damaged_option = click.option(
+    "--damaged",
+    "on_damage",
+    type=click.Choice(["refuse", "skip"]),
+    default="refuse",
+    show_default=True,
+    help="A file of the dataset that cannot be read (empty, truncated, not Parquet, a column "
+    "missing or of another type): refuse the dataset, or leave that file's file system out "
+    "with a warning naming the file.",
+)
+
 TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_size"]
 
 
@@ -117,8 +132,11 @@ TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_s
     show_default=True,
     help="Outliers: standard deviations from the fleet's mean.",
 )
+@damaged_option
 @format_option("text", "json", "csv")
-def summary(directory: Path, tables: tuple[str, ...], threshold: float, fmt: str) -> None:
+def summary(
+    directory: Path, tables: tuple[str, ...], threshold: float, on_damage: str, fmt: str
+) -> None:
     """The fleet analysis of DIRECTORY (a dataset written by `fsage export`).
 
     Change per month is the least-squares slope of the layout score over time, given only for
@@ -128,13 +146,14 @@ def summary(directory: Path, tables: tuple[str, ...], threshold: float, fmt: str
     Examples:
       fsage fleet summary /data/fleet
       fsage fleet /data/fleet --table size --format json
+      fsage fleet /data/fleet --damaged skip
     """
     from fsage.fleet.query import DEFAULT_TABLES, fleet_tables
 
     if fmt == "csv" and len(tables) > 1:
         raise UsageError("--format csv prints one table: give one --table")
     want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
-    result = fleet_tables(directory, tuple(want), threshold)
+    result = fleet_tables(directory, tuple(want), threshold, on_damage=on_damage, warn=_warn)
     if fmt == "json":
         echo_json(result)
     elif fmt == "csv":
@@ -233,7 +252,8 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     show_default=True,
     help="HTML file to write ('-': standard output).",
 )
-def report(directory: Path, output: Path) -> None:
+@damaged_option
+def report(directory: Path, output: Path, on_damage: str) -> None:
     """Draw the fleet analysis of DIRECTORY as one self-contained HTML file (opens offline).
 
     \b
@@ -245,7 +265,7 @@ def report(directory: Path, output: Path) -> None:
     from fsage.reports.html import check_output
 
     check_output(output)  # before the queries: a bad path is found at once
-    figures = write_fleet_report(directory, output)
+    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn)
     if str(output) == "-":
         click.echo(f"fleet report: {figures} figures", err=True)  # standard output holds the page
     else:

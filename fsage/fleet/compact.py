@@ -36,11 +36,13 @@ from fsage.fleet.dataset import (
     ManifestError,
     TableFiles,
     cover_table,
+    damaged_files,
     dataset_files,
     fsync_dir,
     load_manifest,
     partition_files,
     partition_of,
+    remove_stale_temporaries,
     run_range,
     save_manifest,
     stamp,
@@ -142,6 +144,12 @@ def compact(
         except ManifestError as exc:
             raise CompactError(str(exc)) from None
         files = dataset_files(root, old)
+        damaged = damaged_files(root, files, old)
+        if damaged:
+            p, why = damaged[0]
+            more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""
+            raise CompactError(f"{p}: {why}{more}; move it away and compact again")
+        _remove_leftovers(root)
         tmpdir = root / f".compact-tmp-{os.getpid()}"
         tmpdir.mkdir(exist_ok=True)
         con = duckdb.connect()
@@ -151,11 +159,25 @@ def compact(
             con.execute(f"SET memory_limit = '{memory_limit}'")
             con.execute(f"SET temp_directory = '{_sql_str(str(tmpdir))}'")
             summary = _compact(con, pq, root, old, files, keep_sources, progress)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise CompactError(f"{root}: the dataset cannot be read: {first}") from None
         finally:
             con.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
     summary.seconds = time.monotonic() - t0
     return summary
+
+
+def _remove_leftovers(root: Path) -> None:
+    """What killed exports and compactions left: hidden temporary files beside the files they
+    were to replace, and compactions' spill directories (the exclusive lock is ours)."""
+    dirs = [root]
+    for table in (*TABLES, SUMMARY_TABLE):
+        dirs += [root / table / COMPACTED, *(root / table).glob("host=*/fs=*")]
+    remove_stale_temporaries(dirs)
+    for d in root.glob(".compact-tmp-*"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _sql_str(s: str) -> str:

@@ -35,8 +35,8 @@ from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
 from fsage.db import codec
 from fsage.db.store import SnapshotRow, Store
 from fsage.errors import FsageError
-from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES
-from fsage.fleet.dataset import load_manifest, run_range
+from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES, TABLES
+from fsage.fleet.dataset import file_damage, load_manifest, remove_stale_temporaries, run_range
 from fsage.layout import Layout
 
 I64 = npt.NDArray[np.int64]
@@ -221,6 +221,21 @@ def schemas() -> dict[str, Any]:
     }
 
 
+def _read_table(pq: Any, path: Path, table: str, **kw: Any) -> Any:
+    """One file of the dataset, read; a damaged one is one line naming it."""
+    import pyarrow as pa
+
+    why = file_damage(path, table)
+    if why is None:
+        try:
+            return pq.read_table(path, **kw)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            why = f"cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+    raise ExportError(
+        f"{path}: {why} (move it away and export again: the next run rewrites what it held)"
+    )
+
+
 def partition_dir(root: Path, table: str, host: str, fs: str) -> Path:
     return root / table / f"host={quote(host, safe='')}" / f"fs={quote(fs, safe='')}"
 
@@ -308,6 +323,10 @@ def _export_locked(
     from fsage.fleet.compact import shared
 
     with shared(out), _locked(out, host):
+        # what an export of this host killed before its commit left (its lock is ours now)
+        remove_stale_temporaries(
+            [d for t in TABLES for d in (out / t).glob(f"host={quote(host, safe='')}/fs=*")]
+        )
         known = [f["name"] for f in store.filesystems()]
         names = fs_names if fs_names else known
         for name in names:
@@ -357,7 +376,7 @@ def _exported(pq: Any, out: Path, host: str, fs: str) -> tuple[int | None, str |
     part = partition_dir(out, "snapshots", host, fs) / "part.parquet"
     if not part.exists():
         return done, uuid
-    t = pq.read_table(part, columns=["snapshot_id", "uuid"])
+    t = _read_table(pq, part, "snapshots", columns=["snapshot_id", "uuid"])
     if t.num_rows == 0:
         return done, uuid
     ids = t.column("snapshot_id").to_numpy()
@@ -378,8 +397,10 @@ def _partition_rows(pq: Any, out: Path, table: str, host: str, fs: str, columns:
     if mark is not None:
         for rel in manifest.tables.get(table, []):
             tables.append(
-                pq.read_table(
+                _read_table(
+                    pq,
                     out / table / rel,
+                    table,
                     columns=columns,
                     filters=[("host", "=", host), ("fs", "=", fs)],
                 )
@@ -389,7 +410,7 @@ def _partition_rows(pq: Any, out: Path, table: str, host: str, fs: str, columns:
         rng = run_range(p)
         if mark is not None and rng is not None and rng[1] <= mark:
             continue
-        tables.append(pq.read_table(p, columns=columns))
+        tables.append(_read_table(pq, p, table, columns=columns))
     return pa.concat_tables(tables) if tables else None
 
 
@@ -501,7 +522,7 @@ def _export_fs(
         final = partition_dir(out, name, host, fs) / "part.parquet"
         table = pa.Table.from_pylist(new, schema=sch[name])
         if final.exists():
-            old = pq.read_table(final, schema=sch[name])
+            old = _read_table(pq, final, name, schema=sch[name])
             table = pa.concat_tables([old, table])
         pq.write_table(
             table.replace_schema_metadata(_metadata(name)),

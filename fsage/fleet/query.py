@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,16 @@ from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
 from fsage.fleet.dataset import (
     SUMMARY_TABLE,
+    DamagedFileError,
+    Manifest,
     ManifestError,
     TableFiles,
     cover_table,
+    damaged_files,
     dataset_files,
+    drop_partitions,
     load_manifest,
+    partition_of,
 )
 from fsage.text import size_range
 
@@ -56,12 +62,62 @@ class FleetError(FsageError):
     """The dataset is missing, unreadable or of an unknown schema version."""
 
 
-def connect(root: Path) -> Any:
-    """A DuckDB connection with one view per exported table of ``root``."""
+ON_DAMAGE = ("refuse", "skip")
+
+
+def _check_damage(
+    root: Path,
+    manifest: Manifest,
+    tables: dict[str, TableFiles],
+    on_damage: str,
+    warn: Callable[[str], None] | None,
+) -> None:
+    """Refuse a dataset with a file that cannot be read, or (``on_damage`` 'skip') leave the
+    file systems of damaged per-partition files out, saying so for each file. A damaged
+    compacted file holds many file systems: it is always refused."""
+    damaged = damaged_files(root, tables, manifest)
+    if not damaged:
+        return
+    fresh = {p for tf in tables.values() for p in tf.fresh}
+    whole = [(p, why) for p, why in damaged if p not in fresh]
+    if on_damage != "skip" or whole:
+        p, why = (whole or damaged)[0]
+        more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""
+        hint = "" if whole else "; --damaged skip leaves its file system out"
+        raise DamagedFileError(f"{p}: {why}{more}{hint}")
+    parts = {partition_of(p) for p, _ in damaged}
+    drop_partitions(tables, parts)
+    for p, why in damaged:
+        host, fs = partition_of(p)
+        if warn is not None:
+            warn(f"{p}: {why}; {host}/{fs} left out")
+
+
+def _duck_error(root: Path, exc: Exception) -> FleetError:
+    """A DuckDB failure on the dataset's data (a page damaged inside a sound file) as one
+    line; DuckDB names the file in its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return FleetError(f"{root}: the dataset cannot be read: {first}")
+
+
+def connect(
+    root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
+) -> Any:
+    """A DuckDB connection with one view per exported table of ``root`` (damaged files:
+    see ``_check_damage``)."""
     try:
         import duckdb
     except ImportError:
         raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
+    try:
+        return _connect(root, on_damage, warn)
+    except duckdb.Error as exc:
+        raise _duck_error(root, exc) from None
+
+
+def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> Any:
+    import duckdb
+
     if not root.is_dir():
         raise FleetError(f"{root} is not a directory (export one: fsage export DIR)")
     con = duckdb.connect()
@@ -73,6 +129,7 @@ def connect(root: Path) -> Any:
     except ManifestError as exc:
         raise FleetError(str(exc)) from None
     tables = dataset_files(root, manifest)
+    _check_damage(root, manifest, tables, on_damage, warn)
     if any(f.filter_fresh for f in tables.values()):
         cover_table(con, "_covered", manifest.covered)
     found = False
@@ -430,27 +487,40 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
 
 
 def fleet_tables(
-    root: Path, tables: tuple[str, ...] = DEFAULT_TABLES, threshold: float = 2.0
+    root: Path,
+    tables: tuple[str, ...] = DEFAULT_TABLES,
+    threshold: float = 2.0,
+    *,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The named tables of the fleet analysis of the dataset at ``root``."""
-    con = connect(root)
+    import duckdb
+
+    con = connect(root, on_damage, warn)
     try:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for t in tables:
-            if t == "filesystems":
-                out[t] = filesystems(con)
-            elif t == "size":
-                out[t] = by_size(con)
-            elif t == "free":
-                out[t] = free_histogram(con)
-            elif t == "outliers":
-                out[t] = outliers(con, threshold)
-            elif t == "trend":
-                out[t] = trend(con)
-            elif t == "files_by_size":
-                out[t] = files_by_size(con)
-            else:
-                raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
-        return out
+        return _tables(con, tables, threshold)
+    except duckdb.Error as exc:
+        raise _duck_error(root, exc) from None
     finally:
         con.close()
+
+
+def _tables(con: Any, tables: tuple[str, ...], threshold: float) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for t in tables:
+        if t == "filesystems":
+            out[t] = filesystems(con)
+        elif t == "size":
+            out[t] = by_size(con)
+        elif t == "free":
+            out[t] = free_histogram(con)
+        elif t == "outliers":
+            out[t] = outliers(con, threshold)
+        elif t == "trend":
+            out[t] = trend(con)
+        elif t == "files_by_size":
+            out[t] = files_by_size(con)
+        else:
+            raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
+    return out

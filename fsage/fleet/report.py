@@ -4,6 +4,7 @@ rendered by ``fsage.reports.html`` like the snapshot report)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -332,11 +333,27 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
     return out
 
 
-def write_fleet_report(root: Path, output: Path) -> int:
+def write_fleet_report(
+    root: Path,
+    output: Path,
+    *,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
+) -> int:
     """Write the report atomically and private ('-': standard output); returns the number of
     figures."""
-    t = fleet_tables(root, ("filesystems", "trend", "size", "free", "outliers"))
+    skipped: list[str] = []
+
+    def note(line: str) -> None:
+        skipped.append(line)
+        if warn is not None:
+            warn(line)
+
+    tables = ("filesystems", "trend", "size", "free", "outliers")
+    t = fleet_tables(root, tables, on_damage=on_damage, warn=note)
     secs = sections(t)
+    if skipped:
+        secs.insert(0, Section("Damaged files left out", notes=skipped, id="fleet-damaged"))
     data = ReportData(
         analyses=[{"fs": _label(p), "snapshot_id": p["snapshot_id"]} for p in t["trend"]],
         trends={},
