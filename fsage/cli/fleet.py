@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_enabled
+from fsage.cli.common import (
+    count_progress,
+    db_option,
+    echo_json,
+    echo_table,
+    format_option,
+    progress_enabled,
+)
 from fsage.errors import UsageError
 
 
@@ -48,26 +55,11 @@ def export(
     """
     from fsage.fleet.export import export_parquet
 
-    bar: Any = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = click.progressbar(length=total, label="exporting snapshots", file=sys.stderr)
-            bar.__enter__()
-        bar.update(1)
-
-    try:
+    # on a terminal: a line at once, then read, analyzed and written, snapshot by snapshot
+    with count_progress("exporting (3 steps a snapshot)") as progress:
         summary = export_parquet(
-            db,
-            directory,
-            host=host,
-            fs_names=list(fs_names) or None,
-            progress=progress if progress_enabled() else None,
+            db, directory, host=host, fs_names=list(fs_names) or None, progress=progress
         )
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
     if as_json:
         echo_json(summary.to_json())
     else:
@@ -230,12 +222,22 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     """
     from fsage.fleet.compact import compact as run
 
-    def progress(table: str) -> None:
-        click.echo(f"compacting {table}...", err=True)
+    shown = [""]
 
-    summary = run(
-        directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
-    )
+    def progress(table: str, rows: int) -> None:
+        # one line per table, redrawn in place with the rows written so far
+        if shown[0] and shown[0] != table:
+            click.echo(err=True)
+        shown[0] = table
+        click.echo(f"\rcompacting {table}: {rows:,} rows written", err=True, nl=False)
+
+    try:
+        summary = run(
+            directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
+        )
+    finally:
+        if shown[0]:
+            click.echo(err=True)
     if as_json:
         echo_json(summary.to_json())
     else:

@@ -16,6 +16,7 @@ has no end before S. A version changes when the store would store a new one (sam
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -40,6 +41,13 @@ from fsage.fleet.dataset import file_damage, load_manifest, remove_stale_tempora
 from fsage.layout import Layout
 
 I64 = npt.NDArray[np.int64]
+
+
+# Progress steps of one snapshot: its layout read, its metrics, its versions and free extents
+# written.
+STEPS = 3
+# File versions converted to Arrow and written at a time.
+FILES_CHUNK = 65536
 
 
 class ExportError(FsageError):
@@ -290,6 +298,10 @@ def export_parquet(
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
     """Export the snapshots of ``db`` not yet in ``out`` (see the module docstring)."""
+    from fsage.fleet.compact import system_memory_pool
+
+    with contextlib.suppress(ImportError):  # require_pyarrow says so
+        system_memory_pool()
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
@@ -342,8 +354,10 @@ def _export_locked(
                     f"{rows[0].uuid} under that name"
                 )
             plans.append((name, [r for r in rows if done is None or r.id > done]))
-        total = sum(len(p[1]) for p in plans)
+        total = STEPS * sum(len(p[1]) for p in plans)
         count = 0
+        if progress is not None and total:
+            progress(0, total)  # on a terminal, a line at once: a large snapshot takes a while
         writer = _Writer(out)
         try:
             for name, rows in plans:
@@ -476,8 +490,10 @@ def _export_fs(
     try:
         for row in rows:
             layout = store.load_layout(row.id)
+            tick()
             small["snapshots"].append(_snapshot_row(host, row, layout))
             m, buckets, free = _metrics(host, row, layout)
+            tick()
             small["metrics"].append(m)
             small["size_buckets"].extend(buckets)
             small["free_buckets"].extend(free)
@@ -495,8 +511,16 @@ def _export_fs(
                     schema=sch["file_ends"],
                 )
             )
-            large["files"].write_table(_files_table(pa, sch["files"], host, fs, row.id, layout,
-                                                    new_rows, cur["digest"]))  # fmt: skip
+            # in chunks: the Arrow columns of a first snapshot's every file at once would be
+            # as large again as the snapshot
+            paths = layout.paths() if new_rows.size else {}
+            for lo in range(0, new_rows.size, FILES_CHUNK):
+                chunk = new_rows[lo : lo + FILES_CHUNK]
+                table = _files_table(
+                    pa, sch["files"], host, fs, row.id, layout, chunk, cur["digest"], paths
+                )
+                large["files"].write_table(table)
+            del paths
             versions += int(new_rows.size)
             free_start = layout.free.start.astype(np.int64)
             large["free_extents"].write_table(
@@ -514,6 +538,7 @@ def _export_fs(
             first = np.where(new_rows_mask(new_rows, len(cur["ino"])), row.id, cur["first"])
             prev = {**cur, "first": first}
             prev_id = row.id
+            del layout, cur, new_rows  # before the next snapshot is read: one in memory
             tick()
     finally:
         for w in large.values():
@@ -588,10 +613,10 @@ def _files_table(
     layout: Layout,
     rows: I64,
     digest: I64,
+    paths: dict[int, list[str]],
 ) -> Any:
     sub = layout.files.take(rows)
     n = len(sub)
-    paths = layout.paths() if n else {}
     ino = sub.ino.astype(np.int64)
     path_col = [p[0] if (p := paths.get(i)) else None for i in ino.tolist()]
     extent_type = schema.field("extents").type
