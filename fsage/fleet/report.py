@@ -12,7 +12,7 @@ import numpy as np
 
 from fsage.fleet.query import MIN_SPAN_DAYS, fleet_tables
 from fsage.reports.html import ReportData, Section, Table, render, write_html
-from fsage.reports.sections import _fig, esc
+from fsage.reports.sections import _fig, esc, score_axis
 
 MAX_TRACES = 12
 
@@ -27,6 +27,14 @@ MIN_LOSS = 0.001
 # The score axis of the trend figure spans at least this much, so that a wobble of a few
 # millionths never fills the plot.
 MIN_SPAN = 0.01
+
+
+def _rate_axis(rates: list[float]) -> dict[str, Any]:
+    """The change-per-month axis: around the data and 0, never narrower than a loss of
+    ``MIN_LOSS`` a month either way (rates of a few millionths must not fill the plot)."""
+    lo, hi = min([*rates, 0.0]), max([*rates, 0.0])
+    pad = max((hi - lo) * 0.1, (2 * MIN_LOSS - (hi - lo)) / 2, 0.0)
+    return {"range": [lo - pad, hi + pad], "zeroline": False}
 
 
 def _scatter(pts: list[dict[str, Any]]) -> float:
@@ -196,6 +204,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                             "line": {"dash": "dot", "color": "#888"},
                         }
                     ],
+                    yaxis=_rate_axis([r["change_per_month"] for r in rated]),
                 )
             ]
             if rated
@@ -231,6 +240,9 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                     "file size (over the first, up to the second)",
                     "layout score",
                     xaxis={"type": "category"},
+                    yaxis=score_axis(
+                        [r["layout_score"] for r in size] + [r["worst_layout_score"] for r in size]
+                    ),
                     legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
                     margin={"b": 120},
                 )

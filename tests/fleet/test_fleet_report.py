@@ -176,3 +176,12 @@ def test_report_outputs(fleet: tuple[Path, Path], tmp_path: Path, monkeypatch: A
     out = tmp_path / "r.html"
     assert cli("report", "--db", db, "-o", out).exit_code == 0
     assert out.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_rate_axis_is_never_narrower_than_a_measurable_loss() -> None:
+    from fsage.fleet.report import MIN_LOSS, _rate_axis
+
+    lo, hi = _rate_axis([2.6e-6, 2.7e-6, 2.5e-6])["range"]
+    assert hi - lo >= 2 * MIN_LOSS - 1e-15 and lo <= 0 <= hi
+    lo, hi = _rate_axis([-0.09, -0.01])["range"]
+    assert lo < -0.09 and hi >= 0
