@@ -21,6 +21,13 @@ from fsage.reports.sections import (
 )
 from fsage.text import human_bytes, size_range
 
+# Viridis stretched at the low end, white for none: one bucket often holds most of the free
+# space, and on a linear scale every other bucket would be the same dark colour as an empty one.
+SHARE_SCALE = [
+    [0.0, "#ffffff"], [1e-6, "#440154"], [0.02, "#3b528b"], [0.1, "#21918c"],
+    [0.3, "#5ec962"], [1.0, "#fde725"],
+]  # fmt: skip
+
 
 def _largest_share(data: ReportData) -> float:
     """The largest share of the free space in one bucket, over every file system's
@@ -121,7 +128,7 @@ def free_space(data: ReportData) -> Section | None:
                         "z": z,
                         "text": hover,
                         "hoverinfo": "text",
-                        "colorscale": "Viridis",
+                        "colorscale": SHARE_SCALE,
                         "zmin": 0,
                         "zmax": zmax,
                         "colorbar": {
@@ -146,7 +153,9 @@ def free_space(data: ReportData) -> Section | None:
             "Free extents bucketed as e2freefrag buckets them: [2^k, 2^(k+1)) blocks, shown in "
             "bytes; buckets without extents are drawn empty. The heatmaps of every file system "
             "share one colour scale (0 to the largest share of any bucket), so that colours "
-            "compare across file systems."
+            "compare across file systems; white is a size without free extents, and the scale "
+            "is stretched at the low end so that a bucket with a few percent of the free space "
+            "stands out from an empty one."
         ],
     )
 

@@ -73,6 +73,10 @@ def test_heatmaps_share_one_colour_scale() -> None:
     assert sec is not None
     scales = {(f["data"][0]["zmin"], f["data"][0]["zmax"]) for f in sec.figures}
     assert scales == {(0, 0.9)}  # the largest share of any bucket: a's 90 of 100 blocks
+    # no free extent of a size is white, the least share another colour
+    assert len({str(f["data"][0]["colorscale"]) for f in sec.figures}) == 1
+    stops = sec.figures[0]["data"][0]["colorscale"]
+    assert stops[0] == [0.0, "#ffffff"] and stops[1][0] < 0.01 and stops[1][1] != "#ffffff"
     # empty buckets between the smallest and the largest are rows of the heatmap
     assert len(sec.figures[0]["data"][0]["y"]) == 7  # 1, 2, 4, ... 64 blocks
 
