@@ -19,8 +19,9 @@ B. Metrics only at the issue's scale: MFS file systems x MSNAPS nightly snapshot
      compact` (target < 2 s), peak memory, sizes; the answers must be the same.
 
 Peak memory is each measured process's maximum resident set (wait4), in MiB; times are wall
-seconds and, where given, CPU seconds (user + system) of the measured processes (on a loaded
-machine the CPU figures are the ones to compare).
+seconds and CPU seconds (user + system) of the measured processes, and the machine's load
+average is printed beside them (on a loaded machine the CPU figures are the ones to compare:
+wall seconds grow with the load).
 
 Usage: python3 bench/fleet.py [--filesystems 20] [--snapshots 30] [--files 20000]
                               [--metrics-filesystems 1000] [--metrics-snapshots 365] [--json]
@@ -82,7 +83,7 @@ for db in sys.argv[1:]:
             snap = store.latest_snapshot(fs["name"])
             an = SnapshotAnalyzer(store.load_layout(snap.id))
             for r in an.by_size():
-                out.append([fs["name"], snap.id, r["min_blocks"], r["files"], r["blocks"],
+                out.append([fs["name"], snap.id, r["max_bytes"], r["files"], r["blocks"],
                             r["layout_score"]])
 print(json.dumps(out))
 """
@@ -107,8 +108,7 @@ from pathlib import Path
 from fsage.fleet.query import connect, files_by_size
 con = connect(Path(sys.argv[1]))
 rows = files_by_size(con)
-low = lambda k: 1 if k == 0 else (1 << (k - 1)) + 1
-print(json.dumps([[r["fs"], r["snapshot_id"], low(r["bucket"]), r["files"], r["blocks"],
+print(json.dumps([[r["fs"], r["snapshot_id"], r["max_bytes"], r["files"], r["blocks"],
                    r["layout_score"]] for r in rows]))
 """
 
@@ -138,13 +138,14 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     ds = work / "fleet"
     shutil.rmtree(ds, ignore_errors=True)
     fsage = [sys.executable, "-m", "fsage"]
-    export_s, export_rss = 0.0, 0.0
+    export_s, export_cpu, export_rss = 0.0, 0.0, 0.0
     for i, db in enumerate(dbs):
         s, rss, _ = timed_child([*fsage, "export", "--db", str(db), "--host", f"host{i:04d}",
                                  str(ds)], env)  # fmt: skip
         export_s += s
+        export_cpu += CPU["last"]
         export_rss = max(export_rss, rss)
-    fig["export_s"] = export_s
+    fig["export_s"], fig["export_cpu_s"] = export_s, export_cpu
     fig["export_s_per_snapshot"] = export_s / (args.filesystems * args.snapshots)
     fig["export_peak_mib"] = export_rss
     fig["dataset_bytes"] = du(ds)
@@ -190,7 +191,7 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
         name = f"fs{i:04d}"
         ours = [r for r in duck_rows if r[0] == name]
         theirs = [
-            (name, a["id"], b["min_blocks"], b["files"], b["blocks"], b["layout_score"])
+            (name, a["id"], b["max_bytes"], b["files"], b["blocks"], b["layout_score"])
             for b in a["by_size"]
         ]
         if not theirs or sorted(theirs) != sorted(ours):
@@ -205,7 +206,9 @@ def part_a(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     )
 
     hist_s, hist_rss, _ = timed_child([py, "-c", NAIVE_HISTORY, *map(str, dbs)], env)
+    hist_cpu = CPU["last"]
     fleet_s, fleet_rss, _ = timed_child([*fsage, "fleet", str(compacted), "--format", "json"], env)
+    fig["history_naive_cpu_s"], fig["history_duckdb_cpu_s"] = hist_cpu, CPU["last"]
     fig["history_naive_s"], fig["history_naive_peak_mib"] = hist_s, hist_rss
     fig["history_duckdb_s"], fig["history_duckdb_peak_mib"] = fleet_s, fleet_rss
     fig["history_speedup"] = hist_s / fleet_s
@@ -335,6 +338,12 @@ def _close(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _load(marks: list[float]) -> str:
+    """The machine's load while a part ran: wall seconds stretch with it, CPU seconds do not."""
+    return (f"load average {marks[0]:.1f} at the start, {marks[1]:.1f} at the end, "
+            f"{os.cpu_count()} CPUs")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--filesystems", type=int, default=20)
@@ -360,9 +369,13 @@ def main() -> None:
     }
     try:
         if not args.skip_a:
+            fig["a_load"] = [os.getloadavg()[0]]
             part_a(args, work, env, fig)
+            fig["a_load"].append(os.getloadavg()[0])
         if not args.skip_b:
+            fig["b_load"] = [os.getloadavg()[0]]
             part_b(args, work, env, fig)
+            fig["b_load"].append(os.getloadavg()[0])
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -371,12 +384,14 @@ def main() -> None:
         return
     if not args.skip_a:
         print(f"A. {args.filesystems} file systems x {args.snapshots} snapshots x "
-              f"{args.files} files (wall s / CPU s, user + system)")  # fmt: skip
+              f"{args.files} files (wall s / CPU s, user + system;"
+              f" {_load(fig['a_load'])})")  # fmt: skip
         print(f"  SQLite databases {fig['sqlite_bytes'] / MIB:.1f} MiB; Parquet dataset "
               f"{fig['dataset_bytes'] / MIB:.1f} MiB, compacted "
               f"{fig['compacted_bytes'] / MIB:.1f} MiB")  # fmt: skip
-        print(f"  export: {fig['export_s']:.1f} s in all ({fig['export_s_per_snapshot']:.3f} s "
-              f"a snapshot), peak {fig['export_peak_mib']:.0f} MiB; nothing new: "
+        print(f"  export: {fig['export_s']:.1f} s / {fig['export_cpu_s']:.1f} s in all "
+              f"({fig['export_s_per_snapshot']:.3f} s a snapshot), peak "
+              f"{fig['export_peak_mib']:.0f} MiB; nothing new: "
               f"{fig['export_nothing_new_s']:.2f} s")  # fmt: skip
         print(f"  fsage fleet compact: {fig['compact_s']:.1f} s / {fig['compact_cpu_s']:.1f} s, "
               f"peak {fig['compact_peak_mib']:.0f} MiB")  # fmt: skip
@@ -397,16 +412,18 @@ def main() -> None:
               f"{fig['per_file_compacted_speedup_vs_analyze_cli']:.1f}x wall, "
               f"{fig['per_file_compacted_speedup_vs_analyze_cli_cpu']:.1f}x CPU "
               "(target >= 10x)")  # fmt: skip
-        print(f"  history set: fsage fleet (compacted) {fig['history_duckdb_s']:.2f} s "
-              f"({fig['history_duckdb_peak_mib']:.0f} MiB) vs analyzing every snapshot "
-              f"{fig['history_naive_s']:.1f} s ({fig['history_naive_peak_mib']:.0f} MiB): "
+        print(f"  history set: fsage fleet (compacted) {fig['history_duckdb_s']:.2f} s / "
+              f"{fig['history_duckdb_cpu_s']:.2f} s ({fig['history_duckdb_peak_mib']:.0f} MiB) "
+              f"vs analyzing every snapshot {fig['history_naive_s']:.1f} s / "
+              f"{fig['history_naive_cpu_s']:.1f} s ({fig['history_naive_peak_mib']:.0f} MiB): "
               f"{fig['history_speedup']:.0f}x")  # fmt: skip
     if args.skip_b:
         return
     print(f"B. metrics only: {args.metrics_filesystems} file systems x "
           f"{args.metrics_snapshots} snapshots, dataset "
           f"{fig['metrics_dataset_bytes'] / MIB:.1f} MiB, compacted "
-          f"{fig['metrics_compacted_bytes'] / MIB:.1f} MiB (wall s / CPU s)")  # fmt: skip
+          f"{fig['metrics_compacted_bytes'] / MIB:.1f} MiB (wall s / CPU s; "
+          f"{_load(fig['b_load'])})")  # fmt: skip
     print(f"  as exported: fsage fleet DIR --format json {fig['metrics_uncompacted_s']:.2f} s / "
           f"{fig['metrics_uncompacted_cpu_s']:.2f} s, peak "
           f"{fig['metrics_uncompacted_peak_mib']:.0f} MiB")  # fmt: skip

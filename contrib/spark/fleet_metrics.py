@@ -175,11 +175,8 @@ QUERIES = {
             FROM slopes sl JOIN block_sizes s ON sl.host = s.host AND sl.fs = s.fs
             GROUP BY sl.bucket + s.log2_block_size)
         SELECT c.byte_bucket AS bucket,
-               min((c.min_blocks - 1) * c.block_size) div min(c.block_size) + 1 AS min_blocks,
-               max(c.max_blocks * c.block_size) div min(c.block_size) AS max_blocks,
-               min(c.block_size) AS block_size,
                count(*) AS filesystems, sum(c.files) AS files,
-               sum(c.blocks * c.block_size) div min(c.block_size) AS blocks,
+               sum(c.blocks * c.block_size) AS data_bytes,
                CAST(sum(c.contiguous * c.block_size) AS DOUBLE)
                    / sum(c.denominator * c.block_size) AS layout_score,
                min(c.layout_score) AS worst_layout_score,
@@ -190,18 +187,25 @@ QUERIES = {
     """,
     "free": f"""
         WITH {LATEST}, {BLOCK_SIZES},
+        devices AS (
+            SELECT host, max_by(fs, struct(taken_at, fs)) AS fs FROM (
+                SELECT s.host, s.fs, s.uuid, s.taken_at FROM snapshots s JOIN latest l
+                ON s.host = l.host AND s.fs = l.fs AND s.snapshot_id = l.sid)
+            GROUP BY host, coalesce(uuid, fs)),
         cur AS (
             SELECT f.*, s.block_size, f.min_blocks * s.block_size AS min_bytes
             FROM free_buckets f JOIN latest l
             ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid
+            JOIN devices d ON f.host = d.host AND f.fs = d.fs
             JOIN block_sizes s ON f.host = s.host AND f.fs = s.fs),
         total AS (SELECT sum(blocks * block_size) AS all_bytes FROM cur)
-        SELECT min_bytes div min(block_size) AS min_blocks,
-               max((max_blocks + 1) * block_size) div min(block_size) - 1 AS max_blocks,
-               min(block_size) AS block_size, count(*) AS filesystems,
+        SELECT min_bytes,
+               CASE WHEN count(max_blocks) = count(*)
+                    THEN max(max_blocks * block_size) END AS max_bytes,
+               count(*) AS filesystems,
                sum(count) AS free_extents,
-               sum(blocks * block_size) div min(block_size) AS free_blocks,
-               CAST(sum(blocks * block_size) AS DOUBLE) / max(all_bytes) AS share_of_free_blocks
+               sum(blocks * block_size) AS free_bytes,
+               CAST(sum(blocks * block_size) AS DOUBLE) / max(all_bytes) AS share_of_free_space
         FROM cur CROSS JOIN total GROUP BY min_bytes ORDER BY min_bytes
     """,
     "outliers": f"""
@@ -221,7 +225,14 @@ QUERIES = {
             SELECT v.host, v.fs, v.metric, v.value, s.mean AS fleet_mean, s.sd AS fleet_sd,
                    (v.value - s.mean) / s.sd AS z
             FROM vals v JOIN stats s ON s.metric = v.metric WHERE s.n >= 3 AND s.sd > 0)
-        SELECT * FROM z WHERE abs(z) >= {{threshold}} ORDER BY z ASC, host, fs, metric
+        SELECT *,
+               CASE WHEN metric = 'layout_score'
+                    THEN CASE WHEN z < 0 THEN 'worse layout than the fleet'
+                              ELSE 'better layout than the fleet' END
+                    WHEN z < 0 THEN 'declining faster than the fleet'
+                    WHEN value > 0 THEN 'improving (score rising)'
+                    ELSE 'declining slower than the fleet' END AS direction
+        FROM z WHERE abs(z) >= {{threshold}} ORDER BY z ASC, host, fs, metric
     """,
     "files_by_size": """
         WITH want AS (SELECT host, fs, max(snapshot_id) AS sid FROM snapshots GROUP BY host, fs),
@@ -248,9 +259,13 @@ QUERIES = {
                    sum(length - 1)
                    + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
             FROM ordered GROUP BY host, fs, sid, ino),
+        bs AS (
+            SELECT DISTINCT host, fs, snapshot_id AS sid,
+                   CAST(round(log2(block_size)) AS INT) AS log2_block_size FROM snapshots),
         bucketed AS (
-            SELECT *, CAST(ceil(log2(blocks)) AS INT) AS bucket
-            FROM per_file WHERE blocks >= 2)
+            SELECT p.*, CAST(ceil(log2(p.blocks)) AS INT) + b.log2_block_size AS bucket
+            FROM per_file p JOIN bs b ON p.host = b.host AND p.fs = b.fs AND p.sid = b.sid
+            WHERE p.blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
                sum(blocks) AS blocks, sum(contiguous) AS contiguous,
                sum(blocks - 1) AS denominator,
@@ -270,10 +285,16 @@ def compute(spark: Any, root: str, threshold: float = 2.0) -> dict[str, list[dic
     """Every fleet table of the dataset at ``root``, as lists of plain dicts."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     register(spark, root)
+    # the bounds and labels of the byte buckets, as fsage fleet gives them
+    from fsage.fleet.query import free_bucket_fields, size_bucket_fields
+
     out = {}
     for name, sql in QUERIES.items():
         rows = spark.sql(sql.replace("{threshold}", repr(float(threshold)))).collect()
         out[name] = [{k: _plain(v) for k, v in r.asDict().items()} for r in rows]
+    for name in ("size", "files_by_size"):
+        out[name] = [{**r, **size_bucket_fields(r["bucket"])} for r in out[name]]
+    out["free"] = [{**r, **free_bucket_fields(r["min_bytes"], r["max_bytes"])} for r in out["free"]]
     return out
 
 

@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_enabled
+from fsage.cli.common import (
+    count_progress,
+    db_option,
+    echo_json,
+    echo_table,
+    format_option,
+    progress_enabled,
+)
 from fsage.errors import UsageError
 
 
@@ -48,26 +55,11 @@ def export(
     """
     from fsage.fleet.export import export_parquet
 
-    bar: Any = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = click.progressbar(length=total, label="exporting snapshots", file=sys.stderr)
-            bar.__enter__()
-        bar.update(1)
-
-    try:
+    # on a terminal: a line at once, then read, analyzed and written, snapshot by snapshot
+    with count_progress("exporting (3 steps a snapshot)") as progress:
         summary = export_parquet(
-            db,
-            directory,
-            host=host,
-            fs_names=list(fs_names) or None,
-            progress=progress if progress_enabled() else None,
+            db, directory, host=host, fs_names=list(fs_names) or None, progress=progress
         )
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
     if as_json:
         echo_json(summary.to_json())
     else:
@@ -98,6 +90,21 @@ def fleet() -> None:
     """
 
 
+def _warn(line: str) -> None:
+    click.echo(f"fsage: warning: {line}", err=True)
+
+
+damaged_option = click.option(
+    "--damaged",
+    "on_damage",
+    type=click.Choice(["refuse", "skip"]),
+    default="refuse",
+    show_default=True,
+    help="A file of the dataset that cannot be read (empty, truncated, not Parquet, a column "
+    "missing or of another type): refuse the dataset, or leave that file's file system out "
+    "with a warning naming the file.",
+)
+
 TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_size"]
 
 
@@ -117,8 +124,11 @@ TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_s
     show_default=True,
     help="Outliers: standard deviations from the fleet's mean.",
 )
+@damaged_option
 @format_option("text", "json", "csv")
-def summary(directory: Path, tables: tuple[str, ...], threshold: float, fmt: str) -> None:
+def summary(
+    directory: Path, tables: tuple[str, ...], threshold: float, on_damage: str, fmt: str
+) -> None:
     """The fleet analysis of DIRECTORY (a dataset written by `fsage export`).
 
     Change per month is the least-squares slope of the layout score over time, given only for
@@ -128,13 +138,14 @@ def summary(directory: Path, tables: tuple[str, ...], threshold: float, fmt: str
     Examples:
       fsage fleet summary /data/fleet
       fsage fleet /data/fleet --table size --format json
+      fsage fleet /data/fleet --damaged skip
     """
     from fsage.fleet.query import DEFAULT_TABLES, fleet_tables
 
     if fmt == "csv" and len(tables) > 1:
         raise UsageError("--format csv prints one table: give one --table")
     want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
-    result = fleet_tables(directory, tuple(want), threshold)
+    result = fleet_tables(directory, tuple(want), threshold, on_damage=on_damage, warn=_warn)
     if fmt == "json":
         echo_json(result)
     elif fmt == "csv":
@@ -154,21 +165,20 @@ _TEXT_COLUMNS = {
          "change_per_month", "free_fraction", "free_extent_count"],
     ),
     "size": (
-        "layout score by file size (blocks of block_size bytes), latest snapshots",
-        ["min_blocks", "max_blocks", "block_size", "filesystems", "files", "layout_score",
-         "worst_layout_score", "mean_change_per_month"],
+        "layout score by file size, latest snapshots",
+        ["label", "filesystems", "files", "layout_score", "worst_layout_score",
+         "mean_change_per_month"],
     ),
     "free": (
-        "free space across the fleet (blocks of block_size bytes), latest snapshots",
-        ["min_blocks", "max_blocks", "block_size", "free_extents", "free_blocks",
-         "share_of_free_blocks"],
+        "free space across the fleet by free-extent size, latest snapshot of each device",
+        ["label", "filesystems", "free_extents", "free_bytes", "share_of_free_space"],
     ),
-    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z"]),
+    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z", "direction"]),
     "trend": ("layout score over time", ["host", "fs", "snapshot_id", "taken_at",
                                           "layout_score", "free_fraction"]),
     "files_by_size": (
         "layout score by size bucket from the exported extents",
-        ["host", "fs", "snapshot_id", "bucket", "files", "blocks", "layout_score"],
+        ["host", "fs", "snapshot_id", "bucket", "label", "files", "blocks", "layout_score"],
     ),
 }  # fmt: skip
 
@@ -212,12 +222,22 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     """
     from fsage.fleet.compact import compact as run
 
-    def progress(table: str) -> None:
-        click.echo(f"compacting {table}...", err=True)
+    shown = [""]
 
-    summary = run(
-        directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
-    )
+    def progress(table: str, rows: int) -> None:
+        # one line per table, redrawn in place with the rows written so far
+        if shown[0] and shown[0] != table:
+            click.echo(err=True)
+        shown[0] = table
+        click.echo(f"\rcompacting {table}: {rows:,} rows written", err=True, nl=False)
+
+    try:
+        summary = run(
+            directory, keep_sources=keep_sources, progress=progress if progress_enabled() else None
+        )
+    finally:
+        if shown[0]:
+            click.echo(err=True)
     if as_json:
         echo_json(summary.to_json())
     else:
@@ -232,19 +252,26 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("fleet.html"),
     show_default=True,
-    help="HTML file to write.",
+    help="HTML file to write ('-': standard output).",
 )
-def report(directory: Path, output: Path) -> None:
+@damaged_option
+def report(directory: Path, output: Path, on_damage: str) -> None:
     """Draw the fleet analysis of DIRECTORY as one self-contained HTML file (opens offline).
 
     \b
     Examples:
       fsage fleet report /data/fleet -o fleet.html
+      fsage fleet report /data/fleet -o - | gzip > fleet.html.gz
     """
     from fsage.fleet.report import write_fleet_report
+    from fsage.reports.html import check_output
 
-    figures = write_fleet_report(directory, output)
-    click.echo(f"wrote {output} ({figures} figures)")
+    check_output(output)  # before the queries: a bad path is found at once
+    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn)
+    if str(output) == "-":
+        click.echo(f"fleet report: {figures} figures", err=True)  # standard output holds the page
+    else:
+        click.echo(f"wrote {output} ({figures} figures)")
 
 
 COMMANDS = [export, fleet]

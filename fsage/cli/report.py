@@ -9,6 +9,7 @@ import click
 from fsage.cli.common import db_option, progress_bar
 from fsage.db.store import Store
 from fsage.reports import report_data_from_store, write_report
+from fsage.reports.html import check_output
 
 
 @click.command()
@@ -43,20 +44,17 @@ def report(db: Path, fs_name: str | None, output: Path, compare: tuple[int, int]
       fsage report --fs home --db /var/lib/fsage/fsage.db -o home.html
       fsage report --compare 3 12 -o compare.html
     """
+    check_output(output)  # before the analysis: a bad path is found at once
     with Store.open(db, readonly=True) as store:
         total = len(store.snapshots(fs_name))
         with progress_bar(total, "analyzing snapshots") as step:
             data = report_data_from_store(store, fs_name, progress=step, compare=compare or None)
-    if str(output) == "-":
-        from fsage.reports.html import build_sections, render
-
-        secs = build_sections(data)
-        click.echo(render(data, secs))
-        figures = sum(len(s.figures) for s in secs)
-        click.echo(f"report: {len(data.analyses)} snapshot(s), {figures} figure(s)", err=True)
-        return
     figures = write_report(output, data)
-    click.echo(f"wrote {output}: {len(data.analyses)} snapshot(s), {figures} figure(s)")
+    done = f"{len(data.analyses)} snapshot(s), {figures} figure(s)"
+    if str(output) == "-":
+        click.echo(f"report: {done}", err=True)  # standard output holds the page
+    else:
+        click.echo(f"wrote {output}: {done}")
 
 
 COMMANDS = [report]

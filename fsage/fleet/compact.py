@@ -18,6 +18,7 @@ adds per-partition files beside the compacted ones, as before.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import time
@@ -36,17 +37,27 @@ from fsage.fleet.dataset import (
     ManifestError,
     TableFiles,
     cover_table,
+    damaged_files,
     dataset_files,
     fsync_dir,
     load_manifest,
     partition_files,
     partition_of,
+    remove_stale_temporaries,
     run_range,
     save_manifest,
     stamp,
 )
 
 ROW_GROUP = 128 * 1024
+# DuckDB's own memory (its sorts spill to disk beyond it); the Arrow batches on their way to
+# the output come on top, one row group at most: the whole stays near 200 MB whatever the
+# dataset's size.
+MEMORY_LIMIT = "48MB"
+BATCH = 16 * 1024
+# File versions are wide (a list of extents each): their row groups are smaller, so that the
+# one being gathered stays a few tens of MB.
+ROW_GROUPS = {"files": 32 * 1024}
 MAX_LARGE_FILES = 8
 LOCK = ".compact.lock"
 
@@ -118,13 +129,14 @@ def compact(
     root: Path,
     *,
     keep_sources: bool = False,
-    memory_limit: str = "1GB",
-    progress: Callable[[str], None] | None = None,
+    memory_limit: str = MEMORY_LIMIT,
+    progress: Callable[[str, int], None] | None = None,
 ) -> CompactSummary:
     """Compact the dataset at ``root`` (see the module docstring). With ``keep_sources`` the
     absorbed per-partition files stay (so that rsync does not copy them again); readers skip
     them."""
     try:
+        system_memory_pool()
         import duckdb
         import pyarrow.parquet as pq
     except ImportError:
@@ -142,6 +154,12 @@ def compact(
         except ManifestError as exc:
             raise CompactError(str(exc)) from None
         files = dataset_files(root, old)
+        damaged = damaged_files(root, files, old)
+        if damaged:
+            p, why = damaged[0]
+            more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""
+            raise CompactError(f"{p}: {why}{more}; move it away and compact again")
+        _remove_leftovers(root)
         tmpdir = root / f".compact-tmp-{os.getpid()}"
         tmpdir.mkdir(exist_ok=True)
         con = duckdb.connect()
@@ -149,13 +167,39 @@ def compact(
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET enable_progress_bar = false")
             con.execute(f"SET memory_limit = '{memory_limit}'")
+            # one thread: each would hold its own sort runs and batches beside the limit
+            con.execute("SET threads = 1")
             con.execute(f"SET temp_directory = '{_sql_str(str(tmpdir))}'")
             summary = _compact(con, pq, root, old, files, keep_sources, progress)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise CompactError(f"{root}: the dataset cannot be read: {first}") from None
         finally:
             con.close()
             shutil.rmtree(tmpdir, ignore_errors=True)
     summary.seconds = time.monotonic() - t0
     return summary
+
+
+def system_memory_pool() -> None:
+    """Arrow's buffers from the C library's allocator: Arrow's default keeps what it freed,
+    so the peak of a long run would be the sum of its phases, not the largest of them. The
+    environment reaches Arrow's own C++ allocations too, if Arrow is not loaded yet."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _remove_leftovers(root: Path) -> None:
+    """What killed exports and compactions left: hidden temporary files beside the files they
+    were to replace, and compactions' spill directories (the exclusive lock is ours)."""
+    dirs = [root]
+    for table in (*TABLES, SUMMARY_TABLE):
+        dirs += [root / table / COMPACTED, *(root / table).glob("host=*/fs=*")]
+    remove_stale_temporaries(dirs)
+    for d in root.glob(".compact-tmp-*"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _sql_str(s: str) -> str:
@@ -174,7 +218,7 @@ def _compact(
     old: Manifest,
     files: dict[str, TableFiles],
     keep: bool,
-    progress: Callable[[str], None] | None,
+    progress: Callable[[str, int], None] | None,
 ) -> CompactSummary:
     from fsage.fleet.export import _metadata, schemas
 
@@ -204,12 +248,13 @@ def _compact(
         if not take:
             continue
         if progress is not None:
-            progress(table)
+            progress(table, 0)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
         src = _select(table, tf, take, whole)
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
-        rows = _write(con, pq, src, out, sch[table].with_metadata(_metadata(table)), table)
+        step = None if progress is None else functools.partial(progress, table)
+        rows = _write(con, pq, src, out, sch[table].with_metadata(_metadata(table)), table, step)
         written.append(out)
         rel = f"{COMPACTED}/{out.name}"
         tables[table] = [rel] if whole else [*tables[table], rel]
@@ -290,28 +335,40 @@ def _select(table: str, tf: TableFiles, take: list[Path], whole: bool) -> str:
     return f"SELECT * FROM ({src}) ORDER BY host, fs, {ORDER[table]}"
 
 
-def _write(con: Any, pq: Any, sql: str, out: Path, schema: Any, table: str) -> int:
-    """Stream the query's rows into ``out`` (written under a hidden name, fsynced, renamed)."""
+def _write(
+    con: Any,
+    pq: Any,
+    sql: str,
+    out: Path,
+    schema: Any,
+    table: str,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Stream the query's rows into ``out`` (written under a hidden name, fsynced, renamed),
+    in batches of ``BATCH`` rows gathered into row groups of ``ROW_GROUP``."""
     import pyarrow as pa
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    group = ROW_GROUPS.get(table, ROW_GROUP)
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-        reader = con.sql(sql).to_arrow_reader(ROW_GROUP)
+        reader = con.sql(sql).to_arrow_reader(BATCH)
         for batch in reader:
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
-            if pending_rows >= ROW_GROUP:
+            if pending_rows >= group:
                 t = pa.concat_tables(pending)
-                w.write_table(t.slice(0, ROW_GROUP), row_group_size=ROW_GROUP)
-                rest = t.slice(ROW_GROUP)
+                w.write_table(t.slice(0, group), row_group_size=group)
+                rest = t.slice(group)
                 pending, pending_rows = [rest], rest.num_rows
-                rows += ROW_GROUP
+                rows += group
+                if progress is not None:
+                    progress(rows)
         if pending_rows:
-            w.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP)
+            w.write_table(pa.concat_tables(pending), row_group_size=group)
             rows += pending_rows
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())

@@ -188,3 +188,83 @@ def cover_table(con: Any, name: str, cover: dict[tuple[str, str], tuple[int, str
         " unnest(?::VARCHAR[]) AS fs, unnest(?::BIGINT[]) AS mark",
         [[k[0] for k in keys], [k[1] for k in keys], [cover[k][0] for k in keys]],
     )
+
+
+class DamagedFileError(FsageError):
+    """A file of the dataset is not the Parquet file its place says it is."""
+
+
+def file_damage(path: Path, table: str) -> str | None:
+    """Why the file at ``path`` cannot be read as a part of ``table`` (None: it can): not a
+    regular file, empty, not Parquet (truncated, garbage), or a column missing or of another
+    type than `fsage export` writes. Reads the footer only; extra columns are allowed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.is_dir():
+        return "a directory, not a Parquet file"
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not path.is_file():
+        return "not a regular file"
+    if size == 0:
+        return "an empty file"
+    try:
+        got = pq.read_schema(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"not a readable Parquet file ({first})"
+    from fsage.fleet.export import schemas
+
+    want = schemas().get(table)
+    for f in want or []:
+        i = got.get_field_index(f.name)
+        if i < 0:
+            return f"has no column {f.name!r}"
+        if got.field(i).type != f.type:
+            return f"column {f.name!r} is {got.field(i).type}, not {f.type}"
+    return None
+
+
+def damaged_files(
+    root: Path, files: dict[str, TableFiles], manifest: Manifest
+) -> list[tuple[Path, str]]:
+    """The files a reader of the dataset would open that it cannot read, with why."""
+    out = []
+    for table, tf in files.items():
+        for p in tf.all:
+            why = file_damage(p, table)
+            if why is not None:
+                out.append((p, why))
+    for rel in manifest.tables.get(SUMMARY_TABLE, []):
+        p = root / SUMMARY_TABLE / rel
+        why = file_damage(p, SUMMARY_TABLE)
+        if why is not None:
+            out.append((p, why))
+    return out
+
+
+def drop_partitions(files: dict[str, TableFiles], parts: set[tuple[str, str]]) -> None:
+    """Leave the per-partition files of these (host, fs) out of every table."""
+    for tf in files.values():
+        tf.fresh = [p for p in tf.fresh if partition_of(p) not in parts]
+        if not tf.fresh:
+            tf.filter_fresh = False
+
+
+def remove_stale_temporaries(dirs: list[Path]) -> int:
+    """Remove the hidden ``.NAME.PID.tmp`` files an interrupted writer left in ``dirs`` (the
+    caller holds the lock that excludes every writer of them). The number removed."""
+    removed = 0
+    for d in dirs:
+        try:
+            names = list(d.iterdir())
+        except OSError:
+            continue
+        for p in names:
+            if p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file():
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed

@@ -16,6 +16,7 @@ has no end before S. A version changes when the store would store a new one (sam
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -36,11 +37,18 @@ from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.db import codec
 from fsage.db.store import SnapshotRow, Store
 from fsage.errors import FsageError
-from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES
-from fsage.fleet.dataset import load_manifest, run_range
+from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES, TABLES
+from fsage.fleet.dataset import file_damage, load_manifest, remove_stale_temporaries, run_range
 from fsage.layout import Layout
 
 I64 = npt.NDArray[np.int64]
+
+
+# Progress steps of one snapshot: its layout read, its metrics, its versions and free extents
+# written.
+STEPS = 3
+# File versions converted to Arrow and written at a time.
+FILES_CHUNK = 65536
 
 
 class ExportError(FsageError):
@@ -232,6 +240,21 @@ def schemas() -> dict[str, Any]:
     }
 
 
+def _read_table(pq: Any, path: Path, table: str, **kw: Any) -> Any:
+    """One file of the dataset, read; a damaged one is one line naming it."""
+    import pyarrow as pa
+
+    why = file_damage(path, table)
+    if why is None:
+        try:
+            return pq.read_table(path, **kw)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            why = f"cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+    raise ExportError(
+        f"{path}: {why} (move it away and export again: the next run rewrites what it held)"
+    )
+
+
 def partition_dir(root: Path, table: str, host: str, fs: str) -> Path:
     return root / table / f"host={quote(host, safe='')}" / f"fs={quote(fs, safe='')}"
 
@@ -286,6 +309,10 @@ def export_parquet(
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
     """Export the snapshots of ``db`` not yet in ``out`` (see the module docstring)."""
+    from fsage.fleet.compact import system_memory_pool
+
+    with contextlib.suppress(ImportError):  # require_pyarrow says so
+        system_memory_pool()
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
@@ -319,6 +346,10 @@ def _export_locked(
     from fsage.fleet.compact import shared
 
     with shared(out), _locked(out, host):
+        # what an export of this host killed before its commit left (its lock is ours now)
+        remove_stale_temporaries(
+            [d for t in TABLES for d in (out / t).glob(f"host={quote(host, safe='')}/fs=*")]
+        )
         known = [f["name"] for f in store.filesystems()]
         names = fs_names if fs_names else known
         for name in names:
@@ -334,8 +365,10 @@ def _export_locked(
                     f"{rows[0].uuid} under that name"
                 )
             plans.append((name, [r for r in rows if done is None or r.id > done]))
-        total = sum(len(p[1]) for p in plans)
+        total = STEPS * sum(len(p[1]) for p in plans)
         count = 0
+        if progress is not None and total:
+            progress(0, total)  # on a terminal, a line at once: a large snapshot takes a while
         writer = _Writer(out)
         try:
             for name, rows in plans:
@@ -368,7 +401,7 @@ def _exported(pq: Any, out: Path, host: str, fs: str) -> tuple[int | None, str |
     part = partition_dir(out, "snapshots", host, fs) / "part.parquet"
     if not part.exists():
         return done, uuid
-    t = pq.read_table(part, columns=["snapshot_id", "uuid"])
+    t = _read_table(pq, part, "snapshots", columns=["snapshot_id", "uuid"])
     if t.num_rows == 0:
         return done, uuid
     ids = t.column("snapshot_id").to_numpy()
@@ -389,8 +422,10 @@ def _partition_rows(pq: Any, out: Path, table: str, host: str, fs: str, columns:
     if mark is not None:
         for rel in manifest.tables.get(table, []):
             tables.append(
-                pq.read_table(
+                _read_table(
+                    pq,
                     out / table / rel,
+                    table,
                     columns=columns,
                     filters=[("host", "=", host), ("fs", "=", fs)],
                 )
@@ -400,7 +435,7 @@ def _partition_rows(pq: Any, out: Path, table: str, host: str, fs: str, columns:
         rng = run_range(p)
         if mark is not None and rng is not None and rng[1] <= mark:
             continue
-        tables.append(pq.read_table(p, columns=columns))
+        tables.append(_read_table(pq, p, table, columns=columns))
     return pa.concat_tables(tables) if tables else None
 
 
@@ -466,8 +501,10 @@ def _export_fs(
     try:
         for row in rows:
             layout = store.load_layout(row.id)
+            tick()
             small["snapshots"].append(_snapshot_row(host, row, layout))
             m, buckets, free = _metrics(host, row, layout)
+            tick()
             small["metrics"].append(m)
             small["size_buckets"].extend(buckets)
             small["free_buckets"].extend(free)
@@ -485,8 +522,16 @@ def _export_fs(
                     schema=sch["file_ends"],
                 )
             )
-            large["files"].write_table(_files_table(pa, sch["files"], host, fs, row.id, layout,
-                                                    new_rows, cur["digest"]))  # fmt: skip
+            # in chunks: the Arrow columns of a first snapshot's every file at once would be
+            # as large again as the snapshot
+            paths = layout.paths() if new_rows.size else {}
+            for lo in range(0, new_rows.size, FILES_CHUNK):
+                chunk = new_rows[lo : lo + FILES_CHUNK]
+                table = _files_table(
+                    pa, sch["files"], host, fs, row.id, layout, chunk, cur["digest"], paths
+                )
+                large["files"].write_table(table)
+            del paths
             versions += int(new_rows.size)
             free_start = layout.free.start.astype(np.int64)
             large["free_extents"].write_table(
@@ -504,6 +549,7 @@ def _export_fs(
             first = np.where(new_rows_mask(new_rows, len(cur["ino"])), row.id, cur["first"])
             prev = {**cur, "first": first}
             prev_id = row.id
+            del layout, cur, new_rows  # before the next snapshot is read: one in memory
             tick()
     finally:
         for w in large.values():
@@ -512,7 +558,7 @@ def _export_fs(
         final = partition_dir(out, name, host, fs) / "part.parquet"
         table = pa.Table.from_pylist(new, schema=sch[name])
         if final.exists():
-            old = pq.read_table(final, schema=sch[name])
+            old = _read_table(pq, final, name, schema=sch[name])
             table = pa.concat_tables([old, table])
         pq.write_table(
             table.replace_schema_metadata(_metadata(name)),
@@ -578,10 +624,10 @@ def _files_table(
     layout: Layout,
     rows: I64,
     digest: I64,
+    paths: dict[int, list[str]],
 ) -> Any:
     sub = layout.files.take(rows)
     n = len(sub)
-    paths = layout.paths() if n else {}
     ino = sub.ino.astype(np.int64)
     path_col = [p[0] if (p := paths.get(i)) else None for i in ino.tolist()]
     extent_type = schema.field("extents").type

@@ -30,19 +30,27 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fsage.analyzer.freespace import free_extent_label
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
 from fsage.fleet.dataset import (
     SUMMARY_TABLE,
+    DamagedFileError,
+    Manifest,
     ManifestError,
     TableFiles,
     cover_table,
+    damaged_files,
     dataset_files,
+    drop_partitions,
     load_manifest,
+    partition_of,
 )
+from fsage.text import size_range
 
 MIN_SPAN_DAYS = 7
 DAYS_PER_MONTH = 30.436875
@@ -54,12 +62,62 @@ class FleetError(FsageError):
     """The dataset is missing, unreadable or of an unknown schema version."""
 
 
-def connect(root: Path) -> Any:
-    """A DuckDB connection with one view per exported table of ``root``."""
+ON_DAMAGE = ("refuse", "skip")
+
+
+def _check_damage(
+    root: Path,
+    manifest: Manifest,
+    tables: dict[str, TableFiles],
+    on_damage: str,
+    warn: Callable[[str], None] | None,
+) -> None:
+    """Refuse a dataset with a file that cannot be read, or (``on_damage`` 'skip') leave the
+    file systems of damaged per-partition files out, saying so for each file. A damaged
+    compacted file holds many file systems: it is always refused."""
+    damaged = damaged_files(root, tables, manifest)
+    if not damaged:
+        return
+    fresh = {p for tf in tables.values() for p in tf.fresh}
+    whole = [(p, why) for p, why in damaged if p not in fresh]
+    if on_damage != "skip" or whole:
+        p, why = (whole or damaged)[0]
+        more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""
+        hint = "" if whole else "; --damaged skip leaves its file system out"
+        raise DamagedFileError(f"{p}: {why}{more}{hint}")
+    parts = {partition_of(p) for p, _ in damaged}
+    drop_partitions(tables, parts)
+    for p, why in damaged:
+        host, fs = partition_of(p)
+        if warn is not None:
+            warn(f"{p}: {why}; {host}/{fs} left out")
+
+
+def _duck_error(root: Path, exc: Exception) -> FleetError:
+    """A DuckDB failure on the dataset's data (a page damaged inside a sound file) as one
+    line; DuckDB names the file in its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return FleetError(f"{root}: the dataset cannot be read: {first}")
+
+
+def connect(
+    root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
+) -> Any:
+    """A DuckDB connection with one view per exported table of ``root`` (damaged files:
+    see ``_check_damage``)."""
     try:
         import duckdb
     except ImportError:
         raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
+    try:
+        return _connect(root, on_damage, warn)
+    except duckdb.Error as exc:
+        raise _duck_error(root, exc) from None
+
+
+def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> Any:
+    import duckdb
+
     if not root.is_dir():
         raise FleetError(f"{root} is not a directory (export one: fsage export DIR)")
     con = duckdb.connect()
@@ -71,6 +129,7 @@ def connect(root: Path) -> Any:
     except ManifestError as exc:
         raise FleetError(str(exc)) from None
     tables = dataset_files(root, manifest)
+    _check_damage(root, manifest, tables, on_damage, warn)
     if any(f.filter_fresh for f in tables.values()):
         cover_table(con, "_covered", manifest.covered)
     found = False
@@ -234,12 +293,26 @@ _BLOCK_SIZES = """
 """
 
 
+def size_bucket_fields(bucket: int) -> dict[str, Any]:
+    """A fleet file-size bucket in bytes: files of more than 2**(bucket-1) and at most
+    2**bucket bytes, labelled as `fsage analyze` labels its buckets."""
+    lo, hi = 1 << (bucket - 1), 1 << bucket
+    return {"min_bytes": lo + 1, "max_bytes": hi, "label": size_range(lo + 1, hi, 1)}
+
+
+def free_bucket_fields(min_bytes: int, max_bytes: int | None) -> dict[str, Any]:
+    """A fleet free-extent bucket in bytes: extents of at least ``min_bytes`` and under twice
+    that (``max_bytes``: the largest extent of the bucket, None when open above)."""
+    top = None if max_bytes is None else 2 * min_bytes - 1
+    return {"min_bytes": min_bytes, "max_bytes": max_bytes,
+            "label": free_extent_label(min_bytes, top, 1)}  # fmt: skip
+
+
 def by_size(con: Any) -> list[dict[str, Any]]:
     """Per size bucket in bytes (``bucket``: files of more than 2**(bucket-1) and at most
-    2**bucket bytes; the first bucket of a file system holds every file of one block): the
-    bounds as ``min_blocks``..``max_blocks`` blocks of ``block_size`` bytes (the smallest block
-    size in the bucket), and scores weighted by bytes."""
-    return _rows(
+    2**bucket bytes, ``min_bytes``..``max_bytes``, ``label``; the first bucket of a file
+    system holds every scored file of two blocks), scores weighted by bytes."""
+    rows = _rows(
         con,
         f"""
         WITH {_LATEST}, {_BLOCK_SIZES},
@@ -251,11 +324,8 @@ def by_size(con: Any) -> list[dict[str, Any]]:
             SELECT byte_bucket, avg(rate) AS mean_change_per_month, count(rate) AS rated
             FROM sized GROUP BY byte_bucket)
         SELECT c.byte_bucket AS bucket,
-               min((c.min_blocks - 1) * c.block_size) // min(c.block_size) + 1 AS min_blocks,
-               max(c.max_blocks * c.block_size) // min(c.block_size) AS max_blocks,
-               min(c.block_size) AS block_size,
                count(*) AS filesystems, sum(c.files) AS files,
-               sum(c.blocks * c.block_size) // min(c.block_size) AS blocks,
+               sum(c.blocks * c.block_size) AS data_bytes,
                sum(c.contiguous * c.block_size)::DOUBLE
                    / sum(c.denominator * c.block_size) AS layout_score,
                min(c.layout_score) AS worst_layout_score,
@@ -265,31 +335,59 @@ def by_size(con: Any) -> list[dict[str, Any]]:
         GROUP BY c.byte_bucket ORDER BY c.byte_bucket
         """,
     )
+    return [{"bucket": r["bucket"], **size_bucket_fields(r["bucket"]), **r} for r in rows]
+
+
+# One file system per device in the free-space figures: /, /usr and /usr/share snapshot as
+# three mounted trees of one device hold the same free space, and would count it three times.
+# The device is the host and the file system's UUID; its newest snapshot stands for it.
+_DEVICES = """
+    devices AS (
+        SELECT host, arg_max(fs, (taken_at, fs)) AS fs FROM (
+            SELECT s.host, s.fs, s.uuid, s.taken_at FROM snapshots s JOIN latest l
+            ON s.host = l.host AND s.fs = l.fs AND s.snapshot_id = l.sid)
+        GROUP BY host, coalesce(uuid, fs))
+"""
 
 
 def free_histogram(con: Any) -> list[dict[str, Any]]:
-    """e2freefrag's buckets in bytes (free extents of at least ``min_blocks`` and at most
-    ``max_blocks`` blocks of ``block_size`` bytes, the smallest block size in the bucket);
-    shares of the free space in bytes."""
-    return _rows(
+    """e2freefrag's buckets in bytes (free extents of at least ``min_bytes`` and at most
+    ``max_bytes``, ``label``), over the latest snapshot of each device (a device mounted as
+    several file systems counts once); shares of the free space in bytes."""
+    rows = _rows(
         con,
         f"""
-        WITH {_LATEST}, {_BLOCK_SIZES},
+        WITH {_LATEST}, {_BLOCK_SIZES}, {_DEVICES},
         cur AS (
             SELECT f.*, b.block_size, f.min_blocks * b.block_size AS min_bytes
             FROM free_buckets f JOIN latest l
             ON f.host = l.host AND f.fs = l.fs AND f.snapshot_id = l.sid
+            JOIN devices d ON f.host = d.host AND f.fs = d.fs
             JOIN block_sizes b ON f.host = b.host AND f.fs = b.fs)
-        SELECT min_bytes // min(block_size) AS min_blocks,
-               max((max_blocks + 1) * block_size) // min(block_size) - 1 AS max_blocks,
-               min(block_size) AS block_size, count(*) AS filesystems,
+        SELECT min_bytes,
+               CASE WHEN count(max_blocks) = count(*)
+                    THEN max(max_blocks * block_size) END AS max_bytes,
+               count(*) AS filesystems,
                sum(count) AS free_extents,
-               sum(blocks * block_size) // min(block_size) AS free_blocks,
+               sum(blocks * block_size) AS free_bytes,
                sum(blocks * block_size)::DOUBLE
-                   / (SELECT sum(blocks * block_size) FROM cur) AS share_of_free_blocks
+                   / (SELECT sum(blocks * block_size) FROM cur) AS share_of_free_space
         FROM cur GROUP BY min_bytes ORDER BY min_bytes
         """,
     )
+    return [{**r, **free_bucket_fields(r["min_bytes"], r["max_bytes"])} for r in rows]
+
+
+# Which way an outlier lies, in words: a z of -3 on the layout score and on its change per
+# month mean different things, and a rising score is an outlier too.
+_DIRECTION = """
+    CASE WHEN metric = 'layout_score'
+         THEN CASE WHEN z < 0 THEN 'worse layout than the fleet'
+                   ELSE 'better layout than the fleet' END
+         WHEN z < 0 THEN 'declining faster than the fleet'
+         WHEN value > 0 THEN 'improving (score rising)'
+         ELSE 'declining slower than the fleet' END
+"""
 
 
 def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
@@ -312,7 +410,8 @@ def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
             SELECT v.host, v.fs, v.metric, v.value, s.mean AS fleet_mean, s.sd AS fleet_sd,
                    (v.value - s.mean) / s.sd AS z
             FROM vals v JOIN stats s ON s.metric = v.metric WHERE s.n >= 3 AND s.sd > 0)
-        SELECT * FROM z WHERE abs(z) >= ? ORDER BY z ASC, host, fs, metric
+        SELECT *, {_DIRECTION} AS direction
+        FROM z WHERE abs(z) >= ? ORDER BY z ASC, host, fs, metric
         """,
         [threshold],
     )
@@ -338,7 +437,7 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         if every_snapshot
         else "SELECT host, fs, max(snapshot_id) AS sid FROM snapshots GROUP BY host, fs"
     )
-    return _rows(
+    rows = _rows(
         con,
         f"""
         WITH want AS ({snaps}),
@@ -368,10 +467,15 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
                                      lambda p: p[2].physical = p[1].physical + p[1].length))
                    AS contiguous
             FROM many),
+        bs AS (
+            SELECT DISTINCT host, fs, snapshot_id AS sid,
+                   CAST(round(log2(block_size)) AS INTEGER) AS log2_block_size FROM snapshots),
         bucketed AS (
-            SELECT host, fs, sid, blocks, contiguous,
-                   CAST(ceil(log2(blocks)) AS INTEGER) AS bucket
-            FROM (SELECT * FROM one UNION ALL SELECT * FROM many_files) WHERE blocks >= 2)
+            SELECT f.host, f.fs, f.sid, f.blocks, f.contiguous,
+                   CAST(ceil(log2(f.blocks)) AS INTEGER) + b.log2_block_size AS bucket
+            FROM (SELECT * FROM one UNION ALL SELECT * FROM many_files) f
+            JOIN bs b ON f.host = b.host AND f.fs = b.fs AND f.sid = b.sid
+            WHERE f.blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
                sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
                sum(blocks - 1)::BIGINT AS denominator,
@@ -379,30 +483,44 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
         """,
     )
+    return [{**r, **size_bucket_fields(r["bucket"])} for r in rows]
 
 
 def fleet_tables(
-    root: Path, tables: tuple[str, ...] = DEFAULT_TABLES, threshold: float = 2.0
+    root: Path,
+    tables: tuple[str, ...] = DEFAULT_TABLES,
+    threshold: float = 2.0,
+    *,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The named tables of the fleet analysis of the dataset at ``root``."""
-    con = connect(root)
+    import duckdb
+
+    con = connect(root, on_damage, warn)
     try:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for t in tables:
-            if t == "filesystems":
-                out[t] = filesystems(con)
-            elif t == "size":
-                out[t] = by_size(con)
-            elif t == "free":
-                out[t] = free_histogram(con)
-            elif t == "outliers":
-                out[t] = outliers(con, threshold)
-            elif t == "trend":
-                out[t] = trend(con)
-            elif t == "files_by_size":
-                out[t] = files_by_size(con)
-            else:
-                raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
-        return out
+        return _tables(con, tables, threshold)
+    except duckdb.Error as exc:
+        raise _duck_error(root, exc) from None
     finally:
         con.close()
+
+
+def _tables(con: Any, tables: tuple[str, ...], threshold: float) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for t in tables:
+        if t == "filesystems":
+            out[t] = filesystems(con)
+        elif t == "size":
+            out[t] = by_size(con)
+        elif t == "free":
+            out[t] = free_histogram(con)
+        elif t == "outliers":
+            out[t] = outliers(con, threshold)
+        elif t == "trend":
+            out[t] = trend(con)
+        elif t == "files_by_size":
+            out[t] = files_by_size(con)
+        else:
+            raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
+    return out

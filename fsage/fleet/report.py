@@ -3,14 +3,16 @@ rendered by ``fsage.reports.html`` like the snapshot report)."""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsage.analyzer.freespace import free_extent_label
+import numpy as np
+
 from fsage.fleet.query import MIN_SPAN_DAYS, fleet_tables
-from fsage.reports.html import ReportData, Section, Table, render
-from fsage.reports.sections import _fig, esc
-from fsage.text import size_range
+from fsage.reports.html import ReportData, Section, Table, render, write_html
+from fsage.reports.sections import _fig, esc, score_axis
 
 MAX_TRACES = 12
 
@@ -19,77 +21,157 @@ def _label(r: dict[str, Any]) -> str:
     return f"{r['host']}/{r['fs']}"
 
 
-def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
-    fss, trend = t["filesystems"], t["trend"]
-    out = []
-    shown = [r for r in fss if r["change_per_month"] is not None][:MAX_TRACES] or fss[:MAX_TRACES]
-    keys = {(r["host"], r["fs"]) for r in shown}
+# The smallest loss of layout score the figure calls a decline: a tenth of a percent of the
+# blocks, or twice the file system's own scatter around its trend line if that is more.
+MIN_LOSS = 0.001
+# The score axis of the trend figure spans at least this much, so that a wobble of a few
+# millionths never fills the plot.
+MIN_SPAN = 0.01
+
+
+def _rate_axis(rates: list[float]) -> dict[str, Any]:
+    """The change-per-month axis: around the data and 0, never narrower than a loss of
+    ``MIN_LOSS`` a month either way (rates of a few millionths must not fill the plot)."""
+    lo, hi = min([*rates, 0.0]), max([*rates, 0.0])
+    pad = max((hi - lo) * 0.1, (2 * MIN_LOSS - (hi - lo)) / 2, 0.0)
+    return {"range": [lo - pad, hi + pad], "zeroline": False}
+
+
+def _scatter(pts: list[dict[str, Any]]) -> float:
+    """The standard deviation of a history's layout scores around its least-squares line
+    over time (0 for fewer than 3 points): what a loss must exceed to be measured."""
+    ys = [p["layout_score"] for p in pts if p["layout_score"] is not None]
+    if len(ys) < 3:
+        return 0.0
+    xs = np.array([dt.datetime.fromisoformat(p["taken_at"]).timestamp() for p in pts
+                   if p["layout_score"] is not None])  # fmt: skip
+    y = np.array(ys)
+    if np.ptp(xs) == 0:
+        return float(y.std())
+    slope, icept = np.polyfit(xs - xs[0], y, 1)
+    return float(np.std(y - (slope * (xs - xs[0]) + icept), ddof=2) if len(ys) > 3 else 0.0)
+
+
+def _declines(
+    fss: list[dict[str, Any]], by_fs: dict[tuple[str, str], list[dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[tuple[str, str], float]]:
+    """The file systems whose layout score fell by a measurable amount, biggest loss first;
+    how many others were left out, by reason; each one's scatter."""
+    shown: list[dict[str, Any]] = []
+    left = {"one snapshot": 0, "rising": 0, "within noise": 0}
+    noise: dict[tuple[str, str], float] = {}
+    for r in fss:
+        key = (r["host"], r["fs"])
+        change = r["total_change"]
+        if change is None or (r["snapshots"] or 0) < 2:
+            left["one snapshot"] += 1
+            continue
+        noise[key] = _scatter(by_fs.get(key, []))
+        if abs(change) < max(MIN_LOSS, 2 * noise[key]):
+            left["within noise"] += 1
+        elif change > 0:
+            left["rising"] += 1
+        else:
+            shown.append(r)
+    shown.sort(key=lambda r: (r["total_change"], r["host"], r["fs"]))
+    return shown, left, noise
+
+
+def _trend_section(t: dict[str, list[dict[str, Any]]]) -> Section:
+    fss = t["filesystems"]
+    by_fs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in t["trend"]:
+        by_fs.setdefault((p["host"], p["fs"]), []).append(p)
+    declining, left, noise = _declines(fss, by_fs)
+    shown = declining[:MAX_TRACES]
     traces = []
+    ys: list[float] = []
     for r in shown:
-        pts = [p for p in trend if (p["host"], p["fs"]) == (r["host"], r["fs"])]
+        pts = by_fs.get((r["host"], r["fs"]), [])
+        ys += [p["layout_score"] for p in pts if p["layout_score"] is not None]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
-                "name": esc(_label(r)),
+                "name": esc(f"{_label(r)} ({r['total_change']:+.4f})"),
                 "x": [p["taken_at"] for p in pts],
                 "y": [p["layout_score"] for p in pts],
                 "text": [f"snapshot {p['snapshot_id']}" for p in pts],
-                "hovertemplate": "%{x}<br>layout score %{y:.4f}<br>%{text}<extra></extra>",
+                "hovertemplate": esc(_label(r))
+                + "<br>%{x}<br>layout score %{y:.4f}<br>%{text}<extra></extra>",
             }
         )
     notes = [
-        f"The {len(shown)} file systems declining fastest (of {len(fss)}); change per month is "
-        f"the least-squares slope, given for histories of {MIN_SPAN_DAYS} days or more."
+        f"The {len(shown)} file systems of {len(fss)} whose layout score fell the most from "
+        f"their first to their latest snapshot (the change is in the legend). A loss is drawn "
+        f"when it is at least {MIN_LOSS} and twice the history's own scatter around its trend "
+        f"line. Change per month (least-squares slope) is given for histories of "
+        f"{MIN_SPAN_DAYS} days or more; shorter ones are ranked by their total change."
     ]
-    if len(keys) < len(fss):
-        notes.append(f"{len(fss) - len(keys)} file systems are not drawn; see the table.")
-    top = [
-        [
-            r["host"],
-            r["fs"],
-            r["snapshots"],
-            r["span_days"],
-            r["layout_score"],
-            r["total_change"],
-            r["change_per_month"],
-            r["free_fraction"],
-        ]
-        for r in fss[:50]
-    ]
-    out.append(
-        Section(
-            "Layout score over time",
-            figures=[
-                _fig(
-                    traces,
-                    "Layout score, fastest-declining file systems",
-                    "date",
-                    "layout score",
-                    legend={"orientation": "v", "x": 1.02, "y": 1},
-                    margin={"r": 210},
-                )
-            ],
-            tables=[
-                Table(
-                    [
-                        "host",
-                        "fs",
-                        "snapshots",
-                        "span (days)",
-                        "layout score",
-                        "total change",
-                        "change per month",
-                        "free fraction",
-                    ],
-                    top,
-                    caption="File systems, fastest decline first (first 50)",
-                )
-            ],
-            notes=notes,
-            id="fleet-trend",
+    if len(declining) > len(shown):
+        notes.append(f"{len(declining) - len(shown)} more declining file systems are in the "
+                     "table only.")  # fmt: skip
+    why = {
+        "one snapshot": "have one snapshot (no change to measure)",
+        "rising": "have a layout score that rose measurably",
+        "within noise": f"changed by less than {MIN_LOSS} or less than twice their scatter",
+    }
+    out = [f"{n} {why[k]}" for k, n in left.items() if n]
+    if out:
+        notes.append("Not drawn: " + "; ".join(out) + ".")
+    figures = []
+    if traces:
+        lo, hi = min(ys), max(ys)
+        span = max(hi - lo, MIN_SPAN, 4 * max((noise.get((r["host"], r["fs"]), 0.0)
+                                                 for r in shown), default=0.0))  # fmt: skip
+        mid = (lo + hi) / 2
+        top = min(mid + span * 0.55, 1.0 + span * 0.05)
+        figures.append(
+            _fig(
+                traces,
+                "Layout score, file systems with the biggest measured losses",
+                "date",
+                "layout score",
+                yaxis={"range": [top - span * 1.1, top], "tickformat": ".3f"},
+                legend={"orientation": "v", "x": 1.02, "y": 1},
+                margin={"r": 260},
+            )
         )
+    else:
+        notes.append("No file system lost a measurable share of its layout score: nothing "
+                     "to draw.")  # fmt: skip
+    top50 = [
+        [r["host"], r["fs"], r["snapshots"], r["span_days"], r["layout_score"],
+         r["total_change"], r["change_per_month"], r["free_fraction"]]
+        for r in fss[:50]
+    ]  # fmt: skip
+    return Section(
+        "Layout score over time",
+        figures=figures,
+        tables=[
+            Table(
+                [
+                    "host",
+                    "fs",
+                    "snapshots",
+                    "span (days)",
+                    "layout score",
+                    "total change",
+                    "change per month",
+                    "free fraction",
+                ],
+                top50,
+                caption="File systems, fastest decline first (first 50)",
+            )
+        ],
+        notes=notes,
+        id="fleet-trend",
     )
+
+
+def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
+    fss = t["filesystems"]
+    out = [_trend_section(t)]
     rated = [r for r in fss if r["change_per_month"] is not None and r["layout_score"] is not None]
     out.append(
         Section(
@@ -122,6 +204,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                             "line": {"dash": "dot", "color": "#888"},
                         }
                     ],
+                    yaxis=_rate_axis([r["change_per_month"] for r in rated]),
                 )
             ]
             if rated
@@ -131,7 +214,7 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
         )
     )
     size = t["size"]
-    labels = [size_range(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in size]
+    labels = [r["label"] for r in size]
     out.append(
         Section(
             "Layout score by file size across the fleet",
@@ -157,6 +240,9 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                     "file size (over the first, up to the second)",
                     "layout score",
                     xaxis={"type": "category"},
+                    yaxis=score_axis(
+                        [r["layout_score"] for r in size] + [r["worst_layout_score"] for r in size]
+                    ),
                     legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
                     margin={"b": 120},
                 )
@@ -188,7 +274,8 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
         )
     )
     free = t["free"]
-    flabels = [free_extent_label(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in free]
+    flabels = [r["label"] for r in free]
+    extents = sum(r["free_extents"] for r in free) or 1
     out.append(
         Section(
             "Free-space fragmentation across the fleet",
@@ -198,16 +285,31 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
                         {
                             "type": "bar",
                             "x": flabels,
-                            "name": "share of free space",
-                            "y": [r["share_of_free_blocks"] for r in free],
-                        }
+                            "name": "share of the free space",
+                            "y": [r["share_of_free_space"] for r in free],
+                        },
+                        {
+                            "type": "bar",
+                            "x": flabels,
+                            "name": "share of the free extents",
+                            "y": [r["free_extents"] / extents for r in free],
+                        },
                     ],
-                    "Free space by free-extent size, latest snapshots",
+                    "Free space by free-extent size, latest snapshot of each device",
                     "free extent size (e2freefrag's buckets)",
-                    "share of free space",
-                    xaxis={"type": "category"},
-                    yaxis={"tickformat": ".0%"},
+                    "share",
+                    xaxis={"type": "category", "tickangle": -30},
+                    yaxis={"tickformat": ".0%", "rangemode": "tozero"},
+                    barmode="group",
+                    legend={"y": -0.4},
+                    margin={"b": 120},
                 )
+            ],
+            notes=[
+                "A device mounted as several file systems (/, /usr and /usr/share of one "
+                "disk) holds one free space: it is counted once, through its newest snapshot. "
+                "Large extents hold most of the free space, small ones are most of the "
+                "extents: both shares are drawn."
             ],
             id="fleet-free",
         )
@@ -218,9 +320,17 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
             "Outliers",
             tables=[
                 Table(
-                    ["host", "fs", "metric", "value", "fleet mean", "z"],
+                    ["host", "fs", "metric", "value", "fleet mean", "z", "direction"],
                     [
-                        [r["host"], r["fs"], r["metric"], r["value"], r["fleet_mean"], r["z"]]
+                        [
+                            r["host"],
+                            r["fs"],
+                            r["metric"],
+                            r["value"],
+                            r["fleet_mean"],
+                            r["z"],
+                            r["direction"],
+                        ]
                         for r in outl
                     ],
                 )
@@ -235,17 +345,31 @@ def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
     return out
 
 
-def write_fleet_report(root: Path, output: Path) -> int:
-    """Write the report atomically; returns the number of figures."""
-    t = fleet_tables(root, ("filesystems", "trend", "size", "free", "outliers"))
+def write_fleet_report(
+    root: Path,
+    output: Path,
+    *,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
+) -> int:
+    """Write the report atomically and private ('-': standard output); returns the number of
+    figures."""
+    skipped: list[str] = []
+
+    def note(line: str) -> None:
+        skipped.append(line)
+        if warn is not None:
+            warn(line)
+
+    tables = ("filesystems", "trend", "size", "free", "outliers")
+    t = fleet_tables(root, tables, on_damage=on_damage, warn=note)
     secs = sections(t)
+    if skipped:
+        secs.insert(0, Section("Damaged files left out", notes=skipped, id="fleet-damaged"))
     data = ReportData(
         analyses=[{"fs": _label(p), "snapshot_id": p["snapshot_id"]} for p in t["trend"]],
         trends={},
         title="fsage fleet report",
     )
-    text = render(data, secs)
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(output)
+    write_html(output, render(data, secs))
     return sum(len(s.figures) for s in secs)

@@ -130,11 +130,16 @@ def _free_extents(table: FileTable, blocks_total: int) -> tuple[I64, I64]:
 
 
 def _new_files(
-    rng: np.random.Generator, alloc: _Allocator, inos: I64, frag: float, now_ns: int
+    rng: np.random.Generator,
+    alloc: _Allocator,
+    inos: I64,
+    frag: float,
+    now_ns: int,
+    block: int = BLOCK,
 ) -> FileTable:
     n = inos.size
     size = np.minimum(rng.lognormal(9.5, 2.0, n), 2**30).astype(np.int64)
-    blocks = (size + BLOCK - 1) // BLOCK
+    blocks = (size + block - 1) // block
     off, logical, physical, length = alloc.place(blocks, frag)
     z32, t = np.zeros(n, np.uint32), np.full(n, now_ns, np.int64)
     return FileTable(
@@ -162,7 +167,7 @@ def _new_files(
     )
 
 
-def _dirs(ndirs: int) -> FileTable:
+def _dirs(ndirs: int, block: int = BLOCK) -> FileTable:
     """The root (ino 2) and ``ndirs`` directories below it (ino 3...), one block each."""
     n = ndirs + 1
     z32, z64 = np.zeros(n, np.uint32), np.zeros(n, np.int64)
@@ -173,7 +178,7 @@ def _dirs(ndirs: int) -> FileTable:
         nlink=np.full(n, 2, np.uint32),
         uid=z32.copy(),
         gid=z32.copy(),
-        size=np.full(n, BLOCK, np.uint64),
+        size=np.full(n, block, np.uint64),
         atime=z64.copy(),
         mtime=z64.copy(),
         ctime=z64.copy(),
@@ -219,25 +224,30 @@ def synthetic_history(
     start: dt.datetime | None = None,
     interval: dt.timedelta = dt.timedelta(days=1),
     skip: int = 0,
+    block_size: int = BLOCK,
+    uuid: str | None = None,
 ) -> list[int]:
     """Record ``snapshots`` nightly snapshots of an aging synthetic file system; their ids.
 
     The first ``skip`` nights are generated but not recorded: a second call with the same
-    seed and ``skip`` = the first call's ``snapshots`` continues the same history."""
+    seed and ``skip`` = the first call's ``snapshots`` continues the same history. ``uuid``
+    (default: one drawn from the seed) lets several names share one device, as /, /usr and
+    /usr/share of one mounted file system do."""
     rng = np.random.default_rng(seed)
     start = start or dt.datetime(2025, 1, 1, 2, 30, tzinfo=dt.UTC)
     ndirs = max(1, files // PER_DIR)
     first_ino = 3 + ndirs + 8
-    dirs = _dirs(ndirs)
+    dirs = _dirs(ndirs, block_size)
     alloc = _Allocator(rng, 1000 + ndirs)
     now_ns = int(start.timestamp()) * 10**9
-    current = _new_files(rng, alloc, np.arange(first_ino, first_ino + files), 0.05, now_ns)
+    inos = np.arange(first_ino, first_ino + files)
+    current = _new_files(rng, alloc, inos, 0.05, now_ns, block_size)
     blocks_total = int(max(alloc.cursor * 3, 1 << 16))
     facts = FsFacts(
         kind="ext4",
-        uuid=str(uuidlib.UUID(int=int(rng.integers(0, 2**63)) << 64 | seed)),
+        uuid=uuid or str(uuidlib.UUID(int=int(rng.integers(0, 2**63)) << 64 | seed)),
         label=name,
-        block_size=BLOCK,
+        block_size=block_size,
         blocks_total=blocks_total,
         blocks_free=0,
         inodes_total=files * 4,
@@ -262,9 +272,11 @@ def synthetic_history(
             # deleted and rewritten files' blocks are free for tonight's files
             kept = current.take(np.flatnonzero(keep))
             alloc.set_free(*_free_extents(FileTable.concat([dirs, kept]), blocks_total))
-            redone = _new_files(rng, alloc, current.ino[rewrite].astype(np.int64), frag, now_ns)
+            redone = _new_files(
+                rng, alloc, current.ino[rewrite].astype(np.int64), frag, now_ns, block_size
+            )
             redone.generation[:] = current.generation[rewrite]
-            born = _new_files(rng, alloc, new_inos, frag, now_ns)
+            born = _new_files(rng, alloc, new_inos, frag, now_ns, block_size)
             current = FileTable.concat([kept, redone, born])
             current = current.sorted_by_ino()
         if night < skip:

@@ -24,12 +24,15 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fsage import __version__
+from fsage.errors import FsageError
 from fsage.private import write_private_text
 from fsage.text import decimal
 
@@ -239,12 +242,45 @@ def render(data: ReportData, sections: Sequence[Section] | None = None) -> str:
     return "".join(parts)
 
 
-def write_report(path: Path | str, data: ReportData) -> int:
-    """Write the report atomically; returns the number of figures."""
+class ReportError(FsageError):
+    """The report cannot be written where it was asked for."""
+
+
+def check_output(path: Path | str) -> None:
+    """Raise ReportError if a page cannot go to ``path`` ('-' is standard output)."""
+    if str(path) == "-":
+        return
     path = Path(path)
+    if path.is_dir():
+        raise ReportError(f"{path} is a directory (give a file name: -o {path}/report.html)")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ReportError(f"{parent}: no such directory (the report would go to {path})")
+    if not os.access(parent, os.W_OK):
+        raise ReportError(f"{parent}: not writable (the report would go to {path})")
+
+
+def write_html(path: Path | str, text: str) -> None:
+    """Write an HTML page atomically and private (it names files), or to standard output
+    when ``path`` is '-'. A directory that does not exist, or one that cannot be written,
+    is one clear error, raised before anything is written."""
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(path)
+    check_output(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_private_text(tmp, text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_report(path: Path | str, data: ReportData) -> int:
+    """Write the report atomically ('-': standard output); returns the number of figures."""
     secs = build_sections(data)
-    text = render(data, secs)
-    tmp = path.with_name(path.name + ".tmp")
-    write_private_text(tmp, text)  # it names files: readable by its owner only
-    tmp.replace(path)
+    write_html(path, render(data, secs))
     return sum(len(s.figures) for s in secs)

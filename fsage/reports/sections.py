@@ -3,12 +3,12 @@ fragments per file, modeled read throughput, file-size distribution."""
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 from typing import Any
 
 import numpy as np
 
-from fsage.analyzer.fit import SizeFit
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
 from fsage.analyzer.history import change_text, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
@@ -67,6 +67,22 @@ def bytes_axis(lo: float, hi: float) -> dict[str, Any]:
         "type": "log",
         "tickvals": vals,
         "ticktext": [human_bytes(v) for v in vals],
+    }
+
+
+def log_axis(lo: float, hi: float) -> dict[str, Any]:
+    """A log axis with ticks at 1, 2 and 5 of each decade, every one labelled with its value
+    (plotly's own ticks label the minor ones by their first digit: '5, 2, 100, 5, 2')."""
+    lo, hi = max(lo, 1e-12), max(hi, lo * 1.0001)
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    steps = (1, 2, 5) if last - first <= 4 else (1,)
+    vals = [m * 10.0**e for e in range(first, last + 1) for m in steps]
+    vals = [v for v in vals if lo / 1.5 <= v <= hi * 1.5]
+    return {
+        "type": "log",
+        "range": [np.log10(lo) - 0.05, np.log10(hi) + 0.05],
+        "tickvals": vals,
+        "ticktext": [f"{v:,.10g}" for v in vals],
     }
 
 
@@ -197,7 +213,8 @@ def score_by_size(data: ReportData) -> Section | None:
             "Size classes are powers of two of a file's blocks of data, labelled in bytes "
             "('8 KiB-16 KiB': over 8 KiB, up to 16 KiB, as fsage analyze labels them); the x "
             "axis is in bytes so that file systems of different block sizes line up. The dotted "
-            "line is a perfect layout (1.0)."
+            f"line is a perfect layout (1.0); the score axis spans at least {MIN_SCORE_SPAN}, so "
+            "that a spread of a few thousandths does not look like a fall."
         ],
     )
 
@@ -213,15 +230,21 @@ def _first_and_last(data: ReportData) -> list[dict[str, Any]]:
     return out
 
 
+# A layout-score axis spans at least this much: zoomed closer, a spread of a few thousandths
+# (one file more or less in a size class, a night's churn) fills the plot and reads as a fall.
+MIN_SCORE_SPAN = 0.05
+
+
 def _score_range(values: list[float | None]) -> list[float]:
     """A y range zoomed to the data (a fall from 1.000 to 0.991 must not look flat), padded,
-    never above 1.005."""
+    never above 1.005, and never narrower than ``MIN_SCORE_SPAN``."""
     vals = [v for v in values if v is not None]
     if not vals:
         return [0.0, 1.02]
     lo, hi = min(vals), max(vals)
     pad = max((hi - lo) * 0.15, 0.002)
-    return [max(lo - pad, 0.0), min(hi + pad, 1.0 + pad * 0.25)]
+    top = min(hi + pad, 1.0 + pad * 0.25)
+    return [max(min(lo - pad, top - MIN_SCORE_SPAN), 0.0), top]
 
 
 def score_axis(values: list[float | None]) -> dict[str, Any]:
@@ -233,19 +256,39 @@ def score_axis(values: list[float | None]) -> dict[str, Any]:
     return {"range": [lo, hi], "tickformat": f".{digits}f"}
 
 
-def _clock_x(s: dict[str, Any], clock: str) -> Any:
-    if clock == "time":
-        return s["taken_at"]
-    if clock == "ops":
-        return s.get("op_count")
-    b = s.get("bytes_written")
-    return None if b is None else b / 2**30
+def cumulative(values: list[int | None]) -> list[int | None]:
+    """A run's own count (operations done, bytes written) as the file system's: each aging
+    run or replay counts from 0, so where a count falls below the one before, a new run began
+    and the earlier runs' totals are added to it. Snapshots without a count keep None."""
+    out: list[int | None] = []
+    offset = 0
+    last: int | None = None
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        if last is not None and v < last:
+            offset += last
+        last = v
+        out.append(offset + v)
+    return out
+
+
+def _clocks(snaps: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per snapshot id, its x on each clock: the time, and the file system's cumulative
+    operations and GiB written."""
+    ops = cumulative([s.get("op_count") for s in snaps])
+    written = cumulative([s.get("bytes_written") for s in snaps])
+    return {
+        s["id"]: {"time": s["taken_at"], "ops": o, "bytes": None if b is None else b / 2**30}
+        for s, o, b in zip(snaps, ops, written, strict=True)
+    }
 
 
 CLOCKS = {
     "time": ("snapshot time (UTC)", "date"),
-    "ops": ("operations done by the aging run or replay", "linear"),
-    "bytes": ("GiB written by the aging run or replay", "linear"),
+    "ops": ("operations done on the file system (every aging run and replay, in turn)", "linear"),
+    "bytes": ("GiB written to the file system (every aging run and replay, in turn)", "linear"),
 }
 
 
@@ -266,6 +309,19 @@ def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
     return "<br>".join(parts)
 
 
+def _one_instant(times: list[list[Any]], clock: str) -> dict[str, Any]:
+    """A time axis whose snapshots were all taken at one instant spans a day around it,
+    labelled by date and minute (plotly would tick microseconds around the lone point)."""
+    stamps = {str(t) for ts in times for t in ts if t is not None}
+    if clock != "time" or len(stamps) != 1:
+        return {}
+    at = dt.datetime.fromisoformat(stamps.pop())
+    day = dt.timedelta(hours=12)
+    fmt = "%Y-%m-%d %H:%M:%S"
+    return {"range": [(at - day).strftime(fmt), (at + day).strftime(fmt)],
+            "tickformat": "%b %d %H:%M"}  # fmt: skip
+
+
 def trend_note(fs: str, t: dict[str, Any]) -> str:
     return f"{fs}: {trend_line(t)}"
 
@@ -277,6 +333,7 @@ def score_over_time(data: ReportData) -> Section | None:
     values: list[float | None] = []
     for fs, t in data.trends.items():
         snaps = t["snapshots"]
+        at = _clocks(snaps)
         values += [s["layout_score"] for s in snaps]
         traces.append(
             {
@@ -289,7 +346,7 @@ def score_over_time(data: ReportData) -> Section | None:
             }
         )
         for c in CLOCKS:
-            xs[c].append([_clock_x(s, c) for s in snaps])
+            xs[c].append([at[s["id"]][c] for s in snaps])
         rec = t.get("recreations") or []
         if rec:
             by_id = {s["id"]: s for s in snaps}
@@ -318,13 +375,9 @@ def score_over_time(data: ReportData) -> Section | None:
             # drawn at the x of the snapshot it recreates
             for c in CLOCKS:
                 xs[c].append(
-                    [
-                        _clock_x(by_id[r["recreation_of"]], c)
-                        if r["recreation_of"] in by_id
-                        else None
-                        for r in rec
-                    ]
-                )
+                    [at[r["recreation_of"]][c] if r["recreation_of"] in by_id else None
+                     for r in rec]
+                )  # fmt: skip
     if not traces:
         return None
     ops_clock = any(t.get("clock") == "ops" for t in data.trends.values())
@@ -333,7 +386,7 @@ def score_over_time(data: ReportData) -> Section | None:
         tr["x"] = x
     layout: dict[str, Any] = {
         "yaxis": score_axis(values),
-        "xaxis": {"type": CLOCKS[default][1]},
+        "xaxis": {"type": CLOCKS[default][1], **_one_instant(xs["time"], default)},
         "shapes": [_ref_line(1.0)],
     }
     if ops_clock:
@@ -366,8 +419,14 @@ def score_over_time(data: ReportData) -> Section | None:
         "A rate per month is given only for histories spanning 7 days or more. Seltzer et al., "
         "'File System Logging versus Clustering: A Performance Comparison', USENIX 1995 "
         "(seed 000), section 4.3, saw layout scores fall by 0.016 per month in the worst case "
-        "and 0.00725 on average. The dotted line is a perfect layout (1.0)."
+        "and 0.00725 on average. The dotted line is a perfect layout (1.0); the score axis "
+        f"spans at least {MIN_SCORE_SPAN}, so that a night's wobble does not look like a fall."
     )
+    if ops_clock:
+        notes.append(
+            "Operations and bytes count on from one aging run or replay of a file system to "
+            "the next (each run counts its own from 0): the x axis is the file system's life."
+        )
     return Section(
         "Layout score over time",
         figures=[
@@ -387,357 +446,6 @@ def _free_label(min_blocks: int, bs: int) -> str:
     """The label `analyze` gives the free-extent bucket that starts at ``min_blocks``."""
     last = min_blocks >= 1 << MAX_BUCKET
     return free_extent_label(min_blocks, None if last else 2 * min_blocks - 1, bs)
-
-
-@register_section("free-space", order=40)
-def free_space(data: ReportData) -> Section | None:
-    figs = []
-    for fs, t in data.trends.items():
-        snaps = [s for s in t["snapshots"] if s.get("free_extents") is not None]
-        if not snaps:
-            continue
-        bs = int(snaps[-1].get("block_size") or 4096)
-        ks = sorted({b["min_blocks"] for s in snaps for b in s["free_extents"]})
-        labels = [_free_label(k, bs) for k in ks]
-        if len(snaps) == 1:
-            cnt = {b["min_blocks"]: b["blocks"] for b in snaps[0]["free_extents"]}
-            figs.append(
-                _fig(
-                    [
-                        {
-                            "type": "bar",
-                            "name": esc(fs),
-                            "x": labels,
-                            "y": [cnt.get(k, 0) * bs / 2**20 for k in ks],
-                            "hovertemplate": "free extents of %{x}: %{y:.1f} MiB<extra></extra>",
-                        }
-                    ],
-                    f"Free space by extent size — {fs}",
-                    "free extent size (e2freefrag's buckets)",
-                    "free space (MiB)",
-                    xaxis={"type": "category"},
-                )
-            )
-            continue
-        z = []
-        hover = []
-        for k, lbl in zip(ks, labels, strict=True):
-            row = []
-            hrow = []
-            for s in snaps:
-                total = sum(b["blocks"] for b in s["free_extents"]) or 1
-                blocks = next((b["blocks"] for b in s["free_extents"] if b["min_blocks"] == k), 0)
-                row.append(blocks / total)
-                hrow.append(
-                    f"snapshot {s['id']}, {str(s['taken_at'])[:19]} UTC<br>free extents of {lbl}: "
-                    f"{human_bytes(blocks * bs)}, {blocks / total:.1%} of free space"
-                )
-            z.append(row)
-            hover.append(hrow)
-        figs.append(
-            _fig(
-                [
-                    {
-                        "type": "heatmap",
-                        "x": [f"#{s['id']}" for s in snaps],
-                        "y": labels,
-                        "z": z,
-                        "text": hover,
-                        "hoverinfo": "text",
-                        "colorscale": "Viridis",
-                        "colorbar": {"title": {"text": "share of<br>free space"}},
-                    }
-                ],
-                f"Free space by extent size, per snapshot — {fs}",
-                "snapshot (oldest left)",
-                "free extent size",
-                xaxis={"type": "category"},
-                yaxis={"type": "category"},
-            )
-        )
-    if not figs:
-        return None
-    return Section(
-        "Free-space fragmentation",
-        figures=figs,
-        notes=[
-            "Free extents bucketed as e2freefrag buckets them: [2^k, 2^(k+1)) blocks, shown in "
-            "bytes."
-        ],
-    )
-
-
-@register_section("disk-map", order=45)
-def disk_map(data: ReportData) -> Section | None:
-    figs = []
-    for a in data.latest():
-        m = (a.get("free_space") or {}).get("map")
-        if not m or not m["start"]:
-            continue
-        bs = int(a.get("block_size") or 4096)
-        n = len(m["start"])
-        cols = min(64, max(8, int(np.ceil(np.sqrt(n * 4)))))
-        rows = -(-n // cols)
-        z: list[list[float | None]] = [[None] * cols for _ in range(rows)]
-        text: list[list[str]] = [[""] * cols for _ in range(rows)]
-        unit = m["unit"]
-        for i, (st, ln, fr) in enumerate(zip(m["start"], m["length"], m["free"], strict=True)):
-            r, c = divmod(i, cols)
-            used = 1.0 - fr / ln if ln else 0.0
-            z[r][c] = used
-            text[r][c] = (
-                f"{unit} {i}: blocks {st:,}-{st + ln - 1:,}<br>{used:.1%} used, "
-                f"{human_bytes(fr * bs)} free of {human_bytes(ln * bs)}"
-            )
-        figs.append(
-            _fig(
-                [
-                    {
-                        "type": "heatmap",
-                        "z": z,
-                        "text": text,
-                        "hoverinfo": "text",
-                        "zmin": 0,
-                        "zmax": 1,
-                        "colorscale": [[0, "#f7fbff"], [0.5, "#6baed6"], [1, "#08306b"]],
-                        "colorbar": {"title": {"text": "used"}, "tickformat": ".0%"},
-                        "xgap": 1,
-                        "ygap": 1,
-                    }
-                ],
-                f"Disk map — {a.get('fs')} snapshot {a['id']}: space used per {unit.split()[-1]}",
-                f"{unit} (left to right, then next row; {cols} per row)",
-                f"first {unit.split()[-1]} of the row",
-                yaxis={
-                    "autorange": "reversed",
-                    "tickvals": list(range(rows)),
-                    "ticktext": [str(r * cols) for r in range(rows)],
-                    "ticks": "",
-                },
-                xaxis={"showticklabels": False, "ticks": ""},
-                height=max(260, 120 + rows * 18),
-            )
-        )
-    if not figs:
-        return None
-    return Section(
-        "Disk map",
-        figures=figs,
-        notes=[
-            "Each cell is a block group (ext), a segment (LFS) or an equal range of the disk; "
-            "dark is full, light is free. Hover for the block range and free space."
-        ],
-    )
-
-
-@register_section("fragments", order=50)
-def fragments(data: ReportData) -> Section | None:
-    traces = []
-    for a in data.latest():
-        rows = a.get("fragments_per_file") or []
-        if rows:
-            traces.append(
-                {
-                    "type": "bar",
-                    "name": _name(a),
-                    "x": [
-                        str(r["min_fragments"])
-                        if r["min_fragments"] == r["max_fragments"]
-                        else f"{r['min_fragments']}-{r['max_fragments']}"
-                        for r in rows
-                    ],
-                    "y": [r["files"] for r in rows],
-                    "hovertemplate": "%{y:,} files with %{x} fragments<extra></extra>",
-                }
-            )
-    if not traces:
-        return None
-    return Section(
-        "Fragments per file",
-        figures=[
-            _fig(
-                traces,
-                "Files by number of fragments",
-                "fragments (runs after merging adjacent extents)",
-                "files (log scale)",
-                xaxis={"type": "category"},
-                yaxis={"type": "log", "tickformat": ",d", "dtick": 1},
-                barmode="group",
-            )
-        ],
-    )
-
-
-@register_section("disk-model", order=60)
-def disk_model(data: ReportData) -> Section | None:
-    traces = []
-    dyn_notes = []
-    sizes: list[float] = []
-    for a in data.latest():
-        dm = a.get("disk_model")
-        if not dm:
-            continue
-        bs = int(a.get("block_size") or 4096)
-        for mi, (mname, m) in enumerate(dm["models"].items()):
-            rows = m["by_size"]
-            for order, dash in (("inode", "solid"), ("path", "dash")):
-                key = f"{order}_mb_per_s"
-                if not rows or key not in rows[0]:
-                    continue
-                sizes += [r["max_blocks"] * bs for r in rows]
-                traces.append(
-                    {
-                        "type": "scatter",
-                        "mode": "lines+markers",
-                        "name": esc(f"{a.get('fs')}: {mname}, {order} order"),
-                        "line": {"dash": dash, "color": COLORWAY[mi % len(COLORWAY)]},
-                        "x": [r["max_blocks"] * bs for r in rows],
-                        "y": [r[key] for r in rows],
-                        "text": [
-                            esc(f"{mname} ({m['description']}), {order} order")
-                            + "<br>files of "
-                            + size_range(r["min_blocks"], r["max_blocks"], bs)
-                            + ": "
-                            + f"{r[f'{order}_files']:,} files, "
-                            + ("-" if r[key] is None else f"{r[key]:.2f} MB/s")
-                            for r in rows
-                        ],
-                        "hoverinfo": "text",
-                    }
-                )
-        dyn = dm.get("dynamic_reads", {})
-        dyn_notes.append(
-            f"{a.get('fs')}: dynamic layout score of a modeled cold read (Conway et al., FAST'17) "
-            + ", ".join(
-                f"{k} order {'-' if v['score'] is None else format(v['score'], '.4f')} "
-                f"({v['discontiguous']:,} of {v['requests']:,} requests seek)"
-                for k, v in dyn.items()
-            )
-        )
-        for tr in a.get("traces") or []:
-            dyn_notes.append(
-                f"{a.get('fs')}: traced read ({tr['command']}): dynamic layout score "
-                + ("-" if tr["score"] is None else f"{tr['score']:.4f}")
-            )
-    if not traces:
-        return None
-    return Section(
-        "Modeled read throughput",
-        figures=[
-            _fig(
-                traces,
-                "Modeled throughput reading every file of a size class",
-                "file size (largest in the size class)",
-                "throughput (MB/s, log scale)",
-                xaxis=bytes_axis(min(sizes), max(sizes)),
-                yaxis={"type": "log"},
-            )
-        ],
-        notes=[
-            *dyn_notes,
-            "One colour per disk model; solid lines read files in inode order, dashed in path "
-            "order. Service time = positioning (seek + rotation) + transfer; a request that "
-            "starts where the previous ended pays transfer only. MB = 10^6 bytes.",
-        ],
-    )
-
-
-@register_section("size-distribution", order=70)
-def size_distribution(data: ReportData) -> Section | None:
-    figs = []
-    tables = []
-    for a in data.latest():
-        sd = a.get("size_distribution")
-        if not sd or not sd["histogram"]:
-            continue
-        hist = sd["histogram"]
-        x = [f"{human_bytes(r['min_bytes'])}-{human_bytes(r['max_bytes'] + 1)}" for r in hist]
-        traces: list[dict[str, Any]] = [
-            {
-                "type": "bar",
-                "name": "files",
-                "x": x,
-                "y": [r["files"] for r in hist],
-            }
-        ]
-        fit = sd.get("fit")
-        if fit:
-            sf = SizeFit(
-                fit["files"],
-                fit["lognormal_mu"],
-                fit["lognormal_sigma"],
-                fit["tail_threshold"],
-                fit["tail_fraction"],
-                fit["pareto_alpha"],
-            )
-            edges = [float(r["min_bytes"]) - 0.5 for r in hist] + [hist[-1]["max_bytes"] + 0.5]
-            exp = sf.expected_counts(edges)
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": "lognormal body + Pareto tail",
-                    "x": x,
-                    "y": exp,
-                }
-            )
-            tables.append(
-                Table(
-                    [
-                        "file system",
-                        "files",
-                        "lognormal mu",
-                        "lognormal sigma",
-                        "tail threshold",
-                        "tail share",
-                        "Pareto alpha",
-                    ],
-                    [
-                        [
-                            a.get("fs"),
-                            fit["files"],
-                            fit["lognormal_mu"],
-                            fit["lognormal_sigma"],
-                            human_bytes(fit["tail_threshold"]),
-                            fit["tail_fraction"],
-                            fit["pareto_alpha"],
-                        ]
-                    ],
-                )
-            )
-        figs.append(
-            _fig(
-                traces,
-                f"File sizes — {a.get('fs')}",
-                "file size (powers of two)",
-                "files",
-                xaxis={"type": "category", "tickangle": -45},
-                legend={"y": -0.55},
-                yaxis=count_axis(max(r["files"] for r in hist)),
-            )
-        )
-    if not figs:
-        return None
-    return Section("File-size distribution", figures=figs, tables=tables)
-
-
-@register_section("by-directory", order=80)
-def by_directory(data: ReportData) -> Section | None:
-    tables = []
-    for a in data.latest():
-        rows = a.get("by_dir")
-        if rows:
-            tables.append(
-                Table(
-                    ["directory", "files", "data blocks", "layout score"],
-                    [[r["path"], r["files"], r["blocks"], r["layout_score"]] for r in rows],
-                    f"{a.get('fs')} snapshot {a['id']}: aggregate layout score of each "
-                    "directory subtree",
-                )
-            )
-    if not tables:
-        return None
-    return Section("Layout score by directory", tables=tables)
 
 
 @register_section("compare", order=15)

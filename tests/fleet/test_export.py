@@ -56,16 +56,16 @@ def analyze_by_size(env: dict[str, str], db: Path, snap: int) -> list[dict[str, 
     )
     (a,) = out["snapshots"]
     return [
-        {"min_blocks": r["min_blocks"], "files": r["files"], "blocks": r["blocks"],
-         "layout_score": r["layout_score"]}
+        {"max_bytes": r["max_bytes"], "label": r["label"], "files": r["files"],
+         "blocks": r["blocks"], "layout_score": r["layout_score"]}
         for r in a["by_size"]
     ]  # fmt: skip
 
 
 def sql_by_size(rows: list[dict[str, Any]], snap: int) -> list[dict[str, Any]]:
     return [
-        {"min_blocks": 1 if r["bucket"] == 0 else (1 << (r["bucket"] - 1)) + 1,
-         "files": r["files"], "blocks": r["blocks"], "layout_score": r["layout_score"]}
+        {"max_bytes": 1 << r["bucket"], "label": r["label"], "files": r["files"],
+         "blocks": r["blocks"], "layout_score": r["layout_score"]}
         for r in rows
         if r["snapshot_id"] == snap
     ]  # fmt: skip
@@ -110,11 +110,12 @@ def test_sql_layout_score_from_extents_equals_analyze_bucket_by_bucket(
         scores.add(tuple(r["layout_score"] for r in want))
         # the exported per-bucket metrics agree too
         mb = con.execute(
-            "SELECT min_blocks, files, blocks, layout_score FROM size_buckets"
+            "SELECT max_blocks, files, blocks, layout_score FROM size_buckets"
             " WHERE snapshot_id = ? ORDER BY bucket",
             [snap],
         ).fetchall()
-        assert [tuple(r.values()) for r in want] == mb
+        assert [(r["max_bytes"] // 1024, r["files"], r["blocks"], r["layout_score"])
+                for r in want] == mb  # fmt: skip
     assert len(scores) == 3  # the churn changed the layout
     assert any(s < 1.0 for r in rows for s in [r["layout_score"]])
     # compacted, the dataset gives the same buckets (and so still equals fsage analyze)
@@ -214,29 +215,29 @@ def test_cli_errors_and_outputs(tmp_path: Path) -> None:
     assert all(r is not None for r in rates) and rates == sorted(rates)
     assert all(f["span_days"] == 10 for f in fss)
     csv_out = cli("fleet", ds, "--format", "csv", "--table", "size").stdout
-    assert csv_out.splitlines()[0].startswith("bucket,min_blocks,max_blocks")
+    assert csv_out.splitlines()[0].startswith("bucket,min_bytes,max_bytes,label,")
     text = cli("fleet", ds).stdout
     assert "fastest decline first" in text and "outliers" in text
     html = tmp_path / "fleet.html"
     r = cli("fleet", "report", ds, "-o", html)
     body = html.read_text()
-    assert "fsage fleet report" in body and body.count("class='plot'") == 4
+    # the trend figure draws losses of 0.001 or more (3 snapshots: no scatter to exceed)
+    drawn = any(f["total_change"] <= -0.001 for f in fss)
+    assert "fsage fleet report" in body and body.count("class='plot'") == 3 + drawn
 
 
 def test_fleet_buckets_are_in_bytes_across_block_sizes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """A fleet of file systems of 1 KiB and 4 KiB blocks: a size or free-extent bucket holds
     the same bytes on both, and the report labels buckets in bytes."""
-    import fsage.fleet.synth as synth
     from fsage.analyzer.freespace import free_extent_label
     from fsage.text import size_range
 
     db, ds = tmp_path / "h.db", tmp_path / "ds"
     with Store.open(db, create=True) as store:
         synthetic_history(store, "four", files=400, snapshots=2, seed=3)
-        monkeypatch.setattr(synth, "BLOCK", 1024)
-        synthetic_history(store, "one", files=400, snapshots=2, seed=4)
+        synthetic_history(store, "one", files=400, snapshots=2, seed=4, block_size=1024)
     export_parquet(db, ds, host="h")
     t = fleet_tables(ds, ("size", "free"))
     # what each file system's latest snapshot has, by bucket in bytes, from analyze
@@ -253,13 +254,14 @@ def test_fleet_buckets_are_in_bytes_across_block_sizes(
     # (on 4 KiB blocks the first bucket, one block, holds every file up to 4 KiB: it shares
     # the fleet's bucket 12 with the files of 2 to 4 KiB on 1 KiB blocks)
     assert {r["bucket"]: r["files"] for r in t["size"]} == files
-    assert all(r["max_blocks"] * r["block_size"] == 1 << r["bucket"] for r in t["size"])
-    labels = [size_range(r["min_blocks"], r["max_blocks"], r["block_size"]) for r in t["size"]]
+    assert all(r["max_bytes"] == 1 << r["bucket"] for r in t["size"])
+    assert all(r["min_bytes"] == (1 << (r["bucket"] - 1)) + 1 for r in t["size"])
+    labels = [r["label"] for r in t["size"]]
+    assert labels == [size_range(r["min_bytes"], r["max_bytes"], 1) for r in t["size"]]
     assert len(set(labels)) == len(labels)
-    got_free = {r["min_blocks"] * r["block_size"]: r["free_blocks"] * r["block_size"]
-                for r in t["free"]}  # fmt: skip
+    got_free = {r["min_bytes"]: r["free_bytes"] for r in t["free"]}
     assert got_free == free
-    assert math.isclose(sum(r["share_of_free_blocks"] for r in t["free"]), 1.0)
+    assert math.isclose(sum(r["share_of_free_space"] for r in t["free"]), 1.0)
     html = tmp_path / "fleet.html"
     cli("fleet", "report", ds, "-o", html)
     body = html.read_text()
@@ -267,5 +269,5 @@ def test_fleet_buckets_are_in_bytes_across_block_sizes(
     for label in labels:
         assert json.dumps(label) in body
     for r in t["free"]:
-        label = free_extent_label(r["min_blocks"], r["max_blocks"], r["block_size"])
-        assert json.dumps(label) in body
+        assert r["label"] == free_extent_label(r["min_bytes"], 2 * r["min_bytes"] - 1, 1)
+        assert json.dumps(r["label"]) in body
