@@ -197,7 +197,8 @@ class DamagedFileError(FsageError):
 def file_damage(path: Path, table: str) -> str | None:
     """Why the file at ``path`` cannot be read as a part of ``table`` (None: it can): not a
     regular file, empty, not Parquet (truncated, garbage), or a column missing or of another
-    type than `fsage export` writes. Reads the footer only; extra columns are allowed."""
+    type than `fsage export` writes. Reads the footer only; extra columns are allowed, and so
+    are missing ones that later versions added (``ADDED_COLUMNS``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -216,12 +217,15 @@ def file_damage(path: Path, table: str) -> str | None:
     except (pa.ArrowException, OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"not a readable Parquet file ({first})"
-    from fsage.fleet.export import schemas
+    from fsage.fleet.export import ADDED_COLUMNS, schemas
 
     want = schemas().get(table)
+    added = ADDED_COLUMNS.get(table, frozenset())
     for f in want or []:
         i = got.get_field_index(f.name)
         if i < 0:
+            if f.name in added:
+                continue
             return f"has no column {f.name!r}"
         if got.field(i).type != f.type:
             return f"column {f.name!r} is {got.field(i).type}, not {f.type}"

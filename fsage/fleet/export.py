@@ -107,6 +107,25 @@ class ExportSummary:
         )
 
 
+#: Columns added to a table after its first version: files written before them lack them
+#: (readers take them as null), so a file without one is not damaged.
+ADDED_COLUMNS: dict[str, frozenset[str]] = {
+    "metrics": frozenset(
+        {
+            "same_group_share",
+            "inode_to_data_median_blocks",
+            "dir_scan_score_aggregate",
+            "dir_scan_score_median",
+            "neighbour_pairs",
+            "neighbour_adjacent_share",
+            "neighbour_le_1mib_share",
+            "neighbour_le_group_share",
+            "neighbour_farther_share",
+        }
+    ),
+}
+
+
 def schemas() -> dict[str, Any]:
     """The Arrow schema of every table (without the schema-version metadata)."""
     pa = require_pyarrow()
