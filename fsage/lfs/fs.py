@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsage import imagelock
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
 from fsage.lfs.cleaning import _CleaningMixin
@@ -130,19 +131,34 @@ def mkfs(
     except OSError as exc:
         raise LfsError(f"cannot create {p}: {exc.strerror}") from None
     try:
-        os.ftruncate(fd, 0)
-        os.ftruncate(fd, geo.image_size)  # block 0 is never touched: it stays a hole
-        os.pwrite(fd, fmt.MAGIC, block_size)
-        os.pwrite(fd, fmt.superblock_bytes(geo), 2 * block_size)
+        # nothing is written while another command holds the image (a mount's server)
+        key = imagelock.acquire(p, exclusive=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        _write_empty(fd, geo)
     finally:
         os.close(fd)
-    fs = LFS._create_fresh(p, geo)
-    fs.close()
+    try:
+        fs = LFS._create_fresh(p, geo)
+        fs.close()
+    finally:
+        imagelock.release(key)
     return geo
+
+
+def _write_empty(fd: int, geo: Geometry) -> None:
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, geo.image_size)  # block 0 is never touched: it stays a hole
+    os.pwrite(fd, fmt.MAGIC, geo.block_size)
+    os.pwrite(fd, fmt.superblock_bytes(geo), 2 * geo.block_size)
 
 
 class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _CleaningMixin):
     """One open LFS image. Paths are '/'-separated, relative to the root ('' is the root)."""
+
+    _lock_key: tuple[int, int] | None  # the image's lock (fsage.imagelock), held until close
 
     def __init__(self) -> None:  # use LFS.open / mkfs
         raise TypeError("use LFS.open(path)")
@@ -159,10 +175,14 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         disk: cl.DiskModel | None = None,
         cache_segments: int = 16,
         commit_interval: float = 5.0,
+        lock: bool = True,
     ) -> LFS:
         """Open an image. Changes are buffered in memory and reach the log in whole segments:
         when a segment fills, on ``sync``, every ``commit_interval`` seconds (0: after every
-        operation), at checkpoints and on ``close``. A crash loses what was not committed."""
+        operation), at checkpoints and on ``close``. A crash loses what was not committed.
+        The image's lock (:mod:`fsage.imagelock`) is held until ``close``: exclusive, shared
+        when ``readonly``; ``lock=False`` for a reader that the holder lets in (a mount's own
+        image read between its checkpoints)."""
         opts = OpenOptions(
             policy,
             checkpoint_interval,
@@ -171,15 +191,29 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             readonly,
             commit_interval=commit_interval,
         )
+        key = imagelock.acquire(path, exclusive=not readonly) if lock else None
         self = object.__new__(cls)
-        self._init_common(Path(path), opts)
+        try:
+            self._init_common(Path(path), opts)
+        except BaseException:
+            if key is not None:
+                imagelock.release(key)
+            raise
+        self._lock_key = key  # released at close
         try:
             with fmt.damaged_as_error(str(path)):
                 self._mount()
         except BaseException:
+            self._unlock()
             os.close(self.fd)
             raise
         return self
+
+    def _unlock(self) -> None:
+        key = self._lock_key
+        self._lock_key = None
+        if key is not None:
+            imagelock.release(key)
 
     @classmethod
     def _create_fresh(cls, path: Path, geo: Geometry) -> LFS:
@@ -209,6 +243,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
 
     def _init_common(self, path: Path, opts: OpenOptions) -> None:
         self.path = path
+        self._lock_key = None
         self.opts = opts
         self.readonly = opts.readonly
         try:
@@ -322,6 +357,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         finally:
             self.closed = True
             os.close(self.fd)
+            self._unlock()
 
     def __enter__(self) -> LFS:
         return self
@@ -330,6 +366,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         if exc[0] is not None and not self.closed:
             self.closed = True
             os.close(self.fd)
+            self._unlock()
             return
         self.close()
 

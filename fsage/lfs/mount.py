@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from fsage import imagelock
 from fsage.errors import FsageError, UsageError
 from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
@@ -483,6 +484,7 @@ def _daemonize(ready: Callable[[int], None]) -> None:
         os.dup2(devnull, fd)
     if devnull > 2:
         os.close(devnull)
+    imagelock.after_fork()  # the image's lock is this process's now
     os.write(w, b"1")
     os.close(w)
 
