@@ -567,7 +567,8 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         self._truncate(self._regular(ino, f"inode {ino}"), size)
 
     def _truncate(self, inode: Inode, size: int) -> None:
-        with self.atomic(4):
+        # Shrinking frees blocks: like a delete it may use the clean segments kept back.
+        with self.atomic(4 if size > inode.size else 0):
             inode = self._iget(inode.ino)
             if size > inode.size:
                 inode.size = size  # a hole; reads give zeros
@@ -798,6 +799,13 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         log = self.geo.log_segments
         return max(0.0, (log - _RESERVE - 3 - 2) / log)
 
+    def writable_blocks(self) -> int:
+        """Blocks of new data the log can still take, as statfs's available blocks: up to
+        ``max_fullness`` less one segment (the cleaner's passes must each free a segment, so
+        the last segment's worth of dead blocks is seldom reached)."""
+        total, live = self.usage()
+        return max(0, int(self.max_fullness() * total) - live - self.ndata)
+
     def file_blocks(self, ino: int) -> Iterator[tuple[int, int, int]]:
         """(address, kind, offset) of every block of inode ``ino`` (see ``_walk``)."""
         inode = self.sys[ino] if ino in self.sys else self._iget(ino)
@@ -842,10 +850,18 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         gid: int | None = None,
         atime_ms: int | None = None,
         mtime_ms: int | None = None,
+        size: int | None = None,
     ) -> Stat:
-        """``setattr`` of inode ``ino``."""
+        """``setattr`` of inode ``ino``; with ``size``, a truncate too, in the same
+        operation (both or neither)."""
         self._iget(ino)  # the only step that can fail, before any change
         change = (mode, uid, gid, atime_ms, mtime_ms)
+        if size is not None:
+            inode = self._regular(ino, f"inode {ino}")
+            with self.atomic(4 if size > inode.size else 0):
+                self._truncate(inode, size)
+                self._set_attrs(self._iget(ino), *change)
+            return self.stat_ino(ino)
         if self._in_memory_ok():
             # Got again: a commit made first may have dropped the inode from the cache.
             self._set_attrs(self._iget(ino), *change)
