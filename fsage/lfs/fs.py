@@ -800,11 +800,30 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         return max(0.0, (log - _RESERVE - 3 - 2) / log)
 
     def writable_blocks(self) -> int:
-        """Blocks of new data the log can still take, as statfs's available blocks: up to
-        ``max_fullness`` less one segment (the cleaner's passes must each free a segment, so
-        the last segment's worth of dead blocks is seldom reached)."""
-        total, live = self.usage()
-        return max(0, int(self.max_fullness() * total) - live - self.ndata)
+        """Blocks of new data the log can still take, as statfs's available blocks: those of
+        the clean segments a write may take (``_ensure_space`` keeps ``_RESERVE`` and three
+        back), and what cleaning can add from there, emptiest segments first: a segment's
+        dead blocks less room for its live blocks and their metadata (a quarter as many
+        again). Never more than ``max_fullness`` allows."""
+        total, live_total = self.usage()
+        nd = self.ndata
+        free_now = (len(self.clean) - _RESERVE - 3) * nd  # below 0: cleaning must make up
+        room = max(0, len(self.clean) - 1) * nd // 2
+        gained = 0
+        head = (self.cur_seg, self.next_seg)
+        dirty = [
+            self.live[s]
+            for s in range(self.geo.first_log_segment, self.geo.segments)
+            if s not in self.clean and s not in head
+        ]
+        for lv in sorted(dirty):
+            moved = lv + (lv + 3) // 4  # its live blocks and their metadata
+            if moved >= nd or moved > room:
+                break
+            room += nd - moved
+            gained += nd - moved
+        cap = int(self.max_fullness() * total) - live_total
+        return max(0, min(free_now + gained, cap))
 
     def file_blocks(self, ino: int) -> Iterator[tuple[int, int, int]]:
         """(address, kind, offset) of every block of inode ``ino`` (see ``_walk``)."""
