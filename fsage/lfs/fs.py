@@ -792,6 +792,17 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         total = self.geo.log_segments * self.ndata
         return total, sum(self.live[self.geo.first_log_segment :])
 
+    def fix_usage_times(self, segments: Sequence[int]) -> None:
+        """Set the usage-table time of ``segments`` to their newest block's (older fsage set
+        it later after roll-forward and hole-plugging); the next checkpoint writes it."""
+        for seg in segments:
+            summ = fmt.read_summary(self.fd, self.geo, seg)
+            self.mtime[seg] = max(
+                (r.ctime for r in summ.recs if r is not None and r.btype != fmt.BT_SUMMARY),
+                default=0,
+            )
+        self._checkpoint()
+
     def max_fullness(self) -> float:
         """The highest fraction of the log's data blocks live data can reach: an operation
         that writes needs ``_RESERVE`` clean segments kept back plus three of its own (see

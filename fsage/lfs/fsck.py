@@ -21,10 +21,18 @@ class FsckReport:
     files: int = 0
     directories: int = 0
     blocks: int = 0
+    #: Segments whose usage-table time is newer than their blocks (a read-write mount sets
+    #: it from the blocks: ``LFS.fix_usage_times``).
+    times: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def only_times(self) -> bool:
+        """Whether every problem is a usage-table time (which a mount repairs)."""
+        return len(self.problems) == len(self.times) > 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -219,6 +227,7 @@ def _check_summaries(fs: LFS, rep: FsckReport) -> None:
             )
         newest = max((r.ctime for r in recs), default=0)
         if fs.live[seg] > 0 and fs.mtime[seg] > newest:
+            rep.times.append(seg)
             rep.problems.append(
                 f"segment {seg}: usage table time {fs.mtime[seg]} ms is newer than its "
                 f"newest block ({newest} ms)"

@@ -559,13 +559,19 @@ def _daemonize(ready: Callable[[int], None]) -> None:
     os.close(w)
 
 
-def _check(image: Path, mountpoint: Path, force: bool, say: Callable[[str], None]) -> bool:
-    """Check ``image`` before it is mounted; True: mount it read-only (damaged, forced)."""
+def _check(
+    image: Path, mountpoint: Path, force: bool, say: Callable[[str], None]
+) -> tuple[bool, list[int]]:
+    """Check ``image`` before it is mounted: (mount it read-only (damaged, forced), segments
+    whose usage-table time the mount sets right)."""
     from fsage.lfs.fsck import fsck
 
     rep = fsck(image)
     if rep.ok:
-        return False
+        return False, []
+    if rep.only_times:
+        say(f"{image}: setting the usage-table time of {len(rep.times)} segments from their blocks")
+        return False, rep.times
     first = rep.problems[0]
     more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
     if not force:
@@ -576,7 +582,7 @@ def _check(image: Path, mountpoint: Path, force: bool, say: Callable[[str], None
     for prob in rep.problems:
         say(f"damaged: {prob}")
     say(f"{image}: {len(rep.problems)} problems: mounting it read-only on {mountpoint}")
-    return True
+    return True, []
 
 
 def mount(
@@ -619,9 +625,11 @@ def mount(
     if os.path.ismount(mp):
         raise UsageError(f"{mountpoint}: something is already mounted there")
     with imagelock.image_lock(image, exclusive=True):  # no writer between check and open
-        readonly = _check(image, mountpoint, force, say or (lambda s: None))
+        readonly, times = _check(image, mountpoint, force, say or (lambda s: None))
         opts = _options(image, (*options, "ro") if readonly else options)
         fs = LFS.open(image, policy=policy, readonly=readonly)
+        if times:
+            fs.fix_usage_times(times)
     ops = LfsOperations(fs)
     try:
         session = _fuse.Session(ops, str(mp), opts, writeback)

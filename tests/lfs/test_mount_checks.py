@@ -181,3 +181,27 @@ def test_statfs_available_blocks_are_what_can_be_written(mounted: Mounted) -> No
     after = os.statvfs(mp)
     assert vfs.f_bavail <= 32 and after.f_bavail <= 32
     assert after.f_bfree > after.f_bavail + 64
+
+
+def test_a_mount_sets_a_usage_time_newer_than_the_blocks(tmp_path: Path) -> None:
+    from fsage.lfs.fsck import fsck
+
+    image = tmp_path / "t.img"
+    seg = _with_files(image)
+    with LFS.open(image) as fs:
+        fs.mtime[seg] += 3600_000
+        fs.checkpoint()
+    assert fsck(image).only_times
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    out = _mount(image, mp)
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.rsplit("pid ", 1)[1].split(")")[0])
+    try:
+        assert "usage-table time of 1 segments" in out.stderr
+        assert (mp / "b").read_bytes() == b"b" * 5000
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mp)], check=True, timeout=30)
+    _wait_gone(pid)
+    rep = fsck(image)
+    assert rep.ok, rep.problems
