@@ -86,11 +86,25 @@ def _record_name(key: _KEY, pid: int) -> str:
     return f"{key[0]}-{key[1]}-{pid}.json"
 
 
+def _sweep(d: Path) -> None:
+    """Remove the records of processes that are gone (killed, or ended without releasing)."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for name in names:
+        pid = name.rsplit("-", 1)[-1].removesuffix(".json").removesuffix(".tmp")
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                (d / name).unlink()
+
+
 def _write_record(key: _KEY, image: Path, exclusive: bool) -> Path | None:
     """Say who holds ``key`` (best effort: a lock without a record still holds)."""
     d = _lock_dir()
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _sweep(d)
         path = d / _record_name(key, os.getpid())
         tmp = path.with_suffix(".tmp")
         body = {
