@@ -6,6 +6,7 @@
  * (its errno goes back to the kernel); any other exception is printed and answered with EIO.
  * libfuse's own SIGINT/SIGTERM/SIGHUP handlers end the loop while it runs.
  *
+ * statfs answers (bsize, blocks, bfree, bavail, files, ffree, namemax).
  * Attributes travel as a tuple (ino, mode, nlink, uid, gid, size, blocks, atime_ns,
  * mtime_ns, ctime_ns, generation); blocks are 512-octet units.
  */
@@ -266,21 +267,31 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
            newname);
 }
 
+/* Cached pages are kept across opens; a file opened ``direct`` (the LFS near full) is read
+ * and written without the page cache, so that a write the LFS cannot store fails at once
+ * instead of in a later writeback, and what was cached of it is dropped at this open. */
+static void set_caching(struct fuse_file_info *fi, int direct)
+{
+    fi->direct_io = direct ? 1 : 0;
+    fi->keep_cache = direct ? 0 : 1;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *res = call(req, "open", "(Ki)", (unsigned long long)ino, fi->flags);
+    unsigned long long fh;
+    int direct;
     if (!res)
         fuse_reply_err(req, fail_errno());
-    else {
-        fi->fh = PyLong_AsUnsignedLongLong(res);
+    else if (!PyArg_ParseTuple(res, "Kp", &fh, &direct)) {
         Py_DECREF(res);
-        if (PyErr_Occurred())
-            fuse_reply_err(req, fail_errno());
-        else {
-            fi->keep_cache = 1;
-            fuse_reply_open(req, fi);
-        }
+        fuse_reply_err(req, fail_errno());
+    } else {
+        Py_DECREF(res);
+        fi->fh = fh;
+        set_caching(fi, direct);
+        fuse_reply_open(req, fi);
     }
     PyGILState_Release(g);
 }
@@ -294,11 +305,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
                          (unsigned)mode, fi->flags, (unsigned)c->uid, (unsigned)c->gid);
     PyObject *attr;
     unsigned long long fh;
+    int direct;
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
     if (!res)
         fuse_reply_err(req, fail_errno());
-    else if (!PyArg_ParseTuple(res, "KO", &fh, &attr) ||
+    else if (!PyArg_ParseTuple(res, "KOp", &fh, &attr, &direct) ||
              to_stat(attr, &e.attr, &e.generation) < 0) {
         Py_DECREF(res);
         fuse_reply_err(req, fail_errno());
@@ -308,7 +320,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         e.entry_timeout = entry_timeout;
         e.attr_timeout = attr_timeout;
         fi->fh = fh;
-        fi->keep_cache = 1;
+        set_caching(fi, direct);
         fuse_reply_create(req, &e, fi);
     }
     PyGILState_Release(g);
@@ -443,15 +455,17 @@ static void reply_statfs(fuse_req_t req, PyObject *res)
 {
     struct statvfs v;
     unsigned long bsize, namemax;
-    unsigned long long blocks, bfree, files, ffree;
+    unsigned long long blocks, bfree, bavail, files, ffree;
     memset(&v, 0, sizeof v);
-    if (!PyArg_ParseTuple(res, "kKKKKk", &bsize, &blocks, &bfree, &files, &ffree, &namemax)) {
+    if (!PyArg_ParseTuple(res, "kKKKKKk", &bsize, &blocks, &bfree, &bavail, &files, &ffree,
+                          &namemax)) {
         fuse_reply_err(req, fail_errno());
         return;
     }
     v.f_bsize = v.f_frsize = bsize;
     v.f_blocks = blocks;
-    v.f_bfree = v.f_bavail = bfree;
+    v.f_bfree = bfree;
+    v.f_bavail = bavail;
     v.f_files = files;
     v.f_ffree = v.f_favail = ffree;
     v.f_namemax = namemax;
@@ -559,6 +573,25 @@ static PyObject *Session_unmount(Session *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *Session_inval_inode(Session *self, PyObject *arg)
+{
+    /* Drop the kernel's cached pages and attributes of an inode. Never from a request of
+     * the loop's own thread: the kernel may wait for that request's reply first. */
+    unsigned long long ino = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!self->se || !self->mounted)
+        Py_RETURN_NONE;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = fuse_lowlevel_notify_inval_inode(self->se, (fuse_ino_t)ino, 0, 0);
+    Py_END_ALLOW_THREADS if (rc != 0 && rc != -ENOENT)
+    {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Session_fd(Session *self, PyObject *unused)
 {
     (void)unused;
@@ -581,6 +614,8 @@ static PyMethodDef Session_methods[] = {
      "Serve requests until unmounted or a signal; returns libfuse's status."},
     {"unmount", (PyCFunction)Session_unmount, METH_NOARGS, "Unmount (if still mounted)."},
     {"fd", (PyCFunction)Session_fd, METH_NOARGS, "The /dev/fuse descriptor."},
+    {"inval_inode", (PyCFunction)Session_inval_inode, METH_O,
+     "Drop the kernel's cached pages and attributes of an inode (not from a request)."},
     {NULL, NULL, 0, NULL},
 };
 

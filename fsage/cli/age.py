@@ -11,6 +11,7 @@ from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import UsageError
+from fsage.imagelock import image_lock
 from fsage.lfs.cleaner import POLICIES
 
 
@@ -146,7 +147,8 @@ def age_cmd(
         resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
         progress=progress_enabled() and fmt == "text", policy=policy,
     )  # fmt: skip
-    res = age(target, opts, echo=lambda s: click.echo(s, err=True))
+    with image_lock(target, exclusive=True):
+        res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(res.to_json())
     else:
@@ -196,10 +198,11 @@ def _match(
 
     goal = load_target(spec, db)
     quiet = not progress_enabled() or fmt != "text"
-    res = match_layout(
-        target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
-        say=None if quiet else (lambda s: click.echo(s, err=True)),
-    )  # fmt: skip
+    with image_lock(target, exclusive=True):
+        res = match_layout(
+            target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
+            say=None if quiet else (lambda s: click.echo(s, err=True)),
+        )  # fmt: skip
     if fmt == "json":
         echo_json(res.to_json())
         return

@@ -10,6 +10,7 @@ import click
 
 from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.errors import StoreError, UsageError
+from fsage.imagelock import image_lock
 
 
 class BenchGroup(click.Group):
@@ -172,7 +173,8 @@ def run_cmd(
         path=scan_path,
         trace=trace,
     )
-    run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
+    with image_lock(target, exclusive=True):
+        run = run_bench(target, opts, db=db, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
         echo_json(run.to_json())
         return

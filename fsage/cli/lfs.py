@@ -207,6 +207,9 @@ def info_cmd(image: Path, fmt: str) -> None:
     help="The kernel's writeback cache (small writes reach the LFS in page-sized runs).",
 )
 @click.option("-o", "options", multiple=True, help="Extra FUSE mount option (repeatable).")
+@click.option(
+    "--force", is_flag=True, help="Mount an image that fails the check, read-only (not refuse)."
+)
 def mount_cmd(
     image: Path,
     mountpoint: Path,
@@ -214,14 +217,19 @@ def mount_cmd(
     policy: str | None,
     writeback: bool,
     options: tuple[str, ...],
+    force: bool,
 ) -> None:
     """Mount an LFS image through FUSE. `fusermount3 -u MOUNTPOINT` unmounts it: the log is
     written and a checkpoint taken. After a crash (kill -9) the next mount rolls forward.
+    The image is checked first (as `fsage lfs fsck` does): a damaged image is refused, or
+    with --force mounted read-only, each problem named on stderr. The image is held (no other
+    fsage command writes or reads it) until it is unmounted.
 
     \b
     Examples:
       fsage lfs mount lfs.img /mnt/lfs
       fsage lfs mount lfs.img /mnt/lfs --foreground --policy cost-benefit
+      fsage lfs mount damaged.img /mnt/lfs --force
       fusermount3 -u /mnt/lfs
     """
     from fsage.lfs.mount import mount
@@ -237,6 +245,8 @@ def mount_cmd(
         options=options,
         writeback=writeback,
         ready=ready,
+        force=force,
+        say=lambda line: click.echo(f"fsage: {line}", err=True),
     )
     if errors:
         raise SystemExit(1)

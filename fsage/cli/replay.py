@@ -13,6 +13,7 @@ import click
 from fsage.cli.common import db_option, echo_json, echo_table, format_option, progress_enabled
 from fsage.db.store import Store
 from fsage.errors import FsageError, UsageError
+from fsage.imagelock import image_lock
 from fsage.replay.deltas import IntraDay, history, snapshot_deltas
 from fsage.replay.fidelity import (
     DEFAULT_RULE,
@@ -183,7 +184,8 @@ def replay_cmd(
         interval_end=interval_end, noise_floor=floor, name=name,
         progress=progress_enabled() and fmt == "text", setattr=setattr,
     )  # fmt: skip
-    res = recreate(opts, echo=lambda s: click.echo(s, err=True))
+    with image_lock(target, exclusive=True):
+        res = recreate(opts, echo=lambda s: click.echo(s, err=True))
     fid = res.fidelity
     assert fid is not None
     fid.judge(floor, rule)

@@ -67,6 +67,7 @@ def snapshot(
       fsage snapshot /dev/sdb1 --freeze
       fsage snapshot v1.img --name src --taken-at 2024-03-01T02:30:00Z
     """
+    from fsage.imagelock import image_lock
     from fsage.snapshotter import read_source  # not on `fsage show`'s path
 
     when = parse_taken_at(taken_at) if taken_at else None
@@ -83,13 +84,14 @@ def snapshot(
         store = exc
     try:
         with count_progress("reading inodes") as progress:
-            layout = read_source(
-                source,
-                freeze=freeze,
-                notice=lambda line: click.echo(f"fsage: {line}", err=True),
-                progress=progress,
-                expected=_last_count(store, source) if progress is not None else None,
-            )
+            with image_lock(source, exclusive=False):
+                layout = read_source(
+                    source,
+                    freeze=freeze,
+                    notice=lambda line: click.echo(f"fsage: {line}", err=True),
+                    progress=progress,
+                    expected=_last_count(store, source) if progress is not None else None,
+                )
             if progress is not None:  # the count it ended on
                 read = len(layout.files) + len(layout.special)
                 progress(read, read)

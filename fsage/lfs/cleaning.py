@@ -10,7 +10,7 @@ import os
 
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
-from fsage.lfs.common import LfsOpError, now_ms
+from fsage.lfs.common import _RESERVE, LfsOpError, now_ms
 from fsage.lfs.format import BT_DATA, BT_INDIRECT, INO_INOVEC, BlockRec, LfsNoSpace
 from fsage.lfs.state import Inode, LfsState
 
@@ -20,6 +20,10 @@ class _CleaningMixin(LfsState):
 
     def _low_water(self) -> int:
         return self._lw
+
+    def _log_head(self) -> tuple[int, int]:
+        """The segment being written and its successor: never clean."""
+        return self.cur_seg, self.next_seg
 
     def clean_now(self, want: int | None = None) -> int:
         """Run garbage collection until ``want`` more segments are clean (default: twice the
@@ -70,8 +74,13 @@ class _CleaningMixin(LfsState):
         if not cands or room_blocks < 1:
             return 0
         room = room_blocks / self.ndata
+        policy = self.policy
+        if policy in ("cost-benefit", "cost-age-cache") and len(self.clean) <= _RESERVE + 1:
+            # Near the reserve the emptiest segments first, whatever their age: the pass
+            # must free a segment with the little room there is (deletes depend on it).
+            policy = "greedy"
         p = cl.plan(
-            self.policy,
+            policy,
             cands,
             self.live,
             self.mtime,
@@ -106,6 +115,22 @@ class _CleaningMixin(LfsState):
                     finally:
                         self._holeplug = False
                     self._write_plugged()
+                # What the pass moved reaches the log inside it (the checkpoint below then
+                # needs no clean segment), and near the reserve the pass must not lose: the
+                # segments it empties, clean at that checkpoint, are at least as many as
+                # those it took. Else it is undone, and the clean segments kept for deletes
+                # stay. (Its blocks count as the commit's, not the cleaner's, as when the
+                # checkpoint made it: the write-cost metrics stay as defined.)
+                self._cleaning = False
+                try:
+                    self._commit()
+                finally:
+                    self._cleaning = True
+                emptied = sum(
+                    1 for s in p.sources if self.live[s] == 0 and s not in self._log_head()
+                )
+                if len(self.clean) + emptied < min(before, _RESERVE + 1):
+                    raise LfsNoSpace(f"{self.path}: a cleaning pass that would take the reserve")
         except LfsNoSpace:
             return 0
         finally:
@@ -228,6 +253,9 @@ class _CleaningMixin(LfsState):
 
     def _write_plugged(self) -> None:
         for seg, summ in self._plug_summ.items():
+            # The plugged blocks replaced dead ones, the newest among them perhaps: the
+            # segment's data time is that of the blocks its summary now describes.
+            self.mtime[seg] = max((r.ctime for r in summ.recs if r is not None), default=0)
             raw = fmt.pack_summary(self.geo, summ.recs, summ.next_seg, summ.stamp, summ.flags)
             os.pwrite(self.fd, raw, self.geo.seg_offset(seg) + self.ndata * self.bs)
         self._plug_summ = {}

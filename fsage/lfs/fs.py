@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fsage import imagelock
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
 from fsage.lfs.cleaning import _CleaningMixin
@@ -130,19 +131,34 @@ def mkfs(
     except OSError as exc:
         raise LfsError(f"cannot create {p}: {exc.strerror}") from None
     try:
-        os.ftruncate(fd, 0)
-        os.ftruncate(fd, geo.image_size)  # block 0 is never touched: it stays a hole
-        os.pwrite(fd, fmt.MAGIC, block_size)
-        os.pwrite(fd, fmt.superblock_bytes(geo), 2 * block_size)
+        # nothing is written while another command holds the image (a mount's server)
+        key = imagelock.acquire(p, exclusive=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        _write_empty(fd, geo)
     finally:
         os.close(fd)
-    fs = LFS._create_fresh(p, geo)
-    fs.close()
+    try:
+        fs = LFS._create_fresh(p, geo)
+        fs.close()
+    finally:
+        imagelock.release(key)
     return geo
+
+
+def _write_empty(fd: int, geo: Geometry) -> None:
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, geo.image_size)  # block 0 is never touched: it stays a hole
+    os.pwrite(fd, fmt.MAGIC, geo.block_size)
+    os.pwrite(fd, fmt.superblock_bytes(geo), 2 * geo.block_size)
 
 
 class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _CleaningMixin):
     """One open LFS image. Paths are '/'-separated, relative to the root ('' is the root)."""
+
+    _lock_key: tuple[int, int] | None  # the image's lock (fsage.imagelock), held until close
 
     def __init__(self) -> None:  # use LFS.open / mkfs
         raise TypeError("use LFS.open(path)")
@@ -159,10 +175,14 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         disk: cl.DiskModel | None = None,
         cache_segments: int = 16,
         commit_interval: float = 5.0,
+        lock: bool = True,
     ) -> LFS:
         """Open an image. Changes are buffered in memory and reach the log in whole segments:
         when a segment fills, on ``sync``, every ``commit_interval`` seconds (0: after every
-        operation), at checkpoints and on ``close``. A crash loses what was not committed."""
+        operation), at checkpoints and on ``close``. A crash loses what was not committed.
+        The image's lock (:mod:`fsage.imagelock`) is held until ``close``: exclusive, shared
+        when ``readonly``; ``lock=False`` for a reader that the holder lets in (a mount's own
+        image read between its checkpoints)."""
         opts = OpenOptions(
             policy,
             checkpoint_interval,
@@ -171,15 +191,29 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
             readonly,
             commit_interval=commit_interval,
         )
+        key = imagelock.acquire(path, exclusive=not readonly) if lock else None
         self = object.__new__(cls)
-        self._init_common(Path(path), opts)
+        try:
+            self._init_common(Path(path), opts)
+        except BaseException:
+            if key is not None:
+                imagelock.release(key)
+            raise
+        self._lock_key = key  # released at close
         try:
             with fmt.damaged_as_error(str(path)):
                 self._mount()
         except BaseException:
+            self._unlock()
             os.close(self.fd)
             raise
         return self
+
+    def _unlock(self) -> None:
+        key = self._lock_key
+        self._lock_key = None
+        if key is not None:
+            imagelock.release(key)
 
     @classmethod
     def _create_fresh(cls, path: Path, geo: Geometry) -> LFS:
@@ -209,6 +243,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
 
     def _init_common(self, path: Path, opts: OpenOptions) -> None:
         self.path = path
+        self._lock_key = None
         self.opts = opts
         self.readonly = opts.readonly
         try:
@@ -322,6 +357,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         finally:
             self.closed = True
             os.close(self.fd)
+            self._unlock()
 
     def __enter__(self) -> LFS:
         return self
@@ -330,6 +366,7 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         if exc[0] is not None and not self.closed:
             self.closed = True
             os.close(self.fd)
+            self._unlock()
             return
         self.close()
 
@@ -530,7 +567,8 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         self._truncate(self._regular(ino, f"inode {ino}"), size)
 
     def _truncate(self, inode: Inode, size: int) -> None:
-        with self.atomic(4):
+        # Shrinking frees blocks: like a delete it may use the clean segments kept back.
+        with self.atomic(4 if size > inode.size else 0):
             inode = self._iget(inode.ino)
             if size > inode.size:
                 inode.size = size  # a hole; reads give zeros
@@ -754,12 +792,49 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         total = self.geo.log_segments * self.ndata
         return total, sum(self.live[self.geo.first_log_segment :])
 
+    def fix_usage_times(self, segments: Sequence[int]) -> None:
+        """Set the usage-table time of ``segments`` to their newest block's (older fsage set
+        it later after roll-forward and hole-plugging); the next checkpoint writes it."""
+        for seg in segments:
+            summ = fmt.read_summary(self.fd, self.geo, seg)
+            self.mtime[seg] = max(
+                (r.ctime for r in summ.recs if r is not None and r.btype != fmt.BT_SUMMARY),
+                default=0,
+            )
+        self._checkpoint()
+
     def max_fullness(self) -> float:
         """The highest fraction of the log's data blocks live data can reach: an operation
         that writes needs ``_RESERVE`` clean segments kept back plus three of its own (see
         ``_ensure_space``), and the segment being written and the next one hold no old data."""
         log = self.geo.log_segments
         return max(0.0, (log - _RESERVE - 3 - 2) / log)
+
+    def writable_blocks(self) -> int:
+        """Blocks of new data the log can still take, as statfs's available blocks: those of
+        the clean segments a write may take (``_ensure_space`` keeps ``_RESERVE`` and three
+        back), and what cleaning can add from there, emptiest segments first: a segment's
+        dead blocks less room for its live blocks and their metadata (a quarter as many
+        again). Never more than ``max_fullness`` allows."""
+        total, live_total = self.usage()
+        nd = self.ndata
+        free_now = (len(self.clean) - _RESERVE - 3) * nd  # below 0: cleaning must make up
+        room = max(0, len(self.clean) - 1) * nd // 2
+        gained = 0
+        head = (self.cur_seg, self.next_seg)
+        dirty = [
+            self.live[s]
+            for s in range(self.geo.first_log_segment, self.geo.segments)
+            if s not in self.clean and s not in head
+        ]
+        for lv in sorted(dirty):
+            moved = lv + (lv + 3) // 4  # its live blocks and their metadata
+            if moved >= nd or moved > room:
+                break
+            room += nd - moved
+            gained += nd - moved
+        cap = int(self.max_fullness() * total) - live_total
+        return max(0, min(free_now + gained, cap))
 
     def file_blocks(self, ino: int) -> Iterator[tuple[int, int, int]]:
         """(address, kind, offset) of every block of inode ``ino`` (see ``_walk``)."""
@@ -805,10 +880,18 @@ class LFS(_LogMixin, _DataMixin, _InodeMixin, _DirMixin, _SavepointMixin, _Clean
         gid: int | None = None,
         atime_ms: int | None = None,
         mtime_ms: int | None = None,
+        size: int | None = None,
     ) -> Stat:
-        """``setattr`` of inode ``ino``."""
+        """``setattr`` of inode ``ino``; with ``size``, a truncate too, in the same
+        operation (both or neither)."""
         self._iget(ino)  # the only step that can fail, before any change
         change = (mode, uid, gid, atime_ms, mtime_ms)
+        if size is not None:
+            inode = self._regular(ino, f"inode {ino}")
+            with self.atomic(4 if size > inode.size else 0):
+                self._truncate(inode, size)
+                self._set_attrs(self._iget(ino), *change)
+            return self.stat_ino(ino)
         if self._in_memory_ok():
             # Got again: a commit made first may have dropped the inode from the cache.
             self._set_attrs(self._iget(ino), *change)

@@ -21,10 +21,18 @@ class FsckReport:
     files: int = 0
     directories: int = 0
     blocks: int = 0
+    #: Segments whose usage-table time is newer than their blocks (a read-write mount sets
+    #: it from the blocks: ``LFS.fix_usage_times``).
+    times: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def only_times(self) -> bool:
+        """Whether every problem is a usage-table time (which a mount repairs)."""
+        return len(self.problems) == len(self.times) > 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -139,6 +147,7 @@ def _check(fs: LFS, rep: FsckReport) -> None:
                     f"segment {seg}: usage table says {fs.live[seg]} live blocks, "
                     f"{live[seg]} reachable"
                 )
+    _check_summaries(fs, rep)
     for seg in range(geo.first_log_segment):
         if live[seg]:
             p.append(f"segment {seg} is a system segment but holds {live[seg]} file blocks")
@@ -195,3 +204,31 @@ def _check(fs: LFS, rep: FsckReport) -> None:
                 p.append(f"inode {ino} is in use but has no name")
         if nlink[ino] != want:
             p.append(f"inode {ino}: link count {nlink[ino]}, expected {want}")
+
+
+def _check_summaries(fs: LFS, rep: FsckReport) -> None:
+    """What seed 003 forbids in a written segment's summary and its usage record: a next
+    segment outside the log (roll-forward would follow it there), and a usage-table time
+    newer than every block the segment holds (the table keeps the newest data creation
+    time)."""
+    geo = fs.geo
+    for seg in range(geo.first_log_segment, geo.segments):
+        try:
+            summ = fmt.read_summary(fs.fd, geo, seg)
+        except LfsError:
+            continue  # said above for segments that hold blocks
+        if not summ.stamp:
+            continue  # never written (zeros)
+        recs = [r for r in summ.recs if r is not None and r.btype != fmt.BT_SUMMARY]
+        if not geo.first_log_segment <= summ.next_seg < geo.segments:
+            rep.problems.append(
+                f"segment {seg}: summary names segment {summ.next_seg} as the next one, "
+                f"outside the log ({geo.first_log_segment}-{geo.segments - 1})"
+            )
+        newest = max((r.ctime for r in recs), default=0)
+        if fs.live[seg] > 0 and fs.mtime[seg] > newest:
+            rep.times.append(seg)
+            rep.problems.append(
+                f"segment {seg}: usage table time {fs.mtime[seg]} ms is newer than its "
+                f"newest block ({newest} ms)"
+            )

@@ -5,6 +5,7 @@ roll-forward.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -91,8 +92,11 @@ class _LogMixin(LfsState):
                 live[addr >> 32] += 1
         self.live = live
         for seg in rolled:
+            # the newest data creation time its blocks carry (the summary's own stamp is when
+            # the segment was written, a little later)
             summ = fmt.read_summary(self.fd, self.geo, seg)
-            self.mtime[seg] = max(self.mtime[seg], summ.stamp)
+            newest = max((r.ctime for r in summ.recs if r is not None), default=0)
+            self.mtime[seg] = max(self.mtime[seg], newest)
 
     # ------------------------------------------------------------------ segments
     def _stamp(self) -> int:
@@ -201,8 +205,9 @@ class _LogMixin(LfsState):
         else:
             self.counters.new_segments += 1
         self._segs_since_cp += 1
-        nxt = self.next_seg
-        self._start_segment(nxt)
+        if self.next_seg < 0:  # never flushed: it has no successor yet
+            self.next_seg = self._alloc_segment()
+        self._start_segment(self.next_seg)
 
     def _read_block(self, addr: int) -> bytes:
         seg, blk = addr >> 32, addr & 0xFFFFFFFF
@@ -316,13 +321,16 @@ class _LogMixin(LfsState):
     def _after_op(self) -> None:
         """Checkpoint and clean when due: never inside an operation, so that an operation that
         fails can be undone (segments it emptied are not reused before it ends)."""
-        if (
-            self._segs_since_cp >= self.cp_interval
-            or time.monotonic() - self._last_cp_time >= self.opts.checkpoint_seconds
-        ):
-            self._checkpoint()
-        if not self._cleaning and len(self.clean) < self._low_water():
-            self.clean_now()
+        # The operation is done: a checkpoint or cleaning that finds no room says so at the
+        # next operation that needs it (a sync, a write), not as this one's failure.
+        with contextlib.suppress(LfsNoSpace):
+            if (
+                self._segs_since_cp >= self.cp_interval
+                or time.monotonic() - self._last_cp_time >= self.opts.checkpoint_seconds
+            ):
+                self._checkpoint()
+            if not self._cleaning and len(self.clean) < self._low_water():
+                self.clean_now()
 
     # ------------------------------------------------------------------ space
     def _ensure_space(self, nblocks: int) -> None:

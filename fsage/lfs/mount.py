@@ -32,15 +32,19 @@ MOUNTPOINT`` reads the image instead (:mod:`fsage.lfs.mounted`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import queue
 import shutil
 import stat as stat_mod
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from fsage import imagelock
 from fsage.errors import FsageError, UsageError
 from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
@@ -54,6 +58,9 @@ except ImportError:  # pragma: no cover - reported by fuse_available()
 SUBTYPE = FSTYPE.split(".", 1)[1]
 FUSE_ROOT = 1
 _HIDDEN = ".fuse_hidden"
+#: Files are opened without the page cache once fewer segments than this can be written.
+_DIRECT_BELOW_SEGMENTS = 8
+NAME_MAX = 255  # octets of a name: what the LFS's directories take (fsage.lfs.dirs)
 
 T = TypeVar("T")
 #: (ino, mode, nlink, uid, gid, size, 512-octet blocks, atime, mtime, ctime (ns), generation)
@@ -134,6 +141,14 @@ class LfsOperations:
         self._gone: set[int] = set()
         self._next_fh = 1
         self.errors = 0  # requests that failed with something other than an LFS refusal
+        # Inodes whose writes failed: the kernel's cache of them (pages its writeback cache
+        # took in, a size) holds what the LFS does not, and is dropped: by ``invalidate``
+        # (from a thread of its own, as the kernel may be waiting for the failed request's
+        # reply) and, at once, by ``invalidate_now`` when the file is fsync'ed (its pages
+        # are written back by then, and the caller must not read them afterwards).
+        self.invalidate: Callable[[int], None] = lambda ino: None
+        self.invalidate_now: Callable[[int], None] = lambda ino: None
+        self._failed: set[int] = set()
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -183,9 +198,15 @@ class LfsOperations:
                     stack.append((child, f"{dpath}/{name}" if dpath else name))
         raise _err(errno.ENOENT)
 
+    @staticmethod
+    def _checked_name(name: bytes) -> str:
+        if len(name) > NAME_MAX:  # statfs says so; the kernel leaves the check to us
+            raise _err(errno.ENAMETOOLONG)
+        return os.fsdecode(name)
+
     def _at(self, parent: int, name: bytes) -> tuple[int, str]:
         """The LFS directory inode and the name of a request's (parent, name)."""
-        return self._lfs(parent), os.fsdecode(name)
+        return self._lfs(parent), self._checked_name(name)
 
     def _entry(self, parent: int, name: bytes) -> Stat:
         st = self._call(self.fs.lookup, *self._at(parent, name))
@@ -194,8 +215,8 @@ class LfsOperations:
         return st
 
     def _child(self, parent: int, name: bytes) -> str:
+        n = self._checked_name(name)
         base = self._path(parent)
-        n = os.fsdecode(name)
         return f"{base}/{n}" if base else n
 
     def _attr(self, st: Stat) -> Attr:
@@ -203,7 +224,7 @@ class LfsOperations:
         return (
             FUSE_ROOT if st.ino == INO_ROOT else st.ino,
             st.mode,
-            st.nlink,
+            0 if st.ino in self._hidden else st.nlink,  # open but unlinked: no name left
             st.uid,
             st.gid,
             st.size,
@@ -261,8 +282,6 @@ class LfsOperations:
         if lino in self._gone:
             # The times of a file the kernel closed after its last name went.
             raise _err(errno.ENOENT)
-        if to_set & _fuse.SET_SIZE:
-            self._call(self.fs.truncate_ino, lino, size)
         now_ns = None
         if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
             import time
@@ -280,6 +299,8 @@ class LfsOperations:
             atime,
             mtime,
         )
+        if to_set & _fuse.SET_SIZE:  # with the rest, as one operation: both or neither
+            return self._attr(self._call(self.fs.setattr_ino, lino, *args, size))
         if args != (None,) * 5:
             return self._attr(self._call(self.fs.setattr_ino, lino, *args))
         return self._stat(ino)
@@ -287,11 +308,15 @@ class LfsOperations:
     def readlink(self, ino: int) -> bytes:
         return os.fsencode(self._call(self.fs.readlink, self._path(ino)))
 
-    def statfs(self) -> tuple[int, int, int, int, int, int]:
+    def statfs(self) -> tuple[int, int, int, int, int, int, int]:
+        """Free blocks are those no live data holds; available ones what writes can still
+        take (``LFS.writable_blocks``): the log keeps clean segments back and the cleaner
+        cannot compact every dead block."""
         total, live = self._call(self.fs.usage)
+        avail = self._call(self.fs.writable_blocks)
         used = sum(1 for _ in self._call(self.fs.inodes))
         files = max(total, used)
-        return self.bs, total, max(0, total - live), files, files - used, 255
+        return self.bs, total, max(0, total - live), avail, files, files - used, NAME_MAX
 
     # ------------------------------------------------------------------ namespace
     def mknod(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Attr:
@@ -375,29 +400,52 @@ class LfsOperations:
             raise _err(errno.EBADF)
         return ino
 
-    def open(self, ino: int, flags: int) -> int:
+    def _direct(self) -> bool:
+        """Whether files are opened without the page cache: when the LFS is near full, so
+        that a write it cannot store fails in write(2), not in a writeback whose pages the
+        kernel would go on showing (with the writeback cache the kernel also keeps the size
+        it grew the file to, whatever the LFS answers)."""
+        return self.fs.writable_blocks() < _DIRECT_BELOW_SEGMENTS * self.fs.ndata
+
+    def open(self, ino: int, flags: int) -> tuple[int, bool]:
         if flags & os.O_TRUNC:
             self._call(self.fs.truncate_ino, self._lfs(ino), 0)
-        return self._new_fh(self._lfs(ino))
+        return self._new_fh(self._lfs(ino)), self._direct()
 
     def create(
         self, parent: int, name: bytes, mode: int, flags: int, uid: int, gid: int
-    ) -> tuple[int, Attr]:
+    ) -> tuple[int, Attr, bool]:
         ino = self._call(self.fs.create_at, *self._at(parent, name), mode & 0o7777)
         attr = self._made(parent, name, ino, uid, gid)
-        return self._new_fh(ino), attr
+        return self._new_fh(ino), attr, self._direct()
 
     def read(self, fh: int, size: int, off: int) -> bytes:
         return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
     def write(self, fh: int, data: bytes, off: int) -> int:
-        return self._call(self.fs.write_ino, self._fh(fh), off, data)
+        ino = self._fh(fh)
+        try:
+            return self._call(self.fs.write_ino, ino, off, data)
+        except OSError:
+            self._failed.add(ino)
+            self.invalidate(ino)
+            raise
 
     def fsync(self, fh: int, datasync: int) -> None:
-        self._fh(fh)
-        self._sync()
+        ino = self._fh(fh)
+        try:
+            self._sync()
+        except OSError:
+            self._failed.add(ino)
+            raise
+        finally:
+            if ino in self._failed:
+                self._failed.discard(ino)
+                self.invalidate_now(ino)
 
     def _sync(self) -> None:
+        if self.fs.readonly:  # a damaged image mounted with --force: nothing is written
+            return
         self._call(self.fs.sync)
         self._call(os.fdatasync, self.fs.fd)
 
@@ -450,6 +498,29 @@ class LfsOperations:
 # ---------------------------------------------------------------------------- mount
 
 
+class _Invalidator:
+    """Drops the kernel's cache of inodes whose writes failed, from a thread of its own: the
+    kernel may hold the failed request's pages until its reply, which the loop sends only
+    after the method that failed returns."""
+
+    def __init__(self, session: _fuse.Session) -> None:
+        self._session = session
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="fsage-inval", daemon=True).start()
+
+    def push(self, ino: int) -> None:
+        self._queue.put(ino)
+
+    def _run(self) -> None:
+        while True:
+            _invalidate(self._session, self._queue.get())
+
+
+def _invalidate(session: _fuse.Session, ino: int) -> None:
+    with contextlib.suppress(OSError):
+        session.inval_inode(FUSE_ROOT if ino == INO_ROOT else ino)
+
+
 def _options(image: Path, extra: tuple[str, ...]) -> str:
     opts = [f"fsname={image}", f"subtype={SUBTYPE}", *extra]
     # Only the mounting user reaches the files (FUSE's default), and that user can write the
@@ -483,8 +554,35 @@ def _daemonize(ready: Callable[[int], None]) -> None:
         os.dup2(devnull, fd)
     if devnull > 2:
         os.close(devnull)
+    imagelock.after_fork()  # the image's lock is this process's now
     os.write(w, b"1")
     os.close(w)
+
+
+def _check(
+    image: Path, mountpoint: Path, force: bool, say: Callable[[str], None]
+) -> tuple[bool, list[int]]:
+    """Check ``image`` before it is mounted: (mount it read-only (damaged, forced), segments
+    whose usage-table time the mount sets right)."""
+    from fsage.lfs.fsck import fsck
+
+    rep = fsck(image)
+    if rep.ok:
+        return False, []
+    if rep.only_times:
+        say(f"{image}: setting the usage-table time of {len(rep.times)} segments from their blocks")
+        return False, rep.times
+    first = rep.problems[0]
+    more = f" (and {len(rep.problems) - 1} more)" if len(rep.problems) > 1 else ""
+    if not force:
+        raise MountError(
+            f"{image} is damaged: {first}{more}; see fsage lfs fsck {image}, "
+            "or mount it read-only with --force"
+        )
+    for prob in rep.problems:
+        say(f"damaged: {prob}")
+    say(f"{image}: {len(rep.problems)} problems: mounting it read-only on {mountpoint}")
+    return True, []
 
 
 def mount(
@@ -496,12 +594,16 @@ def mount(
     options: tuple[str, ...] = (),
     writeback: bool = True,
     ready: Callable[[int], None] | None = None,
+    force: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> int:
     """Mount ``image`` on ``mountpoint`` and serve until it is unmounted (``fusermount3 -u``)
     or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
     checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
     parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
-    writeback cache. Returns the number of requests that failed unexpectedly (printed)."""
+    writeback cache. The image is checked first (``fsage lfs fsck``): a damaged one is
+    refused, or with ``force`` mounted read-only, its problems given to ``say``. Returns the
+    number of requests that failed unexpectedly (printed)."""
     why = fuse_available()
     if why is not None:
         raise MountError(f"cannot mount through FUSE: {why}")
@@ -522,8 +624,12 @@ def mount(
         raise UsageError(f"{mountpoint}: not a directory")
     if os.path.ismount(mp):
         raise UsageError(f"{mountpoint}: something is already mounted there")
-    opts = _options(image, options)
-    fs = LFS.open(image, policy=policy)
+    with imagelock.image_lock(image, exclusive=True):  # no writer between check and open
+        readonly, times = _check(image, mountpoint, force, say or (lambda s: None))
+        opts = _options(image, (*options, "ro") if readonly else options)
+        fs = LFS.open(image, policy=policy, readonly=readonly)
+        if times:
+            fs.fix_usage_times(times)
     ops = LfsOperations(fs)
     try:
         session = _fuse.Session(ops, str(mp), opts, writeback)
@@ -534,6 +640,8 @@ def mount(
         _daemonize(ready or (lambda pid: None))
     elif ready is not None:
         ready(os.getpid())
+    ops.invalidate = _Invalidator(session).push  # a thread: started after the fork
+    ops.invalidate_now = lambda ino: _invalidate(session, ino)
     try:
         session.loop()
     finally:

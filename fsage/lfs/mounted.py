@@ -62,7 +62,7 @@ def read_mounted_lfs(path: str, mount_point: str, image: str) -> Layout:
     for _ in range(_TRIES):
         before = _checkpoint_stamps(image)
         try:
-            layout = read_lfs_layout(image)
+            layout = read_lfs_layout(image, lock=False)  # the mount holds it
         except (fmt.LfsError, SourceError):
             if _checkpoint_stamps(image) != before:
                 continue  # the mount checkpointed while we read: read again

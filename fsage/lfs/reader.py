@@ -36,8 +36,10 @@ from fsage.lfs.fs import LFS, Inode, LfsOpError, linear_block, now_ms
 _META_KIND = {0: META_IND, 1: META_DIND, 2: META_TIND}
 
 
-def read_lfs_layout(path: str | os.PathLike[str]) -> Layout:
-    fs = LFS.open(path, readonly=True)
+def read_lfs_layout(path: str | os.PathLike[str], *, lock: bool = True) -> Layout:
+    """The layout of the LFS image ``path``, under its shared lock (``lock=False``: the
+    caller answers for the image being still, as for a mount's own image)."""
+    fs = LFS.open(path, readonly=True, lock=lock)
     try:
         with fmt.damaged_as_error(str(path)):
             return _layout(fs)

@@ -156,13 +156,16 @@ class _SavepointMixin(LfsState):
         # newer than any summary the operation wrote, so roll-forward stops here.
         if self.next_seg < 0 and self.clean:
             self.next_seg = self._alloc_segment()
+        if self.next_seg < 0:
+            # No successor and none to take: the operation wrote nothing of this segment
+            # (a write allocates the successor first), so its summary on disk stands.
+            self._last_flush_commit = sp.last_flush_commit
+            return
         base = self.geo.seg_offset(self.cur_seg)
         a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
         if b > a:
             os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
             self.flushed_pos = self.cur_pos
-        summ = fmt.pack_summary(
-            self.geo, self.recs, max(self.next_seg, 0), self._stamp(), self._seg_flags
-        )
+        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
         os.pwrite(self.fd, summ, base + self.ndata * self.bs)
         self._last_flush_commit = sp.last_flush_commit
