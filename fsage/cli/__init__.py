@@ -9,6 +9,7 @@ tests/cli checks that the table and the modules agree.
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -86,6 +87,11 @@ class FsageGroup(click.Group):
         except FsageError as exc:
             click.echo(f"fsage: error: {shown(str(exc))}", err=True)
             sys.exit(exc.exit_code)
+        except sqlite3.Error as exc:  # raised past the store's own reporting: the same line
+            from fsage.db.store import failure_of_latest
+
+            click.echo(f"fsage: error: {shown(str(failure_of_latest(exc)))}", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("fsage: interrupted", err=True)
             sys.exit(130)

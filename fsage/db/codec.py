@@ -297,6 +297,40 @@ def pack_chunk(
     return pack_arrays(chunk_arrays(files, special, digests, links, link_row))
 
 
+# Body columns with one value per version (the others hold extents, metadata blocks, names).
+_PER_VERSION = {"special", "ext_counts", "meta_counts", *INODE_FIELDS}
+
+
+def check_count(decoded: object, n: int) -> None:
+    """Raise ValueError unless a decoded chunk (Keys, Versions or a ColumnReader) holds ``n``
+    versions whose columns agree with each other: a chunk that decodes into arrays of
+    different lengths would otherwise fail later as an IndexError, or not at all."""
+    if isinstance(decoded, Keys):
+        lengths = {len(decoded.ino), len(decoded.generation), len(decoded.digest)}
+        if lengths != {n}:
+            raise ValueError(f"{n} versions, key columns of {sorted(lengths)}")
+    elif isinstance(decoded, Versions):
+        f = decoded.files
+        lengths = {len(getattr(f, c)) for c in FILE_COLUMNS} | {len(decoded.special)}
+        if lengths != {n}:
+            raise ValueError(f"{n} versions, columns of {sorted(lengths)}")
+        ext = {len(f.ext_logical), len(f.ext_physical), len(f.ext_length), len(f.ext_flags)}
+        meta = {len(f.meta_physical), len(f.meta_kind)}
+        links = decoded.links
+        if ext != {int(f.ext_off[-1])} or meta != {int(f.meta_off[-1])}:
+            raise ValueError("extent or metadata counts disagree with their columns")
+        if len(links.names) != int(links.name_off[-1]) or len(links.parent) != len(
+            decoded.link_row
+        ):
+            raise ValueError("name columns disagree")
+        if decoded.link_row.size and int(decoded.link_row.max()) >= n:
+            raise ValueError("a name of a version the chunk does not hold")
+    elif isinstance(decoded, ColumnReader):
+        wrong = [c for c, k in decoded.counts.items() if k != n and c in decoded.per_version]
+        if wrong:
+            raise ValueError(f"{n} versions, column {wrong[0]} of {decoded.counts[wrong[0]]}")
+
+
 def _unpack(blob: bytes, columns: list[tuple[str, type[np.generic], bool]]) -> Arrays:
     sizes = [np.dtype(dtype).itemsize for _, dtype, _ in columns]
     raw = _ext2fs.unpack_columns(blob, sizes)
@@ -398,13 +432,16 @@ class ColumnReader:
         self.blob = blob
         self.columns = {name: (dtype, i) for i, (name, dtype, _) in enumerate(columns)}
         self.spans: list[tuple[int, int]] = []
+        self.counts: dict[str, int] = {}
+        self.per_version = {c for c, _, _ in KEY_COLUMNS} | _PER_VERSION
         pos, size = 0, len(blob)
-        for _ in columns:
+        for name, _, _ in columns:
             if pos + _HEADER.size > size:
                 raise ValueError("chunk blob cut short")
             n, _first, _base, width, _flags = _HEADER.unpack(bytes(blob[pos : pos + _HEADER.size]))
             end = pos + _HEADER.size + n * width
             self.spans.append((pos, end))
+            self.counts[name] = n
             pos = end
         if pos != size:
             raise ValueError("chunk blob longer than its columns")

@@ -295,6 +295,22 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         """,
         None,
     ),
+    (
+        9,
+        "checksums of chunk blobs, ended versions and snapshot rows",
+        """
+        -- CRC-32 of what fsage stores, verified on read (fsage.db.checksum): SQLite checks its
+        -- pages' structure, not the bytes of the values in them. NULL in rows written before
+        -- this migration, which are read unchecked.
+        ALTER TABLE chunk_blobs ADD COLUMN keys_crc INTEGER;
+        ALTER TABLE chunk_blobs ADD COLUMN body_crc INTEGER;
+        ALTER TABLE version_ends ADD COLUMN rows_crc INTEGER;
+        -- crc: the row's values (checksum.SNAPSHOT_COLUMNS); free_crc: its free map.
+        ALTER TABLE snapshots ADD COLUMN crc INTEGER;
+        ALTER TABLE snapshots ADD COLUMN free_crc INTEGER;
+        """,
+        None,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
