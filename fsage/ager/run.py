@@ -863,7 +863,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     undo: Op | None = None  # what takes back the part of an op that took effect in part
     rerun: Op | None = None  # the next op, which took effect in part: it runs again
     if opts.ops_file is not None:
-        header, ops = read_workload(opts.ops_file)
+        bs, total, _ = tgt.executor.capacity_blocks()
+        header, ops = read_workload(opts.ops_file, capacity=bs * total)
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
         if opts.resume and record.get("ident", {}).get("header") != ident["header"]:
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")
