@@ -31,7 +31,7 @@ from fsage.db.checksum import SNAPSHOT_COLUMNS, DamagedError, blob_crc, matches,
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError, UsageError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
-from fsage.private import PRIVATE_MODE
+from fsage.private import PRIVATE_MODE, file_mode
 from fsage.text import shown
 
 BUSY_TIMEOUT_MS = 60_000
@@ -227,9 +227,10 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
 def _create_private(path: Path) -> None:
     """An empty database file (SQLite takes an empty file for a new database) that only its
     owner can read, whatever the umask; SQLite gives -wal and -shm the same mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
     try:
-        os.fchmod(fd, PRIVATE_MODE)
+        if file_mode() == PRIVATE_MODE:
+            os.fchmod(fd, PRIVATE_MODE)
     finally:
         os.close(fd)
 
