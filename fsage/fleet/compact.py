@@ -45,6 +45,7 @@ from fsage.fleet.dataset import (
     save_manifest,
     stamp,
 )
+from fsage.private import private_file, private_mkdir, private_opener
 
 ROW_GROUP = 128 * 1024
 MAX_LARGE_FILES = 8
@@ -98,7 +99,7 @@ class CompactSummary:
 @contextmanager
 def exclusive(root: Path) -> Iterator[None]:
     """The compaction's lock; `fsage export` holds it shared while it writes."""
-    with open(root / LOCK, "a") as fh:
+    with open(root / LOCK, "a", opener=private_opener) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -109,7 +110,7 @@ def exclusive(root: Path) -> Iterator[None]:
 @contextmanager
 def shared(root: Path) -> Iterator[None]:
     """Held by `fsage export` (waits while a compaction of the directory runs)."""
-    with open(root / LOCK, "a") as fh:
+    with open(root / LOCK, "a", opener=private_opener) as fh:
         fcntl.flock(fh, fcntl.LOCK_SH)
         yield
 
@@ -143,7 +144,7 @@ def compact(
             raise CompactError(str(exc)) from None
         files = dataset_files(root, old)
         tmpdir = root / f".compact-tmp-{os.getpid()}"
-        tmpdir.mkdir(exist_ok=True)
+        private_mkdir(tmpdir, exist_ok=True)
         con = duckdb.connect()
         try:
             con.execute("SET TimeZone = 'UTC'")
@@ -294,8 +295,8 @@ def _write(con: Any, pq: Any, sql: str, out: Path, schema: Any, table: str) -> i
     """Stream the query's rows into ``out`` (written under a hidden name, fsynced, renamed)."""
     import pyarrow as pa
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    private_mkdir(out.parent, parents=True, exist_ok=True)
+    tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
@@ -331,8 +332,8 @@ def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], 
         )
     table = con.sql(SIZE_SUMMARY).to_arrow_table()
     out = root / SUMMARY_TABLE / COMPACTED / f"c{gen:06d}.parquet"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    private_mkdir(out.parent, parents=True, exist_ok=True)
+    tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     pq.write_table(table.replace_schema_metadata(_metadata(SUMMARY_TABLE)), tmp, compression="zstd")
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())

@@ -8,6 +8,7 @@ from typing import Any
 
 from fsage.analyzer.freespace import free_extent_label
 from fsage.fleet.query import MIN_SPAN_DAYS, fleet_tables
+from fsage.private import write_private_text
 from fsage.reports.html import ReportData, Section, Table, render
 from fsage.reports.sections import _fig, esc
 from fsage.text import size_range
@@ -246,6 +247,6 @@ def write_fleet_report(root: Path, output: Path) -> int:
     )
     text = render(data, secs)
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    write_private_text(tmp, text)
     tmp.replace(output)
     return sum(len(s.figures) for s in secs)
