@@ -181,6 +181,8 @@ def _refuse_foreign(path: Path) -> None:
     except sqlite3.OperationalError as exc:  # I/O, a lock: not the file's fault
         raise StoreError(f"{path}: cannot use the database ({exc})") from None
     except sqlite3.DatabaseError as exc:
+        if _is_sqlite(path):  # an SQLite database whose schema cannot be read: damaged
+            raise database_failure(path, exc) from None
         raise StoreError(f"{path}: not an fsage database ({exc}); left untouched") from None
     finally:
         con.close()
@@ -246,15 +248,25 @@ def _check_text(what: str, text: str) -> None:
 _SHOWN_FIELDS = 23  # the SnapshotRow fields _SNAPSHOT_SELECT starts with
 
 
+_RECOVER = "restore it from a backup, or recover what it holds with sqlite3's .recover"
+#: The first bytes of every SQLite database file.
+_SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
 def database_failure(path: Path, exc: BaseException) -> StoreError:
     """One line for an error SQLite raised while using the database at ``path``."""
     if isinstance(exc, sqlite3.OperationalError):  # I/O, a full disk, permissions, a lock
         return StoreError(f"{path}: cannot use the database ({exc})")
     if isinstance(exc, sqlite3.DatabaseError):
-        return StoreError(
-            f"{path}: the database is damaged ({exc}); restore it from a backup, or recover"
-            " what it holds with sqlite3's .recover into a new file"
-        )
+        return StoreError(f"{path}: the database is damaged ({exc}); {_RECOVER}")
     return StoreError(f"{path}: {exc}")
 
 
@@ -350,6 +362,8 @@ class Store:
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:
+            if _is_sqlite(path):
+                raise database_failure(path, exc) from None
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror}") from None
@@ -427,10 +441,11 @@ class Store:
         except sqlite3.DatabaseError as exc:
             problems = [str(exc)]
         if problems != ["ok"]:
+            # one line: the first problem named (a report starts "*** in database main ***")
+            lines = [ln for p in problems for ln in str(p).splitlines() if not ln.startswith("***")]
             raise StoreError(
-                f"{self.path}: the database is damaged ({shown(problems[0])}); nothing was"
-                " written to it (restore it from a backup, or recover what it holds with"
-                " sqlite3's .recover into a new file)"
+                f"{self.path}: the database is damaged ({shown(lines[0] if lines else '?')});"
+                f" nothing was written to it ({_RECOVER})"
             )
         self._checked = True
 

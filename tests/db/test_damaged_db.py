@@ -90,6 +90,17 @@ def _answer(args: list[str], out: Path) -> tuple[int, str, str, str]:
     return result.exit_code, stdout, result.stderr, digest.hexdigest()
 
 
+def _quick_check(db: Path) -> str:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return str(con.execute("PRAGMA quick_check").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+
+
 def _blob_spans(db: Path) -> list[tuple[int, int]]:
     """Where the chunk blobs' first bytes lie in the file (a blob's start is unique enough)."""
     con = sqlite3.connect(db)
@@ -144,13 +155,14 @@ def _damages(db: Path, seed: int) -> list[tuple[str, Callable[[bytearray], bytea
     return out
 
 
+@pytest.mark.slow
 def test_damaged_databases_answer_right_or_fail_in_one_line(intact: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     expected = {name: _answer(args, out) for name, args in _commands(intact, out).items()}
     for name, (code, _, err, _) in expected.items():
         assert code == 0, f"{name} on the intact database: {err}"
     damaged = tmp_path / "damaged.db"
-    refused = 0
+    refused = written_into = 0
     cases = _damages(intact, seed=27)
     for what, damage in cases:
         damaged.write_bytes(damage(bytearray(intact.read_bytes())))
@@ -168,8 +180,21 @@ def test_damaged_databases_answer_right_or_fail_in_one_line(intact: Path, tmp_pa
                 assert len(lines) == 1, f"{what}: {name}: {stderr}"
                 assert lines[0].startswith("fsage: error: "), f"{what}: {name}: {stderr}"
                 assert str(damaged) in lines[0], f"{what}: {name}: {stderr}"
-    print(f"{len(cases)} damaged databases, {refused} of {len(cases) * 8} runs refused")
-    assert refused > len(cases)  # the damage was seen, not only survived
+        # a database that fails SQLite's quick check is never written into
+        before = damaged.read_bytes()
+        if _quick_check(damaged) != "ok":
+            result = CliRunner().invoke(
+                main, ["snapshot", str(intact.parent / "fs2.img"), "--db", str(damaged)]
+            )
+            assert result.exit_code == 1, f"{what}: snapshot: {result.output}"
+            assert len(result.stderr.splitlines()) == 1, f"{what}: snapshot: {result.stderr}"
+            assert damaged.read_bytes() == before, f"{what}: snapshot wrote into it"
+            written_into += 1
+    print(
+        f"{len(cases)} damaged databases, {refused} of {len(cases) * 8} read runs refused;"
+        f" {written_into} failing quick_check refused a snapshot"
+    )
+    assert refused > len(cases) and written_into > 5  # the damage was seen, not only survived
 
 
 def test_a_damaged_chunk_names_its_snapshot(intact: Path, tmp_path: Path) -> None:
