@@ -181,7 +181,7 @@ def _refuse_foreign(path: Path) -> None:
     except sqlite3.OperationalError as exc:  # I/O, a lock: not the file's fault
         raise StoreError(f"{path}: cannot use the database ({exc})") from None
     except sqlite3.DatabaseError as exc:
-        if _is_sqlite(path):  # an SQLite database whose schema cannot be read: damaged
+        if _corrupt(exc):  # an SQLite database whose schema cannot be read: damaged
             raise database_failure(path, exc) from None
         raise StoreError(f"{path}: not an fsage database ({exc}); left untouched") from None
     finally:
@@ -249,16 +249,12 @@ _SHOWN_FIELDS = 23  # the SnapshotRow fields _SNAPSHOT_SELECT starts with
 
 
 _RECOVER = "restore it from a backup, or recover what it holds with sqlite3's .recover"
-#: The first bytes of every SQLite database file.
-_SQLITE_MAGIC = b"SQLite format 3\0"
 
 
-def _is_sqlite(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-    except OSError:
-        return False
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """SQLite read a database whose pages are damaged (SQLITE_CORRUPT), as opposed to a file
+    that is no database at all (SQLITE_NOTADB)."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_CORRUPT
 
 
 def database_failure(path: Path, exc: BaseException) -> StoreError:
@@ -362,7 +358,7 @@ class Store:
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:
-            if _is_sqlite(path):
+            if _corrupt(exc):
                 raise database_failure(path, exc) from None
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
