@@ -258,17 +258,21 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
         return count
     tmp = path.with_name(path.name + ".part")
     raw: IO[bytes]
-    with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
-        raw = (
-            cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
-            if path.suffix == ".gz"
-            else cast(IO[bytes], fh)
-        )
-        with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
-            out.write(header.to_json() + "\n")
-            for op in ops:
-                out.write(op.to_json() + "\n")
-                count += 1
+    try:
+        with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
+            raw = (
+                cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
+                if path.suffix == ".gz"
+                else cast(IO[bytes], fh)
+            )
+            with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
+                out.write(header.to_json() + "\n")
+                for op in ops:
+                    out.write(op.to_json() + "\n")
+                    count += 1
+    except BaseException:  # the ops failed (a damaged database...): no part left behind
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return count
 

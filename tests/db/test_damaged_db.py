@@ -176,6 +176,12 @@ def test_damaged_databases_answer_right_or_fail_in_one_line(intact: Path, tmp_pa
                 assert (stdout, files) == (exp_out, exp_files), f"{what}: {name} answered wrong"
             else:
                 refused += 1
+                left = [
+                    str(f.relative_to(out))
+                    for f in out.rglob("*")
+                    if f.is_file() and not f.name.endswith(".lock")
+                ]
+                assert left == [], f"{what}: {name} failed and left {left}"
                 lines = stderr.strip().splitlines()
                 assert len(lines) == 1, f"{what}: {name}: {stderr}"
                 assert lines[0].startswith("fsage: error: "), f"{what}: {name}: {stderr}"
