@@ -249,3 +249,32 @@ def test_nothing_is_written_into_a_database_that_fails_its_quick_check(
     assert result.stderr.startswith(f"fsage: error: {db}: the database is damaged")
     assert len(result.stderr.splitlines()) == 1
     assert db.read_bytes() == before
+
+
+def test_checksums_come_with_migration_9(intact: Path, tmp_path: Path) -> None:
+    """Rows written before migration 9 have none (and still read: see
+    test_store.test_schema_5_databases_are_converted); every row written since has all."""
+    from fsage.db.store import Store
+
+    old = tmp_path / "v5.db"
+    shutil.copyfile(Path(__file__).parent / "data" / "store_v5.db", old)
+    with Store.open(old) as store:
+        assert store.con.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (9,)
+        assert store.con.execute(
+            "SELECT COUNT(*), COUNT(keys_crc), COUNT(body_crc) FROM chunk_blobs"
+        ).fetchone()[1:] == (0, 0)
+        assert store.con.execute("SELECT COUNT(crc) FROM snapshots").fetchone() == (0,)
+    con = sqlite3.connect(intact)
+    try:
+        for table, columns in (
+            ("chunk_blobs", ("keys_crc", "body_crc")),
+            ("version_ends", ("rows_crc",)),
+            ("snapshots", ("crc", "free_crc")),
+        ):
+            for column in columns:
+                total, checked = con.execute(
+                    f"SELECT COUNT(*), COUNT({column}) FROM {table}"
+                ).fetchone()
+                assert total > 0 and checked == total, (table, column)
+    finally:
+        con.close()
