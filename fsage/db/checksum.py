@@ -18,7 +18,9 @@ from fsage.errors import StoreError
 
 # The columns of a snapshot row its checksum covers: all but the free map (it has its own, so
 # that listing snapshots does not read every free map) and recreation_of (set to NULL when
-# the snapshot it names is deleted).
+# the snapshot it names is deleted); with them, its file system's row (never changed once
+# written), whose name and uuid every listing shows.
+FS_COLUMNS = ("name", "uuid", "kind")
 SNAPSHOT_COLUMNS = (
     "id", "fs_id", "taken_at", "source", "kind", "facts", "files", "dirs", "extents",
     "blocks_used", "blocks_free", "free_extents", "damaged", "new_files", "changed_files",

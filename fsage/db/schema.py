@@ -305,7 +305,8 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         ALTER TABLE chunk_blobs ADD COLUMN keys_crc INTEGER;
         ALTER TABLE chunk_blobs ADD COLUMN body_crc INTEGER;
         ALTER TABLE version_ends ADD COLUMN rows_crc INTEGER;
-        -- crc: the row's values (checksum.SNAPSHOT_COLUMNS); free_crc: its free map.
+        -- crc: the row's values and its file system's (checksum.SNAPSHOT_COLUMNS, FS_COLUMNS);
+        -- free_crc: its free map.
         ALTER TABLE snapshots ADD COLUMN crc INTEGER;
         ALTER TABLE snapshots ADD COLUMN free_crc INTEGER;
         """,

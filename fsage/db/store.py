@@ -27,7 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec, versions
-from fsage.db.checksum import SNAPSHOT_COLUMNS, DamagedError, blob_crc, matches, row_crc
+from fsage.db.checksum import (
+    FS_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    DamagedError,
+    blob_crc,
+    matches,
+    row_crc,
+)
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError, UsageError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
@@ -135,10 +142,10 @@ _SNAPSHOT_SELECT = """
            s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of,
            s.regular_files, s.crc, {columns}
     FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
-""".format(columns=", ".join(f"s.{c}" for c in SNAPSHOT_COLUMNS))
+""".format(columns=", ".join([f"s.{c}" for c in SNAPSHOT_COLUMNS] + [f"f.{c}" for c in FS_COLUMNS]))
 
 
-_COVERED = f"SELECT {', '.join(SNAPSHOT_COLUMNS)} FROM snapshots"
+_COVERED = _SNAPSHOT_SELECT.split("s.crc, ", 1)[1]  # what a snapshot's checksum covers
 
 _MIGRATION_COLUMNS = ["version", "name", "applied_at"]
 
@@ -636,7 +643,7 @@ class Store:
             seconds = time.monotonic() - t0
             con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
             # The checksum of the row as SQLite gives it back, as readers will see it.
-            covered = con.execute(_COVERED + " WHERE id = ?", (snap_id,)).fetchone()
+            covered = con.execute("SELECT " + _COVERED + " WHERE s.id = ?", (snap_id,)).fetchone()
             con.execute(
                 "UPDATE snapshots SET crc = ?, free_crc = ? WHERE id = ?",
                 (row_crc(covered), blob_crc(free_blob), snap_id),

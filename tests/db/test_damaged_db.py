@@ -42,18 +42,18 @@ def intact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     uuid = "8c1e4b52-5a0e-4c5e-9a4e-3f1f6c2d7a10"
     # snapshots 1 and 2 of two images of "one", 3 of the second again (it stores nothing:
     # rebuilding it reads what 2 stored), 4 of another file system
-    for n, files, fs_uuid in ((0, 120, uuid), (1, 140, uuid), (1, 140, uuid), (2, 60, None)):
+    other = "0f6f1d2e-9b7a-4d3c-8e5f-6a7b8c9d0e1f"
+    for n, files, fs_uuid in ((0, 120, uuid), (1, 140, uuid), (1, 140, uuid), (2, 60, other)):
         image = tmp / f"fs{n}.img"
         if not image.exists():
             _tree(tmp / f"tree{n}", 1, files)
-            uuid_args = ["-U", fs_uuid] if fs_uuid else []
             subprocess.run(
-                ["mke2fs", "-q", "-F", "-t", "ext4", "-b", "1024", *uuid_args, "-d",
+                ["mke2fs", "-q", "-F", "-t", "ext4", "-b", "1024", "-U", fs_uuid, "-d",
                  str(tmp / f"tree{n}"), str(image), "8M"],
                 check=True,
             )  # fmt: skip
         result = CliRunner().invoke(main, ["snapshot", str(image), "--db", str(db), "--name",
-                                           "one" if fs_uuid else "two"])  # fmt: skip
+                                           "one" if fs_uuid == uuid else "two"])  # fmt: skip
         assert result.exit_code == 0, result.output
     return db
 
@@ -146,7 +146,7 @@ def _damages(db: Path, seed: int) -> list[tuple[str, Callable[[bytearray], bytea
         at = start + rng.randrange(length)
         data = rng.randbytes(rng.randint(1, 8))
         out.append((f"{len(data)} random bytes at {at} (a chunk blob)", scribble(at, data)))
-    for _ in range(6):
+    for _ in range(16):
         at = rng.randrange(100, pages * PAGE)
         data = rng.randbytes(rng.randint(1, 16))
         out.append((f"{len(data)} random bytes at {at}", scribble(at, data)))
