@@ -273,6 +273,22 @@ def database_failure(path: Path, exc: BaseException) -> StoreError:
     return StoreError(f"{path}: {exc}")
 
 
+def _refuse_damaged(con: sqlite3.Connection, path: Path) -> None:
+    """Raise unless the database passes PRAGMA quick_check (the structure of every page,
+    without integrity_check's cross-checks of indexes against tables)."""
+    try:
+        problems = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems != ["ok"]:
+        # one line: the first problem named (a report starts "*** in database main ***")
+        lines = [ln for p in problems for ln in str(p).splitlines() if not ln.startswith("***")]
+        raise StoreError(
+            f"{path}: the database is damaged ({shown(lines[0] if lines else '?')});"
+            f" nothing was written to it ({_RECOVER})"
+        )
+
+
 def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
     """A snapshot row as read, once it matches its checksum."""
     values = list(row[:_SHOWN_FIELDS])
@@ -360,6 +376,8 @@ class Store:
                 # with the number of pages (a new database only; it must precede WAL).
                 con.execute(f"PRAGMA page_size={PAGE_SIZE}")
             # A new database takes WAL after its first transaction (_wal_after_first_write).
+            if not new and current_version(con) < LATEST_VERSION:
+                _refuse_damaged(con, path)  # a migration writes: not into a damaged database
             wal = not new and _use_wal(con, path)
             migrate(con)
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
@@ -439,17 +457,7 @@ class Store:
         """Refuse to write into a database SQLite finds damaged (PRAGMA quick_check: every
         page's structure, without the index cross-checks of integrity_check), once per open;
         under the write lock, so that what was checked is what is written into."""
-        try:
-            problems = [r[0] for r in self.con.execute("PRAGMA quick_check(3)")]
-        except sqlite3.DatabaseError as exc:
-            problems = [str(exc)]
-        if problems != ["ok"]:
-            # one line: the first problem named (a report starts "*** in database main ***")
-            lines = [ln for p in problems for ln in str(p).splitlines() if not ln.startswith("***")]
-            raise StoreError(
-                f"{self.path}: the database is damaged ({shown(lines[0] if lines else '?')});"
-                f" nothing was written to it ({_RECOVER})"
-            )
+        _refuse_damaged(self.con, self.path)
         self._checked = True
 
     @contextmanager

@@ -278,3 +278,25 @@ def test_checksums_come_with_migration_9(intact: Path, tmp_path: Path) -> None:
                 assert total > 0 and checked == total, (table, column)
     finally:
         con.close()
+
+
+def test_a_damaged_database_is_not_migrated(tmp_path: Path) -> None:
+    """A migration writes: an older database that fails the quick check is left as it is."""
+    from fsage.db.store import Store
+    from fsage.errors import StoreError
+
+    db = tmp_path / "v5.db"
+    shutil.copyfile(Path(__file__).parent / "data" / "store_v5.db", db)
+    con = sqlite3.connect(db)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = con.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'version_chunks_fs'"
+    ).fetchone()
+    con.close()
+    raw = bytearray(db.read_bytes())
+    raw[(root - 1) * page_size : root * page_size] = bytes(page_size)
+    db.write_bytes(raw)
+    assert _quick_check(db) != "ok"
+    with pytest.raises(StoreError, match=r"the database is damaged .* nothing was written"):
+        Store.open(db, readonly=True)
+    assert db.read_bytes() == raw
