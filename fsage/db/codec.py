@@ -15,6 +15,7 @@ shows the atime a file had when its current version was first recorded.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage import _ext2fs
+from fsage.db.checksum import DamagedError
 from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets
 
 U64 = npt.NDArray[np.uint64]
@@ -301,6 +303,13 @@ def pack_chunk(
 _PER_VERSION = {"special", "ext_counts", "meta_counts", *INODE_FIELDS}
 
 
+def column_crcs(blob: bytes, columns: list[tuple[str, type[np.generic], bool]]) -> bytes:
+    """The CRC-32 of each column of a packed blob (its header and values), as u32: a reader
+    of a few columns checks those alone (``ColumnReader``)."""
+    reader = ColumnReader(blob, columns)
+    return np.array([zlib.crc32(blob[a:b]) for a, b in reader.spans], "<u4").tobytes()
+
+
 def check_count(decoded: object, n: int) -> None:
     """Raise ValueError unless a decoded chunk (Keys, Versions or a ColumnReader) holds ``n``
     versions whose columns agree with each other: a chunk that decodes into arrays of
@@ -428,8 +437,20 @@ class ColumnReader:
     are read one by one to find where each column lies, and only the wanted columns' bytes
     are read and unpacked. ``blob`` is an open ``sqlite3.Blob`` (or bytes)."""
 
-    def __init__(self, blob: Any, columns: list[tuple[str, type[np.generic], bool]]) -> None:
+    def __init__(
+        self,
+        blob: Any,
+        columns: list[tuple[str, type[np.generic], bool]],
+        crcs: bytes | None = None,
+        what: str = "a chunk",
+    ) -> None:
+        """``crcs``: the CRC-32 of each column (``column_crcs``), checked as each is read;
+        ``what``: whose columns they are, for the error when one does not match."""
         self.blob = blob
+        self.what = what
+        self.crcs = None if crcs is None else np.frombuffer(crcs, "<u4")
+        if self.crcs is not None and len(self.crcs) != len(columns):
+            raise ValueError(f"{len(self.crcs)} column checksums for {len(columns)} columns")
         self.columns = {name: (dtype, i) for i, (name, dtype, _) in enumerate(columns)}
         self.spans: list[tuple[int, int]] = []
         self.counts: dict[str, int] = {}
@@ -449,7 +470,12 @@ class ColumnReader:
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         dtype, i = self.columns[name]
         a, b = self.spans[i]
-        (raw,) = _ext2fs.unpack_columns(bytes(self.blob[a:b]), [np.dtype(dtype).itemsize])
+        packed = bytes(self.blob[a:b])
+        if self.crcs is not None and zlib.crc32(packed) != int(self.crcs[i]):
+            raise DamagedError(
+                f"{self.what} are damaged (column {name} does not match its checksum)"
+            )
+        (raw,) = _ext2fs.unpack_columns(packed, [np.dtype(dtype).itemsize])
         return np.frombuffer(raw, dtype)
 
     def take(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
@@ -458,7 +484,7 @@ class ColumnReader:
         dtype, i = self.columns[name]
         a, _ = self.spans[i]
         _n, _first, base, width, flags = _HEADER.unpack(bytes(self.blob[a : a + _HEADER.size]))
-        if flags & 1 or rows.size > 4096:
+        if flags & 1 or rows.size > 4096 or self.crcs is not None:  # checked: read whole
             return self[name][rows]
         start = a + _HEADER.size
         blob = self.blob

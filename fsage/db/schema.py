@@ -304,6 +304,8 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         -- this migration, which are read unchecked.
         ALTER TABLE chunk_blobs ADD COLUMN keys_crc INTEGER;
         ALTER TABLE chunk_blobs ADD COLUMN body_crc INTEGER;
+        -- u32 CRC-32 of each column of body: a listing that reads a few columns checks those
+        ALTER TABLE chunk_blobs ADD COLUMN body_column_crcs BLOB;
         ALTER TABLE version_ends ADD COLUMN rows_crc INTEGER;
         -- crc: the row's values and its file system's (checksum.SNAPSHOT_COLUMNS, FS_COLUMNS);
         -- free_crc: its free map.

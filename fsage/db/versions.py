@@ -81,24 +81,30 @@ _ENDED_BEFORE = (
 )
 
 
-def _verified_blob(
+def _column_reader(
     con: sqlite3.Connection, stack: contextlib.ExitStack, chunk_id: int, part: str, first: int
-) -> Any:
-    """One blob of a chunk to read columns of: read whole and checked against its checksum;
-    one written before checksums, opened for reading in place (only the columns used are
-    read)."""
-    assert part in codec.CHUNK_BLOBS  # a column name, not a value: formatted into the query
+) -> codec.ColumnReader:
+    """A reader of some columns of one blob of a chunk, each checked as it is read: the keys
+    (small) read whole against their checksum, the body's columns one by one against theirs;
+    a blob written before checksums read unchecked."""
+    what = f"the file versions recorded by snapshot {first}"
+    if part == "keys":
+        row = con.execute(
+            "SELECT keys, keys_crc FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
+        ).fetchone()
+        if row is None:
+            raise _damaged(first, "the chunk's blobs are missing")
+        blob = _checked(row[0], row[1], first, "keys") if row[1] is not None else row[0]
+        return codec.ColumnReader(blob, codec.KEY_COLUMNS, what=what)
     row = con.execute(
-        f"SELECT {part}_crc FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
+        "SELECT body_column_crcs FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
     ).fetchone()
     if row is None:
         raise _damaged(first, "the chunk's blobs are missing")
-    if row[0] is None:
-        return stack.enter_context(con.blobopen("chunk_blobs", part, chunk_id, readonly=True))
-    (blob,) = con.execute(
-        f"SELECT {part} FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
-    ).fetchone()
-    return _checked(blob, row[0], first, "keys" if part == "keys" else "columns")
+    if row[0] is not None and not isinstance(row[0], bytes):
+        raise _damaged(first, "its column checksums are not a blob")
+    blob = stack.enter_context(con.blobopen("chunk_blobs", "body", chunk_id, readonly=True))
+    return codec.ColumnReader(blob, codec.BODY_COLUMNS, row[0], what)
 
 
 @contextlib.contextmanager
@@ -162,13 +168,15 @@ def write_chunk(
     )
     assert cur.lastrowid is not None
     con.execute(
-        "INSERT INTO chunk_blobs(chunk_id, keys, body, keys_crc, body_crc) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO chunk_blobs(chunk_id, keys, body, keys_crc, body_crc, body_column_crcs)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
         (
             cur.lastrowid,
             blobs["keys"],
             blobs["body"],
             blob_crc(blobs["keys"]),
             blob_crc(blobs["body"]),
+            codec.column_crcs(blobs["body"], codec.BODY_COLUMNS),
         ),
     )
     return cur.lastrowid
@@ -332,12 +340,8 @@ def listed_subtree(
         parents, inos, lens, names = [], [], [], []
         for chunk_id, first_snap, n in chunk_rows:
             with _decoding(first_snap):
-                keys, body = (
-                    codec.ColumnReader(
-                        _verified_blob(con, stack, chunk_id, part, first_snap), columns
-                    )
-                    for part, columns in (("keys", codec.KEY_COLUMNS), ("body", codec.BODY_COLUMNS))
-                )
+                keys = _column_reader(con, stack, chunk_id, "keys", first_snap)
+                body = _column_reader(con, stack, chunk_id, "body", first_snap)
                 codec.check_count(keys, n)
                 codec.check_count(body, n)
             ino = keys["ino"].astype(np.uint64, copy=False)
