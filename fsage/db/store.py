@@ -302,8 +302,8 @@ def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
     return SnapshotRow(*values)
 
 
-#: The databases this process has opened, latest last: the CLI names the latest in the one
-#: line it prints for an SQLite error raised outside a ``with Store.open(...)`` block.
+#: The database this process opened last (a list of at most one): the CLI names it in the
+#: one line it prints for an SQLite error raised outside a ``with Store.open(...)`` block.
 OPENED: list[Path] = []
 
 
@@ -335,7 +335,7 @@ class Store:
         read-only instead of refused.
         """
         path = Path(path)
-        OPENED.append(path)
+        OPENED[:] = [path]  # one entry, however many runs a daemon makes
         if not path.exists() and not create:
             raise StoreError(
                 f"no database at {path} (take a snapshot first: fsage snapshot SOURCE --db {path})"
