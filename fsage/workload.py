@@ -16,6 +16,7 @@ import io
 import json
 import stat
 import sys
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -141,19 +142,21 @@ class Op:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "") -> Op:
+        """An op read from a stream: every field of its type (a size is an integer, not
+        ``"10"`` or ``1.5``)."""
         try:
             op = cls(
-                op=str(data["op"]),
-                path=str(data.get("path", "")),
-                size=int(data.get("size", 0)),
-                offset=int(data.get("offset", 0)),
-                dest=str(data.get("dest", "")),
-                label=str(data.get("label", "")),
+                op=_text(data, "op", None),
+                path=_text(data, "path", ""),
+                size=_count(data, "size"),
+                offset=_count(data, "offset"),
+                dest=_text(data, "dest", ""),
+                label=_text(data, "label", ""),
                 mode=_optional_int(data.get("mode")),
                 mtime_ns=_optional_int(data.get("mtime_ns")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WorkloadError(f"{where}bad op {data!r}: {exc}") from None
+        except ValueError as exc:
+            raise WorkloadError(f"{where}bad op: {exc}") from None
         op.check(where)
         return op
 
@@ -181,11 +184,38 @@ class Op:
             raise WorkloadError(f"{where}mode and mtime_ns belong to setattr, not {self.op}")
 
 
+#: The largest size or offset an op may give (a file's size is a signed 64-bit number).
+SIZE_MAX = 2**63 - 1
+
+
+def _text(data: dict[str, Any], key: str, default: str | None) -> str:
+    value = data.get(key, default)
+    if value is None:
+        raise ValueError(f"no {key!r}")
+    if not isinstance(value, str):
+        raise ValueError(f"{key} {_short(value)} is not a string")
+    return value
+
+
+def _count(data: dict[str, Any], key: str) -> int:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} {_short(value)} is not an integer")
+    if not 0 <= value <= SIZE_MAX:
+        raise ValueError(f"{key} {value} is out of range (0 to 2**63 - 1)")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _optional_int(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{value!r} is not an integer")
+        raise ValueError(f"{_short(value)} is not an integer")
     return value
 
 
@@ -228,72 +258,146 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
         return count
     tmp = path.with_name(path.name + ".part")
     raw: IO[bytes]
-    with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
-        raw = (
-            cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
-            if path.suffix == ".gz"
-            else cast(IO[bytes], fh)
-        )
-        with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
-            out.write(header.to_json() + "\n")
-            for op in ops:
-                out.write(op.to_json() + "\n")
-                count += 1
+    try:
+        with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
+            raw = (
+                cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
+                if path.suffix == ".gz"
+                else cast(IO[bytes], fh)
+            )
+            with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
+                out.write(header.to_json() + "\n")
+                for op in ops:
+                    out.write(op.to_json() + "\n")
+                    count += 1
+    except BaseException:  # the ops failed (a damaged database...): no part left behind
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return count
 
 
-def _open_text(path: Path) -> IO[str]:
+#: The longest line a stream may hold (an op is a few hundred bytes): a binary file with no
+#: newline is refused without reading it whole.
+LINE_MAX = 1 << 20
+#: Ops that write ``size`` bytes of data (at ``offset``): refused beyond the target's capacity.
+_WRITING = {"create": False, "append": False, "overwrite": True, "fallocate": True}
+
+
+class _NotText(WorkloadError):
+    """A line of the stream is not UTF-8."""
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    """The stream's bytes, gunzipped when it is gzip."""
     if str(path) == "-":  # standard input, plain or gzip
         stdin = sys.stdin.buffer
         if isinstance(stdin, io.BufferedReader) and stdin.peek(2)[:2] == b"\x1f\x8b":
-            return io.TextIOWrapper(cast(IO[bytes], gzip.GzipFile(fileobj=stdin)), "utf-8")
-        return io.TextIOWrapper(stdin, encoding="utf-8")
+            return cast(IO[bytes], gzip.GzipFile(fileobj=stdin))
+        return stdin
     try:
-        with open(path, "rb") as probe:
-            magic = probe.read(2)
+        fh = open(path, "rb")  # noqa: SIM115 - returned open
+        try:
+            magic = fh.read(2)
+            fh.seek(0)
+        except OSError:
+            fh.close()
+            raise
         if magic == b"\x1f\x8b":
-            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-        return open(path, encoding="utf-8")
+            return cast(IO[bytes], gzip.GzipFile(fileobj=fh, mode="rb"))
+        return fh
     except OSError as exc:
         raise WorkloadError(f"cannot read workload {path}: {exc.strerror}") from None
 
 
+def _lines(path: Path, fh: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line; a line that is not UTF-8, too long, or a stream cut
+    short or damaged is one error naming the file and the line."""
+    lineno = 0
+    while True:
+        lineno += 1
+        try:
+            raw = fh.readline(LINE_MAX + 1)
+        except EOFError:  # gzip: the stream ends before its end marker
+            raise WorkloadError(f"{path}:{lineno}: the gzip stream is cut short") from None
+        except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise WorkloadError(f"{path}:{lineno}: cannot read the stream ({exc})") from None
+        if not raw:
+            return
+        if len(raw) > LINE_MAX:
+            raise WorkloadError(f"{path}:{lineno}: a line longer than {LINE_MAX} bytes")
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _NotText(
+                f"{path}:{lineno}: not UTF-8 text (byte {raw[exc.start]:#04x} at column"
+                f" {exc.start + 1})"
+            ) from None
+
+
+def _json(line: str, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise WorkloadError(f"{where}JSON nested too deeply") from None
+    except ValueError:
+        raise WorkloadError(f"{where}not JSON") from None
+
+
 def read_header(path: Path) -> WorkloadHeader:
-    with _open_text(path) as fh:
-        return _parse_header(fh.readline(), path)
+    with _open_bytes(path) as fh:
+        return _parse_header(_lines(path, fh), path)
 
 
-def _parse_header(line: str, path: Path) -> WorkloadHeader:
+def _parse_header(lines: Iterator[tuple[int, str]], path: Path) -> WorkloadHeader:
     try:
-        data = json.loads(line)["fsage_workload"]
-        return WorkloadHeader(**data)
-    except (ValueError, KeyError, TypeError):
+        first = next(lines, None)
+    except _NotText:
+        raise WorkloadError(f"{path}: not an fsage workload (not text)") from None
+    if first is None:
+        raise WorkloadError(f"{path}: not an fsage workload (empty)")
+    try:
+        data = json.loads(first[1])["fsage_workload"]
+        header = WorkloadHeader(**data)
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise WorkloadError(f"{path}: not an fsage workload (no header line)") from None
+    if not isinstance(header.generator, str) or not isinstance(header.params, dict):
+        raise WorkloadError(f"{path}: not an fsage workload (a malformed header line)")
+    return header
 
 
-def read_workload(path: Path) -> tuple[WorkloadHeader, Iterator[Op]]:
-    """The header now, and the ops lazily (a workload can be larger than memory)."""
-    fh = _open_text(path)
+def read_workload(path: Path, capacity: int | None = None) -> tuple[WorkloadHeader, Iterator[Op]]:
+    """The header now, and the ops lazily (a workload can be larger than memory).
+
+    ``capacity``: the target's size in bytes; an op that would write more data than that (or
+    past it) is refused before it runs, instead of writing until the disk is full."""
+    fh = _open_bytes(path)
+    lines = _lines(path, fh)
     try:
-        header = _parse_header(fh.readline(), path)
-    except WorkloadError:
+        header = _parse_header(lines, path)
+    except BaseException:
         fh.close()
         raise
 
     def ops() -> Iterator[Op]:
         with fh:
-            for lineno, line in enumerate(fh, start=2):
+            for lineno, line in lines:
                 if not line.strip():
                     continue
                 where = f"{path}:{lineno}: "
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    raise WorkloadError(f"{where}not JSON") from None
+                data = _json(line, where)
                 if not isinstance(data, dict):
                     raise WorkloadError(f"{where}not an op object")
-                yield Op.from_json(data, where)
+                op = Op.from_json(data, where)
+                if capacity is not None and op.op in _WRITING:
+                    end = op.size + (op.offset if _WRITING[op.op] else 0)
+                    if end > capacity:
+                        raise WorkloadError(
+                            f"{where}{op.op} of {op.size} bytes"
+                            f"{f' at {op.offset}' if _WRITING[op.op] else ''} is more than"
+                            f" the target holds ({capacity} bytes); nothing of it was written"
+                        )
+                yield op
 
     return header, ops()
 

@@ -202,6 +202,8 @@ def load_target(spec: str, db: Path | None) -> LayoutTarget:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{spec}: neither a snapshot id nor a JSON target file") from None
+    except RecursionError:
+        raise UsageError(f"{spec}: cannot read the JSON target (nested too deeply)") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{spec}: cannot read the JSON target ({exc})") from None
     return LayoutTarget.from_json(data, str(path))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fsage.errors import WorkloadError
+from fsage.private import write_private_text
 from fsage.workload import Op, symlink_target
 
 
@@ -74,7 +75,7 @@ def save_tree(path: Path, tree: Tree, inodes: dict[str, int]) -> None:
     inode]}."""
     data = {p: [n.kind, n.size, n.extra, inodes.get(p, 0)] for p, n in tree.items()}
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
+    write_private_text(tmp, json.dumps(data, sort_keys=True) + "\n")  # it names files
     tmp.replace(path)
 
 

@@ -65,6 +65,7 @@ from fsage.ager.reconcile import (
 )
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
+from fsage.private import private_opener, write_private_text
 from fsage.workload import (
     Executor,
     NoSpaceError,
@@ -450,7 +451,7 @@ def _write_record(path: Path, data: dict[str, Any]) -> None:
         raise UnsafeTargetError(f"{path} is a symlink")
     tmp = path.with_name(path.name + ".part")
     try:
-        tmp.write_text(json.dumps(data, sort_keys=True) + "\n", encoding="utf-8")
+        write_private_text(tmp, json.dumps(data, sort_keys=True) + "\n")
         tmp.replace(path)
     except OSError as exc:
         raise FsageError(f"cannot write the run's record {path}: {exc.strerror}") from None
@@ -595,7 +596,7 @@ class _Journal:
         try:
             if header is not None:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-                fd = os.open(path, flags, 0o644)
+                fd = private_opener(path, flags)
                 os.write(fd, (header.to_json() + "\n").encode())
             else:
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -863,7 +864,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     undo: Op | None = None  # what takes back the part of an op that took effect in part
     rerun: Op | None = None  # the next op, which took effect in part: it runs again
     if opts.ops_file is not None:
-        header, ops = read_workload(opts.ops_file)
+        bs, total, _ = tgt.executor.capacity_blocks()
+        header, ops = read_workload(opts.ops_file, capacity=bs * total)
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
         if opts.resume and record.get("ident", {}).get("header") != ident["header"]:
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")

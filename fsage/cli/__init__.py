@@ -9,6 +9,7 @@ tests/cli checks that the table and the modules agree.
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -86,6 +87,11 @@ class FsageGroup(click.Group):
         except FsageError as exc:
             click.echo(f"fsage: error: {shown(str(exc))}", err=True)
             sys.exit(exc.exit_code)
+        except sqlite3.Error as exc:  # raised past the store's own reporting: the same line
+            from fsage.db.store import failure_of_latest
+
+            click.echo(f"fsage: error: {shown(str(failure_of_latest(exc)))}", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("fsage: interrupted", err=True)
             sys.exit(130)
@@ -98,7 +104,14 @@ class FsageGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="fsage")
-def main() -> None:
+@click.option(
+    "--follow-umask",
+    is_flag=True,
+    envvar="FSAGE_FOLLOW_UMASK",
+    help="Write databases, reports, exports, workloads and run records with the modes the "
+    "umask gives, not 0600 (directories 0700): they name files. Also $FSAGE_FOLLOW_UMASK=1.",
+)
+def main(follow_umask: bool) -> None:
     """Measure how file systems lay files out on disk and how that layout decays with age.
 
     \b
@@ -106,4 +119,8 @@ def main() -> None:
       fsage demo                         # make, fill and snapshot a small ext4 image
       fsage snapshot /dev/sdb1 --name home
       fsage snapshots --format json
+      fsage --follow-umask export --db fsage.db /srv/fleet   # a dataset others may read
     """
+    from fsage.private import follow_umask as follow
+
+    follow(follow_umask)  # set each time: one process may run several commands (tests)

@@ -15,6 +15,7 @@ shows the atime a file had when its current version was first recorded.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage import _ext2fs
+from fsage.db.checksum import DamagedError
 from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets
 
 U64 = npt.NDArray[np.uint64]
@@ -297,6 +299,47 @@ def pack_chunk(
     return pack_arrays(chunk_arrays(files, special, digests, links, link_row))
 
 
+# Body columns with one value per version (the others hold extents, metadata blocks, names).
+_PER_VERSION = {"special", "ext_counts", "meta_counts", *INODE_FIELDS}
+
+
+def column_crcs(blob: bytes, columns: list[tuple[str, type[np.generic], bool]]) -> bytes:
+    """The CRC-32 of each column of a packed blob (its header and values), as u32: a reader
+    of a few columns checks those alone (``ColumnReader``)."""
+    reader = ColumnReader(blob, columns)
+    return np.array([zlib.crc32(blob[a:b]) for a, b in reader.spans], "<u4").tobytes()
+
+
+def check_count(decoded: object, n: int) -> None:
+    """Raise ValueError unless a decoded chunk (Keys, Versions or a ColumnReader) holds ``n``
+    versions whose columns agree with each other: a chunk that decodes into arrays of
+    different lengths would otherwise fail later as an IndexError, or not at all."""
+    if isinstance(decoded, Keys):
+        lengths = {len(decoded.ino), len(decoded.generation), len(decoded.digest)}
+        if lengths != {n}:
+            raise ValueError(f"{n} versions, key columns of {sorted(lengths)}")
+    elif isinstance(decoded, Versions):
+        f = decoded.files
+        lengths = {len(getattr(f, c)) for c in FILE_COLUMNS} | {len(decoded.special)}
+        if lengths != {n}:
+            raise ValueError(f"{n} versions, columns of {sorted(lengths)}")
+        ext = {len(f.ext_logical), len(f.ext_physical), len(f.ext_length), len(f.ext_flags)}
+        meta = {len(f.meta_physical), len(f.meta_kind)}
+        links = decoded.links
+        if ext != {int(f.ext_off[-1])} or meta != {int(f.meta_off[-1])}:
+            raise ValueError("extent or metadata counts disagree with their columns")
+        if len(links.names) != int(links.name_off[-1]) or len(links.parent) != len(
+            decoded.link_row
+        ):
+            raise ValueError("name columns disagree")
+        if decoded.link_row.size and int(decoded.link_row.max()) >= n:
+            raise ValueError("a name of a version the chunk does not hold")
+    elif isinstance(decoded, ColumnReader):
+        wrong = [c for c, k in decoded.counts.items() if k != n and c in decoded.per_version]
+        if wrong:
+            raise ValueError(f"{n} versions, column {wrong[0]} of {decoded.counts[wrong[0]]}")
+
+
 def _unpack(blob: bytes, columns: list[tuple[str, type[np.generic], bool]]) -> Arrays:
     sizes = [np.dtype(dtype).itemsize for _, dtype, _ in columns]
     raw = _ext2fs.unpack_columns(blob, sizes)
@@ -394,17 +437,32 @@ class ColumnReader:
     are read one by one to find where each column lies, and only the wanted columns' bytes
     are read and unpacked. ``blob`` is an open ``sqlite3.Blob`` (or bytes)."""
 
-    def __init__(self, blob: Any, columns: list[tuple[str, type[np.generic], bool]]) -> None:
+    def __init__(
+        self,
+        blob: Any,
+        columns: list[tuple[str, type[np.generic], bool]],
+        crcs: bytes | None = None,
+        what: str = "a chunk",
+    ) -> None:
+        """``crcs``: the CRC-32 of each column (``column_crcs``), checked as each is read;
+        ``what``: whose columns they are, for the error when one does not match."""
         self.blob = blob
+        self.what = what
+        self.crcs = None if crcs is None else np.frombuffer(crcs, "<u4")
+        if self.crcs is not None and len(self.crcs) != len(columns):
+            raise ValueError(f"{len(self.crcs)} column checksums for {len(columns)} columns")
         self.columns = {name: (dtype, i) for i, (name, dtype, _) in enumerate(columns)}
         self.spans: list[tuple[int, int]] = []
+        self.counts: dict[str, int] = {}
+        self.per_version = {c for c, _, _ in KEY_COLUMNS} | _PER_VERSION
         pos, size = 0, len(blob)
-        for _ in columns:
+        for name, _, _ in columns:
             if pos + _HEADER.size > size:
                 raise ValueError("chunk blob cut short")
             n, _first, _base, width, _flags = _HEADER.unpack(bytes(blob[pos : pos + _HEADER.size]))
             end = pos + _HEADER.size + n * width
             self.spans.append((pos, end))
+            self.counts[name] = n
             pos = end
         if pos != size:
             raise ValueError("chunk blob longer than its columns")
@@ -412,7 +470,12 @@ class ColumnReader:
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         dtype, i = self.columns[name]
         a, b = self.spans[i]
-        (raw,) = _ext2fs.unpack_columns(bytes(self.blob[a:b]), [np.dtype(dtype).itemsize])
+        packed = bytes(self.blob[a:b])
+        if self.crcs is not None and zlib.crc32(packed) != int(self.crcs[i]):
+            raise DamagedError(
+                f"{self.what} are damaged (column {name} does not match its checksum)"
+            )
+        (raw,) = _ext2fs.unpack_columns(packed, [np.dtype(dtype).itemsize])
         return np.frombuffer(raw, dtype)
 
     def take(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
@@ -421,7 +484,7 @@ class ColumnReader:
         dtype, i = self.columns[name]
         a, _ = self.spans[i]
         _n, _first, base, width, flags = _HEADER.unpack(bytes(self.blob[a : a + _HEADER.size]))
-        if flags & 1 or rows.size > 4096:
+        if flags & 1 or rows.size > 4096 or self.crcs is not None:  # checked: read whole
             return self[name][rows]
         start = a + _HEADER.size
         blob = self.blob

@@ -102,7 +102,9 @@ def convert_file_versions(con: sqlite3.Connection) -> None:
                 by_last.setdefault(int(s), []).append(k)
         for s in sorted(by_last):
             ks = np.asarray(by_last[s], np.int64)
-            versions.end_versions(con, fs_id, s, np.full(len(ks), chunk_id, np.int64), ks)
+            versions.end_versions(
+                con, fs_id, s, np.full(len(ks), chunk_id, np.int64), ks, checksum=False
+            )
 
 
 def _v5_blobs(a: codec.Arrays) -> dict[str, bytes]:

@@ -295,6 +295,25 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         """,
         None,
     ),
+    (
+        9,
+        "checksums of chunk blobs, ended versions and snapshot rows",
+        """
+        -- CRC-32 of what fsage stores, verified on read (fsage.db.checksum): SQLite checks its
+        -- pages' structure, not the bytes of the values in them. NULL in rows written before
+        -- this migration, which are read unchecked.
+        ALTER TABLE chunk_blobs ADD COLUMN keys_crc INTEGER;
+        ALTER TABLE chunk_blobs ADD COLUMN body_crc INTEGER;
+        -- u32 CRC-32 of each column of body: a listing that reads a few columns checks those
+        ALTER TABLE chunk_blobs ADD COLUMN body_column_crcs BLOB;
+        ALTER TABLE version_ends ADD COLUMN rows_crc INTEGER;
+        -- crc: the row's values and its file system's (checksum.SNAPSHOT_COLUMNS, FS_COLUMNS);
+        -- free_crc: its free map.
+        ALTER TABLE snapshots ADD COLUMN crc INTEGER;
+        ALTER TABLE snapshots ADD COLUMN free_crc INTEGER;
+        """,
+        None,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -27,10 +27,18 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec, versions
+from fsage.db.checksum import (
+    FS_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    DamagedError,
+    blob_crc,
+    matches,
+    row_crc,
+)
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError, UsageError
 from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
-from fsage.private import PRIVATE_MODE
+from fsage.private import PRIVATE_MODE, file_mode
 from fsage.text import shown
 
 BUSY_TIMEOUT_MS = 60_000
@@ -132,10 +140,12 @@ _SNAPSHOT_SELECT = """
            json_extract(s.facts, '$.block_size'), s.files, s.dirs, s.extents, s.blocks_used,
            s.blocks_free, s.free_extents, s.damaged, s.new_files, s.changed_files,
            s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of,
-           s.regular_files
+           s.regular_files, s.crc, {columns}
     FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
-"""
+""".format(columns=", ".join([f"s.{c}" for c in SNAPSHOT_COLUMNS] + [f"f.{c}" for c in FS_COLUMNS]))
 
+
+_COVERED = _SNAPSHOT_SELECT.split("s.crc, ", 1)[1]  # what a snapshot's checksum covers
 
 _MIGRATION_COLUMNS = ["version", "name", "applied_at"]
 
@@ -178,6 +188,8 @@ def _refuse_foreign(path: Path) -> None:
     except sqlite3.OperationalError as exc:  # I/O, a lock: not the file's fault
         raise StoreError(f"{path}: cannot use the database ({exc})") from None
     except sqlite3.DatabaseError as exc:
+        if _corrupt(exc):  # an SQLite database whose schema cannot be read: damaged
+            raise database_failure(path, exc) from None
         raise StoreError(f"{path}: not an fsage database ({exc}); left untouched") from None
     finally:
         con.close()
@@ -224,9 +236,10 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
 def _create_private(path: Path) -> None:
     """An empty database file (SQLite takes an empty file for a new database) that only its
     owner can read, whatever the umask; SQLite gives -wal and -shm the same mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_MODE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
     try:
-        os.fchmod(fd, PRIVATE_MODE)
+        if file_mode() == PRIVATE_MODE:
+            os.fchmod(fd, PRIVATE_MODE)
     finally:
         os.close(fd)
 
@@ -239,10 +252,64 @@ def _check_text(what: str, text: str) -> None:
         raise StoreError(f"{what} {shown(text)!r} is not valid UTF-8") from None
 
 
+_SHOWN_FIELDS = 23  # the SnapshotRow fields _SNAPSHOT_SELECT starts with
+
+
+_RECOVER = "restore it from a backup, or recover what it holds with sqlite3's .recover"
+
+
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """SQLite read a database whose pages are damaged (SQLITE_CORRUPT), as opposed to a file
+    that is no database at all (SQLITE_NOTADB)."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_CORRUPT
+
+
+def database_failure(path: Path, exc: BaseException) -> StoreError:
+    """One line for an error SQLite raised while using the database at ``path``."""
+    if isinstance(exc, sqlite3.OperationalError):  # I/O, a full disk, permissions, a lock
+        return StoreError(f"{path}: cannot use the database ({exc})")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return StoreError(f"{path}: the database is damaged ({exc}); {_RECOVER}")
+    return StoreError(f"{path}: {exc}")
+
+
+def _refuse_damaged(con: sqlite3.Connection, path: Path) -> None:
+    """Raise unless the database passes PRAGMA quick_check (the structure of every page,
+    without integrity_check's cross-checks of indexes against tables)."""
+    try:
+        problems = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems != ["ok"]:
+        # one line: the first problem named (a report starts "*** in database main ***")
+        lines = [ln for p in problems for ln in str(p).splitlines() if not ln.startswith("***")]
+        raise StoreError(
+            f"{path}: the database is damaged ({shown(lines[0] if lines else '?')});"
+            f" nothing was written to it ({_RECOVER})"
+        )
+
+
 def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
-    values = list(row)
-    values[4] = datetime.fromisoformat(values[4])
+    """A snapshot row as read, once it matches its checksum."""
+    values = list(row[:_SHOWN_FIELDS])
+    crc, covered = row[_SHOWN_FIELDS], row[_SHOWN_FIELDS + 1 :]
+    if not matches(crc, row_crc(covered)):
+        raise DamagedError(f"snapshot {values[0]} is damaged (its row does not match its checksum)")
+    try:
+        values[4] = datetime.fromisoformat(values[4])
+    except (TypeError, ValueError):
+        raise DamagedError(f"snapshot {values[0]} is damaged (its time does not parse)") from None
     return SnapshotRow(*values)
+
+
+#: The database this process opened last (a list of at most one): the CLI names it in the
+#: one line it prints for an SQLite error raised outside a ``with Store.open(...)`` block.
+OPENED: list[Path] = []
+
+
+def failure_of_latest(exc: BaseException) -> StoreError:
+    """One line for an SQLite error raised while using the database opened last."""
+    return database_failure(OPENED[-1] if OPENED else Path("the database"), exc)
 
 
 class Store:
@@ -255,6 +322,7 @@ class Store:
         self.path = path
         self.created = created  # this open made the database
         self._wal = wal  # in WAL mode; if not, it takes it after its first transaction
+        self._checked = created  # quick_check passed (a new database has nothing to check)
 
     @classmethod
     def open(cls, path: Path | str, create: bool = False, readonly: bool = False) -> Store:
@@ -267,6 +335,7 @@ class Store:
         read-only instead of refused.
         """
         path = Path(path)
+        OPENED[:] = [path]  # one entry, however many runs a daemon makes
         if not path.exists() and not create:
             raise StoreError(
                 f"no database at {path} (take a snapshot first: fsage snapshot SOURCE --db {path})"
@@ -307,11 +376,15 @@ class Store:
                 # with the number of pages (a new database only; it must precede WAL).
                 con.execute(f"PRAGMA page_size={PAGE_SIZE}")
             # A new database takes WAL after its first transaction (_wal_after_first_write).
+            if not new and current_version(con) < LATEST_VERSION:
+                _refuse_damaged(con, path)  # a migration writes: not into a damaged database
             wal = not new and _use_wal(con, path)
             migrate(con)
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:
+            if _corrupt(exc):
+                raise database_failure(path, exc) from None
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror}") from None
@@ -353,20 +426,39 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        try:
+            self.close()
+        except sqlite3.Error:
+            if exc is None:
+                raise
+        if isinstance(exc, sqlite3.Error):
+            raise self.failure(exc) from None
+
+    def failure(self, exc: BaseException) -> StoreError:
+        """The one line to report an error SQLite raised while using this database."""
+        return database_failure(self.path, exc)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; anything raised (or a kill) leaves the database as it was."""
         self.con.execute("BEGIN IMMEDIATE")
         try:
+            if not self._checked:
+                self._quick_check()
             yield self.con
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
         self._wal_after_first_write()
+
+    def _quick_check(self) -> None:
+        """Refuse to write into a database SQLite finds damaged (PRAGMA quick_check: every
+        page's structure, without the index cross-checks of integrity_check), once per open;
+        under the write lock, so that what was checked is what is written into."""
+        _refuse_damaged(self.con, self.path)
+        self._checked = True
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -392,6 +484,10 @@ class Store:
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def snapshots(self, fs_name: str | None = None) -> list[SnapshotRow]:
+        with self._naming_damage(None):
+            return self._snapshots(fs_name)
+
+    def _snapshots(self, fs_name: str | None) -> list[SnapshotRow]:
         if fs_name is None:
             rows = self.con.execute(_SNAPSHOT_SELECT + " ORDER BY s.id").fetchall()
         else:
@@ -405,7 +501,8 @@ class Store:
         row = self.con.execute(_SNAPSHOT_SELECT + " WHERE s.id = ?", (snapshot_id,)).fetchone()
         if row is None:
             raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
-        return _row_to_snapshot(row)
+        with self._naming_damage(None):
+            return _row_to_snapshot(row)
 
     def latest_snapshot(self, fs_name: str) -> SnapshotRow | None:
         snaps = self.snapshots(fs_name)
@@ -495,7 +592,8 @@ class Store:
                     f"{fs_name} already has a snapshot taken at {last[1]}, later than "
                     f"{taken.isoformat()}; snapshots of a file system are recorded in time order"
                 )
-            now = versions.current(con, fs_id)
+            with self._naming_damage(last[0] if last is not None else None):
+                now = versions.current(con, fs_id)
             user = ~is_special
             diff = _compare(now, everything.ino, everything.generation, digests, user)
             n_files = int(np.count_nonzero(user))
@@ -552,6 +650,12 @@ class Store:
                 versions.write_chunk(con, fs_id, snap_id, len(part), blobs)
             seconds = time.monotonic() - t0
             con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
+            # The checksum of the row as SQLite gives it back, as readers will see it.
+            covered = con.execute("SELECT " + _COVERED + " WHERE s.id = ?", (snap_id,)).fetchone()
+            con.execute(
+                "UPDATE snapshots SET crc = ?, free_crc = ? WHERE id = ?",
+                (row_crc(covered), blob_crc(free_blob), snap_id),
+            )
         return SnapshotSummary(
             snapshot_id=snap_id,
             fs_name=fs_name,
@@ -614,14 +718,25 @@ class Store:
 
     def load_layout(self, snapshot_id: int) -> Layout:
         """Rebuild a snapshot exactly: every file, its extents and names, free space, facts."""
-        row = self.con.execute(
-            "SELECT fs_id, facts, free_map, notes FROM snapshots WHERE id = ?", (snapshot_id,)
-        ).fetchone()
-        if row is None:
-            raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
-        fs_id, facts_json, free_blob, notes = row
-        with self._reading():
+        with self._naming_damage(snapshot_id), self._reading():
+            self.snapshot(snapshot_id)  # its row checked
+            fs_id, facts_json, free_blob, notes, free_crc = self.con.execute(
+                "SELECT fs_id, facts, free_map, notes, free_crc FROM snapshots WHERE id = ?",
+                (snapshot_id,),
+            ).fetchone()
+            if not isinstance(free_blob, bytes) or not matches(free_crc, blob_crc(free_blob)):
+                raise DamagedError("its free map does not match its checksum")
             stored, alive = versions.chunk_versions_at(self.con, fs_id, snapshot_id)
+            return self._layout_of(stored, alive, facts_json, free_blob, notes)
+
+    def _layout_of(
+        self,
+        stored: codec.Versions,
+        alive: npt.NDArray[np.bool_],
+        facts_json: str,
+        free_blob: bytes,
+        notes: str,
+    ) -> Layout:
         # the valid versions in ino order, user files and reserved inodes each taken once
         table = stored.files
         rows = np.flatnonzero(alive)
@@ -646,12 +761,24 @@ class Store:
     ) -> tuple[LinkTable, dict[str, npt.NDArray[Any]]]:
         """A snapshot's names, and what a listing shows of the files ``resolve`` picks from
         them (None: all), reading no other column (see ``versions.listed_subtree``)."""
-        row = self.con.execute("SELECT fs_id FROM snapshots WHERE id = ?", (snapshot_id,))
-        found = row.fetchone()
-        if found is None:
-            raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
-        with self._reading():
-            return versions.listed_subtree(self.con, found[0], snapshot_id, resolve)
+        with self._naming_damage(snapshot_id), self._reading():
+            self.snapshot(snapshot_id)  # its row checked
+            (fs_id,) = self.con.execute(
+                "SELECT fs_id FROM snapshots WHERE id = ?", (snapshot_id,)
+            ).fetchone()
+            return versions.listed_subtree(self.con, fs_id, snapshot_id, resolve)
+
+    @contextmanager
+    def _naming_damage(self, snapshot_id: int | None) -> Iterator[None]:
+        """Report what cannot be read as one line naming the database and the snapshot."""
+        what = f"{self.path}: snapshot {snapshot_id}" if snapshot_id else f"{self.path}"
+        try:
+            yield
+        except DamagedError as exc:
+            raise StoreError(f"{what} cannot be read: {exc}") from None
+        except (ValueError, IndexError, OverflowError, KeyError, TypeError, zlib.error) as exc:
+            # Rows written before checksums, damaged so that they no longer decode.
+            raise StoreError(f"{what} cannot be read: it is damaged ({exc!r})") from None
 
 
 @dataclass

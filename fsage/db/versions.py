@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec
+from fsage.db.checksum import DamagedError, blob_crc, matches
 from fsage.layout import FILE_COLUMNS, LinkTable, concat_offsets, csr_take
 
 I64 = npt.NDArray[np.int64]
@@ -48,28 +49,92 @@ class Current:
         return int(self.ino.shape[0])
 
 
+def _damaged(first_snap: int, what: str) -> DamagedError:
+    return DamagedError(f"the file versions recorded by snapshot {first_snap} are damaged ({what})")
+
+
 def _ended_rows(con: sqlite3.Connection, query: str, args: tuple[int, ...]) -> dict[int, I64]:
+    """``query`` yields (chunk id, rows, rows_crc, the chunk's first_snap, its n)."""
     out: dict[int, list[npt.NDArray[np.uint32]]] = {}
-    for chunk_id, blob in con.execute(query, args):
-        out.setdefault(int(chunk_id), []).append(np.frombuffer(blob, "<u4"))
+    for chunk_id, blob, crc, first_snap, n in con.execute(query, args):
+        if not isinstance(blob, bytes) or len(blob) % 4 or not matches(crc, blob_crc(blob)):
+            raise _damaged(first_snap, "a list of ended versions does not match its checksum")
+        rows = np.frombuffer(blob, "<u4")
+        if rows.size and int(rows.max()) >= n:
+            raise _damaged(first_snap, "a list of ended versions names rows it does not have")
+        out.setdefault(int(chunk_id), []).append(rows)
     return {k: np.concatenate(v).astype(np.int64) for k, v in out.items()}
+
+
+def _checked(blob: object, crc: object, first_snap: int, part: str) -> bytes:
+    """A chunk blob as read, once it matches its checksum."""
+    if not isinstance(blob, bytes) or not matches(crc, blob_crc(blob)):
+        raise _damaged(first_snap, f"the chunk's {part} do not match their checksum")
+    return blob
+
+
+# The ended versions of the chunks a snapshot sees, that ended before it.
+_ENDED_BEFORE = (
+    "SELECT e.chunk_id, e.rows, e.rows_crc, c.first_snap, c.n FROM version_ends e"
+    " JOIN version_chunks c ON c.id = e.chunk_id"
+    " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?"
+)
+
+
+def _column_reader(
+    con: sqlite3.Connection, stack: contextlib.ExitStack, chunk_id: int, part: str, first: int
+) -> codec.ColumnReader:
+    """A reader of some columns of one blob of a chunk, each checked as it is read: the keys
+    (small) read whole against their checksum, the body's columns one by one against theirs;
+    a blob written before checksums read unchecked."""
+    what = f"the file versions recorded by snapshot {first}"
+    if part == "keys":
+        row = con.execute(
+            "SELECT keys, keys_crc FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
+        ).fetchone()
+        if row is None:
+            raise _damaged(first, "the chunk's blobs are missing")
+        blob = _checked(row[0], row[1], first, "keys") if row[1] is not None else row[0]
+        return codec.ColumnReader(blob, codec.KEY_COLUMNS, what=what)
+    row = con.execute(
+        "SELECT body_column_crcs FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
+    ).fetchone()
+    if row is None:
+        raise _damaged(first, "the chunk's blobs are missing")
+    if row[0] is not None and not isinstance(row[0], bytes):
+        raise _damaged(first, "its column checksums are not a blob")
+    blob = stack.enter_context(con.blobopen("chunk_blobs", "body", chunk_id, readonly=True))
+    return codec.ColumnReader(blob, codec.BODY_COLUMNS, row[0], what)
+
+
+@contextlib.contextmanager
+def _decoding(first_snap: int) -> Iterator[None]:
+    """A chunk that does not decode (one written before checksums, or damaged so that its
+    checksum agrees by chance) is reported as damaged."""
+    try:
+        yield
+    except (ValueError, IndexError, OverflowError, MemoryError) as exc:
+        raise _damaged(first_snap, f"the chunk does not decode: {exc}") from None
 
 
 def current(con: sqlite3.Connection, fs_id: int) -> Current:
     chunks = con.execute(
-        "SELECT c.id, b.keys FROM version_chunks c JOIN chunk_blobs b ON b.chunk_id = c.id"
-        " WHERE c.fs_id = ? AND c.live > 0 ORDER BY c.id",
+        "SELECT c.id, b.keys, b.keys_crc, c.first_snap, c.n FROM version_chunks c"
+        " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.live > 0 ORDER BY c.id",
         (fs_id,),
     ).fetchall()
     ended = _ended_rows(
         con,
-        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
-        " WHERE c.fs_id = ? AND c.live > 0",
+        "SELECT e.chunk_id, e.rows, e.rows_crc, c.first_snap, c.n FROM version_ends e"
+        " JOIN version_chunks c ON c.id = e.chunk_id WHERE c.fs_id = ? AND c.live > 0",
         (fs_id,),
     )
     parts = []
-    for chunk_id, blob in chunks:
-        keys = codec.chunk_keys(blob)
+    for chunk_id, blob, crc, first_snap, n in chunks:
+        raw = _checked(blob, crc, first_snap, "keys")
+        with _decoding(first_snap):
+            keys = codec.chunk_keys(raw)
+            codec.check_count(keys, n)
         gone = ended.get(chunk_id)
         if gone is None:
             rows = np.arange(len(keys.ino), dtype=np.int64)
@@ -103,14 +168,30 @@ def write_chunk(
     )
     assert cur.lastrowid is not None
     con.execute(
-        "INSERT INTO chunk_blobs(chunk_id, keys, body) VALUES (?, ?, ?)",
-        (cur.lastrowid, blobs["keys"], blobs["body"]),
+        "INSERT INTO chunk_blobs(chunk_id, keys, body, keys_crc, body_crc, body_column_crcs)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            cur.lastrowid,
+            blobs["keys"],
+            blobs["body"],
+            blob_crc(blobs["keys"]),
+            blob_crc(blobs["body"]),
+            codec.column_crcs(blobs["body"], codec.BODY_COLUMNS),
+        ),
     )
     return cur.lastrowid
 
 
-def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64, row: I64) -> None:
-    """Mark versions (chunk, row) as last valid in ``last_snap``."""
+def end_versions(
+    con: sqlite3.Connection,
+    fs_id: int,
+    last_snap: int,
+    chunk: I64,
+    row: I64,
+    checksum: bool = True,
+) -> None:
+    """Mark versions (chunk, row) as last valid in ``last_snap`` (``checksum``: False in the
+    migrations that precede checksums)."""
     if chunk.size == 0:
         return
     order = np.lexsort((row, chunk))
@@ -118,15 +199,22 @@ def end_versions(con: sqlite3.Connection, fs_id: int, last_snap: int, chunk: I64
     ids, starts = np.unique(chunk, return_index=True)
     bounds = [*starts.tolist(), len(chunk)]
     for k, chunk_id in enumerate(ids.tolist()):
-        rows = row[bounds[k] : bounds[k + 1]]
-        con.execute(
-            "INSERT INTO version_ends(chunk_id, fs_id, last_snap, rows) VALUES (?, ?, ?, ?)",
-            (chunk_id, fs_id, last_snap, rows.astype("<u4").tobytes()),
-        )
+        rows = row[bounds[k] : bounds[k + 1]].astype("<u4").tobytes()
+        if checksum:
+            con.execute(
+                "INSERT INTO version_ends(chunk_id, fs_id, last_snap, rows, rows_crc)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (chunk_id, fs_id, last_snap, rows, blob_crc(rows)),
+            )
+        else:
+            con.execute(
+                "INSERT INTO version_ends(chunk_id, fs_id, last_snap, rows) VALUES (?, ?, ?, ?)",
+                (chunk_id, fs_id, last_snap, rows),
+            )
         con.execute(
             "UPDATE version_chunks SET live = live - ?,"
             " dead_after = CASE WHEN live = ? THEN ? ELSE dead_after END WHERE id = ?",
-            (len(rows), len(rows), last_snap, chunk_id),
+            (len(rows) // 4, len(rows) // 4, last_snap, chunk_id),
         )
 
 
@@ -146,20 +234,22 @@ def chunk_versions_at(
     """The versions of every chunk snapshot ``snap_id`` sees, in chunk order, and which of
     them are valid in it (a reader takes those it wants in one go)."""
     chunks = con.execute(
-        "SELECT c.id, b.keys, b.body FROM version_chunks c"
-        " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.first_snap <= ?"
+        "SELECT c.id, b.keys, b.body, b.keys_crc, b.body_crc, c.first_snap, c.n"
+        " FROM version_chunks c JOIN chunk_blobs b ON b.chunk_id = c.id"
+        " WHERE c.fs_id = ? AND c.first_snap <= ?"
         " AND (c.dead_after IS NULL OR c.dead_after >= ?) ORDER BY c.id",
         (fs_id, snap_id, snap_id),
     ).fetchall()
-    ended = _ended_rows(
-        con,
-        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
-        " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
-        (fs_id, snap_id, snap_id),
-    )
+    ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     parts, alive = [], []
-    for chunk_id, *blobs in chunks:
-        v = codec.unpack_chunk(dict(zip(codec.CHUNK_BLOBS, blobs, strict=True)))
+    for chunk_id, keys, body, keys_crc, body_crc, first_snap, n in chunks:
+        blobs = {
+            "keys": _checked(keys, keys_crc, first_snap, "keys"),
+            "body": _checked(body, body_crc, first_snap, "columns"),
+        }
+        with _decoding(first_snap):
+            v = codec.unpack_chunk(blobs)
+            codec.check_count(v, n)
         valid = np.ones(len(v.files), bool)
         gone = ended.get(chunk_id)
         if gone is not None:
@@ -239,28 +329,21 @@ def listed_subtree(
     The names come in the order a rebuilt snapshot has them (``versions_at``); the files are
     user files (not reserved inodes), in ino order, with ``ext_off`` offsets into their
     extents."""
-    chunk_ids = [r[0] for r in con.execute(
-        "SELECT id FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+    chunk_rows = con.execute(
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
         " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
         (fs_id, snap_id, snap_id),
-    )]  # fmt: skip
-    ended = _ended_rows(
-        con,
-        "SELECT e.chunk_id, e.rows FROM version_ends e JOIN version_chunks c ON c.id = e.chunk_id"
-        " WHERE c.fs_id = ? AND c.first_snap <= ? AND e.last_snap < ?",
-        (fs_id, snap_id, snap_id),
-    )
+    ).fetchall()
+    ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
         chunks = []
         parents, inos, lens, names = [], [], [], []
-        for chunk_id in chunk_ids:
-            keys, body = (
-                codec.ColumnReader(
-                    stack.enter_context(con.blobopen("chunk_blobs", part, chunk_id, readonly=True)),
-                    columns,
-                )
-                for part, columns in (("keys", codec.KEY_COLUMNS), ("body", codec.BODY_COLUMNS))
-            )
+        for chunk_id, first_snap, n in chunk_rows:
+            with _decoding(first_snap):
+                keys = _column_reader(con, stack, chunk_id, "keys", first_snap)
+                body = _column_reader(con, stack, chunk_id, "body", first_snap)
+                codec.check_count(keys, n)
+                codec.check_count(body, n)
             ino = keys["ino"].astype(np.uint64, copy=False)
             alive = np.ones(ino.size, bool)
             gone = ended.get(chunk_id)

@@ -48,6 +48,7 @@ from fsage.fleet.dataset import (
     save_manifest,
     stamp,
 )
+from fsage.private import private_file, private_mkdir, private_opener
 
 ROW_GROUP = 128 * 1024
 # DuckDB's own memory (its sorts spill to disk beyond it); the Arrow batches on their way to
@@ -109,7 +110,7 @@ class CompactSummary:
 @contextmanager
 def exclusive(root: Path) -> Iterator[None]:
     """The compaction's lock; `fsage export` holds it shared while it writes."""
-    with open(root / LOCK, "a") as fh:
+    with open(root / LOCK, "a", opener=private_opener) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -120,7 +121,7 @@ def exclusive(root: Path) -> Iterator[None]:
 @contextmanager
 def shared(root: Path) -> Iterator[None]:
     """Held by `fsage export` (waits while a compaction of the directory runs)."""
-    with open(root / LOCK, "a") as fh:
+    with open(root / LOCK, "a", opener=private_opener) as fh:
         fcntl.flock(fh, fcntl.LOCK_SH)
         yield
 
@@ -161,7 +162,7 @@ def compact(
             raise CompactError(f"{p}: {why}{more}; move it away and compact again")
         _remove_leftovers(root)
         tmpdir = root / f".compact-tmp-{os.getpid()}"
-        tmpdir.mkdir(exist_ok=True)
+        private_mkdir(tmpdir, exist_ok=True)
         con = duckdb.connect()
         try:
             con.execute("SET TimeZone = 'UTC'")
@@ -348,8 +349,8 @@ def _write(
     in batches of ``BATCH`` rows gathered into row groups of ``ROW_GROUP``."""
     import pyarrow as pa
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    private_mkdir(out.parent, parents=True, exist_ok=True)
+    tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     group = ROW_GROUPS.get(table, ROW_GROUP)
     rows = 0
     pending: list[Any] = []
@@ -388,8 +389,8 @@ def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], 
         )
     table = con.sql(SIZE_SUMMARY).to_arrow_table()
     out = root / SUMMARY_TABLE / COMPACTED / f"c{gen:06d}.parquet"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    private_mkdir(out.parent, parents=True, exist_ok=True)
+    tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     pq.write_table(table.replace_schema_metadata(_metadata(SUMMARY_TABLE)), tmp, compression="zstd")
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())

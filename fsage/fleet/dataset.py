@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 from fsage.errors import FsageError
 from fsage.fleet import LARGE_TABLES, SCHEMA_VERSION, TABLES
+from fsage.private import private_opener
 
 MANIFEST = "_compacted.json"
 SUMMARY_TABLE = "size_summary"  # derived by the compaction (fsage.fleet.query.SIZE_SUMMARY)
@@ -102,7 +103,7 @@ def save_manifest(root: Path, manifest: Manifest) -> None:
     """Atomically (write, fsync, rename, fsync the directory)."""
     path = root / MANIFEST
     tmp = root / f".{MANIFEST}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
+    with open(tmp, "w", opener=private_opener) as fh:
         json.dump(manifest.to_json(), fh, indent=1)
         fh.write("\n")
         fh.flush()

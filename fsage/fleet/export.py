@@ -40,6 +40,7 @@ from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, SMALL_TABLES, TABLES
 from fsage.fleet.dataset import file_damage, load_manifest, remove_stale_temporaries, run_range
 from fsage.layout import Layout
+from fsage.private import private_file, private_mkdir, private_opener
 
 I64 = npt.NDArray[np.int64]
 
@@ -285,7 +286,7 @@ def _metadata(table: str) -> dict[bytes, bytes]:
 @contextmanager
 def _locked(root: Path, host: str) -> Iterator[None]:
     lock = root / f".export-{quote(host, safe='')}.lock"
-    with open(lock, "a") as fh:
+    with open(lock, "a", opener=private_opener) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -301,10 +302,10 @@ class _Writer:
         self.pending: list[tuple[Path, Path]] = []
 
     def path(self, final: Path) -> Path:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        private_mkdir(final.parent, parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         self.pending.append((tmp, final))
-        return tmp
+        return private_file(tmp)
 
     def commit(self) -> None:
         # The snapshots table marks what is exported: it goes last.
@@ -344,7 +345,7 @@ def export_parquet(
     summary = ExportSummary(str(out), host)
     with Store.open(db) as store:
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            private_mkdir(out, parents=True, exist_ok=True)
         except OSError as exc:
             raise ExportError(f"{out}: {exc.strerror}") from None
         return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)

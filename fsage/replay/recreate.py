@@ -34,6 +34,7 @@ from typing import Any
 from fsage.ager.images import run_tool
 from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
+from fsage.private import private_opener
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
 from fsage.replay.loopdev import LoopDevice
@@ -174,7 +175,7 @@ def make_filesystem(image: Path, original: Layout) -> list[str]:
     from fsage.snapshotter import read_source
 
     mkfs = original.facts.mkfs
-    with open(image, "wb") as fh:
+    with open(image, "wb", opener=private_opener) as fh:  # it will hold the recorded names
         fh.truncate(int(mkfs["blocks_count"]) * int(mkfs["block_size"]))
     argv, notes = mkfs_argv(mkfs, image)
     run_tool(argv, f"making the file system on {image}")
