@@ -1,0 +1,240 @@
+"""What ``fsage age --match`` aims at and how near a file system is to it.
+
+A layout target is files and layout score per size bucket (seed 000 buckets of blocks), the
+free-space histogram (free blocks per log2 extent length, e2freefrag's buckets) and the
+fullness, taken from a stored snapshot or a JSON file. ``measure`` reads the same from a
+``Layout``; ``compare`` judges one against the other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fsage.analyzer.analysis import bucket_range, size_bucket
+from fsage.analyzer.freespace import MAX_BUCKET, merge_runs
+from fsage.analyzer.scores import file_scores
+from fsage.errors import UsageError
+from fsage.layout import Layout
+from fsage.text import size_range
+
+SCORE_TOL = 0.02
+FREE_TV = 0.1
+MIN_FILES = 50
+#: How far the fullness left on disk may be from the target's.
+FULLNESS_TOL = 0.01
+
+
+@dataclass
+class LayoutTarget:
+    """What a layout is matched on (see the module doc)."""
+
+    block_size: int
+    blocks_total: int
+    fullness: float
+    #: size bucket k -> (files, layout score or None); k = 0: one-block files.
+    buckets: dict[int, tuple[int, float | None]]
+    #: log2 free-extent bucket -> free blocks.
+    free: dict[int, int]
+    source: str = ""
+
+    def free_fractions(self) -> dict[int, float]:
+        total = sum(self.free.values())
+        return {k: v / total for k, v in self.free.items()} if total else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "block_size": self.block_size,
+            "blocks_total": self.blocks_total,
+            "fullness": self.fullness,
+            "size_buckets": [
+                {
+                    "min_blocks": bucket_range(k)[0],
+                    "max_blocks": bucket_range(k)[1],
+                    "files": n,
+                    "layout_score": s,
+                }
+                for k, (n, s) in sorted(self.buckets.items())
+            ],
+            "free_extents": [
+                {"min_blocks": 1 << k, "blocks": b} for k, b in sorted(self.free.items())
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "JSON target") -> LayoutTarget:
+        """The form ``to_json`` writes; ``fsage analyze --format json`` output also works
+        (its ``by_size`` and ``free`` parts)."""
+        try:
+            rows = data.get("size_buckets", data.get("by_size"))
+            free = data.get("free_extents")
+            if free is None and isinstance(data.get("free"), dict):
+                free = data["free"].get("free_extents")
+            summary = data.get("summary", {})
+            bs = int(data.get("block_size", summary.get("block_size", 4096)))
+            total = int(data.get("blocks_total", summary.get("blocks_total", 0)))
+            fullness = float(data.get("fullness", summary.get("fullness", 0.0)))
+            buckets: dict[int, tuple[int, float | None]] = {}
+            for r in rows or []:
+                k = int(size_bucket(np.array([int(r["max_blocks"])]))[0])
+                score = r.get("layout_score")
+                buckets[k] = (int(r["files"]), None if score is None else float(score))
+            free_h: dict[int, int] = {}
+            for r in free or []:
+                k = min(int(r["min_blocks"]).bit_length() - 1, MAX_BUCKET)
+                free_h[k] = free_h.get(k, 0) + int(r["blocks"])
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{source}: not a layout target ({exc})") from None
+        if not buckets or not 0.0 < fullness < 1.0:
+            raise UsageError(
+                f"{source}: a layout target needs size_buckets and a fullness in (0, 1)"
+            )
+        return cls(bs, total, fullness, buckets, free_h, source)
+
+
+@dataclass
+class MeasuredState:
+    """A measured layout, with per-file arrays for choosing what to rewrite."""
+
+    target: LayoutTarget  # the measured layout in target form
+    ino: np.ndarray
+    blocks: np.ndarray
+    cont: np.ndarray
+    den: np.ndarray
+    frags: np.ndarray
+    first: np.ndarray
+    bucket: np.ndarray
+    free_start: np.ndarray
+    free_len: np.ndarray
+    cont_k: dict[int, int] = field(default_factory=dict)
+    den_k: dict[int, int] = field(default_factory=dict)
+    #: False where the reader cannot see free space (btrfs has no GETFSMAP).
+    free_known: bool = True
+
+
+def measure(layout: Layout, source: str = "") -> MeasuredState:
+    files = layout.files
+    reg = files.is_regular()
+    sc = file_scores(files)
+    blocks = sc.blocks[reg]
+    cont = sc.contiguous[reg]
+    den = sc.denominator[reg]
+    k = size_bucket(blocks)
+    buckets: dict[int, tuple[int, float | None]] = {}
+    cont_k: dict[int, int] = {}
+    den_k: dict[int, int] = {}
+    for b in np.unique(k[k >= 0]).tolist():
+        sel = k == b
+        c, d = int(cont[sel].sum()), int(den[sel].sum())
+        buckets[int(b)] = (int(sel.sum()), c / d if d else None)
+        cont_k[int(b)], den_k[int(b)] = c, d
+    fs, fl = merge_runs(layout.free)
+    fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
+    free = {int(b): int(fl[fk == b].sum()) for b in np.unique(fk).tolist()}
+    f = layout.facts
+    # The free count the file system reports, as the fill's fullness reads it (statvfs on a
+    # mount: ext4's reservations for open files count as free, as they are once it is
+    # unmounted and read offline; xfs's reserve pool, free in its map, does not).
+    used = f.blocks_total - f.blocks_free
+    tgt = LayoutTarget(
+        f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
+        buckets, free, source,
+    )  # fmt: skip
+    return MeasuredState(
+        tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
+        sc.first_block[reg], k, fs, fl, cont_k, den_k, bool(f.free_space_known),
+    )  # fmt: skip
+
+
+def target_from_layout(layout: Layout, source: str) -> LayoutTarget:
+    return measure(layout, source).target
+
+
+def load_target(spec: str, db: Path | None) -> LayoutTarget:
+    """A snapshot id (with ``db``) or a JSON target file."""
+    if spec.isdigit():
+        if db is None:
+            raise UsageError("--match SNAPSHOT_ID needs --db")
+        from fsage.db.store import Store
+
+        with Store.open(db) as store:
+            layout = store.load_layout(int(spec))
+        return target_from_layout(layout, f"snapshot {spec} of {db}")
+    path = Path(spec)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{spec}: neither a snapshot id nor a JSON target file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{spec}: cannot read the JSON target ({exc})") from None
+    return LayoutTarget.from_json(data, str(path))
+
+
+# ---------------------------------------------------------------------------- comparing
+
+
+def free_tv(a: dict[int, float], b: dict[int, float]) -> float:
+    """Total-variation distance between two free-space histograms (fractions of blocks)."""
+    keys = set(a) | set(b)
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys)
+
+
+def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) -> dict[str, Any]:
+    """``now`` against ``target``; ``free_known`` False: the free space of ``now`` could
+    not be read, so it is not judged and the state is never called matched."""
+    rows = []
+    for k, (n, s) in sorted(target.buckets.items()):
+        if k == 0 or s is None:
+            continue
+        cn, cs = now.buckets.get(k, (0, None))
+        judged = n >= MIN_FILES
+        ok = cs is not None and abs(cs - s) <= SCORE_TOL
+        rows.append(
+            {
+                "bucket": k,
+                "min_blocks": bucket_range(k)[0],
+                "max_blocks": bucket_range(k)[1],
+                "label": size_range(*bucket_range(k), target.block_size),
+                "target_files": n,
+                "target_score": s,
+                "files": cn,
+                "score": cs,
+                "judged": judged,
+                "ok": ok or not judged,
+            }
+        )
+    tv = free_tv(target.free_fractions(), now.free_fractions()) if free_known else None
+    free_ok = tv is not None and tv <= FREE_TV
+    return {
+        "buckets": rows,
+        "free_tv": tv,
+        "free_ok": free_ok,
+        "free_known": free_known,
+        "buckets_ok": all(r["ok"] for r in rows),
+        "fullness": now.fullness,
+        "target_fullness": target.fullness,
+        "matched": all(r["ok"] for r in rows) and free_ok,
+    }
+
+
+def bucket_excess(rep: dict[str, Any]) -> float:
+    """The worst judged size bucket's distance beyond its tolerance (0: all within)."""
+    worst = 0.0
+    for r in rep["buckets"]:
+        if r["judged"]:
+            d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
+            worst = max(worst, d - SCORE_TOL)
+    return worst
+
+
+def distance(rep: dict[str, Any]) -> float:
+    """How far a state is from the target: the larger of the worst judged bucket's excess
+    over its tolerance and the free-space histogram's excess over its own."""
+    worst = bucket_excess(rep)
+    free = 0.0 if rep["free_tv"] is None else rep["free_tv"] - FREE_TV
+    return float(max(worst, free, 0.0))
