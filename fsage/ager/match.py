@@ -28,24 +28,29 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fsage.ager.match_disk import AREA, Disk, OfflineDisk, open_disk
+from fsage.ager.match_disk import AREA, Disk, OfflineDisk, open_disk, probe
 from fsage.ager.match_target import (
     FREE_TV,
+    FULLNESS_TOL,
     MIN_FILES,
     SCORE_TOL,
     LayoutTarget,
     MeasuredState,
     bucket_excess,
+    check_room,
+    check_target,
     compare,
     distance,
     free_tv,
@@ -57,6 +62,7 @@ from fsage.ager.offline import OFFLINE_NOTICE
 from fsage.analyzer.analysis import bucket_range
 from fsage.analyzer.freespace import MAX_BUCKET
 from fsage.errors import UsageError, WorkloadError
+from fsage.workload import NoSpaceError
 
 __all__ = [
     "AREA",
@@ -74,6 +80,8 @@ __all__ = [
 ]
 
 PER_DIR = 256
+#: The matcher fills a file system to at most this (it needs room to rewrite files).
+MAX_FULLNESS = 0.97
 STALL_ROUNDS = 6
 #: Fills tried in all: a fill whose rounds stall is cleared and drawn again.
 FILLS = 3
@@ -97,6 +105,8 @@ class MatchResult:
     reasons: dict[str, str] = field(default_factory=dict)
     #: Aged through the offline writer (libext2fs's allocator, not the kernel's).
     offline: bool = False
+    #: What read the state ``report`` describes (the state left on disk).
+    measured_by: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -122,6 +132,9 @@ class Matcher:
         self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
         self.sizes: dict[str, int] = {}
         self.serial = 0
+        self.last_actions: dict[str, str] = {}
+        #: Files allocated (not written) to take blocks from the large free extents.
+        self.fillers: list[str] = []
         self.files_written = 0
         self.bytes_written = 0
 
@@ -141,11 +154,31 @@ class Matcher:
         self.files_written += 1
         self.bytes_written += size
 
+    @contextlib.contextmanager
+    def _undone_if_no_space(self, rels: list[str]) -> Iterator[None]:
+        """A write that runs out of space leaves no part of its files behind."""
+        try:
+            yield
+        except (OSError, NoSpaceError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            for rel in rels:
+                self.disk.unlink(rel)
+            self.disk.commit()
+            raise NoSpaceError(
+                f"no space left writing {len(rels)} file(s) of the matcher's"
+                " (their unfinished blocks freed again)"
+            ) from None
+
     def write_whole(self, rel: str, size: int, at_once: bool = False) -> None:
-        self._written(rel, self.disk.create(rel, size, at_once), size)
+        with self._undone_if_no_space([rel]):
+            ino = self.disk.create(rel, size, at_once)
+        self._written(rel, ino, size)
 
     def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
-        for (rel, size), ino in zip(items, self.disk.interleave(items, chunk), strict=True):
+        with self._undone_if_no_space([rel for rel, _ in items]):
+            inos = self.disk.interleave(items, chunk)
+        for (rel, size), ino in zip(items, inos, strict=True):
             self._written(rel, ino, size)
 
     def delete(self, ino: int) -> str | None:
@@ -229,22 +262,35 @@ class Matcher:
         plan = [plan[i] for i in first] + [item for i, item in enumerate(plan) if i not in taken]
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
+        # The plan's sizes are drawn within each bucket, so its files may hold more blocks
+        # than the target's: a file that would take the fill past the target's fullness
+        # (spacers counted on top) is left out rather than run the disk out of space.
+        pending_spacers = sum(v for kind, v in plan if kind == "spacer")
+        budget = min(t.fullness * self.total + pending_spacers, MAX_FULLNESS * self.total)
+        used = self.fullness() * self.total
         for i, (kind, v) in enumerate(plan):
+            if i % 256 == 255:
+                used = self.fullness() * self.total
             if kind == "spacer":
                 rel = self._new_path()
                 # A large spacer split by writeback would leave smaller holes than asked.
                 self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                 spacers.append(rel)
-            elif kind == "whole":
-                self.write_whole(self._new_path(), self._size_of(self._draw_blocks(v)))
+                used += v
+                pending_spacers -= v
+                continue
+            blocks = self._draw_blocks(v)
+            if used + blocks + pending_spacers > budget:
+                continue
+            used += blocks
+            if kind == "whole":
+                self.write_whole(self._new_path(), self._size_of(blocks))
             else:
                 group = pending.setdefault(v, [])
-                group.append((self._new_path(), self._draw_blocks(v) * self.bs))
+                group.append((self._new_path(), blocks * self.bs))
                 if len(group) == 4:
                     self.write_interleaved(group, 1)
                     group.clear()
-            if i % 2048 == 2047 and self.fullness() >= 0.97:
-                break  # the target is smaller than this file system expected
         for group in pending.values():
             if group:
                 self.write_interleaved(group, 1)
@@ -256,7 +302,7 @@ class Matcher:
         keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
         keys = keys or [k for k in t.buckets if k >= 1]
         weights = [t.buckets[k][0] for k in keys]
-        goal = min(t.fullness + spacer_share, 0.97)
+        goal = min(t.fullness + spacer_share, MAX_FULLNESS)
         n = 0
         while keys and self.fullness() < goal - 0.002:
             k = self.rng.choices(keys, weights)[0]
@@ -508,15 +554,43 @@ class Matcher:
         while done < blocks and self.disk.can_fallocate:
             n = min(step, blocks - done)
             rel = self._new_path()
-            ino = self.disk.allocate(rel, n * self.bs, None if start is None else start + done)
+            with self._undone_if_no_space([rel]):
+                ino = self.disk.allocate(rel, n * self.bs, None if start is None else start + done)
             if ino is None:
                 break
             self.paths[ino] = rel
             self.sizes[rel] = n * self.bs
+            self.fillers.append(rel)
             self.files_written += 1
             done += n
         self.disk.commit()
         return done
+
+    def settle_fullness(self) -> str:
+        """Bring the fullness within half of ``FULLNESS_TOL`` of the target's: fillers (then
+        the largest files of the matcher's) deleted when above, a filler allocated when below
+        (both from and to the large free extents, which changes the free-space histogram
+        least). Returns what was done, "" if nothing."""
+        self.disk.commit()
+        goal, now = self.target.fullness, self.fullness()
+        slack = FULLNESS_TOL / 2
+        if abs(now - goal) <= slack:
+            return ""
+        if now < goal:
+            got = self._fill_large(int((goal - now) * self.total), None)
+            return f"{got} blocks allocated to reach the target's fullness"
+        over = int((now - goal) * self.total)
+        rels = [r for r in reversed(self.fillers) if r in self.sizes]
+        rest = sorted(set(self.sizes) - set(rels), key=lambda r: -self.sizes[r])
+        freed = 0
+        for rel in rels + rest:
+            if freed >= over:
+                break
+            freed += -(-self.sizes.pop(rel) // self.bs)
+            self.disk.unlink(rel)
+        self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
+        self.disk.commit()
+        return f"{freed} blocks of the matcher's deleted to come down to the target's fullness"
 
     # -- the loop
 
@@ -524,7 +598,19 @@ class Matcher:
         t0 = time.perf_counter()
         res = MatchResult(target="", source=self.target.source)
         self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
-        self.fill()
+        try:
+            self.fill()
+        except NoSpaceError as exc:
+            # The fill never plans past the target's fullness; a file system that still runs
+            # out (its metadata grew more than counted) is said, and the rest left as it is.
+            res.stop = f"the fill ran out of space ({exc})"
+            self.settle_fullness()
+            st = self.snapshot()
+            res.report = res.closest = compare(self.target, st.target, st.free_known)
+            res.reasons = _reasons(res.report, {})
+            res.elapsed = time.perf_counter() - t0
+            res.files_written, res.bytes_written = self.files_written, self.bytes_written
+            return res
         best: tuple[float, dict[str, Any]] | None = None
         # The closest state reported: the size buckets first (a state with them matched beats
         # one nearer in free space only), then the distance.
@@ -567,20 +653,38 @@ class Matcher:
                 fills += 1
                 self.say(f"fsage: no progress in {STALL_ROUNDS} rounds: fill {fills} of {FILLS}")
                 self.clear()
-                self.fill()
+                try:
+                    self.fill()
+                except NoSpaceError as exc:
+                    res.stop = f"fill {fills} ran out of space ({exc})"
+                    self.settle_fullness()
+                    st = self.snapshot()
+                    rep = compare(self.target, st.target, st.free_known)
+                    break
                 best, stalled = None, 0
                 continue
             if stalled >= STALL_ROUNDS:
                 res.stop = f"no progress in {STALL_ROUNDS} rounds of each of {FILLS} fills"
                 break
-            last_actions = self.steer_scores(st)
-            free_action = self.steer_free(st) if st.free_known else ""
-            if free_action:
-                last_actions["free space"] = free_action
+            try:
+                last_actions = self.steer_scores(st)
+                free_action = self.steer_free(st) if st.free_known else ""
+                if free_action:
+                    last_actions["free space"] = free_action
+                settled = self.settle_fullness()
+                if settled:
+                    last_actions["fullness"] = settled
+            except NoSpaceError as exc:
+                res.stop = f"round {res.rounds} ran out of space: {exc}"
+                self.settle_fullness()
+                st = self.snapshot()
+                rep = compare(self.target, st.target, st.free_known)
+                break
         assert best is not None and closest is not None
         res.report = rep
         res.closest = closest[1]
-        res.reasons = _reasons(closest[1], last_actions) if not res.matched else {}
+        self.last_actions = last_actions
+        res.reasons = _reasons(rep, last_actions) if not res.matched else {}
         res.elapsed = time.perf_counter() - t0
         res.files_written = self.files_written
         res.bytes_written = self.bytes_written
@@ -607,6 +711,11 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
         out["free space"] = actions.get(
             "free space", "no contiguous file of a needed hole size touches no free extent"
         )
+    if not rep.get("fullness_ok", True):
+        out["fullness"] = actions.get(
+            "fullness",
+            f"{rep['fullness']:.3f} against {rep['target_fullness']:.3f}: not settled",
+        )
     return out
 
 
@@ -625,15 +734,45 @@ def match_layout(
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
         raise UsageError("the time limit must be a positive number of seconds")
+    from fsage.ager.images import image_kind
+
+    # An ext image is judged by the offline reader once unmounted: the state left on disk,
+    # not what the kernel showed while mounted (its reservations and unflushed metadata).
+    offline_after = path.is_file() and image_kind(path) == "ext"
+    live: MeasuredState | None = None
+    kind, block_size = probe(path)
+    if block_size:  # else open_disk says what the path is not
+        check_target(target, str(path), kind, block_size, MAX_FULLNESS)
     with open_disk(path, mode) as disk:
+        check_room(target, str(path), disk.fullness())
+        disk.prepare()
         if isinstance(disk, OfflineDisk) and say is not None:
             say(f"fsage: {OFFLINE_NOTICE}")
+        matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
         try:
-            res = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say).run()
+            res = matcher.run()
+            if not offline_after:
+                live = matcher.snapshot()
         except OSError as exc:
             raise WorkloadError(f"matching {path}: {exc}") from None
         except WorkloadError as exc:
             raise WorkloadError(f"matching {path}: {exc}") from None
+    if live is None:
+        from fsage.snapshotter.ext import read_ext_layout
+
+        final = measure(read_ext_layout(path))
+        res.measured_by = "the offline reader after unmount"
+    else:
+        final = live
+        res.measured_by = "the live reader" + (" before unmount" if path.is_file() else "")
+    res.report = compare(target, final.target, final.free_known)
+    was = res.matched
+    res.matched = bool(res.report["matched"])
+    if was and not res.matched:
+        res.stop = f"matched while aging, not as measured by {res.measured_by}"
+    elif res.matched and not was:
+        res.stop = f"matched as measured by {res.measured_by}"
+    res.reasons = {} if res.matched else _reasons(res.report, matcher.last_actions)
     res.target = str(path)
     res.offline = isinstance(disk, OfflineDisk)
     return res

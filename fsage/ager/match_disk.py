@@ -4,6 +4,7 @@ image through the offline writer (libext2fs), behind the few ops the matcher nee
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from fsage.layout import Layout
 from fsage.workload import Op, OpFailedError
 
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Disk:
@@ -22,6 +24,8 @@ class Disk:
     ``OfflineDisk`` through libext2fs on an unmounted ext image."""
 
     bs: int
+    #: The file system's kind as a layout names it ("ext4", "xfs", ...; "ext" offline).
+    kind: str = ""
     #: Blocks of the file system, counted as ``measure`` counts them (fullness, scaling).
     total: int
     #: False where punching a hole does not free a free extent of its size.
@@ -35,6 +39,10 @@ class Disk:
 
     #: The region kept free of new files (``keep_group_empty``), if any.
     kept_empty: int | None = None
+
+    def prepare(self) -> None:
+        """Make the matcher's area: the first write, once the target has been accepted."""
+        raise NotImplementedError
 
     def keep_group_empty(self, group: int) -> None:
         """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
@@ -96,8 +104,8 @@ class MountedDisk(Disk):
         self._buf = b"\xa5" * (1 << 20)
         # btrfs frees a punched range only when no part of its extent is still referenced:
         # holes there are made by deleting whole files.
-        self.can_punch = _fs_type(root) != "btrfs"
-        self.area.mkdir(exist_ok=True)
+        self.kind = _fs_type(root)
+        self.can_punch = self.kind != "btrfs"
         self._avoid: int | None = None
         self._ino_shift = 0
         self._group_dirs: dict[int, str] = {}
@@ -116,6 +124,9 @@ class MountedDisk(Disk):
                 if 0 <= log_group < self.groups:
                     self._room[log_group] -= log_blocks
                 self._placed = [0] * self.groups
+
+    def prepare(self) -> None:
+        self.area.mkdir(exist_ok=True)
 
     def keep_group_empty(self, group: int) -> None:
         self._avoid = self.kept_empty = group
@@ -212,7 +223,9 @@ class MountedDisk(Disk):
                             try:
                                 os.posix_fallocate(fd, off, n)
                                 continue
-                            except OSError:
+                            except OSError as exc:
+                                if exc.errno in _NO_SPACE:
+                                    raise
                                 self.can_fallocate = False
                         os.lseek(fd, off, os.SEEK_SET)
                         self._write(fd, n)
@@ -263,8 +276,10 @@ class MountedDisk(Disk):
         fd, ino = self._open(rel)
         try:
             os.posix_fallocate(fd, 0, size)
-        except OSError:
-            self.can_fallocate = False
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise
+            self.can_fallocate = False  # not supported here
             return None
         finally:
             os.close(fd)
@@ -292,6 +307,7 @@ class OfflineDisk(Disk):
     a time in turn, which alternates their blocks."""
 
     can_place = True
+    kind = "ext"
 
     def __init__(self, image: Path) -> None:
         from fsage.ager.offline import OfflineExtExecutor
@@ -305,11 +321,12 @@ class OfflineDisk(Disk):
         self.total = read_ext_layout(image).facts.blocks_total
         self.x = OfflineExtExecutor(image)
         self.bs = self.x.capacity_blocks()[0]
+
+    def prepare(self) -> None:
         try:
             self.x.apply(Op("mkdir", AREA))
         except OpFailedError:
-            self.x.close()
-            raise
+            raise UsageError(f"{self.image}: /{AREA} exists: an earlier match left it") from None
 
     def _path(self, rel: str) -> str:
         return f"{AREA}/{rel}"
@@ -426,6 +443,28 @@ def _fs_type(root: Path) -> str:
     return kind
 
 
+def probe(path: Path) -> tuple[str, int]:
+    """(kind, block size) of the directory or image ``path``, read without mounting it (an
+    image's superblock), so that a target can be refused before anything is written."""
+    from fsage.ager.images import image_kind
+
+    if path.is_dir():
+        return _fs_type(path), os.statvfs(path).f_frsize
+    kind = image_kind(path) or ""
+    # Where each kind's superblock keeps its block size: ext (1024 << s_log_block_size at
+    # byte 1048, little-endian), xfs (sb_blocksize at byte 4, big-endian), btrfs (sectorsize
+    # at byte 0x10090, little-endian).
+    where = {"ext": (1048, "<I"), "xfs": (4, ">I"), "btrfs": (0x10090, "<I")}.get(kind)
+    if where is None:
+        return kind, 0
+    import struct
+
+    with open(path, "rb") as fh:
+        fh.seek(where[0])
+        (value,) = struct.unpack(where[1], fh.read(4))
+    return kind, 1024 << value if kind == "ext" else value
+
+
 @contextlib.contextmanager
 def open_disk(path: Path, mode: str) -> Iterator[Disk]:
     """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
@@ -449,10 +488,7 @@ def open_disk(path: Path, mode: str) -> Iterator[Disk]:
             raise UsageError(
                 f"{path}: a {kind} image can only be matched mounted (needs root and loop devices)"
             )
-        try:
-            disk = OfflineDisk(path)
-        except OpFailedError:
-            raise UsageError(f"{path}: /{AREA} exists: an earlier match left it") from None
+        disk = OfflineDisk(path)
         try:
             yield disk
         finally:

@@ -41,6 +41,9 @@ class LayoutTarget:
     #: log2 free-extent bucket -> free blocks.
     free: dict[int, int]
     source: str = ""
+    #: The file-system family the target was read from ("ext", "xfs", "btrfs", "lfs"; "":
+    #: not said, as in a hand-written JSON target).
+    kind: str = ""
 
     def free_fractions(self) -> dict[int, float]:
         total = sum(self.free.values())
@@ -49,6 +52,7 @@ class LayoutTarget:
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,
+            "kind": self.kind,
             "block_size": self.block_size,
             "blocks_total": self.blocks_total,
             "fullness": self.fullness,
@@ -94,7 +98,8 @@ class LayoutTarget:
             raise UsageError(
                 f"{source}: a layout target needs size_buckets and a fullness in (0, 1)"
             )
-        return cls(bs, total, fullness, buckets, free_h, source)
+        kind = fs_family(str(data.get("kind", summary.get("kind", ""))))
+        return cls(bs, total, fullness, buckets, free_h, source, kind)
 
 
 @dataclass
@@ -115,6 +120,53 @@ class MeasuredState:
     den_k: dict[int, int] = field(default_factory=dict)
     #: False where the reader cannot see free space (btrfs has no GETFSMAP).
     free_known: bool = True
+
+
+def fs_family(kind: str) -> str:
+    """ "ext" for ext2/3/4 (read offline or live), else the kind without its "live:" prefix."""
+    k = kind.removeprefix("live:").lower()
+    return "ext" if k.startswith("ext") else k
+
+
+def check_target(target: LayoutTarget, where: str, kind: str, block_size: int, most: float) -> None:
+    """Refuse, in one line, a target the file system at ``where`` (of ``kind``, with blocks of
+    ``block_size`` bytes) cannot be aged to: one of
+    another block size (layout scores and free extents count blocks, so they do not scale),
+    an LFS layout for another file system or another's for LFS, without files, or fuller
+    than ``most`` (what the matcher fills to at most)."""
+    src = target.source or "the target"
+    if target.block_size != block_size:
+        raise UsageError(
+            f"{src} has {target.block_size}-byte blocks, {where} {block_size}-byte ones: "
+            "layout scores and free extents count blocks and are not scaled; make the file "
+            f"system with the target's block size (mkfs -b {target.block_size})"
+        )
+    # ext4, xfs and btrfs targets are matched on one another (their layouts are blocks of
+    # files and free extents alike); a log-structured layout (segments, a log written in
+    # order) is not that of an update-in-place file system, nor the other way round.
+    family = fs_family(kind)
+    if target.kind and family and target.kind != family and "lfs" in (target.kind, family):
+        raise UsageError(
+            f"{src} is a layout of {target.kind}, {where} is {family}: a log-structured "
+            "layout and an update-in-place one are not matched on each other"
+        )
+    if not any(n for n, _s in target.buckets.values()):
+        raise UsageError(f"{src} holds no files: nothing to match")
+    if target.fullness > most:
+        raise UsageError(
+            f"{src} is {target.fullness:.3f} full; the matcher fills {where} to at most "
+            f"{most:.2f} (it needs room to rewrite files)"
+        )
+
+
+def check_room(target: LayoutTarget, where: str, fullness: float) -> None:
+    """Refuse a target emptier than the file system at ``where`` already is (``fullness``):
+    the matcher adds files of its own and deletes none of the others."""
+    if fullness > target.fullness + FULLNESS_TOL:
+        raise UsageError(
+            f"{where} is already {fullness:.3f} full, the target {target.fullness:.3f}: "
+            "the matcher only adds files of its own"
+        )
 
 
 def measure(layout: Layout, source: str = "") -> MeasuredState:
@@ -143,7 +195,7 @@ def measure(layout: Layout, source: str = "") -> MeasuredState:
     used = f.blocks_total - f.blocks_free
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
-        buckets, free, source,
+        buckets, free, source, fs_family(f.kind),
     )  # fmt: skip
     return MeasuredState(
         tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
@@ -210,6 +262,7 @@ def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) ->
         )
     tv = free_tv(target.free_fractions(), now.free_fractions()) if free_known else None
     free_ok = tv is not None and tv <= FREE_TV
+    fullness_ok = abs(now.fullness - target.fullness) <= FULLNESS_TOL
     return {
         "buckets": rows,
         "free_tv": tv,
@@ -218,7 +271,8 @@ def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) ->
         "buckets_ok": all(r["ok"] for r in rows),
         "fullness": now.fullness,
         "target_fullness": target.fullness,
-        "matched": all(r["ok"] for r in rows) and free_ok,
+        "fullness_ok": fullness_ok,
+        "matched": all(r["ok"] for r in rows) and free_ok and fullness_ok,
     }
 
 

@@ -204,12 +204,14 @@ def _match(
 
 
 def match_lines(res: dict[str, Any]) -> list[str]:
-    """The per-bucket table, target vs reached (the closest state when not matched)."""
-    rep = res["report"] if res["matched"] else res["closest"]
-    state = "matched" if res["matched"] else f"NOT matched ({res['stop']}); closest state"
+    """The per-bucket table, target vs the state left on disk; the closest state seen while
+    aging on a line of its own."""
+    rep = res["report"]
+    state = "matched" if res["matched"] else f"NOT matched ({res['stop']})"
+    by = f"; measured by {res['measured_by']}" if res.get("measured_by") else ""
     out = [
         f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
-        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}{by}",
         *(
             ["  via the offline writer (libext2fs's allocator, not the kernel's)"]
             if res.get("offline")
@@ -229,6 +231,14 @@ def match_lines(res: dict[str, Any]) -> list[str]:
         f"  free-space histogram: total variation {tv} (<= 0.1 to match);"
         f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
     )
+    close = res.get("closest")
+    if close and not res["matched"] and close is not rep:
+        off = sum(1 for r in close["buckets"] if r["judged"] and not r["ok"])
+        ctv = "unknown" if close["free_tv"] is None else f"{close['free_tv']:.3f}"
+        out.append(
+            f"  closest state seen while aging: {off} size bucket(s) off, free-space TV {ctv},"
+            f" fullness {close['fullness']:.3f}"
+        )
     for key, why in res["reasons"].items():
         out.append(f"  {key}: {why}")
     return out

@@ -251,6 +251,7 @@ def test_a_stalled_fill_is_cleared_and_drawn_again(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(matcher, "snapshot", lambda: _State(), raising=False)
         monkeypatch.setattr(matcher, "steer_scores", lambda st: {}, raising=False)
         monkeypatch.setattr(matcher, "steer_free", lambda st: "", raising=False)
+        monkeypatch.setattr(matcher, "settle_fullness", lambda: "", raising=False)
         monkeypatch.setattr(m, "compare", report)
         return matcher.run(), events
 
