@@ -82,6 +82,8 @@ __all__ = [
 PER_DIR = 256
 #: The matcher fills a file system to at most this (it needs room to rewrite files).
 MAX_FULLNESS = 0.97
+#: With spacers in the holes of every size, the fill tops up to this before deleting them.
+FILL_CEILING = 0.995
 STALL_ROUNDS = 6
 #: Fills tried in all: a fill whose rounds stall is cleared and drawn again.
 FILLS = 3
@@ -132,6 +134,10 @@ class Matcher:
         self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
         self.sizes: dict[str, int] = {}
         self.serial = 0
+        self.spacer_serial = 0
+        self.dirs_made: set[str] = set()
+        fpd = float(target.locality.get("files_per_directory") or PER_DIR)
+        self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -140,13 +146,80 @@ class Matcher:
 
     # -- primitives
 
+    def _path_at(self, pos: int, prefix: str = "d") -> str:
+        """The path at place ``pos`` of the matcher's path order (its directory made on
+        first use)."""
+        d = f"{prefix}{pos // self.per_dir:05d}"
+        if d not in self.dirs_made:
+            self._mkdir(d)
+        return f"{d}/f{pos:08d}"
+
+    def _mkdir(self, d: str) -> None:
+        try:
+            self.disk.mkdir(d)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise NoSpaceError(f"no space left for directory {d} of the matcher's") from None
+        self.dirs_made.add(d)
+
     def _new_path(self) -> str:
         i = self.serial
         self.serial += 1
-        d = f"d{i // PER_DIR:05d}"
-        if i % PER_DIR == 0:
-            self.disk.mkdir(d)
-        return f"{d}/f{i:08d}"
+        return self._path_at(i)
+
+    def _spacer_path(self) -> str:
+        """Spacers go to directories of their own (a few: they hold no files once the
+        fill is done)."""
+        self.spacer_serial += 1
+        i = self.spacer_serial
+        d = f"s{i // (PER_DIR * 4):05d}"
+        if d not in self.dirs_made:
+            self._mkdir(d)
+        return f"{d}/s{i:08d}"
+
+    def _scattered_places(self, n: int) -> list[int]:
+        """Places in path order for ``n`` files about to be written one after the other, so
+        that a path-order read finds as many consecutive files adjacent as the target's: runs
+        of files written in turn keep their order (the allocator puts them side by side), a
+        new run starting with the odds of a target's pair not being adjacent; the runs are
+        then shuffled, which scatters a directory's files over the disk as the target's are:
+        as many of them as the target's non-adjacent pairs within 1 MiB only among their
+        neighbours in write order, the others anywhere. A target without locality keeps
+        write order."""
+        loc = self.target.locality
+        p = float(loc.get("adjacent", 1.0))
+        apart = float(loc.get("within_group", 0.0)) + float(loc.get("farther", 0.0))
+        far = apart / max(1.0 - p, 1e-9)
+        runs: list[list[int]] = []
+        cur: list[int] = []
+        for i in range(n):
+            if cur and self.rng.random() >= p:
+                runs.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            runs.append(cur)
+        # A near run moves by about half the runs a MiB holds, a far one anywhere.
+        t = self.target
+        files = max(1, sum(c for c, _s in t.buckets.values()))
+        per_file = max(1.0, t.fullness * t.blocks_total / files)
+        window = max(1.0, (1 << 20) / self.bs / per_file / (n / max(len(runs), 1)) / 2)
+        keys = [
+            self.rng.uniform(0, len(runs))
+            if self.rng.random() < far
+            else i + self.rng.uniform(-window, window)
+            for i in range(len(runs))
+        ]
+        runs = [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
+        place = [0] * n
+        for rank, i in enumerate(i for run in runs for i in run):
+            place[i] = self.serial + rank
+        # Directories made in path order, as a checkout makes them.
+        for d in range(self.serial // self.per_dir, (self.serial + n - 1) // self.per_dir + 1):
+            self._path_at(d * self.per_dir)
+        self.serial += n
+        return place
 
     def _written(self, rel: str, ino: int, size: int) -> None:
         self.paths[ino] = rel
@@ -225,9 +298,10 @@ class Matcher:
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
-        files sized like the target's free extents (all but the largest bucket, which the
-        unwritten rest of the disk gives); top up to the target's fullness (with the spacers
-        still there), then delete the spacers."""
+        files sized like the target's free extents; top up to the target's fullness (with
+        the spacers still there, so nearly full), then delete the spacers. Where free extents
+        are bounded by regions (xfs allocation groups), the largest bucket is left to the
+        unwritten rest of the disk instead (a region kept empty)."""
         t = self.target
         self._keep_a_group_empty()
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
@@ -238,8 +312,17 @@ class Matcher:
             plan += [("frag", k)] * frag + [("whole", k)] * (count - frag)
         free_after = (1.0 - t.fullness) * self.total
         want = t.free_fractions()
+        top = -1
         if want:
+            # Without regions the rest of the disk left unwritten is split where the allocator
+            # puts the last files (a 13,700-block extent of a 256 MiB target came out as
+            # 8,450 + 2,860 blocks): the largest holes are spacers too, written first.
+            # Not offline (it cuts the largest extent where it wants), nor where the largest
+            # holes are more than a quarter of an ext block group (8 x block size blocks):
+            # a spacer that large is split by the allocator, the unwritten rest is not.
             top = max(want, key=lambda k: want[k])
+            if not (self.disk.groups or self.disk.can_place) and 2 << top <= 2 * self.bs:
+                top = -1
             for k, f in want.items():
                 if k == top:
                     continue
@@ -266,31 +349,39 @@ class Matcher:
         # than the target's: a file that would take the fill past the target's fullness
         # (spacers counted on top) is left out rather than run the disk out of space.
         pending_spacers = sum(v for kind, v in plan if kind == "spacer")
-        budget = min(t.fullness * self.total + pending_spacers, MAX_FULLNESS * self.total)
+        ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
+        budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
         used = self.fullness() * self.total
-        for i, (kind, v) in enumerate(plan):
-            if i % 256 == 255:
-                used = self.fullness() * self.total
-            if kind == "spacer":
-                rel = self._new_path()
-                # A large spacer split by writeback would leave smaller holes than asked.
-                self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
-                spacers.append(rel)
-                used += v
-                pending_spacers -= v
-                continue
-            blocks = self._draw_blocks(v)
-            if used + blocks + pending_spacers > budget:
-                continue
-            used += blocks
-            if kind == "whole":
-                self.write_whole(self._new_path(), self._size_of(blocks))
-            else:
-                group = pending.setdefault(v, [])
-                group.append((self._new_path(), blocks * self.bs))
-                if len(group) == 4:
-                    self.write_interleaved(group, 1)
-                    group.clear()
+        places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
+        try:
+            for i, (kind, v) in enumerate(plan):
+                if i % 256 == 255:
+                    used = self.fullness() * self.total
+                if kind == "spacer":
+                    rel = self._spacer_path()
+                    # A large spacer split by writeback would leave smaller holes than asked.
+                    self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
+                    spacers.append(rel)
+                    used += v
+                    pending_spacers -= v
+                    continue
+                blocks = self._draw_blocks(v)
+                rel = self._path_at(next(places))
+                if used + blocks + pending_spacers > budget:
+                    continue
+                used += blocks
+                if kind == "whole":
+                    self.write_whole(rel, self._size_of(blocks))
+                else:
+                    group = pending.setdefault(v, [])
+                    group.append((rel, blocks * self.bs))
+                    if len(group) == 4:
+                        self.write_interleaved(group, 1)
+                        group.clear()
+        except NoSpaceError:
+            # Nearly full with the spacers in (the metadata grew more than counted): the file
+            # that did not fit is gone again, the plan ends here.
+            pending.clear()
         for group in pending.values():
             if group:
                 self.write_interleaved(group, 1)
@@ -302,12 +393,15 @@ class Matcher:
         keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
         keys = keys or [k for k in t.buckets if k >= 1]
         weights = [t.buckets[k][0] for k in keys]
-        goal = min(t.fullness + spacer_share, MAX_FULLNESS)
+        goal = min(t.fullness + spacer_share, ceiling)
         n = 0
         while keys and self.fullness() < goal - 0.002:
             k = self.rng.choices(keys, weights)[0]
             room = int((goal - self.fullness()) * self.total) + 1
-            self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
+            try:
+                self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
+            except NoSpaceError:
+                break  # nearly full: the file that did not fit is gone again, the rest stays
             n += 1
             if n % 256 == 0:
                 self.disk.commit()
@@ -324,6 +418,7 @@ class Matcher:
             self.disk.unlink(rel)
         self.paths.clear()
         self.sizes.clear()
+        self.serial = 0  # the next fill takes the same places (its directories are there)
         self.disk.commit()
 
     # -- steering
@@ -407,7 +502,7 @@ class Matcher:
         ours = np.array([int(i) in self.paths for i in st.ino.tolist()], bool)
         solo = (st.frags == 1) & ours
         used = np.zeros(st.ino.size, bool)  # files punched or deleted this round
-        punched = deleted = 0
+        punched = deleted = made = 0
         missed: list[str] = []  # hole sizes short that no file of the matcher's could give
         for k in short:
             need = (want[k] - have.get(k, 0.0)) * free_total
@@ -440,10 +535,20 @@ class Matcher:
                     deleted += int(st.blocks[i])
                     ends.add(b)
                     starts.add(a)
+            top_free = int(st.free_len.max()) if st.free_len.size else 0
+            if got < 0.9 * need and 4 <= k <= 9 and top_free >= 8 << k:
+                # No file of the matcher's can give a hole of 16-1023 blocks (a git-like
+                # target has few large files): allocate one two blocks larger than the hole
+                # from the large free extents (eight times the hole at least) and punch the
+                # hole into it at once, which moves that many free blocks from the extent
+                # it came from into a hole of this size for two blocks of fullness.
+                m = self._carve_holes(lo, hi, need * 0.9 - got)
+                made += m
+                got += m
             punched += got
             if got == 0:
                 missed.append(f"{lo}-{hi}")
-        punched -= deleted
+        punched -= deleted + made
         self.disk.commit()
         # Give back as many blocks from the largest free extent (and those still short of the
         # target's fullness) when the target has too much free space in extents of its size,
@@ -484,7 +589,8 @@ class Matcher:
             else ""
         )
         return (
-            f"{punched} blocks punched and {deleted} deleted as holes of the sizes short, "
+            f"{punched} blocks punched, {deleted} deleted and {made} carved from new files "
+            "as holes of the sizes short, "
             f"{filled} blocks of the largest free extent filled{cut}{why}"
         )
 
@@ -495,7 +601,7 @@ class Matcher:
         if rel is None:
             return 0
         n = int(st.blocks[i])
-        holes = max(1, n // 100)
+        holes = max(1, min(n // 100, n // (lo + 2)))
         got = 0
         # Holes at evenly spaced places, each at least one block from the next.
         span = n // holes
@@ -510,6 +616,30 @@ class Matcher:
             if not self.disk.punch(rel, off * self.bs, length * self.bs):
                 break
             got += length
+        return got
+
+    def _carve_holes(self, lo: int, hi: int, need: float) -> int:
+        """Holes of ``lo``-``hi`` blocks, as many as make ``need`` blocks (eight at most), each
+        punched into a file allocated two blocks larger; returns the blocks of the holes."""
+        got = 0
+        for _ in range(8):
+            if got >= need or not (self.disk.can_punch and self.disk.can_fallocate):
+                break
+            length = self.rng.randint(lo, max(lo, min(hi, int(need - got))))
+            rel = self._new_path()
+            with self._undone_if_no_space([rel]):
+                ino = self.disk.allocate(rel, (length + 2) * self.bs, None)
+            if ino is None:
+                break
+            self.paths[ino] = rel
+            self.sizes[rel] = (length + 2) * self.bs
+            self.files_written += 1
+            self.disk.commit()
+            if not self.disk.punch(rel, self.bs, length * self.bs):
+                break
+            self.sizes[rel] = 2 * self.bs  # what it holds once punched
+            got += length
+        self.disk.commit()
         return got
 
     def _shrink_extents(
@@ -710,6 +840,14 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
     elif not rep["free_ok"]:
         out["free space"] = actions.get(
             "free space", "no contiguous file of a needed hole size touches no free extent"
+        )
+    if not rep.get("dynamic_ok", True):
+        have = rep["locality"].get("dynamic_score")
+        want = rep["target_locality"]["dynamic_score"]
+        out["locality"] = actions.get(
+            "locality",
+            f"path-order dynamic layout score {have if have is None else round(have, 3)}"
+            f" against {want:.3f}",
         )
     if not rep.get("fullness_ok", True):
         out["fullness"] = actions.get(

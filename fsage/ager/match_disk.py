@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fsage.ager.posix import punch_hole
 from fsage.errors import UsageError
-from fsage.layout import Layout
+from fsage.layout import FsFacts, Layout
 from fsage.workload import Op, OpFailedError
 
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
@@ -91,8 +91,9 @@ class Disk:
 class MountedDisk(Disk):
     """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, geometry: FsFacts | None = None) -> None:
         self.root = root
+        self.geometry = geometry
         self.area = root / AREA
         vfs = os.statvfs(root)
         self.bs = vfs.f_frsize
@@ -297,7 +298,18 @@ class MountedDisk(Disk):
         from fsage.snapshotter.live import read_live_layout
 
         os.sync()
-        return read_live_layout(self.root)
+        layout = read_live_layout(self.root)
+        if self.geometry is not None:
+            # The live reader does not see where the inode tables are; a loop-mounted ext
+            # image's were read from it before mounting (mkfs puts them; they never move),
+            # so that a path-order read is modeled as the offline reader's is.
+            f = layout.facts
+            f.groups = self.geometry.groups
+            for k, v in self.geometry.extra.items():
+                f.extra.setdefault(k, v)
+            for k, v in self.geometry.mkfs.items():
+                f.mkfs.setdefault(k, v)
+        return layout
 
 
 class OfflineDisk(Disk):
@@ -496,13 +508,18 @@ def open_disk(path: Path, mode: str) -> Iterator[Disk]:
         return
     if not can_loop_mount():
         raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
+    geometry = None
+    if kind == "ext":
+        from fsage.snapshotter.ext import read_ext_layout
+
+        geometry = read_ext_layout(path).facts
     mnt = mount_dir("match")
     try:
         mount(path, mnt)
         try:
             if (mnt / AREA).exists():
                 raise UsageError(f"{path}: /{AREA} exists: an earlier match left it")
-            yield MountedDisk(mnt)
+            yield MountedDisk(mnt, geometry)
         finally:
             os.sync()
             umount(mnt)

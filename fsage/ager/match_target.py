@@ -27,6 +27,8 @@ FREE_TV = 0.1
 MIN_FILES = 50
 #: How far the fullness left on disk may be from the target's.
 FULLNESS_TOL = 0.01
+#: How far the path-order dynamic layout score may be from the target's.
+DYNAMIC_TOL = 0.02
 
 
 @dataclass
@@ -44,6 +46,8 @@ class LayoutTarget:
     #: The file-system family the target was read from ("ext", "xfs", "btrfs", "lfs"; "":
     #: not said, as in a hand-written JSON target).
     kind: str = ""
+    #: Placement between files and the tree's shape (``locality_of``); {}: not known.
+    locality: dict[str, Any] = field(default_factory=dict)
 
     def free_fractions(self) -> dict[int, float]:
         total = sum(self.free.values())
@@ -53,6 +57,7 @@ class LayoutTarget:
         return {
             "source": self.source,
             "kind": self.kind,
+            "locality": self.locality,
             "block_size": self.block_size,
             "blocks_total": self.blocks_total,
             "fullness": self.fullness,
@@ -99,7 +104,10 @@ class LayoutTarget:
                 f"{source}: a layout target needs size_buckets and a fullness in (0, 1)"
             )
         kind = fs_family(str(data.get("kind", summary.get("kind", ""))))
-        return cls(bs, total, fullness, buckets, free_h, source, kind)
+        loc = data.get("locality") or {}
+        if not isinstance(loc, dict):
+            raise TypeError("locality is not an object")
+        return cls(bs, total, fullness, buckets, free_h, source, kind, dict(loc))
 
 
 @dataclass
@@ -195,7 +203,7 @@ def measure(layout: Layout, source: str = "") -> MeasuredState:
     used = f.blocks_total - f.blocks_free
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
-        buckets, free, source, fs_family(f.kind),
+        buckets, free, source, fs_family(f.kind), locality_of(layout),
     )  # fmt: skip
     return MeasuredState(
         tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
@@ -263,6 +271,16 @@ def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) ->
     tv = free_tv(target.free_fractions(), now.free_fractions()) if free_known else None
     free_ok = tv is not None and tv <= FREE_TV
     fullness_ok = abs(now.fullness - target.fullness) <= FULLNESS_TOL
+    want_dyn = target.locality.get("dynamic_score")
+    have_dyn = now.locality.get("dynamic_score")
+    # Judged where both reads were modeled alike: with the inode-table reads (an ext layout
+    # read offline, or live with the image's geometry) or both without (xfs, btrfs).
+    alike = target.locality.get("inode_reads") == now.locality.get("inode_reads")
+    dynamic_ok = (
+        want_dyn is None
+        or not alike
+        or (have_dyn is not None and abs(have_dyn - want_dyn) <= DYNAMIC_TOL)
+    )
     return {
         "buckets": rows,
         "free_tv": tv,
@@ -272,7 +290,10 @@ def compare(target: LayoutTarget, now: LayoutTarget, free_known: bool = True) ->
         "fullness": now.fullness,
         "target_fullness": target.fullness,
         "fullness_ok": fullness_ok,
-        "matched": all(r["ok"] for r in rows) and free_ok and fullness_ok,
+        "locality": now.locality,
+        "target_locality": target.locality,
+        "dynamic_ok": dynamic_ok,
+        "matched": all(r["ok"] for r in rows) and free_ok and fullness_ok and dynamic_ok,
     }
 
 
@@ -287,8 +308,70 @@ def bucket_excess(rep: dict[str, Any]) -> float:
 
 
 def distance(rep: dict[str, Any]) -> float:
-    """How far a state is from the target: the larger of the worst judged bucket's excess
-    over its tolerance and the free-space histogram's excess over its own."""
+    """How far a state is from the target: the largest of the worst judged bucket's excess
+    over its tolerance, the free-space histogram's and the dynamic layout score's."""
     worst = bucket_excess(rep)
     free = 0.0 if rep["free_tv"] is None else rep["free_tv"] - FREE_TV
-    return float(max(worst, free, 0.0))
+    want = rep.get("target_locality", {}).get("dynamic_score")
+    have = rep.get("locality", {}).get("dynamic_score")
+    judged = want is not None and have is not None and not rep.get("dynamic_ok", True)
+    dyn = abs(have - want) - DYNAMIC_TOL if judged else 0.0
+    return float(max(worst, free, dyn, 0.0))
+
+
+# ---------------------------------------------------------------------------- locality
+
+
+def locality_of(layout: Layout) -> dict[str, Any]:
+    """Placement between files and the tree's shape: the modeled dynamic layout score of a
+    path-order read of every directory and file (Conway's ``grep -r``), for consecutive files
+    of one directory in path order the shares of the distances from one's last block to the
+    next one's first (adjacent, within 1 MiB, within one group, farther), and the directory
+    count, depth and files per directory."""
+    from fsage.analyzer.dynamic import modeled_reads, walk_order
+    from fsage.analyzer.locality import blocks_per_group, parent_index
+
+    files = layout.files
+    sc = file_scores(files)
+    reg, dirs = files.is_regular(), files.is_dir()
+    reads = modeled_reads(layout, sc, walk_order(layout, reg | dirs)).score()
+    order = walk_order(layout, reg & (sc.blocks > 0))
+    parent = parent_index(layout)
+    runs = sc.runs
+    last_run = runs.off[order + 1] - 1
+    first = sc.first_block[order]
+    last = runs.start[last_run] + runs.length[last_run] - 1
+    same = parent[order[1:]] == parent[order[:-1]]
+    dist = np.abs(first[1:] - last[:-1] - 1)[same]
+    mib = max(1, (1 << 20) // layout.facts.block_size)
+    group = blocks_per_group(layout) or 32768
+    n = max(int(dist.size), 1)
+    depth = _depths(parent, dirs)
+    ndirs = int(dirs.sum())
+    ipg = layout.facts.groups and all("inode_table" in g for g in layout.facts.groups)
+    return {
+        "dynamic_score": reads["score"],
+        "inode_reads": bool(ipg),
+        "pairs": int(dist.size),
+        "adjacent": float(np.count_nonzero(dist == 0) / n),
+        "within_mib": float(np.count_nonzero((dist > 0) & (dist <= mib)) / n),
+        "within_group": float(np.count_nonzero((dist > mib) & (dist <= group)) / n),
+        "farther": float(np.count_nonzero(dist > group) / n),
+        "directories": ndirs,
+        "max_depth": int(depth.max()) if depth.size else 0,
+        "files_per_directory": float(reg.sum() / max(ndirs, 1)),
+    }
+
+
+def _depths(parent: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+    """Depth of every directory below the root (the root: 0), through ``parent``."""
+    idx = np.flatnonzero(dirs)
+    depth = np.zeros(idx.size, np.int64)
+    cur = parent[idx]
+    for _ in range(4096):
+        live = cur >= 0
+        if not live.any():
+            break
+        depth[live] += 1
+        cur = np.where(live, parent[np.maximum(cur, 0)], -1)
+    return depth

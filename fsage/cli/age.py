@@ -231,6 +231,7 @@ def match_lines(res: dict[str, Any]) -> list[str]:
         f"  free-space histogram: total variation {tv} (<= 0.1 to match);"
         f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
     )
+    out += locality_lines(rep.get("locality") or {}, rep.get("target_locality") or {})
     close = res.get("closest")
     if close and not res["matched"] and close is not rep:
         off = sum(1 for r in close["buckets"] if r["judged"] and not r["ok"])
@@ -242,6 +243,31 @@ def match_lines(res: dict[str, Any]) -> list[str]:
     for key, why in res["reasons"].items():
         out.append(f"  {key}: {why}")
     return out
+
+
+def locality_lines(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Placement between files and the tree's shape, reached against the target's."""
+    if not want:
+        return []
+
+    def num(d: dict[str, Any], key: str, fmt: str) -> str:
+        v = d.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    shares = " / ".join(
+        f"{num(have, k, '.2f')} ({num(want, k, '.2f')})"
+        for k in ("adjacent", "within_mib", "within_group", "farther")
+    )
+    return [
+        f"  path-order dynamic layout score {num(have, 'dynamic_score', '.3f')}"
+        f" (target {num(want, 'dynamic_score', '.3f')}, within 0.02 to match)",
+        f"  consecutive files of a directory adjacent / within 1 MiB / within a group /"
+        f" farther: {shares}",
+        f"  directories {num(have, 'directories', ',')} ({num(want, 'directories', ',')}),"
+        f" files per directory {num(have, 'files_per_directory', '.1f')}"
+        f" ({num(want, 'files_per_directory', '.1f')}), depth {num(have, 'max_depth', 'd')}"
+        f" ({num(want, 'max_depth', 'd')})",
+    ]
 
 
 def convergence_lines(rep: dict[str, Any]) -> list[str]:
