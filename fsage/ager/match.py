@@ -418,6 +418,7 @@ class Matcher:
             self.disk.unlink(rel)
         self.paths.clear()
         self.sizes.clear()
+        self.fillers.clear()
         self.serial = 0  # the next fill takes the same places (its directories are there)
         self.disk.commit()
 
@@ -710,7 +711,7 @@ class Matcher:
             got = self._fill_large(int((goal - now) * self.total), None)
             return f"{got} blocks allocated to reach the target's fullness"
         over = int((now - goal) * self.total)
-        rels = [r for r in reversed(self.fillers) if r in self.sizes]
+        rels = [r for r in dict.fromkeys(reversed(self.fillers)) if r in self.sizes]
         rest = sorted(set(self.sizes) - set(rels), key=lambda r: -self.sizes[r])
         freed = 0
         for rel in rels + rest:
