@@ -62,7 +62,8 @@ def _filefrag_buckets(image: Path) -> dict[int, tuple[int, int, int]]:
                 ["filefrag", "-v", "-b4096", *paths[i : i + 300]],
                 capture_output=True, text=True, check=True,
             ).stdout  # fmt: skip
-            for block in text.split("Filesystem type is")[1:]:
+            # One header per run of filefrag, then one block per file.
+            for block in re.split(r"^File size of ", text, flags=re.M)[1:]:
                 exts = sorted(
                     (int(m.group(1)), int(m.group(2)), int(m.group(3)))
                     for m in map(_EXT.match, block.splitlines())
