@@ -141,6 +141,8 @@ class Matcher:
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
+        #: The fill makes the largest holes with spacers too (see ``fill``).
+        self.top_spacer = False
         self.files_written = 0
         self.bytes_written = 0
 
@@ -314,14 +316,17 @@ class Matcher:
         want = t.free_fractions()
         top = -1
         if want:
-            # Without regions the rest of the disk left unwritten is split where the allocator
-            # puts the last files (a 13,700-block extent of a 256 MiB target came out as
-            # 8,450 + 2,860 blocks): the largest holes are spacers too, written first.
+            # The largest bucket is the unwritten rest of the disk, which the allocator may
+            # split where it puts the last files (a 13,700-block extent of a 256 MiB target
+            # came out as 8,450 + 2,860 blocks); with ``top_spacer`` (a second fill's way)
+            # its holes are spacers too, written first, at the cost of a fill that leaves
+            # no room (its shortfall in fullness is made up after, from the large holes).
             # Not offline (it cuts the largest extent where it wants), nor where the largest
             # holes are more than a quarter of an ext block group (8 x block size blocks):
             # a spacer that large is split by the allocator, the unwritten rest is not.
             top = max(want, key=lambda k: want[k])
-            if not (self.disk.groups or self.disk.can_place) and 2 << top <= 2 * self.bs:
+            alone = not (self.disk.groups or self.disk.can_place)
+            if self.top_spacer and alone and 2 << top <= 2 * self.bs:
                 top = -1
             for k, f in want.items():
                 if k == top:
@@ -748,6 +753,7 @@ class Matcher:
         closest: tuple[tuple[float, float], dict[str, Any]] | None = None
         stalled = 0
         fills = 1
+        fill_best: dict[bool, float] = {}
         last_actions: dict[str, str] = {}
         while True:
             st = self.snapshot()
@@ -757,7 +763,9 @@ class Matcher:
             tv = "unknown" if rep["free_tv"] is None else f"{rep['free_tv']:.3f}"
             self.say(
                 f"fsage: round {res.rounds}: distance {dist:.3f}, free-space TV {tv}, "
-                f"fullness {st.target.fullness:.3f}, {time.perf_counter() - t0:.0f} s"
+                f"fullness {st.target.fullness:.3f}, path-order dynamic layout score "
+                f"{st.target.locality.get('dynamic_score') or 0:.3f}, "
+                f"{time.perf_counter() - t0:.0f} s"
             )
             rank = (bucket_excess(rep), dist)
             better = closest is None or rank[0] < closest[0][0] - 1e-4
@@ -771,6 +779,11 @@ class Matcher:
             if rep["matched"]:
                 res.matched, res.stop = True, "matched"
                 break
+            if rep["buckets_ok"] and rep["free_ok"] and rep["fullness_ok"]:
+                # Only the path-order read is off, which the rounds do not steer (rewriting
+                # files to move them undoes the free space): keep this state.
+                res.stop = "all but the path-order dynamic layout score matched"
+                break
             if not st.free_known and rep["buckets_ok"]:
                 res.stop = "size buckets matched; free space unknown on this file system"
                 break
@@ -781,7 +794,16 @@ class Matcher:
                 # Holes punched cannot always be given back on the kernel's allocator (it
                 # takes no hint where to put the filler), and the free extents a fill leaves
                 # vary from run to run: a stalled fill is cleared and drawn again.
+                # The fills take turns between the two ways of making the largest holes; the
+                # last takes the way that came closer (it is the one left on disk).
+                assert best is not None
+                fill_best[self.top_spacer] = min(fill_best.get(self.top_spacer, 9.0), best[0])
                 fills += 1
+                self.top_spacer = (
+                    fills % 2 == 0
+                    if fills < FILLS
+                    else fill_best.get(True, 9.0) < fill_best.get(False, 9.0)
+                )
                 self.say(f"fsage: no progress in {STALL_ROUNDS} rounds: fill {fills} of {FILLS}")
                 self.clear()
                 try:
@@ -858,6 +880,22 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _write_journal(journal: Path, disk: Disk, target: LayoutTarget, seed: int) -> None:
+    """The ops ``disk`` ran, as a Workload: what was done stays replayable even when the
+    match failed half way."""
+    from fsage.workload import WorkloadHeader, write_workload
+
+    header = WorkloadHeader(
+        "fsage age --match",
+        {"target": target.source, "offline": isinstance(disk, OfflineDisk)},
+        seed,
+    )
+    try:
+        write_workload(journal, header, disk.ops)
+    except OSError as exc:
+        raise WorkloadError(f"cannot write the journal {journal}: {exc.strerror}") from None
+
+
 def match_layout(
     path: Path,
     target: LayoutTarget,
@@ -866,9 +904,11 @@ def match_layout(
     time_limit: float = 600.0,
     mode: str = "auto",
     say: Callable[[str], None] | None = None,
+    journal: Path | None = None,
 ) -> MatchResult:
     """Age the mounted directory or image ``path`` until its layout matches ``target``
-    (``mode``: see ``open_disk``)."""
+    (``mode``: see ``open_disk``). ``journal``: where to write the ops that took effect, as a
+    Workload (``fsage age OTHER --ops JOURNAL`` runs them again)."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
@@ -896,6 +936,9 @@ def match_layout(
             raise WorkloadError(f"matching {path}: {exc}") from None
         except WorkloadError as exc:
             raise WorkloadError(f"matching {path}: {exc}") from None
+        finally:
+            if journal is not None:
+                _write_journal(journal, disk, target, seed)
     if live is None:
         from fsage.snapshotter.ext import read_ext_layout
 

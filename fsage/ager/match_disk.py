@@ -40,6 +40,26 @@ class Disk:
     #: The region kept free of new files (``keep_group_empty``), if any.
     kept_empty: int | None = None
 
+    def _start_journal(self) -> None:
+        #: The ops that took effect, as Workload ops on paths from the file system's top: a
+        #: stream ``fsage age --ops`` runs again.
+        self.ops: list[Op] = []
+        self._live: set[str] = set()
+
+    def _log(self, op: Op) -> None:
+        """Journal ``op``, which took effect. A delete of a file that never made it to the
+        journal (its create ran out of space half way) is left out."""
+        if op.op == "delete":
+            if op.path not in self._live:
+                return
+            self._live.discard(op.path)
+        elif op.op in ("create", "mkdir"):
+            self._live.add(op.path)
+        elif op.op == "rename":
+            self._live.discard(op.path)
+            self._live.add(op.dest)
+        self.ops.append(op)
+
     def prepare(self) -> None:
         """Make the matcher's area: the first write, once the target has been accepted."""
         raise NotImplementedError
@@ -92,6 +112,7 @@ class MountedDisk(Disk):
     """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
 
     def __init__(self, root: Path, geometry: FsFacts | None = None) -> None:
+        self._start_journal()
         self.root = root
         self.geometry = geometry
         self.area = root / AREA
@@ -128,6 +149,10 @@ class MountedDisk(Disk):
 
     def prepare(self) -> None:
         self.area.mkdir(exist_ok=True)
+        self._log(Op("mkdir", AREA))
+
+    def _p(self, rel: str) -> str:
+        return f"{AREA}/{rel}"
 
     def keep_group_empty(self, group: int) -> None:
         self._avoid = self.kept_empty = group
@@ -141,6 +166,7 @@ class MountedDisk(Disk):
             rel = f".g{len(self._group_dirs)}-{self._tries}"
             self._tries += 1
             (self.area / rel).mkdir()
+            self._log(Op("mkdir", self._p(rel)))
             g = os.stat(self.area / rel).st_ino >> self._ino_shift
             self._group_dirs.setdefault(int(g), rel)
             if g == group:
@@ -155,7 +181,9 @@ class MountedDisk(Disk):
         (empty, under another name) and another one made."""
         path = self.area / rel
         if self._avoid is None:
-            path.mkdir(exist_ok=True)
+            if not path.exists():
+                path.mkdir()
+                self._log(Op("mkdir", self._p(rel)))
             return
         others = [g for g in range(self.groups) if g != self._avoid]
         best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
@@ -163,18 +191,23 @@ class MountedDisk(Disk):
         for attempt in range(4 * self.groups + 1):
             tmp = self.area / f".{rel}.{attempt}"
             tmp.mkdir()
+            self._log(Op("mkdir", self._p(tmp.name)))
             g = os.stat(tmp).st_ino >> self._ino_shift
             if g == best:
                 tmp.rename(path)
+                self._log(Op("rename", self._p(tmp.name), dest=self._p(rel)))
                 self._dir_group[rel] = g
                 return
             if g != self._avoid and fallback is None:
                 fallback = (tmp, g)
         if fallback is not None:
             fallback[0].rename(path)
+            self._log(Op("rename", self._p(fallback[0].name), dest=self._p(rel)))
             self._dir_group[rel] = fallback[1]
             return
-        path.mkdir(exist_ok=True)  # the allocator does not rotate: take what it gives
+        if not path.exists():  # the allocator does not rotate: take what it gives
+            path.mkdir()
+            self._log(Op("mkdir", self._p(rel)))
 
     def _place(self, rel: str, size: int) -> None:
         g = self._dir_group.get(rel.partition("/")[0])
@@ -197,6 +230,7 @@ class MountedDisk(Disk):
         first and it is fsync'ed whole."""
         if at_once:
             os.sync()
+            self._log(Op("sync"))
         fd, ino = self._open(rel)
         try:
             self._write(fd, size)
@@ -204,6 +238,9 @@ class MountedDisk(Disk):
                 os.fsync(fd)
         finally:
             os.close(fd)
+        self._log(Op("create", self._p(rel), size))
+        if at_once:
+            self._log(Op("fsync", self._p(rel)))
         self._place(rel, size)
         return ino
 
@@ -215,14 +252,18 @@ class MountedDisk(Disk):
         fds = [fd for fd, _ in opened]
         sizes = [size for _, size in items]
         step = chunk * self.bs
+        # Journaled once all of it took effect (a file that ran out of space is deleted by
+        # the matcher, and the delete of a file never journaled is left out).
+        ops = [Op("create", self._p(rel), 0) for rel, _ in items]
         try:
             for off in range(0, max(sizes), step):
-                for fd, size in zip(fds, sizes, strict=True):
+                for (rel, size), fd in zip(items, fds, strict=True):
                     if off < size:
                         n = min(step, size - off)
                         if self.can_fallocate:
                             try:
                                 os.posix_fallocate(fd, off, n)
+                                ops.append(Op("fallocate", self._p(rel), n, off))
                                 continue
                             except OSError as exc:
                                 if exc.errno in _NO_SPACE:
@@ -231,12 +272,16 @@ class MountedDisk(Disk):
                         os.lseek(fd, off, os.SEEK_SET)
                         self._write(fd, n)
                         os.fsync(fd)
-            for fd, size in zip(fds, sizes, strict=True):
+                        ops += [Op("append", self._p(rel), n), Op("fsync", self._p(rel))]
+            for (rel, size), fd in zip(items, fds, strict=True):
                 os.lseek(fd, 0, os.SEEK_SET)
                 self._write(fd, size)
+                ops.append(Op("overwrite", self._p(rel), size, 0))
         finally:
             for fd in fds:
                 os.close(fd)
+        for op in ops:
+            self._log(op)
         for rel, size in items:
             self._place(rel, size)
         return [ino for _, ino in opened]
@@ -244,6 +289,7 @@ class MountedDisk(Disk):
     def unlink(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.area / rel)
+            self._log(Op("delete", self._p(rel)))
         g, blocks = self._file_blocks.pop(rel, (-1, 0))
         if g >= 0:
             self._placed[g] -= blocks
@@ -260,6 +306,7 @@ class MountedDisk(Disk):
             return False
         finally:
             os.close(fd)
+        self._log(Op("punch", self._p(rel), length, offset))
         return True
 
     def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
@@ -273,6 +320,7 @@ class MountedDisk(Disk):
                 ino = self.allocate(tmp, size)
                 if ino is not None:
                     os.rename(self.area / tmp, self.area / rel)
+                    self._log(Op("rename", self._p(tmp), dest=self._p(rel)))
                 return ino
         fd, ino = self._open(rel)
         try:
@@ -281,9 +329,12 @@ class MountedDisk(Disk):
             if exc.errno in _NO_SPACE:
                 raise
             self.can_fallocate = False  # not supported here
+            os.unlink(self.area / rel)
             return None
         finally:
             os.close(fd)
+        self._log(Op("create", self._p(rel), 0))
+        self._log(Op("fallocate", self._p(rel), size, 0))
         self._place(rel, size)
         return ino
 
@@ -293,6 +344,7 @@ class MountedDisk(Disk):
 
     def commit(self) -> None:
         os.sync()
+        self._log(Op("sync"))
 
     def layout(self) -> Layout:
         from fsage.snapshotter.live import read_live_layout
@@ -323,6 +375,8 @@ class OfflineDisk(Disk):
 
     def __init__(self, image: Path) -> None:
         from fsage.ager.offline import OfflineExtExecutor
+
+        self._start_journal()
         from fsage.snapshotter.ext import read_ext_layout
 
         self.image = image
@@ -334,9 +388,13 @@ class OfflineDisk(Disk):
         self.x = OfflineExtExecutor(image)
         self.bs = self.x.capacity_blocks()[0]
 
+    def _run(self, op: Op) -> None:
+        self.x.apply(op)
+        self._log(op)
+
     def prepare(self) -> None:
         try:
-            self.x.apply(Op("mkdir", AREA))
+            self._run(Op("mkdir", AREA))
         except OpFailedError:
             raise UsageError(f"{self.image}: /{AREA} exists: an earlier match left it") from None
 
@@ -345,41 +403,41 @@ class OfflineDisk(Disk):
 
     def mkdir(self, rel: str) -> None:
         with contextlib.suppress(OpFailedError):  # exists already
-            self.x.apply(Op("mkdir", self._path(rel)))
+            self._run(Op("mkdir", self._path(rel)))
 
     def create(self, rel: str, size: int, at_once: bool = False) -> int:
         path = self._path(rel)
-        self.x.apply(Op("create", path, size))
+        self._run(Op("create", path, size))
         return self.x.stat(path)[0]
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
         paths = [self._path(rel) for rel, _ in items]
         inos = []
         for path in paths:
-            self.x.apply(Op("create", path, 0))
+            self._run(Op("create", path, 0))
             inos.append(self.x.stat(path)[0])
         step = chunk * self.bs
         for off in range(0, max(size for _, size in items), step):
             for path, (_, size) in zip(paths, items, strict=True):
                 if off < size:
-                    self.x.apply(Op("append", path, min(step, size - off)))
+                    self._run(Op("append", path, min(step, size - off)))
         return inos
 
     def unlink(self, rel: str) -> None:
         with contextlib.suppress(OpFailedError):  # gone already
-            self.x.apply(Op("delete", self._path(rel)))
+            self._run(Op("delete", self._path(rel)))
 
     def punch(self, rel: str, offset: int, length: int) -> bool:
-        self.x.apply(Op("punch", self._path(rel), length, offset))
+        self._run(Op("punch", self._path(rel), length, offset))
         return True
 
     def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
         path = self._path(rel)
-        self.x.apply(Op("create", path, 0))
+        self._run(Op("create", path, 0))
         if near is None:
-            self.x.apply(Op("fallocate", path, size, 0))
+            self._run(Op("fallocate", path, size, 0))
         else:
-            self.x.fallocate_from(path, 0, size, near)
+            self._run(Op("allocate-near", path, size, 0, label=str(near)))
         return self.x.stat(path)[0]
 
     def fullness(self) -> float:
@@ -389,6 +447,7 @@ class OfflineDisk(Disk):
 
     def commit(self) -> None:
         self.x.flush()
+        self._log(Op("sync"))
 
     def layout(self) -> Layout:
         self.x.flush()

@@ -351,6 +351,7 @@ def locality_of(layout: Layout) -> dict[str, Any]:
     ipg = layout.facts.groups and all("inode_table" in g for g in layout.facts.groups)
     return {
         "dynamic_score": reads["score"],
+        "read_blocks": int(reads["blocks"]),
         "inode_reads": bool(ipg),
         "pairs": int(dist.size),
         "adjacent": float(np.count_nonzero(dist == 0) / n),

@@ -78,6 +78,14 @@ from fsage.lfs.cleaner import POLICIES
     "matched offline (libext2fs) without root or with --offline.",
 )
 @click.option(
+    "--match-ops",
+    "match_ops",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --match: write the ops the matcher ran here (JSON Lines; .gz: gzip), a "
+    "stream that --ops runs again on another file system.",
+)
+@click.option(
     "--time-limit",
     type=float,
     default=600.0,
@@ -94,8 +102,8 @@ def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, match_spec: str | None, time_limit: float, policy: str | None,
-    fmt: str,
+    force: bool, resume: bool, match_spec: str | None, match_ops: Path | None,
+    time_limit: float, policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -114,14 +122,19 @@ def age_cmd(
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
       fsage age /mnt/test --match 12 --db fsage.db
-      fsage age ext4.img --match target.json --offline
+      fsage age ext4.img --match target.json --offline --match-ops m.jsonl.gz
       fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if match_spec is not None:
         if profile_spec is not None or ops_file is not None or resume:
             raise UsageError("--match takes no --profile, --ops or --resume")
-        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt)
+        _match(
+            target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt,
+            match_ops,
+        )  # fmt: skip
         return
+    if match_ops is not None:
+        raise UsageError("--match-ops goes with --match")
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
     ):
@@ -186,7 +199,7 @@ def _print_result(target: Path, res: AgeResult) -> None:
 
 def _match(
     target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
-    fmt: str,
+    fmt: str, journal: Path | None,
 ) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
@@ -194,7 +207,7 @@ def _match(
     quiet = not progress_enabled() or fmt != "text"
     res = match_layout(
         target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
-        say=None if quiet else (lambda s: click.echo(s, err=True)),
+        say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
     )  # fmt: skip
     if fmt == "json":
         echo_json(res.to_json())
