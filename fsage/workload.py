@@ -46,6 +46,8 @@ OP_KINDS = (
     "snapshot",  # marker: a snapshot is wanted here (label)
     "punch",  # path, offset, size: free the blocks of the range; the file keeps its size
     "fallocate",  # path, offset, size: allocate blocks for the range, growing the size to its end
+    "allocate-near",  # fallocate's fields; label: the block its blocks are searched from (the
+    # offline writer places them there; the kernel takes no such hint: a plain fallocate)
     "setattr",  # path, mode and/or mtime_ns: permission bits, modification time (as tar sets)
 )
 
@@ -169,6 +171,8 @@ class Op:
             check_relpath(self.path, where)
         if self.op in ("rename", "link"):
             check_relpath(self.dest, where)
+        if self.op == "allocate-near" and not self.label.isdigit():
+            raise WorkloadError(f"{where}allocate-near needs a block number, not {self.label!r}")
         if self.op == "mknod" and self.label not in SPECIAL_KINDS:
             raise WorkloadError(f"{where}mknod of unknown kind {self.label!r}")
         if self.op == "symlink" and (self.size > SYMLINK_MAX or "\0" in self.dest):

@@ -135,6 +135,9 @@ class OfflineExtExecutor(Executor):
                     self._x.writer_truncate(self._h, p, old)
                 raise
             return 0
+        if kind == "allocate-near":
+            self.fallocate_from(op.path, op.offset, op.size, int(op.label))
+            return 0
         if kind == "mkdir":
             self._call(op, "writer_mkdir", p)
             return 0

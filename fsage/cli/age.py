@@ -83,6 +83,14 @@ from fsage.lfs.cleaner import POLICIES
     "matched offline (libext2fs) without root or with --offline.",
 )
 @click.option(
+    "--match-ops",
+    "match_ops",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --match: write the ops the matcher ran here (JSON Lines; .gz: gzip), a "
+    "stream that --ops runs again on another file system.",
+)
+@click.option(
     "--time-limit",
     type=float,
     default=600.0,
@@ -99,8 +107,8 @@ def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, match_spec: str | None, time_limit: float, policy: str | None,
-    fmt: str,
+    force: bool, resume: bool, match_spec: str | None, match_ops: Path | None,
+    time_limit: float, policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -119,14 +127,19 @@ def age_cmd(
       fsage age ext4.img --ops ops.jsonl.gz --offline
       fsage age ext4.img --resume
       fsage age /mnt/test --match 12 --db fsage.db
-      fsage age ext4.img --match target.json --offline
+      fsage age ext4.img --match target.json --offline --match-ops m.jsonl.gz
       fsage age lfs.img --profile random-update --fill 0.8 --policy cost-benefit
     """
     if match_spec is not None:
         if profile_spec is not None or ops_file is not None or resume:
             raise UsageError("--match takes no --profile, --ops or --resume")
-        _match(target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt)
+        _match(
+            target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt,
+            match_ops,
+        )  # fmt: skip
         return
+    if match_ops is not None:
+        raise UsageError("--match-ops goes with --match")
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
     ):
@@ -192,7 +205,7 @@ def _print_result(target: Path, res: AgeResult) -> None:
 
 def _match(
     target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
-    fmt: str,
+    fmt: str, journal: Path | None,
 ) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
@@ -201,7 +214,7 @@ def _match(
     with image_lock(target, exclusive=True):
         res = match_layout(
             target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
-            say=None if quiet else (lambda s: click.echo(s, err=True)),
+            say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
         )  # fmt: skip
     if fmt == "json":
         echo_json(res.to_json())
@@ -211,12 +224,14 @@ def _match(
 
 
 def match_lines(res: dict[str, Any]) -> list[str]:
-    """The per-bucket table, target vs reached (the closest state when not matched)."""
-    rep = res["report"] if res["matched"] else res["closest"]
-    state = "matched" if res["matched"] else f"NOT matched ({res['stop']}); closest state"
+    """The per-bucket table, target vs the state left on disk; the closest state seen while
+    aging on a line of its own."""
+    rep = res["report"]
+    state = "matched" if res["matched"] else f"NOT matched ({res['stop']})"
+    by = f"; measured by {res['measured_by']}" if res.get("measured_by") else ""
     out = [
         f"{res['target']}: {state} after {res['elapsed']:.0f} s, {res['rounds']} rounds, "
-        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}",
+        f"{res['bytes_written'] / 2**20:,.0f} MiB written; target {res['source']}{by}",
         *(
             ["  via the offline writer (libext2fs's allocator, not the kernel's)"]
             if res.get("offline")
@@ -236,9 +251,43 @@ def match_lines(res: dict[str, Any]) -> list[str]:
         f"  free-space histogram: total variation {tv} (<= 0.1 to match);"
         f" fullness {rep['fullness']:.3f} (target {rep['target_fullness']:.3f})"
     )
+    out += locality_lines(rep.get("locality") or {}, rep.get("target_locality") or {})
+    close = res.get("closest")
+    if close and not res["matched"] and close is not rep:
+        off = sum(1 for r in close["buckets"] if r["judged"] and not r["ok"])
+        ctv = "unknown" if close["free_tv"] is None else f"{close['free_tv']:.3f}"
+        out.append(
+            f"  closest state seen while aging: {off} size bucket(s) off, free-space TV {ctv},"
+            f" fullness {close['fullness']:.3f}"
+        )
     for key, why in res["reasons"].items():
         out.append(f"  {key}: {why}")
     return out
+
+
+def locality_lines(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Placement between files and the tree's shape, reached against the target's."""
+    if not want:
+        return []
+
+    def num(d: dict[str, Any], key: str, fmt: str) -> str:
+        v = d.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    shares = " / ".join(
+        f"{num(have, k, '.2f')} ({num(want, k, '.2f')})"
+        for k in ("adjacent", "within_mib", "within_group", "farther")
+    )
+    return [
+        f"  path-order dynamic layout score {num(have, 'dynamic_score', '.3f')}"
+        f" (target {num(want, 'dynamic_score', '.3f')}, within 0.02 to match)",
+        f"  consecutive files of a directory adjacent / within 1 MiB / within a group /"
+        f" farther: {shares}",
+        f"  directories {num(have, 'directories', ',')} ({num(want, 'directories', ',')}),"
+        f" files per directory {num(have, 'files_per_directory', '.1f')}"
+        f" ({num(want, 'files_per_directory', '.1f')}), depth {num(have, 'max_depth', 'd')}"
+        f" ({num(want, 'max_depth', 'd')})",
+    ]
 
 
 def convergence_lines(rep: dict[str, Any]) -> list[str]:

@@ -235,6 +235,7 @@ def test_a_stalled_fill_is_cleared_and_drawn_again(monkeypatch: pytest.MonkeyPat
         matcher = m.Matcher.__new__(m.Matcher)
         matcher.target = _target({1: (400, 0.5)}, {0: 100})
         matcher.time_limit, matcher.say = 1e9, events.append
+        matcher.top_spacer = False
         matcher.files_written = matcher.bytes_written = 0
 
         def fill() -> None:
@@ -251,6 +252,7 @@ def test_a_stalled_fill_is_cleared_and_drawn_again(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(matcher, "snapshot", lambda: _State(), raising=False)
         monkeypatch.setattr(matcher, "steer_scores", lambda st: {}, raising=False)
         monkeypatch.setattr(matcher, "steer_free", lambda st: "", raising=False)
+        monkeypatch.setattr(matcher, "settle_fullness", lambda: "", raising=False)
         monkeypatch.setattr(m, "compare", report)
         return matcher.run(), events
 

@@ -1,0 +1,587 @@
+"""Where ``fsage age --match`` writes: a mounted tree through the kernel, or an unmounted ext
+image through the offline writer (libext2fs), behind the few ops the matcher needs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from fsage.ager.posix import punch_hole
+from fsage.errors import UsageError
+from fsage.layout import FsFacts, Layout
+from fsage.workload import Op, OpFailedError
+
+AREA = "fsage-match"  # the matcher's files live under this directory of the target
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class Disk:
+    """Where the matcher's files live: the ops it needs, on paths relative to its area
+    (``AREA`` at the top of the target). ``MountedDisk`` runs them through the kernel,
+    ``OfflineDisk`` through libext2fs on an unmounted ext image."""
+
+    bs: int
+    #: The file system's kind as a layout names it ("ext4", "xfs", ...; "ext" offline).
+    kind: str = ""
+    #: Blocks of the file system, counted as ``measure`` counts them (fullness, scaling).
+    total: int
+    #: False where punching a hole does not free a free extent of its size.
+    can_punch: bool = True
+    can_fallocate: bool = True
+    #: True where ``allocate`` places blocks where it is told (the kernel takes no hint).
+    can_place: bool = False
+    #: Blocks of each region no free extent crosses (xfs allocation groups); 0: none.
+    group_blocks: int = 0
+    groups: int = 0
+
+    #: The region kept free of new files (``keep_group_empty``), if any.
+    kept_empty: int | None = None
+
+    def _start_journal(self) -> None:
+        #: The ops that took effect, as Workload ops on paths from the file system's top: a
+        #: stream ``fsage age --ops`` runs again.
+        self.ops: list[Op] = []
+        self._live: set[str] = set()
+
+    def _log(self, op: Op) -> None:
+        """Journal ``op``, which took effect. A delete of a file that never made it to the
+        journal (its create ran out of space half way) is left out."""
+        if op.op == "delete":
+            if op.path not in self._live:
+                return
+            self._live.discard(op.path)
+        elif op.op in ("create", "mkdir"):
+            self._live.add(op.path)
+        elif op.op == "rename":
+            self._live.discard(op.path)
+            self._live.add(op.dest)
+        self.ops.append(op)
+
+    def prepare(self) -> None:
+        """Make the matcher's area: the first write, once the target has been accepted."""
+        raise NotImplementedError
+
+    def keep_group_empty(self, group: int) -> None:
+        """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
+
+    def mkdir(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """A new file of ``size`` bytes written whole; returns its inode. ``at_once``: its
+        blocks allocated in one piece, after those of every file written before it."""
+        raise NotImplementedError
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """New files whose blocks are allocated ``chunk`` blocks at a time in turn (pieces of
+        the files alternate on disk); returns their inodes."""
+        raise NotImplementedError
+
+    def unlink(self, rel: str) -> None:
+        raise NotImplementedError
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        """Free the blocks of ``[offset, offset + length)``; False (and ``can_punch`` off)
+        where punching is not supported."""
+        raise NotImplementedError
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """A new file with ``size`` bytes allocated, not written (fallocate), from block
+        ``near`` on where the allocator takes a hint; None (and ``can_fallocate`` off) where
+        not supported."""
+        raise NotImplementedError
+
+    def fullness(self) -> float:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make what was done visible to the allocator and the reader (freed blocks reused
+        only once their deletes are committed)."""
+
+    def layout(self) -> Layout:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class MountedDisk(Disk):
+    """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
+
+    def __init__(self, root: Path, geometry: FsFacts | None = None) -> None:
+        self._start_journal()
+        self.root = root
+        self.geometry = geometry
+        self.area = root / AREA
+        vfs = os.statvfs(root)
+        self.bs = vfs.f_frsize
+        # Fullness as the snapshots measure it (the live reader's and the offline reader's
+        # alike): used blocks, metadata included, of the device's blocks where GETFSMAP
+        # gives them. statvfs leaves ext4's metadata out of both: a target read offline
+        # would be matched on a different scale.
+        self.total = _device_blocks(root, self.bs) or vfs.f_blocks
+        self._buf = b"\xa5" * (1 << 20)
+        # btrfs frees a punched range only when no part of its extent is still referenced:
+        # holes there are made by deleting whole files.
+        self.kind = _fs_type(root)
+        self.can_punch = self.kind != "btrfs"
+        self._avoid: int | None = None
+        self._ino_shift = 0
+        self._group_dirs: dict[int, str] = {}
+        self._tries = 0
+        # While a group is kept empty: blocks the matcher's files hold per group (by their
+        # directory's group) against what each group can hold, to fill them evenly.
+        self._room: list[int] = []
+        self._placed: list[int] = []
+        self._dir_group: dict[str, int] = {}
+        self._file_blocks: dict[str, tuple[int, int]] = {}
+        if _fs_type(root) == "xfs":
+            geom = _xfs_geometry(root)
+            if geom is not None:
+                self.group_blocks, self.groups, self._ino_shift, log_group, log_blocks = geom
+                self._room = [self.group_blocks] * self.groups
+                if 0 <= log_group < self.groups:
+                    self._room[log_group] -= log_blocks
+                self._placed = [0] * self.groups
+
+    def prepare(self) -> None:
+        self.area.mkdir(exist_ok=True)
+        self._log(Op("mkdir", AREA))
+
+    def _p(self, rel: str) -> str:
+        return f"{AREA}/{rel}"
+
+    def keep_group_empty(self, group: int) -> None:
+        self._avoid = self.kept_empty = group
+
+    def _group_dir(self, group: int) -> str | None:
+        """A directory (relative to the area) whose inode is in allocation group ``group``:
+        new directories go to the groups in turn."""
+        if group in self._group_dirs:
+            return self._group_dirs[group]
+        for _ in range(4 * self.groups):
+            rel = f".g{len(self._group_dirs)}-{self._tries}"
+            self._tries += 1
+            (self.area / rel).mkdir()
+            self._log(Op("mkdir", self._p(rel)))
+            g = os.stat(self.area / rel).st_ino >> self._ino_shift
+            self._group_dirs.setdefault(int(g), rel)
+            if g == group:
+                return rel
+        return None
+
+    def mkdir(self, rel: str) -> None:
+        """On xfs a new directory goes to the next allocation group in turn, and the files
+        made in it to the same group (until it is full: then to the next group). While one
+        is kept empty, new directories go to the least filled of the others (the group
+        after a full one would take its overflow): one landing elsewhere is left aside
+        (empty, under another name) and another one made."""
+        path = self.area / rel
+        if self._avoid is None:
+            if not path.exists():
+                path.mkdir()
+                self._log(Op("mkdir", self._p(rel)))
+            return
+        others = [g for g in range(self.groups) if g != self._avoid]
+        best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
+        fallback = None
+        for attempt in range(4 * self.groups + 1):
+            tmp = self.area / f".{rel}.{attempt}"
+            tmp.mkdir()
+            self._log(Op("mkdir", self._p(tmp.name)))
+            g = os.stat(tmp).st_ino >> self._ino_shift
+            if g == best:
+                tmp.rename(path)
+                self._log(Op("rename", self._p(tmp.name), dest=self._p(rel)))
+                self._dir_group[rel] = g
+                return
+            if g != self._avoid and fallback is None:
+                fallback = (tmp, g)
+        if fallback is not None:
+            fallback[0].rename(path)
+            self._log(Op("rename", self._p(fallback[0].name), dest=self._p(rel)))
+            self._dir_group[rel] = fallback[1]
+            return
+        if not path.exists():  # the allocator does not rotate: take what it gives
+            path.mkdir()
+            self._log(Op("mkdir", self._p(rel)))
+
+    def _place(self, rel: str, size: int) -> None:
+        g = self._dir_group.get(rel.partition("/")[0])
+        if g is not None:
+            blocks = -(-size // self.bs)
+            self._placed[g] += blocks
+            self._file_blocks[rel] = (g, blocks)
+
+    def _open(self, rel: str) -> tuple[int, int]:
+        fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        return fd, os.fstat(fd).st_ino
+
+    def _write(self, fd: int, n: int) -> None:
+        while n > 0:
+            n -= os.write(fd, self._buf[: min(n, len(self._buf))])
+
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        """``at_once``: the kernel writes a large file back a few MiB at a time, interleaved
+        with the other files written, so it is split: the writes before it are synced
+        first and it is fsync'ed whole."""
+        if at_once:
+            os.sync()
+            self._log(Op("sync"))
+        fd, ino = self._open(rel)
+        try:
+            self._write(fd, size)
+            if at_once:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._log(Op("create", self._p(rel), size))
+        if at_once:
+            self._log(Op("fsync", self._p(rel)))
+        self._place(rel, size)
+        return ino
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        """fallocate each piece in turn, so it is placed at once next to the other files'
+        pieces, then write the data; where fallocate is not supported, write each piece and
+        fsync it."""
+        opened = [self._open(rel) for rel, _ in items]
+        fds = [fd for fd, _ in opened]
+        sizes = [size for _, size in items]
+        step = chunk * self.bs
+        # Journaled once all of it took effect (a file that ran out of space is deleted by
+        # the matcher, and the delete of a file never journaled is left out).
+        ops = [Op("create", self._p(rel), 0) for rel, _ in items]
+        try:
+            for off in range(0, max(sizes), step):
+                for (rel, size), fd in zip(items, fds, strict=True):
+                    if off < size:
+                        n = min(step, size - off)
+                        if self.can_fallocate:
+                            try:
+                                os.posix_fallocate(fd, off, n)
+                                ops.append(Op("fallocate", self._p(rel), n, off))
+                                continue
+                            except OSError as exc:
+                                if exc.errno in _NO_SPACE:
+                                    raise
+                                self.can_fallocate = False
+                        os.lseek(fd, off, os.SEEK_SET)
+                        self._write(fd, n)
+                        os.fsync(fd)
+                        ops += [Op("append", self._p(rel), n), Op("fsync", self._p(rel))]
+            for (rel, size), fd in zip(items, fds, strict=True):
+                os.lseek(fd, 0, os.SEEK_SET)
+                self._write(fd, size)
+                ops.append(Op("overwrite", self._p(rel), size, 0))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        for op in ops:
+            self._log(op)
+        for rel, size in items:
+            self._place(rel, size)
+        return [ino for _, ino in opened]
+
+    def unlink(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.area / rel)
+            self._log(Op("delete", self._p(rel)))
+        g, blocks = self._file_blocks.pop(rel, (-1, 0))
+        if g >= 0:
+            self._placed[g] -= blocks
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        try:
+            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            punch_hole(fd, offset, length)
+        except OSError:
+            self.can_punch = False  # not supported here: holes by deleting files
+            return False
+        finally:
+            os.close(fd)
+        self._log(Op("punch", self._p(rel), length, offset))
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        """On xfs, ``near`` chooses the allocation group: the file is made in a directory of
+        the group holding block ``near`` (xfs allocates a new file's data in its inode's
+        group, its inode in its directory's), then moved to ``rel``."""
+        if near is not None and self.groups and self.group_blocks:
+            holder = self._group_dir(near // self.group_blocks)
+            if holder is not None:
+                tmp = f"{holder}/{rel.replace('/', '_')}"
+                ino = self.allocate(tmp, size)
+                if ino is not None:
+                    os.rename(self.area / tmp, self.area / rel)
+                    self._log(Op("rename", self._p(tmp), dest=self._p(rel)))
+                return ino
+        fd, ino = self._open(rel)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise
+            self.can_fallocate = False  # not supported here
+            os.unlink(self.area / rel)
+            return None
+        finally:
+            os.close(fd)
+        self._log(Op("create", self._p(rel), 0))
+        self._log(Op("fallocate", self._p(rel), size, 0))
+        self._place(rel, size)
+        return ino
+
+    def fullness(self) -> float:
+        v = os.statvfs(self.root)
+        return (self.total - v.f_bfree) / self.total
+
+    def commit(self) -> None:
+        os.sync()
+        self._log(Op("sync"))
+
+    def layout(self) -> Layout:
+        from fsage.snapshotter.live import read_live_layout
+
+        os.sync()
+        layout = read_live_layout(self.root)
+        if self.geometry is not None:
+            # The live reader does not see where the inode tables are; a loop-mounted ext
+            # image's were read from it before mounting (mkfs puts them; they never move),
+            # so that a path-order read is modeled as the offline reader's is.
+            f = layout.facts
+            f.groups = self.geometry.groups
+            for k, v in self.geometry.extra.items():
+                f.extra.setdefault(k, v)
+            for k, v in self.geometry.mkfs.items():
+                f.mkfs.setdefault(k, v)
+        return layout
+
+
+class OfflineDisk(Disk):
+    """An unmounted ext image: ops through the offline writer (libext2fs, whose allocator
+    places each block near the file's previous one, at once: no delayed allocation), and
+    snapshots by the offline reader after a flush. Interleaved files are written a piece at
+    a time in turn, which alternates their blocks."""
+
+    can_place = True
+    kind = "ext"
+
+    def __init__(self, image: Path) -> None:
+        from fsage.ager.offline import OfflineExtExecutor
+
+        self._start_journal()
+        from fsage.snapshotter.ext import read_ext_layout
+
+        self.image = image
+        self._read = read_ext_layout
+        # Fullness as ``measure`` sees it: all blocks of the image, metadata counted as used
+        # (the writer's statfs-like figures leave the metadata out of both counts, so only
+        # their difference, the free blocks, is taken from them).
+        self.total = read_ext_layout(image).facts.blocks_total
+        self.x = OfflineExtExecutor(image)
+        self.bs = self.x.capacity_blocks()[0]
+
+    def _run(self, op: Op) -> None:
+        self.x.apply(op)
+        self._log(op)
+
+    def prepare(self) -> None:
+        try:
+            self._run(Op("mkdir", AREA))
+        except OpFailedError:
+            raise UsageError(f"{self.image}: /{AREA} exists: an earlier match left it") from None
+
+    def _path(self, rel: str) -> str:
+        return f"{AREA}/{rel}"
+
+    def mkdir(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # exists already
+            self._run(Op("mkdir", self._path(rel)))
+
+    def create(self, rel: str, size: int, at_once: bool = False) -> int:
+        path = self._path(rel)
+        self._run(Op("create", path, size))
+        return self.x.stat(path)[0]
+
+    def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
+        paths = [self._path(rel) for rel, _ in items]
+        inos = []
+        for path in paths:
+            self._run(Op("create", path, 0))
+            inos.append(self.x.stat(path)[0])
+        step = chunk * self.bs
+        for off in range(0, max(size for _, size in items), step):
+            for path, (_, size) in zip(paths, items, strict=True):
+                if off < size:
+                    self._run(Op("append", path, min(step, size - off)))
+        return inos
+
+    def unlink(self, rel: str) -> None:
+        with contextlib.suppress(OpFailedError):  # gone already
+            self._run(Op("delete", self._path(rel)))
+
+    def punch(self, rel: str, offset: int, length: int) -> bool:
+        self._run(Op("punch", self._path(rel), length, offset))
+        return True
+
+    def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
+        path = self._path(rel)
+        self._run(Op("create", path, 0))
+        if near is None:
+            self._run(Op("fallocate", path, size, 0))
+        else:
+            self._run(Op("allocate-near", path, size, 0, label=str(near)))
+        return self.x.stat(path)[0]
+
+    def fullness(self) -> float:
+        _, cap_total, cap_used = self.x.capacity_blocks()
+        free = cap_total - cap_used
+        return (self.total - free) / self.total if self.total else 0.0
+
+    def commit(self) -> None:
+        self.x.flush()
+        self._log(Op("sync"))
+
+    def layout(self) -> Layout:
+        self.x.flush()
+        return self._read(self.image)
+
+    def close(self) -> None:
+        self.x.close()
+
+
+def _xfs_geometry(root: Path) -> tuple[int, int, int, int, int] | None:
+    """(blocks per allocation group, groups, inode-number bits below the group number, the
+    group holding the internal log (-1: external), the log's blocks) of the xfs mounted at
+    ``root`` (XFS_IOC_FSGEOMETRY_V1), or None."""
+    import fcntl
+    import struct
+
+    ioc = (2 << 30) | (112 << 16) | (ord("X") << 8) | 100  # _IOR('X', 100, 112 bytes)
+    buf = bytearray(112)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, ioc, buf)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    block, _rt, agblocks, agcount, log_blocks, _sect, inode = struct.unpack_from("<7I", buf)
+    (log_start,) = struct.unpack_from("<Q", buf, 56)  # an AG-encoded block number
+    if not (agblocks and agcount and block and inode):
+        return None
+    agblklog = (agblocks - 1).bit_length()  # log2 rounded up, as the superblock keeps it
+    inopblog = (block // inode).bit_length() - 1
+    log_group = log_start >> agblklog if log_start else -1
+    return agblocks, agcount, agblklog + inopblog, log_group, log_blocks
+
+
+def _device_blocks(root: Path, block_size: int) -> int | None:
+    """The blocks of the device under ``root`` (GETFSMAP), None where it cannot be had."""
+    from fsage.snapshotter.live import getfsmap_free
+
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return getfsmap_free(fd, block_size, os.fstat(fd).st_dev)[1]
+    finally:
+        os.close(fd)
+
+
+def _fs_type(root: Path) -> str:
+    """The file system type mounted at (or holding) ``root``, from /proc/self/mounts."""
+    best, kind = "", ""
+    real = os.path.realpath(root)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+                if inside and len(mnt) >= len(best):
+                    best, kind = mnt, parts[2]
+    except OSError:
+        return ""
+    return kind
+
+
+def probe(path: Path) -> tuple[str, int]:
+    """(kind, block size) of the directory or image ``path``, read without mounting it (an
+    image's superblock), so that a target can be refused before anything is written."""
+    from fsage.ager.images import image_kind
+
+    if path.is_dir():
+        return _fs_type(path), os.statvfs(path).f_frsize
+    kind = image_kind(path) or ""
+    # Where each kind's superblock keeps its block size: ext (1024 << s_log_block_size at
+    # byte 1048, little-endian), xfs (sb_blocksize at byte 4, big-endian), btrfs (sectorsize
+    # at byte 0x10090, little-endian).
+    where = {"ext": (1048, "<I"), "xfs": (4, ">I"), "btrfs": (0x10090, "<I")}.get(kind)
+    if where is None:
+        return kind, 0
+    import struct
+
+    with open(path, "rb") as fh:
+        fh.seek(where[0])
+        (value,) = struct.unpack(where[1], fh.read(4))
+    return kind, 1024 << value if kind == "ext" else value
+
+
+@contextlib.contextmanager
+def open_disk(path: Path, mode: str) -> Iterator[Disk]:
+    """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
+    or "auto" as root with loop devices), else an ext image through the offline writer."""
+    from fsage.ager.images import can_loop_mount, image_kind, mount, mount_dir, umount
+
+    if mode not in ("auto", "mount", "offline"):
+        raise UsageError(f"unknown mode {mode!r}")
+    if path.is_dir():
+        if mode == "offline":
+            raise UsageError("--offline needs an image file, not a directory")
+        if (path / AREA).exists():
+            raise UsageError(f"{path / AREA} exists: an earlier match left it; remove it first")
+        yield MountedDisk(path)
+        return
+    kind = image_kind(path)
+    if kind not in ("ext", "xfs", "btrfs"):
+        raise UsageError(f"{path}: not a directory or an ext2/3/4, xfs or btrfs image")
+    if mode == "offline" or (mode == "auto" and not can_loop_mount()):
+        if kind != "ext":
+            raise UsageError(
+                f"{path}: a {kind} image can only be matched mounted (needs root and loop devices)"
+            )
+        disk = OfflineDisk(path)
+        try:
+            yield disk
+        finally:
+            disk.close()
+        return
+    if not can_loop_mount():
+        raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
+    geometry = None
+    if kind == "ext":
+        from fsage.snapshotter.ext import read_ext_layout
+
+        geometry = read_ext_layout(path).facts
+    mnt = mount_dir("match")
+    try:
+        mount(path, mnt)
+        try:
+            if (mnt / AREA).exists():
+                raise UsageError(f"{path}: /{AREA} exists: an earlier match left it")
+            yield MountedDisk(mnt, geometry)
+        finally:
+            os.sync()
+            umount(mnt)
+    finally:
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
