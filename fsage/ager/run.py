@@ -62,6 +62,7 @@ from fsage.ager.reconcile import (
     journal_tree,
     load_tree,
     save_tree,
+    tree_change,
 )
 from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay, tree_entries
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
@@ -134,6 +135,9 @@ class AgeResult:
     notices: list[str] = field(default_factory=list)
     convergence: dict[str, Any] | None = None
     run_id: int | None = None  # the aging_runs row, when run with a database
+    #: What the run (all of it, across resumes) changed on disk: ``TreeChange.to_json``;
+    #: None when the tree it started on is not known.
+    changes: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -786,6 +790,18 @@ def _journaled_ops(journal: Path, end: int) -> list[Op]:
     return ops
 
 
+def _changes(journal: Path, opts: AgeOptions) -> dict[str, int] | None:
+    """What the run journaled in ``journal`` changed on disk, from the tree it started on."""
+    try:
+        base = load_tree(_start_tree_path(journal))
+        with open(journal, "rb") as fh:
+            header_end = len(fh.readline())
+        ops, _ = _Journal.tail(journal, header_end)
+        return tree_change(base, ops, allocate_only=opts.data == "fallocate").to_json()
+    except (OSError, WorkloadError):  # a start not kept (a recorded stream on an image)
+        return None
+
+
 def _setup(gen: Generator, tree: Tree, adopt: bool) -> None:
     """Give a new generator the tree its run starts on: to age with its own files
     (``adopt``), or to keep clear of."""
@@ -1252,6 +1268,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         journal.close()
         if plog is not None:
             plog.close()
+        res.changes = _changes(journal.path, opts)
         times = timing()
         if gen is not None and _limit_notice(res, gen, tgt):
             say(f"fsage: {res.notices[-1]}")

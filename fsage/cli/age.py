@@ -179,9 +179,38 @@ def _print_result(target: Path, res: AgeResult) -> None:
         click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
     if res.journal:
         click.echo(f"  ops run: {res.journal}")
+    if res.changes is not None:
+        for line in change_lines(res.changes):
+            click.echo(f"  {line}")
     if res.convergence:
         for line in convergence_lines(res.convergence):
             click.echo(f"  {line}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def change_lines(ch: dict[str, int]) -> list[str]:
+    """What a run changed on disk, and why a run of many ops can change little."""
+    net = ch["net_bytes"]
+    out = [
+        f"changed on disk: {ch['files_created']:,} files created ({_mib(ch['bytes_created'])}),"
+        f" {ch['files_deleted']:,} deleted ({_mib(ch['bytes_deleted'])}),"
+        f" {ch['files_grown']:,} grown (+{_mib(ch['bytes_grown'])}),"
+        f" {ch['files_shrunk']:,} shrunk (-{_mib(ch['bytes_shrunk'])}); directories"
+        f" {ch['dirs_created']:,} created, {ch['dirs_deleted']:,} deleted; net"
+        f" {ch['net_files']:+,} files, {'+' if net >= 0 else '-'}{_mib(abs(net))}"
+    ]
+    own, rewrites = ch["deletes_of_own"], ch["rewrites"]
+    if ch["deletes"]:
+        out.append(
+            f"  {own:,} of its {ch['deletes']:,} deletes removed what the run had made itself"
+            + (" (there neither before nor after it)" if own else "")
+        )
+    if rewrites:
+        out.append(f"  {rewrites:,} creates rewrote a file of the same name already there")
+    return out
 
 
 def _match(
