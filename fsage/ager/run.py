@@ -1031,6 +1031,12 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         )
     if opts.resume:
         say(f"fsage: resuming at op {start}")
+        if gen is not None and exact_resume:
+            res.notices.append(
+                f"the generator ran again through the journal (op {res.resumed_from:,}): the "
+                "run goes on with the ops it would have made without the stop"
+            )
+            say(f"fsage: {res.notices[-1]}")
         if ran_after:
             res.notices.append(
                 f"the run had stopped without a clean record: {len(ran_after)} ops it ran "
