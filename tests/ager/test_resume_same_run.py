@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ager.helpers import fsck_clean
+from tests.ager.helpers import fsck_clean, record_written_since, wait_until
 from tests.ager.test_convergence import AGRAWAL, _profile_dir
 
 MIB = 1 << 20
@@ -53,11 +53,11 @@ def _stop_at(cmd: list[str], env: dict[str, str], target: Path, ops: int, sig: i
     """Run ``cmd`` and send it ``sig`` once its journal holds ``ops`` ops. The wait is on the
     journal, with no time limit of its own (a loaded machine only makes it longer): the run
     itself ends the wait if it stops first."""
+    since = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while _count(target) < ops:
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before op {ops}: {proc.communicate()[1].decode()}")
-        time.sleep(0.001)
+    wait_until(
+        lambda: _count(target) >= ops and record_written_since(target, since), proc, f"op {ops}"
+    )
     proc.send_signal(sig)
     _out, err = proc.communicate()
     want = -signal.SIGKILL if sig == signal.SIGKILL else 130

@@ -4,11 +4,13 @@ something that is not fsage's, or by an fsage run still going."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from fsage.ager.images import clear_stale_mounts, make_image, mount, umount
 from fsage.ager.run import AgeOptions, age
 from fsage.errors import UnsafeTargetError
 from fsage.workload import Op, WorkloadHeader, write_workload
+from tests.ager.helpers import record_written_since, wait_until
 
 MIB = 1 << 20
 
@@ -59,25 +62,27 @@ def kill_when_mounted(
     prefix: str,
     under: bool = False,
     pause: float = 0.3,
+    ready: Callable[[float], bool] | None = None,
 ) -> str:
     """Start ``cmd``, SIGKILL it once it has mounted ``image`` (or, ``under``, an image below
-    that directory) on a ``prefix`` mount point and run ``pause`` s; the mount point it left.
-    A run that unmounts at the end of each interval may be caught between two: then it left
-    no mount, and a new run is started (up to five)."""
+    that directory) on a ``prefix`` mount point and then, given ``ready``, once
+    ``ready(start time)`` holds (else after ``pause`` s); the mount point it left. A run that
+    unmounts at the end of each interval may be caught between two: then it left no mount,
+    and a new run is started (up to five)."""
 
     def ours() -> list[str]:
         return [m for _, m in mounts_of(image, under) if os.path.basename(m).startswith(prefix)]
 
     before = set(ours())
     for _ in range(5):
+        since = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120
         try:
-            while not set(ours()) - before:
-                assert proc.poll() is None, proc.communicate()[1].decode()
-                assert time.monotonic() < deadline, "never mounted"
-                time.sleep(0.01)
-            time.sleep(pause)
+            wait_until(lambda: bool(set(ours()) - before), proc, "it mounted the image")
+            if ready is not None:
+                wait_until(functools.partial(ready, since), proc, "it was ready to be killed")
+            else:
+                time.sleep(pause)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
@@ -104,7 +109,14 @@ def test_resume_after_a_kill_clears_the_stale_mount(
     image = make_image(tmp_path / "a.img", "ext4", 96 * MIB)
     ops = _slow_ops(tmp_path / "ops.jsonl", 1200)
     base = [sys.executable, "-m", "fsage", "age", str(image)]
-    left = kill_when_mounted([*base, "--ops", str(ops), "--fsync"], fsage_env, image, "fsage-age-")
+    # killed once it runs ops (its record written): then there is a run to resume
+    left = kill_when_mounted(
+        [*base, "--ops", str(ops), "--fsync"],
+        fsage_env,
+        image,
+        "fsage-age-",
+        ready=lambda since: record_written_since(image, since),
+    )
     try:
         done = subprocess.run([*base, "--resume"], env=fsage_env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
