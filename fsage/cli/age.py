@@ -69,7 +69,12 @@ from fsage.lfs.cleaner import POLICIES
     is_flag=True,
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
-@click.option("--resume", is_flag=True, help="Continue an interrupted run from its record.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted run from its record and journal: the same ops as a run "
+    "never stopped.",
+)
 @click.option(
     "--match",
     "match_spec",
@@ -104,8 +109,10 @@ def age_cmd(
     runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
     the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
     ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
-    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there. Every
-    op that ran is written to a journal beside the target, which --ops replays exactly.
+    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there, and
+    makes the ops a run never stopped makes. Every op that ran is written to a journal beside
+    the target, which --ops replays exactly. A run on a target that holds files already keeps
+    clear of their names, and says at its end what it changed on disk.
 
     \b
     Examples:
