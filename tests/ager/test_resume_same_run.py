@@ -118,7 +118,7 @@ def test_a_stopped_run_resumes_as_the_same_run_on_a_directory(
     if profile == "agrawal":  # a Geriatrix profile: planned tree, steered by histograms
         profile = str(_agrawal(tmp_path))
     args = ["--profile", profile, "--seed", "3", "--fill", "0.5", "--churn", "5"]
-    args += ["--ops-limit", "3000"]
+    args += ["--ops-limit", "1700"]
     gen = _tmpfs_targets(tmp_path, 64 * MIB)
     try:
         _compare(gen, args, stops, fsage_env)
@@ -148,7 +148,7 @@ def test_a_killed_run_resumes_as_the_same_run_on_a_mounted_image(
     profile: str, tmp_path: Path, fsage_env: dict[str, str]
 ) -> None:
     args = ["--profile", profile, "--seed", "5", "--fill", "0.5", "--churn", "5"]
-    args += ["--ops-limit", "2500", "--mount"]
+    args += ["--ops-limit", "1700", "--mount"]
     stops = [(211, signal.SIGKILL), (844, signal.SIGINT), (1377, signal.SIGKILL)]
     images = _image_targets(tmp_path)
     _compare(images, args, stops, fsage_env)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fsage.ager.profile import PRESETS
+from fsage.ager.run import AgeOptions, age, shape_profile
 from tests.ager.helpers import fsck_clean, tree_of
 
 MIB = 1 << 20
@@ -72,15 +73,13 @@ def _check_changes(res: dict[str, Any], before: dict[str, int], after: dict[str,
 @pytest.mark.needs_root
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-def test_every_preset_ages_an_aged_target_again(
-    preset: str, small_fs: Path, fsage_env: dict[str, str]
-) -> None:
-    args = ["--profile", preset, "--ops-limit", "1500", "--fill", "0.4", "--churn", "4"]
+def test_every_preset_ages_an_aged_target_again(preset: str, small_fs: Path) -> None:
+    profile = shape_profile(PRESETS[preset], fill=0.4, churn=4, ops_limit=800)
     before = tree_of(small_fs)
-    first = _age(small_fs, fsage_env, *args)
+    first = age(small_fs, AgeOptions(profile=profile)).to_json()
     middle = tree_of(small_fs)
     _check_changes(first, before, middle)
-    second = _age(small_fs, fsage_env, *args, "--force")
+    second = age(small_fs, AgeOptions(profile=profile)).to_json()
     after = tree_of(small_fs)
     # (it may end sooner: the fill is reached earlier on a fuller target)
     assert second["finished"] and 0 < second["ops"] <= first["ops"]

@@ -76,7 +76,9 @@ def kill_when_mounted(
     before = set(ours())
     for _ in range(5):
         since = time.time()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         try:
             wait_until(lambda: bool(set(ours()) - before), proc, "it mounted the image")
             if ready is not None:
@@ -86,12 +88,28 @@ def kill_when_mounted(
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
+            # A mount or umount the run had started goes on without it: what the run left is
+            # known once they are done.
+            while _in_session(proc.pid):
+                time.sleep(0.005)
         assert proc.returncode == -signal.SIGKILL
         left = set(ours()) - before
         assert len(left) <= 1, left
         if left:
             return left.pop()
     raise AssertionError("every run was killed between two of its mounts")
+
+
+def _in_session(sid: int) -> bool:
+    """True while a process of session ``sid`` runs (a killed run's mount or umount)."""
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == sid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _slow_ops(path: Path, count: int) -> Path:
