@@ -260,6 +260,7 @@ class TreeChange:
     bytes_shrunk: int = 0
     dirs_created: int = 0
     dirs_deleted: int = 0
+    files_before: int = 0  # the files the run found on the target
     ops: int = 0
     deletes: int = 0
     #: Deletes of files (or directories) the run had made itself: they leave no trace.
@@ -281,7 +282,7 @@ def tree_change(base: Tree, ops: Iterable[Op], *, allocate_only: bool = False) -
     that cannot have taken effect on it."""
     copies: dict[int, Node] = {}
     tree: Tree = {p: copies.setdefault(id(n), replace(n)) for p, n in base.items()}
-    ch = TreeChange()
+    ch = TreeChange(files_before=sum(n.kind != "d" for n in base.values()))
     own: set[str] = set()
     for op in ops:
         ch.ops += 1

@@ -70,6 +70,12 @@ from fsage.lfs.cleaner import POLICIES
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
 @click.option(
+    "--adopt",
+    is_flag=True,
+    help="With --profile: take the files already on the target into the run, so that its churn "
+    "deletes and rewrites them too (otherwise it ages the files it makes).",
+)
+@click.option(
     "--resume",
     is_flag=True,
     help="Continue an interrupted run from its record and journal: the same ops as a run "
@@ -99,8 +105,8 @@ def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, match_spec: str | None, time_limit: float, policy: str | None,
-    fmt: str,
+    force: bool, adopt: bool, resume: bool, match_spec: str | None, time_limit: float,
+    policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
 
@@ -137,17 +143,21 @@ def age_cmd(
         raise UsageError("--resume needs the op stream in a file, not standard input")
     if snapshot_every and db is None:
         raise UsageError("--snapshot-every needs --db")
+    if adopt and resume:
+        raise UsageError("--resume goes on as the run began, with or without --adopt")
     profile = None
     if profile_spec is not None:
         profile = shape_profile(
             load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit
         )
+    elif adopt:
+        raise UsageError("--adopt takes a target's files into a generated workload (--profile)")
     elif fill is not None or churn is not None or ops_limit is not None:
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
         resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
-        progress=progress_enabled() and fmt == "text", policy=policy,
+        progress=progress_enabled() and fmt == "text", policy=policy, adopt=adopt,
     )  # fmt: skip
     res = age(target, opts, echo=lambda s: click.echo(s, err=True))
     if fmt == "json":
@@ -214,6 +224,11 @@ def change_lines(ch: dict[str, int]) -> list[str]:
         out.append(
             f"  {own:,} of its {ch['deletes']:,} deletes removed what the run had made itself"
             + (" (there neither before nor after it)" if own else "")
+            + (
+                "; --adopt ages the files that were there too"
+                if own == ch["deletes"] and ch["files_before"]
+                else ""
+            )
         )
     if rewrites:
         out.append(f"  {rewrites:,} creates rewrote a file of the same name already there")

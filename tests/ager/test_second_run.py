@@ -117,3 +117,18 @@ def test_second_run_keeps_clear_of_names_on_the_target() -> None:
     ru = Generator(PRESETS["random-update"], 1, 64 * MIB)
     ru.reserve([("ru", True, 0), ("ru.2", True, 0)])
     assert next(ru.ops()).path == "ru.3"
+
+
+@pytest.mark.needs_root
+@pytest.mark.slow
+def test_adopt_ages_the_files_already_there(small_fs: Path, fsage_env: dict[str, str]) -> None:
+    args = ["--profile", "desktop", "--ops-limit", "1500"]
+    _age(small_fs, fsage_env, *args)
+    plain = _age(small_fs, fsage_env, *args)
+    assert plain["changes"]["files_deleted"] == 0  # it deleted only what it made
+    middle = tree_of(small_fs)
+    adopted = _age(small_fs, fsage_env, *args, "--adopt")
+    after = tree_of(small_fs)
+    _check_changes(adopted, middle, after)
+    gone = [p for p in middle if p not in after and not p.endswith("/")]
+    assert len(gone) == adopted["changes"]["files_deleted"] > 0
