@@ -143,11 +143,15 @@ def _image_targets(tmp: Path) -> Iterator[Path]:
     yield second
 
 
-@pytest.mark.parametrize("profile", ["hfs-surge", "mail"])
+@pytest.mark.parametrize("profile", ["hfs-surge", "mail", "agrawal"])
 def test_a_killed_run_resumes_as_the_same_run_on_a_mounted_image(
     profile: str, tmp_path: Path, fsage_env: dict[str, str]
 ) -> None:
-    args = ["--profile", profile, "--seed", "5", "--fill", "0.5", "--churn", "5"]
+    extra: list[str] = []
+    if profile == "agrawal":  # as Geriatrix ages: blocks allocated, not written
+        profile = str(_agrawal(tmp_path))
+        extra = ["--data", "fallocate"]
+    args = ["--profile", profile, "--seed", "5", "--fill", "0.5", "--churn", "5", *extra]
     args += ["--ops-limit", "1700", "--mount"]
     stops = [(211, signal.SIGKILL), (844, signal.SIGINT), (1377, signal.SIGKILL)]
     images = _image_targets(tmp_path)
