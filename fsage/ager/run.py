@@ -972,8 +972,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                 _setup(gen, start_tree, adopt)
                 ops = gen.ops()
         if not exact:
-            # A run kept no probes (an older fsage): the generator takes the tree on disk and
-            # the random state of the last record, and goes on from there.
+            # No probes kept (a run an older fsage began), or a journal the generator does not
+            # make: it takes the tree on disk and the random state of the last record.
             gen = Generator(profile, seed, total * bs, probe=probe, block_size=bs)
             gen.adopt(tgt.walk())
             st = record.get("gen", {})
