@@ -282,7 +282,9 @@ class Generator:
         self._depth_frac = hd.fractions if hd is not None else []
         self._age_frac = ha.fractions if ha is not None else []
         mix = profile.mix
-        self._mix_kinds = [k for k in mix if mix[k] > 0]
+        # In the order of their names: a stream depends on the mix, not on the order a profile
+        # lists it in (a profile read back from a run's record lists it sorted).
+        self._mix_kinds = sorted(k for k in mix if mix[k] > 0)
         self._mix_cum: list[float] = []
         acc = 0.0
         for k in self._mix_kinds:
@@ -346,6 +348,35 @@ class Generator:
                 self._add_dir(parent, name, path)
             else:
                 self._add_file(parent, name, size)
+
+    def reserve(self, entries: list[tuple[str, bool, int]]) -> None:
+        """Keep clear of an existing tree without taking it into the model: its names are
+        never made again (a second run of the same seed on an aged target would otherwise
+        remake the first run's names), and its directories can hold new files where a profile
+        names them (spool groups, Geriatrix's planned tree), but its files are never deleted
+        or rewritten and its directories are never picked at random."""
+        for path, is_dir, _size in sorted(entries):
+            parent, _, name = path.rpartition("/")
+            names = self.dir_names.get(parent)
+            if names is None:
+                continue  # below a directory that could not be taken
+            names.add(name)
+            if is_dir and path not in self.dir_depth:
+                self.dir_depth[path] = self.dir_depth[parent] + 1
+                self.dir_names[path] = set()
+                self.dir_files[path] = []
+
+    def _free_root_name(self, base: str, prefix: bool = False) -> str:
+        """``base``, or ``base.2``, ``base.3``, ... : the first not in use at the root (as a
+        name, or with ``prefix`` as the start of one), for profiles with fixed names."""
+        taken = self.dir_names[""]
+        for n in range(1, 1 << 30):
+            cand = base if n == 1 else f"{base}.{n}"
+            if prefix and not any(t.startswith(cand) for t in taken):
+                return cand
+            if not prefix and cand not in taken:
+                return cand
+        raise WorkloadError(f"no free name for {base!r}")  # pragma: no cover
 
     # ---------------------------------------------------------------- feedback
 
@@ -972,8 +1003,9 @@ class Generator:
         p = self.profile
         st = self.stats
         chunk = 16 * 1024 * 1024
-        self._mkdir_fixed("ru")
-        yield Op("mkdir", "ru")
+        top = self._free_root_name("ru")
+        self._mkdir_fixed(top)
+        yield Op("mkdir", top)
         paths: list[str] = []
         while self.fullness() < p.fill:
             total, used = self.capacity_blocks()
@@ -981,7 +1013,7 @@ class Generator:
             size = max(self.bs, min(chunk, want, self._free_bytes()))
             if self._force_deletes or size <= 0:
                 break
-            path = self._add_file("ru", f"f{len(paths):06d}", size)
+            path = self._add_file(top, f"f{len(paths):06d}", size)
             paths.append(path)
             self._undo = self._dropper(path)
             yield Op("create", path, size=size)
@@ -1027,6 +1059,7 @@ class Generator:
         kept_blocks = 0
         i = 0
         d = ""
+        base = self._free_root_name("pf", prefix=True)
         while True:
             total, _ = self.capacity_blocks()
             if kept_blocks >= p.fill * total or self.fullness() >= 0.97:
@@ -1034,7 +1067,7 @@ class Generator:
             if self._force_deletes:
                 break
             if i % per_dir == 0:
-                d = f"pf{i // per_dir:05d}"
+                d = f"{base}{i // per_dir:05d}"
                 self._mkdir_fixed(d)
                 self._undo = None
                 yield Op("mkdir", d)

@@ -246,9 +246,96 @@ def durable_prefix(base: Tree, ops: list[Op], image: Tree, first: int = 0) -> in
     return found
 
 
+@dataclass
+class TreeChange:
+    """What a run changed on disk, from the tree it started on to the one its journal leaves
+    (the names a ``find`` before and after would see), and how its ops came to that."""
+
+    files_created: int = 0  # paths that hold a file after the run and none before
+    bytes_created: int = 0  # their sizes
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    files_grown: int = 0
+    bytes_grown: int = 0  # what they gained
+    files_shrunk: int = 0
+    bytes_shrunk: int = 0
+    dirs_created: int = 0
+    dirs_deleted: int = 0
+    files_before: int = 0  # the files the run found on the target
+    ops: int = 0
+    deletes: int = 0
+    #: Deletes of files (or directories) the run had made itself: they leave no trace.
+    deletes_of_own: int = 0
+    #: Creates of a name that held a file already: the file was rewritten in place.
+    rewrites: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["net_files"] = self.files_created - self.files_deleted
+        out["net_bytes"] = (
+            self.bytes_created + self.bytes_grown - self.bytes_deleted - self.bytes_shrunk
+        )
+        return out
+
+
+def tree_change(base: Tree, ops: Iterable[Op], *, allocate_only: bool = False) -> TreeChange:
+    """What ``ops`` change from ``base`` (see ``TreeChange``); raises WorkloadError for an op
+    that cannot have taken effect on it."""
+    copies: dict[int, Node] = {}
+    tree: Tree = {p: copies.setdefault(id(n), replace(n)) for p, n in base.items()}
+    ch = TreeChange(files_before=sum(n.kind != "d" for n in base.values()))
+    own: set[str] = set()
+    for op in ops:
+        ch.ops += 1
+        kind = op.op
+        if kind in ("create", "mkdir", "symlink", "mknod"):
+            node = tree.get(op.path)
+            if kind == "create" and node is not None and node.kind == "f":
+                ch.rewrites += 1
+            else:
+                own.add(op.path)
+        elif kind == "delete":
+            ch.deletes += 1
+            if op.path in own:
+                ch.deletes_of_own += 1
+                own.discard(op.path)
+        elif kind == "rename" and op.path in own:
+            own.discard(op.path)
+            own.add(op.dest)
+        elif kind == "link":
+            own.add(op.dest)
+        apply_op(tree, op, allocate_only=allocate_only)
+    for path in base.keys() | tree.keys():
+        was, now = base.get(path), tree.get(path)
+        if was == now:
+            continue
+        if was is not None and now is not None and was.kind == now.kind:
+            if now.kind == "f" and now.size > was.size:
+                ch.files_grown += 1
+                ch.bytes_grown += now.size - was.size
+            elif now.kind == "f" and now.size < was.size:
+                ch.files_shrunk += 1
+                ch.bytes_shrunk += was.size - now.size
+            continue
+        if was is not None:  # gone, or replaced by another kind
+            if was.kind == "d":
+                ch.dirs_deleted += 1
+            else:
+                ch.files_deleted += 1
+                ch.bytes_deleted += was.size if was.kind == "f" else 0
+        if now is not None:
+            if now.kind == "d":
+                ch.dirs_created += 1
+            else:
+                ch.files_created += 1
+                ch.bytes_created += now.size if now.kind == "f" else 0
+    return ch
+
+
 __all__ = [
     "Difference",
     "Tree",
+    "TreeChange",
     "apply_op",
     "difference",
     "disk_tree",
@@ -256,4 +343,5 @@ __all__ = [
     "journal_tree",
     "load_tree",
     "save_tree",
+    "tree_change",
 ]

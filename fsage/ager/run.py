@@ -62,7 +62,9 @@ from fsage.ager.reconcile import (
     journal_tree,
     load_tree,
     save_tree,
+    tree_change,
 )
+from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay, tree_entries
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.private import private_opener, write_private_text
@@ -134,6 +136,9 @@ class AgeResult:
     notices: list[str] = field(default_factory=list)
     convergence: dict[str, Any] | None = None
     run_id: int | None = None  # the aging_runs row, when run with a database
+    #: What the run (all of it, across resumes) changed on disk: ``TreeChange.to_json``;
+    #: None when the tree it started on is not known.
+    changes: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -691,14 +696,22 @@ def _start_tree_path(journal: Path) -> Path:
     return journal.with_name(journal.name.removesuffix(".ops.jsonl") + ".start.json")
 
 
-def _save_start_tree(tgt: Target, journal: Path) -> None:
-    """Keep the tree a new journal starts on beside it, when not empty: a resume after a kill
-    replays the journal from it."""
+def _start_tree(tgt: Target) -> tuple[Tree, dict[str, int]]:
+    """The tree a new run starts on, with inode numbers where the target is a directory tree
+    (elsewhere each path its own number: the reader's walk shows no hard links)."""
     root = tgt.tree_root()
     if root is not None:
-        tree, inodes = disk_tree(root, skip=IGNORED_NAMES)
-        if tree:
-            save_tree(_start_tree_path(journal), tree, inodes)
+        return disk_tree(root, skip=IGNORED_NAMES)
+    entries = tgt.walk()
+    tree: Tree = {p: Node("d") if is_dir else Node("f", size) for p, is_dir, size in entries}
+    return tree, {p: i for i, p in enumerate(sorted(tree), 1)}
+
+
+def _save_start_tree(journal: Path, tree: Tree, inodes: dict[str, int]) -> None:
+    """Keep the tree a new journal starts on beside it, when not empty: a resume after a kill
+    replays the journal, and the generator, from it."""
+    if tree:
+        save_tree(_start_tree_path(journal), tree, inodes)
 
 
 def _compare_with_journal(
@@ -763,6 +776,40 @@ def _lfs_durable(
     if k >= mark:
         return ran_after[: k - mark], cut, None
     return every[:k], cut, every[k:mark]
+
+
+def _journaled_ops(journal: Path, end: int) -> list[Op]:
+    """The ops of ``journal`` up to byte ``end`` (where the resumed run goes on from)."""
+    with open(journal, "rb") as fh:
+        header_end = len(fh.readline())
+    ops, stop = _Journal.tail(journal, header_end)
+    if stop > end:  # cut back (an LFS image lost the ops after ``end``)
+        with open(journal, "rb") as fh:
+            fh.seek(header_end)
+            kept = fh.read(end - header_end)
+        ops = ops[: kept.count(b"\n")]
+    return ops
+
+
+def _changes(journal: Path, opts: AgeOptions) -> dict[str, int] | None:
+    """What the run journaled in ``journal`` changed on disk, from the tree it started on."""
+    try:
+        base = load_tree(_start_tree_path(journal))
+        with open(journal, "rb") as fh:
+            header_end = len(fh.readline())
+        ops, _ = _Journal.tail(journal, header_end)
+        return tree_change(base, ops, allocate_only=opts.data == "fallocate").to_json()
+    except (OSError, WorkloadError):  # a start not kept (a recorded stream on an image)
+        return None
+
+
+def _setup(gen: Generator, tree: Tree, adopt: bool) -> None:
+    """Give a new generator the tree its run starts on: to age with its own files
+    (``adopt``), or to keep clear of."""
+    if adopt:
+        gen.adopt(tree_entries(tree, regular_only=True))
+    else:
+        gen.reserve(tree_entries(tree, regular_only=False))
 
 
 def _data_bytes(ops: list[Op]) -> int:
@@ -860,6 +907,16 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     journaled: Tree = {}
     if unclean and old_journal is not None:
         found, journaled = _compare_with_journal(tgt, old_journal, opts, res, say)
+    # A new run's journal, and the tree it starts on (a generated run keeps clear of it).
+    new_journal = _journal_path(tgt.record_path)
+    start_tree: Tree = {}
+    start_inodes: dict[str, int] = {}
+    if old_journal is None and (opts.ops_file is None or tgt.tree_root() is not None):
+        start_tree, start_inodes = _start_tree(tgt)
+    plog: ProbeLog | None = None
+    #: The stream goes on as it would have without the stop (a recorded stream, or a
+    #: generator replayed through the journal).
+    exact_resume = False
     repair: Op | None = None  # the op that took effect unjournaled: journaled, not run again
     undo: Op | None = None  # what takes back the part of an op that took effect in part
     rerun: Op | None = None  # the next op, which took effect in part: it runs again
@@ -871,21 +928,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")
         ops = itertools.islice(ops, start, None)
         start += _skip_ran(ops, ran_after)
-        if found is not None and found.op is not None:
-            # The stream says which op was running: the difference is that op, whole or in
-            # part (then it runs again, after what it appended is cut off).
-            nxt = next(ops, None)
-            effect = _as_named_by(found, nxt)
-            if nxt is not None and nxt == effect:
-                repair = nxt
-                start += 1
-                bytes_written += _data_bytes([nxt])
-            elif nxt is not None and _in_part(nxt, effect):
-                rerun = nxt
-                if nxt.op == "append":
-                    undo = Op("truncate", nxt.path, size=journaled[nxt.path].size)
-            if nxt is not None and repair is None:
-                ops = itertools.chain([nxt], ops)
+        exact_resume = True
     else:
         assert opts.profile is not None
         profile = opts.profile
@@ -900,9 +943,40 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                 f"{path}: fill {profile.fill:g} cannot be reached: the clean segments the log "
                 f"keeps back leave at most {reach:.3f} (use --fill {reach - 0.005:.2f} or less)"
             )
-        gen = Generator(profile, seed, total * bs, probe=probe, block_size=bs)
+        journal_file = old_journal if old_journal is not None else new_journal
+        plog_path = probes_path(journal_file)
         ident = {"kind": "profile", "profile": profile.to_json(), "seed": seed}
-        if opts.resume:
+        adopt = bool(record.get("ident", {}).get("adopt")) if opts.resume else opts.adopt
+        if adopt:
+            ident["adopt"] = True
+        exact = not opts.resume or (old_journal is not None and ProbeLog.usable(plog_path))
+        if exact:
+            plog = ProbeLog(plog_path, probe, resume=opts.resume)
+            gen = Generator(profile, seed, total * bs, probe=plog, block_size=bs)
+            if opts.resume:
+                assert old_journal is not None and journal_keep is not None
+                _setup(gen, load_tree(_start_tree_path(old_journal)), adopt)
+                try:
+                    ops = replay(gen, _journaled_ops(old_journal, journal_keep))
+                except ReplayError as exc:
+                    plog.close()
+                    plog = None
+                    res.notices.append(
+                        f"the run cannot go on as it would have without the stop ({exc}): its "
+                        "generator goes on from the tree on disk"
+                    )
+                    say(f"fsage: {res.notices[-1]}")
+                    exact = False
+                else:
+                    start = gen.stats.ops
+                    exact_resume = True
+            else:
+                _setup(gen, start_tree, adopt)
+                ops = gen.ops()
+        if not exact:
+            # No probes kept (a run an older fsage began), or a journal the generator does not
+            # make: it takes the tree on disk and the random state of the last record.
+            gen = Generator(profile, seed, total * bs, probe=probe, block_size=bs)
             gen.adopt(tgt.walk())
             st = record.get("gen", {})
             start += len(ran_after)
@@ -916,10 +990,24 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             gen.stats.fill_ops = st.get("fill_ops")
             gen.stats.fill_bytes = st.get("fill_bytes")
             gen.rng.setstate(_rng_state_from_json(st["rng"]))
-        elif opts.adopt:
-            gen.adopt(tgt.walk())
+            ops = gen.ops()
+        assert gen is not None
         header = gen.header()
-        ops = gen.ops()
+    if exact_resume and found is not None and found.op is not None:
+        # The stream says which op was running: the difference is that op, whole or in
+        # part (then it runs again, after what it appended is cut off).
+        nxt = next(ops, None)
+        effect = _as_named_by(found, nxt)
+        if nxt is not None and nxt == effect:
+            repair = nxt
+            start += 1
+            bytes_written += _data_bytes([nxt])
+        elif nxt is not None and _in_part(nxt, effect):
+            rerun = nxt
+            if nxt.op == "append":
+                undo = Op("truncate", nxt.path, size=journaled[nxt.path].size)
+        if nxt is not None and repair is None:
+            ops = itertools.chain([nxt], ops)
     res.resumed_from = start
     # A run killed between an op and its journal line, on a target whose tree could not be
     # checked against the journal: that op may have taken effect; a namespace op that then
@@ -945,6 +1033,12 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         )
     if opts.resume:
         say(f"fsage: resuming at op {start}")
+        if gen is not None and exact_resume:
+            res.notices.append(
+                f"the generator ran again through the journal (op {res.resumed_from:,}): the "
+                "run goes on with the ops it would have made without the stop"
+            )
+            say(f"fsage: {res.notices[-1]}")
         if ran_after:
             res.notices.append(
                 f"the run had stopped without a clean record: {len(ran_after)} ops it ran "
@@ -967,8 +1061,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             params={"workload": ident, "target": str(path), "source_header": header.to_json()},
             seed=seed if gen is not None else header.seed,
         )
-        journal = _Journal(_journal_path(tgt.record_path), jheader, None)
-        _save_start_tree(tgt, journal.path)
+        journal = _Journal(new_journal, jheader, None)
+        _save_start_tree(journal.path, start_tree, start_inodes)
     res.journal = str(journal.path)
 
     store_cm: Any = contextlib.nullcontext(None)
@@ -1156,6 +1250,8 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
             with contextlib.suppress(Exception):
                 save(False, clean=True)
             journal.close()
+            if plog is not None:
+                plog.close()
             if store is not None and run_id is not None:
                 status = "failed" if isinstance(exc, Exception) else "interrupted"
                 fail_metrics: dict[str, Any] | None = None
@@ -1183,6 +1279,9 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
                     )
             raise
         journal.close()
+        if plog is not None:
+            plog.close()
+        res.changes = _changes(journal.path, opts)
         times = timing()
         if gen is not None and _limit_notice(res, gen, tgt):
             say(f"fsage: {res.notices[-1]}")

@@ -74,7 +74,18 @@ from fsage.lfs.cleaner import POLICIES
     is_flag=True,
     help="Age a non-empty directory fsage did not create, or start over after an interrupted run.",
 )
-@click.option("--resume", is_flag=True, help="Continue an interrupted run from its record.")
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="With --profile: take the files already on the target into the run, so that its churn "
+    "deletes and rewrites them too (otherwise it ages the files it makes).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted run from its record and journal: the same ops as a run "
+    "never stopped.",
+)
 @click.option(
     "--match",
     "match_spec",
@@ -107,7 +118,7 @@ def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
     snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
-    force: bool, resume: bool, match_spec: str | None, match_ops: Path | None,
+    force: bool, adopt: bool, resume: bool, match_spec: str | None, match_ops: Path | None,
     time_limit: float, policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Age TARGET (a mounted directory or an image file) with a workload.
@@ -117,8 +128,10 @@ def age_cmd(
     runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
     the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
     ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
-    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there. Every
-    op that ran is written to a journal beside the target, which --ops replays exactly.
+    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there, and
+    makes the ops a run never stopped makes. Every op that ran is written to a journal beside
+    the target, which --ops replays exactly. A run on a target that holds files already keeps
+    clear of their names, and says at its end what it changed on disk.
 
     \b
     Examples:
@@ -148,17 +161,21 @@ def age_cmd(
         raise UsageError("--resume needs the op stream in a file, not standard input")
     if snapshot_every and db is None:
         raise UsageError("--snapshot-every needs --db")
+    if adopt and resume:
+        raise UsageError("--resume goes on as the run began, with or without --adopt")
     profile = None
     if profile_spec is not None:
         profile = shape_profile(
             load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit
         )
+    elif adopt:
+        raise UsageError("--adopt takes a target's files into a generated workload (--profile)")
     elif fill is not None or churn is not None or ops_limit is not None:
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
         resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
-        progress=progress_enabled() and fmt == "text", policy=policy,
+        progress=progress_enabled() and fmt == "text", policy=policy, adopt=adopt,
     )  # fmt: skip
     with image_lock(target, exclusive=True):
         res = age(target, opts, echo=lambda s: click.echo(s, err=True))
@@ -198,9 +215,43 @@ def _print_result(target: Path, res: AgeResult) -> None:
         click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
     if res.journal:
         click.echo(f"  ops run: {res.journal}")
+    if res.changes is not None:
+        for line in change_lines(res.changes):
+            click.echo(f"  {line}")
     if res.convergence:
         for line in convergence_lines(res.convergence):
             click.echo(f"  {line}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def change_lines(ch: dict[str, int]) -> list[str]:
+    """What a run changed on disk, and why a run of many ops can change little."""
+    net = ch["net_bytes"]
+    out = [
+        f"changed on disk: {ch['files_created']:,} files created ({_mib(ch['bytes_created'])}),"
+        f" {ch['files_deleted']:,} deleted ({_mib(ch['bytes_deleted'])}),"
+        f" {ch['files_grown']:,} grown (+{_mib(ch['bytes_grown'])}),"
+        f" {ch['files_shrunk']:,} shrunk (-{_mib(ch['bytes_shrunk'])}); directories"
+        f" {ch['dirs_created']:,} created, {ch['dirs_deleted']:,} deleted; net"
+        f" {ch['net_files']:+,} files, {'+' if net >= 0 else '-'}{_mib(abs(net))}"
+    ]
+    own, rewrites = ch["deletes_of_own"], ch["rewrites"]
+    if ch["deletes"]:
+        out.append(
+            f"  {own:,} of its {ch['deletes']:,} deletes removed what the run had made itself"
+            + (" (there neither before nor after it)" if own else "")
+            + (
+                "; --adopt ages the files that were there too"
+                if own == ch["deletes"] and ch["files_before"]
+                else ""
+            )
+        )
+    if rewrites:
+        out.append(f"  {rewrites:,} creates rewrote a file of the same name already there")
+    return out
 
 
 def _match(

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 _EXT = re.compile(r"^\s*\d+:\s*(\d+)\.\.\s*(\d+):\s*(\d+)\.\.\s*(\d+):\s*(\d+):")
 
@@ -74,3 +80,23 @@ def fsck_clean(image: Path) -> None:
     """Assert that ``e2fsck -fn`` finds ``image`` clean."""
     proc = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def wait_until(cond: Callable[[], bool], proc: subprocess.Popen[Any], what: str) -> None:
+    """Poll ``cond`` until it holds; fail if ``proc`` ends first. The wait has no time limit of
+    its own (a loaded machine only makes it longer; pytest's timeout bounds the test)."""
+    while not cond():
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr is not None else b""
+            pytest.fail(f"the process ended ({proc.returncode}) before {what}: {err!r}")
+        time.sleep(0.005)
+
+
+def record_written_since(target: Path, since: float) -> bool:
+    """True once a run on ``target`` has written its record after ``since`` (``time.time()``):
+    it is then in its op loop, where Ctrl-C stops it between two ops."""
+    try:
+        rec = json.loads(target.with_name(target.name + ".fsage-age").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and float(rec.get("updated", 0)) >= since

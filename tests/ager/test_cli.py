@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from fsage.cli import main
 from fsage.workload import read_workload
+from tests.ager.helpers import record_written_since, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,15 +70,20 @@ def test_interrupt_and_resume_give_the_uninterrupted_tree(tmp_path: Path) -> Non
     part.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "fsage", "age", str(part), "--ops", str(ops), "--fsync"]
+    since = time.time()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until ops run (the journal beside the target)
+
+    def running() -> bool:  # ops run (the journal beside the target), Ctrl-C is handled
         journals = list(tmp_path.glob("part.fsage-age.*.ops.jsonl"))
-        if journals and journals[0].read_bytes().count(b"\n") > 20:
-            break
-        time.sleep(0.05)
+        return (
+            bool(journals)
+            and journals[0].read_bytes().count(b"\n") > 20
+            and record_written_since(part, since)
+        )
+
+    wait_until(running, proc, "20 ops ran")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate()
     total = sum(1 for _ in read_workload(ops)[1])
     assert proc.returncode == 130, err
     assert b"interrupted" in out and b"ended by Ctrl-C" in out, out

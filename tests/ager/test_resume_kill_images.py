@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fsage.ager.reconcile import Node, durable_prefix, journal_tree
 from fsage.ager.run import _Journal, _layout_entries
 from fsage.snapshotter import read_source
 from fsage.workload import Op, WorkloadHeader, write_workload
+from tests.ager.helpers import wait_until
 
 MIB = 1 << 20
 
@@ -51,11 +51,7 @@ def _kill_after(cmd: list[str], env: dict[str, str], image: Path, lines: int) ->
 
     before = count()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while count() < before + lines:
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    wait_until(lambda: count() >= before + lines, proc, f"{lines} more ops were journaled")
     proc.send_signal(signal.SIGKILL)
     _out, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL

@@ -122,8 +122,8 @@ def test_resume_after_the_running_op_took_effect_unjournaled(
 
 
 def test_a_generated_run_journals_the_op_that_ran_unjournaled(tmp_path: Path) -> None:
-    """A generated stream cannot be read ahead: what the op left is journaled as the op that
-    leaves it, and the generator goes on from the tree on disk."""
+    """The generator, run again through the journal, names the op that was running: what
+    it left is journaled as that op, which does not run again."""
     prof = shape_profile(get_preset("hfs-surge"), ops_limit=400)
     target = tmp_path / "t"
     target.mkdir()
