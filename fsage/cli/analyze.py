@@ -11,6 +11,7 @@ import click
 
 from fsage.analyzer.diskmodel import PRESETS
 from fsage.analyzer.history import (
+    SEED000_TREND,
     TREND_RULE,
     analyze_many,
     select_snapshots,
@@ -347,12 +348,6 @@ def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
                 ],
             )
         click.echo("")
-
-
-SEED000_TREND = (
-    "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
-    "a change of -0.016 per month at worst, -0.00725 on average"
-)
 
 
 def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
