@@ -78,6 +78,13 @@ _SNAPSHOT_REFERENCES = [
 ]
 
 
+def default_fs_name(facts: FsFacts) -> str:
+    """The name a file system is recorded under when none is given and the database has none
+    for its UUID: its label, else ``fs-`` and the first 8 digits of its UUID (numbered on
+    insert when another file system has it)."""
+    return shown(facts.label) or f"fs-{shown(facts.uuid)[:8]}"
+
+
 def parse_taken_at(spec: str) -> datetime:
     """A snapshot time given by the user (ISO 8601 date or date and time; naive means UTC)."""
     try:
@@ -314,7 +321,7 @@ class Store:
             ).fetchone()
             if row is not None:
                 return int(row[0]), str(row[1])
-            name = shown(facts.label) or f"fs-{uuid[:8]}"
+            name = default_fs_name(facts)
             base, n = name, 1
             while con.execute("SELECT 1 FROM filesystems WHERE name = ?", (name,)).fetchone():
                 n += 1
@@ -566,6 +573,7 @@ __all__ = [
     "SnapshotSummary",
     "Store",
     "database_failure",
+    "default_fs_name",
     "failure_of_latest",
     "parse_taken_at",
 ]
