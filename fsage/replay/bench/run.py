@@ -333,7 +333,7 @@ def store_run(store: Any, run: BenchRun, uuid: str | None = None, named: bool = 
     con = store.con
     if uuid:
         row = con.execute(
-            "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id DESC LIMIT 1", (uuid,)
+            "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id LIMIT 1", (uuid,)
         ).fetchone()
         if row is not None:
             run.fs_id = int(row[0])
