@@ -82,6 +82,16 @@ def request_score(start: I64, length: I64) -> dict[str, Any]:
     }
 
 
+def reads_text(reads: dict[str, dict[str, Any]]) -> str:
+    """The dynamic layout score of each read (``request_score`` by order name) in one line,
+    as ``analyze`` prints it and the report notes it."""
+    return ", ".join(
+        f"{order} order {'-' if r['score'] is None else format(r['score'], '.4f')} "
+        f"({r['discontiguous']:,} of {r['requests']:,} requests seek, {r['blocks']:,} blocks)"
+        for order, r in reads.items()
+    )
+
+
 def walk_order(layout: Layout, sel: npt.NDArray[np.bool_], pos: I64 | None = None) -> I64:
     """Indices of the selected files in the order of a recursive walk: depth first, each
     directory before its entries, entries by name (byte order). Files not reachable from the

@@ -19,11 +19,18 @@ from fsage.text import decimal
 DAYS_PER_MONTH = 365.25 / 12
 
 TREND_RULE = (
-    "Trends (first and last layout score, total change, change per month) are taken over the "
-    "snapshots that have a layout score, as fsage fleet takes them: a snapshot of an empty "
-    "file system, or of one that holds only files under 2 blocks, has none and is left out. "
+    "Trends (first and last layout score, total change, change per month) are taken, in "
+    "analyze, fleet and the report alike, over the snapshots that have a layout score: a "
+    "snapshot of an empty file system, or of one that holds only files under 2 blocks, has "
+    "none and is left out. "
     "A change is negative when the score falls; a change per month (least-squares slope) needs "
     "two scored snapshots 7 days or more apart."
+)
+
+#: The yardstick the trends are read against, in the same signed wording.
+SEED000_TREND = (
+    "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
+    "a change of -0.016 per month at worst, -0.00725 on average"
 )
 
 

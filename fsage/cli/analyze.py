@@ -10,7 +10,9 @@ from typing import Any
 import click
 
 from fsage.analyzer.diskmodel import PRESETS
+from fsage.analyzer.dynamic import reads_text
 from fsage.analyzer.history import (
+    SEED000_TREND,
     TREND_RULE,
     analyze_many,
     select_snapshots,
@@ -133,6 +135,10 @@ def _score(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+# The columns of a directory's row after its path, in the text table and the CSV alike.
+_DIR_FIELDS = ("files", "blocks", "layout_score", "scan_score", "own_scan_score", "pairs")
+
+
 def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
     if by == "size":
         return (
@@ -156,12 +162,7 @@ def _by_rows(a: dict[str, Any], by: str) -> tuple[list[str], list[list[Any]]]:
             [
                 [
                     _printable(r["path"]),
-                    r["files"],
-                    r["blocks"],
-                    r["layout_score"],
-                    r["scan_score"],
-                    r["own_scan_score"],
-                    r["pairs"],
+                    *(r[k] for k in _DIR_FIELDS),
                     *(_share(r[f"{k}_share"]) for k in GAP_BUCKETS),
                 ]
                 for r in a["by_dir"]
@@ -232,15 +233,9 @@ def _text(a: dict[str, Any], by: str) -> None:
     for line in locality_lines(loc):
         click.echo("  " + line)
     dm = a["disk_model"]
-    dyn = dm["dynamic_reads"]
     click.echo(
         "dynamic layout score (Conway et al., FAST'17; modeled cold read of every directory and "
-        "file: inode, extent/indirect blocks, data): "
-        + ", ".join(
-            f"{k} order {_score(v['score'])} ({v['discontiguous']} of {v['requests']} requests "
-            f"seek, {v['blocks']} blocks)"
-            for k, v in dyn.items()
-        )
+        "file: inode, extent/indirect blocks, data): " + reads_text(dm["dynamic_reads"])
     )
     for tr in a.get("traces") or []:
         click.echo(
@@ -349,12 +344,6 @@ def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
         click.echo("")
 
 
-SEED000_TREND = (
-    "Seltzer et al., 'File System Logging versus Clustering', USENIX 1995, section 4.3: "
-    "a change of -0.016 per month at worst, -0.00725 on average"
-)
-
-
 def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
     w = csv.writer(sys.stdout)
     w.writerow(
@@ -435,8 +424,7 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
     elif by == "dir":
         w.writerow(
             [
-                *("id", "fs", "path", "depth", "files", "blocks", "layout_score"),
-                *("scan_score", "own_scan_score", "pairs"),
+                *("id", "fs", "path", "depth", *_DIR_FIELDS),
                 *(f"{k}_share" for k in GAP_BUCKETS),
             ]
         )
@@ -444,16 +432,8 @@ def _csv(results: list[dict[str, Any]], by: str) -> None:
             for r in a["by_dir"]:
                 w.writerow(
                     [
-                        a["id"],
-                        a["fs"],
-                        r["path"],
-                        r["depth"],
-                        r["files"],
-                        r["blocks"],
-                        r["layout_score"],
-                        r["scan_score"],
-                        r["own_scan_score"],
-                        r["pairs"],
+                        *(a["id"], a["fs"], r["path"], r["depth"]),
+                        *(r[k] for k in _DIR_FIELDS),
                         *(r[f"{k}_share"] for k in GAP_BUCKETS),
                     ]
                 )

@@ -78,7 +78,11 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     help="Only these file sizes (seq, seq-fsync, create-read; default 1K..4M). Repeatable.",
 )
 @click.option("--seed", type=int, default=42, show_default=True, help="Random seed.")
-@click.option("--name", help="File-system name recorded with the run (default: target's name).")
+@click.option(
+    "--name",
+    help="File-system name recorded with the run (default: the name the database has for it, "
+    "else its label, else fs-<first 8 digits of its UUID>, as fsage snapshot names it).",
+)
 @click.option("--keep", is_flag=True, help="Keep the benchmark's files afterwards.")
 @click.option(
     "--repeat",

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from fsage.analyzer.history import TREND_RULE
 from fsage.cli.common import (
     count_progress,
     db_option,
@@ -75,19 +76,23 @@ class _DefaultGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=_DefaultGroup)
+@click.group(
+    cls=_DefaultGroup,
+    help="Fleet questions over exported datasets (DuckDB, in process): which file systems "
+    "decline fastest, in which size classes, free-space fragmentation across hosts, outliers."
+    "\n\n`fsage fleet DIR` is `fsage fleet summary DIR`.\n\n"
+    + TREND_RULE
+    + """
+
+\b
+Examples:
+  fsage fleet /data/fleet
+  fsage fleet /data/fleet --format csv > filesystems.csv
+  fsage fleet report /data/fleet -o fleet.html
+""",
+)
 def fleet() -> None:
-    """Fleet questions over exported datasets (DuckDB, in process): which file systems decline
-    fastest, in which size classes, free-space fragmentation across hosts, outliers.
-
-    `fsage fleet DIR` is `fsage fleet summary DIR`.
-
-    \b
-    Examples:
-      fsage fleet /data/fleet
-      fsage fleet /data/fleet --format csv > filesystems.csv
-      fsage fleet report /data/fleet -o fleet.html
-    """
+    pass
 
 
 def _warn(line: str) -> None:
@@ -108,7 +113,18 @@ damaged_option = click.option(
 TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_size"]
 
 
-@fleet.command()
+@fleet.command(
+    help="The fleet analysis of DIRECTORY (a dataset written by `fsage export`).\n\n"
+    + TREND_RULE
+    + """
+
+\b
+Examples:
+  fsage fleet summary /data/fleet
+  fsage fleet /data/fleet --table size --format json
+  fsage fleet /data/fleet --damaged skip
+""",
+)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--table",
@@ -129,17 +145,6 @@ TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_s
 def summary(
     directory: Path, tables: tuple[str, ...], threshold: float, on_damage: str, fmt: str
 ) -> None:
-    """The fleet analysis of DIRECTORY (a dataset written by `fsage export`).
-
-    Change per month is the least-squares slope of the layout score over time, given only for
-    histories spanning 7 days or more; the total change is printed beside it.
-
-    \b
-    Examples:
-      fsage fleet summary /data/fleet
-      fsage fleet /data/fleet --table size --format json
-      fsage fleet /data/fleet --damaged skip
-    """
     from fsage.fleet.query import DEFAULT_TABLES, fleet_tables
 
     if fmt == "csv" and len(tables) > 1:

@@ -14,11 +14,9 @@ import json
 import os
 import sqlite3
 import time
-import urllib.parse
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,17 +26,39 @@ import numpy.typing as npt
 
 from fsage.db import codec, versions
 from fsage.db.checksum import (
-    FS_COLUMNS,
-    SNAPSHOT_COLUMNS,
     DamagedError,
     blob_crc,
     matches,
     row_crc,
 )
+from fsage.db.diff import (
+    all_files,
+    compare_files,
+    rows_of,
+)
+from fsage.db.opening import (
+    OPENED,
+    check_text,
+    create_private,
+    database_failure,
+    failure_of_latest,
+    is_corrupt,
+    is_writable,
+    open_readonly,
+    refuse_damaged,
+    refuse_foreign,
+    use_wal,
+)
+from fsage.db.rows import (
+    CRC_COVERED,
+    SNAPSHOT_SELECT,
+    SnapshotRow,
+    SnapshotSummary,
+    row_to_snapshot,
+)
 from fsage.db.schema import LATEST_VERSION, current_version, migrate
 from fsage.errors import StoreError, UsageError
-from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
-from fsage.private import PRIVATE_MODE, file_mode
+from fsage.layout import FreeExtents, FsFacts, Layout, LinkTable
 from fsage.text import shown
 
 BUSY_TIMEOUT_MS = 60_000
@@ -58,6 +78,13 @@ _SNAPSHOT_REFERENCES = [
 ]
 
 
+def default_fs_name(facts: FsFacts) -> str:
+    """The name a file system is recorded under when none is given and the database has none
+    for its UUID: its label, else ``fs-`` and the first 8 digits of its UUID (numbered on
+    insert when another file system has it)."""
+    return shown(facts.label) or f"fs-{shown(facts.uuid)[:8]}"
+
+
 def parse_taken_at(spec: str) -> datetime:
     """A snapshot time given by the user (ISO 8601 date or date and time; naive means UTC)."""
     try:
@@ -67,249 +94,6 @@ def parse_taken_at(spec: str) -> datetime:
             f"--taken-at {spec!r} is not an ISO 8601 time (YYYY-MM-DD[THH:MM[:SS]][+HH:MM])"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class SnapshotRow:
-    id: int
-    fs_name: str
-    uuid: str
-    kind: str
-    taken_at: datetime
-    source: str
-    block_size: int
-    files: int
-    dirs: int
-    extents: int
-    blocks_used: int
-    blocks_free: int
-    free_extents: int
-    damaged: int
-    new_files: int
-    changed_files: int
-    deleted_files: int
-    seconds: float
-    op_count: int | None
-    bytes_written: int | None
-    label: str | None
-    recreation_of: int | None
-    regular_files: int | None = None  # "files" in fsage's output; ``files`` counts inodes
-
-    def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["taken_at"] = self.taken_at.isoformat()
-        out["fs"] = out.pop("fs_name")
-        return {"id": out.pop("id"), "fs": out.pop("fs"), **out}
-
-
-@dataclass(frozen=True)
-class SnapshotSummary:
-    snapshot_id: int
-    fs_name: str
-    files: int
-    extents: int
-    free_extents: int
-    new_files: int
-    changed_files: int
-    deleted_files: int
-    damaged: int
-    seconds: float
-    regular_files: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["id"] = out.pop("snapshot_id")
-        out["fs"] = out.pop("fs_name")
-        out["inodes"] = out.pop("files")
-        out["files"] = out.pop("regular_files")
-        return {"id": out.pop("id"), "fs": out.pop("fs"), **out}
-
-    def line(self) -> str:
-        damaged = f", {self.damaged} damaged" if self.damaged else ""
-        return (
-            f"snapshot {self.snapshot_id} of {shown(self.fs_name)}: {self.regular_files} files "
-            f"({self.files} inodes), "
-            f"{self.extents} extents, {self.free_extents} free extents; "
-            f"{self.new_files} new, {self.changed_files} changed, {self.deleted_files} deleted"
-            f"{damaged}; {self.seconds:.2f} s"
-        )
-
-
-_SNAPSHOT_SELECT = """
-    SELECT s.id, f.name, f.uuid, s.kind, s.taken_at, s.source,
-           json_extract(s.facts, '$.block_size'), s.files, s.dirs, s.extents, s.blocks_used,
-           s.blocks_free, s.free_extents, s.damaged, s.new_files, s.changed_files,
-           s.deleted_files, s.seconds, s.op_count, s.bytes_written, s.label, s.recreation_of,
-           s.regular_files, s.crc, {columns}
-    FROM snapshots s JOIN filesystems f ON f.id = s.fs_id
-""".format(columns=", ".join([f"s.{c}" for c in SNAPSHOT_COLUMNS] + [f"f.{c}" for c in FS_COLUMNS]))
-
-
-_COVERED = _SNAPSHOT_SELECT.split("s.crc, ", 1)[1]  # what a snapshot's checksum covers
-
-_MIGRATION_COLUMNS = ["version", "name", "applied_at"]
-
-
-def _use_wal(con: sqlite3.Connection, path: Path) -> bool:
-    """Put the database in WAL mode; False, leaving it as it is, while another connection holds
-    a new database in its first transaction (SQLite does not wait for that lock here): that
-    one switches at its end, or this one after its own first transaction."""
-    try:
-        mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            return False
-        raise
-    if mode != "wal":
-        raise StoreError(f"{path}: cannot use WAL mode ({mode})")
-    return True
-
-
-def _uri(path: Path, **params: str) -> str:
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return f"file:{urllib.parse.quote(str(path.resolve()))}?{query}"
-
-
-def _refuse_foreign(path: Path) -> None:
-    """Refuse a database that is not fsage's before anything is written to it: one that holds
-    tables but not fsage's ``schema_migrations``, or not an SQLite database at all."""
-    try:
-        con = sqlite3.connect(_uri(path, mode="ro"), uri=True)
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot use the database ({exc})") from None
-    try:
-        try:
-            tables, columns = _schema_of(con)
-        except sqlite3.OperationalError:
-            # A WAL database whose -shm cannot be made here: look at the file as it is.
-            con.close()
-            con = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True)
-            tables, columns = _schema_of(con)
-    except sqlite3.OperationalError as exc:  # I/O, a lock: not the file's fault
-        raise StoreError(f"{path}: cannot use the database ({exc})") from None
-    except sqlite3.DatabaseError as exc:
-        if _corrupt(exc):  # an SQLite database whose schema cannot be read: damaged
-            raise database_failure(path, exc) from None
-        raise StoreError(f"{path}: not an fsage database ({exc}); left untouched") from None
-    finally:
-        con.close()
-    if tables and columns != _MIGRATION_COLUMNS:
-        shown_tables = ", ".join(shown(t) for t in sorted(tables)[:5])
-        more = ", ..." if len(tables) > 5 else ""
-        raise StoreError(
-            f"{path}: not an fsage database (it holds the tables {shown_tables}{more});"
-            " left untouched"
-        )
-
-
-def _schema_of(con: sqlite3.Connection) -> tuple[list[str], list[str]]:
-    """The tables of a database, and the columns of its schema_migrations table."""
-    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    columns = [r[1] for r in con.execute("PRAGMA table_info(schema_migrations)")]
-    return tables, columns
-
-
-def _writable(path: Path) -> bool:
-    """Whether a WAL connection can write here: the file, and the directory for -wal/-shm."""
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
-
-
-def _open_readonly(path: Path) -> sqlite3.Connection:
-    """A read-only connection to a database that cannot be written; through its WAL where it
-    can be read, else the file as it is (immutable: no lock, no -shm)."""
-    con = sqlite3.connect(_uri(path, mode="ro"), uri=True, isolation_level=None)
-    try:
-        version = current_version(con)
-    except sqlite3.OperationalError:
-        con.close()
-        con = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True, isolation_level=None)
-        version = current_version(con)
-    if version != LATEST_VERSION:
-        con.close()
-        raise StoreError(
-            f"{path}: read-only database of schema version {version} (this fsage reads"
-            f" {LATEST_VERSION}); copy it somewhere writable so that it can be migrated"
-        )
-    return con
-
-
-def _create_private(path: Path) -> None:
-    """An empty database file (SQLite takes an empty file for a new database) that only its
-    owner can read, whatever the umask; SQLite gives -wal and -shm the same mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, file_mode())
-    try:
-        if file_mode() == PRIVATE_MODE:
-            os.fchmod(fd, PRIVATE_MODE)
-    finally:
-        os.close(fd)
-
-
-def _check_text(what: str, text: str) -> None:
-    """A name or note given by the user is stored as text: it must be valid UTF-8."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise StoreError(f"{what} {shown(text)!r} is not valid UTF-8") from None
-
-
-_SHOWN_FIELDS = 23  # the SnapshotRow fields _SNAPSHOT_SELECT starts with
-
-
-_RECOVER = "restore it from a backup, or recover what it holds with sqlite3's .recover"
-
-
-def _corrupt(exc: sqlite3.DatabaseError) -> bool:
-    """SQLite read a database whose pages are damaged (SQLITE_CORRUPT), as opposed to a file
-    that is no database at all (SQLITE_NOTADB)."""
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_CORRUPT
-
-
-def database_failure(path: Path, exc: BaseException) -> StoreError:
-    """One line for an error SQLite raised while using the database at ``path``."""
-    if isinstance(exc, sqlite3.OperationalError):  # I/O, a full disk, permissions, a lock
-        return StoreError(f"{path}: cannot use the database ({exc})")
-    if isinstance(exc, sqlite3.DatabaseError):
-        return StoreError(f"{path}: the database is damaged ({exc}); {_RECOVER}")
-    return StoreError(f"{path}: {exc}")
-
-
-def _refuse_damaged(con: sqlite3.Connection, path: Path) -> None:
-    """Raise unless the database passes PRAGMA quick_check (the structure of every page,
-    without integrity_check's cross-checks of indexes against tables)."""
-    try:
-        problems = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
-    except sqlite3.DatabaseError as exc:
-        problems = [str(exc)]
-    if problems != ["ok"]:
-        # one line: the first problem named (a report starts "*** in database main ***")
-        lines = [ln for p in problems for ln in str(p).splitlines() if not ln.startswith("***")]
-        raise StoreError(
-            f"{path}: the database is damaged ({shown(lines[0] if lines else '?')});"
-            f" nothing was written to it ({_RECOVER})"
-        )
-
-
-def _row_to_snapshot(row: tuple[Any, ...]) -> SnapshotRow:
-    """A snapshot row as read, once it matches its checksum."""
-    values = list(row[:_SHOWN_FIELDS])
-    crc, covered = row[_SHOWN_FIELDS], row[_SHOWN_FIELDS + 1 :]
-    if not matches(crc, row_crc(covered)):
-        raise DamagedError(f"snapshot {values[0]} is damaged (its row does not match its checksum)")
-    try:
-        values[4] = datetime.fromisoformat(values[4])
-    except (TypeError, ValueError):
-        raise DamagedError(f"snapshot {values[0]} is damaged (its time does not parse)") from None
-    return SnapshotRow(*values)
-
-
-#: The database this process opened last (a list of at most one): the CLI names it in the
-#: one line it prints for an SQLite error raised outside a ``with Store.open(...)`` block.
-OPENED: list[Path] = []
-
-
-def failure_of_latest(exc: BaseException) -> StoreError:
-    """One line for an SQLite error raised while using the database opened last."""
-    return database_failure(OPENED[-1] if OPENED else Path("the database"), exc)
 
 
 class Store:
@@ -345,7 +129,7 @@ class Store:
         new = False
         if not path.exists():
             try:
-                _create_private(path)
+                create_private(path)
                 new = True
             except FileExistsError:  # made by someone else meanwhile: open it as it is
                 pass
@@ -364,9 +148,9 @@ class Store:
     def _connect(cls, path: Path, new: bool, readonly: bool) -> Store:
         try:
             if not new:
-                _refuse_foreign(path)
-                if readonly and not _writable(path):
-                    return cls(_open_readonly(path), path)
+                refuse_foreign(path)
+                if readonly and not is_writable(path):
+                    return cls(open_readonly(path), path)
             con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             con.execute("PRAGMA synchronous=NORMAL")
@@ -377,13 +161,13 @@ class Store:
                 con.execute(f"PRAGMA page_size={PAGE_SIZE}")
             # A new database takes WAL after its first transaction (_wal_after_first_write).
             if not new and current_version(con) < LATEST_VERSION:
-                _refuse_damaged(con, path)  # a migration writes: not into a damaged database
-            wal = not new and _use_wal(con, path)
+                refuse_damaged(con, path)  # a migration writes: not into a damaged database
+            wal = not new and use_wal(con, path)
             migrate(con)
         except sqlite3.OperationalError as exc:  # I/O, a full disk, permissions, a lock
             raise StoreError(f"{path}: cannot use the database ({exc})") from None
         except sqlite3.DatabaseError as exc:
-            if _corrupt(exc):
+            if is_corrupt(exc):
                 raise database_failure(path, exc) from None
             raise StoreError(f"{path}: not an fsage database ({exc})") from None
         except OSError as exc:
@@ -457,7 +241,7 @@ class Store:
         """Refuse to write into a database SQLite finds damaged (PRAGMA quick_check: every
         page's structure, without the index cross-checks of integrity_check), once per open;
         under the write lock, so that what was checked is what is written into."""
-        _refuse_damaged(self.con, self.path)
+        refuse_damaged(self.con, self.path)
         self._checked = True
 
     @contextmanager
@@ -489,20 +273,20 @@ class Store:
 
     def _snapshots(self, fs_name: str | None) -> list[SnapshotRow]:
         if fs_name is None:
-            rows = self.con.execute(_SNAPSHOT_SELECT + " ORDER BY s.id").fetchall()
+            rows = self.con.execute(SNAPSHOT_SELECT + " ORDER BY s.id").fetchall()
         else:
             self._fs_id(fs_name)
             rows = self.con.execute(
-                _SNAPSHOT_SELECT + " WHERE f.name = ? ORDER BY s.id", (fs_name,)
+                SNAPSHOT_SELECT + " WHERE f.name = ? ORDER BY s.id", (fs_name,)
             ).fetchall()
-        return [_row_to_snapshot(r) for r in rows]
+        return [row_to_snapshot(r) for r in rows]
 
     def snapshot(self, snapshot_id: int) -> SnapshotRow:
-        row = self.con.execute(_SNAPSHOT_SELECT + " WHERE s.id = ?", (snapshot_id,)).fetchone()
+        row = self.con.execute(SNAPSHOT_SELECT + " WHERE s.id = ?", (snapshot_id,)).fetchone()
         if row is None:
             raise StoreError(f"no snapshot {snapshot_id} in {self.path}")
         with self._naming_damage(None):
-            return _row_to_snapshot(row)
+            return row_to_snapshot(row)
 
     def latest_snapshot(self, fs_name: str) -> SnapshotRow | None:
         snaps = self.snapshots(fs_name)
@@ -522,7 +306,7 @@ class Store:
         # Labels and uuids are read from disk and need not be UTF-8: stored as shown.
         uuid = shown(facts.uuid)
         if name is not None:
-            _check_text("--name", name)
+            check_text("--name", name)
             row = con.execute("SELECT id, uuid FROM filesystems WHERE name = ?", (name,)).fetchone()
             if row is not None:
                 if row[1] != uuid:
@@ -537,7 +321,7 @@ class Store:
             ).fetchone()
             if row is not None:
                 return int(row[0]), str(row[1])
-            name = shown(facts.label) or f"fs-{uuid[:8]}"
+            name = default_fs_name(facts)
             base, n = name, 1
             while con.execute("SELECT 1 FROM filesystems WHERE name = ?", (name,)).fetchone():
                 n += 1
@@ -571,8 +355,8 @@ class Store:
             raise StoreError("snapshot time must carry a time zone")
         source = shown(source)  # a path given on the command line need not be UTF-8
         if label is not None:
-            _check_text("--label", label)
-        everything, is_special = _all_files(layout)
+            check_text("--label", label)
+        everything, is_special = all_files(layout)
         link_file = codec.link_files(everything, layout.links)
         digests = codec.file_digests(everything, layout.links, link_file).view(np.int64)
         free = layout.free
@@ -595,7 +379,7 @@ class Store:
             with self._naming_damage(last[0] if last is not None else None):
                 now = versions.current(con, fs_id)
             user = ~is_special
-            diff = _compare(now, everything.ino, everything.generation, digests, user)
+            diff = compare_files(now, everything.ino, everything.generation, digests, user)
             n_files = int(np.count_nonzero(user))
             n_regular = int(np.count_nonzero(everything.is_regular() & user))
             dirs = int(np.count_nonzero(everything.is_dir() & user))
@@ -651,7 +435,9 @@ class Store:
             seconds = time.monotonic() - t0
             con.execute("UPDATE snapshots SET seconds = ? WHERE id = ?", (seconds, snap_id))
             # The checksum of the row as SQLite gives it back, as readers will see it.
-            covered = con.execute("SELECT " + _COVERED + " WHERE s.id = ?", (snap_id,)).fetchone()
+            covered = con.execute(
+                "SELECT " + CRC_COVERED + " WHERE s.id = ?", (snap_id,)
+            ).fetchone()
             con.execute(
                 "UPDATE snapshots SET crc = ?, free_crc = ? WHERE id = ?",
                 (row_crc(covered), blob_crc(free_blob), snap_id),
@@ -749,10 +535,10 @@ class Store:
         facts = FsFacts.from_json(json.loads(facts_json))
         return Layout(
             facts=facts,
-            files=_rows_of(table, rows[~special]),
+            files=rows_of(table, rows[~special]),
             links=links,
             free=FreeExtents(pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)),
-            special=_rows_of(table, rows[special]),
+            special=rows_of(table, rows[special]),
             notes=list(json.loads(notes)),
         )
 
@@ -781,72 +567,13 @@ class Store:
             raise StoreError(f"{what} cannot be read: it is damaged ({exc!r})") from None
 
 
-@dataclass
-class _Diff:
-    new: int
-    changed: int
-    deleted: int
-    superseded: npt.NDArray[np.int64]  # rows of the current versions that end now
-    write_rows: npt.NDArray[np.int64]  # rows of the new table to store as new versions
-
-
-def _compare(
-    now: versions.Current,
-    ino: npt.NDArray[np.uint64],
-    generation: npt.NDArray[np.uint32],
-    digests: npt.NDArray[np.int64],
-    counted: npt.NDArray[np.bool_],
-) -> _Diff:
-    """Classify files against the current versions of the previous snapshot.
-
-    A reused inode number (different generation) counts as one deletion and one creation.
-    Only rows flagged ``counted`` (user files, not reserved inodes) enter the counts.
-    """
-    if len(now) == 0:
-        everything = np.arange(len(ino), dtype=np.int64)
-        return _Diff(int(np.count_nonzero(counted)), 0, 0, np.zeros(0, np.int64), everything)
-    pos = np.searchsorted(now.ino, ino)
-    pos_c = np.minimum(pos, len(now) - 1)
-    found = (pos < len(now)) & (now.ino[pos_c] == ino)
-    same_gen = found & (now.generation[pos_c] == generation.astype(np.int64))
-    same = found & (now.digest[pos_c] == digests)
-    changed = same_gen & ~same
-    recreated = found & ~same_gen
-    new = ~found | recreated
-    gone = np.ones(len(now), bool)
-    gone[pos_c[found]] = False
-    # Reserved inodes keep their numbers below the first user inode, so none is "gone" here.
-    return _Diff(
-        new=int(np.count_nonzero(new & counted)),
-        changed=int(np.count_nonzero(changed & counted)),
-        deleted=int(np.count_nonzero(gone)) + int(np.count_nonzero(recreated & counted)),
-        superseded=np.concatenate([np.flatnonzero(gone), pos_c[found & ~same]]),
-        write_rows=np.flatnonzero(~same),
-    )
-
-
-def _rows_of(table: FileTable, rows: npt.NDArray[np.int64]) -> FileTable:
-    """``table.take(rows)``; views of its arrays when the rows are consecutive (a snapshot's
-    user files follow its reserved inodes in one chunk: no copy of every column)."""
-    if (
-        rows.size
-        and int(rows[-1]) - int(rows[0]) + 1 == rows.size
-        and bool(np.all(rows[1:] > rows[:-1]))
-    ):
-        return table.slice(int(rows[0]), int(rows[-1]) + 1)
-    return table.take(rows)
-
-
-def _all_files(layout: Layout) -> tuple[FileTable, npt.NDArray[np.bool_]]:
-    """Reserved inodes then user files as one table, with a flag for the former.
-
-    Not in ino order (the root directory, a user file, comes after the reserved inodes): nothing
-    downstream needs it, and readers that hand over both as parts of one table are joined
-    without a copy.
-    """
-    if len(layout.special) == 0:  # the live reader's layouts: no copy of every column
-        return layout.files, np.zeros(len(layout.files), bool)
-    both = FileTable.concat([layout.special, layout.files])
-    special = np.zeros(len(both), bool)
-    special[: len(layout.special)] = True
-    return both, special
+__all__ = [
+    "DATABASE_SUFFIXES",
+    "SnapshotRow",
+    "SnapshotSummary",
+    "Store",
+    "database_failure",
+    "default_fs_name",
+    "failure_of_latest",
+    "parse_taken_at",
+]

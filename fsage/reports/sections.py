@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
-from fsage.analyzer.history import change_text, trend_line
+from fsage.analyzer.history import SEED000_TREND, change_text, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
 
@@ -416,11 +416,10 @@ def score_over_time(data: ReportData) -> Section | None:
         ]
     notes = [trend_note(fs, t) for fs, t in data.trends.items()]
     notes.append(
-        "A rate per month is given only for histories spanning 7 days or more. Seltzer et al., "
-        "'File System Logging versus Clustering: A Performance Comparison', USENIX 1995 "
-        "(seed 000), section 4.3, saw layout scores fall by 0.016 per month in the worst case "
-        "and 0.00725 on average. The dotted line is a perfect layout (1.0); the score axis "
-        f"spans at least {MIN_SCORE_SPAN}, so that a night's wobble does not look like a fall."
+        "A change per month is given only for histories spanning 7 days or more, negative "
+        f"when the score falls ({SEED000_TREND}). The dotted line is a perfect layout (1.0); "
+        f"the score axis spans at least {MIN_SCORE_SPAN}, so that a night's wobble does not "
+        "look like a fall."
     )
     if ops_clock:
         notes.append(

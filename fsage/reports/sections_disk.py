@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from fsage.analyzer.dynamic import reads_text
 from fsage.analyzer.fit import SizeFit
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.reports.sections import (
@@ -302,14 +303,9 @@ def disk_model(data: ReportData) -> Section | None:
                         "hoverinfo": "text",
                     }
                 )
-        dyn = dm.get("dynamic_reads", {})
         dyn_notes.append(
             f"{a.get('fs')}: dynamic layout score of a modeled cold read (Conway et al., FAST'17) "
-            + ", ".join(
-                f"{k} order {'-' if v['score'] is None else format(v['score'], '.4f')} "
-                f"({v['discontiguous']:,} of {v['requests']:,} requests seek)"
-                for k, v in dyn.items()
-            )
+            + reads_text(dm.get("dynamic_reads", {}))
         )
         for tr in a.get("traces") or []:
             dyn_notes.append(

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from fsage.errors import FsageError
-from fsage.snapshotter.daemon import DaemonConfig, Target
+from fsage.snapshotter.daemonconfig import DaemonConfig, Target
 from fsage.snapshotter.schedule import CronSchedule, Interval, Schedule, cron_fields
 
 DAEMON_UNIT = "fsage-daemon.service"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fsage.analyzer.dynamic import request_score
+from fsage.analyzer.dynamic import reads_text, request_score
 from fsage.cli import main
 from fsage.trace import TraceError, parse_blkparse
 
@@ -47,6 +47,16 @@ def test_request_score_worked_example() -> None:
     assert (s["discontiguous"], s["blocks"], s["requests"]) == (2, 4, 3)
     assert s["score"] == pytest.approx(1 - 2 / 4)
     assert request_score(np.zeros(0, np.int64), np.zeros(0, np.int64))["score"] is None
+
+
+def test_reads_text_names_each_order_once() -> None:
+    # blocks 0-1, 2, 10: the read starting at 10 seeks, as does the first; 3,000 blocks
+    path = request_score(np.array([0, 2, 10]), np.array([2, 1, 2997]))
+    empty = request_score(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert reads_text({"path": path, "inode": empty}) == (
+        "path order 0.9993 (2 of 3 requests seek, 3,000 blocks), "
+        "inode order - (0 of 0 requests seek, 0 blocks)"
+    )
 
 
 def test_parse_blkparse_and_the_tracer_agree() -> None:

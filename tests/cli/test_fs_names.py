@@ -103,3 +103,34 @@ def test_resume_keeps_the_name(
             json.loads(p) for (p,) in store.con.execute("SELECT params FROM aging_runs ORDER BY id")
         ]
     assert [p["name"] for p in params] == ["demo", "demo"]
+
+
+def _bench_names(db: Path) -> list[str]:
+    with Store.open(db) as store:
+        return [n for (n,) in store.con.execute("SELECT fs_name FROM bench_runs ORDER BY id")]
+
+
+@pytest.mark.needs_root
+def test_bench_names_an_image_as_snapshot_does(tmp_path: Path) -> None:
+    r = CliRunner()
+    bench = ["--suite", "seq", "--size", "128K", "--file-size", "64K", "--repeat", "1"]
+    bench += ["--no-baseline", "--format", "json"]
+    labelled = make_ext_image(tmp_path, "ext4", size="32M", extra=["-L", "scratch"], name="l.img")
+    bare = make_ext_image(tmp_path, "ext4", size="32M", name="bare.img")
+    uuid = dumpe2fs_header(bare)["Filesystem UUID"]
+    db = tmp_path / "b.db"
+    # Unknown to the database: the label, else fs- and the uuid dumpe2fs reads.
+    for image, expected in ((labelled, "scratch"), (bare, f"fs-{uuid[:8]}")):
+        res = r.invoke(main, ["bench", str(image), "--db", str(db), *bench])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["fs_name"] == expected
+    # Known by other names: the first, which a snapshot without --name takes too, unless --name
+    # says otherwise.
+    for name in ("home", "spare"):
+        snap = r.invoke(main, ["snapshot", str(bare), "--db", str(db), "--name", name])
+        assert snap.exit_code == 0, snap.output
+    res = r.invoke(main, ["bench", str(bare), "--db", str(db), *bench])
+    assert res.exit_code == 0, res.output
+    res = r.invoke(main, ["bench", str(bare), "--db", str(db), "--name", "other", *bench])
+    assert res.exit_code == 0, res.output
+    assert _bench_names(db) == ["scratch", f"fs-{uuid[:8]}", "home", "other"]

@@ -3,6 +3,7 @@ a start-up that imports only what the command needs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -214,20 +215,29 @@ def test_snapshot_of_an_image_imports_nothing_heavy(
     assert _heavy(modules) == []
 
 
-@pytest.mark.needs_root
-def test_snapshot_of_a_mounted_tree_progress_and_imports(
-    tmp_path: Path, fsage_env: dict[str, str]
-) -> None:
+@contextlib.contextmanager
+def _mounted_ext4(image: Path) -> Iterator[Path]:
+    """A fresh 64 MiB ext4 on ``image``, loop-mounted beside it for the block."""
     if not root_and_loop():
         pytest.skip("needs root and loop devices")
     require_tools("mkfs.ext4")
-    image, mnt = tmp_path / "live.img", tmp_path / "mnt"
+    mnt = image.with_suffix(".mnt")
     with open(image, "wb") as f:
         f.truncate(64 << 20)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
     mnt.mkdir()
     subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
     try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.mark.needs_root
+def test_snapshot_of_a_mounted_tree_progress_and_imports(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    with _mounted_ext4(tmp_path / "live.img") as mnt:
         _tree(mnt / "t", 5000)  # more than the 4096 inodes the C walk reports after
         os.sync()
         vfs = os.statvfs(mnt)
@@ -252,8 +262,6 @@ def test_snapshot_of_a_mounted_tree_progress_and_imports(
         )
         assert "fsage.snapshotter.live" in modules
         assert _heavy(modules) == []
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def test_count_progress_claims_nothing_on_failure(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,16 +289,7 @@ def test_progress_of_a_subtree_counts_the_subtree(
 ) -> None:
     """Below a mount point the file system's inodes in use say nothing of the walk: the first
     snapshot shows the count alone, the next one the count its predecessor read."""
-    if not root_and_loop():
-        pytest.skip("needs root and loop devices")
-    require_tools("mkfs.ext4")
-    image, mnt = tmp_path / "sub.img", tmp_path / "mnt"
-    with open(image, "wb") as f:
-        f.truncate(64 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-    mnt.mkdir()
-    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
-    try:
+    with _mounted_ext4(tmp_path / "sub.img") as mnt:
         _tree(mnt / "other", 6000)  # outside the subtree: statvfs counts it, the walk must not
         sub = _tree(mnt / "sub", 5000)
         os.sync()
@@ -309,5 +308,3 @@ def test_progress_of_a_subtree_counts_the_subtree(
         assert status == 0, term
         lines = PROGRESS_LINE.findall(term)
         assert len(lines) >= 2 and {t for _d, t, _p, _tail in lines} == {f"{walked:,}"}
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)

@@ -125,3 +125,16 @@ def test_free_blocks_have_one_value_in_every_command(tmp_path: Path) -> None:
     assert snap["blocks_free"] == a["blocks_free"] == mapped
     assert a["blocks_free_reported"] == mapped + 587
     assert snap["blocks_used"] == layout.facts.blocks_total - mapped
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["fleet"], ["fleet", "summary"]])
+def test_help_states_the_one_trend_rule(command: list[str]) -> None:
+    res = CliRunner().invoke(main, [*command, "--help"], terminal_width=1000)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    for words in (
+        "in analyze, fleet and the report alike, over the snapshots that have a layout score",
+        "A change is negative when the score falls",
+        "needs two scored snapshots 7 days or more apart",
+    ):
+        assert words in text, (command, words)

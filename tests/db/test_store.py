@@ -507,9 +507,9 @@ def _write_v1_snapshot(
 ) -> dict[int, int]:
     """Record a snapshot the way the first schema did (one file_versions row per version);
     ``prev`` maps ino -> digest of the current versions. Returns the new map."""
-    from fsage.db.store import _all_files
+    from fsage.db.diff import all_files
 
-    files, special = _all_files(layout)
+    files, special = all_files(layout)
     order, link_off = codec.link_order(files, layout.links)
     digests = codec.file_digests_numpy(files, layout.links, order, link_off).view(np.int64)
     free = np.stack([layout.free.start, layout.free.length], 1).astype("<u8").tobytes()
@@ -583,11 +583,11 @@ def test_first_schema_databases_are_converted(
 
 
 def test_c_digests_agree_with_their_numpy_definition(tmp_path: Path) -> None:
-    from fsage.db.store import _all_files
+    from fsage.db.diff import all_files
 
     image, _ = make_image(tmp_path, files=300)
     layout = read_source(image)
-    files, _special = _all_files(layout)
+    files, _special = all_files(layout)
     order, link_off = codec.link_order(files, layout.links)
     link_file = codec.link_files(files, layout.links)
     c = codec.file_digests(files, layout.links, link_file)

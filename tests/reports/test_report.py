@@ -183,3 +183,11 @@ def test_overlapping_text_is_caught(db: Path, tmp_path: Path) -> None:
     assert len(found) == 12  # 9 standard figures, 2 of the comparison, the bad one
     assert found[:-1] == [""] * 11, found
     assert "title:" in found[-1] and "legend:" in found[-1]
+
+
+def test_score_over_time_note_gives_signed_changes(db: Path, tmp_path: Path) -> None:
+    text = _report(db, tmp_path / "r.html")
+    # seed 000's figures in the signed wording of analyze and fleet: a fall is negative
+    assert "a change of -0.016 per month at worst, -0.00725 on average" in text
+    assert "negative when the score falls" in text
+    assert "fall by 0.016" not in text

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from conftest import REPO, require_tools
 from images import e2freefrag, stat_inodes
+from snapshotter.loops import mounted_loop
 
 from fsage.db.store import Store
 from fsage.layout import Layout
@@ -124,21 +125,11 @@ def mounted(tmp_path: Path) -> Iterator[Mounted]:
         ],
         check=True,
     )
-    dev = subprocess.run(
-        ["losetup", "-f", "--show", str(image)], check=True, capture_output=True, text=True
-    ).stdout.strip()
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", dev, str(mnt)], check=True)
-        try:
-            _kernel_writes(mnt, rng)
-            os.sync()
-            yield Mounted(image, dev, mnt)
-        finally:
-            subprocess.run(["umount", str(mnt)], check=False)
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
+    with mounted_loop(image, mnt) as dev:
+        _kernel_writes(mnt, rng)
+        os.sync()
+        yield Mounted(image, dev, mnt)
 
 
 def _snapshot(db: Path, source: str, *extra: str) -> tuple[int, int, int]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, require_tools
+from snapshotter.loops import mounted_loop
 
 from fsage.db.store import Store
 from fsage.layout import Layout
@@ -44,28 +45,9 @@ def mounted(tmp_path: Path) -> Iterator[Loop]:
     image = tmp_path / "fs.img"
     subprocess.run(["truncate", "-s", "256M", str(image)], check=True)
     subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", str(image)], check=True)
-    dev = subprocess.run(
-        ["losetup", "-f", "--show", str(image)], check=True, capture_output=True, text=True
-    ).stdout.strip()
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", dev, str(mnt)], check=True)
-        try:
-            yield Loop(image, dev, mnt)
-        finally:
-            _umount(mnt)
-    finally:
-        subprocess.run(["losetup", "-d", dev], check=False)
-
-
-def _umount(mnt: Path) -> None:
-    """Unmount, waiting out a process that still has the mount open (a watchdog exiting)."""
-    for _ in range(50):
-        if subprocess.run(["umount", str(mnt)], check=False).returncode == 0:
-            return
-        time.sleep(0.1)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_loop(image, mnt) as dev:
+        yield Loop(image, dev, mnt)
 
 
 def _write(root: Path, prefix: str, n: int, seed: int) -> None:

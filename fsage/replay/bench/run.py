@@ -157,11 +157,13 @@ def run_bench(
     if baseline is not None:
         notes.append(f"empty-file-system baseline run in {baseline.seconds:.1f} s")
         notes += _relate(out.results, baseline)
+    from fsage.db.store import default_fs_name
+
     run = BenchRun(
         suite=opts.suite,
         target=str(target),
         via=via,
-        fs_name=opts.name or Path(target).name,
+        fs_name=opts.name or (default_fs_name(before.facts) if before else Path(target).name),
         started_at=started.isoformat(timespec="seconds"),
         seconds=time.perf_counter() - t0,
         cold=cold,
@@ -180,7 +182,8 @@ def run_bench(
         from fsage.db.store import Store
 
         with Store.open(db, create=True) as store:
-            store_run(store, run, uuid=None if before is None else before.facts.uuid)
+            uuid = None if before is None else before.facts.uuid
+            store_run(store, run, uuid=uuid, named=opts.name is not None)
     return run
 
 
@@ -323,17 +326,18 @@ def _relate(results: list[Result], base: BaselineRun) -> list[str]:
     return notes
 
 
-def store_run(store: Any, run: BenchRun, uuid: str | None = None) -> int:
+def store_run(store: Any, run: BenchRun, uuid: str | None = None, named: bool = False) -> int:
     """Insert ``run`` and its results; link it to the file system of the same UUID (and that
-    file system's newest snapshot) when the store knows one."""
+    file system's newest snapshot) when the store knows one, and, unless ``named`` (--name
+    given), record it under that file system's name."""
     con = store.con
     if uuid:
         row = con.execute(
-            "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id DESC LIMIT 1", (uuid,)
+            "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id LIMIT 1", (uuid,)
         ).fetchone()
         if row is not None:
             run.fs_id = int(row[0])
-            if run.fs_name == Path(run.target).name:
+            if not named:
                 run.fs_name = str(row[1])
             snap = con.execute(
                 "SELECT MAX(id) FROM snapshots WHERE fs_id = ?", (run.fs_id,)

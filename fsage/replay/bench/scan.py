@@ -252,11 +252,13 @@ def run_scan(
     layout = None
     if before is not None:
         layout = BenchLayout(before.facts.block_size, None, old_files_score(before, BENCH_PREFIX))
+    from fsage.db.store import default_fs_name
+
     run = BenchRun(
         suite="scan",
         target=str(target),
         via=_via(target, clean is not None),
-        fs_name=opts.name or target.name,
+        fs_name=opts.name or (default_fs_name(before.facts) if before else target.name),
         started_at=started.isoformat(timespec="seconds"),
         seconds=time.perf_counter() - t0,
         cold=can_drop_caches(),
@@ -274,7 +276,8 @@ def run_scan(
         from fsage.db.store import Store
 
         with Store.open(db, create=True) as store:
-            store_run(store, run, uuid=None if before is None else before.facts.uuid)
+            uuid = None if before is None else before.facts.uuid
+            store_run(store, run, uuid=uuid, named=opts.name is not None)
             if opts.trace:
                 _save_traces(store, run)
     return run
