@@ -265,10 +265,24 @@ class WalkScope:
     def comps(self) -> list[bytes]:
         return [c for c in self.sub.split(b"/") if c]
 
+    def submounts_below(self) -> frozenset[bytes]:
+        """The mounts the walk below ``sub`` would meet (and not cross). Mounts elsewhere on
+        the file system change nothing it reads: comparing all of them made a walk started
+        early useless whenever anything on the machine mounted or unmounted meanwhile."""
+        if not self.sub:
+            return frozenset(self.submounts)
+        return frozenset(m for m in self.submounts if _under(m, self.sub))
+
     def same_walk(self, other: WalkScope) -> bool:
         """True if a walk of ``other`` reads what a walk of this scope would."""
-        mine = (self.mount_point, self.real, self.dev, self.submounts, self.block_size)
-        theirs = (other.mount_point, other.real, other.dev, other.submounts, other.block_size)
+        mine = (self.mount_point, self.real, self.dev, self.submounts_below(), self.block_size)
+        theirs = (
+            other.mount_point,
+            other.real,
+            other.dev,
+            other.submounts_below(),
+            other.block_size,
+        )
         how = (self.sync, self.batch, self.workers, self.engine)
         return mine == theirs and how == (other.sync, other.batch, other.workers, other.engine)
 

@@ -202,3 +202,20 @@ def test_the_seconds_reported_count_the_walk_started_first(
         main(["snapshot", str(tree), "--db", str(tmp_path / "s.db"), "--format", "json"])
     assert exit_.value.code == 0
     assert json.loads(capsys.readouterr().out)["seconds"] >= 0.4
+
+
+def test_mounts_elsewhere_do_not_make_another_walk(tmp_path: Path) -> None:
+    """A walk started early is still the command's when something else on the machine was
+    mounted meanwhile; a mount below the tree makes it another walk."""
+    tree = _readable_tree(tmp_path)
+    first = livewalk.scope_of(tree, engine="c")
+    later = livewalk.scope_of(tree, engine="c")
+    assert first.same_walk(later)
+    root = first.real if first.sub else b""  # submounts are named as the scope names sub
+    elsewhere = (first.sub or root) + b"-not-below/m" if first.sub else None
+    if elsewhere is not None:
+        later.submounts = {*later.submounts, elsewhere}
+        assert first.same_walk(later)
+    below = (first.sub or b"") + b"/d0/m"
+    later.submounts = {*later.submounts, below}
+    assert not first.same_walk(later)
