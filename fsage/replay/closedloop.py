@@ -224,6 +224,7 @@ class Steerer:
         churn = IntervalChurn(snapshot_id, visible_bytes)
         churn.evidence = evidence(prev, snap, prev_ns)
         files = changed_files(prev, snap, prev_ns)
+        everyone = changed_files(None, snap, None)
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
         rep = compare(target, state.target)
@@ -233,7 +234,6 @@ class Steerer:
         # Small first: added churn cannot be taken back, so the first round probes the rate.
         step = max(allowed // max(2 * self.budget.rounds, 1), 1)
         stale = 0
-        interleave: set[int] = set()
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
                 churn.stopped = "matched"
@@ -258,8 +258,8 @@ class Steerer:
                 # snapshot's: added churn only takes them farther.
                 churn.stopped = "recreation already past the snapshot"
                 break
-            self._round(rep, state, files, min(step, allowed - churn.inferred_bytes), rng,
-                        interleave, churn)  # fmt: skip
+            self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
+                        rng, churn)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
             rep = compare(target, state.target)
@@ -272,8 +272,6 @@ class Steerer:
                 stale = 0
             else:
                 stale += 1
-                # Whole rewrites did not fragment this bucket further: write in pieces.
-                interleave |= {r["bucket"] for r in rep["buckets"] if self._hi(r)}
                 if stale >= 2:
                     churn.stopped = "no progress"
                     break
@@ -325,65 +323,63 @@ class Steerer:
         rep: dict[str, Any],
         state: MeasuredState,
         files: list[_File],
+        everyone: list[_File],
         nbytes: int,
         rng: random.Random,
-        interleave: set[int],
         churn: IntervalChurn,
     ) -> None:
         bs = state.target.block_size
-        hi = {r["bucket"] for r in rep["buckets"] if self._hi(r)}
 
-        # Files of the too-contiguous buckets first; otherwise (locality, free space) any of
-        # the changed files.
         def bucket_of(f: _File) -> int:
             return int((max(-(-f.size // bs), 1) - 1).bit_length())
 
-        lo = {r["bucket"] for r in rep["buckets"] if self._lo(r)}
-        if lo:
-            self._mend([f for f in files if bucket_of(f) in lo], state, nbytes, churn)
-            if not hi and rep["free_ok"] and rep["dynamic_ok"]:
-                return
-        pool = [f for f in files if bucket_of(f) in hi] or files
-        order = rng.sample(pool, len(pool))
+        # A size bucket's score moves by one break (or one mended) per Σ (blocks - 1) of the
+        # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
+        for r in rep["buckets"]:
+            k = r["bucket"]
+            if not (self._hi(r) or self._lo(r)):
+                continue
+            breaks = int(np.ceil(abs(r["score"] - r["target_score"]) * state.den_k.get(k, 0)))
+            if self._hi(r):
+                pool = [f for f in files if bucket_of(f) == k and f.size > bs]
+                pool = rng.sample(pool, min(len(pool), 2 * breaks))
+                for i in range(0, len(pool) - 1, 2):
+                    self._interleaved(pool[i : i + 2], bs, churn)
+            elif self._lo(r):
+                self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
+        if rep["free_ok"] and rep["dynamic_ok"]:
+            return
+        # Locality or free space: whole rewrites of the changed files (each moves a file away
+        # from its neighbours and leaves its old blocks as a hole), with temporaries beside
+        # them where the free space is still too whole.
         temps = not rep["free_ok"] and self._free_too_whole
-        chosen: list[_File] = []
+        made: list[str] = []
         total = 0
-        for f in order:
+        for n, f in enumerate(rng.sample(files, len(files))):
             if total >= nbytes:
                 break
-            chosen.append(f)
-            total += f.size
-        made: list[str] = []
-        pairs: list[_File] = []
-        for n, f in enumerate(chosen):
             if temps and n % 3 == 0:
                 made.append(self._temporary(f, rng, churn))
-            if bucket_of(f) in interleave:
-                pairs.append(f)
-                if len(pairs) == 2:
-                    self._interleaved(pairs, bs, churn)
-                    pairs = []
-            else:
-                self._rewrite(f, churn)
-        for f in pairs:
             self._rewrite(f, churn)
-        for p in made:
-            self._op(Op("delete", p, inferred=True), churn)
+            total += f.size
+        for path in made:
+            self._op(Op("delete", path, inferred=True), churn)
 
     def _mend(
-        self, files: list[_File], state: MeasuredState, nbytes: int, churn: IntervalChurn
+        self, files: list[_File], state: MeasuredState, breaks: int, churn: IntervalChurn
     ) -> None:
         """Rewrite the most fragmented of ``files`` whole, put on disk at once (fsync) before
-        it replaces the old version: a size bucket more fragmented than the snapshot's."""
+        it replaces the old version, until about ``breaks`` breaks are mended: a size bucket
+        more fragmented than the snapshot's."""
         if self._last is None:
             return
         frags = dict(zip(state.ino.tolist(), state.frags.tolist(), strict=True))
         by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._last.paths().items()
                    for p in ps}  # fmt: skip
         worst = sorted(files, key=lambda f: -int(by_path.get(f.path, 0)))
-        total = 0
+        mended = 0
         for f in worst:
-            if total >= nbytes or by_path.get(f.path, 0) <= 1:
+            if mended >= breaks or by_path.get(f.path, 0) <= 1:
                 break
             tmp = _temp_name(f.path)
             self._op(Op("create", tmp, f.size, inferred=True), churn)
@@ -392,7 +388,7 @@ class Steerer:
             self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
                      churn)  # fmt: skip
             self._count(churn, "mend")
-            total += f.size
+            mended += int(by_path[f.path]) - 1
 
     def _op(self, op: Op, churn: IntervalChurn) -> None:
         churn.inferred_ops += 1
