@@ -44,6 +44,8 @@ from fsage.ager.match_target import (
 from fsage.layout import Layout
 from fsage.workload import NoSpaceError, Op, OpFailedError
 
+#: A gap (summed excess over the tolerances) this large or larger gets a full first round.
+PROBE_GAP = 0.1
 #: Suffix of the temporary names inferred rewrites are written under.
 TEMP_SUFFIX = ".fsage-inferred"
 
@@ -231,8 +233,10 @@ class Steerer:
         self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
         churn.distance_before = distance(rep)
         gap = _gap(rep)
-        # Small first: added churn cannot be taken back, so the first round probes the rate.
-        step = max(allowed // max(2 * self.budget.rounds, 1), 1)
+        # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
+        # so the first round probes the rate.
+        near = min(1.0, gap / PROBE_GAP)
+        step = max(int(allowed / max(2 * self.budget.rounds, 1) * near), 1)
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
