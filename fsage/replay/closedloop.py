@@ -351,7 +351,9 @@ class Steerer:
                     self._interleaved(pool[i : i + 2], bs, churn)
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
-        if rep["free_ok"] and rep["dynamic_ok"]:
+        if any(self._lo(r) for r in rep["buckets"]) or (rep["free_ok"] and rep["dynamic_ok"]):
+            # A bucket already more fragmented than the snapshot's: whole rewrites into this
+            # free space would break it further.
             return
         # Locality or free space: whole rewrites of the changed files (each moves a file away
         # from its neighbours and leaves its old blocks as a hole), with temporaries beside
