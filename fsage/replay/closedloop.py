@@ -346,7 +346,8 @@ class Steerer:
             breaks = int(np.ceil(abs(r["score"] - r["target_score"]) * state.den_k.get(k, 0)))
             if self._hi(r):
                 pool = [f for f in files if bucket_of(f) == k and f.size > bs]
-                pool = rng.sample(pool, min(len(pool), 2 * breaks))
+                # Each file of a pair gets one break (two pieces).
+                pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
                 for i in range(0, len(pool) - 1, 2):
                     self._interleaved(pool[i : i + 2], bs, churn)
             elif self._lo(r):
