@@ -8,8 +8,10 @@ ops, ``Steerer.steer`` measures the recreation (per size bucket layout score, pa
 dynamic layout score, free-space histogram: ``fsage.ager.match_target``'s comparison) against
 the snapshot and, in rounds, adds rewrites of the files the interval changed — each written
 whole under a temporary name and renamed over the old one (as git, editors and package
-managers do), two at a time in alternating pieces where a size bucket stays too contiguous,
-with short-lived temporaries in the changed directories where the free space is too whole —
+managers do), two at a time in alternating pieces where a size bucket is too contiguous,
+with short-lived temporaries in the changed directories where the free space is too whole;
+where a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
+fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
 until every dimension is within the matcher's tolerances or the interval's budget (bytes,
 ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
 whole recreation can be rerun and its assumptions told apart from what was seen.
@@ -401,8 +403,16 @@ class Steerer:
         churn.inferred_ops += 1
         churn.inferred_bytes += op.size if op.op in ("create", "append") else 0
         # Journaled as run: a rerun meets the same failure.
-        with contextlib.suppress(NoSpaceError, OpFailedError):
+        try:
             self.run(op)
+        except NoSpaceError:
+            if op.op in ("create", "append"):
+                # No part of an inferred file is left behind (the recreation would hold a
+                # file the snapshot does not); the renames and setattrs after it fail alike.
+                with contextlib.suppress(NoSpaceError, OpFailedError):
+                    self.run(Op("delete", op.path, inferred=True))
+        except OpFailedError:
+            pass
 
     def _count(self, churn: IntervalChurn, kind: str) -> None:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
@@ -476,7 +486,6 @@ __all__ = [
     "TEMP_SUFFIX",
     "Budget",
     "IntervalChurn",
-    "LayoutTarget",
     "Steerer",
     "changed_files",
     "evidence",
