@@ -211,6 +211,8 @@ class Steerer:
         self.budget = budget or Budget()
         self.seed = seed
         self.intervals: list[IntervalChurn] = []
+        #: Nothing run since the last measurement, which unmounted and mounted the recreation.
+        self.remounted = False
 
     # ------------------------------------------------------------------ one interval
 
@@ -320,6 +322,7 @@ class Steerer:
         # ext4's preallocations as used). The marker makes a rerun remount at the same point.
         self.run(Op("snapshot", label="closed-loop measure", inferred=True))
         self._last = self.read()
+        self.remounted = True
         return measure(self._last, "recreation")
 
     # ------------------------------------------------------------------ one round
@@ -400,6 +403,7 @@ class Steerer:
             mended += int(by_path[f.path]) - 1
 
     def _op(self, op: Op, churn: IntervalChurn) -> None:
+        self.remounted = False
         churn.inferred_ops += 1
         churn.inferred_bytes += op.size if op.op in ("create", "append") else 0
         # Journaled as run: a rerun meets the same failure.

@@ -633,7 +633,9 @@ def _replay(
                     _apply(sess.ex, marker, res)
                 prev, prev_ns = iv.layout, to_ns(iv.snapshot.taken_at)
                 upcoming = infer.submit(next, intervals, None)
-                if iv.index + 1 < len(chain):
+                # Steering that ended on a measurement has just unmounted and mounted it again.
+                again = steerer is not None and steerer.remounted and opts.interval_end == "remount"
+                if iv.index + 1 < len(chain) and not again:
                     sess.end_interval(opts.interval_end)
                 t_wait = time.perf_counter()
                 spent["interval_ends"] += t_wait - t_end
