@@ -7,7 +7,9 @@ batch; the file system is sized so the last state fills it to ``--fill``. The im
 database are kept in ``--out``, and the commands that judge a recreation of the middle and the
 last snapshot are printed (and run, with ``--judge``, then each replay's verdict under both
 rules summed up: the judged distances, the free extents, where the replay lies between a
-rerun and a plain copy, and what fails it):
+rerun and a plain copy, and what fails it; with ``--closed-loop`` a closed-loop replay of each
+snapshot too, beside the open loop: per size bucket, locality, free space, replay time and the
+churn it inferred):
 
     python3 bench/replay_histories.py --sdists /work/cache/replay/sympy --out /tmp/h-sympy \\
         --block-size 1024 --fill 0.8 [--members '*/lib/*,*/test/*'] [--snapshots 30] [--judge]
@@ -37,9 +39,11 @@ from fsage.ager.images import can_loop_mount
 from fsage.replay.unpack import history_size, unpack_history
 
 
-def judge_commands(out: Path, fs: str, ids: list[int]) -> list[tuple[list[str], Path | None]]:
+def judge_commands(
+    out: Path, fs: str, ids: list[int], closed_loop: bool = False
+) -> list[tuple[list[str], Path | None]]:
     """The fsage commands (and the file each one's output goes to) that judge recreations of
-    the middle and the last snapshot."""
+    the middle and the last snapshot (and, ``closed_loop``, closed-loop recreations of them)."""
     db = str(out / "h.db")
     fsage = [sys.executable, "-m", "fsage"]
     cmds: list[tuple[list[str], Path | None]] = []
@@ -51,7 +55,55 @@ def judge_commands(out: Path, fs: str, ids: list[int]) -> list[tuple[list[str], 
         cmds.append(([*fsage, "replay", "--db", db, "--fs", fs, "--until", str(sid),
                       "--noise-floor", str(floor), "--force", "--format", "json", rec],
                      out / f"replay-{which}.json"))  # fmt: skip
+        if closed_loop:
+            cmds.append(([*fsage, "replay", "--db", db, "--fs", fs, "--until", str(sid),
+                          "--noise-floor", str(floor), "--closed-loop", "--journal",
+                          str(out / f"closed-{which}.jsonl"), "--force", "--format", "json",
+                          str(out / f"rec-{which}-closed.img")],
+                         out / f"replay-{which}-closed.json"))  # fmt: skip
     return cmds
+
+
+def open_vs_closed(out: Path, which: str) -> list[str]:
+    """The open- and the closed-loop replay of the ``which`` snapshot side by side: each size
+    bucket of 50 files or more, the path-order dynamic layout score, the free space, the
+    replay's time and the churn the closed loop inferred."""
+    try:
+        runs = [json.loads((out / f"replay-{which}{s}.json").read_text()) for s in ("", "-closed")]
+    except (OSError, ValueError) as exc:
+        return [f"  {which}: no open/closed comparison ({exc})"]
+    from fsage.replay.fidelity import FREE_BLOCKS, FREE_EXTENTS
+    from fsage.replay.fidelity import Fidelity as Fid
+
+    fids = []
+    for r in runs:
+        data = r["fidelity"]
+        fids.append(Fid(**{k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}))
+    lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}"]
+    for row_open, row_closed in zip(fids[0].by_size, fids[1].by_size, strict=True):
+        if (row_open["files_original"] or 0) < 50:
+            continue
+        lines.append(
+            f"    {row_open['label']:<24} {row_open['layout_score_original'] or 0:9.3f} "
+            f"{row_open['layout_score_recreated'] or 0:9.3f} "
+            f"{row_closed['layout_score_recreated'] or 0:9.3f}"
+        )
+    lines.append(
+        f"    {'path-order dynamic score':<24} {fids[0].dynamic_score_original or 0:9.3f} "
+        f"{fids[0].dynamic_score_recreated or 0:9.3f} {fids[1].dynamic_score_recreated or 0:9.3f}"
+    )
+    for key in (FREE_BLOCKS, FREE_EXTENTS):
+        d = [f.distances()[key] for f in fids]
+        lines.append(f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}")
+    t = [r["elapsed"] for r in runs]
+    lines.append(f"    {'replay seconds':<24} {'':>9} {t[0]:9.1f} {t[1]:9.1f} ({t[1] / t[0]:.1f}x)")
+    for c in (runs[1].get("closed_loop") or {}).get("intervals", []):
+        lines.append(
+            f"    snapshot {c['snapshot']}: {c['inferred_bytes'] / 2**20:.2f} MiB inferred, "
+            f"{c['visible_bytes'] / 2**20:.2f} MiB visible, distance {c['distance_before']:.3f}"
+            f" -> {c['distance_after']:.3f} ({c['stopped']})"
+        )
+    return lines
 
 
 def verdict_summary(out: Path, which: str) -> list[str]:
@@ -90,6 +142,9 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=4096)
     ap.add_argument("--fill", type=float, default=0.8)
     ap.add_argument("--judge", action="store_true", help="run the printed commands too")
+    ap.add_argument(
+        "--closed-loop", action="store_true", help="replay each snapshot closed-loop as well"
+    )
     args = ap.parse_args()
     if not can_loop_mount():
         sys.exit("bench/replay_histories.py needs root and loop devices")
@@ -122,7 +177,7 @@ def main() -> None:
     (args.out / "history.json").write_text(json.dumps(info, indent=1))
     print(f"built in {info['unpack_seconds']:.0f} s; fullness at the end {hist.fullness[-1]:.3f}")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    for cmd, dest in judge_commands(args.out, name, hist.snapshot_ids):
+    for cmd, dest in judge_commands(args.out, name, hist.snapshot_ids, args.closed_loop):
         print("  " + shlex.join(cmd) + (f" > {dest}" if dest else ""))
         if args.judge:
             t0 = time.perf_counter()
@@ -132,6 +187,8 @@ def main() -> None:
     if args.judge:
         for which in ("middle", "last"):
             print("\n".join(verdict_summary(args.out, which)))
+            if args.closed_loop:
+                print("\n".join(open_vs_closed(args.out, which)))
 
 
 if __name__ == "__main__":

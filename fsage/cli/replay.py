@@ -14,6 +14,7 @@ from fsage.cli.common import db_option, echo_json, echo_table, format_option, pr
 from fsage.db.store import Store
 from fsage.errors import FsageError, UsageError
 from fsage.imagelock import image_lock
+from fsage.replay.closedloop import Budget
 from fsage.replay.deltas import IntraDay, history, snapshot_deltas
 from fsage.replay.fidelity import (
     DEFAULT_RULE,
@@ -101,6 +102,61 @@ RULES_HELP = (
 )
 
 
+def _closed_loop_options(f: F) -> F:
+    for opt in reversed([
+        click.option(
+            "--closed-loop",
+            is_flag=True,
+            help="After each interval's ops, add unseen rewrites of the files it changed until "
+            "the recreation's layout by size, path-order locality and free space match that "
+            "snapshot's, or the interval's budget is spent. Off by default: the added ops are "
+            "assumptions no snapshot records, and they cost time; the open loop replays only "
+            "what was seen, which is what the noise floor's runs rerun.",
+        ),
+        click.option(
+            "--churn-budget",
+            type=click.FloatRange(min=0.0),
+            default=Budget.bytes_factor,
+            show_default=True,
+            help="With --closed-loop: inferred bytes per interval, at most this many times the "
+            "bytes its visible ops wrote.",
+        ),
+        click.option("--churn-seed", type=int, default=0, show_default=True,
+                     help="With --closed-loop: the seed choosing which files are rewritten."),
+    ]):  # fmt: skip
+        f = opt(f)
+    return f
+
+
+def _churn_budget(factor: float) -> Budget:
+    return Budget(bytes_factor=factor)
+
+
+def _echo_churn(closed: dict[str, Any] | None) -> None:
+    if not closed:
+        return
+    click.echo("  unseen churn inferred per interval (closed loop):")
+    echo_table(
+        ["snapshot", "visible MiB", "inferred MiB", "ops", "rewrites", "interleaved",
+         "temporaries", "distance", "now", "stopped"],
+        [
+            [
+                c["snapshot"],
+                f"{c['visible_bytes'] / 2**20:.2f}",
+                f"{c['inferred_bytes'] / 2**20:.2f}",
+                c["inferred_ops"],
+                c["kinds"].get("rewrite", 0),
+                c["kinds"].get("interleaved", 0),
+                c["kinds"].get("temporary", 0),
+                f"{c['distance_before']:.3f}",
+                f"{c['distance_after']:.3f}",
+                c["stopped"],
+            ]
+            for c in closed["intervals"]
+        ],
+    )  # fmt: skip
+
+
 def _judge_options(f: F) -> F:
     f = click.option(
         "--tolerance-from",
@@ -143,6 +199,13 @@ def _judge_options(f: F) -> F:
     "mount again, syncfs and drop the kernel's caches, syncfs only, or nothing.",
 )
 @_judge_options
+@_closed_loop_options
+@click.option(
+    "--journal",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write every op run (seen and, marked inferred, added) as a workload that "
+    "`fsage age IMG --ops FILE` runs again.",
+)
 @click.option("--force", is_flag=True, help="Replace an existing TARGET image.")
 @format_option("text", "json")
 def replay_cmd(
@@ -150,6 +213,7 @@ def replay_cmd(
     intra_files_per_day: float, intra_lifetime: float, intra_seed: int, setattr: bool,
     name: str | None,
     mode: str | None, interval_end: str, noise_floor: Path | None, rule: str, check: bool,
+    closed_loop: bool, churn_budget: float, churn_seed: int, journal: Path | None,
     force: bool, fmt: str,
 ) -> None:  # fmt: skip
     """Recreate file system FS as it was at a snapshot, on a new image TARGET.
@@ -173,6 +237,7 @@ def replay_cmd(
     Examples:
       fsage replay --db fsage.db --fs home --until 2024-05-01 home-may.img
       fsage replay --fs home --until 42 --format json rec.img
+      fsage replay --fs home --closed-loop --journal rec.jsonl rec.img
     """
     floor = _load_floor(noise_floor)
     if floor is not None:
@@ -183,6 +248,8 @@ def replay_cmd(
         intra=_intra(intra_files_per_day, intra_lifetime, intra_seed), deletes=deletes,
         interval_end=interval_end, noise_floor=floor, name=name,
         progress=progress_enabled() and fmt == "text", setattr=setattr,
+        closed_loop=closed_loop, budget=_churn_budget(churn_budget), seed=churn_seed,
+        journal=journal,
     )  # fmt: skip
     with image_lock(target, exclusive=True):
         res = recreate(opts, echo=lambda s: click.echo(s, err=True))
@@ -210,6 +277,9 @@ def replay_cmd(
         if n != res.description:
             click.echo(f"  note: {shown(n)}")
     click.echo(f"  recorded as snapshot {res.recreation_snapshot_id} of {shown(res.recreation_fs)}")
+    if res.journal:
+        click.echo(f"  ops journaled to {res.journal}")
+    _echo_churn(res.closed_loop)
     _echo_fidelity(fid)
     _exit_on_check(fid, check)
 
@@ -288,10 +358,19 @@ def _echo_fidelity(fid: Fidelity) -> None:
     help="Workload file to write (.gz: gzip; '-': standard output, the summary then goes to "
     "stderr).",
 )
+@_closed_loop_options
+@click.option(
+    "--image",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --closed-loop: the image the steered recreation is built on (needed: the "
+    "inferred ops depend on where the file system put the seen ones); kept, not recorded.",
+)
+@click.option("--force", is_flag=True, help="With --image: replace an existing image.")
 @format_option("text", "json")
 def deltas_cmd(
     db: Path, fs_name: str, until: str | None, deletes: str, intra_files_per_day: float,
     intra_lifetime: float, intra_seed: int, setattr: bool, since: str | None, output: Path,
+    closed_loop: bool, churn_budget: float, churn_seed: int, image: Path | None, force: bool,
     fmt: str,
 ) -> None:  # fmt: skip
     """Write the operations between snapshots of FS as a workload (JSON Lines).
@@ -305,8 +384,15 @@ def deltas_cmd(
       fsage deltas --fs home -o home.jsonl.gz
       fsage deltas --fs home --from 3 --until 2024-05-01 -o may.jsonl
       fsage deltas --fs home --intra-files-per-day 500 --intra-seed 1 -o busy.jsonl
+      fsage deltas --fs home --closed-loop --image steer.img -o steered.jsonl
     """
     intra = _intra(intra_files_per_day, intra_lifetime, intra_seed)
+    if closed_loop:
+        _closed_loop_deltas(db, fs_name, until, since, deletes, intra, setattr, output,
+                            churn_budget, churn_seed, image, force, fmt)  # fmt: skip
+        return
+    if image is not None:
+        raise UsageError("--image is for --closed-loop")
     with Store.open(db) as store:
         header, ops, stats = snapshot_deltas(
             store, fs_name, until=until, since=since, intra=intra, deletes=deletes,
@@ -503,3 +589,37 @@ def fidelity_cmd(
 
 
 COMMANDS = [replay_cmd, deltas_cmd, noise_floor_cmd, fidelity_cmd]
+
+
+def _closed_loop_deltas(
+    db: Path, fs_name: str, until: str | None, since: str | None, deletes: str,
+    intra: IntraDay | None, setattr: bool, output: Path, factor: float, seed: int,
+    image: Path | None, force: bool, fmt: str,
+) -> None:  # fmt: skip
+    """The seen ops and the churn inferred by steering a recreation built on ``image``."""
+    if image is None:
+        raise UsageError(
+            "--closed-loop steers a recreation: give the image to build it on (--image)"
+        )
+    if since is not None:
+        raise UsageError("--closed-loop starts from an empty file system: --from is not supported")
+    if str(output) == "-":
+        raise UsageError("--closed-loop writes its workload to a file, not standard output")
+    opts = RecreateOptions(
+        db=db, fs_name=fs_name, target=image, until=until, force=force, intra=intra,
+        deletes=deletes, setattr=setattr, closed_loop=True, budget=_churn_budget(factor),
+        seed=seed, journal=output, record=False,
+    )  # fmt: skip
+    with image_lock(image, exclusive=True):
+        res = recreate(opts, echo=lambda s: click.echo(s, err=True))
+    closed = res.closed_loop or {}
+    if fmt == "json":
+        echo_json({"output": str(output), "image": str(image), "ops": res.ops,
+                   "bytes_written": res.bytes_written, "closed_loop": closed})  # fmt: skip
+        return
+    click.echo(
+        f"{output}: {res.ops} ops, {res.bytes_written / 2**20:,.1f} MiB of data "
+        f"({closed.get('inferred_bytes', 0) / 2**20:,.1f} MiB inferred), to snapshot "
+        f"{res.snapshot_id} ({len(res.snapshots_replayed)} snapshots), steered on {image}"
+    )
+    _echo_churn(closed)

@@ -35,10 +35,18 @@ from fsage.ager.images import run_tool
 from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.private import private_opener
+from fsage.replay.closedloop import Budget, Steerer
 from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
 from fsage.replay.loopdev import LoopDevice
-from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
+from fsage.workload import (
+    Executor,
+    NoSpaceError,
+    Op,
+    OpFailedError,
+    WorkloadHeader,
+    write_workload,
+)
 
 #: Features mke2fs cannot be asked for: states, not choices.
 _STATE_FEATURES = frozenset({"needs_recovery", "orphan_present", "journal_dev", "snapshot_bitmap"})
@@ -64,6 +72,14 @@ class RecreateOptions:
     name: str | None = None
     progress: bool = False
     setattr: bool = True  # replay attribute changes (setattr ops)
+    #: Steer each interval toward its snapshot with inferred churn (``fsage.replay.closedloop``).
+    closed_loop: bool = False
+    budget: Budget | None = None
+    seed: int = 0
+    #: Write every op run (visible and inferred, with the snapshot markers) here as a Workload.
+    journal: Path | None = None
+    #: Store the recreation in the database as a recreation of the snapshot.
+    record: bool = True
 
 
 @dataclass
@@ -92,6 +108,9 @@ class RecreateResult:
     #: the final unmount, reading the recreation back.
     timings: dict[str, float] = field(default_factory=dict)
     fidelity: Fidelity | None = None
+    #: The churn inferred per interval (closed loop only).
+    closed_loop: dict[str, Any] | None = None
+    journal: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -287,6 +306,26 @@ class _Session:
         if how == "drop-caches":
             drop_caches()
 
+    def read_unmounted(self) -> Layout:
+        """The file system as the offline reader sees it with everything written so far on
+        disk: unmounted (offline: closed) for the read, then mounted (opened) again, as a
+        ``remount`` interval end does; a snapshot marker journals it."""
+        from fsage.snapshotter.ext import read_ext_layout
+
+        self.ex.close()
+        if self.mnt is None:
+            try:
+                return read_ext_layout(self.image)
+            finally:
+                self._open()
+        assert self.loop is not None
+        self.loop.umount(self.mnt)
+        try:
+            return read_ext_layout(self.image)
+        finally:
+            self.loop.mount(self.mnt)
+            self._open()
+
     def close(self) -> None:
         try:
             self.ex.close()
@@ -409,18 +448,29 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
             for n in notes:
                 say(f"fsage: {n}")
             notices.extend(notes)
-            res, final_layout = _replay(chain, part, opts, first_layout, say)
+            journal: list[Op] | None = [] if opts.journal is not None else None
+            res, final_layout = _replay(chain, part, opts, first_layout, say, journal)
             res.notices = notices + res.notices
             t_read = time.perf_counter()
             recreated = read_source(part)
             res.timings["read_back"] = time.perf_counter() - t_read
+            if opts.journal is not None and journal is not None:
+                header = WorkloadHeader(
+                    generator="fsage replay" + (" closed-loop" if opts.closed_loop else ""),
+                    params={"fs": opts.fs_name, "snapshots": [s.id for s in chain],
+                            "interval_end": opts.interval_end, "closed_loop": res.closed_loop},
+                    seed=opts.seed,
+                )  # fmt: skip
+                write_workload(opts.journal, header, journal)
+                res.journal = str(opts.journal)
             os.replace(part, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 part.unlink()
             raise
+        summ = None
         try:
-            for attempt in range(8):
+            for attempt in range(8 if opts.record else 0):
                 try:
                     summ = store.add_snapshot(
                         recreated,
@@ -448,8 +498,9 @@ def recreate(opts: RecreateOptions, echo: Callable[[str], None] | None = None) -
     res.snapshot_id = final.id
     res.snapshot_taken_at = final.taken_at.isoformat()
     res.snapshots_replayed = [s.id for s in chain]
-    res.recreation_snapshot_id = summ.snapshot_id
-    res.recreation_fs = summ.fs_name
+    if summ is not None:
+        res.recreation_snapshot_id = summ.snapshot_id
+        res.recreation_fs = summ.fs_name
     res.fidelity = fidelity(final_layout, recreated)
     res.fidelity.judge(opts.noise_floor)
     res.elapsed = time.perf_counter() - t0
@@ -505,6 +556,7 @@ def _replay(
     opts: RecreateOptions,
     first_layout: Layout,
     say: Callable[[str], None],
+    journal: list[Op] | None = None,
 ) -> tuple[RecreateResult, Layout]:
     builder = DeltaBuilder(intra=opts.intra, deletes=opts.deletes, setattr=opts.setattr)
     progress = opts.progress
@@ -521,6 +573,19 @@ def _replay(
         #: deltas: inferring the ops (reading the snapshots included), on the worker thread;
         #: waiting_for_deltas: the part of it the replay waited for.
         spent = {"deltas": 0.0, "waiting_for_deltas": 0.0, "ops": 0.0, "interval_ends": 0.0}
+        steerer: Steerer | None = None
+        if opts.closed_loop:
+            spent["steering"] = 0.0
+
+            def run(op: Op) -> int:
+                if journal is not None:
+                    journal.append(op)
+                _apply(sess.ex, op, res)
+                return 0
+
+            steerer = Steerer(run, sess.read_unmounted, opts.budget, opts.seed)
+        prev: Layout | None = None
+        prev_ns: int | None = None
         intervals = _intervals(opts.db, chain, first_layout, builder)
         # The next interval is inferred on one worker thread (its database connection lives
         # there) while this one ends: the end is system calls (syncfs, umount2, mount) that run
@@ -535,6 +600,12 @@ def _replay(
                 spent["waiting_for_deltas"] += t_ops - t_wait
                 spent["deltas"] += iv.seconds
                 ops = iv.ops
+                marker = ops[-1] if ops and ops[-1].op == "snapshot" else None
+                if marker is not None:
+                    ops = ops[:-1]
+                if journal is not None:
+                    journal.extend(ops)
+                before = res.bytes_written
                 for j, op in enumerate(ops):
                     _apply(sess.ex, op, res)
                     if progress and j & 63 == 0:
@@ -548,8 +619,23 @@ def _replay(
                             sys.stderr.flush()
                 t_end = time.perf_counter()
                 spent["ops"] += t_end - t_ops
+                if steerer is not None:
+                    churn = steerer.steer(
+                        iv.snapshot.id, iv.layout, prev, prev_ns, res.bytes_written - before
+                    )
+                    say(_churn_line(churn))
+                    t_steered = time.perf_counter()
+                    spent["steering"] += t_steered - t_end
+                    t_end = t_steered
+                if marker is not None:
+                    if journal is not None:
+                        journal.append(marker)
+                    _apply(sess.ex, marker, res)
+                prev, prev_ns = iv.layout, to_ns(iv.snapshot.taken_at)
                 upcoming = infer.submit(next, intervals, None)
-                if iv.index + 1 < len(chain):
+                # Steering that ended on a measurement has just unmounted and mounted it again.
+                again = steerer is not None and steerer.remounted and opts.interval_end == "remount"
+                if iv.index + 1 < len(chain) and not again:
                     sess.end_interval(opts.interval_end)
                 t_wait = time.perf_counter()
                 spent["interval_ends"] += t_wait - t_end
@@ -562,6 +648,8 @@ def _replay(
         t_close = time.perf_counter()
     spent["final_unmount"] = time.perf_counter() - t_close
     res.timings = spent
+    if steerer is not None:
+        res.closed_loop = steerer.to_json()
     assert final is not None
     res.deltas = builder.stats.to_json()
     if opts.intra is not None:
@@ -578,6 +666,14 @@ def _replay(
     if res.failed:
         res.notices.append(f"{res.failed} ops failed on the target (first: {res.failed_examples})")
     return res, final
+
+
+def _churn_line(c: Any) -> str:
+    return (
+        f"fsage: snapshot {c.snapshot}: {c.inferred_bytes / 2**20:,.1f} MiB of unseen churn "
+        f"inferred ({c.visible_bytes / 2**20:,.1f} MiB visible), distance "
+        f"{c.distance_before:.3f} -> {c.distance_after:.3f}, {c.stopped}"
+    )
 
 
 def _apply(ex: Executor, op: Op, res: RecreateResult | OpCounts) -> None:

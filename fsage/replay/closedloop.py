@@ -1,0 +1,496 @@
+"""Closed-loop replay: the churn no snapshot saw, inferred by steering toward each snapshot.
+
+Between two snapshots a file may be rewritten several times; only its last version is
+recorded, so an op stream inferred from the snapshots writes it once and leaves the recreation
+less fragmented, its directories' files closer together and its free space less broken up than
+the original's. Each snapshot's layout is a target all the same. After an interval's visible
+ops, ``Steerer.steer`` measures the recreation (per size bucket layout score, path-order
+dynamic layout score, free-space histogram: ``fsage.ager.match_target``'s comparison) against
+the snapshot and, in rounds, adds rewrites of the files the interval changed — each written
+whole under a temporary name and renamed over the old one (as git, editors and package
+managers do), two at a time in alternating pieces where a size bucket is too contiguous,
+with short-lived temporaries in the changed directories where the free space is too whole;
+where a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
+fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
+until every dimension is within the matcher's tolerances or the interval's budget (bytes,
+ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
+whole recreation can be rerun and its assumptions told apart from what was seen.
+
+The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
+whose size and modification time are unchanged, modification times after the previous
+snapshot, and the distance of the open-loop state from the snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fsage.ager.match_target import (
+    DYNAMIC_TOL,
+    FREE_TV,
+    SCORE_TOL,
+    LayoutTarget,
+    MeasuredState,
+    compare,
+    distance,
+    measure,
+    target_from_layout,
+)
+from fsage.layout import Layout
+from fsage.workload import NoSpaceError, Op, OpFailedError
+
+#: A gap (summed excess over the tolerances) this large or larger gets a full first round.
+PROBE_GAP = 0.1
+#: Suffix of the temporary names inferred rewrites are written under.
+TEMP_SUFFIX = ".fsage-inferred"
+
+
+@dataclass
+class Budget:
+    """What one interval's steering may spend: inferred bytes up to ``bytes_factor`` times the
+    bytes its visible ops wrote (at least ``min_bytes``), ``ops`` ops, ``seconds`` of wall
+    time and ``rounds`` measurements."""
+
+    bytes_factor: float = 3.0
+    min_bytes: int = 1 << 20
+    ops: int = 50_000
+    seconds: float = 120.0
+    rounds: int = 6
+
+    def bytes_for(self, visible: int) -> int:
+        return max(int(self.bytes_factor * visible), self.min_bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bytes_factor": self.bytes_factor,
+            "min_bytes": self.min_bytes,
+            "ops": self.ops,
+            "seconds": self.seconds,
+            "rounds": self.rounds,
+        }
+
+
+@dataclass
+class IntervalChurn:
+    """The unseen churn inferred for one snapshot interval."""
+
+    snapshot: int
+    visible_bytes: int
+    inferred_bytes: int = 0
+    inferred_ops: int = 0
+    #: rewrite (by rename, whole), interleaved (rewrites in alternating pieces), temporary.
+    kinds: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0
+    #: The matcher's distance (worst excess over tolerance) before and after steering.
+    distance_before: float = 0.0
+    distance_after: float = 0.0
+    matched: bool = False
+    stopped: str = ""
+    seconds: float = 0.0
+    evidence: dict[str, int] = field(default_factory=dict)
+    #: What is still off after steering (bucket labels, "free space", "locality").
+    off: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def evidence(prev: Layout | None, now: Layout, prev_ns: int | None) -> dict[str, int]:
+    """What in snapshot ``now`` says files were rewritten since ``prev``: paths that hold a new
+    inode with the old size and modification time, and files modified after ``prev``."""
+    f = now.files
+    reg = f.is_regular()
+    out = {"files": int(reg.sum()), "modified_since": 0, "renewed_unchanged": 0, "new_inodes": 0}
+    if prev is None or prev_ns is None:
+        out["modified_since"] = out["new_inodes"] = out["files"]
+        return out
+    out["modified_since"] = int(np.count_nonzero(reg & (f.mtime > prev_ns)))
+    old: dict[str, tuple[int, int, int]] = {}
+    pf = prev.files
+    pidx = {int(i): k for k, i in enumerate(pf.ino.tolist())}
+    for ino, paths in prev.paths().items():
+        k = pidx.get(ino)
+        if k is not None and pf.is_regular()[k]:
+            for p in paths:
+                old[p] = (ino, int(pf.size[k]), int(pf.mtime[k]))
+    nidx = {int(i): k for k, i in enumerate(f.ino.tolist())}
+    for ino, paths in now.paths().items():
+        k = nidx.get(ino)
+        if k is None or not reg[k]:
+            continue
+        for p in paths:
+            was = old.get(p)
+            if was is None:
+                continue
+            if was[0] != ino:
+                out["new_inodes"] += 1
+                if was[1] == int(f.size[k]) and was[2] == int(f.mtime[k]):
+                    out["renewed_unchanged"] += 1
+    return out
+
+
+@dataclass
+class _File:
+    path: str
+    size: int
+    mode: int
+    mtime_ns: int
+
+
+def changed_files(prev: Layout | None, now: Layout, prev_ns: int | None) -> list[_File]:
+    """Regular files of one link in ``now`` that the interval wrote: a new inode (or
+    generation), or a modification time after ``prev``."""
+    f = now.files
+    seen: set[tuple[int, int]] = set()
+    if prev is not None:
+        seen = set(zip(prev.files.ino.tolist(), prev.files.generation.tolist(), strict=True))
+    paths = now.paths()
+    out = []
+    reg = f.is_regular()
+    for k, (ino, gen) in enumerate(zip(f.ino.tolist(), f.generation.tolist(), strict=True)):
+        if not reg[k] or int(f.nlink[k]) != 1 or not int(f.size[k]):
+            continue
+        new = (ino, gen) not in seen or prev_ns is None or int(f.mtime[k]) > prev_ns
+        names = paths.get(ino)
+        if new and names and len(names) == 1:
+            out.append(
+                _File(names[0].lstrip("/"), int(f.size[k]), int(f.mode[k]) & 0o7777,
+                      int(f.mtime[k]))
+            )  # fmt: skip
+    return out
+
+
+def _gap(rep: dict[str, Any]) -> float:
+    """Every dimension's excess over its tolerance, summed: progress in one bucket counts
+    even while another decides the matcher's distance."""
+    gap = 0.0
+    for r in rep["buckets"]:
+        if r["judged"]:
+            d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
+            gap += max(0.0, d - SCORE_TOL)
+    if rep["free_tv"] is not None:
+        gap += max(0.0, rep["free_tv"] - FREE_TV)
+    want = rep["target_locality"].get("dynamic_score")
+    have = rep["locality"].get("dynamic_score")
+    if want is not None and have is not None and not rep["dynamic_ok"]:
+        gap += max(0.0, abs(have - want) - DYNAMIC_TOL)
+    return gap
+
+
+def _off(rep: dict[str, Any]) -> list[str]:
+    out = [r["label"] for r in rep["buckets"] if not r["ok"]]
+    if not rep["free_ok"]:
+        out.append("free space")
+    if not rep["dynamic_ok"]:
+        out.append("locality")
+    return out
+
+
+class Steerer:
+    """Steers a recreation, interval by interval, toward each snapshot (see the module doc).
+
+    ``run`` applies an op to the recreation (and journals it); ``read`` returns the
+    recreation's layout once the ops so far are on disk."""
+
+    def __init__(
+        self,
+        run: Callable[[Op], int],
+        read: Callable[[], Layout],
+        budget: Budget | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.run = run
+        self.read = read
+        self.budget = budget or Budget()
+        self.seed = seed
+        self.intervals: list[IntervalChurn] = []
+        #: Nothing run since the last measurement, which unmounted and mounted the recreation.
+        self.remounted = False
+
+    # ------------------------------------------------------------------ one interval
+
+    def steer(
+        self,
+        snapshot_id: int,
+        snap: Layout,
+        prev: Layout | None,
+        prev_ns: int | None,
+        visible_bytes: int,
+    ) -> IntervalChurn:
+        t0 = time.perf_counter()
+        rng = random.Random(self.seed * 1_000_003 + snapshot_id)
+        target = target_from_layout(snap, f"snapshot {snapshot_id}")
+        churn = IntervalChurn(snapshot_id, visible_bytes)
+        churn.evidence = evidence(prev, snap, prev_ns)
+        files = changed_files(prev, snap, prev_ns)
+        everyone = changed_files(None, snap, None)
+        allowed = self.budget.bytes_for(visible_bytes)
+        state = self._measure()
+        rep = compare(target, state.target)
+        self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
+        churn.distance_before = distance(rep)
+        gap = _gap(rep)
+        # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
+        # so the first round probes the rate.
+        near = min(1.0, gap / PROBE_GAP)
+        step = max(int(allowed / max(2 * self.budget.rounds, 1) * near), 1)
+        stale = 0
+        while True:
+            if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
+                churn.stopped = "matched"
+                break
+            if not files:
+                churn.stopped = "no file changed in the interval"
+                break
+            if churn.inferred_bytes >= allowed:
+                churn.stopped = "bytes budget spent"
+                break
+            if churn.inferred_ops >= self.budget.ops:
+                churn.stopped = "ops budget spent"
+                break
+            if churn.rounds >= self.budget.rounds:
+                churn.stopped = "rounds budget spent"
+                break
+            if time.perf_counter() - t0 >= self.budget.seconds:
+                churn.stopped = "time budget spent"
+                break
+            if not self._steerable(rep):
+                # Only a read less sequential or free space more broken up than the
+                # snapshot's: added churn only takes them farther.
+                churn.stopped = "recreation already past the snapshot"
+                break
+            self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
+                        rng, churn)  # fmt: skip
+            churn.rounds += 1
+            state = self._measure()
+            rep = compare(target, state.target)
+            self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
+            new_gap = _gap(rep)
+            if new_gap < gap - 1e-4:
+                # Newton-like: as many bytes as the rest of the gap needs at this rate.
+                rate = (gap - new_gap) / max(step, 1)
+                step = int(min(max(new_gap / rate, step / 2), step * 2))
+                stale = 0
+            else:
+                stale += 1
+                if stale >= 2:
+                    churn.stopped = "no progress"
+                    break
+            gap = new_gap
+        churn.distance_after = distance(rep)
+        churn.matched = churn.stopped == "matched"
+        churn.off = _off(rep)
+        churn.seconds = time.perf_counter() - t0
+        self.intervals.append(churn)
+        return churn
+
+    @staticmethod
+    def _hi(r: dict[str, Any]) -> bool:
+        return bool(r["judged"] and not r["ok"] and r["score"] is not None
+                    and r["score"] > r["target_score"])  # fmt: skip
+
+    @staticmethod
+    def _lo(r: dict[str, Any]) -> bool:
+        return bool(r["judged"] and not r["ok"] and r["score"] is not None
+                    and r["score"] < r["target_score"])  # fmt: skip
+
+    def _steerable(self, rep: dict[str, Any]) -> bool:
+        """Whether what is off can be moved by added churn: a size bucket more contiguous
+        (rewrites in alternating pieces) or less (files rewritten whole at once), a path-order
+        read more sequential, or free space more whole than the snapshot's."""
+        if any(self._hi(r) or self._lo(r) for r in rep["buckets"]):
+            return True
+        want = rep["target_locality"].get("dynamic_score")
+        have = rep["locality"].get("dynamic_score")
+        if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
+            return True
+        return not rep["free_ok"] and self._free_too_whole
+
+    _free_too_whole = False
+
+    _last: Layout | None = None
+
+    def _measure(self) -> MeasuredState:
+        # Measured as the snapshot was taken: unmounted, read offline (the live reader counts
+        # ext4's preallocations as used). The marker makes a rerun remount at the same point.
+        self.run(Op("snapshot", label="closed-loop measure", inferred=True))
+        self._last = self.read()
+        self.remounted = True
+        return measure(self._last, "recreation")
+
+    # ------------------------------------------------------------------ one round
+
+    def _round(
+        self,
+        rep: dict[str, Any],
+        state: MeasuredState,
+        files: list[_File],
+        everyone: list[_File],
+        nbytes: int,
+        rng: random.Random,
+        churn: IntervalChurn,
+    ) -> None:
+        bs = state.target.block_size
+
+        def bucket_of(f: _File) -> int:
+            return int((max(-(-f.size // bs), 1) - 1).bit_length())
+
+        # A size bucket's score moves by one break (or one mended) per Σ (blocks - 1) of the
+        # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
+        for r in rep["buckets"]:
+            k = r["bucket"]
+            if not (self._hi(r) or self._lo(r)):
+                continue
+            breaks = int(np.ceil(abs(r["score"] - r["target_score"]) * state.den_k.get(k, 0)))
+            if self._hi(r):
+                pool = [f for f in files if bucket_of(f) == k and f.size > bs]
+                # Each file of a pair gets one break (two pieces).
+                pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
+                for i in range(0, len(pool) - 1, 2):
+                    self._interleaved(pool[i : i + 2], bs, churn)
+            elif self._lo(r):
+                self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
+        if any(self._lo(r) for r in rep["buckets"]) or (rep["free_ok"] and rep["dynamic_ok"]):
+            # A bucket already more fragmented than the snapshot's: whole rewrites into this
+            # free space would break it further.
+            return
+        # Locality or free space: whole rewrites of the changed files (each moves a file away
+        # from its neighbours and leaves its old blocks as a hole), with temporaries beside
+        # them where the free space is still too whole.
+        temps = not rep["free_ok"] and self._free_too_whole
+        made: list[str] = []
+        total = 0
+        for n, f in enumerate(rng.sample(files, len(files))):
+            if total >= nbytes:
+                break
+            if temps and n % 3 == 0:
+                made.append(self._temporary(f, rng, churn))
+            self._rewrite(f, churn)
+            total += f.size
+        for path in made:
+            self._op(Op("delete", path, inferred=True), churn)
+
+    def _mend(
+        self, files: list[_File], state: MeasuredState, breaks: int, churn: IntervalChurn
+    ) -> None:
+        """Rewrite the most fragmented of ``files`` whole, put on disk at once (fsync) before
+        it replaces the old version, until about ``breaks`` breaks are mended: a size bucket
+        more fragmented than the snapshot's."""
+        if self._last is None:
+            return
+        frags = dict(zip(state.ino.tolist(), state.frags.tolist(), strict=True))
+        by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._last.paths().items()
+                   for p in ps}  # fmt: skip
+        worst = sorted(files, key=lambda f: -int(by_path.get(f.path, 0)))
+        mended = 0
+        for f in worst:
+            if mended >= breaks or by_path.get(f.path, 0) <= 1:
+                break
+            tmp = _temp_name(f.path)
+            self._op(Op("create", tmp, f.size, inferred=True), churn)
+            self._op(Op("fsync", tmp, inferred=True), churn)
+            self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
+            self._count(churn, "mend")
+            mended += int(by_path[f.path]) - 1
+
+    def _op(self, op: Op, churn: IntervalChurn) -> None:
+        self.remounted = False
+        churn.inferred_ops += 1
+        churn.inferred_bytes += op.size if op.op in ("create", "append") else 0
+        # Journaled as run: a rerun meets the same failure.
+        try:
+            self.run(op)
+        except NoSpaceError:
+            if op.op in ("create", "append"):
+                # No part of an inferred file is left behind (the recreation would hold a
+                # file the snapshot does not); the renames and setattrs after it fail alike.
+                with contextlib.suppress(NoSpaceError, OpFailedError):
+                    self.run(Op("delete", op.path, inferred=True))
+        except OpFailedError:
+            pass
+
+    def _count(self, churn: IntervalChurn, kind: str) -> None:
+        churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
+
+    def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
+        tmp = _temp_name(f.path)
+        self._op(Op("create", tmp, f.size, inferred=True), churn)
+        self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
+        self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
+        self._count(churn, "rewrite")
+
+    def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
+        """Two files rewritten in alternating pieces, each piece put on disk before the next
+        (fsync), so their blocks alternate as two writers' do."""
+        tmps = [_temp_name(f.path) for f in pair]
+        for t in tmps:
+            self._op(Op("create", t, 0, inferred=True), churn)
+        pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in pair]
+        done = [0, 0]
+        while any(d < f.size for d, f in zip(done, pair, strict=True)):
+            for i, f in enumerate(pair):
+                if done[i] < f.size:
+                    n = min(pieces[i], f.size - done[i])
+                    self._op(Op("append", tmps[i], n, inferred=True), churn)
+                    self._op(Op("fsync", tmps[i], inferred=True), churn)
+                    done[i] += n
+        for t, f in zip(tmps, pair, strict=True):
+            self._op(Op("rename", t, dest=f.path, inferred=True), churn)
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
+            self._count(churn, "interleaved")
+
+    def _temporary(self, f: _File, rng: random.Random, churn: IntervalChurn) -> str:
+        """A short-lived file beside ``f`` (a lock file, an editor's swap, a build's object):
+        written now, deleted at the round's end, its blocks left as a hole."""
+        head, _, _ = f.path.rpartition("/")
+        name = f".tmp{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
+        path = f"{head}/{name}" if head else name
+        size = max(int(f.size * rng.uniform(0.5, 1.5)), 1)
+        self._op(Op("create", path, size, inferred=True), churn)
+        self._op(Op("fsync", path, inferred=True), churn)
+        self._count(churn, "temporary")
+        return path
+
+    # ------------------------------------------------------------------ summary
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget.to_json(),
+            "seed": self.seed,
+            "intervals": [c.to_json() for c in self.intervals],
+            "inferred_bytes": sum(c.inferred_bytes for c in self.intervals),
+            "inferred_ops": sum(c.inferred_ops for c in self.intervals),
+        }
+
+
+def _mean_log2(t: LayoutTarget) -> float:
+    """The free blocks' mean log2 extent-length bucket: above the snapshot's, the free space is
+    more whole than it, and added churn breaks it up."""
+    fr = t.free_fractions()
+    return sum(k * v for k, v in fr.items())
+
+
+def _temp_name(path: str) -> str:
+    head, _, name = path.rpartition("/")
+    tmp = f".{name}{TEMP_SUFFIX}"
+    return f"{head}/{tmp}" if head else tmp
+
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "Budget",
+    "IntervalChurn",
+    "Steerer",
+    "changed_files",
+    "evidence",
+]
