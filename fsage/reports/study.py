@@ -36,6 +36,13 @@ COLUMNS = [
 ]
 
 
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+
+
+def _has(rows: list[dict[str, Any]], key: str) -> bool:
+    return any(r.get(key) is not None for r in rows)
+
+
 def _row(r: dict[str, Any]) -> dict[str, Any]:
     scan = r.get("scan") or {}
     tr = scan.get("trace") or {}
@@ -158,12 +165,14 @@ def _series_figure(
     rows: list[dict[str, Any]], key: str, title: str, ytitle: str, *, dash_key: str | None = None
 ) -> dict[str, Any]:
     data: list[dict[str, Any]] = []
-    for fs in sorted({r["fs"] for r in rows}):
+    for i, fs in enumerate(sorted({r["fs"] for r in rows})):
         mine = sorted((r for r in rows if r["fs"] == fs), key=lambda r: r["step"])
+        color = PALETTE[i % len(PALETTE)]  # one colour per file system in every figure
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
+                "line": {"color": color},
                 "name": html.escape(fs),
                 "x": [r["step"] for r in mine],
                 "y": [r[key] for r in mine],
@@ -174,7 +183,7 @@ def _series_figure(
                 {
                     "type": "scatter",
                     "mode": "lines",
-                    "line": {"dash": "dot"},
+                    "line": {"dash": "dot", "color": color},
                     "name": html.escape(f"{fs} (clean copy)"),
                     "x": [r["step"] for r in mine],
                     "y": [r[dash_key] for r in mine],
@@ -219,11 +228,17 @@ def study_sections(row: StudyRow) -> list[Section]:
             "Layout",
             figures=[
                 _series_figure(rows, "layout_score", "Layout score", "layout score"),
-                _series_figure(
-                    rows,
-                    "dynamic_score",
-                    "Dynamic layout score of the aged scan",
-                    "dynamic layout score (trace)",
+                *(
+                    [
+                        _series_figure(
+                            rows,
+                            "dynamic_score",
+                            "Dynamic layout score of the aged scan's block trace",
+                            "dynamic layout score (trace)",
+                        )
+                    ]
+                    if _has(rows, "dynamic_score")
+                    else []
                 ),
                 _series_figure(
                     rows,
@@ -232,6 +247,9 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "modeled score",
                 ),
             ],
+            notes=[]
+            if _has(rows, "dynamic_score")
+            else ["No block traces: the study ran without --trace (the LFS is never traced)."],
             id="layout",
         ),
         Section(
