@@ -41,13 +41,19 @@ def _say(line: str) -> None:
 @click.option(
     "--skip-missing", is_flag=True, help="Go on without a file system this machine cannot make."
 )
+@click.option(
+    "--git-every", type=int, default=1, show_default=True, help="git: commits pulled per step."
+)
+@click.option(
+    "--git-trees", type=int, default=1, show_default=True, help="git: work trees pulled into."
+)
 @click.option("--resume", is_flag=True, help="Continue the study in --out where it stopped.")
 @format_option("text", "json")
 @click.pass_context
 def study(
     ctx: click.Context, fs: str | None, workload: str | None, size: str | None,
     steps: int | None, out: Path | None, db: Path, seed: int, trace: bool, repeat: int,
-    skip_missing: bool, resume: bool, fmt: str,
+    skip_missing: bool, git_every: int, git_trees: int, resume: bool, fmt: str,
 ) -> None:  # fmt: skip
     """Age several file systems with the same op stream, step by step, and after every step
     snapshot each one, scan it against a clean copy (the aged/clean ratio) and, with --trace,
@@ -58,6 +64,8 @@ def study(
     Examples:
       fsage study --fs ext4,xfs,btrfs,lfs --workload preset:hfs-surge --size 1G --steps 20 \\
           --out /tmp/s1 --db study.db
+      fsage study --fs ext4,lfs --workload git:~/src/repo --git-every 5 --size 2G \\
+          --steps 30 --out /tmp/s2 --db study.db
       fsage study --out /tmp/s1 --db study.db --resume
       fsage study report 1 --db study.db -o study.html
     """
@@ -91,6 +99,8 @@ def study(
             "trace": trace,
             "repeat": repeat,
             "skip_missing": skip_missing,
+            "git_trees": git_trees,
+            "git_every": git_every,
         }
         res = run_study(out, db, resume=False, say=_say, new=new)
     if fmt == "json":

@@ -211,6 +211,8 @@ def prepare(
     repeat: int,
     skip_missing: bool,
     say: Say,
+    git_trees: int = 1,
+    git_every: int = 1,
 ) -> tuple[StudySpec, dict[str, Any]]:
     """Check the input, make the op stream and write the study's directory (nothing is
     written before every check passed)."""
@@ -222,9 +224,13 @@ def prepare(
     check_size(kinds, size)
     if trace and os.geteuid() != 0:
         raise UsageError("--trace needs root (block tracing)")
-    header, per_step = make_workload(workload, size, steps, seed)
+    header, per_step = make_workload(
+        workload, size, steps, seed, git_trees=git_trees, git_every=git_every
+    )
     peak = check_fits(per_step, size)
-    spec = StudySpec(kinds, workload, size, steps, seed, trace, repeat, skipped)
+    spec = StudySpec(
+        kinds, workload, size, steps, seed, trace, repeat, git_trees, git_every, skipped
+    )
     out.mkdir(parents=True, exist_ok=True)
     extra = {"ops_per_step": [len(s) for s in per_step], "peak_live_bytes": peak}
     write_study_dir(out, spec, header, per_step, extra)

@@ -47,6 +47,8 @@ class StudySpec:
     seed: int = 0
     trace: bool = False
     repeat: int = 1
+    git_trees: int = 1
+    git_every: int = 1
     skipped: list[str] = field(default_factory=list)  # asked for, missing, skipped
 
     def to_json(self) -> dict[str, Any]:
@@ -149,24 +151,25 @@ def check_git_repo(path: Path) -> None:
 
 
 def make_workload(
-    spec: str, size: int, steps: int, seed: int
+    spec: str, size: int, steps: int, seed: int, *, git_trees: int = 1, git_every: int = 1
 ) -> tuple[WorkloadHeader, list[list[Op]]]:
-    """The study's op stream, cut into ``steps`` steps."""
+    """The study's op stream, cut into ``steps`` steps (a git history: one pull of
+    ``git_every`` commits into ``git_trees`` work trees per step)."""
     kind, rest = _split_spec(spec)
     if kind == "git":
         repo = Path(rest)
         check_git_repo(repo)
+        from fsage.ager.githistory import git_workload
+
         try:
-            from fsage.ager import githistory  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            raise UsageError(
-                "--workload git: this fsage cannot check out git histories yet"
-            ) from None
-        header, per_step = githistory.git_workload(repo, steps=steps)
-        out: list[list[Op]] = [list(s) for s in per_step]
+            header, per_step = git_workload(repo, trees=git_trees, every=git_every, steps=steps)
+        except FsageError as exc:
+            raise UsageError(f"--workload git:{repo}: {exc}") from None
+        out = [list(s) for s in per_step]
         if len(out) < steps:
             raise UsageError(
-                f"--workload git:{repo}: the history gives {len(out)} steps, not {steps}"
+                f"--workload git:{repo}: the history gives {len(out)} steps of {git_every} "
+                f"commit(s), not {steps}"
             )
         return header, out[:steps]
     if kind in ("preset", "profile"):

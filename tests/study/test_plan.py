@@ -183,13 +183,14 @@ def test_cli_resume_of_nothing_and_missing_options(tmp_path: Path) -> None:
     assert code != 0 and "give --workload, --size, --steps" in text
 
 
-def test_git_repository_without_the_history_reader_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_git_history_too_short_for_the_steps_is_refused(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    try:
-        import fsage.ager.githistory  # noqa: F401
-    except ImportError:
-        with pytest.raises(UsageError, match="cannot check out git histories"):
-            make_workload(f"git:{repo}", 1 << 30, 3, 0)
-    else:
-        pytest.skip("git histories are read")
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "a").write_text("a\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "-C", str(repo), "add", "a"], check=True)
+    subprocess.run(["git", "-C", str(repo), *ident, "commit", "-qm", "one"], check=True)
+    with pytest.raises(UsageError, match=r"git:.*(not 3|commit)"):
+        make_workload(f"git:{repo}", 1 << 30, 3, 0)
+    header, steps = make_workload(f"git:{repo}", 1 << 30, 1, 0)
+    assert [op.path for op in steps[0] if op.op == "create"] == ["tree0/a"]
