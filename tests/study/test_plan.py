@@ -192,5 +192,5 @@ def test_a_git_history_too_short_for_the_steps_is_refused(tmp_path: Path) -> Non
     subprocess.run(["git", "-C", str(repo), *ident, "commit", "-qm", "one"], check=True)
     with pytest.raises(UsageError, match=r"git:.*(not 3|commit)"):
         make_workload(f"git:{repo}", 1 << 30, 3, 0)
-    header, steps = make_workload(f"git:{repo}", 1 << 30, 1, 0)
+    _header, steps = make_workload(f"git:{repo}", 1 << 30, 1, 0)
     assert [op.path for op in steps[0] if op.op == "create"] == ["tree0/a"]
