@@ -191,3 +191,34 @@ def age_record(m: Member) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def release_images(out: Path, say: Say) -> None:
+    """Unmount and detach every loop device of this study's images: a killed study leaves
+    its scan's read-only loop devices behind, and a second loop device over an image being
+    aged would be a second file system over the same blocks."""
+    images = out.resolve() / IMAGES
+    proc = subprocess.run(["losetup", "-J", "-l"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return
+    try:
+        loops = json.loads(proc.stdout).get("loopdevices", [])
+    except ValueError:
+        return
+    mine = {
+        str(lo["name"])
+        for lo in loops
+        if Path(str(lo.get("back-file") or "").removesuffix(" (deleted)")).parent == images
+    }
+    if not mine:
+        return
+    from fsage.ager.images import umount
+
+    with open("/proc/self/mounts") as fh:
+        mounts = [line.split()[:2] for line in fh]
+    for dev, mnt in mounts:
+        if dev in mine:
+            umount(Path(mnt.replace("\\040", " ")))
+            say(f"fsage: unmounted {mnt}, left behind by a killed study")
+    for dev in sorted(mine):
+        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)

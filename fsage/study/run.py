@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fsage.errors import UsageError
-from fsage.study.members import age_record, member
+from fsage.study.members import age_record, member, release_images
 from fsage.study.spec import (
     StudySpec,
     check_fits,
@@ -255,6 +255,7 @@ def run_study(
     t0 = time.perf_counter()
     if resume:
         record = load_record(out)
+        release_images(out, say)
         spec = StudySpec.from_json(record["spec"])
         if "db" in record and Path(record["db"]) != db.resolve():
             raise UsageError(
