@@ -182,7 +182,8 @@ def make_workload(
             )
         if kind == "profile" and not Path(rest).exists():
             raise UsageError(f"--workload profile:{rest}: no such file or directory")
-        gen = Generator(load_profile(rest), seed, size)
+        # the generator fills its model of the capacity: the file systems' usable share
+        gen = Generator(load_profile(rest), seed, int(size * FIT_SHARE))
         header = gen.header()
         ops = list(gen.ops())
     elif kind == "ops":

@@ -196,3 +196,51 @@ def test_a_killed_study_resumes_and_its_results_match_the_tools(
     table = json.loads(rep.stdout)
     assert len(table["rows"]) == 6
     assert sorted(table["rank_order"]["scan_aged_s_per_gib"]["aged"]) == ["ext4", "xfs"]
+
+
+def test_a_fragmenting_preset_study_scores_as_filefrag_does(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    require_tools("filefrag", "e2freefrag")
+    out = tmp_path / "study"
+    db = tmp_path / "s.db"
+    proc = _study(
+        [
+            "--fs",
+            "ext4",
+            "--workload",
+            "preset:hfs-surge",
+            "--size",
+            "64M",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "--db",
+            str(db),
+            "--seed",
+            "3",
+        ],
+        fsage_env,
+    )
+    _stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stderr
+    con = sqlite3.connect(db)
+    (metrics,) = con.execute("SELECT metrics FROM study_results WHERE step = 2").fetchone()
+    m = json.loads(metrics)
+    with loop_mount(out / "images" / "ext4.img", options="ro") as mnt:
+        score, files = _filefrag_score(mnt)
+        total = sum(p.stat().st_size for p in mnt.rglob("*") if p.is_file() and not p.is_symlink())
+    assert score < 0.99  # the oracle sees fragmentation: the comparison means something
+    assert m["layout_score"] == pytest.approx(score, abs=1e-9)
+    assert m["files"] == files
+    assert m["scan"]["bytes"] == total
+    assert m["blocks_free"] == _e2freefrag_free(out / "images" / "ext4.img")
+    # the study's op stream is recorded whole, with a marker after each step
+    steps = json.loads((out / "study.json").read_text())["ops_per_step"]
+    import gzip
+
+    with gzip.open(out / "ops.jsonl.gz", "rt") as fh:
+        lines = [json.loads(x) for x in fh]
+    assert sum(1 for x in lines if x.get("op") == "snapshot") == 2
+    assert len(lines) == 1 + sum(steps) + 2
