@@ -27,6 +27,7 @@ COLUMNS = [
     ("layout_score", "layout score"),
     ("dynamic_score", "dynamic layout score (trace)"),
     ("modeled_dynamic_score", "dynamic layout score (modeled)"),
+    ("nospace_ops", "ops skipped (full)"),
     ("free_share", "free"),
     ("largest_free_mib", "largest free extent (MiB)"),
     ("dsp3105_aged_s", "DSP 3105 aged (s)"),
@@ -62,6 +63,7 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "layout_score": r.get("layout_score"),
         "dynamic_score": tr.get("score"),
         "modeled_dynamic_score": (r.get("locality") or {}).get("dynamic_layout_score_path"),
+        "nospace_ops": (r.get("age") or {}).get("nospace"),
         "free_share": (r.get("blocks_free") or 0) / total if total else None,
         "largest_free_mib": largest * bs / 2**20 if largest is not None and bs else None,
         "dsp3105_aged_s": (mod.get("dsp3105") or {}).get("aged_seconds"),
@@ -94,8 +96,12 @@ def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def study_table(row: StudyRow) -> dict[str, Any]:
     """The study as JSON: its parameters, one row per step and file system, the rank orders."""
-    rows = [_row(r) for r in row.results]
+    rows = [_row(r) for r in row.results if "error" not in r]
+    failures = [
+        {"fs": r["fs"], "step": r["step"], "error": r["error"]} for r in row.results if "error" in r
+    ]
     return {
+        "failures": failures,
         "study": row.id,
         "params": row.params,
         "created_at": row.created_at,
@@ -150,6 +156,8 @@ def study_text(row: StudyRow) -> str:
                 f"{rk['last_step']} {' < '.join(rk['aged'])}"
                 + (" (changed)" if rk["changed"] else " (same)")
             )
+    for f in t["failures"]:
+        lines.append(f"{f['fs']} left the study at step {f['step']}: {f['error']}")
     return "\n".join(lines)
 
 
@@ -298,6 +306,9 @@ def study_sections(row: StudyRow) -> list[Section]:
         Section(
             "Rank order, fastest first",
             tables=[Table(["by", "fresh (step)", "aged (step)", "changed"], rank_rows)],
+            notes=[
+                f"{f['fs']} left the study at step {f['step']}: {f['error']}" for f in t["failures"]
+            ],
             id="rank",
         )
     )

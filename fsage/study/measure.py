@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fsage.errors import FsageError
 from fsage.layout import Layout
 from fsage.study.members import Member
 
@@ -113,10 +112,16 @@ def measure_step(
             stats = copy_tree(aged_mnt, clean_mnt)
             os.sync()
             clean_layout = read_source(clean_mnt)
-            _, modeled_clean = layout_metrics(clean_layout)
+            clean_out, modeled_clean = layout_metrics(clean_layout)
             times["clean_copy"] = time.perf_counter() - t
         out["snapshot_id"] = snap
-        out["clean_copy"] = {"files": stats.files, "dirs": stats.dirs, "bytes": stats.bytes}
+        out["clean_copy"] = {
+            "files": stats.files,
+            "dirs": stats.dirs,
+            "bytes": stats.bytes,
+            "layout_score": clean_out["layout_score"],
+            "locality": clean_out["locality"],
+        }
         out["modeled"] = {
             name: {
                 "aged_seconds": modeled_aged[name],
@@ -192,9 +197,3 @@ _TRACE_KEYS = (
     "block_size",
     "tool",
 )
-
-
-def check_trace_scan(scan: dict[str, Any]) -> None:
-    """A scan must have read something, or its ratio says nothing."""
-    if not scan.get("bytes"):
-        raise FsageError("the scan read no bytes")

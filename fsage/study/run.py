@@ -12,6 +12,7 @@ step is measured again.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fsage.errors import UsageError
+from fsage.errors import FsageError, UsageError
 from fsage.study.members import age_record, member, release_images
 from fsage.study.spec import (
     StudySpec,
@@ -112,15 +113,19 @@ class RealWorker:
         self.study_id = study_id
         self.say = say
         self.members = {fs: member(out, fs, spec.size) for fs in spec.filesystems}
-        from fsage.study.store import measured
+        from fsage.study.store import failed, measured
 
         self._measured = measured(store, study_id)
+        #: file systems given up on: a step failed there (stored, so a resumed study knows)
+        self.failed = failed(store, study_id)
         self.times: dict[str, float] = {"age": 0.0, "snapshot": 0.0, "clean_copy": 0.0, "scan": 0.0}
 
     def fs_name(self, fs: str) -> str:
         return f"study{self.study_id}-{fs}"
 
     def aged(self, step: int, fs: str) -> bool:
+        if fs in self.failed:
+            return True
         rec = age_record(self.members[fs])
         if rec is None:
             return False
@@ -131,9 +136,23 @@ class RealWorker:
         return k is not None and (k > step or (k == step and bool(rec.get("finished"))))
 
     def measured(self, step: int, fs: str) -> bool:
-        return (step, fs) in self._measured
+        return fs in self.failed or (step, fs) in self._measured
+
+    def give_up(self, step: int, fs: str, what: str, exc: FsageError) -> None:
+        """The study goes on without ``fs``: the error is stored as its step's result."""
+        from fsage.study.store import save_result
+
+        self.say(f"fsage: step {step}: {what} {fs} failed, the study goes on without it: {exc}")
+        save_result(self.store, self.study_id, step, fs, {"error": f"{what}: {exc}"})
+        self.failed.add(fs)
 
     def age(self, step: int, fs: str) -> None:
+        try:
+            self._age(step, fs)
+        except FsageError as exc:
+            self.give_up(step, fs, "running the ops on", exc)
+
+    def _age(self, step: int, fs: str) -> None:
         from fsage.ager.run import AgeOptions, age
 
         m = self.members[fs]
@@ -153,10 +172,20 @@ class RealWorker:
             )
             res = age(target, opts)
         self.times["age"] += time.perf_counter() - t
+        # what the step did on this file system (ops that found it full are skipped there)
+        done = {"ops": res.ops, "nospace": res.nospace, "bytes_written": res.bytes_written,
+                "seconds": res.elapsed, "resumed_from": res.resumed_from}  # fmt: skip
+        _age_result_path(self.out, step, fs).write_text(json.dumps(done) + "\n")
         if res.nospace:
             self.say(f"fsage: step {step}: {res.nospace} ops found {fs} full")
 
     def measure(self, step: int, fs: str) -> None:
+        try:
+            self._measure(step, fs)
+        except FsageError as exc:
+            self.give_up(step, fs, "measuring", exc)
+
+    def _measure(self, step: int, fs: str) -> None:
         from fsage.study.measure import measure_step
         from fsage.study.store import save_result
 
@@ -170,8 +199,10 @@ class RealWorker:
             repeat=self.spec.repeat,
             say=self.say,
         )
-        rec = age_record(m) or {}
-        got["age"] = {"ops_done": rec.get("ops_done"), "bytes_written": rec.get("bytes_written")}
+        try:
+            got["age"] = json.loads(_age_result_path(self.out, step, fs).read_text())
+        except (OSError, ValueError):
+            got["age"] = None
         save_result(self.store, self.study_id, step, fs, got)
         self._measured.add((step, fs))
         for k in ("snapshot", "clean_copy", "scan"):
@@ -187,6 +218,10 @@ class RealWorker:
         for m in self.members.values():
             with contextlib.suppress(Exception):
                 m.cleanup()
+
+
+def _age_result_path(out: Path, step: int, fs: str) -> Path:
+    return step_file(out, step).with_suffix(f".{fs}.json")
 
 
 def _step_of(path: Path) -> int | None:

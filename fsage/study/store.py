@@ -38,6 +38,16 @@ def measured(store: Store, study_id: int) -> set[tuple[int, str]]:
     return {(int(r[0]), str(r[1])) for r in rows}
 
 
+def failed(store: Store, study_id: int) -> set[str]:
+    """File systems a step failed on (the study went on without them)."""
+    rows = store.con.execute(
+        "SELECT fs FROM study_results WHERE study_id = ? AND json_extract(metrics, '$.error')"
+        " IS NOT NULL",
+        (study_id,),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
 def save_result(store: Store, study_id: int, step: int, fs: str, metrics: dict[str, Any]) -> None:
     """One step's results for one file system, in one transaction (replacing a partial one)."""
     scan = metrics.get("scan") or {}
