@@ -74,15 +74,22 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """File systems fastest first by ``key`` at the first and the last step."""
-    if not rows:
+    """File systems fastest first by ``key``, fresh (the first step) and aged (the last step
+    at which as many file systems as fresh were measured: one that left the study would
+    otherwise change the order by its absence), over the file systems measured at both."""
+    have: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            have.setdefault(r["step"], {})[r["fs"]] = r[key]
+    if not have:
         return {"fresh": [], "aged": [], "changed": False}
-    first = min(r["step"] for r in rows)
-    last = max(r["step"] for r in rows)
+    first = min(have)
+    full = [k for k in have if len(have[k]) >= len(have[first])]
+    last = max(full) if len(full) > 1 else max(have)
+    both = set(have[first]) & set(have[last])
 
     def order(step: int) -> list[str]:
-        at = [r for r in rows if r["step"] == step and r.get(key) is not None]
-        return [r["fs"] for r in sorted(at, key=lambda r: (r[key], r["fs"]))]
+        return sorted(both, key=lambda fs: (have[step][fs], fs))
 
     fresh, aged = order(first), order(last)
     return {

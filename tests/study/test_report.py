@@ -82,3 +82,11 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     assert "x&lt;b&gt;fs" in text or "x\\u003cb\\u003efs" in text
     assert "<script src" not in text
     assert "left the study at step 1" in text
+
+
+def test_the_aged_rank_is_taken_where_every_file_system_was_still_measured() -> None:
+    s = _study()
+    s.results.append(_result("ext4", 3, 0.5, 1.0, 0.9))  # x<b>fs left before step 3
+    rank = study_table(s)["rank_order"]["scan_aged_s_per_gib"]
+    assert rank["last_step"] == 2
+    assert rank["aged"] == ["x<b>fs", "ext4"]
