@@ -194,3 +194,33 @@ def test_a_git_history_too_short_for_the_steps_is_refused(tmp_path: Path) -> Non
         make_workload(f"git:{repo}", 1 << 30, 3, 0)
     _header, steps = make_workload(f"git:{repo}", 1 << 30, 1, 0)
     assert [op.path for op in steps[0] if op.op == "create"] == ["tree0/a"]
+
+
+def test_a_file_system_the_machine_lacks_is_named_or_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fsage.study import spec
+
+    lacking = {"xfs": "the kernel has no xfs (not in /proc/filesystems, no module)"}
+    monkeypatch.setattr(spec, "why_missing", lambda kind: lacking.get(kind))
+    with pytest.raises(spec.MissingFilesystem, match="--fs xfs: the kernel has no xfs"):
+        parse_filesystems("ext4,xfs", skip_missing=False)
+    assert parse_filesystems("ext4,xfs", skip_missing=True) == (["ext4"], ["xfs"])
+    with pytest.raises(spec.MissingFilesystem, match="none of xfs"):
+        parse_filesystems("xfs", skip_missing=True)
+
+
+def test_cli_names_a_missing_file_system_and_goes_on_only_when_asked(tmp_path: Path) -> None:
+    from fsage.study.spec import why_missing
+
+    if why_missing("f2fs") is None:
+        pytest.skip("this machine has f2fs")
+    code, text = _cli(["study", "--fs", "ext4,f2fs", "--workload", "preset:nope", "--size",
+                       "256M", "--steps", "2", "--out", str(tmp_path / "s")])  # fmt: skip
+    assert code != 0
+    assert text.strip().count("\n") == 0 and "--fs f2fs:" in text and "--skip-missing" in text
+    args = ["study", "--fs", "ext4,f2fs", "--workload", "preset:nope", "--size", "256M",
+            "--steps", "2", "--out", str(tmp_path / "s")]  # fmt: skip
+    code, text = _cli([*args, "--skip-missing"])
+    # past the file systems: the next check (the workload) is the one that stops it
+    assert code != 0 and "skipping f2fs" in text and "no such preset" in text
