@@ -244,3 +244,64 @@ def test_a_fragmenting_preset_study_scores_as_filefrag_does(
         lines = [json.loads(x) for x in fh]
     assert sum(1 for x in lines if x.get("op") == "snapshot") == 2
     assert len(lines) == 1 + sum(steps) + 2
+
+
+def _expected_tree(steps: list[Path]) -> dict[str, int]:
+    """Regular files and sizes the op streams leave, by their ops alone."""
+    files: dict[str, int] = {}
+    for f in steps:
+        for line in f.read_text().splitlines()[1:]:
+            op = json.loads(line)
+            kind, path = op["op"], op.get("path", "")
+            size, off = op.get("size", 0), op.get("offset", 0)
+            if kind == "create":
+                files[path] = size
+            elif kind == "append":
+                files[path] += size
+            elif kind in ("overwrite", "fallocate"):
+                files[path] = max(files[path], off + size)
+            elif kind == "truncate":
+                files[path] = size
+            elif kind == "delete":
+                files.pop(path, None)
+            elif kind == "rename":
+                dest = op["dest"]
+                moved = {p: s for p, s in files.items() if p == path or p.startswith(path + "/")}
+                for p, s in moved.items():
+                    del files[p]
+                    files[dest + p[len(path) :]] = s
+    return files
+
+
+def test_a_study_killed_while_a_step_runs_resumes_at_its_next_op(
+    tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    out = tmp_path / "study"
+    db = tmp_path / "s.db"
+    # 256 MiB: step 2's ops take seconds, and the kill comes one second into them
+    args = ["--fs", "ext4", "--workload", "preset:hfs-surge", "--size", "256M", "--steps", "2",
+            "--out", str(out), "--db", str(db)]  # fmt: skip
+    proc = _study(args, fsage_env)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "step 2: running the ops on ext4" in line:
+            break
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    record = json.loads((out / "images" / "ext4.img.fsage-age").read_text())
+    assert record["ident"]["ops_file"].endswith("step-0002.jsonl")
+    assert record["finished"] is False  # killed inside the step, as meant
+    done = _study(["--out", str(out), "--db", str(db), "--resume"], fsage_env)
+    _stdout, stderr = done.communicate(timeout=900)
+    assert done.returncode == 0, stderr
+    want = _expected_tree(sorted((out / "steps").glob("step-*.jsonl")))
+    with loop_mount(out / "images" / "ext4.img", options="ro") as mnt:
+        got = {
+            str(p.relative_to(mnt)): p.stat().st_size
+            for p in mnt.rglob("*")
+            if p.is_file() and not p.is_symlink() and p.parent.name != "lost+found"
+        }
+    assert got == want
+    rows = sqlite3.connect(db).execute("SELECT step FROM study_results ORDER BY step").fetchall()
+    assert rows == [(1,), (2,)]
