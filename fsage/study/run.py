@@ -202,7 +202,10 @@ class RealWorker:
         try:
             got["age"] = json.loads(_age_result_path(self.out, step, fs).read_text())
         except (OSError, ValueError):
-            got["age"] = None
+            # killed between the step's last op and this file: the ager's record says it all
+            # but the ops skipped as full
+            rec = age_record(m) or {}
+            got["age"] = {"ops": rec.get("ops_done"), "bytes_written": rec.get("bytes_written")}
         save_result(self.store, self.study_id, step, fs, got)
         self._measured.add((step, fs))
         for k in ("snapshot", "clean_copy", "scan"):
