@@ -44,6 +44,7 @@ COMMAND_MODULES = {
     "snapshot": "snapshot",
     "snapshots": "snapshot",
     "status": "daemon",
+    "study": "study",
     "trace": "trace",
     "workload": "workload",
 }

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from fsage.ager import parse_bytes
 from fsage.ager.generator import Generator
+from fsage.ager.githistory import git_stream
 from fsage.ager.profile import load_profile
 from fsage.ager.run import shape_profile
 from fsage.cli.common import echo_json, echo_table, format_option
-from fsage.workload import read_workload, write_workload
+from fsage.workload import Op, read_workload, write_workload
 
 
 @click.group()
@@ -122,5 +124,79 @@ def show(path: Path, fmt: str) -> None:
     echo_table(["op", "count"], sorted(counts.items()))
     click.echo(f"{sum(counts.values())} ops, {written / 2**20:,.1f} MiB of data written")
 
+
+@click.command("git")
+@click.argument("repo", type=click.Path(path_type=Path))
+@click.option("--trees", type=int, default=1, show_default=True, help="Work trees (tree0..).")
+@click.option("--every", type=int, default=1, show_default=True, help="Commits each pull brings.")
+@click.option("--steps", type=int, help="Stop after this many pulls (default: the whole history).")
+@click.option(
+    "--offset",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Tree i follows tree 0 this many commits times i behind.",
+)
+@click.option(
+    "--first-parent/--all-commits",
+    default=True,
+    show_default=True,
+    help="Follow first parents only, or every commit in topological order.",
+)
+@click.option("--rev", default="HEAD", show_default=True, help="The commit whose history to pull.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Output file (.gz: gzip; '-': standard output, the summary then goes to stderr).",
+)
+@format_option("text", "json")
+def git_command(
+    repo: Path, trees: int, every: int, steps: int | None, offset: int, first_parent: bool,
+    rev: str, output: Path, fmt: str,
+) -> None:  # fmt: skip
+    """Turn REPO's history into the ops of pulling it into work trees, pull after pull.
+
+    Each step pulls EVERY commits into every tree in turn (a snapshot marker after it), and
+    each pull is written as git checks out: changed files unlinked and created anew, in
+    path order. Run the stream with `fsage age TARGET --ops FILE`.
+
+    \b
+    Examples:
+      fsage workload git ~/src/project --trees 4 --every 10 -o git.jsonl.gz
+      fsage age /mnt/test --ops git.jsonl.gz
+    """
+    header, ops = git_stream(
+        repo, trees=trees, every=every, steps=steps, offset=offset, first_parent=first_parent,
+        rev=rev,
+    )  # fmt: skip
+    counts: Counter[str] = Counter()
+    written = 0
+
+    def counted() -> Iterator[Op]:
+        nonlocal written
+        for op in ops:
+            counts[op.op] += 1
+            if op.op == "create":
+                written += op.size
+            yield op
+
+    count = write_workload(output, header, counted())
+    p = header.params
+    to_stderr = str(output) == "-"
+    if fmt == "json":
+        out = {"output": str(output), "ops": count, "bytes_written": written,
+               "counts": dict(sorted(counts.items())), "header": header.__dict__}  # fmt: skip
+        click.echo(json.dumps(out, indent=2), err=to_stderr)
+        return
+    click.echo(
+        f"{output}: {p['steps']} steps of {p['every']} commits into {p['trees']} trees "
+        f"({p['commits']} commits), {count} ops, {written / 2**20:,.1f} MiB written",
+        err=to_stderr,
+    )
+
+
+workload.add_command(git_command)
 
 COMMANDS = [workload]

@@ -314,7 +314,38 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         """,
         None,
     ),
+    (
+        10,
+        "aging studies",
+        """
+        -- fsage study: one row per study, one per (study, step, file system) measured.
+        CREATE TABLE studies (
+            id INTEGER PRIMARY KEY,
+            created_at TEXT NOT NULL,        -- ISO 8601, UTC
+            out_dir TEXT NOT NULL,
+            params TEXT NOT NULL,            -- JSON: file systems, workload, size, steps, seed
+            finished_at TEXT
+        );
+        CREATE TABLE study_results (
+            id INTEGER PRIMARY KEY,
+            study_id INTEGER NOT NULL REFERENCES studies(id),
+            step INTEGER NOT NULL,
+            fs TEXT NOT NULL,
+            snapshot_id INTEGER REFERENCES snapshots(id),
+            layout_score REAL,
+            dynamic_score REAL,              -- of the aged scan's block trace
+            aged_seconds REAL,
+            clean_seconds REAL,
+            aged_clean_ratio REAL,
+            blocks_free INTEGER,
+            metrics TEXT NOT NULL,           -- JSON: everything measured in the step
+            UNIQUE (study_id, step, fs)
+        );
+        """,
+        None,
+    ),
 ]
+
 
 LATEST_VERSION = MIGRATIONS[-1][0]
 

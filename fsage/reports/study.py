@@ -1,0 +1,344 @@
+"""The report of an aging study: per file system, how its scan, layout and free space change
+step by step; the rank order of the file systems fresh and aged; a table a paper could print,
+with modeled read times on seed 000's disk and a modern HDD beside the measured ones."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from fsage.reports.html import ReportData, Section, Table, render
+from fsage.study.store import StudyRow
+from fsage.text import decimal
+
+#: Columns of the paper table: (key, header).
+COLUMNS = [
+    ("fs", "file system"),
+    ("step", "step"),
+    ("files", "files"),
+    ("gib", "data (GiB)"),
+    ("aged_s_per_gib", "scan aged (s/GiB)"),
+    ("clean_s_per_gib", "scan clean (s/GiB)"),
+    ("ratio", "aged/clean"),
+    ("verdict", "verdict"),
+    ("layout_score", "layout score"),
+    ("dynamic_score", "dynamic layout score (trace)"),
+    ("modeled_dynamic_score", "dynamic layout score (modeled)"),
+    ("nospace_ops", "ops skipped (full)"),
+    ("free_share", "free"),
+    ("largest_free_mib", "largest free extent (MiB)"),
+    ("dsp3105_aged_s", "DSP 3105 aged (s)"),
+    ("dsp3105_ratio", "DSP 3105 aged/clean"),
+    ("hdd_aged_s", "HDD aged (s)"),
+    ("hdd_ratio", "HDD aged/clean"),
+]
+
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+
+
+def _has(rows: list[dict[str, Any]], key: str) -> bool:
+    return any(r.get(key) is not None for r in rows)
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    scan = r.get("scan") or {}
+    tr = scan.get("trace") or {}
+    mod = r.get("modeled") or {}
+    total = r.get("blocks_total") or 0
+    bs = r.get("block_size") or 0
+    largest = r.get("largest_free_extent")
+    return {
+        "fs": r["fs"],
+        "step": r["step"],
+        "files": scan.get("files"),
+        "gib": (scan.get("bytes") or 0) / 2**30,
+        "aged_s_per_gib": scan.get("aged_s_per_gib"),
+        "clean_s_per_gib": scan.get("clean_s_per_gib"),
+        "ratio": scan.get("ratio"),
+        "verdict": scan.get("verdict"),
+        "layout_score": r.get("layout_score"),
+        "dynamic_score": tr.get("score"),
+        "modeled_dynamic_score": (r.get("locality") or {}).get("dynamic_layout_score_path"),
+        "nospace_ops": (r.get("age") or {}).get("nospace"),
+        "free_share": (r.get("blocks_free") or 0) / total if total else None,
+        "largest_free_mib": largest * bs / 2**20 if largest is not None and bs else None,
+        "dsp3105_aged_s": (mod.get("dsp3105") or {}).get("aged_seconds"),
+        "dsp3105_ratio": (mod.get("dsp3105") or {}).get("ratio"),
+        "hdd_aged_s": (mod.get("hdd") or {}).get("aged_seconds"),
+        "hdd_ratio": (mod.get("hdd") or {}).get("ratio"),
+    }
+
+
+def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """File systems fastest first by ``key``, fresh (the first step) and aged (the last step
+    at which as many file systems as fresh were measured: one that left the study would
+    otherwise change the order by its absence), over the file systems measured at both."""
+    have: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            have.setdefault(r["step"], {})[r["fs"]] = r[key]
+    if not have:
+        return {"fresh": [], "aged": [], "changed": False}
+    first = min(have)
+    full = [k for k in have if len(have[k]) >= len(have[first])]
+    last = max(full) if len(full) > 1 else max(have)
+    both = set(have[first]) & set(have[last])
+
+    def order(step: int) -> list[str]:
+        return sorted(both, key=lambda fs: (have[step][fs], fs))
+
+    fresh, aged = order(first), order(last)
+    return {
+        "first_step": first,
+        "last_step": last,
+        "fresh": fresh,
+        "aged": aged,
+        "changed": fresh != aged,
+    }
+
+
+def study_table(row: StudyRow) -> dict[str, Any]:
+    """The study as JSON: its parameters, one row per step and file system, the rank orders."""
+    rows = [_row(r) for r in row.results if "error" not in r]
+    failures = [
+        {"fs": r["fs"], "step": r["step"], "error": r["error"]} for r in row.results if "error" in r
+    ]
+    return {
+        "failures": failures,
+        "study": row.id,
+        "params": row.params,
+        "created_at": row.created_at,
+        "finished_at": row.finished_at,
+        "rows": rows,
+        "rank_order": {
+            "scan_aged_s_per_gib": _ranks(rows, "aged_s_per_gib"),
+            "modeled_hdd_aged_s": _ranks(rows, "hdd_aged_s"),
+        },
+    }
+
+
+def study_csv(row: StudyRow) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([k for k, _ in COLUMNS])
+    for r in study_table(row)["rows"]:
+        w.writerow(["" if r[k] is None else r[k] for k, _ in COLUMNS])
+    return buf.getvalue()
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return decimal(v, 3)
+    return str(v)
+
+
+def study_text(row: StudyRow) -> str:
+    t = study_table(row)
+    keys = [
+        "fs",
+        "step",
+        "aged_s_per_gib",
+        "ratio",
+        "layout_score",
+        "dynamic_score",
+        "modeled_dynamic_score",
+        "free_share",
+        "hdd_ratio",
+    ]
+    heads = dict(COLUMNS)
+    cells = [[heads[k] for k in keys]] + [[_cell(r[k]) for k in keys] for r in t["rows"]]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
+    lines = [f"study {row.id}: {_describe(row.params)}"]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in cells]
+    for name, rk in t["rank_order"].items():
+        if rk["fresh"]:
+            lines.append(
+                f"rank by {name}: step {rk['first_step']} {' < '.join(rk['fresh'])}; step "
+                f"{rk['last_step']} {' < '.join(rk['aged'])}"
+                + (" (changed)" if rk["changed"] else " (same)")
+            )
+    for f in t["failures"]:
+        lines.append(f"{f['fs']} left the study at step {f['step']}: {f['error']}")
+    return "\n".join(lines)
+
+
+def _describe(p: dict[str, Any]) -> str:
+    return (
+        f"{', '.join(p.get('filesystems', []))}; workload {p.get('workload')}; "
+        f"{(p.get('size') or 0) / 2**20:,.0f} MiB images; {p.get('steps')} steps; "
+        f"seed {p.get('seed')}"
+    )
+
+
+def _series_figure(
+    rows: list[dict[str, Any]], key: str, title: str, ytitle: str, *, dash_key: str | None = None
+) -> dict[str, Any]:
+    data: list[dict[str, Any]] = []
+    for i, fs in enumerate(sorted({r["fs"] for r in rows})):
+        mine = sorted((r for r in rows if r["fs"] == fs), key=lambda r: r["step"])
+        color = PALETTE[i % len(PALETTE)]  # one colour per file system in every figure
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "line": {"color": color},
+                "name": html.escape(fs),
+                "x": [r["step"] for r in mine],
+                "y": [r[key] for r in mine],
+            }
+        )
+        if dash_key is not None:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "line": {"dash": "dot", "color": color},
+                    "name": html.escape(f"{fs} (clean copy)"),
+                    "x": [r["step"] for r in mine],
+                    "y": [r[dash_key] for r in mine],
+                }
+            )
+    return {
+        "data": data,
+        "layout": {
+            "title": {"text": html.escape(title)},
+            "xaxis": {"title": {"text": "step"}, "dtick": 1},
+            "yaxis": {"title": {"text": html.escape(ytitle)}, "rangemode": "tozero"},
+            "height": 420,
+            "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+        },
+    }
+
+
+def study_sections(row: StudyRow) -> list[Section]:
+    t = study_table(row)
+    rows = t["rows"]
+    secs = [
+        Section(
+            "Scan of the aged tree against its clean copy",
+            figures=[
+                _series_figure(
+                    rows,
+                    "aged_s_per_gib",
+                    "Cold path-order scan",
+                    "seconds per GiB",
+                    dash_key="clean_s_per_gib",
+                ),
+                _series_figure(rows, "ratio", "Aged/clean scan ratio", "aged / clean"),
+            ],
+            notes=[
+                "Each step: the aged file system and a copy of its tree made by fsage on a "
+                "fresh file system of the same kind and size, read cold in path order "
+                "(caches dropped, loop devices with direct I/O)."
+            ],
+            id="scan",
+        ),
+        Section(
+            "Layout",
+            figures=[
+                _series_figure(rows, "layout_score", "Layout score", "layout score"),
+                *(
+                    [
+                        _series_figure(
+                            rows,
+                            "dynamic_score",
+                            "Dynamic layout score of the aged scan's block trace",
+                            "dynamic layout score (trace)",
+                        )
+                    ]
+                    if _has(rows, "dynamic_score")
+                    else []
+                ),
+                _series_figure(
+                    rows,
+                    "modeled_dynamic_score",
+                    "Modeled dynamic layout score (path order)",
+                    "modeled score",
+                ),
+            ],
+            notes=[]
+            if _has(rows, "dynamic_score")
+            else ["No block traces: the study ran without --trace (the LFS is never traced)."],
+            id="layout",
+        ),
+        Section(
+            "Free space",
+            figures=[
+                _series_figure(rows, "free_share", "Free space", "share of blocks free"),
+                _series_figure(rows, "largest_free_mib", "Largest free extent", "MiB"),
+            ],
+            id="free",
+        ),
+        Section(
+            "Modeled read time of the scan",
+            figures=[
+                _series_figure(
+                    rows,
+                    "hdd_ratio",
+                    "Modeled aged/clean ratio, modern HDD",
+                    "aged / clean (HDD model)",
+                ),
+                _series_figure(
+                    rows,
+                    "dsp3105_ratio",
+                    "Modeled aged/clean ratio, DSP 3105",
+                    "aged / clean (DSP 3105 model)",
+                ),
+            ],
+            notes=[
+                "A VM's disk is not a spinning one: the requests of each snapshot's "
+                "path-order scan timed on seed 000's DSP 3105 and a 7200 RPM HDD."
+            ],
+            id="modeled",
+        ),
+    ]
+    rank_rows = []
+    for name, rk in t["rank_order"].items():
+        if rk["fresh"]:
+            rank_rows.append(
+                [
+                    name,
+                    f"{rk['first_step']}: " + " < ".join(rk["fresh"]),
+                    f"{rk['last_step']}: " + " < ".join(rk["aged"]),
+                    "yes" if rk["changed"] else "no",
+                ]
+            )
+    secs.append(
+        Section(
+            "Rank order, fastest first",
+            tables=[Table(["by", "fresh (step)", "aged (step)", "changed"], rank_rows)],
+            notes=[
+                f"{f['fs']} left the study at step {f['step']}: {f['error']}" for f in t["failures"]
+            ],
+            id="rank",
+        )
+    )
+    secs.append(
+        Section(
+            "Table",
+            tables=[Table([h for _, h in COLUMNS], [[r[k] for k, _ in COLUMNS] for r in rows])],
+            id="table",
+        )
+    )
+    return secs
+
+
+def study_html(row: StudyRow, path: Path) -> None:
+    """The study's report as one self-contained HTML file, written whole."""
+    from fsage.private import write_private_text
+
+    data = ReportData(
+        analyses=[{"fs": r["fs"]} for r in row.results],
+        trends={},
+        title=f"fsage study {row.id}: {_describe(row.params)}",
+    )
+    text = render(data, study_sections(row))
+    tmp = path.with_name(path.name + ".tmp")
+    write_private_text(tmp, text)
+    tmp.replace(path)

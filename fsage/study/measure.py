@@ -1,0 +1,201 @@
+"""What a study measures on one file system after a step.
+
+* a snapshot of the aged file system into the database, and from it the layout score (whole
+  and by size), locality between files and free space;
+* a clean copy of the aged tree, made by fsage in the same step on a fresh file system of the
+  same kind and size (path order, one writer);
+* the ``scan`` suite on the aged image and on its copy, alternately (aged first in odd rounds),
+  with the aged scans' block trace when asked (kernel file systems: FUSE has no block device);
+* the modeled time of each path-order scan on the seed papers' disk and a modern HDD, since a
+  VM's disk is not a spinning one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fsage.layout import Layout
+from fsage.study.members import Member
+
+Say = Callable[[str], None]
+#: Disks the scans are modeled on: seed 000's and a modern HDD.
+MODELS = ("dsp3105", "hdd")
+
+
+def layout_metrics(layout: Layout) -> tuple[dict[str, Any], dict[str, float]]:
+    """The snapshot's figures a study keeps, and its modeled path-order scan seconds."""
+    from fsage.analyzer.analysis import SnapshotAnalyzer
+
+    an = SnapshotAnalyzer(layout)
+    full = an.run(frozenset({"size", "free", "locality"}), (), 2, True)
+    loc = full.get("locality") or {}
+    near = loc.get("neighbour_distance") or {}
+    out: dict[str, Any] = {
+        "block_size": full["block_size"],
+        "blocks_total": full["blocks_total"],
+        "blocks_free": full["blocks_free"],
+        "files": full["files"],
+        "directories": full["directories"],
+        "data_blocks": full["data_blocks"],
+        "layout_score": full["layout_score"],
+        "by_size": [
+            {
+                k: b[k]
+                for k in ("label", "min_blocks", "max_blocks", "files", "blocks", "layout_score")
+            }
+            for b in full.get("by_size") or []
+        ],
+        "free_extents": [
+            {k: b[k] for k in ("label", "min_blocks", "max_blocks", "count", "blocks")}
+            for b in full.get("free_extents") or []
+        ],
+        "largest_free_extent": full.get("largest_free_extent"),
+        "locality": {
+            "adjacent_share": near.get("adjacent_share"),
+            "le_1mib_share": near.get("le_1mib_share"),
+            "farther_share": near.get("farther_share"),
+            "same_group_share": loc.get("same_group_share"),
+            "dynamic_layout_score_path": loc.get("dynamic_layout_score_path"),
+        },
+    }
+    return out, modeled_seconds(an)
+
+
+def modeled_seconds(an: Any) -> dict[str, float]:
+    """Seconds a cold path-order read of the snapshot takes on each of :data:`MODELS`."""
+    from fsage.analyzer.diskmodel import get_model
+
+    req = an.path_reads()
+    bs = int(an.layout.facts.block_size)
+    return {
+        name: float(get_model(name).service_ms(req.start * bs, req.length * bs).sum()) / 1000.0
+        for name in MODELS
+    }
+
+
+def _snapshot(store: Any, layout: Layout, name: str, source: str, label: str) -> int:
+    summary = store.add_snapshot(layout, name=name, source=source, label=label)
+    return int(summary.snapshot_id)
+
+
+def measure_step(
+    m: Member,
+    step: int,
+    *,
+    store: Any,
+    fs_name: str,
+    trace: bool,
+    repeat: int,
+    say: Say,
+) -> dict[str, Any]:
+    """Everything a study keeps about ``m`` after ``step`` (see the module doc)."""
+    from fsage.replay.bench.scantree import aged_clean_verdict, copy_tree
+    from fsage.snapshotter import read_source
+
+    t0 = time.perf_counter()
+    times: dict[str, float] = {}
+    m.make(m.clean_image)
+    try:
+        with contextlib.ExitStack() as stack:
+            aged_mnt = stack.enter_context(m.mounted())
+            t = time.perf_counter()
+            layout = read_source(aged_mnt)
+            snap = _snapshot(store, layout, fs_name, str(m.image), f"study step {step}")
+            out, modeled_aged = layout_metrics(layout)
+            times["snapshot"] = time.perf_counter() - t
+            t = time.perf_counter()
+            clean_mnt = stack.enter_context(m.mounted(m.clean_image, readonly=False))
+            stats = copy_tree(aged_mnt, clean_mnt)
+            os.sync()
+            clean_layout = read_source(clean_mnt)
+            clean_out, modeled_clean = layout_metrics(clean_layout)
+            times["clean_copy"] = time.perf_counter() - t
+        out["snapshot_id"] = snap
+        out["clean_copy"] = {
+            "files": stats.files,
+            "dirs": stats.dirs,
+            "bytes": stats.bytes,
+            "layout_score": clean_out["layout_score"],
+            "locality": clean_out["locality"],
+        }
+        out["modeled"] = {
+            name: {
+                "aged_seconds": modeled_aged[name],
+                "clean_seconds": modeled_clean[name],
+                "ratio": modeled_aged[name] / modeled_clean[name] if modeled_clean[name] else None,
+            }
+            for name in MODELS
+        }
+        t = time.perf_counter()
+        out["scan"] = _scans(m, trace=trace, repeat=repeat, say=say)
+        times["scan"] = time.perf_counter() - t
+        v = aged_clean_verdict(out["scan"]["aged_values"], out["scan"]["clean_values"])
+        out["scan"]["ratio"] = v.ratio if v.ratio is not None else v.aged_median / v.clean_median
+        out["scan"]["verdict"] = v.verdict
+    finally:
+        m.clean_image.unlink(missing_ok=True)
+    times["total"] = time.perf_counter() - t0
+    out["seconds"] = times
+    return out
+
+
+def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
+    """The scan suite on the aged file system and its clean copy, alternately."""
+    from fsage.replay.bench.scan import run_scan
+    from fsage.replay.bench.suites import BenchOptions
+
+    traced = trace and m.kind != "lfs"
+    sides = {"aged": m.image, "clean": m.clean_image}
+    values: dict[str, list[float]] = {"aged": [], "clean": []}
+    last: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    for i in range(max(repeat, 1)):
+        order = ["aged", "clean"] if i % 2 == 0 else ["clean", "aged"]
+        for side in order:
+            image = sides[side]
+            with contextlib.ExitStack() as stack:
+                mnt = stack.enter_context(m.mounted(image)) if m.kind == "lfs" else None
+                opts = BenchOptions(
+                    suite="scan", name=f"{m.kind}-{side}", trace=traced and side == "aged"
+                )
+                run = run_scan(m.scan_target(image, mnt), opts)
+            summary = run.params["scan"]["aged"]
+            values[side].append(float(summary["seconds"]))
+            last[side] = summary
+            # the suite's own clean copy and layout score are not asked for: the study
+            # makes its copy, and its snapshot gives the layout
+            notes += [n for n in run.notes if n not in notes and not n.startswith("no ")]
+    aged, clean = last["aged"], last["clean"]
+    tr = aged.get("trace")
+    out: dict[str, Any] = {
+        "aged_seconds": float(sorted(values["aged"])[len(values["aged"]) // 2]),
+        "clean_seconds": float(sorted(values["clean"])[len(values["clean"]) // 2]),
+        "aged_values": values["aged"],
+        "clean_values": values["clean"],
+        "bytes": int(aged["bytes"]),
+        "files": int(aged["files"]),
+        "clean_bytes": int(clean["bytes"]),
+        "trace": None if tr is None else {k: tr.get(k) for k in _TRACE_KEYS if k in tr},
+        "notes": notes,
+    }
+    if trace and not traced:
+        out["notes"].append("not traced: the LFS is served through FUSE, no block device")
+    gib = out["bytes"] / 2**30
+    out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None
+    out["clean_s_per_gib"] = out["clean_seconds"] / gib if gib else None
+    return out
+
+
+_TRACE_KEYS = (
+    "score",
+    "requests",
+    "discontiguous",
+    "blocks",
+    "reread_blocks",
+    "block_size",
+    "tool",
+)

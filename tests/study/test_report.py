@@ -1,0 +1,92 @@
+"""The study report: its table, rank orders, CSV and HTML, from stored rows of known values."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from fsage.reports.study import study_csv, study_html, study_table, study_text
+from fsage.study.store import StudyRow
+
+
+def _result(fs: str, step: int, aged: float, clean: float, score: float) -> dict[str, Any]:
+    return {
+        "fs": fs,
+        "step": step,
+        "layout_score": score,
+        "block_size": 4096,
+        "blocks_total": 1000,
+        "blocks_free": 250,
+        "largest_free_extent": 256,
+        "locality": {"dynamic_layout_score_path": 0.9},
+        "scan": {
+            "aged_seconds": aged,
+            "clean_seconds": clean,
+            "ratio": aged / clean,
+            "verdict": "slower",
+            "bytes": 2**29,
+            "files": 10,
+            "aged_s_per_gib": aged * 2,
+            "clean_s_per_gib": clean * 2,
+            "trace": {"score": 0.8},
+        },
+        "modeled": {"hdd": {"aged_seconds": aged * 10, "clean_seconds": clean * 10, "ratio": 1.5}},
+        "age": {"nospace": 0},
+    }
+
+
+def _study() -> StudyRow:
+    results = [
+        _result("ext4", 1, 1.0, 1.0, 1.0),
+        _result("x<b>fs", 1, 2.0, 1.0, 1.0),
+        _result("ext4", 2, 3.0, 1.0, 0.9),
+        _result("x<b>fs", 2, 2.5, 1.0, 0.95),
+        {"fs": "lfs", "step": 1, "error": "measuring: broken"},
+    ]
+    params = {"filesystems": ["ext4", "x<b>fs", "lfs"], "workload": "preset:mail", "size": 2**30,
+              "steps": 2, "seed": 1}  # fmt: skip
+    return StudyRow(1, "2026-01-01T00:00:00+00:00", "/tmp/s", params, None, results)
+
+
+def test_table_rows_ranks_and_failures() -> None:
+    t = study_table(_study())
+    assert [(r["fs"], r["step"]) for r in t["rows"]] == [
+        ("ext4", 1), ("x<b>fs", 1), ("ext4", 2), ("x<b>fs", 2)
+    ]  # fmt: skip
+    r = t["rows"][2]
+    assert r["aged_s_per_gib"] == 6.0 and r["ratio"] == 3.0 and r["gib"] == 0.5
+    assert r["free_share"] == 0.25 and r["largest_free_mib"] == 1.0
+    assert r["dynamic_score"] == 0.8 and r["hdd_aged_s"] == 30.0
+    rank = t["rank_order"]["scan_aged_s_per_gib"]
+    assert rank["fresh"] == ["ext4", "x<b>fs"] and rank["aged"] == ["x<b>fs", "ext4"]
+    assert rank["changed"] is True
+    assert t["failures"] == [{"fs": "lfs", "step": 1, "error": "measuring: broken"}]
+    text = study_text(_study())
+    assert "lfs left the study at step 1: measuring: broken" in text
+    assert "(changed)" in text
+
+
+def test_csv_has_a_row_per_step_and_file_system() -> None:
+    rows = list(csv.DictReader(io.StringIO(study_csv(_study()))))
+    assert len(rows) == 4
+    assert rows[3]["fs"] == "x<b>fs" and float(rows[3]["ratio"]) == 2.5
+
+
+def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
+    out = tmp_path / "s.html"
+    study_html(_study(), out)
+    text = out.read_text()
+    assert "x<b>fs" not in text
+    assert "x&lt;b&gt;fs" in text or "x\\u003cb\\u003efs" in text
+    assert "<script src" not in text
+    assert "left the study at step 1" in text
+
+
+def test_the_aged_rank_is_taken_where_every_file_system_was_still_measured() -> None:
+    s = _study()
+    s.results.append(_result("ext4", 3, 0.5, 1.0, 0.9))  # x<b>fs left before step 3
+    rank = study_table(s)["rank_order"]["scan_aged_s_per_gib"]
+    assert rank["last_step"] == 2
+    assert rank["aged"] == ["x<b>fs", "ext4"]
