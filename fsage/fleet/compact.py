@@ -221,7 +221,7 @@ def _compact(
     keep: bool,
     progress: Callable[[str, int], None] | None,
 ) -> CompactSummary:
-    from fsage.fleet.export import _metadata, schemas
+    from fsage.fleet.export_schema import schemas, table_metadata
 
     sch = schemas()
     cover_table(con, "old_cover", old.covered)
@@ -255,7 +255,9 @@ def _compact(
         src = _select(table, tf, take, whole)
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
         step = None if progress is None else functools.partial(progress, table)
-        rows = _write(con, pq, src, out, sch[table].with_metadata(_metadata(table)), table, step)
+        rows = _write(
+            con, pq, src, out, sch[table].with_metadata(table_metadata(table)), table, step
+        )
         written.append(out)
         rel = f"{COMPACTED}/{out.name}"
         tables[table] = [rel] if whole else [*tables[table], rel]
@@ -379,7 +381,7 @@ def _write(
 
 def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], gen: int) -> Path:
     """The per file system and size bucket summary of the compacted rows (SIZE_SUMMARY)."""
-    from fsage.fleet.export import _metadata
+    from fsage.fleet.export_schema import table_metadata
     from fsage.fleet.query import SIZE_SUMMARY
 
     for t in ("metrics", "size_buckets"):
@@ -391,7 +393,9 @@ def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], 
     out = root / SUMMARY_TABLE / COMPACTED / f"c{gen:06d}.parquet"
     private_mkdir(out.parent, parents=True, exist_ok=True)
     tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
-    pq.write_table(table.replace_schema_metadata(_metadata(SUMMARY_TABLE)), tmp, compression="zstd")
+    pq.write_table(
+        table.replace_schema_metadata(table_metadata(SUMMARY_TABLE)), tmp, compression="zstd"
+    )
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, out)
