@@ -17,6 +17,8 @@ has no end before S. A version changes when the store would store a new one (sam
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -40,7 +42,7 @@ from fsage.fleet.export_dataset import (
     read_table,
 )
 from fsage.fleet.export_metrics import metric_rows, snapshot_row
-from fsage.fleet.export_rows import diff_versions, files_table, new_rows_mask
+from fsage.fleet.export_rows import FirstPaths, diff_versions, files_table, new_rows_mask
 from fsage.fleet.export_schema import ADDED_COLUMNS as ADDED_COLUMNS
 from fsage.fleet.export_schema import ExportError as ExportError
 from fsage.fleet.export_schema import partition_dir as partition_dir
@@ -101,6 +103,24 @@ class ExportSummary:
             f"exported {self.new_snapshots} snapshot(s) of host {self.host} to {self.directory}"
             f" in {self.seconds:.2f} s" + (": " + "; ".join(parts) if parts else "")
         )
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def trim_heap() -> None:
+    """Give the C library's freed memory back to the system. glibc keeps a freed heap whose
+    top is still in use (and raises its mmap threshold after large frees, so that the next
+    snapshot's arrays land in that heap): without this a run's resident memory grows by a
+    snapshot's worth of arrays after the first, and the peak is two snapshots, not one."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def export_parquet(
@@ -224,9 +244,11 @@ def _export_fs(
     try:
         for row in rows:
             layout = store.load_layout(row.id)
+            trim_heap()  # the stored chunks it was assembled from
             tick()
             small["snapshots"].append(snapshot_row(host, row, layout))
             m, buckets, free = metric_rows(host, row, layout)
+            trim_heap()  # the analyzer's arrays
             tick()
             small["metrics"].append(m)
             small["size_buckets"].extend(buckets)
@@ -245,9 +267,9 @@ def _export_fs(
                     schema=sch["file_ends"],
                 )
             )
-            # in chunks: the Arrow columns of a first snapshot's every file at once would be
-            # as large again as the snapshot
-            paths = layout.paths() if new_rows.size else {}
+            # in chunks, their paths too: the Arrow columns or the path strings of a first
+            # snapshot's every file at once would each be as large again as the snapshot
+            paths = FirstPaths(layout.links, layout.root_ino)
             for lo in range(0, new_rows.size, FILES_CHUNK):
                 chunk = new_rows[lo : lo + FILES_CHUNK]
                 table = files_table(
@@ -273,6 +295,7 @@ def _export_fs(
             prev = {**cur, "first": first}
             prev_id = row.id
             del layout, cur, new_rows  # before the next snapshot is read: one in memory
+            trim_heap()
             tick()
     finally:
         for w in large.values():

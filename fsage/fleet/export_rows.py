@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from fsage.db import codec
 from fsage.fleet.export_schema import ExportError
-from fsage.layout import Layout
+from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
 
@@ -63,12 +63,12 @@ def files_table(
     layout: Layout,
     rows: I64,
     digest: I64,
-    paths: dict[int, list[str]],
+    paths: FirstPaths,
 ) -> Any:
     sub = layout.files.take(rows)
     n = len(sub)
     ino = sub.ino.astype(np.int64)
-    path_col = [p[0] if (p := paths.get(i)) else None for i in ino.tolist()]
+    path_col = paths.first(ino)
     extent_type = schema.field("extents").type
     meta_type = schema.field("meta_blocks").type
     extents = pa.ListArray.from_arrays(
@@ -111,3 +111,61 @@ def files_table(
     cols["extents"] = extents
     cols["meta_blocks"] = meta
     return pa.table(cols, schema=schema)
+
+
+class FirstPaths:
+    """The first (smallest) path of inodes, resolved a chunk at a time: the same as
+    ``min(Layout.paths()[ino])`` without holding every file's path strings at once (at 700k
+    files that dict is larger than the layout). Only the directories' prefixes are kept; a
+    file's paths are its links' names under them."""
+
+    def __init__(self, links: LinkTable, root_ino: int) -> None:
+        self.links = links
+        self.root_ino = root_ino
+        ino = links.ino.astype(np.int64)
+        self.by_ino = np.argsort(ino, kind="stable")
+        self.sorted_ino = ino[self.by_ino]
+        self.prefix = _directory_prefixes(links, root_ino)
+
+    def first(self, inos: I64) -> list[str | None]:
+        lo = np.searchsorted(self.sorted_ino, inos, side="left").tolist()
+        hi = np.searchsorted(self.sorted_ino, inos, side="right").tolist()
+        out: list[str | None] = []
+        links, prefix, by_ino = self.links, self.prefix, self.by_ino
+        for ino, a, b in zip(inos.tolist(), lo, hi, strict=True):
+            found: list[str] = ["/"] if ino == self.root_ino else []
+            for r in by_ino[a:b].tolist():
+                head = prefix.get(int(links.parent[r]))
+                if head is not None:
+                    found.append(f"{head}/{_name(links, r)}")
+            out.append(min(found) if found else None)
+        return out
+
+
+def _name(links: LinkTable, row: int) -> str:
+    return links.name(row).decode("utf-8", "surrogateescape")
+
+
+def _directory_prefixes(links: LinkTable, root_ino: int) -> dict[int, str]:
+    """The path under which each reachable directory's entries are named (``""`` for the
+    root), walked as ``derive_paths`` walks it: only entries that are themselves parents are
+    visited, so a directory reached by two names takes the same one."""
+    parents = np.unique(links.parent.astype(np.int64))
+    rows = np.flatnonzero(np.isin(links.ino.astype(np.int64), parents))
+    children: dict[int, list[tuple[int, int]]] = {}
+    for r, parent, ino in zip(
+        rows.tolist(), links.parent[rows].tolist(), links.ino[rows].tolist(), strict=True
+    ):
+        children.setdefault(parent, []).append((ino, r))
+    prefix = {root_ino: ""}
+    stack = [(root_ino, "")]
+    visited = {root_ino}
+    while stack:
+        dir_ino, head = stack.pop()
+        for ino, r in children.get(dir_ino, ()):
+            if ino not in visited:
+                visited.add(ino)
+                path = f"{head}/{_name(links, r)}"
+                prefix[ino] = path
+                stack.append((ino, path))
+    return prefix
