@@ -164,3 +164,39 @@ def test_export_shows_progress_on_a_terminal(db: Path, tmp_path: Path) -> None:
         [*argv, str(tmp_path / "pipe")], capture_output=True, cwd=REPO, timeout=120
     )
     assert piped.returncode == 0 and piped.stderr == b""
+
+
+def _sorted_by_output_order(path: Path, table: str) -> bool:
+    t = pq.read_table(path)
+    cols = ["host", "fs", *(c.strip() for c in compact_mod.ORDER[table].split(","))]
+    keys = list(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
+    return keys == sorted(keys)
+
+
+def test_compaction_in_groups_of_partitions_keeps_rows_and_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partitions read one or two files at a time, a second compaction rewriting the first's
+    files with new runs of some file systems: the rows of a plain export, in sorted order."""
+    db = tmp_path / "h.db"
+    names = ["b", "a", "c2", "c10"]  # the output order is not the order of creation
+    with Store.open(db, create=True) as store:
+        for i, name in enumerate(names):
+            synthetic_history(store, name, files=150, snapshots=2, seed=20 + i)
+    ds = tmp_path / "ds"
+    export_mod.export_parquet(db, ds, host="h")
+    monkeypatch.setattr(compact_mod, "FILES_PER_QUERY", 1)
+    assert compact_mod.compact(ds).changed
+    with Store.open(db) as store:
+        for i, name in enumerate(names[:2]):
+            synthetic_history(store, name, files=150, snapshots=4, seed=20 + i, skip=2)
+    export_mod.export_parquet(db, ds, host="h")
+    monkeypatch.setattr(compact_mod, "FILES_PER_QUERY", 2)
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_FILES", 1)  # the large tables rewritten too
+    assert compact_mod.compact(ds).changed
+    plain = tmp_path / "plain"
+    export_mod.export_parquet(db, plain, host="h")
+    for table in TABLES:
+        (out,) = (ds / table / "compacted").glob("*.parquet")
+        assert _sorted_by_output_order(out, table), table
+        assert _rows(ds, table) == _rows(plain, table), table
