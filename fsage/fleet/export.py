@@ -276,6 +276,7 @@ def _export_fs(
                     pa, sch["files"], host, fs, row.id, layout, chunk, cur["digest"], paths
                 )
                 large["files"].write_table(table)
+                del table
             del paths
             versions += int(new_rows.size)
             free_start = layout.free.start.astype(np.int64)
