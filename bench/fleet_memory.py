@@ -54,13 +54,22 @@ def measured(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     }
 
 
-def build(db: Path, names: list[str], files: int, snapshots: int) -> None:
-    from fsage.db.store import Store
-    from fsage.fleet.synth import synthetic_history
+BUILD = """
+import sys
+from fsage.db.store import Store
+from fsage.fleet.synth import synthetic_history
+db, files, snapshots, *names = sys.argv[1:]
+with Store.open(db, create=True) as store:
+    for i, name in enumerate(names):
+        synthetic_history(store, name, files=int(files), snapshots=int(snapshots), seed=100 + i)
+"""
 
-    with Store.open(db, create=True) as store:
-        for i, name in enumerate(names):
-            synthetic_history(store, name, files=files, snapshots=snapshots, seed=100 + i)
+
+def build(db: Path, names: list[str], files: int, snapshots: int, env: dict[str, str]) -> None:
+    """In a process of its own: a child's peak resident set starts at its parent's size when
+    it was forked, so this process stays small (no numpy, no database built in it)."""
+    argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), *names]
+    subprocess.run(argv, env=env, check=True)
 
 
 def du(path: Path) -> int:
@@ -97,14 +106,14 @@ def main() -> None:
         for n in (int(x) for x in args.files.split(",") if x):
             db = work / f"f{n}.db"
             if not db.exists():
-                build(db, [f"fs{n}"], n, args.snapshots)
+                build(db, [f"fs{n}"], n, args.snapshots, env)
             rows.append(measure(f"{n} files", db, work, env, fsage))
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
         if args.fleet:
             db = work / "fleet.db"
             if not db.exists():
                 names = [f"fs{i:04d}" for i in range(args.fleet)]
-                build(db, names, args.fleet_files, args.snapshots)
+                build(db, names, args.fleet_files, args.snapshots, env)
             rows.append(
                 measure(f"{args.fleet} fs x {args.fleet_files} files", db, work, env, fsage)
             )
