@@ -224,7 +224,7 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from fsage.fleet.export import _metadata, partition_dir, schemas
+    from fsage.fleet.export_schema import partition_dir, schemas, table_metadata
 
     sch = schemas()
     root = work / "metrics-fleet"
@@ -281,7 +281,7 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
                 {f.name: cols.get(f.name, pa.nulls(len(cols["snapshot_id"]), f.type))
                  for f in sch[name]},
                 schema=sch[name],
-            ).replace_schema_metadata(_metadata(name))  # fmt: skip
+            ).replace_schema_metadata(table_metadata(name))  # fmt: skip
             part = partition_dir(root, name, host, fs)
             part.mkdir(parents=True, exist_ok=True)
             pq.write_table(t, part / "part.parquet", compression="zstd")
@@ -289,7 +289,7 @@ def part_b(args: argparse.Namespace, work: Path, env: dict[str, str], fig: dict[
         part = partition_dir(root, name, "host0000", "fs0")
         part.mkdir(parents=True, exist_ok=True)
         t = pa.table({f.name: pa.array([], f.type) for f in sch[name]}, schema=sch[name])
-        pq.write_table(t.replace_schema_metadata(_metadata(name)), part / "s0-0.parquet")
+        pq.write_table(t.replace_schema_metadata(table_metadata(name)), part / "s0-0.parquet")
     fig["metrics_generate_s"] = time.perf_counter() - t0
     fig["metrics_dataset_bytes"] = du(root)
     fsage = [sys.executable, "-m", "fsage"]

@@ -22,7 +22,7 @@ import functools
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +60,10 @@ BATCH = 16 * 1024
 # one being gathered stays a few tens of MB.
 ROW_GROUPS = {"files": 32 * 1024}
 MAX_LARGE_FILES = 8
+# Per-partition files one DuckDB query reads at once: DuckDB keeps each open file's state
+# beside its memory limit, so a query over thousands of small files costs tens of MB more
+# than one over a few dozen. Partitions are merged a group at a time, in the output's order.
+FILES_PER_QUERY = 64
 LOCK = ".compact.lock"
 
 # Sort order inside the compacted files (host and fs first, then time).
@@ -221,17 +225,17 @@ def _compact(
     keep: bool,
     progress: Callable[[str, int], None] | None,
 ) -> CompactSummary:
-    from fsage.fleet.export import _metadata, schemas
+    from fsage.fleet.export_schema import schemas, table_metadata
 
     sch = schemas()
     cover_table(con, "old_cover", old.covered)
     # The new watermarks: every file system's newest snapshot row (old or fresh).
     snaps = files["snapshots"]
     new_cover: dict[tuple[str, str], tuple[int, str | None]] = dict(old.covered)
-    if snaps.fresh:
+    for batch in _batches(snaps.fresh):
         for host, fs, mark, uuid in con.execute(
             f"SELECT host, fs, max(snapshot_id), arg_max(uuid, snapshot_id) FROM"
-            f" {_read(snaps.fresh)} GROUP BY host, fs"
+            f" {_read(batch)} GROUP BY host, fs"
         ).fetchall():
             prev = new_cover.get((host, fs))
             if prev is None or mark > prev[0]:
@@ -252,10 +256,12 @@ def _compact(
             progress(table, 0)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
-        src = _select(table, tf, take, whole)
+        src = _selects(con, table, tf, take, whole)
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
         step = None if progress is None else functools.partial(progress, table)
-        rows = _write(con, pq, src, out, sch[table].with_metadata(_metadata(table)), table, step)
+        rows = _write(
+            con, pq, src, out, sch[table].with_metadata(table_metadata(table)), table, step
+        )
         written.append(out)
         rel = f"{COMPACTED}/{out.name}"
         tables[table] = [rel] if whole else [*tables[table], rel]
@@ -294,11 +300,11 @@ def _absorbable(
     take: list[Path] = []
     whole: list[Path] = []
     tops: dict[str, int | None] = {}
-    if table not in LARGE_TABLES and tf.fresh:
-        tops = dict(
+    for batch in _batches(tf.fresh) if table not in LARGE_TABLES else []:
+        tops.update(
             con.execute(
                 "SELECT filename, max(snapshot_id) FROM"
-                f" {_read(tf.fresh)[:-1]}, filename = true) GROUP BY filename"
+                f" {_read(batch)[:-1]}, filename = true) GROUP BY filename"
             ).fetchall()
         )
     for p in tf.fresh:
@@ -318,35 +324,84 @@ def _absorbable(
     return take, whole
 
 
-def _select(table: str, tf: TableFiles, take: list[Path], whole: bool) -> str:
-    """The rows to write: fresh rows above the old watermark and up to the new one (small
-    tables; whole runs for large ones), plus the compacted rows when rewriting."""
-    if table in LARGE_TABLES:
-        fresh = f"SELECT * FROM {_read(take)}"
-    else:
-        fresh = (
+def _batches(paths: list[Path]) -> Iterator[list[Path]]:
+    for lo in range(0, len(paths), FILES_PER_QUERY):
+        yield paths[lo : lo + FILES_PER_QUERY]
+
+
+Key = tuple[str, str]
+
+
+def _groups(keys: list[Key], files: dict[Key, list[Path]]) -> Iterator[list[Key]]:
+    """Consecutive (host, fs) keys whose per-partition files number at most
+    ``FILES_PER_QUERY`` (a partition with more is a group of its own)."""
+    group: list[Key] = []
+    count = 0
+    for key in keys:
+        n = len(files.get(key, []))
+        if group and count + n > FILES_PER_QUERY:
+            yield group
+            group, count = [], 0
+        group.append(key)
+        count += n
+    if group:
+        yield group
+
+
+def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool) -> Iterator[str]:
+    """The queries whose rows, one after the other, are the compacted file: one per group of
+    partitions in (host, fs) order (DuckDB compares strings as bytes, as Python compares
+    their code points), each sorted within."""
+    files: dict[Key, list[Path]] = {}
+    for p in take:
+        files.setdefault(partition_of(p), []).append(p)
+    keys = set(files)
+    compacted = tf.compacted if whole else []
+    if compacted:
+        keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
+    for group in _groups(sorted(keys), files):
+        paths = [p for key in group for p in files.get(key, [])]
+        first, last = group[0], group[-1]
+        within = (
+            f"(host > '{_sql_str(first[0])}' OR (host = '{_sql_str(first[0])}'"
+            f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
+            f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
+        )
+        yield _select(table, compacted, paths, within)
+
+
+def _select(table: str, compacted: list[Path], take: list[Path], within: str) -> str:
+    """The rows to write of one group of partitions: fresh rows above the old watermark and up
+    to the new one (small tables; whole runs for large ones), plus the group's compacted rows
+    when rewriting."""
+    parts = []
+    if take and table in LARGE_TABLES:
+        parts.append(f"SELECT * FROM {_read(take)}")
+    elif take:
+        parts.append(
             f"SELECT p.* FROM {_read(take)} p JOIN new_cover n ON p.host = n.host"
             " AND p.fs = n.fs AND p.snapshot_id <= n.mark"
             " LEFT JOIN old_cover o ON p.host = o.host AND p.fs = o.fs"
             " WHERE o.mark IS NULL OR p.snapshot_id > o.mark"
         )
-    src = fresh
-    if whole and tf.compacted:
-        src = f"SELECT * FROM {_read(tf.compacted)} UNION ALL {fresh}"
+    if compacted:
+        parts.insert(0, f"SELECT * FROM {_read(compacted)} WHERE {within}")
+    src = " UNION ALL ".join(parts)
     return f"SELECT * FROM ({src}) ORDER BY host, fs, {ORDER[table]}"
 
 
 def _write(
     con: Any,
     pq: Any,
-    sql: str,
+    queries: Iterable[str],
     out: Path,
     schema: Any,
     table: str,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Stream the query's rows into ``out`` (written under a hidden name, fsynced, renamed),
-    in batches of ``BATCH`` rows gathered into row groups of ``ROW_GROUP``."""
+    """Stream the queries' rows, one query after the other, into ``out`` (written under a
+    hidden name, fsynced, renamed), in batches of ``BATCH`` rows gathered into row groups of
+    ``ROW_GROUP``."""
     import pyarrow as pa
 
     private_mkdir(out.parent, parents=True, exist_ok=True)
@@ -356,8 +411,8 @@ def _write(
     pending: list[Any] = []
     pending_rows = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-        reader = con.sql(sql).to_arrow_reader(BATCH)
-        for batch in reader:
+        batches = (b for sql in queries for b in con.sql(sql).to_arrow_reader(BATCH))
+        for batch in batches:
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
             if pending_rows >= group:
@@ -379,7 +434,7 @@ def _write(
 
 def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], gen: int) -> Path:
     """The per file system and size bucket summary of the compacted rows (SIZE_SUMMARY)."""
-    from fsage.fleet.export import _metadata
+    from fsage.fleet.export_schema import table_metadata
     from fsage.fleet.query import SIZE_SUMMARY
 
     for t in ("metrics", "size_buckets"):
@@ -391,7 +446,9 @@ def _write_summary(con: Any, pq: Any, root: Path, tables: dict[str, list[str]], 
     out = root / SUMMARY_TABLE / COMPACTED / f"c{gen:06d}.parquet"
     private_mkdir(out.parent, parents=True, exist_ok=True)
     tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
-    pq.write_table(table.replace_schema_metadata(_metadata(SUMMARY_TABLE)), tmp, compression="zstd")
+    pq.write_table(
+        table.replace_schema_metadata(table_metadata(SUMMARY_TABLE)), tmp, compression="zstd"
+    )
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, out)

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Peak memory of `fsage export` and `fsage fleet compact` as the database grows.
+
+For each size in --files: one synthetic file system (fsage.fleet.synth) of that many files x
+--snapshots nightly snapshots in one SQLite database, then, each as its own process:
+  export    `fsage export --db DB DIR` (every snapshot at once, as a first export runs)
+  compact   `fsage fleet compact DIR` of that export
+and a fleet of many small partitions (--fleet file systems of --fleet-files files x
+--snapshots snapshots, one export), compacted: DuckDB reading many small files at once.
+
+Peak memory is each process's maximum resident set (wait4), in MiB; times are wall and CPU
+seconds (user + system). The load average is printed beside each row: on a loaded machine
+wall seconds stretch, peaks do not.
+
+Usage: python3 bench/fleet_memory.py [--files 100000,300000,700000] [--snapshots 3]
+                                     [--fleet 100] [--fleet-files 2000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MIB = 1 << 20
+
+
+def measured(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Wall seconds, CPU seconds and peak RSS (MiB) of one process, the load at its start."""
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mib": usage.ru_maxrss / 1024,
+        "load": load,
+    }
+
+
+BUILD = """
+import sys
+from fsage.db.store import Store
+from fsage.fleet.synth import synthetic_history
+db, files, snapshots, *names = sys.argv[1:]
+with Store.open(db, create=True) as store:
+    for i, name in enumerate(names):
+        synthetic_history(store, name, files=int(files), snapshots=int(snapshots), seed=100 + i)
+"""
+
+
+def build(db: Path, names: list[str], files: int, snapshots: int, env: dict[str, str]) -> None:
+    """In a process of its own: a child's peak resident set starts at its parent's size when
+    it was forked, so this process stays small (no numpy, no database built in it)."""
+    argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), *names]
+    subprocess.run(argv, env=env, check=True)
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(
+    label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str]
+) -> dict[str, Any]:
+    out = work / f"{label}-export"
+    row: dict[str, Any] = {"case": label, "database_mib": db.stat().st_size / MIB}
+    row["export"] = measured([*fsage, "export", "--db", str(db), "--host", "h", str(out)], env)
+    row["dataset_files"] = sum(1 for _ in out.rglob("*.parquet"))
+    row["dataset_mib"] = du(out) / MIB
+    row["compact"] = measured([*fsage, "fleet", "compact", str(out)], env)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--files", default="100000,300000", help="comma-separated file counts")
+    ap.add_argument("--snapshots", type=int, default=3)
+    ap.add_argument("--fleet", type=int, default=100, help="file systems of the small fleet")
+    ap.add_argument("--fleet-files", type=int, default=2000)
+    ap.add_argument("--keep", type=Path, help="work here and keep the data")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    fsage = [sys.executable, "-m", "fsage"]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="fsage-fleet-memory-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for n in (int(x) for x in args.files.split(",") if x):
+            db = work / f"f{n}.db"
+            if not db.exists():
+                build(db, [f"fs{n}"], n, args.snapshots, env)
+            rows.append(measure(f"{n} files", db, work, env, fsage))
+            shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
+        if args.fleet:
+            db = work / "fleet.db"
+            if not db.exists():
+                names = [f"fs{i:04d}" for i in range(args.fleet)]
+                build(db, names, args.fleet_files, args.snapshots, env)
+            rows.append(
+                measure(f"{args.fleet} fs x {args.fleet_files} files", db, work, env, fsage)
+            )
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"snapshots": args.snapshots, "rows": rows}, indent=2))
+        return
+    print(f"{args.snapshots} snapshots each; wall s / CPU s (user + system), peak RSS;"
+          f" load average at each command's start, {os.cpu_count()} CPUs")  # fmt: skip
+    for r in rows:
+        e, c = r["export"], r["compact"]
+        print(f"  {r['case']:>26}: database {r['database_mib']:7.1f} MiB,"
+              f" dataset {r['dataset_mib']:6.1f} MiB in {r['dataset_files']} files")  # fmt: skip
+        for name, m in (("export", e), ("fleet compact", c)):
+            print(f"  {'':>26}  {name:<13} {m['wall_s']:6.1f} s / {m['cpu_s']:6.1f} s,"
+                  f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The per-snapshot rows of the export's small tables: the snapshot itself and the figures
+`fsage analyze` computes for it (summary, by size, free space, dynamic score, locality)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
+from fsage.analyzer.locality import GAP_BUCKETS
+from fsage.db.store import SnapshotRow
+from fsage.layout import Layout
+
+
+def snapshot_row(host: str, row: SnapshotRow, layout: Layout) -> dict[str, Any]:
+    f = layout.facts
+    return {
+        "host": host,
+        "fs": row.fs_name,
+        "snapshot_id": row.id,
+        "taken_at": row.taken_at,
+        "uuid": row.uuid,
+        "kind": row.kind,
+        "label": row.label,
+        "source": row.source,
+        "block_size": row.block_size,
+        "blocks_total": f.blocks_total,
+        "blocks_used": row.blocks_used,
+        "blocks_free": row.blocks_free,
+        "inodes_total": f.inodes_total,
+        "inodes_free": f.inodes_free,
+        "files": row.files,
+        "dirs": row.dirs,
+        "extents": row.extents,
+        "free_extents": row.free_extents,
+        "damaged": row.damaged,
+        "new_files": row.new_files,
+        "changed_files": row.changed_files,
+        "deleted_files": row.deleted_files,
+        "seconds": row.seconds,
+        "op_count": row.op_count,
+        "bytes_written": row.bytes_written,
+        "recreation_of": row.recreation_of,
+    }
+
+
+def _locality_columns(loc: dict[str, Any]) -> dict[str, Any]:
+    i2d, nd, ds = loc["inode_to_data_blocks"], loc["neighbour_distance"], loc["directory_scan"]
+    return {
+        "same_group_share": loc["same_group_share"],
+        "inode_to_data_median_blocks": i2d["median"] if i2d else None,
+        "dir_scan_score_aggregate": ds["aggregate"],
+        "dir_scan_score_median": ds["median"],
+        "neighbour_pairs": nd["pairs"],
+        **{f"neighbour_{k}_share": nd[f"{k}_share"] for k in GAP_BUCKETS},
+    }
+
+
+def metric_rows(
+    host: str, row: SnapshotRow, layout: Layout
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The per-snapshot figures of `fsage analyze` (summary, by size, free space, dynamic,
+    locality)."""
+    an = SnapshotAnalyzer(layout, snapshot_id=row.id, taken_at=row.taken_at)
+    summ = an.summary()
+    free = an.free()
+    dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
+    key = {"host": host, "fs": row.fs_name, "snapshot_id": row.id}
+    metrics = {
+        **key,
+        "taken_at": row.taken_at,
+        "block_size": summ["block_size"],
+        "blocks_total": summ["blocks_total"],
+        "blocks_free": summ["blocks_free"],
+        **{
+            k: summ[k]
+            for k in (
+                "files",
+                "directories",
+                "data_blocks",
+                "layout_score",
+                "directories_layout_score",
+                "scored_files",
+                "fragmented_files",
+                "mean_file_score",
+                "fragments_per_file",
+            )
+        },
+        "free_extent_count": free["free_extent_count"],
+        "largest_free_extent": free["largest_free_extent"],
+        "average_free_extent": free["average_free_extent"],
+        "free_chunks": free["free_chunks"],
+        "chunks_total": free["chunks_total"],
+        "chunk_bytes": free["chunk_bytes"],
+        "dynamic_layout_score_inode": dyn.get("inode"),
+        "dynamic_layout_score_path": dyn.get("path"),
+        **_locality_columns(an.locality()),
+    }
+    buckets = []
+    for b in an.by_size():
+        den = int(b["blocks"]) - int(b["files"])  # every scored file has blocks >= 2
+        score = b["layout_score"]
+        buckets.append(
+            {
+                **key,
+                "bucket": int(size_bucket(np.array([b["max_blocks"]], np.int64))[0]),
+                "min_blocks": b["min_blocks"],
+                "max_blocks": b["max_blocks"],
+                "files": b["files"],
+                "blocks": b["blocks"],
+                "contiguous": round(score * den) if score is not None else 0,
+                "denominator": den,
+                "layout_score": score,
+            }
+        )
+    free_rows = [
+        {
+            **key,
+            "min_blocks": h["min_blocks"],
+            "max_blocks": h["max_blocks"],
+            "count": h["count"],
+            "blocks": h["blocks"],
+        }
+        for h in free["free_extents"]
+    ]
+    return metrics, buckets, free_rows
