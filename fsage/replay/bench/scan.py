@@ -35,6 +35,7 @@ from typing import Any
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
 from fsage.replay.bench.layoutscore import BenchLayout, old_files_score
+from fsage.replay.bench.paired import StoppingRule, paired_effect
 from fsage.replay.bench.run import BenchRun, store_run
 from fsage.replay.bench.scantree import (
     AgedCleanVerdict,
@@ -228,7 +229,7 @@ def run_scan(
                     resolve_device(tree.device)
         for n in notes:
             say(f"fsage: {n}")
-        reads = _alternate(aged, clean, max(opts.repeat, 1), opts.trace, notes, say)
+        reads = _alternate(aged, clean, opts, notes, say)
     aged_reads = reads["aged"]
     clean_reads = reads.get("clean", [])
     if clean_reads and aged_reads[0].bytes != clean_reads[0].bytes:
@@ -262,7 +263,9 @@ def run_scan(
         cold=can_drop_caches(),
         params={
             "path": str(sub),
-            "repeat": max(opts.repeat, 1),
+            "repeat": len(aged_reads),
+            "ci_width": opts.ci_width,
+            "budget": opts.budget,
             "trace": opts.trace,
             "scan": summary,
         },
@@ -462,22 +465,43 @@ def _make_clean_copy(
 
 
 def _alternate(
-    aged: Tree, clean: Tree | None, repeat: int, trace: bool, notes: list[str], say: Say
+    aged: Tree, clean: Tree | None, opts: BenchOptions, notes: list[str], say: Say
 ) -> dict[str, list[ScanRead]]:
-    """``repeat`` scans of each tree, alternating; each tree first in every other round."""
+    """Rounds of one scan of each tree, each tree first in every other round, until the
+    stopping rule of :mod:`.paired` ends them (at least ``opts.repeat`` rounds)."""
     out: dict[str, list[ScanRead]] = {"aged": []}
     sides = [aged] if clean is None else [aged, clean]
     if clean is not None:
         out["clean"] = []
-    for i in range(repeat):
+    rule = stopping_rule(opts)
+    t0 = time.perf_counter()
+    i = 0
+    while True:
         order = sides if i % 2 == 0 else sides[::-1]
         for tree in order:
-            label = f"scan {i + 1}/{repeat} of the {tree.name} tree"
-            r = _traced_scan(tree, label, notes, say) if trace else _scan(tree, False)
+            label = f"scan {i + 1} of the {tree.name} tree"
+            r = _traced_scan(tree, label, notes, say) if opts.trace else _scan(tree, False)
             out[tree.name].append(r)
             traced = "" if r.trace is None else f", traced score {_fmt(r.trace.get('score'))}"
             say(f"fsage: {label}: {r.seconds:.2f} s, {r.mb_per_s:.1f} MB/s{traced}")
-    return out
+        i += 1
+        effects = []
+        if clean is not None:
+            effects.append(
+                paired_effect([r.seconds for r in out["aged"]], [r.seconds for r in out["clean"]])
+            )
+        why = rule.why_stop(effects, i, time.perf_counter() - t0)
+        if why is not None:
+            if clean is not None:
+                notes.append(f"{i} rounds: {why}")
+            return out
+
+
+def stopping_rule(opts: BenchOptions) -> StoppingRule:
+    """The rounds ``opts`` asks for: at least ``repeat``, then until the interval is within
+    ``ci_width`` or ``budget`` seconds are spent, ``max_repeat`` at most."""
+    n = max(opts.repeat, 1)
+    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n))
 
 
 def _fmt(x: Any) -> str:
