@@ -388,6 +388,10 @@ def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None
 def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
     """The stored benchmark results, one line per value.
 
+    relative: the result over its run's own empty-file-system baseline (the median of the
+    rounds' paired ratios), as bench printed it; verdict: inconclusive where its 95% interval
+    includes 1.
+
     \b
     Examples:
       fsage bench results --db fsage.db --suite seq
@@ -401,11 +405,11 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
     if fmt == "csv":
         echo_csv(
             ["run_id", "suite", "fs", "started_at", "cold", "metric", "of", "value", "unit",
-             "layout_score_bench_files", "layout_score_old_files"],
+             "relative", "verdict", "layout_score_bench_files", "layout_score_old_files"],
             [
                 [r.run_id, r.suite, r.fs_name, r.started_at, r.cold, r.metric,
-                 _of(r.params), r.value,
-                 r.unit, r.layout_score_bench_files, r.layout_score_old_files]
+                 _of(r.params), r.value, r.unit, r.params.get("relative"),
+                 r.params.get("verdict"), r.layout_score_bench_files, r.layout_score_old_files]
                 for r in res
             ],
         )  # fmt: skip
@@ -431,7 +435,20 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
         )
         return
     echo_table(
-        ["run", "suite", "fs", "date", "metric", "of", "value", "unit", "bench", "old"],
+        [
+            "run",
+            "suite",
+            "fs",
+            "date",
+            "metric",
+            "of",
+            "value",
+            "unit",
+            "relative",
+            "verdict",
+            "bench",
+            "old",
+        ],
         [
             [
                 r.run_id,
@@ -442,6 +459,8 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
                 _of(r.params),
                 r.value,
                 r.unit,
+                r.params.get("relative"),
+                r.params.get("verdict"),
                 r.layout_score_bench_files,
                 r.layout_score_old_files,
             ]
