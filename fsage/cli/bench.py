@@ -167,11 +167,12 @@ def run_cmd(
 
     The scan suite reads every file of the tree (or --path) in path order, cold: an image on a
     read-only loop device with direct I/O, remounted and with caches dropped before every
-    scan; a mounted directory with each file advised out of the page cache. On an ext image
-    it also copies the tree onto a fresh file system of the same mkfs parameters and scans
-    the two in rounds, alternately: the aged/clean ratio is the median of the rounds' paired
-    ratios with its 95% interval, "inconclusive" where the interval includes 1 (the same
-    stopping rule).
+    scan; a mounted directory with each file advised out of the page cache. On an ext or xfs
+    image (or a directory mounted from one through a loop device) it also copies the tree
+    onto a fresh file system of the same mkfs parameters (xfs: the geometry xfs_info prints;
+    btrfs has none) and scans the two in rounds, alternately: the aged/clean ratio is the
+    median of the rounds' paired ratios with its 95% interval, "inconclusive" where the
+    interval includes 1 (the same stopping rule).
 
     \b
     Examples:

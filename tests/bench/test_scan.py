@@ -323,9 +323,9 @@ def test_scan_of_a_path_reads_and_copies_only_that_tree(tmp_path: Path) -> None:
     for side in ("aged", "clean"):
         assert scan[side]["bytes"] == sum(mail)
         assert scan[side]["files"] == len(mail) == 60
-    # one run each: no spread to judge a ratio by
+    # one round: no interval to judge a ratio by
     assert scan["aged_clean"]["ratio"] is None
-    assert "one run" in scan["aged_clean"]["reason"]
+    assert "too few rounds (1)" in scan["aged_clean"]["reason"]
 
 
 @pytest.mark.needs_root
