@@ -111,3 +111,19 @@ def test_repeats_and_empty_fs_baseline_in_one_invocation(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aged.img"]
     with loop_mount(img) as mnt:
         assert len(os.listdir(mnt)) == 41
+
+
+@pytest.mark.needs_root
+def test_the_baseline_runs_the_data_set_the_target_was_scaled_to(tmp_path: Path) -> None:
+    # a target with 20 MiB free: the default 32 MiB data set is scaled down on it; the empty
+    # file system beside it has room for more, yet must run the same set, or nothing pairs
+    img = _ext4(tmp_path / "full.img", 64 * MIB)
+    with loop_mount(img) as mnt:
+        (mnt / "old").write_bytes(b"o" * (40 * MIB))
+    run = run_bench(img, BenchOptions("seq", file_sizes=[65536], repeat=2, baseline=True))
+    assert any("data set scaled down from 32M" in n for n in run.notes)
+    assert {r.metric for r in run.results} == {"read", "write"}
+    for r in run.results:
+        assert r.params["files"] * 65536 == run.params["data_size"] < 20 * MIB
+        assert len(r.params["baseline_values"]) == 2  # paired in both rounds
+        assert r.params["relative"] > 0

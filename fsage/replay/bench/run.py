@@ -8,7 +8,7 @@ import errno
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -287,7 +287,8 @@ def _medians(outs: list[SuiteOutput]) -> SuiteOutput:
     if len(outs) == 1:
         return outs[0]
     last = outs[-1]
-    return SuiteOutput(median_results([o.results for o in outs]), last.params, last.notes,
+    notes = list(dict.fromkeys(n for o in outs for n in o.notes))
+    return SuiteOutput(median_results([o.results for o in outs]), last.params, notes,
                        last.keeps_files)  # fmt: skip
 
 
@@ -316,6 +317,11 @@ def _rounds(
             if side is tgt:
                 tgt.remove_bench_dir()  # the previous round's files
                 got.outs.append(_one_run(tgt, fn, opts, say, target))
+                scaled = got.outs[-1].params.get("data_size")
+                if opts.size is None and scaled is not None:
+                    # the data set the target's free space allowed, on both sides and in
+                    # every round: an empty file system would otherwise run a larger one
+                    opts = replace(opts, size=int(scaled))
             else:
                 tb = time.perf_counter()
                 say("fsage: on the empty file system:")
