@@ -51,8 +51,6 @@ def parse_xfs_info(text: str) -> dict[str, dict[str, str]]:
             continue
         if head.strip():
             section = head.strip()
-        else:
-            rest = line.split("=", 1)[1]
         # "version 2" and "internal log" are values without a key
         fields = out.setdefault(section, {})
         for key, value in re.findall(r"([\w-]+)=(\S+?)(?:,|\s|$)", rest):
