@@ -11,8 +11,8 @@ caches dropped before each read), the reads a user would time by hand:
 Printed: the medians and spreads, fsage's aged scan over each reference (near 1: the scan
 costs what reading the tree costs), and the aged/clean verdict. Needs root and loop devices:
 
-    python3 bench/scan.py --age mail --size 512M --churn 1.5 --repeat 5 --workdir /tmp
-    python3 bench/scan.py --image aged.img --repeat 5
+    python3 bench/scan.py --age mail --size 512M --churn 1.5 --repeat 6 --workdir /tmp
+    python3 bench/scan.py --image aged.img --repeat 6
 """
 
 from __future__ import annotations
@@ -91,7 +91,11 @@ def main() -> None:
     ap.add_argument("--churn", type=float, default=1.5, help="Churn of the aging (--age).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp"))
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=6, help="Rounds (6 give a 95%% interval).")
+    ap.add_argument(
+        "--budget", type=float, default=0.0,
+        help="Seconds of further rounds until the interval is 10%% wide (0: --repeat rounds).",
+    )  # fmt: skip
     args = ap.parse_args()
     if not can_loop_mount():
         sys.exit("needs root and loop devices")
@@ -100,7 +104,7 @@ def main() -> None:
     image = args.image or age(args.workdir, args.age, args.size, args.churn, args.seed)
     print(f"load average {os.getloadavg()[0]:.1f} at the start")
     p = fsage("bench", str(image), "--suite", "scan", "--repeat", str(args.repeat), "--trace",
-              "--format", "json")  # fmt: skip
+              "--budget", str(args.budget), "--format", "json")  # fmt: skip
     if p.returncode != 0:
         sys.exit(f"fsage bench failed: {p.stderr.strip()}")
     scan: dict[str, Any] = json.loads(p.stdout)["params"]["scan"]
@@ -122,9 +126,12 @@ def main() -> None:
     verdict = scan.get("aged_clean")
     if verdict:
         ratio = verdict["ratio"]
+        lo, hi = verdict.get("ci_low"), verdict.get("ci_high")
+        ci = "no interval" if lo is None or hi is None else f"95% interval {lo:.3f}-{hi:.3f}"
         print(
             "aged/clean: " + ("inconclusive" if ratio is None else f"{ratio:.3f}")
-            + f" ({verdict['reason']}; aged slower in {verdict['aged_slower_rounds']} of "
+            + f" (paired ratio {verdict.get('paired_ratio', 0.0):.3f}, {ci}; "
+            f"{verdict['reason']}; aged slower in {verdict['aged_slower_rounds']} of "
             f"{verdict['rounds']} rounds)"
         )  # fmt: skip
     for side in ("aged", "clean"):

@@ -89,7 +89,32 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     type=click.IntRange(min=1),
     default=3,
     show_default=True,
-    help="Runs of the suite; the results are their medians, with the spread.",
+    help="Rounds at least; the results are their medians, with the spread. With a baseline "
+    "(or scan's clean copy) rounds go on until --ci-width or --budget.",
+)
+@click.option(
+    "--ci-width",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=0.10,
+    show_default=True,
+    help="Stop once the 95% interval of the median paired ratio (each round's result over "
+    "the baseline's, or aged over clean) is this wide relative to the median (0.10: about "
+    "+-5%); 6 rounds at least give such an interval.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0.0),
+    default=300.0,
+    show_default=True,
+    help="Seconds of rounds after which no further round starts, the interval reached or not "
+    "(0: exactly --repeat rounds).",
+)
+@click.option(
+    "--max-repeat",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="Rounds at most.",
 )
 @click.option(
     "--baseline/--no-baseline",
@@ -122,6 +147,9 @@ def run_cmd(
     name: str | None,
     keep: bool,
     repeat: int,
+    ci_width: float,
+    budget: float,
+    max_repeat: int,
     baseline: bool,
     scan_path: str | None,
     trace: bool,
@@ -133,17 +161,23 @@ def run_cmd(
     mounted; without root it says the run is warm. The benchmark works in a directory of its
     own on the target and removes it afterwards unless --keep. Layout scores of the
     benchmark's files and of the files already there are read from snapshots before and after.
-    The suite runs --repeat times (medians and spread reported; a spread wider than the effect
-    is said), and on an image also as often on an empty file system of the same mkfs
-    parameters and size, made for the run and removed after (the baseline results are stored
-    with the run's, and each result is also given relative to it).
+    On an image the suite also runs on an empty file system of the same mkfs parameters and
+    size, made for the run and removed after: in rounds, one run on each, alternating which
+    goes first, so that load that drifts falls on both. Each result's relative performance is
+    the median of the rounds' paired ratios (result / baseline of the same round) with its
+    95% sign-test interval, "inconclusive" where the interval includes 1 or there are fewer
+    than 6 rounds. Rounds go on past --repeat until the interval of every main result (read,
+    write, ...) is within --ci-width of its median, or --budget seconds are spent, or
+    --max-repeat. The baseline is stored with the run: predict and the report use it.
 
     The scan suite reads every file of the tree (or --path) in path order, cold: an image on a
     read-only loop device with direct I/O, remounted and with caches dropped before every
-    scan; a mounted directory with each file advised out of the page cache. On an ext image
-    it also copies the tree onto a fresh file system of the same mkfs parameters and scans
-    the two alternately: the aged/clean ratio of their median times, or "inconclusive"
-    where the repeats spread as wide as the difference.
+    scan; a mounted directory with each file advised out of the page cache. On an ext or xfs
+    image (or a directory mounted from one through a loop device) it also copies the tree
+    onto a fresh file system of the same mkfs parameters (xfs: the geometry xfs_info prints;
+    btrfs has none) and scans the two in rounds, alternately: the aged/clean ratio is the
+    median of the rounds' paired ratios with its 95% interval, "inconclusive" where the
+    interval includes 1 (the same stopping rule).
 
     \b
     Examples:
@@ -151,6 +185,7 @@ def run_cmd(
       fsage bench /mnt/test --suite tpcb --transactions 20000
       fsage bench ext4.img --suite hfs-aging --variant 20k --format json
       fsage bench aged.img --suite scan --repeat 5 --trace --db fsage.db
+      fsage bench aged.img --suite seq --ci-width 0.05 --budget 900
       fsage bench aged.img --suite scan --path home/alice --format json
     """
     from fsage.replay.bench import BenchOptions, parse_size, run_bench
@@ -173,6 +208,9 @@ def run_cmd(
         keep=keep,
         name=name,
         repeat=repeat,
+        ci_width=ci_width,
+        budget=budget,
+        max_repeat=max_repeat,
         baseline=baseline,
         path=scan_path,
         trace=trace,
@@ -200,13 +238,15 @@ def run_cmd(
                 r.unit,
                 r.params.get("baseline"),
                 r.params.get("relative"),
+                _interval(r.params.get("relative_ci")),
+                r.params.get("verdict"),
                 j["layout_score_bench_files"],
                 j["layout_score_old_files"],
             ]
         )
     echo_table(
-        ["metric", "of", "median", "spread", "unit", "empty fs", "relative", "bench layout",
-         "old layout"],
+        ["metric", "of", "median", "spread", "unit", "empty fs", "relative", "95% interval",
+         "verdict", "bench layout", "old layout"],
         rows,
     )  # fmt: skip
     if run.run_id is not None:
@@ -249,15 +289,26 @@ def _print_scan(run: Any) -> None:
     verdict = scan.get("aged_clean")
     if verdict is not None:
         ratio = verdict["ratio"]
+        paired = verdict.get("paired_ratio")
         click.echo(
             "aged/clean: "
             + ("inconclusive" if ratio is None else f"{ratio:.3f}")
-            + f" ({verdict['reason']}; medians {verdict['aged_median_seconds']:.3f} s and "
-            f"{verdict['clean_median_seconds']:.3f} s, spread {verdict['spread']:.1%}; aged "
-            f"slower in {verdict['aged_slower_rounds']} of {verdict['rounds']} rounds)"
+            + ("" if ratio is not None or paired is None else f" (paired ratio {paired:.3f})")
+            + f", 95% interval {_interval([verdict.get('ci_low'), verdict.get('ci_high')])}"
+            f" ({verdict['reason']}; medians {verdict['aged_median_seconds']:.3f} s and "
+            f"{verdict['clean_median_seconds']:.3f} s; aged slower in "
+            f"{verdict['aged_slower_rounds']} of {verdict['rounds']} rounds)"
         )
     if run.run_id is not None:
         click.echo(f"stored as bench run {run.run_id}")
+
+
+def _interval(ci: Any) -> str | None:
+    """A paired interval as text: "-" where the rounds give none, None where not paired."""
+    if ci is None:
+        return None
+    lo, hi = ci
+    return "-" if lo is None or hi is None else f"{lo:.3f}-{hi:.3f}"
 
 
 def _parse_scale(suite: str, size: str | None, parse_size: Any) -> int | None:
@@ -344,6 +395,10 @@ def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None
 def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
     """The stored benchmark results, one line per value.
 
+    relative: the result over its run's own empty-file-system baseline (the median of the
+    rounds' paired ratios), as bench printed it; verdict: inconclusive where its 95% interval
+    includes 1.
+
     \b
     Examples:
       fsage bench results --db fsage.db --suite seq
@@ -357,11 +412,11 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
     if fmt == "csv":
         echo_csv(
             ["run_id", "suite", "fs", "started_at", "cold", "metric", "of", "value", "unit",
-             "layout_score_bench_files", "layout_score_old_files"],
+             "relative", "verdict", "layout_score_bench_files", "layout_score_old_files"],
             [
                 [r.run_id, r.suite, r.fs_name, r.started_at, r.cold, r.metric,
-                 _of(r.params), r.value,
-                 r.unit, r.layout_score_bench_files, r.layout_score_old_files]
+                 _of(r.params), r.value, r.unit, r.params.get("relative"),
+                 r.params.get("verdict"), r.layout_score_bench_files, r.layout_score_old_files]
                 for r in res
             ],
         )  # fmt: skip
@@ -387,7 +442,20 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
         )
         return
     echo_table(
-        ["run", "suite", "fs", "date", "metric", "of", "value", "unit", "bench", "old"],
+        [
+            "run",
+            "suite",
+            "fs",
+            "date",
+            "metric",
+            "of",
+            "value",
+            "unit",
+            "relative",
+            "verdict",
+            "bench",
+            "old",
+        ],
         [
             [
                 r.run_id,
@@ -398,6 +466,8 @@ def results_cmd(db: Path, suite: str | None, fmt: str) -> None:
                 _of(r.params),
                 r.value,
                 r.unit,
+                r.params.get("relative"),
+                r.params.get("verdict"),
                 r.layout_score_bench_files,
                 r.layout_score_old_files,
             ]

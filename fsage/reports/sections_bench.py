@@ -171,9 +171,9 @@ def bench_section(data: ReportData) -> Section | None:
                         r["old_layout"],
                         r["diff"],
                         r["pred_read"],
-                        r["actual_read"] if has_base["read"] else NO_BASELINE,
+                        _actual(r, "read", has_base),
                         r["pred_write"],
-                        r["actual_write"] if has_base["write"] else NO_BASELINE,
+                        _actual(r, "write", has_base),
                     ]
                     for r in pred["rows"]
                 ],
@@ -183,7 +183,14 @@ def bench_section(data: ReportData) -> Section | None:
         notes += [f"{pred['suite']}: {n}" for n in pred["notes"]]
         traces: list[dict[str, Any]] = []
         for metric in ("read", "write"):
-            if not has_base[metric]:
+            pts = [
+                (r["bench_layout"], r[f"actual_{metric}"], r["run_id"])
+                for r in pred["rows"]
+                if r["bench_layout"] is not None
+                and r[f"actual_{metric}"] is not None
+                and _relative_to_empty(r, metric, has_base)
+            ]
+            if not pts:
                 # relative to the best run, that run would sit at 1.000: nothing to draw
                 notes.append(
                     f"{pred['suite']}: {metric}: no baseline (no run on an empty file system), "
@@ -191,11 +198,6 @@ def bench_section(data: ReportData) -> Section | None:
                 )
                 continue
             color = MARKERS[metric]["color"]
-            pts = [
-                (r["bench_layout"], r[f"actual_{metric}"], r["run_id"])
-                for r in pred["rows"]
-                if r["bench_layout"] is not None and r[f"actual_{metric}"] is not None
-            ]
             traces.append(
                 {
                     "type": "scatter",
@@ -238,6 +240,24 @@ def bench_section(data: ReportData) -> Section | None:
 NO_BASELINE = "no baseline"
 
 
+def _relative_to_empty(row: dict[str, Any], metric: str, has_base: dict[str, bool]) -> bool:
+    """Whether a row's actual value is relative to an empty file system: its run's own
+    baseline, or a separate empty-fs run (older JSON without the per-row field: the flag)."""
+    of = row.get(f"{metric}_relative_to")
+    if of is None:
+        return has_base[metric]
+    return bool(of in ("own baseline", "empty fs"))
+
+
+def _actual(row: dict[str, Any], metric: str, has_base: dict[str, bool]) -> Any:
+    if not _relative_to_empty(row, metric, has_base):
+        return NO_BASELINE
+    value = row[f"actual_{metric}"]
+    if value is not None and row.get(f"{metric}_verdict") == "inconclusive":
+        return f"{value:.3f} (inconclusive)"
+    return value
+
+
 def _has_baseline(pred: dict[str, Any]) -> dict[str, bool]:
     """Per metric, whether the prediction's relative values are relative to a run on an empty
     file system (older JSON without the flag: only where a baseline value exists)."""
@@ -252,7 +272,12 @@ def _ratio_cell(scan: dict[str, Any]) -> str:
     v = scan.get("aged_clean")
     if not v:
         return "no clean copy"
-    return "inconclusive" if v.get("ratio") is None else f"{v['ratio']:.3f}"
+    lo, hi = v.get("ci_low"), v.get("ci_high")
+    ci = "" if lo is None or hi is None else f" (95% interval {lo:.3f}-{hi:.3f})"
+    if v.get("ratio") is None:
+        paired = v.get("paired_ratio")
+        return "inconclusive" + ("" if paired is None else f": {paired:.3f}{ci}")
+    return f"{v['ratio']:.3f}{ci}"
 
 
 def _scan_parts(runs: list[dict[str, Any]]) -> tuple[Table | None, dict[str, Any] | None]:
@@ -287,9 +312,10 @@ def _scan_parts(runs: list[dict[str, Any]]) -> tuple[Table | None, dict[str, Any
          "clean MB/s", "aged/clean", "traced score aged", "traced score clean"],
         rows,
         caption="Scans: a cold read of the tree in path order on the file system and on a "
-        "clean copy of the same tree made in the same run (same mkfs parameters), alternately; "
-        "median seconds with the spread of the repeats. 'inconclusive' where the spread is "
-        "as wide as the difference.",
+        "clean copy of the same tree made in the same run (same mkfs parameters), in rounds, "
+        "alternately; median seconds with the spread of the repeats. aged/clean: the median "
+        "of the rounds' paired ratios with its 95% sign-test interval, 'inconclusive' where "
+        "the interval includes 1.",
     )  # fmt: skip
     traces: list[dict[str, Any]] = []
     for name, color in (("aged", "#d62728"), ("clean", "#2ca02c")):

@@ -86,14 +86,44 @@ def test_repeats_and_empty_fs_baseline_in_one_invocation(tmp_path: Path) -> None
         assert r.value == sorted(vals)[1]
         assert r.params["spread"] == pytest.approx((max(vals) - min(vals)) / r.value)
         assert r.params["baseline"] > 0
-        assert r.params["relative"] == pytest.approx(r.value / r.params["baseline"])
-    assert any("empty-file-system baseline run" in n for n in run.notes)
-    assert any("repeat 3/3" in s for s in said)
-    # Where the spread is wider than the effect, a note says so for that result.
-    for r in run.results:
-        wide = max(r.params["spread"], r.params["baseline_spread"]) > abs(1 - r.params["relative"])
-        assert wide == any(n.startswith(f"{r.metric} of {r.group}:") for n in run.notes)
+        bases = r.params["baseline_values"]
+        assert len(bases) == 3 and r.params["baseline"] == sorted(bases)[1]
+        # relative: the median of the rounds' paired ratios, not the ratio of the medians
+        ratios = sorted(v / b for v, b in zip(vals, bases, strict=True))
+        assert r.params["relative"] == pytest.approx(ratios[1])
+        # 3 rounds give no 95% interval (6 do): inconclusive, and said for each result
+        assert r.params["relative_ci"] == [None, None]
+        assert r.params["verdict"] == "inconclusive"
+        assert any(n.startswith(f"{r.metric} of {r.group}: inconclusive") for n in run.notes)
+    assert any("empty-file-system baseline run" in n and "3 rounds" in n for n in run.notes)
+    # interleaved: the target first in rounds 1 and 3, the empty file system first in round 2
+    marks = [s for s in said if s.startswith("fsage: round") or "empty file system:" in s]
+    assert marks == [
+        "fsage: round 1", "fsage: on the empty file system:",
+        "fsage: round 2", "fsage: on the empty file system:",
+        "fsage: round 3", "fsage: on the empty file system:",
+    ]  # fmt: skip
+    r2 = said.index("fsage: round 2")
+    assert said[r2 + 1] == "fsage: on the empty file system:"
+    r3 = said.index("fsage: round 3")
+    assert said[r3 + 1] != "fsage: on the empty file system:"
     # The baseline image is gone and the target holds only its old files.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aged.img"]
     with loop_mount(img) as mnt:
         assert len(os.listdir(mnt)) == 41
+
+
+@pytest.mark.needs_root
+def test_the_baseline_runs_the_data_set_the_target_was_scaled_to(tmp_path: Path) -> None:
+    # a target with 20 MiB free: the default 32 MiB data set is scaled down on it; the empty
+    # file system beside it has room for more, yet must run the same set, or nothing pairs
+    img = _ext4(tmp_path / "full.img", 64 * MIB)
+    with loop_mount(img) as mnt:
+        (mnt / "old").write_bytes(b"o" * (40 * MIB))
+    run = run_bench(img, BenchOptions("seq", file_sizes=[65536], repeat=2, baseline=True))
+    assert any("data set scaled down from 32M" in n for n in run.notes)
+    assert {r.metric for r in run.results} == {"read", "write"}
+    for r in run.results:
+        assert r.params["files"] * 65536 == run.params["data_size"] < 20 * MIB
+        assert len(r.params["baseline_values"]) == 2  # paired in both rounds
+        assert r.params["relative"] > 0

@@ -235,3 +235,54 @@ def test_report_section(store: Store) -> None:
     assert fig["data"][1]["y"] == [pytest.approx(0.3 + 0.7 * 0.2), pytest.approx(1.0)]
     html = render(data, [sec])
     assert "Predicted vs actual relative performance" in html
+
+
+def _own_baseline_run(bench: float, read: float, base: float, verdict: str) -> BenchRun:
+    """A run as `fsage bench IMG --baseline` stores it: its results carry the baseline of its
+    own empty file system and the paired relative value bench printed."""
+    run = _run(bench, 0.5, 50, read, 500.0)
+    for r in run.results:
+        r.params = {**r.params, "baseline": base, "relative": r.value / base, "verdict": verdict}
+    return run
+
+
+def test_a_run_with_its_own_baseline_is_relative_to_it_everywhere(store: Store) -> None:
+    # bench printed relative read 0.210 against the empty file system it ran in turn with
+    with store:
+        store_run(store, _own_baseline_run(0.6, 210.0, 1000.0, "inconclusive"))
+        pred = predict(store, "create-read")
+        extra = bench_extra(store, None)
+    (row,) = pred.rows
+    assert row.actual_read == pytest.approx(0.210)  # not 1.000 against itself
+    assert row.actual_write == pytest.approx(0.5)
+    assert row.read_base == "own baseline" and row.read_verdict == "inconclusive"
+    assert not any("no read run on an empty file system" in n for n in pred.notes)
+    assert pred.table_rows()[0][8] == "0.210 (inconclusive)"
+    # the report shows the same value, and draws it under "fraction of empty-fs performance"
+    assert extra is not None
+    data = ReportData([], {}, extra={"bench": extra})
+    (section,) = [s for s in build_sections(data) if s.id == "benchmarks"]
+    table = next(t for t in section.tables if "actual read" in t.headers)
+    assert table.rows[0][table.headers.index("actual read")] == "0.210 (inconclusive)"
+    assert table.rows[0][table.headers.index("actual write")] == "0.500 (inconclusive)"
+    read = next(t for t in section.figures[-1]["data"] if t["name"] == "read")
+    assert read["y"] == [pytest.approx(0.210)]
+    # `bench results` shows it too
+    out = CliRunner().invoke(main, ["bench", "results", "--db", str(store.path), "--format",
+                                    "csv"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.output.splitlines() if ",read," in ln)
+    assert ",0.21,inconclusive," in line
+
+
+def test_runs_without_a_baseline_of_their_own_are_named(store: Store) -> None:
+    with store:
+        store_run(store, _own_baseline_run(0.6, 210.0, 1000.0, "lower"))
+        store_run(store, _run(0.7, 0.5, 50, 300.0, 400.0))  # no baseline, no empty fs run
+        pred = predict(store, "create-read")
+    rows = {r.run_id: r for r in pred.rows}
+    assert rows[1].actual_read == pytest.approx(0.21) and rows[1].read_base == "own baseline"
+    # the bare run is relative to the best bare run (itself): said, and not drawn as empty-fs
+    assert rows[2].actual_read == pytest.approx(1.0) and rows[2].read_base == "best run"
+    assert any("no read run on an empty file system for runs 2 " in n for n in pred.notes)
+    assert pred.table_rows()[0][8] == pytest.approx(0.21)  # conclusive: the plain number

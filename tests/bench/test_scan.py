@@ -24,47 +24,55 @@ from tests.conftest import REPO, require_tools
 # ---------------------------------------------------------------------------- the verdict
 
 
-def test_a_difference_wider_than_the_spread_is_a_ratio() -> None:
-    v = aged_clean_verdict([10.0, 10.2, 10.1], [8.0, 8.1, 8.05])
+#: Seven rounds under drifting load: every round's aged scan slower than its clean one by
+#: 8-15 %, while the load moves both from 9 to 30 s.
+AGED7 = [10.0, 20.0, 15.0, 30.0, 12.0, 25.0, 18.0]
+RATIOS7 = [1.10, 1.15, 1.08, 1.12, 1.09, 1.11, 1.14]
+CLEAN7 = [a / r for a, r in zip(AGED7, RATIOS7, strict=True)]
+
+
+def test_paired_rounds_see_an_effect_the_spread_of_the_sets_hides() -> None:
+    v = aged_clean_verdict(AGED7, CLEAN7)
+    # the two sets spread over 100 % (20 / 18): the ranges overlap entirely
+    assert v.spread > 1.0
     assert v.verdict == "slower"
-    assert v.ratio == pytest.approx(10.1 / 8.05)
-    assert v.spread == pytest.approx(0.2 / 10.1)  # the aged side spreads wider
-    assert v.to_json()["ratio"] == pytest.approx(10.1 / 8.05)
-    assert "slower" in v.text()
+    assert (v.slower_rounds, v.rounds) == (7, 7)
+    # the median of the paired ratios, with the sign-test interval [min, max] at 7 rounds
+    assert v.ratio == pytest.approx(1.11)
+    assert (v.ci_low, v.ci_high) == (pytest.approx(1.08), pytest.approx(1.15))
+    assert v.to_json()["ratio"] == pytest.approx(1.11)
+    assert "slower" in v.text() and "95% interval 1.080-1.150" in v.text()
 
 
 def test_a_faster_aged_tree_is_said() -> None:
-    v = aged_clean_verdict([5.0, 5.1, 5.05], [6.0, 6.1, 6.05])
+    v = aged_clean_verdict(CLEAN7, AGED7)
     assert v.verdict == "faster"
-    assert v.ratio == pytest.approx(5.05 / 6.05)
+    assert v.ratio == pytest.approx(1 / 1.11)
 
 
-def test_a_spread_wider_than_the_difference_is_inconclusive() -> None:
-    # medians 11 and 10.5: a 4.8% difference; the aged repeats spread 2/11 = 18%
-    v = aged_clean_verdict([10.0, 12.0, 11.0], [10.4, 10.5, 10.6])
+def test_an_interval_that_includes_one_is_inconclusive() -> None:
+    # six rounds, aged slower in four: the interval [min, max] = [0.95, 1.2] includes 1
+    ratios = [1.2, 0.95, 1.1, 1.05, 0.98, 1.15]
+    v = aged_clean_verdict([10.0 * r for r in ratios], [10.0] * 6)
     assert v.verdict == "inconclusive"
     assert v.ratio is None
+    assert v.paired_ratio == pytest.approx((1.05 + 1.1) / 2)
+    assert (v.ci_low, v.ci_high) == (pytest.approx(0.95), pytest.approx(1.2))
     assert v.to_json()["ratio"] is None
     assert v.to_json()["verdict"] == "inconclusive"
     assert v.text().startswith("inconclusive")
-    assert v.spread == pytest.approx(2 / 11)
-    assert v.difference == pytest.approx(11 / 10.5 - 1)
-    # round by round: 10.0 < 10.4, 12.0 > 10.5, 11.0 > 10.6
-    assert (v.slower_rounds, v.rounds) == (2, 3)
-    assert "aged slower in 2 of 3 rounds" in v.text()
+    assert (v.slower_rounds, v.rounds) == (4, 6)
+    assert "aged slower in 4 of 6 rounds" in v.text()
 
 
-def test_a_spread_equal_to_the_difference_is_inconclusive() -> None:
-    # medians 11 and 10: 10% apart, and the aged side spreads 1.1/11 = 10% too
-    v = aged_clean_verdict([10.45, 11.0, 11.55], [10.0, 10.0, 10.0])
-    assert v.spread == pytest.approx(v.difference)
+def test_too_few_rounds_for_an_interval_are_inconclusive() -> None:
+    # five rounds, all slower by 2x: [min, max] covers the median only 93.75 % of the time
+    v = aged_clean_verdict([20.0] * 5, [10.0] * 5)
     assert v.verdict == "inconclusive"
-
-
-def test_one_run_each_is_inconclusive() -> None:
+    assert v.paired_ratio == 2.0
+    assert v.ci_low is None and "it needs 6" in v.reason
     v = aged_clean_verdict([20.0], [10.0])
-    assert v.ratio is None
-    assert "one run" in v.reason
+    assert v.ratio is None and "too few rounds (1)" in v.reason
 
 
 # ---------------------------------------------------------------------------- the walk
@@ -271,17 +279,15 @@ def test_scan_of_a_scattered_image_against_its_clean_copy(tmp_path: Path) -> Non
     assert clean["trace"]["score"] > aged["trace"]["score"]
 
     # alternating: aged, clean, then clean, aged
-    order = [m.split(" tree")[0].split()[-1] for m in said if re.match(r"fsage: scan \d/2 ", m)]
+    order = [m.split(" tree")[0].split()[-1] for m in said if re.match(r"fsage: scan \d+ of ", m)]
     assert order == ["aged", "clean", "clean", "aged"]
     a, c = aged["values"], clean["values"]
     assert len(a) == len(c) == 2
     verdict = scan["aged_clean"]
-    ratio = statistics.median(a) / statistics.median(c)
-    spread = max((max(v) - min(v)) / statistics.median(v) for v in (a, c))
-    if spread >= abs(ratio - 1):
-        assert verdict["ratio"] is None and verdict["verdict"] == "inconclusive"
-    else:
-        assert verdict["ratio"] == pytest.approx(ratio)
+    # the median of the two rounds' paired ratios; two rounds give no 95% interval
+    assert verdict["paired_ratio"] == pytest.approx(statistics.median([a[0] / c[0], a[1] / c[1]]))
+    assert verdict["ratio"] is None and verdict["verdict"] == "inconclusive"
+    assert "too few rounds (2)" in verdict["reason"]
 
     # stored as a bench run, as the database holds it
     con = sqlite3.connect(db)
@@ -315,9 +321,9 @@ def test_scan_of_a_path_reads_and_copies_only_that_tree(tmp_path: Path) -> None:
     for side in ("aged", "clean"):
         assert scan[side]["bytes"] == sum(mail)
         assert scan[side]["files"] == len(mail) == 60
-    # one run each: no spread to judge a ratio by
+    # one round: no interval to judge a ratio by
     assert scan["aged_clean"]["ratio"] is None
-    assert "one run" in scan["aged_clean"]["reason"]
+    assert "too few rounds (1)" in scan["aged_clean"]["reason"]
 
 
 @pytest.mark.needs_root

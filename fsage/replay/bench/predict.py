@@ -9,8 +9,11 @@ measured on the *benchmark* files:
 
 Here the points of the fit are the stored benchmark runs of one suite: x = the layout score of
 the files a result measured (seed 002 uses the 64 KB files: ``file_size``), y = the result over
-the baseline. The baseline is the best result among runs on an empty file system (no old files);
-without such a run, the best result of all, and the output says so. The fit is
+the baseline. A run made with its own baseline (an empty file system of the same mkfs
+parameters, run in turn with it: ``fsage bench --baseline``) is relative to that one, the
+median of its rounds' paired ratios, as bench printed it. Other runs are relative to the best
+result among separate runs on an empty file system (no old files); without such a run, the
+best result of all, and the output says so. The fit is
 ``numpy.polyfit(x, y, 1)``.
 
 Only comparable runs are fitted: the same suite, the same parameters (data set, files per
@@ -127,6 +130,14 @@ class Row:
     read_ci: float | None = None
     write_ci: float | None = None
     outside: bool = False  # the old layout lies outside the fitted range: no prediction
+    #: The paired rounds' verdict where the run had its own baseline ("inconclusive": its
+    #: interval includes 1).
+    read_verdict: str | None = None
+    write_verdict: str | None = None
+    #: What each actual value is relative to: "own baseline", "empty fs" (the best separate
+    #: run on an empty file system) or "best run" (no empty file system at all).
+    read_base: str | None = None
+    write_base: str | None = None
 
     @property
     def diff(self) -> float | None:
@@ -149,6 +160,10 @@ class Row:
             "write_ci95": self.write_ci,
             "actual_write": self.actual_write,
             "outside_fitted_range": self.outside,
+            "read_verdict": self.read_verdict,
+            "write_verdict": self.write_verdict,
+            "read_relative_to": self.read_base,
+            "write_relative_to": self.write_base,
         }
 
 
@@ -181,10 +196,10 @@ class Prediction:
                 r.diff,
                 "outside" if r.outside else r.pred_read,
                 r.read_ci,
-                r.actual_read,
+                _actual_cell(r.actual_read, r.read_verdict),
                 "outside" if r.outside else r.pred_write,
                 r.write_ci,
-                r.actual_write,
+                _actual_cell(r.actual_write, r.write_verdict),
             ]
             for r in self.rows
         ]
@@ -200,6 +215,13 @@ class Prediction:
             "rows": [r.to_json() for r in self.rows],
             "notes": self.notes,
         }
+
+
+def _actual_cell(value: float | None, verdict: str | None) -> float | str | None:
+    """An actual relative value, marked where its run's paired interval includes 1."""
+    if value is None or verdict != "inconclusive":
+        return value
+    return f"{value:.3f} (inconclusive)"
 
 
 def _pick_suite(results: list[StoredResult]) -> str | None:
@@ -269,15 +291,20 @@ def predict(
     baseline: dict[str, float | None] = {}
     empty_fs: dict[str, bool] = {}
     for metric in ("read", "write"):
+        # a run that carries its own baseline (an empty file system run beside it, in rounds)
+        # is relative to that one; the others to the best separate run on an empty file system
         vals = [(m[metric], _old_files(m[metric])) for m in by_run.values() if metric in m]
-        empty = [r.value for r, n in vals if n == 0]
+        bare = [r for r, _ in vals if _own_relative(r) is None]
+        empty = [r.value for r, n in vals if n == 0 and _own_relative(r) is None]
         empty_fs[metric] = bool(empty)
         if empty:
             baseline[metric] = max(empty)
-        elif vals:
-            baseline[metric] = max(r.value for r, _ in vals)
+        elif bare:
+            baseline[metric] = max(r.value for r in bare)
             notes.append(
-                f"no {metric} run on an empty file system: {metric} is relative to the best run"
+                f"no {metric} run on an empty file system for runs "
+                + ", ".join(str(r.run_id) for r in bare)
+                + f" (no baseline of their own): their {metric} is relative to the best of them"
             )
         else:
             baseline[metric] = None
@@ -291,8 +318,12 @@ def predict(
                 date=_snapshot_date(store, any_r) or any_r.started_at[:10],
                 bench_layout=any_r.layout_score_bench_files,
                 old_layout=any_r.layout_score_old_files,
-                actual_read=_rel(m.get("read"), baseline["read"] if baseline else None),
+                actual_read=_rel(m.get("read"), baseline.get("read")),
                 actual_write=_rel(m.get("write"), baseline.get("write")),
+                read_verdict=_verdict(m.get("read")),
+                write_verdict=_verdict(m.get("write")),
+                read_base=_base_of(m.get("read"), empty_fs["read"]),
+                write_base=_base_of(m.get("write"), empty_fs["write"]),
             )
         )
     fits: dict[str, Fit | None] = {}
@@ -364,7 +395,30 @@ def _old_files(r: StoredResult) -> int | None:
     return None if old is None else int(old.get("files", 0))
 
 
+def _own_relative(r: StoredResult) -> float | None:
+    """The result over its own run's baseline (paired rounds), where the run had one."""
+    rel = r.params.get("relative")
+    return None if rel is None or r.params.get("baseline") is None else float(rel)
+
+
+def _base_of(r: StoredResult | None, empty_fs: bool) -> str | None:
+    if r is None:
+        return None
+    if _own_relative(r) is not None:
+        return "own baseline"
+    return "empty fs" if empty_fs else "best run"
+
+
+def _verdict(r: StoredResult | None) -> str | None:
+    return None if r is None else r.params.get("verdict")
+
+
 def _rel(r: StoredResult | None, base: float | None) -> float | None:
-    if r is None or not base:
+    if r is None:
+        return None
+    own = _own_relative(r)
+    if own is not None:
+        return own
+    if not base:
         return None
     return r.value / base

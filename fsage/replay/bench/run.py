@@ -23,6 +23,7 @@ from fsage.replay.bench.layoutscore import (
     bench_files_score,
     old_files_score,
 )
+from fsage.replay.bench.paired import PairedEffect, paired_effect
 from fsage.replay.bench.suites import SUITES, BenchOptions, Result, SuiteOutput, check_variant
 from fsage.replay.bench.target import BENCH_PREFIX, BenchTarget
 
@@ -121,7 +122,7 @@ def run_bench(
     check_variant(opts)
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    with BenchTarget(Path(target), opts.suite) as tgt:
+    with BenchTarget(Path(target), opts.suite) as tgt, contextlib.ExitStack() as stack:
         notes = list(tgt.notes)
         for n in notes:
             say(f"fsage: {n}")
@@ -131,17 +132,25 @@ def run_bench(
         except FsageError as exc:
             notes.append(f"no layout scores: the target's layout cannot be read ({exc})")
             say(f"fsage: {notes[-1]}")
-        out, after = _repeated(tgt, fn, opts, say, str(target), want_after=before is not None)
+        btgt: BenchTarget | None = None
+        if opts.baseline:
+            btgt, why = _baseline_target(tgt, before, opts, say, stack)
+            if why:
+                notes.append(f"no empty-file-system baseline: {why}")
+        try:
+            rounds = _rounds(tgt, btgt, fn, opts, say, str(target))
+        except BaseException:
+            tgt.remove_bench_dir()  # a failed round leaves nothing behind, kept or not
+            raise
+        after: Layout | None = None
+        try:
+            if before is not None and rounds.outs[-1].keeps_files:
+                after = tgt.layout()
+        finally:
+            if not opts.keep:
+                tgt.remove_bench_dir()
+        out = rounds.measured()
         notes += out.notes
-        baseline: BaselineRun | None = None
-        if opts.baseline and before is not None and tgt.image is not None:
-            baseline = _baseline(tgt, before, fn, opts, say)
-        elif opts.baseline:
-            notes.append(
-                "no empty-file-system baseline: the target is "
-                + ("a directory (its mkfs parameters are not known)" if tgt.image is None
-                   else "an image whose layout cannot be read")
-            )  # fmt: skip
         if opts.keep:
             notes.append(f"benchmark files kept in {tgt.bench_name}")
         via = tgt.description
@@ -154,9 +163,13 @@ def run_bench(
         if after is not None:
             bench, groups = bench_files_score(after, tgt.bench_name)
         layout = BenchLayout(before.facts.block_size, bench, old, groups)
+    baseline = rounds.baseline()
     if baseline is not None:
-        notes.append(f"empty-file-system baseline run in {baseline.seconds:.1f} s")
-        notes += _relate(out.results, baseline)
+        notes.append(
+            f"empty-file-system baseline run in {baseline.seconds:.1f} s, interleaved with the "
+            f"measured runs ({rounds.count} rounds: {rounds.why})"
+        )
+        notes += relate(out.results, baseline.results, rounds.paired_values())
     from fsage.db.store import default_fs_name
 
     run = BenchRun(
@@ -172,7 +185,9 @@ def run_bench(
             "size": opts.size,
             # The variant the suite ran (its default when none was asked for).
             "variant": out.params.get("variant", opts.variant),
-            "repeat": max(opts.repeat, 1),
+            "repeat": rounds.count,
+            "ci_width": opts.ci_width,
+            "budget": opts.budget,
         },
         results=out.results,
         layout=layout,
@@ -197,51 +212,149 @@ class BaselineRun:
     notes: list[str] = field(default_factory=list)
 
 
-def _repeated(
+Suite = Callable[[BenchTarget, BenchOptions, Callable[[str], None]], SuiteOutput]
+
+
+def _baseline_target(
     tgt: BenchTarget,
-    fn: Callable[[BenchTarget, BenchOptions, Callable[[str], None]], SuiteOutput],
+    before: Layout | None,
+    opts: BenchOptions,
+    say: Callable[[str], None],
+    stack: contextlib.ExitStack,
+) -> tuple[BenchTarget | None, str | None]:
+    """An empty file system of the target's mkfs parameters and size, made for this
+    invocation and removed after; or why there is none."""
+    from fsage.replay.recreate import make_filesystem
+
+    if tgt.image is None:
+        return None, "the target is a directory (its mkfs parameters are not known)"
+    if before is None:
+        return None, "the target is an image whose layout cannot be read"
+    if not before.facts.kind.startswith("ext") or not before.facts.mkfs.get("blocks_count"):
+        return None, f"the mkfs parameters of a {before.facts.kind} image are not recovered"
+    image = tgt.image.with_name(f".{tgt.image.name}.fsage-baseline")
+    stack.callback(lambda: image.unlink(missing_ok=True))
+    say("fsage: an empty file system of the same mkfs parameters and size, run in turn")
+    make_filesystem(image, before)
+    return stack.enter_context(BenchTarget(image, opts.suite)), None
+
+
+@dataclass
+class Rounds:
+    """What the rounds measured: per round, the measured side's output and the baseline's."""
+
+    outs: list[SuiteOutput] = field(default_factory=list)
+    base_outs: list[SuiteOutput] = field(default_factory=list)
+    base_seconds: float = 0.0
+    why: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.outs)
+
+    def measured(self) -> SuiteOutput:
+        return _medians(self.outs)
+
+    def baseline(self) -> BaselineRun | None:
+        if not self.base_outs:
+            return None
+        return BaselineRun(_medians(self.base_outs).results, self.base_seconds)
+
+    def paired_values(self) -> dict[str, tuple[list[float], list[float]]]:
+        """Per result (its key), the measured and the baseline value of every round."""
+        out: dict[str, tuple[list[float], list[float]]] = {}
+        for m, b in zip(self.outs, self.base_outs, strict=False):
+            bases = {_result_key(r): float(r.value) for r in b.results}
+            for r in m.results:
+                k = _result_key(r)
+                if k in bases:
+                    pair = out.setdefault(k, ([], []))
+                    pair[0].append(float(r.value))
+                    pair[1].append(bases[k])
+        return out
+
+    def effects(self) -> list[PairedEffect]:
+        """The paired effects the stopping rule watches: the main rates (read, write, ...)."""
+        return [
+            paired_effect(m, b)
+            for k, (m, b) in self.paired_values().items()
+            if json.loads(k)[0] in JUDGED_METRICS and all(b)
+        ]
+
+
+#: The results whose paired interval decides when the rounds may stop.
+JUDGED_METRICS = frozenset({"read", "write", "creates", "transactions", "tps", "ops_per_second"})
+
+
+def _medians(outs: list[SuiteOutput]) -> SuiteOutput:
+    if len(outs) == 1:
+        return outs[0]
+    last = outs[-1]
+    notes = list(dict.fromkeys(n for o in outs for n in o.notes))
+    return SuiteOutput(median_results([o.results for o in outs]), last.params, notes,
+                       last.keeps_files)  # fmt: skip
+
+
+def _rounds(
+    tgt: BenchTarget,
+    btgt: BenchTarget | None,
+    fn: Suite,
     opts: BenchOptions,
     say: Callable[[str], None],
     target: str,
-    *,
-    want_after: bool,
-) -> tuple[SuiteOutput, Layout | None]:
-    """Run the suite ``opts.repeat`` times (each starting cold, in a fresh directory), and
-    the results as their medians; the layout after the last repeat when ``want_after``."""
-    outs: list[SuiteOutput] = []
-    after: Layout | None = None
-    n = max(opts.repeat, 1)
-    for i in range(n):
-        last = i == n - 1
-        if n > 1:
-            say(f"fsage: repeat {i + 1}/{n}")
-        tgt.make_bench_dir()
-        exhausted: str | None = None
-        try:
-            try:
-                out = fn(tgt, opts, say)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                st = tgt.statvfs()
-                what = "inodes" if st.f_files and st.f_favail == 0 else "space"
-                exhausted = (
-                    f"{target}: the {opts.suite} benchmark ran out of {what} "
-                    f"({st.f_bavail * st.f_frsize / 2**20:.1f} MiB and {st.f_favail:,} inodes "
-                    "left); its files were removed; use --size or --file-size"
-                )
-            if exhausted is None and last and want_after and out.keeps_files:
-                after = tgt.layout()
-        finally:
-            if not (opts.keep and last) or exhausted is not None:
-                tgt.remove_bench_dir()
-        if exhausted is not None:
-            raise FsageError(exhausted)
-        outs.append(out)
-    if n == 1:
-        return outs[0], after
-    return SuiteOutput(median_results([o.results for o in outs]), outs[-1].params,
-                       outs[-1].notes, outs[-1].keeps_files), after  # fmt: skip
+) -> Rounds:
+    """Rounds of the suite on the target and, interleaved, on the baseline (the target first
+    in odd rounds, the baseline first in even ones, so that drifting load falls on both),
+    until the stopping rule ends them. The target's files of the last round are left in
+    place (the caller reads their layout and removes them)."""
+    from fsage.replay.bench.scan import stopping_rule
+
+    rule = stopping_rule(opts)
+    got = Rounds()
+    t0 = time.perf_counter()
+    while True:
+        i = got.count
+        say(f"fsage: round {i + 1}")
+        sides: list[BenchTarget] = [tgt] if btgt is None else [tgt, btgt]
+        for side in sides if i % 2 == 0 else sides[::-1]:
+            if side is tgt:
+                tgt.remove_bench_dir()  # the previous round's files
+                got.outs.append(_one_run(tgt, fn, opts, say, target))
+                scaled = got.outs[-1].params.get("data_size")
+                if opts.size is None and scaled is not None:
+                    # the data set the target's free space allowed, on both sides and in
+                    # every round: an empty file system would otherwise run a larger one
+                    opts = replace(opts, size=int(scaled))
+            else:
+                tb = time.perf_counter()
+                say("fsage: on the empty file system:")
+                got.base_outs.append(_one_run(side, fn, opts, say, str(side.path)))
+                side.remove_bench_dir()
+                got.base_seconds += time.perf_counter() - tb
+        why = rule.why_stop(got.effects(), got.count, time.perf_counter() - t0)
+        if why is not None:
+            got.why = why
+            return got
+
+
+def _one_run(
+    tgt: BenchTarget, fn: Suite, opts: BenchOptions, say: Callable[[str], None], target: str
+) -> SuiteOutput:
+    """One run of the suite, cold, in a fresh directory (left in place)."""
+    tgt.make_bench_dir()
+    try:
+        return fn(tgt, opts, say)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        st = tgt.statvfs()
+        what = "inodes" if st.f_files and st.f_favail == 0 else "space"
+        tgt.remove_bench_dir()
+        raise FsageError(
+            f"{target}: the {opts.suite} benchmark ran out of {what} "
+            f"({st.f_bavail * st.f_frsize / 2**20:.1f} MiB and {st.f_favail:,} inodes "
+            "left); its files were removed; use --size or --file-size"
+        ) from None
 
 
 def _result_key(r: Result) -> str:
@@ -250,7 +363,9 @@ def _result_key(r: Result) -> str:
 
 
 #: Result parameters that differ from one repeat to the next.
-_PER_REPEAT = frozenset({"seconds", "values", "spread", "repeats", "median_seconds"})
+_PER_REPEAT = frozenset(
+    {"seconds", "values", "spread", "repeats", "median_seconds", "baseline_values"}
+)
 
 
 def median_results(runs: list[list[Result]]) -> list[Result]:
@@ -277,51 +392,38 @@ def median_results(runs: list[list[Result]]) -> list[Result]:
     return out
 
 
-def _baseline(
-    tgt: BenchTarget,
-    before: Layout,
-    fn: Callable[[BenchTarget, BenchOptions, Callable[[str], None]], SuiteOutput],
-    opts: BenchOptions,
-    say: Callable[[str], None],
-) -> BaselineRun | None:
-    from fsage.replay.recreate import make_filesystem
-
-    assert tgt.image is not None
-    if not before.facts.kind.startswith("ext") or not before.facts.mkfs.get("blocks_count"):
-        return None
-    image = tgt.image.with_name(f".{tgt.image.name}.fsage-baseline")
-    say("fsage: the same suite on an empty file system of the same mkfs parameters and size")
-    t0 = time.perf_counter()
-    try:
-        make_filesystem(image, before)
-        with BenchTarget(image, opts.suite) as btgt:
-            out, _ = _repeated(btgt, fn, replace(opts, keep=False), say, str(image),
-                               want_after=False)  # fmt: skip
-    finally:
-        with contextlib.suppress(OSError):
-            image.unlink()
-    return BaselineRun(out.results, time.perf_counter() - t0, out.notes)
-
-
-def _relate(results: list[Result], base: BaselineRun) -> list[str]:
-    """Each result's baseline value and relative performance (result / baseline) in its params;
-    notes where the spread of the repeats is wider than the effect (|1 - relative|)."""
-    bases = {_result_key(b): b for b in base.results}
+def relate(
+    results: list[Result],
+    baseline: list[Result],
+    paired: dict[str, tuple[list[float], list[float]]] | None = None,
+) -> list[str]:
+    """Each result's baseline value and relative performance in its params: the median of the
+    rounds' paired ratios (result / baseline of the same round) with its interval and verdict
+    where the rounds are paired, else the ratio of the medians; notes on the inconclusive
+    main results."""
+    bases = {_result_key(b): b for b in baseline}
     notes = []
     for r in results:
-        b = bases.get(_result_key(r))
+        k = _result_key(r)
+        b = bases.get(k)
         if b is None or not b.value:
             continue
-        rel = float(r.value) / float(b.value)
         r.params["baseline"] = float(b.value)
-        r.params["relative"] = rel
-        spread = max(float(r.params.get("spread", 0.0)), float(b.params.get("spread", 0.0)))
         r.params["baseline_spread"] = float(b.params.get("spread", 0.0))
-        if spread > abs(1.0 - rel):
+        pair = (paired or {}).get(k)
+        if pair is None or not all(pair[1]):
+            r.params["relative"] = float(r.value) / float(b.value)
+            continue
+        eff = paired_effect(*pair)
+        r.params["baseline_values"] = pair[1]
+        r.params["relative"] = eff.ratio
+        r.params["relative_ci"] = [eff.low, eff.high]
+        r.params["verdict"] = eff.verdict
+        if r.metric in JUDGED_METRICS and not eff.conclusive:
             what = f"{r.metric} of {r.group}" if r.group else r.metric
             notes.append(
-                f"{what}: the repeats spread {spread:.1%}, wider than the effect they report "
-                f"({rel:.3f} of the empty file system)"
+                f"{what}: inconclusive, {eff.ratio:.3f} of the empty file system "
+                f"({eff.interval_text()}: {eff.reason})"
             )
     return notes
 

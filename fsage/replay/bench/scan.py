@@ -3,7 +3,8 @@
 A scan is a cold read of a tree (the whole file system or ``--path``) in path order
 (:mod:`.scantree`), what grep -r, tar, a backup or a build does. Conway et al. (FAST'17) judge
 aging by it: the time on the aged file system over the time on a clean copy of the same tree,
-made in the same run on a fresh file system of the same mkfs parameters (the aged/clean ratio).
+made in the same run on a fresh file system of the same mkfs parameters (the aged/clean ratio),
+judged from paired rounds (:mod:`.paired`).
 
 * An image is attached read-only to a loop device with direct I/O (so the image's blocks are
   not served from the host's page cache) and mounted read-only; before each scan it is
@@ -12,8 +13,11 @@ made in the same run on a fresh file system of the same mkfs parameters (the age
   handled the same way. The two are scanned alternately (aged first in odd rounds, clean
   first in even ones) so that drift in the machine's load falls on both.
 * A mounted directory is scanned in place: each file is advised out of the page cache
-  (posix_fadvise DONTNEED) and, as root, the caches are dropped. Its mkfs parameters are not
-  known, so it has no clean copy.
+  (posix_fadvise DONTNEED) and, as root, the caches are dropped. Where it is on a loop device,
+  the clean copy has the mkfs parameters of the image behind it and is read through a loop
+  device as the directory is (direct I/O or not); on another device it has none (said).
+* The clean copy of an ext image has the parameters fsage's ext reader recovers, of an xfs
+  image the geometry xfs_info prints (:mod:`.cleancopy`); btrfs has none (said).
 
 With ``--trace`` each scan runs under the block tracer of :mod:`fsage.trace`; its requests'
 dynamic layout score is kept with the time, the layout that explains it.
@@ -35,12 +39,12 @@ from typing import Any
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
 from fsage.replay.bench.layoutscore import BenchLayout, old_files_score
+from fsage.replay.bench.paired import StoppingRule, paired_effect
 from fsage.replay.bench.run import BenchRun, store_run
 from fsage.replay.bench.scantree import (
     AgedCleanVerdict,
     ScanRead,
     aged_clean_verdict,
-    copy_tree,
     evict_tree,
     read_tree,
     relative_spread,
@@ -70,7 +74,7 @@ def _tool(argv: list[str], what: str) -> str:
 class ScanImage:
     """An image on a read-only loop device with direct I/O, mounted read-only while scanned."""
 
-    def __init__(self, image: Path, kind: str, say: Say) -> None:
+    def __init__(self, image: Path, kind: str, say: Say, *, direct: bool = True) -> None:
         from fsage.ager.images import clear_stale_mounts, mount_dir
 
         if kind not in _MOUNT:
@@ -85,8 +89,9 @@ class ScanImage:
             os.fsync(fd)
         finally:
             os.close(fd)
+        dio = f"--direct-io={'on' if direct else 'off'}"
         self.dev = _tool(
-            ["losetup", "--find", "--show", "--read-only", "--direct-io=on", str(image)],
+            ["losetup", "--find", "--show", "--read-only", dio, str(image)],
             f"attaching {image}",
         )
         self.mnt = mount_dir("scan")
@@ -214,7 +219,7 @@ def run_scan(
     notes: list[str] = []
     with contextlib.ExitStack() as stack:
         if target.is_dir():
-            aged, before, clean = _directory_side(target, sub, opts, notes, say)
+            aged, before, clean = _directory_side(target, sub, opts, notes, say, stack)
         elif target.is_file():
             aged, before, clean = _image_sides(target, sub, opts, notes, say, stack)
         else:
@@ -228,7 +233,7 @@ def run_scan(
                     resolve_device(tree.device)
         for n in notes:
             say(f"fsage: {n}")
-        reads = _alternate(aged, clean, max(opts.repeat, 1), opts.trace, notes, say)
+        reads = _alternate(aged, clean, opts, notes, say)
     aged_reads = reads["aged"]
     clean_reads = reads.get("clean", [])
     if clean_reads and aged_reads[0].bytes != clean_reads[0].bytes:
@@ -264,7 +269,9 @@ def run_scan(
         cold=can_drop_caches(),
         params={
             "path": str(sub),
-            "repeat": max(opts.repeat, 1),
+            "repeat": len(aged_reads),
+            "ci_width": opts.ci_width,
+            "budget": opts.budget,
             "trace": opts.trace,
             "scan": summary,
         },
@@ -322,7 +329,12 @@ def _via(target: Path, with_clean: bool) -> str:
 
 
 def _directory_side(
-    target: Path, sub: PurePosixPath, opts: BenchOptions, notes: list[str], say: Say
+    target: Path,
+    sub: PurePosixPath,
+    opts: BenchOptions,
+    notes: list[str],
+    say: Say,
+    stack: contextlib.ExitStack,
 ) -> tuple[Tree, Layout | None, Tree | None]:
     if Path(os.path.realpath(target)) == Path("/") and str(sub) == ".":
         raise UsageError("refusing to scan '/': give a directory or --path")
@@ -348,13 +360,35 @@ def _directory_side(
         before = read_source(target)
     except FsageError as exc:
         notes.append(f"no layout score: the target's layout cannot be read ({exc})")
-    if opts.baseline:
-        notes.append(
-            "no clean copy: a mounted directory's mkfs parameters are not known (give the "
-            "image to compare with a clean copy)"
-        )
     bs = before.facts.block_size if before is not None else os.statvfs(root).f_frsize
-    return Tree("aged", root, target, start, bs), before, None
+    aged = Tree("aged", root, target, start, bs)
+    if not opts.baseline:
+        return aged, before, None
+    from fsage.ager.images import image_kind
+    from fsage.replay.bench.cleancopy import loop_backing, loop_direct_io
+
+    backing, why = loop_backing(target)
+    kind = None if backing is None else image_kind(backing)
+    if backing is None or kind is None or not is_root():
+        why = why or ("scanning its image needs root" if kind else f"{backing}: not an image")
+        notes.append(f"no clean copy of the mounted directory: {why}")
+        return aged, before, None
+    base: Layout | None = None
+    if kind == "ext":
+        from fsage.snapshotter import read_source
+
+        try:
+            base = read_source(backing)  # only its mkfs parameters are used
+        except FsageError as exc:
+            notes.append(f"no clean copy: {backing} cannot be read ({exc})")
+            return aged, before, None
+    direct = loop_direct_io(target)
+    notes.append(
+        f"the clean copy has the mkfs parameters of {backing}, the image mounted there, and is "
+        f"read as it is (loop device {'with' if direct else 'without'} direct I/O)"
+    )
+    clean = _clean_side(backing, kind, base, root, sub, bs, notes, say, stack, direct=direct)
+    return aged, before, clean
 
 
 def _image_sides(
@@ -386,7 +420,7 @@ def _image_sides(
     try:
         before = read_source(image)
     except FsageError as exc:
-        notes.append(f"no layout score and no clean copy: the image cannot be read ({exc})")
+        notes.append(f"no layout score: the image cannot be read ({exc})")
     if before is not None and "needs_recovery" in (before.facts.mkfs.get("features") or []):
         # read-only, the journal is not replayed: the scan would read a state the kernel
         # never showed, and the clean copy would copy it
@@ -407,80 +441,86 @@ def _image_sides(
             "refuses direct I/O); the caches are dropped before every scan instead"
         )
     aged = Tree("aged", root, Path(aged_img.dev), aged_img.cold, bs)
-    if not opts.baseline or before is None:
+    if not opts.baseline:
         return aged, before, None
-    if kind != "ext" or not before.facts.mkfs.get("blocks_count"):
-        notes.append(f"no clean copy: the mkfs parameters of a {kind} image are not recovered")
-        return aged, before, None
-    clean_path = image.with_name(f".{image.name}.fsage-scan-clean")
-    stack.callback(lambda: clean_path.unlink(missing_ok=True))
-    copied = _make_clean_copy(clean_path, before, root, sub, say)
-    notes += copied
-    clean_img = ScanImage(clean_path, kind, say)
-    stack.callback(clean_img.close)
-    clean_img.mount()
-    clean = Tree("clean", clean_img.mnt / sub, Path(clean_img.dev), clean_img.cold, bs)
+    clean = _clean_side(image, kind, before, root, sub, bs, notes, say, stack)
     return aged, before, clean
 
 
-def _make_clean_copy(
-    image: Path, before: Layout, src: Path, sub: PurePosixPath, say: Say
-) -> list[str]:
-    """A fresh file system of ``before``'s mkfs parameters in ``image`` holding a copy of the
-    tree ``src`` at the same path ``sub``; notices of what differs."""
-    from fsage.ager.images import mount_dir
-    from fsage.replay.loopdev import LoopDevice
-    from fsage.replay.recreate import make_filesystem
+def _clean_side(
+    image: Path,
+    kind: str,
+    before: Layout | None,
+    root: Path,
+    sub: PurePosixPath,
+    bs: int,
+    notes: list[str],
+    say: Say,
+    stack: contextlib.ExitStack,
+    *,
+    direct: bool = True,
+) -> Tree | None:
+    """The clean copy of ``root`` on a fresh file system of ``image``'s mkfs parameters,
+    read-only on its own loop device (with direct I/O or not, as the aged side reads);
+    None (and why, in ``notes``) where it cannot be made."""
+    from fsage.replay.bench.cleancopy import make_clean_copy
 
-    say("fsage: copying the tree onto a fresh file system of the same mkfs parameters")
-    t0 = time.perf_counter()
-    notes = make_filesystem(image, before)
-    loop = LoopDevice(image, "ext4", say)
-    mnt = mount_dir("scan")
-    try:
-        loop.mount(mnt)
-        try:
-            dst = mnt / sub
-            dst.mkdir(parents=True, exist_ok=True)
-            try:
-                stats = copy_tree(src, dst)
-                os.sync()
-            except OSError as exc:
-                raise FsageError(
-                    f"copying {src} onto the clean file system: {exc.strerror} "
-                    f"({os.fsdecode(exc.filename or '')})"
-                ) from None
-        finally:
-            loop.umount(mnt)
-    finally:
-        loop.detach()
-        with contextlib.suppress(OSError):
-            mnt.rmdir()
-    notes += stats.notes
-    notes.append(
-        f"clean copy: {stats.files:,} files, {stats.dirs:,} directories, "
-        f"{stats.bytes / 2**20:,.1f} MiB written in {time.perf_counter() - t0:.1f} s"
-    )
-    return notes
+    if kind == "ext" and (before is None or not before.facts.mkfs.get("blocks_count")):
+        notes.append(f"no clean copy: the mkfs parameters of {image} cannot be read")
+        return None
+    if kind not in ("ext", "xfs"):
+        notes.append(
+            f"no clean copy: the mkfs parameters of a {kind} image are not recovered "
+            "(fsage reads back those of ext and xfs only)"
+        )
+        return None
+    clean_path = image.with_name(f".{image.name}.fsage-scan-clean")
+    stack.callback(lambda: clean_path.unlink(missing_ok=True))
+    notes += make_clean_copy(clean_path, kind, root, sub, say, layout=before, original=image)
+    clean_img = ScanImage(clean_path, kind, say, direct=direct)
+    stack.callback(clean_img.close)
+    clean_img.mount()
+    return Tree("clean", clean_img.mnt / sub, Path(clean_img.dev), clean_img.cold, bs)
 
 
 def _alternate(
-    aged: Tree, clean: Tree | None, repeat: int, trace: bool, notes: list[str], say: Say
+    aged: Tree, clean: Tree | None, opts: BenchOptions, notes: list[str], say: Say
 ) -> dict[str, list[ScanRead]]:
-    """``repeat`` scans of each tree, alternating; each tree first in every other round."""
+    """Rounds of one scan of each tree, each tree first in every other round, until the
+    stopping rule of :mod:`.paired` ends them (at least ``opts.repeat`` rounds)."""
     out: dict[str, list[ScanRead]] = {"aged": []}
     sides = [aged] if clean is None else [aged, clean]
     if clean is not None:
         out["clean"] = []
-    for i in range(repeat):
+    rule = stopping_rule(opts)
+    t0 = time.perf_counter()
+    i = 0
+    while True:
         order = sides if i % 2 == 0 else sides[::-1]
         for tree in order:
-            label = f"scan {i + 1}/{repeat} of the {tree.name} tree"
-            r = _traced_scan(tree, label, notes, say) if trace else _scan(tree, False)
+            label = f"scan {i + 1} of the {tree.name} tree"
+            r = _traced_scan(tree, label, notes, say) if opts.trace else _scan(tree, False)
             out[tree.name].append(r)
             traced = "" if r.trace is None else f", traced score {_fmt(r.trace.get('score'))}"
             say(f"fsage: {label}: {r.seconds:.2f} s, {r.mb_per_s:.1f} MB/s{traced}")
-    return out
+        i += 1
+        effects = []
+        if clean is not None:
+            effects.append(
+                paired_effect([r.seconds for r in out["aged"]], [r.seconds for r in out["clean"]])
+            )
+        why = rule.why_stop(effects, i, time.perf_counter() - t0)
+        if why is not None:
+            if clean is not None:
+                notes.append(f"{i} rounds: {why}")
+            return out
+
+
+def stopping_rule(opts: BenchOptions) -> StoppingRule:
+    """The rounds ``opts`` asks for: at least ``repeat``, then until the interval is within
+    ``ci_width`` or ``budget`` seconds are spent, ``max_repeat`` at most."""
+    n = max(opts.repeat, 1)
+    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n))
 
 
 def _fmt(x: Any) -> str:

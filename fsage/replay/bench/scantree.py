@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from fsage.replay.bench.paired import CONFIDENCE, paired_effect
+
 READ_CHUNK = 1 << 20
 MB = 1_000_000
 
@@ -175,39 +177,56 @@ def relative_spread(values: Sequence[float]) -> float:
 
 @dataclass
 class AgedCleanVerdict:
-    """The aged/clean ratio of two series of scan times, or why it cannot be told."""
+    """The aged/clean ratio of paired scan times (one scan of each tree per round), or why it
+    cannot be told (see :mod:`.paired`)."""
 
     aged_median: float
     clean_median: float
-    spread: float  # the wider relative spread of the two series
-    difference: float  # |aged / clean - 1|
+    spread: float  # the wider relative spread of the two series (shown, not judged by)
+    difference: float  # |paired ratio - 1|
     #: "slower" or "faster" (the aged tree against its clean copy), or "inconclusive".
     verdict: str
     reason: str
-    #: Rounds (one scan of each, alternating) in which the aged tree read slower: beside the
-    #: medians, what the pairing says when the machine's load drifts.
+    #: Rounds in which the aged tree read slower.
     slower_rounds: int = 0
     rounds: int = 0
+    #: The median of the rounds' aged/clean ratios, and its interval (None: too few rounds).
+    paired_ratio: float = 0.0
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float = CONFIDENCE
 
     @property
     def ratio(self) -> float | None:
-        """The ratio where it is conclusive; None where the spread hides it."""
+        """The ratio where it is conclusive; None where its interval includes 1."""
         if self.verdict == "inconclusive":
             return None
-        return self.aged_median / self.clean_median
+        return self.paired_ratio
+
+    def interval_text(self) -> str:
+        if self.ci_low is None or self.ci_high is None:
+            return "no interval"
+        return f"{self.confidence:.0%} interval {self.ci_low:.3f}-{self.ci_high:.3f}"
 
     def text(self) -> str:
         rounds = f"; aged slower in {self.slower_rounds} of {self.rounds} rounds"
         if self.ratio is None:
-            return f"inconclusive ({self.reason}{rounds})"
+            return (
+                f"inconclusive (paired ratio {self.paired_ratio:.3f}, {self.interval_text()}: "
+                f"{self.reason}{rounds})"
+            )
         return (
             f"{self.ratio:.3f} (the aged tree reads {self.difference:.1%} {self.verdict} than its "
-            f"clean copy; repeats spread {self.spread:.1%}{rounds})"
+            f"clean copy; {self.interval_text()}{rounds})"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ratio": self.ratio,
+            "paired_ratio": self.paired_ratio,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "confidence": self.confidence,
             "verdict": self.verdict,
             "reason": self.reason,
             "aged_median_seconds": self.aged_median,
@@ -219,26 +238,28 @@ class AgedCleanVerdict:
         }
 
 
-def aged_clean_verdict(aged: Sequence[float], clean: Sequence[float]) -> AgedCleanVerdict:
-    """Conway's aged/clean ratio of scan times (medians), called inconclusive where the
-    repeats spread at least as wide as the difference, or where one run each gives no
-    spread to judge by. ``aged[i]`` and ``clean[i]`` are the scans of round ``i``."""
+def aged_clean_verdict(
+    aged: Sequence[float], clean: Sequence[float], confidence: float = CONFIDENCE
+) -> AgedCleanVerdict:
+    """Conway's aged/clean ratio judged from paired rounds: ``aged[i]`` and ``clean[i]`` are
+    the scans of round ``i``; the ratio is the median of the rounds' aged/clean ratios, called
+    inconclusive where its sign-test interval includes 1 or there are too few rounds for one."""
     if not aged or not clean:
         raise ValueError("no scan times to compare")
-    a, c = float(np.median(aged)), float(np.median(clean))
-    spread = max(relative_spread(aged), relative_spread(clean))
-    diff = abs(a / c - 1.0) if c > 0 else 0.0
     rounds = min(len(aged), len(clean))
-    slower = sum(1 for x, y in zip(aged, clean, strict=False) if x > y)
-
-    def verdict(word: str, reason: str) -> AgedCleanVerdict:
-        return AgedCleanVerdict(a, c, spread, diff, word, reason, slower, rounds)
-
-    if len(aged) < 2 or len(clean) < 2:
-        return verdict("inconclusive", "one run each: no spread to judge by; --repeat 3")
-    if c <= 0 or spread >= diff:
-        return verdict(
-            "inconclusive",
-            f"the repeats spread {spread:.1%}, as wide as or wider than the {diff:.1%} difference",
-        )
-    return verdict("slower" if a > c else "faster", "the difference exceeds the spread")
+    eff = paired_effect(aged[:rounds], clean[:rounds], confidence)
+    word = {"higher": "slower", "lower": "faster"}.get(eff.verdict, "inconclusive")
+    return AgedCleanVerdict(
+        aged_median=float(np.median(aged)),
+        clean_median=float(np.median(clean)),
+        spread=max(relative_spread(aged), relative_spread(clean)),
+        difference=abs(eff.ratio - 1.0),
+        verdict=word,
+        reason=eff.reason,
+        slower_rounds=eff.higher_rounds,
+        rounds=rounds,
+        paired_ratio=eff.ratio,
+        ci_low=eff.low,
+        ci_high=eff.high,
+        confidence=confidence,
+    )

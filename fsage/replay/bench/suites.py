@@ -74,7 +74,13 @@ class BenchOptions:
     seed: int = 42
     keep: bool = False
     name: str | None = None
-    repeat: int = 1  # runs of the suite; results are the medians
+    repeat: int = 1  # rounds at least; results are the medians
+    #: With a reference (the baseline, the scan's clean copy), rounds go on until the paired
+    #: ratio's interval is this wide relative to its median, or ``budget`` seconds are spent
+    #: (see :mod:`.paired`); ``max_repeat`` rounds at most.
+    ci_width: float = 0.10
+    budget: float = 0.0
+    max_repeat: int = 30
     baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
     path: str | None = None  # scan: the tree to read, inside the file system (default: all)
     trace: bool = False  # scan: trace each scan's block requests
