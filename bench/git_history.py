@@ -201,7 +201,7 @@ def run(argv: list[str]) -> str:
 
 
 def age(repo: Path, image: Path, size: str, trees: int, every: int, steps: int | None,
-        offset: int) -> None:  # fmt: skip
+        offset: int, snapshot_steps: bool) -> None:  # fmt: skip
     ops = image.with_suffix(".ops.jsonl.gz")
     args = ["workload", "git", str(repo), "--trees", str(trees), "--every", str(every),
             "--offset", str(offset), "-o", str(ops), "--format", "json"]  # fmt: skip
@@ -221,16 +221,18 @@ def age(repo: Path, image: Path, size: str, trees: int, every: int, steps: int |
     for leftover in (image.with_name(image.name + ".fsage-age"),):
         if leftover.exists():
             leftover.unlink()
+    db = image.with_suffix(".db")
+    if db.exists():
+        db.unlink()
+    # With --snapshot-steps, the layout after every pull (the stream's snapshot markers).
+    recorded = ["--db", str(db), "--name", image.stem] if snapshot_steps else []
     t0 = time.perf_counter()
-    p = fsage("age", str(image), "--ops", str(ops), "--mount")
+    p = fsage("age", str(image), "--ops", str(ops), "--mount", *recorded)
     if p.returncode != 0:
         sys.exit(f"fsage age failed: {p.stderr.strip()}")
     print(f"aged {image} in {time.perf_counter() - t0:.0f} s")
     fsck = subprocess.run(["e2fsck", "-fn", str(image)], capture_output=True, text=True)
     print(f"e2fsck -fn: exit {fsck.returncode}" + ("" if fsck.returncode else " (clean)"))
-    db = image.with_suffix(".db")
-    if db.exists():
-        db.unlink()
     p = fsage("snapshot", str(image), "--db", str(db), "--name", image.stem)
     if p.returncode != 0:
         sys.exit(f"fsage snapshot failed: {p.stderr.strip()}")
@@ -304,6 +306,7 @@ def main() -> None:
     a.add_argument("--every", type=int, default=1)
     a.add_argument("--steps", type=int)
     a.add_argument("--offset", type=int, default=0)
+    a.add_argument("--snapshot-steps", action="store_true", help="snapshot after every pull")
     c = sub.add_parser("convert", help="time the conversion of a synthetic history")
     c.add_argument("--commits", type=int, default=1000)
     c.add_argument("--files", type=int, default=3000)
@@ -313,7 +316,16 @@ def main() -> None:
     if args.cmd == "build":
         build(args.package, args.start, args.count, args.cache)
     elif args.cmd == "age":
-        age(args.repo, args.image, args.size, args.trees, args.every, args.steps, args.offset)
+        age(
+            args.repo,
+            args.image,
+            args.size,
+            args.trees,
+            args.every,
+            args.steps,
+            args.offset,
+            args.snapshot_steps,
+        )
     else:
         convert(args.commits, args.files, args.workdir, args.trees)
 

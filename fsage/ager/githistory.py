@@ -222,7 +222,6 @@ class WorkTree:
     entries: dict[str, Entry] = field(default_factory=dict)
     #: directories (relative to the root, "" is the root) -> how many names they hold
     children: dict[str, int] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
 
     def _op_path(self, path: str) -> str:
         return f"{self.root}/{path}"
@@ -299,8 +298,7 @@ class WorkTree:
         if new.mode == _LINK:
             target = self.history.targets[new.oid]
             if not target or len(_bkey(target)) > SYMLINK_MAX or "\0" in target:
-                # git cannot make such a link either; keep the tree's model without it
-                self.skipped["symlink"] = self.skipped.get("symlink", 0) + 1
+                # git fails to make such a link too: the tree goes on without it
                 if old is not None:
                     self.children[_parent(path)] -= 1
                     del self.entries[path]

@@ -176,12 +176,21 @@ def expected_position(step: int, tree: int, every: int, offset: int, commits: in
     return min(step * every - tree * offset, commits - 1)
 
 
-@pytest.mark.parametrize(("trees", "every", "offset"), [(1, 1, 0), (3, 2, 1), (2, 3, 4)])
+@pytest.mark.parametrize(
+    ("trees", "every", "offset", "first_parent"),
+    [(1, 1, 0, True), (3, 2, 1, True), (2, 3, 4, True), (2, 1, 0, False)],
+)
 def test_every_step_leaves_what_git_checkout_leaves(
-    repo: tuple[Path, list[str]], tmp_path: Path, trees: int, every: int, offset: int
-) -> None:
+    repo: tuple[Path, list[str]], tmp_path: Path, trees: int, every: int, offset: int,
+    first_parent: bool,
+) -> None:  # fmt: skip
     path, commits = repo
-    header, steps = git_workload(path, trees=trees, every=every, offset=offset)
+    if not first_parent:  # every commit, the side branch's too
+        commits = git(path, "rev-list", "--topo-order", "--reverse", "HEAD").split()
+        assert len(commits) == len(repo[1]) + 1
+    header, steps = git_workload(
+        path, trees=trees, every=every, offset=offset, first_parent=first_parent
+    )
     assert header.params["commits"] == len(commits)
     target = tmp_path / "target"
     target.mkdir()

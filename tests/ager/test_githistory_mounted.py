@@ -1,4 +1,5 @@
-"""The git workload on a loop-mounted ext4: e2fsck finds it clean, the trees are git's."""
+"""The git workload on an ext4 image, through the kernel and through libext2fs: e2fsck finds
+it clean and the trees are git's."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ pytestmark = [
 ]
 
 
-def test_git_stream_on_a_loop_mounted_ext4(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["--mount", "--offline"])
+def test_git_stream_on_an_ext4_image(tmp_path: Path, how: str) -> None:
     old = os.umask(0o022)
     try:
         repo = tmp_path / "repo"
@@ -32,7 +34,7 @@ def test_git_stream_on_a_loop_mounted_ext4(tmp_path: Path) -> None:
         res = r.invoke(main, [*args, "-o", str(ops)])
         assert res.exit_code == 0, res.output
         img = make_image(tmp_path / "e.img", "ext4", 64 << 20)
-        res = r.invoke(main, ["age", str(img), "--ops", str(ops), "--mount"])
+        res = r.invoke(main, ["age", str(img), "--ops", str(ops), how])
         assert res.exit_code == 0, res.output
         fsck_clean(img)
         want = listing(GitTrees(repo, tmp_path / "git").at(0, commits[-1]))
