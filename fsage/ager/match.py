@@ -133,6 +133,7 @@ class Matcher(Steering):
         stalled = 0
         fills = 1
         fill_best: dict[bool, float] = {}
+        first_top_spacer = self.top_spacer
         last_actions: dict[str, str] = {}
         while True:
             st = self.snapshot()
@@ -179,7 +180,7 @@ class Matcher(Steering):
                 fill_best[self.top_spacer] = min(fill_best.get(self.top_spacer, 9.0), best[0])
                 fills += 1
                 self.top_spacer = (
-                    fills % 2 == 0
+                    (fills % 2 == 0) != first_top_spacer
                     if fills < FILLS
                     else fill_best.get(True, 9.0) < fill_best.get(False, 9.0)
                 )

@@ -52,8 +52,11 @@ class MatchWriter:
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
-        #: The fill makes the largest holes with spacers too (see ``fill``).
-        self.top_spacer = False
+        #: The fill makes the largest holes with spacers too (see ``fill``): the first fill's
+        #: way where spacers are allocated whole (``_allocate_spacer``), the second's else.
+        self.top_spacer = self._spacer_limit() > 2 * self.bs and disk.can_punch
+        #: Spacers allocated with a wall block after them: blocks to punch when they go.
+        self.walled: dict[str, int] = {}
         self.files_written = 0
         self.bytes_written = 0
 
@@ -208,6 +211,35 @@ class MatchWriter:
             return
         d.keep_group_empty(d.groups - 1)
 
+    def _spacer_limit(self) -> int:
+        """The largest spacer (in blocks) the allocator keeps whole: written, a quarter of an
+        ext block group (8 x block size blocks; writeback splits more); allocated at once
+        (fallocate, on the kernel), half a group."""
+        if self.disk.can_fallocate and not self.disk.can_place:
+            return 4 * self.bs
+        return 2 * self.bs
+
+    def _allocate_spacer(self, rel: str, blocks: int) -> bool:
+        """On the kernel, a large spacer is allocated (fallocate) rather than written: the
+        allocator serves it at once, whole, from the start of a free extent large enough,
+        where writeback would split it a few MiB at a time among the files written with it.
+        What was written before it is synced first, so that it lies between them and this
+        spacer (two spacers side by side would make one hole): the file written between two
+        spacers may be placed elsewhere, so each spacer has a block more, its last, which
+        stays when the rest is punched (``walled``). False where not done."""
+        if self.disk.can_place or not self.disk.can_fallocate or not self.disk.can_punch:
+            return False
+        self.disk.commit()
+        with self._undone_if_no_space([rel]):
+            ino = self.disk.allocate(rel, (blocks + 1) * self.bs, None)
+        if ino is None:
+            return False
+        self.paths[ino] = rel
+        self.sizes[rel] = (blocks + 1) * self.bs
+        self.walled[rel] = blocks
+        self.files_written += 1
+        return True
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -229,22 +261,27 @@ class MatchWriter:
         if want:
             # The largest bucket is the unwritten rest of the disk, which the allocator may
             # split where it puts the last files (a 13,700-block extent of a 256 MiB target
-            # came out as 8,450 + 2,860 blocks); with ``top_spacer`` (a second fill's way)
-            # its holes are spacers too, written first, at the cost of a fill that leaves
-            # no room (its shortfall in fullness is made up after, from the large holes).
-            # Not offline (it cuts the largest extent where it wants), nor where the largest
-            # holes are more than a quarter of an ext block group (8 x block size blocks):
-            # a spacer that large is split by the allocator, the unwritten rest is not.
+            # came out as 8,450 + 2,860 blocks); with ``top_spacer`` its holes are spacers
+            # too, placed first, at the cost of a fill that leaves no room (its shortfall in
+            # fullness is made up after, from the large holes). Not offline (it cuts the
+            # largest extent where it wants), nor where the largest holes are larger than
+            # the allocator keeps a spacer whole (``_spacer_limit``).
             top = max(want, key=lambda k: want[k])
             alone = not (self.disk.groups or self.disk.can_place)
-            if self.top_spacer and alone and 2 << top <= 2 * self.bs:
+            if self.top_spacer and alone and 2 << top <= self._spacer_limit():
                 top = -1
             for k, f in want.items():
                 if k == top:
                     continue
                 left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
                 while left >= 1 << k:
-                    b = min(self.rng.randint(1 << k, (1 << (k + 1)) - 1), int(left))
+                    # Every block of the bucket goes into a hole of its size: the last hole
+                    # takes what is left when it fits, and no draw leaves less than a hole.
+                    hi = (1 << (k + 1)) - 1
+                    if left <= hi:
+                        b = int(left)
+                    else:
+                        b = self.rng.randint(1 << k, min(hi, int(left) - (1 << k)))
                     plan.append(("spacer", b))
                     left -= b
         self.rng.shuffle(plan)
@@ -275,8 +312,12 @@ class MatchWriter:
                     used = self.fullness() * self.total
                 if kind == "spacer":
                     rel = self._spacer_path()
-                    # A large spacer split by writeback would leave smaller holes than asked.
-                    self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
+                    if v * self.bs >= 1 << 20 and self._allocate_spacer(rel, v):
+                        pass
+                    else:
+                        # A large spacer split by writeback would leave smaller holes than
+                        # asked.
+                        self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                     spacers.append(rel)
                     used += v
                     pending_spacers -= v
@@ -323,6 +364,10 @@ class MatchWriter:
                 self.disk.commit()
         self.disk.commit()
         for rel in spacers:
+            walled = self.walled.pop(rel, 0)
+            if walled and self.disk.punch(rel, 0, walled * self.bs):
+                self.sizes[rel] = self.bs  # the wall block is all it holds
+                continue
             self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
@@ -335,5 +380,6 @@ class MatchWriter:
         self.paths.clear()
         self.sizes.clear()
         self.fillers.clear()
+        self.walled.clear()
         self.serial = 0  # the next fill takes the same places (its directories are there)
         self.disk.commit()
