@@ -20,7 +20,7 @@ PER_DIR = 256
 #: The matcher fills a file system to at most this (it needs room to rewrite files).
 MAX_FULLNESS = 0.97
 #: With spacers in the holes of every size, the fill tops up to this before deleting them.
-FILL_CEILING = 0.995
+FILL_CEILING = 0.999
 
 
 class MatchWriter:
@@ -187,8 +187,19 @@ class MatchWriter:
     # -- fill
 
     def _draw_blocks(self, k: int) -> int:
+        """A size in bucket ``k``, drawn with the mean of the target's files of that bucket
+        where it is known: lo + (hi - lo) * u ** a has mean lo + (hi - lo) / (a + 1). Drawn
+        evenly instead, a bucket of mostly small files (source code) comes out larger, and
+        the fill reaches the target's fullness with fewer files than the target has (more
+        blocks read per seek in a path-order read)."""
         lo, hi = bucket_range(k)
-        return self.rng.randint(lo, hi)
+        n = self.target.buckets.get(k, (0, None))[0]
+        held = self.target.bucket_blocks.get(k)
+        if not held or not n or hi == lo:
+            return self.rng.randint(lo, hi)
+        mean = min(max(held / n, lo + 0.01), hi - 0.01)
+        a = (hi - lo) / (mean - lo) - 1.0
+        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
 
     def _size_of(self, blocks: int) -> int:
         return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
@@ -224,7 +235,9 @@ class MatchWriter:
         allocator serves it at once, whole, from the start of a free extent large enough,
         where writeback would split it a few MiB at a time among the files written with it.
         What was written before it is synced first, so that it lies between them and this
-        spacer (two spacers side by side would make one hole): the file written between two
+        spacer (two spacers side by side would make one hole). Only where the largest holes
+        are spacers too: spacers allocated at once take the start of the unwritten rest, which
+        the files written after them then split. The file written between two
         spacers may be placed elsewhere, so each spacer has a block more, its last, which
         stays when the rest is punched (``walled``). False where not done."""
         if self.disk.can_place or not self.disk.can_fallocate or not self.disk.can_punch:
@@ -303,16 +316,21 @@ class MatchWriter:
         # (spacers counted on top) is left out rather than run the disk out of space.
         pending_spacers = sum(v for kind, v in plan if kind == "spacer")
         ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
-        budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
-        used = self.fullness() * self.total
+        # What the files use is counted as they are written (a directory as a block): the
+        # file system's own count also holds the allocator's preallocations for files being
+        # written (hundreds of blocks, given back later), which would leave out as many
+        # files as the target has. Its count only keeps the fill off a full disk.
+        budget = t.fullness * self.total + pending_spacers
+        used = self.fullness() * self.total - len(self.dirs_made)
+        measured = used
         places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
         try:
             for i, (kind, v) in enumerate(plan):
                 if i % 256 == 255:
-                    used = self.fullness() * self.total
+                    measured = self.fullness() * self.total
                 if kind == "spacer":
                     rel = self._spacer_path()
-                    if v * self.bs >= 1 << 20 and self._allocate_spacer(rel, v):
+                    if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
                         pass
                     else:
                         # A large spacer split by writeback would leave smaller holes than
@@ -320,13 +338,18 @@ class MatchWriter:
                         self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                     spacers.append(rel)
                     used += v
+                    measured += v
                     pending_spacers -= v
                     continue
                 blocks = self._draw_blocks(v)
                 rel = self._path_at(next(places))
-                if used + blocks + pending_spacers > budget:
+                ahead = blocks + pending_spacers
+                if used + len(self.dirs_made) + ahead > budget or (
+                    measured + ahead > ceiling * self.total
+                ):
                     continue
                 used += blocks
+                measured += blocks
                 if kind == "whole":
                     self.write_whole(rel, self._size_of(blocks))
                 else:
