@@ -364,7 +364,10 @@ class MatchWriter:
             pending.clear()
         for group in pending.values():
             if group:
-                self.write_interleaved(group, 1)
+                try:
+                    self.write_interleaved(group, 1)
+                except NoSpaceError:
+                    break  # as above: the plan ends here, and the spacers still go below
         self.disk.commit()
         # Top up with whole files of the buckets whose files are contiguous in the target
         # (whole files would raise the others' scores), before the spacers go: the allocator
