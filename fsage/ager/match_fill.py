@@ -17,10 +17,12 @@ from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
 PER_DIR = 256
+#: Directories of the matcher's per parent directory, where the target is deeper than its.
+NEST = 8
 #: The matcher fills a file system to at most this (it needs room to rewrite files).
 MAX_FULLNESS = 0.97
 #: With spacers in the holes of every size, the fill tops up to this before deleting them.
-FILL_CEILING = 0.999
+FILL_CEILING = 0.995
 
 
 class MatchWriter:
@@ -48,6 +50,14 @@ class MatchWriter:
         self.spacer_serial = 0
         self.dirs_made: set[str] = set()
         fpd = float(target.locality.get("files_per_directory") or PER_DIR)
+        # The target's depth, as directories between the matcher's area (depth 1) and the
+        # directories of its files; not on xfs, whose directories are placed one by one.
+        depth = int(target.locality.get("max_depth") or 0)
+        self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
+        if self.levels:
+            # Every NEST directories of files have a parent directory of the matcher's (and
+            # so on up): as many files per directory of the matcher's, parents counted.
+            fpd *= 1 + 1 / (NEST - 1)
         self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
@@ -65,9 +75,13 @@ class MatchWriter:
     def _path_at(self, pos: int, prefix: str = "d") -> str:
         """The path at place ``pos`` of the matcher's path order (its directory made on
         first use)."""
-        d = f"{prefix}{pos // self.per_dir:05d}"
-        if d not in self.dirs_made:
-            self._mkdir(d)
+        j = pos // self.per_dir
+        parts = [f"n{j // NEST**lv:05d}" for lv in range(self.levels, 0, -1)]
+        d = ""
+        for part in [*parts, f"{prefix}{j:05d}"]:
+            d = f"{d}/{part}" if d else part
+            if d not in self.dirs_made:
+                self._mkdir(d)
         return f"{d}/f{pos:08d}"
 
     def _mkdir(self, d: str) -> None:
@@ -316,18 +330,13 @@ class MatchWriter:
         # (spacers counted on top) is left out rather than run the disk out of space.
         pending_spacers = sum(v for kind, v in plan if kind == "spacer")
         ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
-        # What the files use is counted as they are written (a directory as a block): the
-        # file system's own count also holds the allocator's preallocations for files being
-        # written (hundreds of blocks, given back later), which would leave out as many
-        # files as the target has. Its count only keeps the fill off a full disk.
-        budget = t.fullness * self.total + pending_spacers
-        used = self.fullness() * self.total - len(self.dirs_made)
-        measured = used
+        budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
+        used = self.fullness() * self.total
         places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
         try:
             for i, (kind, v) in enumerate(plan):
                 if i % 256 == 255:
-                    measured = self.fullness() * self.total
+                    used = self.fullness() * self.total
                 if kind == "spacer":
                     rel = self._spacer_path()
                     if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
@@ -338,18 +347,13 @@ class MatchWriter:
                         self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
                     spacers.append(rel)
                     used += v
-                    measured += v
                     pending_spacers -= v
                     continue
                 blocks = self._draw_blocks(v)
                 rel = self._path_at(next(places))
-                ahead = blocks + pending_spacers
-                if used + len(self.dirs_made) + ahead > budget or (
-                    measured + ahead > ceiling * self.total
-                ):
+                if used + blocks + pending_spacers > budget:
                     continue
                 used += blocks
-                measured += blocks
                 if kind == "whole":
                     self.write_whole(rel, self._size_of(blocks))
                 else:
