@@ -53,6 +53,19 @@ def _e2freefrag_extents(image: Path) -> dict[int, int]:
     return hist
 
 
+def _tree_shape(image: Path) -> tuple[int, int, int]:
+    """(directories, regular files, deepest directory below the root) as ``os.walk`` finds
+    them on a read-only mount."""
+    dirs = files = deepest = 0
+    with loop_mount(image, options="ro") as mnt:
+        for d, subdirs, names in os.walk(mnt):
+            rel = Path(d).relative_to(mnt)
+            deepest = max(deepest, len(rel.parts))
+            dirs += len(subdirs)
+            files += sum(1 for n in names if os.path.isfile(os.path.join(d, n)))
+    return dirs, files, deepest
+
+
 def _tv(a: dict[int, int], b: dict[int, int]) -> float:
     ta, tb = sum(a.values()), sum(b.values())
     return 0.5 * sum(abs(a.get(k, 0) / ta - b.get(k, 0) / tb) for k in set(a) | set(b))
@@ -186,3 +199,7 @@ def test_match_holes_of_a_git_aged_ext4_on_the_kernel(
     want_dyn = target.locality["dynamic_score"]
     assert abs(res.report["locality"]["dynamic_score"] - want_dyn) <= DYNAMIC_TOL
     assert res.matched, res.reasons
+    # The tree's shape as os.walk sees it: as deep, with as many files per directory.
+    (wd, wf, wdeep), (gd, gf, gdeep) = _tree_shape(git_target_256), _tree_shape(img)
+    assert gdeep == wdeep >= 4
+    assert abs((gf / gd) / (wf / wd) - 1) <= 0.1, ((wd, wf), (gd, gf))
