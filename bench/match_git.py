@@ -15,7 +15,8 @@ score, the fullness (fsage and e2freefrag), and the match's wall time.
 Needs root and loop devices; the sdists come from pip, e.g.
 
     for v in 0 2 4 6 8; do pip download --no-deps --no-binary :all: sqlalchemy==1.4.$v -d sd; done
-    python3 bench/match_git.py --sdists sd --size 512M --trees 4 --dir /tmp
+    python3 bench/match_git.py --sdists sd --size 512M --trees 4 --dir /tmp --keep /tmp/imgs
+    python3 -m fsage bench /tmp/imgs/matched.img --suite scan --repeat 3
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ def main() -> int:
     ap.add_argument("--trees", type=int, default=4, help="work trees checked out in turn")
     ap.add_argument("--seed", type=int, default=1, help="matcher seed")
     ap.add_argument("--dir", default=None, help="where the images go (default: $TMPDIR)")
+    ap.add_argument(
+        "--keep",
+        default=None,
+        help="directory to move target.img, matched.img and copy.img to (for the scan suite)",
+    )
     args = ap.parse_args()
     size = int(args.size[:-1]) << {"M": 20, "G": 30}[args.size[-1].upper()]
     sdists = sorted(Path(args.sdists).glob("*.tar.gz"))
@@ -140,6 +146,11 @@ def main() -> int:
             + row("copy", copy_img, target_img, target)
         ):
             print(line)
+        if args.keep:
+            keep = Path(args.keep)
+            keep.mkdir(parents=True, exist_ok=True)
+            for p in (target_img, img, copy_img):
+                shutil.move(p, keep / p.name)
     return 0
 
 

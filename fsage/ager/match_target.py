@@ -48,6 +48,8 @@ class LayoutTarget:
     kind: str = ""
     #: Placement between files and the tree's shape (``locality_of``); {}: not known.
     locality: dict[str, Any] = field(default_factory=dict)
+    #: size bucket k -> blocks its files hold; {}: not known (older JSON targets).
+    bucket_blocks: dict[int, int] = field(default_factory=dict)
 
     def free_fractions(self) -> dict[int, float]:
         total = sum(self.free.values())
@@ -67,6 +69,7 @@ class LayoutTarget:
                     "max_blocks": bucket_range(k)[1],
                     "files": n,
                     "layout_score": s,
+                    **({"blocks": self.bucket_blocks[k]} if k in self.bucket_blocks else {}),
                 }
                 for k, (n, s) in sorted(self.buckets.items())
             ],
@@ -89,10 +92,13 @@ class LayoutTarget:
             total = int(data.get("blocks_total", summary.get("blocks_total", 0)))
             fullness = float(data.get("fullness", summary.get("fullness", 0.0)))
             buckets: dict[int, tuple[int, float | None]] = {}
+            bucket_blocks: dict[int, int] = {}
             for r in rows or []:
                 k = int(size_bucket(np.array([int(r["max_blocks"])]))[0])
                 score = r.get("layout_score")
                 buckets[k] = (int(r["files"]), None if score is None else float(score))
+                if r.get("blocks") is not None:
+                    bucket_blocks[k] = int(r["blocks"])
             free_h: dict[int, int] = {}
             for r in free or []:
                 k = min(int(r["min_blocks"]).bit_length() - 1, MAX_BUCKET)
@@ -107,7 +113,7 @@ class LayoutTarget:
         loc = data.get("locality") or {}
         if not isinstance(loc, dict):
             raise TypeError("locality is not an object")
-        return cls(bs, total, fullness, buckets, free_h, source, kind, dict(loc))
+        return cls(bs, total, fullness, buckets, free_h, source, kind, dict(loc), bucket_blocks)
 
 
 @dataclass
@@ -188,10 +194,12 @@ def measure(layout: Layout, source: str = "") -> MeasuredState:
     buckets: dict[int, tuple[int, float | None]] = {}
     cont_k: dict[int, int] = {}
     den_k: dict[int, int] = {}
+    held: dict[int, int] = {}
     for b in np.unique(k[k >= 0]).tolist():
         sel = k == b
         c, d = int(cont[sel].sum()), int(den[sel].sum())
         buckets[int(b)] = (int(sel.sum()), c / d if d else None)
+        held[int(b)] = int(blocks[sel].sum())
         cont_k[int(b)], den_k[int(b)] = c, d
     fs, fl = merge_runs(layout.free)
     fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
@@ -203,7 +211,7 @@ def measure(layout: Layout, source: str = "") -> MeasuredState:
     used = f.blocks_total - f.blocks_free
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
-        buckets, free, source, fs_family(f.kind), locality_of(layout),
+        buckets, free, source, fs_family(f.kind), locality_of(layout), held,
     )  # fmt: skip
     return MeasuredState(
         tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],

@@ -1,0 +1,415 @@
+"""The matcher's writes and its fill (``fsage age T --match``): the files it keeps track of,
+the paths it gives them, and the first fill of the target's files and spacer holes.
+
+``match_steer`` steers from here in rounds; ``match`` runs the rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import random
+from collections.abc import Callable, Iterator
+
+from fsage.ager.match_disk import Disk
+from fsage.ager.match_target import LayoutTarget, MeasuredState, measure
+from fsage.analyzer.analysis import bucket_range
+from fsage.workload import NoSpaceError
+
+PER_DIR = 256
+#: Directories of the matcher's per parent directory, where the target is deeper than its.
+NEST = 8
+#: The matcher fills a file system to at most this (it needs room to rewrite files).
+MAX_FULLNESS = 0.97
+#: With spacers in the holes of every size, the fill tops up to this before deleting them.
+FILL_CEILING = 0.995
+
+
+class MatchWriter:
+    """The matcher's files on ``disk`` and the fill that writes them."""
+
+    def __init__(
+        self,
+        disk: Disk,
+        target: LayoutTarget,
+        *,
+        seed: int = 0,
+        time_limit: float = 600.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.disk = disk
+        self.target = target
+        self.rng = random.Random(seed)
+        self.time_limit = time_limit
+        self.say = say or (lambda s: None)
+        self.bs = disk.bs
+        self.total = disk.total
+        self.paths: dict[int, str] = {}  # inode -> path (relative to the area)
+        self.sizes: dict[str, int] = {}
+        self.serial = 0
+        self.spacer_serial = 0
+        self.dirs_made: set[str] = set()
+        fpd = float(target.locality.get("files_per_directory") or PER_DIR)
+        # The target's depth, as directories between the matcher's area (depth 1) and the
+        # directories of its files; not on xfs, whose directories are placed one by one.
+        depth = int(target.locality.get("max_depth") or 0)
+        self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
+        if self.levels:
+            # Every NEST directories of files have a parent directory of the matcher's (and
+            # so on up): as many files per directory of the matcher's, parents counted.
+            fpd *= 1 + 1 / (NEST - 1)
+        self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
+        self.last_actions: dict[str, str] = {}
+        #: Files allocated (not written) to take blocks from the large free extents.
+        self.fillers: list[str] = []
+        #: The fill makes the largest holes with spacers too (see ``fill``): the first fill's
+        #: way where spacers are allocated whole (``_allocate_spacer``), the second's else.
+        self.top_spacer = self._spacer_limit() > 2 * self.bs and disk.can_punch
+        #: Spacers allocated with a wall block after them: blocks to punch when they go.
+        self.walled: dict[str, int] = {}
+        self.files_written = 0
+        self.bytes_written = 0
+
+    # -- primitives
+
+    def _path_at(self, pos: int, prefix: str = "d") -> str:
+        """The path at place ``pos`` of the matcher's path order (its directory made on
+        first use)."""
+        j = pos // self.per_dir
+        parts = [f"n{j // NEST**lv:05d}" for lv in range(self.levels, 0, -1)]
+        d = ""
+        for part in [*parts, f"{prefix}{j:05d}"]:
+            d = f"{d}/{part}" if d else part
+            if d not in self.dirs_made:
+                self._mkdir(d)
+        return f"{d}/f{pos:08d}"
+
+    def _mkdir(self, d: str) -> None:
+        try:
+            self.disk.mkdir(d)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise NoSpaceError(f"no space left for directory {d} of the matcher's") from None
+        self.dirs_made.add(d)
+
+    def _new_path(self) -> str:
+        i = self.serial
+        self.serial += 1
+        return self._path_at(i)
+
+    def _spacer_path(self) -> str:
+        """Spacers go to directories of their own (a few: they hold no files once the
+        fill is done)."""
+        self.spacer_serial += 1
+        i = self.spacer_serial
+        d = f"s{i // (PER_DIR * 4):05d}"
+        if d not in self.dirs_made:
+            self._mkdir(d)
+        return f"{d}/s{i:08d}"
+
+    def _scattered_places(self, n: int) -> list[int]:
+        """Places in path order for ``n`` files about to be written one after the other, so
+        that a path-order read finds as many consecutive files adjacent as the target's: runs
+        of files written in turn keep their order (the allocator puts them side by side), a
+        new run starting with the odds of a target's pair not being adjacent; the runs are
+        then shuffled, which scatters a directory's files over the disk as the target's are:
+        as many of them as the target's non-adjacent pairs within 1 MiB only among their
+        neighbours in write order, the others anywhere. A target without locality keeps
+        write order."""
+        loc = self.target.locality
+        p = float(loc.get("adjacent", 1.0))
+        apart = float(loc.get("within_group", 0.0)) + float(loc.get("farther", 0.0))
+        far = apart / max(1.0 - p, 1e-9)
+        runs: list[list[int]] = []
+        cur: list[int] = []
+        for i in range(n):
+            if cur and self.rng.random() >= p:
+                runs.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            runs.append(cur)
+        # A near run moves by about half the runs a MiB holds, a far one anywhere.
+        t = self.target
+        files = max(1, sum(c for c, _s in t.buckets.values()))
+        per_file = max(1.0, t.fullness * t.blocks_total / files)
+        window = max(1.0, (1 << 20) / self.bs / per_file / (n / max(len(runs), 1)) / 2)
+        keys = [
+            self.rng.uniform(0, len(runs))
+            if self.rng.random() < far
+            else i + self.rng.uniform(-window, window)
+            for i in range(len(runs))
+        ]
+        runs = [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
+        place = [0] * n
+        for rank, i in enumerate(i for run in runs for i in run):
+            place[i] = self.serial + rank
+        # Directories made in path order, as a checkout makes them.
+        for d in range(self.serial // self.per_dir, (self.serial + n - 1) // self.per_dir + 1):
+            self._path_at(d * self.per_dir)
+        self.serial += n
+        return place
+
+    def _written(self, rel: str, ino: int, size: int) -> None:
+        self.paths[ino] = rel
+        self.sizes[rel] = size
+        self.files_written += 1
+        self.bytes_written += size
+
+    @contextlib.contextmanager
+    def _undone_if_no_space(self, rels: list[str]) -> Iterator[None]:
+        """A write that runs out of space leaves no part of its files behind."""
+        try:
+            yield
+        except (OSError, NoSpaceError) as exc:
+            if isinstance(exc, OSError) and exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            for rel in rels:
+                self.disk.unlink(rel)
+            self.disk.commit()
+            raise NoSpaceError(
+                f"no space left writing {len(rels)} file(s) of the matcher's"
+                " (their unfinished blocks freed again)"
+            ) from None
+
+    def write_whole(self, rel: str, size: int, at_once: bool = False) -> None:
+        with self._undone_if_no_space([rel]):
+            ino = self.disk.create(rel, size, at_once)
+        self._written(rel, ino, size)
+
+    def write_interleaved(self, items: list[tuple[str, int]], chunk: int) -> None:
+        with self._undone_if_no_space([rel for rel, _ in items]):
+            inos = self.disk.interleave(items, chunk)
+        for (rel, size), ino in zip(items, inos, strict=True):
+            self._written(rel, ino, size)
+
+    def delete(self, ino: int) -> str | None:
+        rel = self.paths.pop(ino, None)
+        if rel is None:
+            return None
+        self.disk.unlink(rel)
+        self.sizes.pop(rel, None)
+        return rel
+
+    def fullness(self) -> float:
+        return self.disk.fullness()
+
+    def snapshot(self) -> MeasuredState:
+        return measure(self.disk.layout())
+
+    # -- fill
+
+    def _draw_blocks(self, k: int) -> int:
+        """A size in bucket ``k``, drawn with the mean of the target's files of that bucket
+        where it is known: lo + (hi - lo) * u ** a has mean lo + (hi - lo) / (a + 1). Drawn
+        evenly instead, a bucket of mostly small files (source code) comes out larger, and
+        the fill reaches the target's fullness with fewer files than the target has (more
+        blocks read per seek in a path-order read)."""
+        lo, hi = bucket_range(k)
+        n = self.target.buckets.get(k, (0, None))[0]
+        held = self.target.bucket_blocks.get(k)
+        if not held or not n or hi == lo:
+            return self.rng.randint(lo, hi)
+        mean = min(max(held / n, lo + 0.01), hi - 0.01)
+        a = (hi - lo) / (mean - lo) - 1.0
+        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
+
+    def _size_of(self, blocks: int) -> int:
+        return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
+
+    def _keep_a_group_empty(self) -> None:
+        """Where free extents are bounded by regions (xfs allocation groups) and files are
+        spread over all of them, each region keeps a share of the free space: a target whose
+        largest free extents are larger than that share is reached only by keeping one region
+        free of new files (the last: the first holds the log)."""
+        d = self.disk
+        want = self.target.free_fractions()
+        if not d.groups or d.groups < 2 or not want:
+            return
+        free_after = (1.0 - self.target.fullness) * self.total
+        top = max(want)
+        if not (
+            want[top] * free_after >= 1 << top > free_after / d.groups
+            and 1 << top <= d.group_blocks
+        ):
+            return
+        d.keep_group_empty(d.groups - 1)
+
+    def _spacer_limit(self) -> int:
+        """The largest spacer (in blocks) the allocator keeps whole: written, a quarter of an
+        ext block group (8 x block size blocks; writeback splits more); allocated at once
+        (fallocate, on the kernel), half a group."""
+        if self.disk.can_fallocate and not self.disk.can_place:
+            return 4 * self.bs
+        return 2 * self.bs
+
+    def _allocate_spacer(self, rel: str, blocks: int) -> bool:
+        """On the kernel, a large spacer is allocated (fallocate) rather than written: the
+        allocator serves it at once, whole, from the start of a free extent large enough,
+        where writeback would split it a few MiB at a time among the files written with it.
+        What was written before it is synced first, so that it lies between them and this
+        spacer (two spacers side by side would make one hole). Only where the largest holes
+        are spacers too: spacers allocated at once take the start of the unwritten rest, which
+        the files written after them then split. The file written between two
+        spacers may be placed elsewhere, so each spacer has a block more, its last, which
+        stays when the rest is punched (``walled``). False where not done."""
+        if self.disk.can_place or not self.disk.can_fallocate or not self.disk.can_punch:
+            return False
+        self.disk.commit()
+        with self._undone_if_no_space([rel]):
+            ino = self.disk.allocate(rel, (blocks + 1) * self.bs, None)
+        if ino is None:
+            return False
+        self.paths[ino] = rel
+        self.sizes[rel] = (blocks + 1) * self.bs
+        self.walled[rel] = blocks
+        self.files_written += 1
+        return True
+
+    def fill(self) -> None:
+        """Write the target's files, a share ``1 - score`` of each bucket's files with their
+        blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
+        files sized like the target's free extents; top up to the target's fullness (with
+        the spacers still there, so nearly full), then delete the spacers. Where free extents
+        are bounded by regions (xfs allocation groups), the largest bucket is left to the
+        unwritten rest of the disk instead (a region kept empty)."""
+        t = self.target
+        self._keep_a_group_empty()
+        scale = self.total / t.blocks_total if t.blocks_total else 1.0
+        plan: list[tuple[str, int]] = []
+        for k, (n, score) in t.buckets.items():
+            count = max(0, round(n * scale))
+            frag = round(count * (1.0 - score)) if score is not None and k >= 1 else 0
+            plan += [("frag", k)] * frag + [("whole", k)] * (count - frag)
+        free_after = (1.0 - t.fullness) * self.total
+        want = t.free_fractions()
+        top = -1
+        if want:
+            # The largest bucket is the unwritten rest of the disk, which the allocator may
+            # split where it puts the last files (a 13,700-block extent of a 256 MiB target
+            # came out as 8,450 + 2,860 blocks); with ``top_spacer`` its holes are spacers
+            # too, placed first, at the cost of a fill that leaves no room (its shortfall in
+            # fullness is made up after, from the large holes). Not offline (it cuts the
+            # largest extent where it wants), nor where the largest holes are larger than
+            # the allocator keeps a spacer whole (``_spacer_limit``).
+            top = max(want, key=lambda k: want[k])
+            alone = not (self.disk.groups or self.disk.can_place)
+            if self.top_spacer and alone and 2 << top <= self._spacer_limit():
+                top = -1
+            for k, f in want.items():
+                if k == top:
+                    continue
+                left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
+                while left >= 1 << k:
+                    # Every block of the bucket goes into a hole of its size: the last hole
+                    # takes what is left when it fits, and no draw leaves less than a hole.
+                    hi = (1 << (k + 1)) - 1
+                    if left <= hi:
+                        b = int(left)
+                    else:
+                        b = self.rng.randint(1 << k, min(hi, int(left) - (1 << k)))
+                    plan.append(("spacer", b))
+                    left -= b
+        self.rng.shuffle(plan)
+        # Large spacers go first, while the disk is empty: written among the other files, the
+        # allocator finds no free extent of their size in their group and splits them (an
+        # 8,200-block spacer as 6,144 + 2,070 blocks), leaving two smaller holes. Each is
+        # followed by a whole file, so that two of them never make one hole.
+        big = [i for i, (kind, v) in enumerate(plan) if kind == "spacer" and v * self.bs >= 1 << 20]
+        walls = iter([i for i, (kind, _) in enumerate(plan) if kind == "whole"])
+        first: list[int] = []
+        for i in big:
+            first += [i] + [w for w in [next(walls, None)] if w is not None]
+        taken = set(first)
+        plan = [plan[i] for i in first] + [item for i, item in enumerate(plan) if i not in taken]
+        pending: dict[int, list[tuple[str, int]]] = {}
+        spacers: list[str] = []
+        # The plan's sizes are drawn within each bucket, so its files may hold more blocks
+        # than the target's: a file that would take the fill past the target's fullness
+        # (spacers counted on top) is left out rather than run the disk out of space.
+        pending_spacers = sum(v for kind, v in plan if kind == "spacer")
+        ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
+        budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
+        used = self.fullness() * self.total
+        places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
+        try:
+            for i, (kind, v) in enumerate(plan):
+                if i % 256 == 255:
+                    used = self.fullness() * self.total
+                if kind == "spacer":
+                    rel = self._spacer_path()
+                    if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
+                        pass
+                    else:
+                        # A large spacer split by writeback would leave smaller holes than
+                        # asked.
+                        self.write_whole(rel, v * self.bs, at_once=v * self.bs >= 1 << 20)
+                    spacers.append(rel)
+                    used += v
+                    pending_spacers -= v
+                    continue
+                blocks = self._draw_blocks(v)
+                rel = self._path_at(next(places))
+                if used + blocks + pending_spacers > budget:
+                    continue
+                used += blocks
+                if kind == "whole":
+                    self.write_whole(rel, self._size_of(blocks))
+                else:
+                    group = pending.setdefault(v, [])
+                    group.append((rel, blocks * self.bs))
+                    if len(group) == 4:
+                        self.write_interleaved(group, 1)
+                        group.clear()
+        except NoSpaceError:
+            # Nearly full with the spacers in (the metadata grew more than counted): the file
+            # that did not fit is gone again, the plan ends here.
+            pending.clear()
+        for group in pending.values():
+            if group:
+                try:
+                    self.write_interleaved(group, 1)
+                except NoSpaceError:
+                    break  # as above: the plan ends here, and the spacers still go below
+        self.disk.commit()
+        # Top up with whole files of the buckets whose files are contiguous in the target
+        # (whole files would raise the others' scores), before the spacers go: the allocator
+        # would put the top-up files into the spacers' holes first.
+        spacer_share = sum(self.sizes[rel] for rel in spacers) / self.bs / max(self.total, 1)
+        keys = [k for k in t.buckets if k >= 1 and (t.buckets[k][1] or 1.0) >= 0.95]
+        keys = keys or [k for k in t.buckets if k >= 1]
+        weights = [t.buckets[k][0] for k in keys]
+        goal = min(t.fullness + spacer_share, ceiling)
+        n = 0
+        while keys and self.fullness() < goal - 0.002:
+            k = self.rng.choices(keys, weights)[0]
+            room = int((goal - self.fullness()) * self.total) + 1
+            try:
+                self.write_whole(self._new_path(), self._size_of(min(self._draw_blocks(k), room)))
+            except NoSpaceError:
+                break  # nearly full: the file that did not fit is gone again, the rest stays
+            n += 1
+            if n % 256 == 0:
+                self.disk.commit()
+        self.disk.commit()
+        for rel in spacers:
+            walled = self.walled.pop(rel, 0)
+            if walled and self.disk.punch(rel, 0, walled * self.bs):
+                self.sizes[rel] = self.bs  # the wall block is all it holds
+                continue
+            self.disk.unlink(rel)
+            self.sizes.pop(rel, None)
+        self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
+        self.disk.commit()
+
+    def clear(self) -> None:
+        """Delete every file of the matcher's (its directories stay, emptied)."""
+        for rel in list(self.sizes):
+            self.disk.unlink(rel)
+        self.paths.clear()
+        self.sizes.clear()
+        self.fillers.clear()
+        self.walled.clear()
+        self.serial = 0  # the next fill takes the same places (its directories are there)
+        self.disk.commit()
