@@ -241,5 +241,6 @@ def test_op_is_a_frozen_dataclass_whatever_its_init() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         op.size = 3  # type: ignore[misc]
     assert repr(Op("sync")) == (
-        "Op(op='sync', path='', size=0, offset=0, dest='', label='', mode=None, mtime_ns=None)"
+        "Op(op='sync', path='', size=0, offset=0, dest='', label='', mode=None, mtime_ns=None,"
+        " inferred=False)"
     )
