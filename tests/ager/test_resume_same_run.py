@@ -147,10 +147,11 @@ def _image_targets(tmp: Path) -> Iterator[Path]:
     yield second
 
 
-# Known gap: a kill and the remount that resumes discard ext4's preallocations, so statvfs,
-# which steers a generated run's fill, can read a few more free blocks than the run never
-# stopped read at the same op; a decision near a threshold then differs (seen in about 1 of
-# 10 runs, ops diverging a few ops after the last kill). The directory cases above are exact.
+# Known gap, cause not confirmed: a kill and the remount that resumes probably discard ext4's
+# preallocations, so statvfs, which steers a generated run's fill, can read a few more free
+# blocks than the run never stopped read at the same op; a decision near a threshold then
+# differs (about 1 run in 10 here, ops diverging a few ops after the last kill). The directory
+# cases above are exact.
 @pytest.mark.xfail(
     reason="a remount after a kill changes ext4's free count that steers the run",
     strict=False,
