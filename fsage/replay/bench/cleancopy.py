@@ -29,7 +29,9 @@ Say = Callable[[str], None]
 _XFS_META = ("crc", "finobt", "rmapbt", "reflink", "bigtime", "inobtcount")
 
 
-def _tool(argv: list[str], what: str) -> str:
+def tool_output(argv: list[str], what: str) -> str:
+    """Run a tool and return its standard output; its last line of complaint as one FsageError
+    naming ``what`` when it cannot run or fails."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -62,7 +64,7 @@ def parse_xfs_info(text: str) -> dict[str, dict[str, str]]:
 
 
 def xfs_geometry(image: Path) -> dict[str, dict[str, str]]:
-    return parse_xfs_info(_tool(["xfs_info", str(image)], f"reading the geometry of {image}"))
+    return parse_xfs_info(tool_output(["xfs_info", str(image)], f"reading the geometry of {image}"))
 
 
 def xfs_mkfs_argv(geo: dict[str, dict[str, str]], image: Path) -> list[str]:
@@ -118,7 +120,7 @@ def make_xfs_like(original: Path, image: Path) -> list[str]:
     bsize = int(geo["data"]["bsize"])
     with open(image, "wb") as fh:
         fh.truncate(int(geo["data"]["blocks"]) * bsize)
-    _tool(xfs_mkfs_argv(geo, image), f"making an xfs on {image}")
+    tool_output(xfs_mkfs_argv(geo, image), f"making an xfs on {image}")
     made = xfs_geometry(image)
     diff = [
         f"{sec} {k} {geo[sec][k]} vs {made.get(sec, {}).get(k)}"

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any
 
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
+from fsage.replay.bench.cleancopy import tool_output
 from fsage.replay.bench.layoutscore import BenchLayout, old_files_score
 from fsage.replay.bench.paired import StoppingRule, paired_effect
 from fsage.replay.bench.run import BenchRun, store_run
@@ -61,14 +61,7 @@ _MOUNT = {"ext": ("ext4", "ro,noload"), "xfs": ("xfs", "ro,norecovery"), "btrfs"
 
 
 def _tool(argv: list[str], what: str) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise FsageError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-        raise FsageError(f"{what}: {lines[-1] if lines else f'exit {proc.returncode}'}")
-    return proc.stdout.strip()
+    return tool_output(argv, what).strip()
 
 
 class ScanImage:
