@@ -150,7 +150,7 @@ def _image_targets(tmp: Path) -> Iterator[Path]:
 # Known gap, cause not confirmed: a kill and the remount that resumes probably discard ext4's
 # preallocations, so statvfs, which steers a generated run's fill, can read a few more free
 # blocks than the run never stopped read at the same op; a decision near a threshold then
-# differs (about 1 run in 10 here, ops diverging a few ops after the last kill). The directory
+# differs (2 runs in about 35 here, ops diverging a few ops after the last kill). The directory
 # cases above are exact.
 @pytest.mark.xfail(
     reason="a remount after a kill changes ext4's free count that steers the run",
