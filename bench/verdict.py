@@ -52,6 +52,7 @@ from fsage.replay.fidelity import (
     RULES,
     NoiseFloor,
     fidelity,
+    floor_from_distances,
     judge_distances,
 )
 from fsage.replay.noise import noise_floor
@@ -142,18 +143,10 @@ def _spread(xs: list[float]) -> str:
 def _floor(raw: dict[str, Any], subset: tuple[int, ...]) -> NoiseFloor:
     """The floor the runs of ``subset`` give (as ``noise_between`` and ``add_original`` make
     it), with the plain copy as yardstick."""
-    floor = NoiseFloor(runs=len(subset), original_snapshot=int(raw["snapshot"]))
-    for i, j in itertools.combinations(subset, 2):
-        d = raw["run_run"][f"{i},{j}"]
-        for key, v in d.items():
-            if key.startswith("bucket:"):
-                k = int(key.split(":")[1])
-                floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
-        floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
-        floor.free_tv_pairs.append(d[FREE_BLOCKS])
-        floor.free_extents_pairs.append(d[FREE_EXTENTS])
-    floor.free_tv = max(floor.free_tv_pairs, default=0.0)
-    floor.free_extents = max(floor.free_extents_pairs, default=0.0)
+    pairs = [raw["run_run"][f"{i},{j}"] for i, j in itertools.combinations(subset, 2)]
+    floor = floor_from_distances(
+        NoiseFloor(runs=len(subset), original_snapshot=int(raw["snapshot"])), pairs
+    )
     floor.to_original = [raw["run_orig"][i] for i in subset]
     fresh = raw["unaged_orig"]["fresh"]
     floor.copy = {k: abs(v) for k, v in fresh.items() if not k.startswith("extents")}

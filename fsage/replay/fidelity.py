@@ -429,18 +429,27 @@ def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
     """The noise floor from several runs of one op stream: the largest pairwise difference of
     layout score per size bucket and of dynamic layout score, and the largest pairwise
     free-space distances."""
-    floor = NoiseFloor(runs=len(layouts), note=note)
     dyn = [dynamic_score(lay) for lay in layouts]
-    for i in range(len(layouts)):
-        for j in range(i + 1, len(layouts)):
-            d = fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j])).distances()
-            for key, v in d.items():
-                if key.startswith("bucket:"):
-                    k = int(key.split(":")[1])
-                    floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
-            floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
-            floor.free_tv_pairs.append(d[FREE_BLOCKS])
-            floor.free_extents_pairs.append(d[FREE_EXTENTS])
+    pairs = [
+        fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j])).distances()
+        for i in range(len(layouts))
+        for j in range(i + 1, len(layouts))
+    ]
+    return floor_from_distances(NoiseFloor(runs=len(layouts), note=note), pairs)
+
+
+def floor_from_distances(floor: NoiseFloor, pairs: list[dict[str, float]]) -> NoiseFloor:
+    """Fill ``floor`` from the distances of every pair of runs (``Fidelity.distances()``):
+    the largest per size bucket and of dynamic layout score, every pair's free-space
+    distances and their largest."""
+    for d in pairs:
+        for key, v in d.items():
+            if key.startswith("bucket:"):
+                k = int(key.split(":")[1])
+                floor.by_bucket[k] = max(floor.by_bucket.get(k, 0.0), abs(v))
+        floor.dynamic = max(floor.dynamic, abs(d.get(DYNAMIC, 0.0)))
+        floor.free_tv_pairs.append(d[FREE_BLOCKS])
+        floor.free_extents_pairs.append(d[FREE_EXTENTS])
     floor.free_tv = max(floor.free_tv_pairs, default=0.0)
     floor.free_extents = max(floor.free_extents_pairs, default=0.0)
     return floor
@@ -463,6 +472,7 @@ __all__ = [
     "bucket_tolerance",
     "dynamic_score",
     "fidelity",
+    "floor_from_distances",
     "free_distances",
     "free_tolerance",
     "geometry",
