@@ -72,14 +72,20 @@ def _command() -> str:
     return " ".join(argv)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a killed child its parent has not reaped yet, a
+    zombie, is dead: it holds no lock and no mount any more)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _record_name(key: _KEY, pid: int) -> str:
@@ -94,7 +100,7 @@ def _sweep(d: Path) -> None:
         return
     for name in names:
         pid = name.rsplit("-", 1)[-1].removesuffix(".json").removesuffix(".tmp")
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             with contextlib.suppress(OSError):
                 (d / name).unlink()
 
@@ -139,7 +145,7 @@ def _records(key: _KEY) -> list[dict[str, object]]:
         if not pid_text.isdigit() or int(pid_text) == os.getpid():
             continue
         path = _lock_dir() / name
-        if not _alive(int(pid_text)):
+        if not process_alive(int(pid_text)):
             with contextlib.suppress(OSError):
                 path.unlink()
             continue
@@ -164,7 +170,7 @@ def _proc_locks_pids(key: _KEY) -> list[int]:
                     pids.append(int(f[4]))
     except OSError:
         pass
-    return [p for p in pids if p != os.getpid() and _alive(p)]
+    return [p for p in pids if p != os.getpid() and process_alive(p)]
 
 
 def _cmdline(pid: int) -> str:

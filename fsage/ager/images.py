@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.errors import FsageError, SourceError, UnsafeTargetError
+from fsage.imagelock import process_alive
 
 FS_KINDS = ("ext4", "ext3", "ext2", "xfs", "btrfs")
 #: Smallest image mkfs accepts for each kind (bytes).
@@ -154,20 +155,6 @@ def _mounts() -> dict[str, list[str]]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child its parent has not reaped yet is dead too
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat_line.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _owner(mountpoint: str) -> int | bool:
     """Who made ``mountpoint``: the pid of a live fsage process, False for a stale mount of
     fsage's (its process is gone, or an older fsage that did not say), True for anything not
@@ -178,7 +165,7 @@ def _owner(mountpoint: str) -> int | bool:
     if m[1] is None:
         return False
     pid = int(m[1])
-    return pid if _alive(pid) else False
+    return pid if process_alive(pid) else False
 
 
 def _pid_named(mountpoint: str) -> bool:
