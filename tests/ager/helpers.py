@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,14 @@ def record_written_since(target: Path, since: float) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(rec, dict) and float(rec.get("updated", 0)) >= since
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mnt: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` bytes mounted on the new directory ``mnt`` for the block."""
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "fsage-test", mnt], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)

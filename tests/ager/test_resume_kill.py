@@ -4,7 +4,6 @@ whichever op was running at the kill."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -20,7 +19,7 @@ import pytest
 
 from fsage.ager.run import AgeOptions, age
 from fsage.workload import Op, WorkloadHeader, read_workload, write_workload
-from tests.ager.helpers import record_written_since
+from tests.ager.helpers import mounted_tmpfs, record_written_since
 
 MIB = 1 << 20
 CAPACITY = 128 * MIB
@@ -44,18 +43,8 @@ def tree_with_types(root: Path) -> dict[str, tuple[str, int]]:
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 128 MiB tmpfs mounted for the test: a bounded target that a generated run fills."""
-    with _tmpfs(tmp_path / "t", CAPACITY) as mnt:
+    with mounted_tmpfs(tmp_path / "t", CAPACITY) as mnt:
         yield mnt
-
-
-@contextlib.contextmanager
-def _tmpfs(mnt: Path, size: int) -> Iterator[Path]:
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "fsage-test", mnt], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def replayed_tree(journal: Path) -> dict[str, tuple[str, int]]:
@@ -223,7 +212,7 @@ def test_killed_runs_resume_to_a_tree_their_journal_replays_to(
     assert hit(), said
     assert not any("differs from its journal" in line for line in said), said
     # The whole journal, replayed for real on another file system, gives the same tree.
-    with _tmpfs(tmp_path / "replayed", 2 * CAPACITY) as replayed:
+    with mounted_tmpfs(tmp_path / "replayed", 2 * CAPACITY) as replayed:
         res = age(replayed, AgeOptions(ops_file=journal))
         assert res.finished and res.nospace == 0 and res.skipped == 0
         assert not _differ(tree_with_types(small_fs), tree_with_types(replayed))

@@ -15,21 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.ager.helpers import fsck_clean, record_written_since, wait_until
+from tests.ager.helpers import fsck_clean, mounted_tmpfs, record_written_since, wait_until
 from tests.ager.test_convergence import AGRAWAL, _profile_dir
 
 MIB = 1 << 20
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
-
-
-@contextlib.contextmanager
-def _tmpfs(mnt: Path, size: int) -> Iterator[Path]:
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "fsage-test", mnt], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
 
 
 def _journal(target: Path) -> Path:
@@ -104,7 +94,7 @@ KILLS = [(211, signal.SIGKILL), (844, signal.SIGKILL), (1377, signal.SIGKILL)]
 def _tmpfs_targets(tmp: Path, size: int) -> Iterator[Path]:
     with contextlib.ExitStack() as stack:
         for i in range(2):
-            yield stack.enter_context(_tmpfs(tmp / f"t{i}", size))
+            yield stack.enter_context(mounted_tmpfs(tmp / f"t{i}", size))
 
 
 @pytest.mark.parametrize(
