@@ -57,6 +57,10 @@ device nodes with ``mknod`` (device number 0), and a sparse regular file as a ``
 nothing, an ``overwrite`` of each piece that holds blocks and a ``truncate`` to its size, so
 its holes stay holes. Paths in the ops (and link and rename destinations) always pass
 ``check_relpath``.
+
+Modules: a snapshot's entries are read in ``fsage.replay.entries``, the replayed namespace is
+``fsage.replay.namespace``, plans are run in order by ``fsage.replay.schedule``, and the
+snapshots a replay covers are chosen in ``fsage.replay.snapshots``.
 """
 
 from __future__ import annotations
@@ -68,10 +72,9 @@ import random
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
 from typing import Any
 
-from fsage.errors import StoreError, UsageError, WorkloadError
+from fsage.errors import UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.replay.entries import (
     _SPECIAL,
@@ -86,6 +89,7 @@ from fsage.replay.entries import (
 )
 from fsage.replay.namespace import _Namespace
 from fsage.replay.schedule import _PHASE, Scheduling, _Attrs, _Plan
+from fsage.replay.snapshots import history, iter_layouts, parse_when, resolve_snapshot, to_ns
 from fsage.workload import CREATE_MODE, Op, WorkloadHeader
 
 DAY_NS = 86_400 * 10**9
@@ -533,74 +537,6 @@ class DeltaBuilder(Scheduling):
         return count
 
 
-# ---------------------------------------------------------------------------- store side
-
-
-def to_ns(when: datetime) -> int:
-    return int(when.timestamp()) * 10**9 + when.microsecond * 1000
-
-
-def parse_when(spec: str) -> int | datetime:
-    """A snapshot id (an integer) or a date/time (ISO 8601; naive means UTC). A date alone
-    means the end of that day, so ``--until 2024-05-01`` includes that day's snapshots."""
-    s = spec.strip()
-    if s.isdigit():
-        return int(s)
-    try:
-        if len(s) == 10:
-            d = date.fromisoformat(s)
-            return datetime.combine(d, time.max, tzinfo=UTC)
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise UsageError(
-            f"{spec!r} is neither a snapshot id nor a date (YYYY-MM-DD[THH:MM])"
-        ) from None
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-
-
-def resolve_snapshot(rows: list[Any], fs_name: str, spec: str, store: Any, what: str) -> Any:
-    """The snapshot of ``fs_name`` that ``spec`` (an id or a date) names."""
-    if not rows:
-        raise StoreError(f"file system {fs_name!r} has no snapshots")
-    when = parse_when(spec)
-    if isinstance(when, int):
-        for r in rows:
-            if r.id == when:
-                return r
-        other = store.snapshot(when)  # raises StoreError when there is no such snapshot
-        raise UsageError(
-            f"{what} snapshot {when} belongs to file system {other.fs_name!r}, not {fs_name!r}"
-        )
-    chosen = [r for r in rows if r.taken_at <= when]
-    if not chosen:
-        raise UsageError(
-            f"{what} {spec}: before the first snapshot of {fs_name!r} "
-            f"({rows[0].taken_at.isoformat(timespec='seconds')})"
-        )
-    return chosen[-1]
-
-
-def history(
-    store: Any, fs_name: str, until: str | None, since: str | None = None
-) -> tuple[list[Any], Any | None]:
-    """(snapshots to replay, in order; the starting snapshot or None for an empty start).
-
-    ``until`` (default: the latest) and ``since`` are snapshot ids or dates of ``fs_name``.
-    """
-    rows = store.snapshots(fs_name)  # StoreError for an unknown name
-    rows = sorted(rows, key=lambda r: r.id)
-    if not rows:
-        raise StoreError(f"file system {fs_name!r} has no snapshots")
-    end = resolve_snapshot(rows, fs_name, until, store, "--until") if until else rows[-1]
-    start = None
-    if since is not None:
-        start = resolve_snapshot(rows, fs_name, since, store, "--from")
-        if start.id >= end.id:
-            raise UsageError(f"--from snapshot {start.id} is not before --until snapshot {end.id}")
-    chain = [r for r in rows if (start is None or r.id > start.id) and r.id <= end.id]
-    return chain, start
-
-
 def snapshot_deltas(
     store: Any,
     fs_name: str,
@@ -639,11 +575,6 @@ def snapshot_deltas(
     return header, ops, builder.stats
 
 
-def iter_layouts(store: Any, chain: list[Any]) -> Iterator[tuple[Any, Layout]]:
-    for snap in chain:
-        yield snap, store.load_layout(snap.id)
-
-
 def make_header(
     fs_name: str,
     start: Any | None,
@@ -676,12 +607,16 @@ def make_header(
     )
 
 
+# The snapshot choice lives in fsage.replay.snapshots; importable from here as before.
 __all__ = [
     "DeltaBuilder",
     "DeltaStats",
     "IntraDay",
     "history",
+    "iter_layouts",
+    "make_header",
     "parse_when",
     "resolve_snapshot",
     "snapshot_deltas",
+    "to_ns",
 ]
