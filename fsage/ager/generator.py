@@ -428,15 +428,17 @@ class Generator(Converging, SyntheticStreams):
         path = self._join(parent, name)
         self._add_dir(parent, name, path)
 
-        def undo() -> None:
-            self.dir_names[parent].discard(name)
-            self.dirs_by_depth[self.dir_depth.pop(path)].remove(path)
-            del self.dir_names[path], self.dir_files[path]
-            self.all_dirs.remove(path)
-            self.used_blocks -= 1
-
-        self._undo = undo
+        self._undo = lambda: self._drop_dir(path)
         return Op("mkdir", path)
+
+    def _drop_dir(self, path: str) -> None:
+        """Forget an empty directory (the reverse of ``_add_dir``)."""
+        parent, _, name = path.rpartition("/")
+        self.dir_names[parent].discard(name)
+        self.dirs_by_depth[self.dir_depth.pop(path)].remove(path)
+        del self.dir_names[path], self.dir_files[path]
+        self.all_dirs.remove(path)
+        self.used_blocks -= 1
 
     def _add_file(self, parent: str, name: str, size: int, keep: _File | None = None) -> str:
         """Enter a file; ``keep``: the record of the same file before a rename or an undo

@@ -315,13 +315,7 @@ def _subtree(gen: Generator, top: str) -> tuple[list[str], list[str]]:
 
 
 def _rmdir(gen: Generator, path: str) -> Op:
-    parent, _, name = path.rpartition("/")
-    gen.dir_names[parent].discard(name)
-    depth = gen.dir_depth.pop(path)
-    gen.dirs_by_depth[depth].remove(path)
-    del gen.dir_names[path], gen.dir_files[path]
-    gen.all_dirs.remove(path)
-    gen.used_blocks -= 1
+    gen._drop_dir(path)
     gen._undo = None
     return Op("delete", path)
 

@@ -24,18 +24,14 @@ class SyntheticStreams:
     rng: random.Random
     bs: int
     files: dict[str, _File]
-    dir_depth: dict[str, int]
     dir_names: dict[str, set[str]]
-    dir_files: dict[str, list[str]]
-    dirs_by_depth: dict[int, list[str]]
-    all_dirs: list[str]
-    used_blocks: int
     _force_deletes: int
     _undo: Callable[[], None] | None
     # Generator's capacity and namespace model.
     capacity_blocks: Callable[[], tuple[int, int]]
     fullness: Callable[[], float]
     _free_bytes: Callable[[], int]
+    _add_dir: Callable[[str, str, str], None]
     _add_file: Callable[[str, str, int], str]
     _drop_file: Callable[[str], _File]
     _dropper: Callable[[str], Callable[[], None]]
@@ -92,13 +88,7 @@ class SyntheticStreams:
             yield Op("overwrite", live[i], size=self.bs, offset=(g - first) * self.bs)
 
     def _mkdir_fixed(self, path: str) -> None:
-        self.dir_names[""].add(path)
-        self.dir_depth[path] = 1
-        self.dir_names[path] = set()
-        self.dir_files[path] = []
-        self.dirs_by_depth.setdefault(1, []).append(path)
-        self.all_dirs.append(path)
-        self.used_blocks += 1
+        self._add_dir("", path, path)
 
     # ---- pre-fragmentation (seed 001 §6.3)
 
