@@ -523,8 +523,7 @@ class DeltaBuilder(Scheduling):
         cap = max(free_blocks // 4, 0)
         for _ in range(count):
             parent = rng.choice(stable)
-            self._tmp += 1
-            key: Key = (-1000 - self._tmp, 0, 0)
+            key = self._new_key()
             name = f".fsage-intra-{self._tmp}"
             t0 = lo + int(rng.random() * (hi - lo))
             life = int(rng.expovariate(1.0 / self.intra.lifetime_s) * 1e9)
