@@ -63,7 +63,7 @@ from fsage.ager.runjournal import (
     _write_record,
 )
 from fsage.ager.runjournal import _op_line as _op_line  # re-exported: tests build journal lines
-from fsage.ager.targets import AgeOptions, Target, open_target
+from fsage.ager.targets import RESERVE_PARAM, AgeOptions, Target, open_target
 from fsage.ager.targets import _layout_entries as _layout_entries  # re-exported
 from fsage.errors import FsageError, UsageError, WorkloadError
 from fsage.workload import NoSpaceError, Op, OpFailedError, WorkloadHeader, read_workload
@@ -312,6 +312,13 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     if opts.ops_file is not None:
         bs, total, _ = tgt.executor.capacity_blocks()
         header, ops = read_workload(opts.ops_file, capacity=bs * total)
+        # A parameter the stream ran with that is no op: ext4's reserve on fsage's mount.
+        reserve = header.params.get(RESERVE_PARAM)
+        if isinstance(reserve, int) and not isinstance(reserve, bool):
+            note = tgt.set_reserve(reserve)
+            if note:
+                res.notices.append(note)
+                say(f"fsage: {note}")
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
         if opts.resume and record.get("ident", {}).get("header") != ident["header"]:
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")

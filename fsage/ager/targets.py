@@ -88,6 +88,14 @@ class Target:
         """The highest fullness the target can reach, when it keeps room back (LFS)."""
         return None
 
+    def set_reserve(self, clusters: int) -> str:
+        """Give ext4's reserve the value an op stream was run with (``lift_ext4_reserve``);
+        returns a notice where this target cannot."""
+        return (
+            f"the op stream ran with ext4's reserve set to {clusters} clusters on a mount of "
+            "fsage's own; this target keeps its own, so near full the replay may differ"
+        )
+
     def run_metrics(
         self, fill_mark: tuple[int, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -152,6 +160,30 @@ def _walk_dir(root: Path) -> list[tuple[str, bool, int]]:
     return out
 
 
+#: The header parameter of an op stream that says what ext4's reserve was while it ran.
+RESERVE_PARAM = "ext4_reserved_clusters"
+
+
+def lift_ext4_reserve(root: Path, clusters: int = 0) -> int | None:
+    """Set ext4's reserve of the file system mounted at ``root`` to ``clusters``; returns it,
+    or None where there is no such knob (not ext4, no sysfs, not root).
+
+    ext4 keeps 2% of the blocks (at most 4,096) from every writer, root included, so that
+    delayed allocation never finds a full disk at writeback. A match fills to the target's
+    fullness with the target's free space held in spacers at once: with that 2% held back it
+    runs out of space 2% short. The knob belongs to the mount (nothing of it is written to the
+    image), so only a mount of fsage's own has it changed, and the journal records it: a
+    replay on another mount of fsage's sets it the same, or near full it would differ."""
+    st = os.stat(root)
+    dev = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    knob = Path("/sys/fs/ext4") / os.path.basename(dev) / "reserved_clusters"
+    try:
+        knob.write_text(str(clusters))
+    except OSError:
+        return None
+    return clusters
+
+
 class MountedImageTarget(Target):
     """An image loop-mounted on a temporary directory; snapshots unmount, read, remount."""
 
@@ -163,6 +195,8 @@ class MountedImageTarget(Target):
         self.opts = opts
         self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
         self._mounted = False
+        #: ext4's reserve set on each mount (``set_reserve``); None: the kernel's own.
+        self.reserve: int | None = None
         try:
             mount(image, self.mnt)
             self._mounted = True
@@ -191,12 +225,22 @@ class MountedImageTarget(Target):
         finally:
             mount(self.source, self.mnt)
             self._mounted = True
+            if self.reserve is not None:
+                lift_ext4_reserve(self.mnt, self.reserve)
             self.executor = PosixExecutor(
                 self.mnt, fsync=self.opts.fsync, data=self.opts.data or "write"
             )
 
     def walk(self) -> list[tuple[str, bool, int]]:
         return _walk_dir(self.mnt)
+
+    def set_reserve(self, clusters: int) -> str:
+        if image_kind(self.source) != "ext":
+            return ""
+        self.reserve = clusters
+        if lift_ext4_reserve(self.mnt, clusters) is None:
+            return super().set_reserve(clusters)
+        return ""
 
     def tree_root(self) -> Path | None:
         return self.mnt
@@ -227,6 +271,9 @@ class ReopenTarget(Target):
 
     def _closed(self) -> None:
         """Hook: the executor was just closed (before a snapshot reopens it)."""
+
+    def set_reserve(self, clusters: int) -> str:
+        return ""  # a library's allocator keeps no reserve of the kernel's
 
     def layout(self) -> Layout:
         from fsage.snapshotter import read_source

@@ -84,7 +84,8 @@ from fsage.lfs.cleaner import POLICIES
     "--resume",
     is_flag=True,
     help="Continue an interrupted run from its record and journal: the same ops as a run "
-    "never stopped.",
+    "never stopped. A stopped --match keeps its journal, deletes its files (journaled) and "
+    "matches again with the record's target and seed.",
 )
 @click.option(
     "--match",
@@ -148,9 +149,15 @@ def age_cmd(
             raise UsageError("--match takes no --profile, --ops or --resume")
         _match(
             target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt,
-            match_ops,
+            match_ops, force,
         )  # fmt: skip
         return
+    if resume and profile_spec is None and ops_file is None:
+        from fsage.ager.match import interrupted_match
+
+        if interrupted_match(target) is not None:
+            _resume_match(target, fmt)
+            return
     if match_ops is not None:
         raise UsageError("--match-ops goes with --match")
     if (profile_spec is not None and ops_file is not None) or (
@@ -256,7 +263,7 @@ def change_lines(ch: dict[str, int]) -> list[str]:
 
 def _match(
     target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
-    fmt: str, journal: Path | None,
+    fmt: str, journal: Path | None, force: bool,
 ) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
@@ -266,7 +273,22 @@ def _match(
         res = match_layout(
             target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
             say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
+            force=force,
         )  # fmt: skip
+    _show_match(res, fmt)
+
+
+def _resume_match(target: Path, fmt: str) -> None:
+    """``fsage age TARGET --resume`` where the run that stopped was a match."""
+    from fsage.ager.match import resume_match
+
+    quiet = not progress_enabled() or fmt != "text"
+    with image_lock(target, exclusive=True):
+        res = resume_match(target, say=None if quiet else (lambda s: click.echo(s, err=True)))
+    _show_match(res, fmt)
+
+
+def _show_match(res: Any, fmt: str) -> None:
     if fmt == "json":
         echo_json(res.to_json())
         return
@@ -288,6 +310,7 @@ def match_lines(res: dict[str, Any]) -> list[str]:
             if res.get("offline")
             else []
         ),
+        *([f"  resumed: {n}" for n in res.get("notices", [])] if res.get("resumed") else []),
         f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
@@ -313,6 +336,8 @@ def match_lines(res: dict[str, Any]) -> list[str]:
         )
     for key, why in res["reasons"].items():
         out.append(f"  {key}: {why}")
+    if res.get("journal"):
+        out.append(f"  journal: {res['journal']} (fsage age OTHER --ops JOURNAL runs it again)")
     return out
 
 
