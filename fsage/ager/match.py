@@ -320,7 +320,9 @@ def resume_match(path: Path, say: Callable[[str], None] | None = None) -> MatchR
     if record is None:
         raise UsageError(f"{path}: no interrupted match to resume")
     ident = record["ident"]
-    target = LayoutTarget.from_json(ident.get("target"), f"{path}: the record's target")
+    data = ident.get("target")
+    source = data.get("source") if isinstance(data, dict) else None
+    target = LayoutTarget.from_json(data, str(source or f"{path}: the record's target"))
     seed = int(ident.get("seed", 0))
     limit = float(ident.get("time_limit", 600.0))
     return _match(path, target, seed, limit, str(record.get("mode", "auto")), say, None, record)

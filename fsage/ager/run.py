@@ -196,6 +196,8 @@ def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) 
         ):
             raise UsageError(f"{path}: the interrupted run ran the op stream {rec_ops}")
         return replace(opts, ops_file=rec_ops, mode=_record_mode(path, opts, record))
+    if ident.get("kind") == "match":
+        raise UsageError(f"{path}: the interrupted run is a match: resume it with --resume alone")
     if ident.get("kind") != "profile" or "profile" not in ident:
         raise UsageError(f"{path}: the record of the interrupted run is unreadable")
     rec_profile = Profile.from_json(ident["profile"], name=str(ident["profile"].get("name", "")))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -269,7 +271,7 @@ def _match(
 
     goal = load_target(spec, db)
     quiet = not progress_enabled() or fmt != "text"
-    with image_lock(target, exclusive=True):
+    with image_lock(target, exclusive=True), _match_interrupt():
         res = match_layout(
             target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
             say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
@@ -278,12 +280,23 @@ def _match(
     _show_match(res, fmt)
 
 
+@contextlib.contextmanager
+def _match_interrupt() -> Iterator[None]:
+    """Ctrl-C stops a match between two ops, its record and journal kept: said in one line
+    (exit status 130), as for any aging run."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("fsage: interrupted (resume with --resume)", err=True)
+        raise SystemExit(130) from None
+
+
 def _resume_match(target: Path, fmt: str) -> None:
     """``fsage age TARGET --resume`` where the run that stopped was a match."""
     from fsage.ager.match import resume_match
 
     quiet = not progress_enabled() or fmt != "text"
-    with image_lock(target, exclusive=True):
+    with image_lock(target, exclusive=True), _match_interrupt():
         res = resume_match(target, say=None if quiet else (lambda s: click.echo(s, err=True)))
     _show_match(res, fmt)
 
@@ -310,7 +323,7 @@ def match_lines(res: dict[str, Any]) -> list[str]:
             if res.get("offline")
             else []
         ),
-        *([f"  resumed: {n}" for n in res.get("notices", [])] if res.get("resumed") else []),
+        *([f"  {n}" for n in res.get("notices", [])] if res.get("resumed") else []),
         f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
