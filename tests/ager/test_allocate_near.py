@@ -86,3 +86,10 @@ def test_lfs_refuses_allocate_near(tmp_path: Path) -> None:
         assert "\n" not in str(exc.value)
     finally:
         ex.close()
+
+
+def test_a_resume_counts_allocate_near_as_a_fallocate() -> None:
+    from fsage.ager.reconcile import journal_tree
+
+    ops = [Op("create", "f", 0), Op("allocate-near", "f", 5 * BS, BS, label="77")]
+    assert journal_tree({}, ops)["f"].size == 6 * BS

@@ -229,6 +229,9 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
         assert journal is not None
         rec = _record(img)
         assert rec["finished"] is False and rec["clean"] is False
+        # ext4's reserve, lifted on fsage's own mount, is a parameter of the journal.
+        header = json.loads(journal.read_text().partition("\n")[0])["fsage_workload"]
+        assert header["params"]["ext4_reserved_clusters"] == 0
         stopped = _journal_ops(journal)
 
         r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json"])
@@ -239,6 +242,7 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
         # Judged after unmount by the offline reader: every size bucket and the fullness.
         assert res["measured_by"].startswith("the offline reader")
         assert rep["buckets_ok"] and rep["fullness_ok"], res["stop"]
+        assert rep["free_tv"] is not None and rep["free_tv"] <= 0.12, res["stop"]
         assert _record(img)["finished"] is True
     finally:
         if proc.poll() is None:
