@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsage.ager.targets import Target
     from fsage.db.store import Store
 
 
@@ -18,11 +17,13 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _start_aging_run(store: Store, tgt: Target, path: Path, params: dict[str, Any]) -> int:
+def _start_aging_run(store: Store, kind: str, path: Path, params: dict[str, Any]) -> int:
+    """A new row for a run on ``path`` (``kind``: how it reaches it, ``Target.kind``; a match
+    prefixes it with ``match-``)."""
     with store.transaction() as con:
         cur = con.execute(
             "INSERT INTO aging_runs(target, kind, started_at, params) VALUES (?, ?, ?, ?)",
-            (str(path), tgt.kind, _now_iso(), json.dumps(params, sort_keys=True, default=str)),
+            (str(path), kind, _now_iso(), json.dumps(params, sort_keys=True, default=str)),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid

@@ -42,11 +42,13 @@ from typing import Any
 from fsage.ager.match_disk import AREA, Disk, OfflineDisk, open_disk, probe
 from fsage.ager.match_fill import MAX_FULLNESS
 from fsage.ager.match_record import (
+    finish_run_row,
     interrupted_match,
     match_header,
     refuse_unfinished,
     resume_record,
     start_record,
+    start_run_row,
 )
 from fsage.ager.match_steer import Steering
 from fsage.ager.match_target import (
@@ -297,23 +299,28 @@ def match_layout(
     say: Callable[[str], None] | None = None,
     journal: Path | None = None,
     force: bool = False,
+    db: Path | None = None,
 ) -> MatchResult:
     """Age the mounted directory or image ``path`` until its layout matches ``target``
     (``mode``: see ``open_disk``). The match is recorded like any aging run (a record beside
     the target, a journal of the ops that took effect: see ``match_record``); ``journal``:
     where to write a copy of those ops as well (``fsage age OTHER --ops JOURNAL`` runs them
-    again). ``force``: start even where an earlier run stopped before its end."""
+    again). ``force``: start even where an earlier run stopped before its end. ``db``: the
+    run is recorded in its ``aging_runs`` as well."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
         raise UsageError("the time limit must be a positive number of seconds")
     refuse_unfinished(path, force)
-    return _match(path, target, seed, time_limit, mode, say, journal, None)
+    return _match(path, target, seed, time_limit, mode, say, journal, None, db)
 
 
-def resume_match(path: Path, say: Callable[[str], None] | None = None) -> MatchResult:
+def resume_match(
+    path: Path, say: Callable[[str], None] | None = None, db: Path | None = None
+) -> MatchResult:
     """Continue the match that stopped on ``path`` (killed, interrupted or failed), with the
-    target, seed, time limit and way of reaching it of its record."""
+    target, seed, time limit and way of reaching it of its record; ``db``: as for
+    ``match_layout``."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     record = interrupted_match(path)
@@ -325,7 +332,8 @@ def resume_match(path: Path, say: Callable[[str], None] | None = None) -> MatchR
     target = LayoutTarget.from_json(data, str(source or f"{path}: the record's target"))
     seed = int(ident.get("seed", 0))
     limit = float(ident.get("time_limit", 600.0))
-    return _match(path, target, seed, limit, str(record.get("mode", "auto")), say, None, record)
+    mode = str(record.get("mode", "auto"))
+    return _match(path, target, seed, limit, mode, say, None, record, db)
 
 
 def _match(
@@ -337,6 +345,7 @@ def _match(
     say: Callable[[str], None] | None,
     journal: Path | None,
     record: dict[str, Any] | None,
+    db: Path | None = None,
 ) -> MatchResult:
     from fsage.ager.images import image_kind
 
@@ -357,6 +366,7 @@ def _match(
                 if say is not None:
                     say(f"fsage: {note}")
             check_room(target, str(path), disk.fullness())
+        run_id = start_run_row(db, path, disk, rec)
         try:
             disk.prepare()
             if isinstance(disk, OfflineDisk) and say is not None:
@@ -373,13 +383,17 @@ def _match(
             finally:
                 if journal is not None:
                     _write_journal(journal, disk, target, seed)
-        except BaseException:
+        except BaseException as exc:
             # Stopped by an error or Ctrl-C between two ops: the journal holds exactly what
             # ran, and --resume goes on from it.
             rec.ops = rec.base_ops + len(disk.ops)
             with contextlib.suppress(Exception):
                 rec.save(finished=False, clean=True)
             rec.close()
+            with contextlib.suppress(Exception):
+                status = "failed" if isinstance(exc, Exception) else "interrupted"
+                notes = [f"{type(exc).__name__}: {exc}"]
+                finish_run_row(db, run_id, status, rec, {}, notes)
             raise
         rec.ops = rec.base_ops + len(disk.ops)
         rec.save(finished=True)
@@ -405,4 +419,15 @@ def _match(
     res.journal = str(rec.journal.path)
     res.resumed = record is not None
     res.notices = rec.notices
+    metrics = {
+        "elapsed_s": res.elapsed,
+        "matched": res.matched,
+        "rounds": res.rounds,
+        "stopped_by": res.stop,
+        "free_tv": res.report.get("free_tv"),
+        "fullness": res.report.get("fullness"),
+        "files_written": res.files_written,
+    }
+    notes = rec.notices + [f"{k}: {v}" for k, v in res.reasons.items()]
+    finish_run_row(db, run_id, "finished", rec, metrics, notes, res.bytes_written)
     return res

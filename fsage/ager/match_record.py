@@ -214,3 +214,59 @@ def _clear(disk: Disk, live: set[str]) -> list[str]:
             "journal will not replay to this image exactly"
         )
     return notes
+
+
+def run_kind(path: Path, disk: Disk) -> str:
+    """The ``aging_runs`` kind of a match: ``match-`` and how the target is reached."""
+    if isinstance(disk, OfflineDisk):
+        return "match-offline-ext"
+    if path.is_file():
+        return f"match-mounted-{disk.kind or 'image'}"
+    return "match-dir"
+
+
+def start_run_row(db: Path | None, path: Path, disk: Disk, rec: MatchRecord) -> int | None:
+    """The match's row in ``aging_runs`` when run with a database, as ``fsage age`` keeps one
+    for every run (``fsage runs`` lists it)."""
+    if db is None:
+        return None
+    from fsage.ager.agingruns import _start_aging_run
+    from fsage.db.store import Store
+
+    params = {
+        "workload": {k: v for k, v in rec.ident.items() if k != "target"},
+        "target_source": rec.ident.get("target", {}).get("source"),
+        "mode": rec.mode,
+        "resumed_from": rec.base_ops,
+        "journal": str(rec.journal.path),
+    }
+    with Store.open(db, create=True) as store:
+        return _start_aging_run(store, run_kind(path, disk), path, params)
+
+
+def finish_run_row(
+    db: Path | None,
+    run_id: int | None,
+    status: str,
+    rec: MatchRecord,
+    metrics: dict[str, Any],
+    notes: list[str],
+    bytes_written: int = 0,
+) -> None:
+    if db is None or run_id is None:
+        return
+    from fsage.ager.agingruns import _finish_aging_run
+    from fsage.db.store import Store
+
+    with Store.open(db, create=True) as store:
+        _finish_aging_run(
+            store,
+            run_id,
+            name=None,
+            status=status,
+            ops=rec.ops - rec.base_ops,
+            bytes_written=bytes_written,
+            snapshots=[],
+            metrics=metrics,
+            notes=notes,
+        )

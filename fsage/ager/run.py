@@ -574,7 +574,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         fill_mark: tuple[int, Any] | None = None  # (op index, counters) when the fill ended
         run_id = None
         if store is not None:
-            run_id = _start_aging_run(store, tgt, path, params)
+            run_id = _start_aging_run(store, tgt.kind, path, params)
             res.run_id = run_id
         try:
             if store is not None and start == 0:

@@ -158,7 +158,7 @@ def age_cmd(
         from fsage.ager.match import interrupted_match
 
         if interrupted_match(target) is not None:
-            _resume_match(target, fmt)
+            _resume_match(target, fmt, db)
             return
     if match_ops is not None:
         raise UsageError("--match-ops goes with --match")
@@ -275,7 +275,7 @@ def _match(
         res = match_layout(
             target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
             say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
-            force=force,
+            force=force, db=db,
         )  # fmt: skip
     _show_match(res, fmt)
 
@@ -291,13 +291,14 @@ def _match_interrupt() -> Iterator[None]:
         raise SystemExit(130) from None
 
 
-def _resume_match(target: Path, fmt: str) -> None:
+def _resume_match(target: Path, fmt: str, db: Path | None) -> None:
     """``fsage age TARGET --resume`` where the run that stopped was a match."""
     from fsage.ager.match import resume_match
 
     quiet = not progress_enabled() or fmt != "text"
     with image_lock(target, exclusive=True), _match_interrupt():
-        res = resume_match(target, say=None if quiet else (lambda s: click.echo(s, err=True)))
+        say = None if quiet else (lambda s: click.echo(s, err=True))
+        res = resume_match(target, say=say, db=db)
     _show_match(res, fmt)
 
 

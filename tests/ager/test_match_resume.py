@@ -122,7 +122,10 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
         return real_apply(self, op)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OfflineExtExecutor, "apply", apply)
-    r = CliRunner().invoke(main, ["age", str(img), "--match", str(spec), "--offline"])
+    db = tmp_path / "runs.db"
+    r = CliRunner().invoke(
+        main, ["age", str(img), "--match", str(spec), "--offline", "--db", str(db)]
+    )
     assert r.exit_code == 130, r.output
     monkeypatch.setattr(OfflineExtExecutor, "apply", real_apply)
     rec = _record(img)
@@ -142,12 +145,18 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
     assert len(r.output.strip().splitlines()) == 1, r.output
     record_file.write_text(json.dumps(rec))
 
-    r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json"])
+    r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json", "--db", str(db)])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output[r.output.index("{") :])
     assert res["resumed"] and res["matched"], res["stop"]
     assert _record(img)["finished"] is True
     _fsck(img)
+    # Both parts are aging runs of the database, as any `fsage age` run is.
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT kind, status FROM aging_runs ORDER BY id").fetchall()
+    assert rows == [("match-offline-ext", "interrupted"), ("match-offline-ext", "finished")]
     ops = _journal_ops(journal)
     assert ops[: len(stopped)] == stopped  # the stopped part stays in the journal
     cleared = {o["path"] for o in ops[len(stopped) :] if o["op"] == "delete"}
