@@ -26,7 +26,9 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
    and why it could not get closer.
 
 The fill and the matcher's files are in ``match_fill``, the steering in ``match_steer``, the
-target and its comparison in ``match_target``, where the writes go in ``match_disk``.
+target and its comparison in ``match_target``, where the writes go in ``match_disk`` (every op
+through the executors every aging uses), the run's record, journal and resume in
+``match_record``.
 """
 
 from __future__ import annotations
@@ -316,11 +318,15 @@ def match_layout(
 
 
 def resume_match(
-    path: Path, say: Callable[[str], None] | None = None, db: Path | None = None
+    path: Path,
+    say: Callable[[str], None] | None = None,
+    db: Path | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
 ) -> MatchResult:
     """Continue the match that stopped on ``path`` (killed, interrupted or failed), with the
     target, seed, time limit and way of reaching it of its record; ``db``: as for
-    ``match_layout``."""
+    ``match_layout``. A ``mode`` or ``seed`` given must be the record's."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     record = interrupted_match(path)
@@ -330,10 +336,14 @@ def resume_match(
     data = ident.get("target")
     source = data.get("source") if isinstance(data, dict) else None
     target = LayoutTarget.from_json(data, str(source or f"{path}: the record's target"))
-    seed = int(ident.get("seed", 0))
+    rec_seed = int(ident.get("seed", 0))
+    if seed is not None and seed != rec_seed:
+        raise UsageError(f"{path}: the interrupted match used seed {rec_seed}")
+    rec_mode = str(record.get("mode", "auto"))
+    if mode not in (None, "auto") and rec_mode not in ("auto", mode):
+        raise UsageError(f"{path}: the interrupted match ran {rec_mode}, not {mode}")
     limit = float(ident.get("time_limit", 600.0))
-    mode = str(record.get("mode", "auto"))
-    return _match(path, target, seed, limit, mode, say, None, record, db)
+    return _match(path, target, rec_seed, limit, rec_mode, say, None, record, db)
 
 
 def _match(

@@ -154,14 +154,14 @@ def age_cmd(
             match_ops, force,
         )  # fmt: skip
         return
+    if match_ops is not None:
+        raise UsageError("--match-ops goes with --match")
     if resume and profile_spec is None and ops_file is None:
         from fsage.ager.match import interrupted_match
 
         if interrupted_match(target) is not None:
-            _resume_match(target, fmt, db)
+            _resume_match(target, fmt, db, mode, seed)
             return
-    if match_ops is not None:
-        raise UsageError("--match-ops goes with --match")
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
     ):
@@ -291,14 +291,16 @@ def _match_interrupt() -> Iterator[None]:
         raise SystemExit(130) from None
 
 
-def _resume_match(target: Path, fmt: str, db: Path | None) -> None:
+def _resume_match(
+    target: Path, fmt: str, db: Path | None, mode: str | None, seed: int | None
+) -> None:
     """``fsage age TARGET --resume`` where the run that stopped was a match."""
     from fsage.ager.match import resume_match
 
     quiet = not progress_enabled() or fmt != "text"
     with image_lock(target, exclusive=True), _match_interrupt():
         say = None if quiet else (lambda s: click.echo(s, err=True))
-        res = resume_match(target, say=say, db=db)
+        res = resume_match(target, say=say, db=db, mode=mode, seed=seed)
     _show_match(res, fmt)
 
 

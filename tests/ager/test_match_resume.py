@@ -144,6 +144,10 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
     assert r.exit_code != 0 and "cannot be resumed" in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
     record_file.write_text(json.dumps(rec))
+    # It goes on as it began: another seed, or another way to reach the image, is refused.
+    for extra, why in ((["--seed", "5"], "seed 0"), (["--mount"], "ran offline, not mount")):
+        r = CliRunner().invoke(main, ["age", str(img), "--resume", *extra])
+        assert r.exit_code != 0 and why in r.output, r.output
 
     r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json", "--db", str(db)])
     assert r.exit_code == 0, r.output
