@@ -1,6 +1,8 @@
-"""The allocate-near op, which the matcher journals, on every executor: libext2fs places the
-blocks from the block it names (debugfs and e2freefrag as oracles), the kernel takes no hint and
-runs it as a plain fallocate (filefrag as oracle), an LFS image refuses it in one line."""
+"""The space ops the matcher journals, on every executor that runs them. allocate-near:
+libext2fs places the blocks from the block it names (debugfs and e2freefrag as oracles), the
+kernel takes no hint and runs it as a plain fallocate (filefrag), an LFS image refuses it in
+one line. punch through the kernel: a hole in the file (filefrag) and a free extent of its
+size on disk (e2freefrag after unmount)."""
 
 from __future__ import annotations
 
@@ -93,3 +95,33 @@ def test_a_resume_counts_allocate_near_as_a_fallocate() -> None:
 
     ops = [Op("create", "f", 0), Op("allocate-near", "f", 5 * BS, BS, label="77")]
     assert journal_tree({}, ops)["f"].size == 6 * BS
+
+
+@pytest.mark.needs_root
+def test_posix_punch_leaves_a_free_extent_of_its_size(tmp_path: Path) -> None:
+    from fsage.ager.images import loop_mount
+    from fsage.ager.posix import PosixExecutor
+
+    img = make_image(tmp_path / "e.img", "ext4", 64 * MIB)
+    with loop_mount(img) as mnt:
+        with PosixExecutor(mnt) as ex:
+            # Two files written back to back, then 40 blocks punched out of the first one's
+            # middle: a free extent of 40 blocks walled in by allocated blocks.
+            ex.apply(Op("create", "a", 200 * BS))
+            ex.apply(Op("create", "b", 200 * BS))
+            ex.apply(Op("sync"))
+            ex.apply(Op("punch", "a", 40 * BS, 80 * BS))
+        out = subprocess.run(
+            ["filefrag", "-v", str(mnt / "a")], capture_output=True, text=True, check=True
+        ).stdout
+        logical = [
+            (int(m.group(1)), int(m.group(2)))
+            for m in re.finditer(r"^\s*\d+:\s+(\d+)\.\.\s*(\d+):", out, re.M)
+        ]
+        # The punched blocks are gone from the file's map; its size is kept.
+        assert all(end < 80 or start >= 120 for start, end in logical), out
+        assert (mnt / "a").stat().st_size == 200 * BS
+    hist = subprocess.run(["e2freefrag", str(img)], capture_output=True, text=True, check=True)
+    # e2freefrag's histogram: the 40-block hole is in its 128K...256K row.
+    row = re.search(r"^\s*128K\.\.\.\s*256K-\s*:\s*(\d+)\s+(\d+)", hist.stdout, re.M)
+    assert row and int(row.group(1)) >= 1 and int(row.group(2)) >= 40, hist.stdout
