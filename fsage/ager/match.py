@@ -26,11 +26,14 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
    and why it could not get closer.
 
 The fill and the matcher's files are in ``match_fill``, the steering in ``match_steer``, the
-target and its comparison in ``match_target``, where the writes go in ``match_disk``.
+target and its comparison in ``match_target``, where the writes go in ``match_disk`` (every op
+through the executors every aging uses), the run's record, journal and resume in
+``match_record``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -40,6 +43,15 @@ from typing import Any
 
 from fsage.ager.match_disk import AREA, Disk, OfflineDisk, open_disk, probe
 from fsage.ager.match_fill import MAX_FULLNESS
+from fsage.ager.match_record import (
+    finish_run_row,
+    interrupted_match,
+    match_header,
+    refuse_unfinished,
+    resume_record,
+    start_record,
+    start_run_row,
+)
 from fsage.ager.match_steer import Steering
 from fsage.ager.match_target import (
     FREE_TV,
@@ -71,8 +83,10 @@ __all__ = [
     "Matcher",
     "compare",
     "free_tv",
+    "interrupted_match",
     "load_target",
     "match_layout",
+    "resume_match",
     "target_from_layout",
 ]
 
@@ -101,6 +115,12 @@ class MatchResult:
     offline: bool = False
     #: What read the state ``report`` describes (the state left on disk).
     measured_by: str = ""
+    #: The journal of every op that took effect (across resumes): ``fsage age OTHER --ops``
+    #: runs it again; the record beside the target points to it for ``--resume``.
+    journal: str = ""
+    #: Continued a match that was stopped (``--resume``).
+    resumed: bool = False
+    notices: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -263,15 +283,10 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
 def _write_journal(journal: Path, disk: Disk, target: LayoutTarget, seed: int) -> None:
     """The ops ``disk`` ran, as a Workload: what was done stays replayable even when the
     match failed half way."""
-    from fsage.workload import WorkloadHeader, write_workload
+    from fsage.workload import write_workload
 
-    header = WorkloadHeader(
-        "fsage age --match",
-        {"target": target.source, "offline": isinstance(disk, OfflineDisk)},
-        seed,
-    )
     try:
-        write_workload(journal, header, disk.ops)
+        write_workload(journal, match_header(disk, target, seed), disk.ops)
     except OSError as exc:
         raise WorkloadError(f"cannot write the journal {journal}: {exc.strerror}") from None
 
@@ -285,14 +300,63 @@ def match_layout(
     mode: str = "auto",
     say: Callable[[str], None] | None = None,
     journal: Path | None = None,
+    force: bool = False,
+    db: Path | None = None,
 ) -> MatchResult:
     """Age the mounted directory or image ``path`` until its layout matches ``target``
-    (``mode``: see ``open_disk``). ``journal``: where to write the ops that took effect, as a
-    Workload (``fsage age OTHER --ops JOURNAL`` runs them again)."""
+    (``mode``: see ``open_disk``). The match is recorded like any aging run (a record beside
+    the target, a journal of the ops that took effect: see ``match_record``); ``journal``:
+    where to write a copy of those ops as well (``fsage age OTHER --ops JOURNAL`` runs them
+    again). ``force``: start even where an earlier run stopped before its end. ``db``: the
+    run is recorded in its ``aging_runs`` as well."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if not math.isfinite(time_limit) or time_limit <= 0:
         raise UsageError("the time limit must be a positive number of seconds")
+    refuse_unfinished(path, force)
+    return _match(path, target, seed, time_limit, mode, say, journal, None, db)
+
+
+def resume_match(
+    path: Path,
+    say: Callable[[str], None] | None = None,
+    db: Path | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
+) -> MatchResult:
+    """Continue the match that stopped on ``path`` (killed, interrupted or failed), with the
+    target, seed, time limit and way of reaching it of its record; ``db``: as for
+    ``match_layout``. A ``mode`` or ``seed`` given must be the record's."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    record = interrupted_match(path)
+    if record is None:
+        raise UsageError(f"{path}: no interrupted match to resume")
+    ident = record["ident"]
+    data = ident.get("target")
+    source = data.get("source") if isinstance(data, dict) else None
+    target = LayoutTarget.from_json(data, str(source or f"{path}: the record's target"))
+    rec_seed = int(ident.get("seed", 0))
+    if seed is not None and seed != rec_seed:
+        raise UsageError(f"{path}: the interrupted match used seed {rec_seed}")
+    rec_mode = str(record.get("mode", "auto"))
+    if mode not in (None, "auto") and rec_mode not in ("auto", mode):
+        raise UsageError(f"{path}: the interrupted match ran {rec_mode}, not {mode}")
+    limit = float(ident.get("time_limit", 600.0))
+    return _match(path, target, rec_seed, limit, rec_mode, say, None, record, db)
+
+
+def _match(
+    path: Path,
+    target: LayoutTarget,
+    seed: int,
+    time_limit: float,
+    mode: str,
+    say: Callable[[str], None] | None,
+    journal: Path | None,
+    record: dict[str, Any] | None,
+    db: Path | None = None,
+) -> MatchResult:
     from fsage.ager.images import image_kind
 
     # An ext image is judged by the offline reader once unmounted: the state left on disk,
@@ -302,23 +366,48 @@ def match_layout(
     kind, block_size = probe(path)
     if block_size:  # else open_disk says what the path is not
         check_target(target, str(path), kind, block_size, MAX_FULLNESS)
-    with open_disk(path, mode) as disk:
-        check_room(target, str(path), disk.fullness())
-        disk.prepare()
-        if isinstance(disk, OfflineDisk) and say is not None:
-            say(f"fsage: {OFFLINE_NOTICE}")
-        matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
+    with open_disk(path, mode, resume=record is not None) as disk:
+        if record is None:
+            check_room(target, str(path), disk.fullness())
+            rec = start_record(path, disk, target, seed, time_limit)
+        else:
+            rec = resume_record(path, disk, record)
+            for note in rec.notices:
+                if say is not None:
+                    say(f"fsage: {note}")
+            check_room(target, str(path), disk.fullness())
+        run_id = start_run_row(db, path, disk, rec)
         try:
-            res = matcher.run()
-            if not offline_after:
-                live = matcher.snapshot()
-        except OSError as exc:
-            raise WorkloadError(f"matching {path}: {exc}") from None
-        except WorkloadError as exc:
-            raise WorkloadError(f"matching {path}: {exc}") from None
-        finally:
-            if journal is not None:
-                _write_journal(journal, disk, target, seed)
+            disk.prepare()
+            if isinstance(disk, OfflineDisk) and say is not None:
+                say(f"fsage: {OFFLINE_NOTICE}")
+            matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
+            try:
+                res = matcher.run()
+                if not offline_after:
+                    live = matcher.snapshot()
+            except OSError as exc:
+                raise WorkloadError(f"matching {path}: {exc}") from None
+            except WorkloadError as exc:
+                raise WorkloadError(f"matching {path}: {exc}") from None
+            finally:
+                if journal is not None:
+                    _write_journal(journal, disk, target, seed)
+        except BaseException as exc:
+            # Stopped by an error or Ctrl-C between two ops: the journal holds exactly what
+            # ran, and --resume goes on from it.
+            rec.ops = rec.base_ops + len(disk.ops)
+            with contextlib.suppress(Exception):
+                rec.save(finished=False, clean=True)
+            rec.close()
+            with contextlib.suppress(Exception):
+                status = "failed" if isinstance(exc, Exception) else "interrupted"
+                notes = [f"{type(exc).__name__}: {exc}"]
+                finish_run_row(db, run_id, status, rec, {}, notes)
+            raise
+        rec.ops = rec.base_ops + len(disk.ops)
+        rec.save(finished=True)
+        rec.close()
     if live is None:
         from fsage.snapshotter.ext import read_ext_layout
 
@@ -337,4 +426,18 @@ def match_layout(
     res.reasons = {} if res.matched else _reasons(res.report, matcher.last_actions)
     res.target = str(path)
     res.offline = isinstance(disk, OfflineDisk)
+    res.journal = str(rec.journal.path)
+    res.resumed = record is not None
+    res.notices = rec.notices
+    metrics = {
+        "elapsed_s": res.elapsed,
+        "matched": res.matched,
+        "rounds": res.rounds,
+        "stopped_by": res.stop,
+        "free_tv": res.report.get("free_tv"),
+        "fullness": res.report.get("fullness"),
+        "files_written": res.files_written,
+    }
+    notes = rec.notices + [f"{k}: {v}" for k, v in res.reasons.items()]
+    finish_run_row(db, run_id, "finished", rec, metrics, notes, res.bytes_written)
     return res

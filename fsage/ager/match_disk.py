@@ -1,21 +1,26 @@
 """Where ``fsage age --match`` writes: a mounted tree through the kernel, or an unmounted ext
-image through the offline writer (libext2fs), behind the few ops the matcher needs."""
+image through the offline writer (libext2fs), behind the few ops the matcher needs.
+
+The Disk classes are thin adapters: each of their ops is a Workload op run by the executor
+every other aging uses (``PosixExecutor``, ``OfflineExtExecutor``) and journaled once it took
+effect, so a match is an op stream ``fsage age OTHER --ops`` runs again. They only read the
+file system themselves (inode numbers, fullness, snapshots)."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from fsage.ager.posix import punch_hole
+from fsage.ager.posix import PosixExecutor
+from fsage.ager.runjournal import _Journal, _stepper
+from fsage.ager.targets import lift_ext4_reserve
 from fsage.errors import UsageError
 from fsage.layout import FsFacts, Layout
-from fsage.workload import Op, OpFailedError
+from fsage.workload import Executor, Op, OpFailedError
 
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class Disk:
@@ -39,19 +44,47 @@ class Disk:
 
     #: The region kept free of new files (``keep_group_empty``), if any.
     kept_empty: int | None = None
+    #: The executor the ops run on.
+    x: Executor
+    #: ext4's reserve of blocks set aside on this mount (``lift_ext4_reserve``), when fsage
+    #: changed it: a parameter of the journal that a replay applies.
+    reserve: int | None = None
 
     def _start_journal(self) -> None:
         #: The ops that took effect, as Workload ops on paths from the file system's top: a
         #: stream ``fsage age --ops`` runs again.
         self.ops: list[Op] = []
         self._live: set[str] = set()
+        self._step: Callable[[Op], int] = self._apply
+        self._on_commit: Callable[[], None] | None = None
 
-    def _log(self, op: Op) -> None:
-        """Journal ``op``, which took effect. A delete of a file that never made it to the
-        journal (its create ran out of space half way) is left out."""
+    def _apply(self, op: Op) -> int:
+        return self.x.apply(op)
+
+    def attach(self, journal: _Journal, on_commit: Callable[[], None] | None = None) -> None:
+        """Journal every op to ``journal`` (a run's record) as it takes effect, in the same
+        call where the executor can (a killed match leaves every completed op in it);
+        ``on_commit``: called after each commit (to keep the record)."""
+        self._step = _stepper(self.x, journal)
+        self._on_commit = on_commit
+
+    def _committed(self) -> None:
+        if self._on_commit is not None:
+            self._on_commit()
+
+    def area_tree(self) -> list[tuple[str, bool]]:
+        """(path from the top, is a directory) of everything in the matcher's area, as the
+        file system holds it."""
+        raise NotImplementedError
+
+    def knows(self, path: str) -> None:
+        """``path`` (from the top) is in the journal already (a resumed match's)."""
+        self._live.add(path)
+
+    def _run(self, op: Op) -> None:
+        """Run ``op`` on the executor and journal it (only once it took effect)."""
+        self._step(op)
         if op.op == "delete":
-            if op.path not in self._live:
-                return
             self._live.discard(op.path)
         elif op.op in ("create", "mkdir"):
             self._live.add(op.path)
@@ -59,6 +92,11 @@ class Disk:
             self._live.discard(op.path)
             self._live.add(op.dest)
         self.ops.append(op)
+
+    def _gone(self, path: str) -> bool:
+        """True when ``path`` never took effect (its create ran out of space and was undone):
+        nothing to delete or punch, and no op for it in the journal."""
+        return path not in self._live
 
     def prepare(self) -> None:
         """Make the matcher's area: the first write, once the target has been accepted."""
@@ -105,11 +143,12 @@ class Disk:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        self.x.close()
 
 
 class MountedDisk(Disk):
-    """A mounted directory: POSIX calls, snapshots by fsage's live reader."""
+    """A mounted directory: ops through ``PosixExecutor`` (the kernel's allocator), snapshots
+    by fsage's live reader."""
 
     def __init__(self, root: Path, geometry: FsFacts | None = None) -> None:
         self._start_journal()
@@ -123,7 +162,6 @@ class MountedDisk(Disk):
         # gives them. statvfs leaves ext4's metadata out of both: a target read offline
         # would be matched on a different scale.
         self.total = _device_blocks(root, self.bs) or vfs.f_blocks
-        self._buf = b"\xa5" * (1 << 20)
         # btrfs frees a punched range only when no part of its extent is still referenced:
         # holes there are made by deleting whole files.
         self.kind = _fs_type(root)
@@ -138,7 +176,7 @@ class MountedDisk(Disk):
         self._placed: list[int] = []
         self._dir_group: dict[str, int] = {}
         self._file_blocks: dict[str, tuple[int, int]] = {}
-        if _fs_type(root) == "xfs":
+        if self.kind == "xfs":
             geom = _xfs_geometry(root)
             if geom is not None:
                 self.group_blocks, self.groups, self._ino_shift, log_group, log_blocks = geom
@@ -146,13 +184,16 @@ class MountedDisk(Disk):
                 if 0 <= log_group < self.groups:
                     self._room[log_group] -= log_blocks
                 self._placed = [0] * self.groups
+        self.x = PosixExecutor(root)
 
     def prepare(self) -> None:
-        self.area.mkdir(exist_ok=True)
-        self._log(Op("mkdir", AREA))
+        self._run(Op("mkdir", AREA))
 
     def _p(self, rel: str) -> str:
         return f"{AREA}/{rel}"
+
+    def _ino(self, rel: str) -> int:
+        return os.lstat(self.area / rel).st_ino
 
     def keep_group_empty(self, group: int) -> None:
         self._avoid = self.kept_empty = group
@@ -165,9 +206,8 @@ class MountedDisk(Disk):
         for _ in range(4 * self.groups):
             rel = f".g{len(self._group_dirs)}-{self._tries}"
             self._tries += 1
-            (self.area / rel).mkdir()
-            self._log(Op("mkdir", self._p(rel)))
-            g = os.stat(self.area / rel).st_ino >> self._ino_shift
+            self._run(Op("mkdir", self._p(rel)))
+            g = self._ino(rel) >> self._ino_shift
             self._group_dirs.setdefault(int(g), rel)
             if g == group:
                 return rel
@@ -182,32 +222,27 @@ class MountedDisk(Disk):
         path = self.area / rel
         if self._avoid is None:
             if not path.exists():
-                path.mkdir()
-                self._log(Op("mkdir", self._p(rel)))
+                self._run(Op("mkdir", self._p(rel)))
             return
         others = [g for g in range(self.groups) if g != self._avoid]
         best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
         fallback = None
         for attempt in range(4 * self.groups + 1):
-            tmp = self.area / f".{rel}.{attempt}"
-            tmp.mkdir()
-            self._log(Op("mkdir", self._p(tmp.name)))
-            g = os.stat(tmp).st_ino >> self._ino_shift
+            tmp = f".{rel}.{attempt}"
+            self._run(Op("mkdir", self._p(tmp)))
+            g = self._ino(tmp) >> self._ino_shift
             if g == best:
-                tmp.rename(path)
-                self._log(Op("rename", self._p(tmp.name), dest=self._p(rel)))
+                self._run(Op("rename", self._p(tmp), dest=self._p(rel)))
                 self._dir_group[rel] = g
                 return
             if g != self._avoid and fallback is None:
                 fallback = (tmp, g)
         if fallback is not None:
-            fallback[0].rename(path)
-            self._log(Op("rename", self._p(fallback[0].name), dest=self._p(rel)))
+            self._run(Op("rename", self._p(fallback[0]), dest=self._p(rel)))
             self._dir_group[rel] = fallback[1]
             return
         if not path.exists():  # the allocator does not rotate: take what it gives
-            path.mkdir()
-            self._log(Op("mkdir", self._p(rel)))
+            self._run(Op("mkdir", self._p(rel)))
 
     def _place(self, rel: str, size: int) -> None:
         g = self._dir_group.get(rel.partition("/")[0])
@@ -216,135 +251,106 @@ class MountedDisk(Disk):
             self._placed[g] += blocks
             self._file_blocks[rel] = (g, blocks)
 
-    def _open(self, rel: str) -> tuple[int, int]:
-        fd = os.open(self.area / rel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        return fd, os.fstat(fd).st_ino
-
-    def _write(self, fd: int, n: int) -> None:
-        while n > 0:
-            n -= os.write(fd, self._buf[: min(n, len(self._buf))])
-
     def create(self, rel: str, size: int, at_once: bool = False) -> int:
         """``at_once``: the kernel writes a large file back a few MiB at a time, interleaved
         with the other files written, so it is split: the writes before it are synced
         first and it is fsync'ed whole."""
+        p = self._p(rel)
         if at_once:
-            os.sync()
-            self._log(Op("sync"))
-        fd, ino = self._open(rel)
-        try:
-            self._write(fd, size)
-            if at_once:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._log(Op("create", self._p(rel), size))
+            self._run(Op("sync"))
+        self._run(Op("create", p, size))
         if at_once:
-            self._log(Op("fsync", self._p(rel)))
+            self._run(Op("fsync", p))
         self._place(rel, size)
-        return ino
+        return self._ino(rel)
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
         """fallocate each piece in turn, so it is placed at once next to the other files'
         pieces, then write the data; where fallocate is not supported, write each piece and
         fsync it."""
-        opened = [self._open(rel) for rel, _ in items]
-        fds = [fd for fd, _ in opened]
-        sizes = [size for _, size in items]
+        inos = []
+        for rel, _ in items:
+            self._run(Op("create", self._p(rel), 0))
+            inos.append(self._ino(rel))
         step = chunk * self.bs
-        # Journaled once all of it took effect (a file that ran out of space is deleted by
-        # the matcher, and the delete of a file never journaled is left out).
-        ops = [Op("create", self._p(rel), 0) for rel, _ in items]
-        try:
-            for off in range(0, max(sizes), step):
-                for (rel, size), fd in zip(items, fds, strict=True):
-                    if off < size:
-                        n = min(step, size - off)
-                        if self.can_fallocate:
-                            try:
-                                os.posix_fallocate(fd, off, n)
-                                ops.append(Op("fallocate", self._p(rel), n, off))
-                                continue
-                            except OSError as exc:
-                                if exc.errno in _NO_SPACE:
-                                    raise
-                                self.can_fallocate = False
-                        os.lseek(fd, off, os.SEEK_SET)
-                        self._write(fd, n)
-                        os.fsync(fd)
-                        ops += [Op("append", self._p(rel), n), Op("fsync", self._p(rel))]
-            for (rel, size), fd in zip(items, fds, strict=True):
-                os.lseek(fd, 0, os.SEEK_SET)
-                self._write(fd, size)
-                ops.append(Op("overwrite", self._p(rel), size, 0))
-        finally:
-            for fd in fds:
-                os.close(fd)
-        for op in ops:
-            self._log(op)
+        for off in range(0, max(size for _, size in items), step):
+            for rel, size in items:
+                if off >= size:
+                    continue
+                n = min(step, size - off)
+                if self.can_fallocate:
+                    try:
+                        self._run(Op("fallocate", self._p(rel), n, off))
+                        continue
+                    except OpFailedError:  # not supported here (ENOSPC is NoSpaceError)
+                        self.can_fallocate = False
+                self._run(Op("append", self._p(rel), n))
+                self._run(Op("fsync", self._p(rel)))
         for rel, size in items:
+            self._run(Op("overwrite", self._p(rel), size, 0))
             self._place(rel, size)
-        return [ino for _, ino in opened]
+        return inos
 
     def unlink(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.area / rel)
-            self._log(Op("delete", self._p(rel)))
+        if not self._gone(self._p(rel)):
+            with contextlib.suppress(OpFailedError):  # gone already
+                self._run(Op("delete", self._p(rel)))
         g, blocks = self._file_blocks.pop(rel, (-1, 0))
         if g >= 0:
             self._placed[g] -= blocks
 
     def punch(self, rel: str, offset: int, length: int) -> bool:
-        try:
-            fd = os.open(self.area / rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+        if self._gone(self._p(rel)):
             return False
         try:
-            punch_hole(fd, offset, length)
-        except OSError:
+            self._run(Op("punch", self._p(rel), length, offset))
+        except OpFailedError:
             self.can_punch = False  # not supported here: holes by deleting files
             return False
-        finally:
-            os.close(fd)
-        self._log(Op("punch", self._p(rel), length, offset))
         return True
 
     def allocate(self, rel: str, size: int, near: int | None = None) -> int | None:
         """On xfs, ``near`` chooses the allocation group: the file is made in a directory of
         the group holding block ``near`` (xfs allocates a new file's data in its inode's
-        group, its inode in its directory's), then moved to ``rel``."""
+        group, its inode in its directory's), then moved to ``rel``. Elsewhere the kernel
+        takes no hint: a plain fallocate."""
         if near is not None and self.groups and self.group_blocks:
             holder = self._group_dir(near // self.group_blocks)
             if holder is not None:
                 tmp = f"{holder}/{rel.replace('/', '_')}"
                 ino = self.allocate(tmp, size)
                 if ino is not None:
-                    os.rename(self.area / tmp, self.area / rel)
-                    self._log(Op("rename", self._p(tmp), dest=self._p(rel)))
+                    self._run(Op("rename", self._p(tmp), dest=self._p(rel)))
                 return ino
-        fd, ino = self._open(rel)
+        p = self._p(rel)
+        self._run(Op("create", p, 0))
         try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno in _NO_SPACE:
-                raise
-            self.can_fallocate = False  # not supported here
-            os.unlink(self.area / rel)
+            self._run(Op("fallocate", p, size, 0))
+        except OpFailedError:  # not supported here (ENOSPC is NoSpaceError)
+            self.can_fallocate = False
+            self._run(Op("delete", p))
             return None
-        finally:
-            os.close(fd)
-        self._log(Op("create", self._p(rel), 0))
-        self._log(Op("fallocate", self._p(rel), size, 0))
         self._place(rel, size)
-        return ino
+        return self._ino(rel)
 
     def fullness(self) -> float:
         v = os.statvfs(self.root)
         return (self.total - v.f_bfree) / self.total
 
     def commit(self) -> None:
-        os.sync()
-        self._log(Op("sync"))
+        self._run(Op("sync"))
+        self._committed()
+
+    def area_tree(self) -> list[tuple[str, bool]]:
+        out: list[tuple[str, bool]] = []
+        if not os.path.lexists(self.area):
+            return out
+        out.append((AREA, True))
+        for dirpath, dirnames, filenames in os.walk(self.area):
+            rel = os.path.relpath(dirpath, self.root)
+            out += [(f"{rel}/{d}", True) for d in dirnames]
+            out += [(f"{rel}/{f}", False) for f in filenames]
+        return out
 
     def layout(self) -> Layout:
         from fsage.snapshotter.live import read_live_layout
@@ -385,12 +391,8 @@ class OfflineDisk(Disk):
         # (the writer's statfs-like figures leave the metadata out of both counts, so only
         # their difference, the free blocks, is taken from them).
         self.total = read_ext_layout(image).facts.blocks_total
-        self.x = OfflineExtExecutor(image)
+        self.x = self.ext = OfflineExtExecutor(image)
         self.bs = self.x.capacity_blocks()[0]
-
-    def _run(self, op: Op) -> None:
-        self.x.apply(op)
-        self._log(op)
 
     def prepare(self) -> None:
         try:
@@ -408,14 +410,14 @@ class OfflineDisk(Disk):
     def create(self, rel: str, size: int, at_once: bool = False) -> int:
         path = self._path(rel)
         self._run(Op("create", path, size))
-        return self.x.stat(path)[0]
+        return self.ext.stat(path)[0]
 
     def interleave(self, items: list[tuple[str, int]], chunk: int) -> list[int]:
         paths = [self._path(rel) for rel, _ in items]
         inos = []
         for path in paths:
             self._run(Op("create", path, 0))
-            inos.append(self.x.stat(path)[0])
+            inos.append(self.ext.stat(path)[0])
         step = chunk * self.bs
         for off in range(0, max(size for _, size in items), step):
             for path, (_, size) in zip(paths, items, strict=True):
@@ -424,10 +426,13 @@ class OfflineDisk(Disk):
         return inos
 
     def unlink(self, rel: str) -> None:
-        with contextlib.suppress(OpFailedError):  # gone already
-            self._run(Op("delete", self._path(rel)))
+        if not self._gone(self._path(rel)):
+            with contextlib.suppress(OpFailedError):  # gone already
+                self._run(Op("delete", self._path(rel)))
 
     def punch(self, rel: str, offset: int, length: int) -> bool:
+        if self._gone(self._path(rel)):
+            return False
         self._run(Op("punch", self._path(rel), length, offset))
         return True
 
@@ -438,7 +443,7 @@ class OfflineDisk(Disk):
             self._run(Op("fallocate", path, size, 0))
         else:
             self._run(Op("allocate-near", path, size, 0, label=str(near)))
-        return self.x.stat(path)[0]
+        return self.ext.stat(path)[0]
 
     def fullness(self) -> float:
         _, cap_total, cap_used = self.x.capacity_blocks()
@@ -446,15 +451,24 @@ class OfflineDisk(Disk):
         return (self.total - free) / self.total if self.total else 0.0
 
     def commit(self) -> None:
-        self.x.flush()
-        self._log(Op("sync"))
+        self._run(Op("sync"))  # the offline executor flushes on sync
+        self._committed()
+
+    def area_tree(self) -> list[tuple[str, bool]]:
+        layout = self.layout()
+        isdir = layout.files.is_dir()
+        index = {int(ino): i for i, ino in enumerate(layout.files.ino)}
+        out = []
+        for ino, paths in layout.paths().items():
+            for p in paths:
+                rel = p.lstrip("/")
+                if rel == AREA or rel.startswith(AREA + "/"):
+                    out.append((rel, bool(isdir[index[int(ino)]])))
+        return out
 
     def layout(self) -> Layout:
-        self.x.flush()
+        self.ext.flush()
         return self._read(self.image)
-
-    def close(self) -> None:
-        self.x.close()
 
 
 def _xfs_geometry(root: Path) -> tuple[int, int, int, int, int] | None:
@@ -536,48 +550,50 @@ def probe(path: Path) -> tuple[str, int]:
     return kind, 1024 << value if kind == "ext" else value
 
 
-def _lift_ext4_reserve(root: Path) -> None:
-    """ext4 keeps 2% of the blocks (at most 4,096) from every writer, root included, so that
-    delayed allocation never finds a full disk at writeback. The fill holds the target's
-    files and, in spacers, its free space at once: with that 2% held back it runs out of
-    space 2% short and leaves as many of the target's files out. The knob belongs to the
-    mount (nothing of it is written to the image), so only a mount of fsage's own has it set
-    to none; a file system matched where the user mounted it keeps its reserve."""
-    st = os.stat(root)
-    dev = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    knob = Path("/sys/fs/ext4") / os.path.basename(dev) / "reserved_clusters"
-    with contextlib.suppress(OSError):
-        knob.write_text("0")
+@contextlib.contextmanager
+def _closing(disk: Disk) -> Iterator[Disk]:
+    try:
+        yield disk
+    finally:
+        disk.close()
 
 
 @contextlib.contextmanager
-def open_disk(path: Path, mode: str) -> Iterator[Disk]:
+def open_disk(path: Path, mode: str, resume: bool = False) -> Iterator[Disk]:
     """Where the match runs: a directory as it is; an image loop-mounted (``mode`` "mount",
-    or "auto" as root with loop devices), else an ext image through the offline writer."""
-    from fsage.ager.images import can_loop_mount, image_kind, mount, mount_dir, umount
+    or "auto" as root with loop devices), else an ext image through the offline writer.
+    ``resume``: the matcher's area of a killed match is expected (and an image it left
+    mounted is unmounted first)."""
+    from fsage.ager.images import (
+        can_loop_mount,
+        clear_stale_mounts,
+        image_kind,
+        mount,
+        mount_dir,
+        umount,
+    )
 
     if mode not in ("auto", "mount", "offline"):
         raise UsageError(f"unknown mode {mode!r}")
     if path.is_dir():
         if mode == "offline":
             raise UsageError("--offline needs an image file, not a directory")
-        if (path / AREA).exists():
+        if (path / AREA).exists() and not resume:
             raise UsageError(f"{path / AREA} exists: an earlier match left it; remove it first")
-        yield MountedDisk(path)
+        with _closing(MountedDisk(path)) as disk:
+            yield disk
         return
     kind = image_kind(path)
     if kind not in ("ext", "xfs", "btrfs"):
         raise UsageError(f"{path}: not a directory or an ext2/3/4, xfs or btrfs image")
+    clear_stale_mounts(path)  # a killed match's mount
     if mode == "offline" or (mode == "auto" and not can_loop_mount()):
         if kind != "ext":
             raise UsageError(
                 f"{path}: a {kind} image can only be matched mounted (needs root and loop devices)"
             )
-        disk = OfflineDisk(path)
-        try:
+        with _closing(OfflineDisk(path)) as disk:
             yield disk
-        finally:
-            disk.close()
         return
     if not can_loop_mount():
         raise UsageError(f"{path}: matching an image mounted needs root and loop devices")
@@ -590,11 +606,12 @@ def open_disk(path: Path, mode: str) -> Iterator[Disk]:
     try:
         mount(path, mnt)
         try:
-            if (mnt / AREA).exists():
+            if (mnt / AREA).exists() and not resume:
                 raise UsageError(f"{path}: /{AREA} exists: an earlier match left it")
-            if kind == "ext":
-                _lift_ext4_reserve(mnt)
-            yield MountedDisk(mnt, geometry)
+            reserve = lift_ext4_reserve(mnt) if kind == "ext" else None
+            with _closing(MountedDisk(mnt, geometry)) as disk:
+                disk.reserve = reserve
+                yield disk
         finally:
             os.sync()
             umount(mnt)

@@ -121,9 +121,9 @@ def apply_op(tree: Tree, op: Op, *, allocate_only: bool = False) -> None:
             tree[op.path].size += op.size
         elif kind == "truncate":
             tree[op.path].size = op.size
-        elif kind in ("overwrite", "fallocate"):
+        elif kind in ("overwrite", "fallocate", "allocate-near"):
             node = tree[op.path]
-            if kind == "fallocate" or not allocate_only:
+            if kind != "overwrite" or not allocate_only:
                 node.size = max(node.size, op.offset + op.size)
         elif kind == "delete":
             del tree[op.path]

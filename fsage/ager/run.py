@@ -13,99 +13,62 @@ stops between two ops, so the target is consistent and the record exact, and ``-
 continues from it. After a kill, ``--resume`` takes what ran since the record from the journal
 and checks a directory target's tree against the journal's (``fsage.ager.reconcile``), for the
 op that was running may have taken effect without its journal line.
+
+The targets and the options that choose them are in ``fsage.ager.targets``, the record and the
+journal in ``fsage.ager.runjournal``, the ``aging_runs`` table in ``fsage.ager.agingruns``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import os
 import signal
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fsage.ager.generator import DATA_OPS, Generator
-from fsage.ager.images import (
-    can_loop_mount,
-    clear_stale_mounts,
-    image_kind,
-    mount,
-    mount_dir,
-    umount,
-)
-from fsage.ager.offline import OFFLINE_NOTICE, OfflineExtExecutor
-from fsage.ager.posix import (
-    IGNORED_NAMES,
-    MARKER,
-    InFlightError,
-    PosixExecutor,
-    check_target_dir,
-    record_path_for,
-)
+from fsage.ager.agingruns import AgingRun, _finish_aging_run, _start_aging_run, aging_runs
+from fsage.ager.generator import Generator
+from fsage.ager.posix import InFlightError, record_path_for
 from fsage.ager.profile import Profile
-from fsage.ager.reconcile import (
-    Difference,
-    Node,
-    Tree,
-    difference,
-    disk_tree,
-    durable_prefix,
-    journal_tree,
-    load_tree,
-    save_tree,
-    tree_change,
-)
+from fsage.ager.reconcile import Difference, Tree, load_tree
 from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay, tree_entries
-from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
-from fsage.layout import Layout
-from fsage.private import private_opener, write_private_text
-from fsage.workload import (
-    Executor,
-    NoSpaceError,
-    Op,
-    OpFailedError,
-    WorkloadHeader,
-    read_workload,
+from fsage.ager.runjournal import (
+    _as_named_by,
+    _busy,
+    _changes,
+    _compare_with_journal,
+    _data_bytes,
+    _describe,
+    _drain,
+    _in_part,
+    _Journal,
+    _journal_path,
+    _journaled_ops,
+    _lfs_durable,
+    _lost_in_flight,
+    _read_record,
+    _rng_state_from_json,
+    _rng_state_to_json,
+    _save_start_tree,
+    _start_tree,
+    _start_tree_path,
+    _stepper,
+    _write_record,
 )
-
-if TYPE_CHECKING:
-    from fsage.db.store import Store
+from fsage.ager.runjournal import _op_line as _op_line  # re-exported: tests build journal lines
+from fsage.ager.targets import RESERVE_PARAM, AgeOptions, Target, open_target
+from fsage.ager.targets import _layout_entries as _layout_entries  # re-exported
+from fsage.errors import FsageError, UsageError, WorkloadError
+from fsage.workload import NoSpaceError, Op, OpFailedError, WorkloadHeader, read_workload
 
 RECORD_EVERY = 1000
-
-
-@dataclass
-class AgeOptions:
-    profile: Profile | None = None
-    ops_file: Path | None = None
-    #: None: 0 for a new run, the record's seed for --resume.
-    seed: int | None = None
-    mode: str = "auto"  # auto | mount | offline
-    force: bool = False
-    resume: bool = False
-    fsync: bool = False
-    #: "write" (real data) or "fallocate" (blocks allocated, not written; mounted and offline
-    #: ext targets).
-    #: None: "write" for a new run, the record's for --resume.
-    data: str | None = None
-    db: Path | None = None
-    snapshot_every: int = 0
-    name: str | None = None
-    progress: bool = False
-    #: Cleaning policy of an LFS target (default: the one chosen at mkfs).
-    policy: str | None = None
-    #: A new generated run takes the files already on the target into its model, so that its
-    #: churn deletes and rewrites them too (otherwise it ages only the files it makes).
-    adopt: bool = False
 
 
 @dataclass
@@ -142,333 +105,6 @@ class AgeResult:
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-# ---------------------------------------------------------------------------- targets
-
-
-class Target:
-    """An executor plus how to snapshot the target and where its record lives."""
-
-    executor: Executor
-    record_path: Path
-    source: Path  # what read_source reads for a snapshot
-    notices: list[str]
-    kind: str = "dir"  # recorded in aging_runs: dir, mounted-<fs>, offline-ext, lfs
-
-    def layout(self) -> Layout:
-        from fsage.snapshotter import read_source
-
-        return read_source(self.source)
-
-    def walk(self) -> list[tuple[str, bool, int]]:
-        """(relative path, is_dir, size) of everything in the target, for resuming."""
-        return _layout_entries(self.layout())
-
-    def tree_root(self) -> Path | None:
-        """The directory the ops run in, when the target is one (a resume then checks the
-        tree below it against the journal)."""
-        return None
-
-    def counters_mark(self) -> Any:
-        """What ``run_metrics`` needs to report the part of a run after this moment."""
-        return None
-
-    def max_fill(self) -> float | None:
-        """The highest fullness the target can reach, when it keeps room back (LFS)."""
-        return None
-
-    def run_metrics(
-        self, fill_mark: tuple[int, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(metrics, utilization) recorded with the aging run; the executor is open.
-        ``fill_mark``: (op index, ``counters_mark()``) taken when a generated workload's fill
-        phase ended."""
-        return {}, {"fullness": self.executor.fullness()}
-
-    def close(self) -> None:
-        self.executor.close()
-
-
-def _layout_entries(layout: Layout) -> list[tuple[str, bool, int]]:
-    paths = layout.paths()
-    files = layout.files
-    out: list[tuple[str, bool, int]] = []
-    isdir = files.is_dir()
-    isreg = files.is_regular()
-    for i in range(len(files)):
-        ino = int(files.ino[i])
-        if not (isdir[i] or isreg[i]):
-            continue
-        for p in paths.get(ino, []):
-            rel = p.lstrip("/")
-            if rel and rel.split("/")[0] not in ("lost+found", MARKER):
-                out.append((rel, bool(isdir[i]), int(files.size[i])))
-    return out
-
-
-class DirTarget(Target):
-    def __init__(self, path: Path, opts: AgeOptions) -> None:
-        real = Path(os.path.realpath(path))
-        self.record_path = record_path_for(real)
-        self.source = check_target_dir(path, force=opts.force, record=self.record_path)
-        self.executor = PosixExecutor(self.source, fsync=opts.fsync, data=opts.data or "write")
-        self.notices = []
-
-    def walk(self) -> list[tuple[str, bool, int]]:
-        return _walk_dir(self.source)
-
-    def tree_root(self) -> Path | None:
-        return self.source
-
-
-def _walk_dir(root: Path) -> list[tuple[str, bool, int]]:
-    out: list[tuple[str, bool, int]] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel = os.path.relpath(dirpath, root)
-        rel = "" if rel == "." else rel
-        if not rel:
-            dirnames[:] = [d for d in dirnames if d != "lost+found"]
-        for d in dirnames:
-            st = os.lstat(os.path.join(dirpath, d))
-            if stat.S_ISDIR(st.st_mode):
-                out.append((f"{rel}/{d}" if rel else d, True, 0))
-        for f in filenames:
-            if not rel and f == MARKER:
-                continue
-            st = os.lstat(os.path.join(dirpath, f))
-            if stat.S_ISREG(st.st_mode):
-                out.append((f"{rel}/{f}" if rel else f, False, st.st_size))
-    return out
-
-
-class MountedImageTarget(Target):
-    """An image loop-mounted on a temporary directory; snapshots unmount, read, remount."""
-
-    def __init__(self, image: Path, opts: AgeOptions) -> None:
-        self.source = image
-        self.record_path = image.with_name(image.name + ".fsage-age")
-        self.kind = f"mounted-{image_kind(image) or 'image'}"
-        self.mnt = mount_dir("age")
-        self.opts = opts
-        self.notices = [f"loop-mounted {image} on {self.mnt}; ops run through the kernel"]
-        self._mounted = False
-        try:
-            mount(image, self.mnt)
-            self._mounted = True
-            check_target_dir(self.mnt, force=opts.force, record=self.record_path)
-            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync, data=opts.data or "write")
-        except BaseException:
-            self._unmount()
-            raise
-
-    def _unmount(self) -> None:
-        if self._mounted:
-            os.sync()
-            umount(self.mnt)
-            self._mounted = False
-        with contextlib.suppress(OSError):
-            self.mnt.rmdir()
-
-    def layout(self) -> Layout:
-        from fsage.snapshotter import read_source
-
-        self.executor.close()
-        umount(self.mnt)
-        self._mounted = False
-        try:
-            return read_source(self.source)
-        finally:
-            mount(self.source, self.mnt)
-            self._mounted = True
-            self.executor = PosixExecutor(
-                self.mnt, fsync=self.opts.fsync, data=self.opts.data or "write"
-            )
-
-    def walk(self) -> list[tuple[str, bool, int]]:
-        return _walk_dir(self.mnt)
-
-    def tree_root(self) -> Path | None:
-        return self.mnt
-
-    def close(self) -> None:
-        try:
-            self.executor.close()
-        finally:
-            self._unmount()
-
-
-class ReopenTarget(Target):
-    """An image written by a library executor; snapshots close it, read the image, reopen."""
-
-    def __init__(
-        self,
-        image: Path,
-        factory: Callable[[Path], Executor],
-        notice: str,
-        kind: str = "offline-ext",
-    ) -> None:
-        self.source = image
-        self.record_path = image.with_name(image.name + ".fsage-age")
-        self.factory = factory
-        self.executor = factory(image)
-        self.notices = [notice]
-        self.kind = kind
-
-    def _closed(self) -> None:
-        """Hook: the executor was just closed (before a snapshot reopens it)."""
-
-    def layout(self) -> Layout:
-        from fsage.snapshotter import read_source
-
-        self.executor.close()
-        self._closed()
-        try:
-            return read_source(self.source)
-        finally:
-            self.executor = self.factory(self.source)
-
-
-class LfsTarget(ReopenTarget):
-    """An LFS image; the cleaner's counters are carried across the reopens of snapshots, so
-    the run's write cost covers every op of the run."""
-
-    def __init__(self, image: Path, policy: str | None = None) -> None:
-        from fsage.lfs.cleaner import Counters
-        from fsage.lfs.executor import LfsExecutor
-
-        def factory(p: Path) -> LfsExecutor:
-            return LfsExecutor(p, policy=policy)
-
-        super().__init__(image, factory, "LFS image: ops run through fsage's LFS", "lfs")
-        self.carried = Counters()
-
-    def _closed(self) -> None:
-        from fsage.lfs.executor import LfsExecutor
-
-        if isinstance(self.executor, LfsExecutor):
-            self.carried.add(self.executor.counters)
-
-    def max_fill(self) -> float | None:
-        from fsage.lfs.executor import LfsExecutor
-
-        if isinstance(self.executor, LfsExecutor):
-            return self.executor.fs.max_fullness()
-        return None
-
-    def counters_mark(self) -> Any:
-        from fsage.lfs.cleaner import Counters
-        from fsage.lfs.executor import LfsExecutor
-
-        total = Counters()
-        total.add(self.carried)
-        if isinstance(self.executor, LfsExecutor):
-            total.add(self.executor.counters)
-        return total
-
-    def run_metrics(
-        self, fill_mark: tuple[int, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Seed 001 EQ 1-6 over the whole run and, when the workload had a fill phase, over
-        the ops after it (``metrics["after_fill"]``: seed 001 counts the updates only)."""
-        from fsage.lfs.cleaner import Counters
-        from fsage.lfs.executor import LfsExecutor, lfs_metrics
-
-        if not isinstance(self.executor, LfsExecutor):  # pragma: no cover - by construction
-            return super().run_metrics(fill_mark)
-        metrics, util = self.executor.aging_metrics(self.carried)
-        util["fullness"] = self.executor.fullness()
-        if fill_mark is not None and isinstance(fill_mark[1], Counters):
-            after = self.counters_mark()
-            after.subtract(fill_mark[1])
-            part = lfs_metrics(self.executor.fs, after, self.executor.disk)
-            part["from_op"] = fill_mark[0]
-            metrics["after_fill"] = part
-        return metrics, util
-
-
-def open_target(path: Path, opts: AgeOptions) -> Target:
-    """Choose how to reach ``path`` (see module doc)."""
-    stale: list[str] = []
-    tgt = _open_target(path, opts, stale)
-    tgt.notices[:0] = stale
-    return tgt
-
-
-def _open_target(path: Path, opts: AgeOptions, stale: list[str]) -> Target:
-    if opts.mode not in ("auto", "mount", "offline"):
-        raise UsageError(f"unknown mode {opts.mode!r}")
-    real = Path(os.path.realpath(path))
-    if real == Path("/"):
-        raise UnsafeTargetError("refusing to age '/'")
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or directory")
-    if opts.policy is not None and (path.is_dir() or image_kind(real) != "lfs"):
-        raise UsageError("--policy chooses the cleaning policy of an LFS image")
-    if path.is_dir():
-        if opts.mode == "offline":
-            raise UsageError("--offline needs an image file, not a directory")
-        return DirTarget(path, opts)
-    kind = image_kind(real)
-    if kind is None:
-        raise UsageError(
-            f"{path}: not a directory or a recognised image (ext2/3/4, xfs, btrfs, LFS)"
-        )
-    if opts.data not in (None, "write", "fallocate"):
-        raise UsageError(f"unknown data mode {opts.data!r} (write or fallocate)")
-    # whichever way it is written, an image still mounted by a killed run must not be
-    stale.extend(clear_stale_mounts(real))
-    if kind == "lfs":
-        if opts.data == "fallocate":
-            raise UsageError("an LFS image is aged with --data write (a log has no fallocate)")
-        return LfsTarget(real, opts.policy)
-    if opts.mode == "offline" or (opts.mode == "auto" and not can_loop_mount()):
-        if kind != "ext":
-            raise UsageError(
-                f"{path}: a {kind} image can only be aged mounted (needs root and loop devices)"
-            )
-        tgt = ReopenTarget(
-            real, functools.partial(OfflineExtExecutor, data=opts.data or "write"), OFFLINE_NOTICE
-        )
-        if opts.mode == "auto":
-            tgt.notices.insert(0, "not root or no loop devices: aging the image offline")
-        return tgt
-    if not can_loop_mount():
-        raise UsageError("--mount needs root and /dev/loop-control")
-    return MountedImageTarget(real, opts)
-
-
-# ---------------------------------------------------------------------------- record
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_record(path: Path, data: dict[str, Any]) -> None:
-    if path.is_symlink():
-        raise UnsafeTargetError(f"{path} is a symlink")
-    tmp = path.with_name(path.name + ".part")
-    try:
-        write_private_text(tmp, json.dumps(data, sort_keys=True) + "\n")
-        tmp.replace(path)
-    except OSError as exc:
-        raise FsageError(f"cannot write the run's record {path}: {exc.strerror}") from None
-
-
-def _rng_state_to_json(state: Any) -> list[Any]:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _rng_state_from_json(data: list[Any]) -> Any:
-    return (data[0], tuple(data[1]), data[2])
 
 
 # ---------------------------------------------------------------------------- the run
@@ -560,6 +196,8 @@ def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) 
         ):
             raise UsageError(f"{path}: the interrupted run ran the op stream {rec_ops}")
         return replace(opts, ops_file=rec_ops, mode=_record_mode(path, opts, record))
+    if ident.get("kind") == "match":
+        raise UsageError(f"{path}: the interrupted run is a match: resume it with --resume alone")
     if ident.get("kind") != "profile" or "profile" not in ident:
         raise UsageError(f"{path}: the record of the interrupted run is unreadable")
     rec_profile = Profile.from_json(ident["profile"], name=str(ident["profile"].get("name", "")))
@@ -592,217 +230,6 @@ def _record_mode(path: Path, opts: AgeOptions, record: dict[str, Any]) -> str:
     return rec_mode if opts.mode == "auto" else opts.mode
 
 
-class _Journal:
-    """The op stream actually run, one JSON line per op that took effect, written as it runs
-    (one ``write`` per op, so a killed run leaves every completed op in it)."""
-
-    def __init__(self, path: Path, header: WorkloadHeader | None, keep_bytes: int | None) -> None:
-        self.path = path
-        try:
-            if header is not None:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-                fd = private_opener(path, flags)
-                os.write(fd, (header.to_json() + "\n").encode())
-            else:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise FsageError(f"cannot write the journal {path}: {exc.strerror}") from None
-        self.fd = fd
-        if keep_bytes is not None:
-            os.ftruncate(fd, keep_bytes)
-        self._end = os.lseek(fd, 0, os.SEEK_END)
-
-    @property
-    def bytes(self) -> int:
-        """Where the journal ends: lines are appended at the descriptor's offset (by ``add``
-        or by an executor's ``journaled`` apply)."""
-        if self.fd >= 0:
-            self._end = os.lseek(self.fd, 0, os.SEEK_CUR)
-        return self._end
-
-    @staticmethod
-    def tail(path: Path, from_byte: int) -> tuple[list[Op], int]:
-        """The complete op lines after ``from_byte`` (what ran after the record's last mark)
-        and the byte offset where they end (a torn last line is dropped)."""
-        with open(path, "rb") as fh:
-            fh.seek(from_byte)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        ops = [
-            Op.from_json(json.loads(line), f"{path}: ")
-            for line in data[:end].splitlines()
-            if line.strip()
-        ]
-        return ops, from_byte + end
-
-    def add(self, op: Op) -> None:
-        line = _op_line(op)
-        try:
-            os.write(self.fd, line)
-        except OSError as exc:
-            raise FsageError(f"cannot write the journal {self.path}: {exc.strerror}") from None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            self._end = os.lseek(self.fd, 0, os.SEEK_CUR)
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _stepper(ex: Executor, journal: _Journal, ahead: bool = False) -> Callable[[Op], int]:
-    """Run an op on ``ex``, then journal it (only once it took effect): on a directory
-    target both in one C call, and with ``ahead`` on a worker thread while the next op is
-    generated (see ``PosixExecutor.journaled``)."""
-    if isinstance(ex, PosixExecutor):
-        return ex.journaled(journal, ahead=ahead)
-
-    def step(op: Op) -> int:
-        n = ex.apply(op)
-        journal.add(op)
-        return n
-
-    return step
-
-
-def _drain(ex: Executor) -> None:
-    """Wait for the ops an executor runs ahead (raises InFlightError if one failed)."""
-    if isinstance(ex, PosixExecutor):
-        ex.drain()
-
-
-def _lost_in_flight(ex: Executor) -> InFlightError | None:
-    """After an error: wait for the ops run ahead; the failure among them, if any."""
-    try:
-        _drain(ex)
-    except InFlightError as exc:
-        return exc
-    except Exception:  # the first error is the one shown
-        return None
-    return None
-
-
-def _busy(ex: Executor) -> float | None:
-    """Seconds the executor spent running ops, when it measures them itself."""
-    return ex.busy_s if isinstance(ex, PosixExecutor) else None
-
-
-def _op_line(op: Op) -> bytes:
-    """A journal line: ``op.to_json()`` and a newline."""
-    return (op.to_json() + "\n").encode()
-
-
-def _start_tree_path(journal: Path) -> Path:
-    """Where the tree a journal started on is kept (when it was not empty)."""
-    return journal.with_name(journal.name.removesuffix(".ops.jsonl") + ".start.json")
-
-
-def _start_tree(tgt: Target) -> tuple[Tree, dict[str, int]]:
-    """The tree a new run starts on, with inode numbers where the target is a directory tree
-    (elsewhere each path its own number: the reader's walk shows no hard links)."""
-    root = tgt.tree_root()
-    if root is not None:
-        return disk_tree(root, skip=IGNORED_NAMES)
-    entries = tgt.walk()
-    tree: Tree = {p: Node("d") if is_dir else Node("f", size) for p, is_dir, size in entries}
-    return tree, {p: i for i, p in enumerate(sorted(tree), 1)}
-
-
-def _save_start_tree(journal: Path, tree: Tree, inodes: dict[str, int]) -> None:
-    """Keep the tree a new journal starts on beside it, when not empty: a resume after a kill
-    replays the journal, and the generator, from it."""
-    if tree:
-        save_tree(_start_tree_path(journal), tree, inodes)
-
-
-def _compare_with_journal(
-    tgt: Target,
-    journal: Path,
-    opts: AgeOptions,
-    res: AgeResult,
-    say: Callable[[str], None],
-) -> tuple[Difference | None, Tree]:
-    """How the tree on disk differs from the one the journal replays to, and that tree;
-    (None, {}) when the target is not a directory tree."""
-    root = tgt.tree_root()
-    if root is None:
-        return None, {}
-    with open(journal, "rb") as fh:
-        header_end = len(fh.readline())
-    ops, _ = _Journal.tail(journal, header_end)  # every complete line: what took effect
-    try:
-        base = load_tree(_start_tree_path(journal))
-        journaled = journal_tree(base, ops, allocate_only=opts.data == "fallocate")
-    except WorkloadError as exc:
-        res.notices.append(f"the journal could not be checked against the target: {exc}")
-        say(f"fsage: {res.notices[-1]}")
-        return None, {}
-    disk, inodes = disk_tree(root, skip=IGNORED_NAMES)
-    return difference(journaled, disk, inodes), journaled
-
-
-def _lfs_durable(
-    tgt: Target,
-    journal: Path,
-    ran_after: list[Op],
-    keep: int | None,
-    res: AgeResult,
-    say: Callable[[str], None],
-) -> tuple[list[Op], int | None, list[Op] | None]:
-    """The journal cut back to the ops the LFS image holds: a killed LFS run loses the ops of
-    its segment buffer, journaled but never written, and those run again. Returns the ops
-    that ran after the record and the journal's length, or, when the image lost ops journaled
-    before the record too, every op it holds, the length, and the ops lost before the record."""
-    with open(journal, "rb") as fh:
-        fh.readline()
-        lines = fh.read().splitlines(keepends=True)
-    header_end = journal.stat().st_size - sum(map(len, lines))
-    every, _ = _Journal.tail(journal, header_end)
-    mark = len(every) - len(ran_after)  # journaled before the record
-    image: Tree = {p: Node("d") if is_dir else Node("f", size) for p, is_dir, size in tgt.walk()}
-    k = durable_prefix(load_tree(_start_tree_path(journal)), every, image)
-    if k is None:
-        raise FsageError(
-            f"{tgt.source}: the killed run's LFS image holds none of the states its journal "
-            "passes through: it cannot be resumed"
-        )
-    if k == len(every):
-        return ran_after, keep, None
-    res.notices.append(
-        f"{len(every) - k} ops journaled after the last segment the LFS image holds were lost "
-        "with the kill: they run again"
-    )
-    say(f"fsage: {res.notices[-1]}")
-    cut = header_end + sum(map(len, lines[:k]))
-    if k >= mark:
-        return ran_after[: k - mark], cut, None
-    return every[:k], cut, every[k:mark]
-
-
-def _journaled_ops(journal: Path, end: int) -> list[Op]:
-    """The ops of ``journal`` up to byte ``end`` (where the resumed run goes on from)."""
-    with open(journal, "rb") as fh:
-        header_end = len(fh.readline())
-    ops, stop = _Journal.tail(journal, header_end)
-    if stop > end:  # cut back (an LFS image lost the ops after ``end``)
-        with open(journal, "rb") as fh:
-            fh.seek(header_end)
-            kept = fh.read(end - header_end)
-        ops = ops[: kept.count(b"\n")]
-    return ops
-
-
-def _changes(journal: Path, opts: AgeOptions) -> dict[str, int] | None:
-    """What the run journaled in ``journal`` changed on disk, from the tree it started on."""
-    try:
-        base = load_tree(_start_tree_path(journal))
-        with open(journal, "rb") as fh:
-            header_end = len(fh.readline())
-        ops, _ = _Journal.tail(journal, header_end)
-        return tree_change(base, ops, allocate_only=opts.data == "fallocate").to_json()
-    except (OSError, WorkloadError):  # a start not kept (a recorded stream on an image)
-        return None
-
-
 def _setup(gen: Generator, tree: Tree, adopt: bool) -> None:
     """Give a new generator the tree its run starts on: to age with its own files
     (``adopt``), or to keep clear of."""
@@ -810,42 +237,6 @@ def _setup(gen: Generator, tree: Tree, adopt: bool) -> None:
         gen.adopt(tree_entries(tree, regular_only=True))
     else:
         gen.reserve(tree_entries(tree, regular_only=False))
-
-
-def _data_bytes(ops: list[Op]) -> int:
-    """The bytes ``ops`` write (as ``bytes_written`` counts them)."""
-    return sum(o.size for o in ops if o.op in DATA_OPS)
-
-
-def _as_named_by(found: Difference, op: Op | None) -> Op | None:
-    """``found.op`` under ``op``'s name of the file, when the file written has several (hard
-    links: every name of it differs)."""
-    if op is None or found.op is None or op.path not in found.paths or op.op == "create":
-        return found.op
-    return replace(found.op, path=op.path) if found.op.op in ("append", "truncate") else found.op
-
-
-def _in_part(op: Op, effect: Op | None) -> bool:
-    """True when ``effect`` (a change found on disk) is what ``op`` leaves when it stops
-    part-way: a file created or appended to but not to its full length."""
-    return (
-        effect is not None
-        and op.op in ("create", "append")
-        and effect.path == op.path
-        and effect.op in ("create", "append", "truncate")
-    )
-
-
-def _describe(op: Op) -> str:
-    text = f"{op.op} {op.path!r}" + (f" to {op.dest!r}" if op.dest else "")
-    if op.op in DATA_OPS or op.op == "truncate":
-        text += f", {op.size:,} bytes"
-    return text
-
-
-def _journal_path(record_path: Path) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return record_path.with_name(f"{record_path.name}.{stamp}.ops.jsonl")
 
 
 def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) -> AgeResult:
@@ -923,6 +314,13 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
     if opts.ops_file is not None:
         bs, total, _ = tgt.executor.capacity_blocks()
         header, ops = read_workload(opts.ops_file, capacity=bs * total)
+        # A parameter the stream ran with that is no op: ext4's reserve on fsage's mount.
+        reserve = header.params.get(RESERVE_PARAM)
+        if isinstance(reserve, int) and not isinstance(reserve, bool):
+            note = tgt.set_reserve(reserve)
+            if note:
+                res.notices.append(note)
+                say(f"fsage: {note}")
         ident = {"kind": "ops", "ops_file": str(opts.ops_file), "header": header.to_json()}
         if opts.resume and record.get("ident", {}).get("header") != ident["header"]:
             raise UsageError(f"{path}: the op stream {opts.ops_file} changed since the run stopped")
@@ -1176,7 +574,7 @@ def _run(tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None]) 
         fill_mark: tuple[int, Any] | None = None  # (op index, counters) when the fill ended
         run_id = None
         if store is not None:
-            run_id = _start_aging_run(store, tgt, path, params)
+            run_id = _start_aging_run(store, tgt.kind, path, params)
             res.run_id = run_id
         try:
             if store is not None and start == 0:
@@ -1349,137 +747,6 @@ def _limit_notice(res: AgeResult, gen: Generator, tgt: Target) -> bool:
         )
         return True
     return False
-
-
-# ---------------------------------------------------------------------------- aging runs
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _start_aging_run(store: Store, tgt: Target, path: Path, params: dict[str, Any]) -> int:
-    with store.transaction() as con:
-        cur = con.execute(
-            "INSERT INTO aging_runs(target, kind, started_at, params) VALUES (?, ?, ?, ?)",
-            (str(path), tgt.kind, _now_iso(), json.dumps(params, sort_keys=True, default=str)),
-        )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
-
-
-def _finish_aging_run(
-    store: Store,
-    run_id: int,
-    *,
-    name: str | None,
-    status: str,
-    ops: int,
-    bytes_written: int,
-    snapshots: list[int],
-    metrics: dict[str, Any] | None = None,
-    utilization: dict[str, Any] | None = None,
-    notes: list[str] | None = None,
-) -> None:
-    with store.transaction() as con:
-        row = con.execute("SELECT id FROM filesystems WHERE name = ?", (name,)).fetchone()
-        con.execute(
-            "UPDATE aging_runs SET fs_id = ?, finished_at = ?, status = ?, ops = ?,"
-            " bytes_written = ?, first_snap = ?, last_snap = ?, metrics = ?, utilization = ?,"
-            " notes = ? WHERE id = ?",
-            (
-                int(row[0]) if row is not None and snapshots else None,
-                _now_iso(),
-                status,
-                ops,
-                bytes_written,
-                min(snapshots) if snapshots else None,
-                max(snapshots) if snapshots else None,
-                json.dumps(metrics or {}, sort_keys=True, allow_nan=False, default=_json_default),
-                json.dumps(utilization or {}, sort_keys=True, allow_nan=False),
-                json.dumps(notes or []),
-                run_id,
-            ),
-        )
-
-
-def _json_default(obj: object) -> Any:
-    return str(obj)
-
-
-@dataclass
-class AgingRun:
-    """One row of ``aging_runs`` (see migration 2 in ``fsage.db.schema``)."""
-
-    id: int
-    fs: str | None
-    target: str
-    kind: str
-    status: str
-    started_at: str
-    finished_at: str | None
-    params: dict[str, Any]
-    ops: int
-    bytes_written: int
-    first_snap: int | None
-    last_snap: int | None
-    metrics: dict[str, Any]
-    utilization: dict[str, Any]
-    notes: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def aging_runs(store: Store, fs_name: str | None = None, kind: str | None = None) -> list[AgingRun]:
-    """The aging runs recorded in ``store``, oldest first; only those of file system
-    ``fs_name`` and/or target kind ``kind`` (e.g. ``lfs``) when given."""
-    sql = (
-        "SELECT r.id, f.name, r.target, r.kind, r.status, r.started_at, r.finished_at,"
-        " r.params, r.ops, r.bytes_written, r.first_snap, r.last_snap, r.metrics,"
-        " r.utilization, r.notes FROM aging_runs r LEFT JOIN filesystems f ON f.id = r.fs_id"
-    )
-    where: list[str] = []
-    args: list[Any] = []
-    if fs_name is not None:
-        store.snapshots(fs_name)  # an unknown name is an error, as elsewhere
-        where.append("f.name = ?")
-        args.append(fs_name)
-    if kind is not None:
-        where.append("r.kind = ?")
-        args.append(kind)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    out = []
-    for row in store.con.execute(sql + " ORDER BY r.id", args):
-        out.append(
-            AgingRun(
-                id=int(row[0]),
-                fs=row[1],
-                target=row[2],
-                kind=row[3],
-                status=row[4],
-                started_at=row[5],
-                finished_at=row[6],
-                params=_loads(row[7], {}),
-                ops=int(row[8]),
-                bytes_written=int(row[9]),
-                first_snap=row[10],
-                last_snap=row[11],
-                metrics=_loads(row[12], {}),
-                utilization=_loads(row[13], {}),
-                notes=_loads(row[14], []),
-            )
-        )
-    return out
-
-
-def _loads(text: str | None, empty: Any) -> Any:
-    try:
-        value = json.loads(text) if text else empty
-    except ValueError:
-        return empty
-    return value if isinstance(value, type(empty)) else empty
 
 
 __all__ = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,8 @@ from fsage.lfs.cleaner import POLICIES
     "--resume",
     is_flag=True,
     help="Continue an interrupted run from its record and journal: the same ops as a run "
-    "never stopped.",
+    "never stopped. A stopped --match keeps its journal, deletes its files (journaled) and "
+    "matches again with the record's target and seed.",
 )
 @click.option(
     "--match",
@@ -148,11 +151,17 @@ def age_cmd(
             raise UsageError("--match takes no --profile, --ops or --resume")
         _match(
             target, match_spec, db, 0 if seed is None else seed, time_limit, mode, fmt,
-            match_ops,
+            match_ops, force,
         )  # fmt: skip
         return
     if match_ops is not None:
         raise UsageError("--match-ops goes with --match")
+    if resume and profile_spec is None and ops_file is None:
+        from fsage.ager.match import interrupted_match
+
+        if interrupted_match(target) is not None:
+            _resume_match(target, fmt, db, mode, seed)
+            return
     if (profile_spec is not None and ops_file is not None) or (
         not resume and profile_spec is None and ops_file is None
     ):
@@ -256,17 +265,46 @@ def change_lines(ch: dict[str, int]) -> list[str]:
 
 def _match(
     target: Path, spec: str, db: Path | None, seed: int, time_limit: float, mode: str | None,
-    fmt: str, journal: Path | None,
+    fmt: str, journal: Path | None, force: bool,
 ) -> None:  # fmt: skip
     from fsage.ager.match import load_target, match_layout
 
     goal = load_target(spec, db)
     quiet = not progress_enabled() or fmt != "text"
-    with image_lock(target, exclusive=True):
+    with image_lock(target, exclusive=True), _match_interrupt():
         res = match_layout(
             target, goal, seed=seed, time_limit=time_limit, mode=mode or "auto",
             say=None if quiet else (lambda s: click.echo(s, err=True)), journal=journal,
+            force=force, db=db,
         )  # fmt: skip
+    _show_match(res, fmt)
+
+
+@contextlib.contextmanager
+def _match_interrupt() -> Iterator[None]:
+    """Ctrl-C stops a match between two ops, its record and journal kept: said in one line
+    (exit status 130), as for any aging run."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("fsage: interrupted (resume with --resume)", err=True)
+        raise SystemExit(130) from None
+
+
+def _resume_match(
+    target: Path, fmt: str, db: Path | None, mode: str | None, seed: int | None
+) -> None:
+    """``fsage age TARGET --resume`` where the run that stopped was a match."""
+    from fsage.ager.match import resume_match
+
+    quiet = not progress_enabled() or fmt != "text"
+    with image_lock(target, exclusive=True), _match_interrupt():
+        say = None if quiet else (lambda s: click.echo(s, err=True))
+        res = resume_match(target, say=say, db=db, mode=mode, seed=seed)
+    _show_match(res, fmt)
+
+
+def _show_match(res: Any, fmt: str) -> None:
     if fmt == "json":
         echo_json(res.to_json())
         return
@@ -288,6 +326,7 @@ def match_lines(res: dict[str, Any]) -> list[str]:
             if res.get("offline")
             else []
         ),
+        *([f"  {n}" for n in res.get("notices", [])] if res.get("resumed") else []),
         f"  {'file size':>19} {'target files':>12} {'score':>6} {'files':>7} {'reached':>7}",
     ]
     for r in rep["buckets"]:
@@ -313,6 +352,8 @@ def match_lines(res: dict[str, Any]) -> list[str]:
         )
     for key, why in res["reasons"].items():
         out.append(f"  {key}: {why}")
+    if res.get("journal"):
+        out.append(f"  journal: {res['journal']} (fsage age OTHER --ops JOURNAL runs it again)")
     return out
 
 

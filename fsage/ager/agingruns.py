@@ -1,0 +1,143 @@
+"""The ``aging_runs`` table: one row per ``fsage age`` run recorded with a database (its
+parameters, outcome, metrics and snapshots), written as the run starts and ends."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsage.db.store import Store
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _start_aging_run(store: Store, kind: str, path: Path, params: dict[str, Any]) -> int:
+    """A new row for a run on ``path`` (``kind``: how it reaches it, ``Target.kind``; a match
+    prefixes it with ``match-``)."""
+    with store.transaction() as con:
+        cur = con.execute(
+            "INSERT INTO aging_runs(target, kind, started_at, params) VALUES (?, ?, ?, ?)",
+            (str(path), kind, _now_iso(), json.dumps(params, sort_keys=True, default=str)),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+
+def _finish_aging_run(
+    store: Store,
+    run_id: int,
+    *,
+    name: str | None,
+    status: str,
+    ops: int,
+    bytes_written: int,
+    snapshots: list[int],
+    metrics: dict[str, Any] | None = None,
+    utilization: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> None:
+    with store.transaction() as con:
+        row = con.execute("SELECT id FROM filesystems WHERE name = ?", (name,)).fetchone()
+        con.execute(
+            "UPDATE aging_runs SET fs_id = ?, finished_at = ?, status = ?, ops = ?,"
+            " bytes_written = ?, first_snap = ?, last_snap = ?, metrics = ?, utilization = ?,"
+            " notes = ? WHERE id = ?",
+            (
+                int(row[0]) if row is not None and snapshots else None,
+                _now_iso(),
+                status,
+                ops,
+                bytes_written,
+                min(snapshots) if snapshots else None,
+                max(snapshots) if snapshots else None,
+                json.dumps(metrics or {}, sort_keys=True, allow_nan=False, default=_json_default),
+                json.dumps(utilization or {}, sort_keys=True, allow_nan=False),
+                json.dumps(notes or []),
+                run_id,
+            ),
+        )
+
+
+def _json_default(obj: object) -> Any:
+    return str(obj)
+
+
+@dataclass
+class AgingRun:
+    """One row of ``aging_runs`` (see migration 2 in ``fsage.db.schema``)."""
+
+    id: int
+    fs: str | None
+    target: str
+    kind: str
+    status: str
+    started_at: str
+    finished_at: str | None
+    params: dict[str, Any]
+    ops: int
+    bytes_written: int
+    first_snap: int | None
+    last_snap: int | None
+    metrics: dict[str, Any]
+    utilization: dict[str, Any]
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def aging_runs(store: Store, fs_name: str | None = None, kind: str | None = None) -> list[AgingRun]:
+    """The aging runs recorded in ``store``, oldest first; only those of file system
+    ``fs_name`` and/or target kind ``kind`` (e.g. ``lfs``) when given."""
+    sql = (
+        "SELECT r.id, f.name, r.target, r.kind, r.status, r.started_at, r.finished_at,"
+        " r.params, r.ops, r.bytes_written, r.first_snap, r.last_snap, r.metrics,"
+        " r.utilization, r.notes FROM aging_runs r LEFT JOIN filesystems f ON f.id = r.fs_id"
+    )
+    where: list[str] = []
+    args: list[Any] = []
+    if fs_name is not None:
+        store.snapshots(fs_name)  # an unknown name is an error, as elsewhere
+        where.append("f.name = ?")
+        args.append(fs_name)
+    if kind is not None:
+        where.append("r.kind = ?")
+        args.append(kind)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    out = []
+    for row in store.con.execute(sql + " ORDER BY r.id", args):
+        out.append(
+            AgingRun(
+                id=int(row[0]),
+                fs=row[1],
+                target=row[2],
+                kind=row[3],
+                status=row[4],
+                started_at=row[5],
+                finished_at=row[6],
+                params=_loads(row[7], {}),
+                ops=int(row[8]),
+                bytes_written=int(row[9]),
+                first_snap=row[10],
+                last_snap=row[11],
+                metrics=_loads(row[12], {}),
+                utilization=_loads(row[13], {}),
+                notes=_loads(row[14], []),
+            )
+        )
+    return out
+
+
+def _loads(text: str | None, empty: Any) -> Any:
+    try:
+        value = json.loads(text) if text else empty
+    except ValueError:
+        return empty
+    return value if isinstance(value, type(empty)) else empty
