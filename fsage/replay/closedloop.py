@@ -36,13 +36,13 @@ from fsage.ager.match_target import (
     DYNAMIC_TOL,
     FREE_TV,
     SCORE_TOL,
-    LayoutTarget,
     MeasuredState,
     compare,
     distance,
     measure,
     target_from_layout,
 )
+from fsage.analyzer.freespace import MAX_BUCKET
 from fsage.layout import Layout
 from fsage.workload import NoSpaceError, Op, OpFailedError
 
@@ -50,6 +50,11 @@ from fsage.workload import NoSpaceError, Op, OpFailedError
 PROBE_GAP = 0.1
 #: Suffix of the temporary names inferred rewrites are written under.
 TEMP_SUFFIX = ".fsage-inferred"
+#: Files of fewer blocks ext4 packs in its per-CPU preallocation (mb_stream_req's default);
+#: larger ones follow one another in the stream allocation.
+STREAM_BLOCKS = 16
+#: Spacers per round at most.
+MAX_SPACERS = 64
 
 
 @dataclass
@@ -213,6 +218,10 @@ class Steerer:
         self.intervals: list[IntervalChurn] = []
         #: Nothing run since the last measurement, which unmounted and mounted the recreation.
         self.remounted = False
+        #: The snapshot's free-space histogram (fractions of its free blocks) and the
+        #: recreation's last measured state.
+        self._want: dict[int, float] = {}
+        self._state: MeasuredState | None = None
 
     # ------------------------------------------------------------------ one interval
 
@@ -227,6 +236,7 @@ class Steerer:
         t0 = time.perf_counter()
         rng = random.Random(self.seed * 1_000_003 + snapshot_id)
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
+        self._want = target.free_fractions()
         churn = IntervalChurn(snapshot_id, visible_bytes)
         churn.evidence = evidence(prev, snap, prev_ns)
         files = changed_files(prev, snap, prev_ns)
@@ -234,7 +244,6 @@ class Steerer:
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
         rep = compare(target, state.target)
-        self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
         churn.distance_before = distance(rep)
         gap = _gap(rep)
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
@@ -271,7 +280,6 @@ class Steerer:
             churn.rounds += 1
             state = self._measure()
             rep = compare(target, state.target)
-            self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
             new_gap = _gap(rep)
             if new_gap < gap - 1e-4:
                 # Newton-like: as many bytes as the rest of the gap needs at this rate.
@@ -311,9 +319,21 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             return True
-        return not rep["free_ok"] and self._free_too_whole
+        return not rep["free_ok"] and bool(self._short(self._state))
 
-    _free_too_whole = False
+    def _short(self, state: MeasuredState | None) -> dict[int, int]:
+        """Free blocks the recreation lacks per free-extent bucket (log2 of the extent's
+        length) against the snapshot, where the lack is worth a hole."""
+        if state is None or not state.free_len.size:
+            return {}
+        have = state.target.free_fractions()
+        total = int(state.free_len.sum())
+        out = {}
+        for k, w in self._want.items():
+            lack = (w - have.get(k, 0.0)) * total
+            if w - have.get(k, 0.0) > FREE_TV / 8 and lack >= 1 << k:
+                out[k] = int(lack)
+        return out
 
     _last: Layout | None = None
 
@@ -323,7 +343,8 @@ class Steerer:
         self.run(Op("snapshot", label="closed-loop measure", inferred=True))
         self._last = self.read()
         self.remounted = True
-        return measure(self._last, "recreation")
+        self._state = measure(self._last, "recreation")
+        return self._state
 
     # ------------------------------------------------------------------ one round
 
@@ -357,24 +378,100 @@ class Steerer:
                     self._interleaved(pool[i : i + 2], bs, churn)
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
-        if any(self._lo(r) for r in rep["buckets"]) or (rep["free_ok"] and rep["dynamic_ok"]):
+        if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
             return
-        # Locality or free space: whole rewrites of the changed files (each moves a file away
-        # from its neighbours and leaves its old blocks as a hole), with temporaries beside
-        # them where the free space is still too whole.
-        temps = not rep["free_ok"] and self._free_too_whole
-        made: list[str] = []
-        total = 0
-        for n, f in enumerate(rng.sample(files, len(files))):
-            if total >= nbytes:
+        want = rep["target_locality"].get("dynamic_score")
+        have = rep["locality"].get("dynamic_score")
+        if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
+            # Whole rewrites of the changed files: each moves a file away from its neighbours.
+            total = 0
+            for f in rng.sample(files, len(files)):
+                if total >= nbytes:
+                    break
+                self._rewrite(f, churn)
+                total += f.size
+        if not rep["free_ok"]:
+            self._shape_free(state, files, everyone, rng, churn)
+
+    def _shape_free(
+        self,
+        state: MeasuredState,
+        files: list[_File],
+        everyone: list[_File],
+        rng: random.Random,
+        churn: IntervalChurn,
+    ) -> None:
+        """Free extents of the sizes the recreation lacks against the snapshot, as the
+        original's unseen churn left them. First where a file's blocks lie between free
+        extents whose union is of a size lacking: the file is rewritten elsewhere (put on disk
+        before the old one goes), which joins them (a hole grows as files around it are
+        renewed). Then, where the recreation has free extents larger than the snapshot's to
+        spare, spacers: short-lived temporaries of the lacking sizes, each put on disk and
+        followed by a rewritten file of the same allocation class (ext4 packs small files
+        apart from large ones) so that each spacer lies between allocated blocks, and all
+        deleted at the round's end, their blocks left as holes of their size."""
+        short = self._short(state)
+        if not short or self._last is None:
+            return
+        bs = state.target.block_size
+        by_path = {f.path: f for f in everyone}
+        ino_of: dict[str, int] = {}
+        for ino, ps in self._last.paths().items():
+            for p in ps:
+                ino_of[p.lstrip("/")] = ino
+        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
+        ends = {int(a + n): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
+        starts = {int(a): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
+        changed = {f.path for f in files}
+        pool = rng.sample(everyone, len(everyone))
+        pool.sort(key=lambda f: f.path not in changed)  # the interval's files first
+        taken: set[int] = set()  # free extents (their start) already joined this round
+        for f in pool:
+            if not short:
                 break
-            if temps and n % 3 == 0:
-                made.append(self._temporary(f, rng, churn))
-            self._rewrite(f, churn)
-            total += f.size
-        for path in made:
+            k_i = idx.get(ino_of.get(f.path, -1))
+            if k_i is None or int(state.frags[k_i]) != 1:
+                continue
+            a = int(state.first[k_i])
+            b = a + int(state.blocks[k_i])
+            left, right = ends.get(a, 0), starts.get(b, 0)
+            if not (left or right) or (a - left) in taken or b in taken:
+                continue
+            k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
+            if short.get(k, 0) <= 0:
+                continue
+            self._rewrite(f, churn, sync=True, kind="join")
+            short[k] -= left + b - a + right
+            taken.update({a - left, b})
+            if short[k] <= 0:
+                del short[k]
+        have = state.target.free_fractions()
+        spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
+        small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
+        large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
+        spacers: list[str] = []
+        for k in sorted(short, reverse=True):
+            if not any(j > k for j in spare):
+                continue
+            lo, hi = 1 << k, (1 << (k + 1)) - 1
+            neighbours = small if hi < STREAM_BLOCKS else large
+            need = short[k]
+            while need >= lo and neighbours and len(spacers) < MAX_SPACERS:
+                n = rng.randint(lo, max(lo, min(hi, need)))
+                host = rng.choice(files or neighbours)
+                head = host.path.rpartition("/")[0]
+                name = f".spc{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
+                path = f"{head}/{name}" if head else name
+                self._op(Op("create", path, n * bs, inferred=True), churn)
+                self._op(Op("fsync", path, inferred=True), churn)
+                self._count(churn, "spacer")
+                spacers.append(path)
+                g = rng.choice(neighbours)
+                self._rewrite(by_path.get(g.path, g), churn, sync=True, kind="neighbour")
+                need -= n
+        for path in spacers:
             self._op(Op("delete", path, inferred=True), churn)
 
     def _mend(
@@ -421,12 +518,19 @@ class Steerer:
     def _count(self, churn: IntervalChurn, kind: str) -> None:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
 
-    def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
+    def _rewrite(
+        self, f: _File, churn: IntervalChurn, sync: bool = False, kind: str = "rewrite"
+    ) -> None:
+        """``f`` written whole under a temporary name and renamed over the old one; ``sync``:
+        put on disk (fsync) first, so its blocks are allocated before the old ones are freed
+        and before whatever comes next."""
         tmp = _temp_name(f.path)
         self._op(Op("create", tmp, f.size, inferred=True), churn)
+        if sync:
+            self._op(Op("fsync", tmp, inferred=True), churn)
         self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
         self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
-        self._count(churn, "rewrite")
+        self._count(churn, kind)
 
     def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
         """Two files rewritten in alternating pieces, each piece put on disk before the next
@@ -449,18 +553,6 @@ class Steerer:
                      churn)  # fmt: skip
             self._count(churn, "interleaved")
 
-    def _temporary(self, f: _File, rng: random.Random, churn: IntervalChurn) -> str:
-        """A short-lived file beside ``f`` (a lock file, an editor's swap, a build's object):
-        written now, deleted at the round's end, its blocks left as a hole."""
-        head, _, _ = f.path.rpartition("/")
-        name = f".tmp{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
-        path = f"{head}/{name}" if head else name
-        size = max(int(f.size * rng.uniform(0.5, 1.5)), 1)
-        self._op(Op("create", path, size, inferred=True), churn)
-        self._op(Op("fsync", path, inferred=True), churn)
-        self._count(churn, "temporary")
-        return path
-
     # ------------------------------------------------------------------ summary
 
     def to_json(self) -> dict[str, Any]:
@@ -471,13 +563,6 @@ class Steerer:
             "inferred_bytes": sum(c.inferred_bytes for c in self.intervals),
             "inferred_ops": sum(c.inferred_ops for c in self.intervals),
         }
-
-
-def _mean_log2(t: LayoutTarget) -> float:
-    """The free blocks' mean log2 extent-length bucket: above the snapshot's, the free space is
-    more whole than it, and added churn breaks it up."""
-    fr = t.free_fractions()
-    return sum(k * v for k, v in fr.items())
 
 
 def _temp_name(path: str) -> str:
