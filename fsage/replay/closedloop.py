@@ -428,6 +428,8 @@ class Steerer:
         pool = rng.sample(everyone, len(everyone))
         pool.sort(key=lambda f: f.path not in changed)  # the interval's files first
         taken: set[int] = set()  # free extents (their start) already joined this round
+        #: Rewrites written under their temporary name, renamed once all are on disk.
+        pending: list[_File] = []
         for f in pool:
             if not short:
                 break
@@ -442,7 +444,7 @@ class Steerer:
             k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
             if short.get(k, 0) <= 0:
                 continue
-            self._rewrite(f, churn, sync=True, kind="join")
+            pending.append(self._write_temp(f, churn, "join"))
             short[k] -= left + b - a + right
             taken.update({a - left, b})
             if short[k] <= 0:
@@ -456,7 +458,10 @@ class Steerer:
             if not any(j > k for j in spare):
                 continue
             lo, hi = 1 << k, (1 << (k + 1)) - 1
-            neighbours = small if hi < STREAM_BLOCKS else large
+            done = {f.path for f in pending}
+            neighbours = [f for f in (small if hi < STREAM_BLOCKS else large)
+                          if f.path not in done]  # fmt: skip
+            rng.shuffle(neighbours)
             need = short[k]
             while need >= lo and neighbours and len(spacers) < MAX_SPACERS:
                 n = rng.randint(lo, max(lo, min(hi, need)))
@@ -465,12 +470,22 @@ class Steerer:
                 name = f".spc{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
                 path = f"{head}/{name}" if head else name
                 self._op(Op("create", path, n * bs, inferred=True), churn)
-                self._op(Op("fsync", path, inferred=True), churn)
                 self._count(churn, "spacer")
                 spacers.append(path)
-                g = rng.choice(neighbours)
-                self._rewrite(by_path.get(g.path, g), churn, sync=True, kind="neighbour")
+                g = neighbours.pop()
+                pending.append(self._write_temp(by_path.get(g.path, g), churn, "neighbour"))
                 need -= n
+        if not pending and not spacers:
+            return
+        # One sync puts them all on disk, allocated in the order written (writeback takes
+        # the inodes in the order they were dirtied): each spacer between the rewrites
+        # around it, each new version before its old one is freed. One sync, not an fsync
+        # each: a journal commit costs milliseconds.
+        self._op(Op("sync", inferred=True), churn)
+        for f in pending:
+            self._op(Op("rename", _temp_name(f.path), dest=f.path, inferred=True), churn)
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
         for path in spacers:
             self._op(Op("delete", path, inferred=True), churn)
 
@@ -518,19 +533,19 @@ class Steerer:
     def _count(self, churn: IntervalChurn, kind: str) -> None:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
 
-    def _rewrite(
-        self, f: _File, churn: IntervalChurn, sync: bool = False, kind: str = "rewrite"
-    ) -> None:
-        """``f`` written whole under a temporary name and renamed over the old one; ``sync``:
-        put on disk (fsync) first, so its blocks are allocated before the old ones are freed
-        and before whatever comes next."""
+    def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
+        """``f`` written whole under a temporary name and renamed over the old one."""
         tmp = _temp_name(f.path)
         self._op(Op("create", tmp, f.size, inferred=True), churn)
-        if sync:
-            self._op(Op("fsync", tmp, inferred=True), churn)
         self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
         self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
+        self._count(churn, "rewrite")
+
+    def _write_temp(self, f: _File, churn: IntervalChurn, kind: str) -> _File:
+        """The new version of ``f`` written under its temporary name (the caller renames it)."""
+        self._op(Op("create", _temp_name(f.path), f.size, inferred=True), churn)
         self._count(churn, kind)
+        return f
 
     def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
         """Two files rewritten in alternating pieces, each piece put on disk before the next
