@@ -422,33 +422,36 @@ class Steerer:
             for p in ps:
                 ino_of[p.lstrip("/")] = ino
         idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
+        spans = []
+        for f in everyone:
+            k_i = idx.get(ino_of.get(f.path, -1))
+            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
+                a = int(state.first[k_i])
+                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        #: Rewrites written under their temporary name, renamed once all are on disk.
+        pending: list[_File] = []
+        for window in join_windows(state.free_start, state.free_len, spans, short):
+            for path in window:
+                pending.append(self._write_temp(by_path[path], churn, "join"))
+        # Then single files beside a free extent, the interval's files first, for the sizes
+        # still lacking (a small free space has few windows of little filling).
+        moved = {f.path for f in pending}
         ends = {int(a + n): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
         starts = {int(a): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
         changed = {f.path for f in files}
-        pool = rng.sample(everyone, len(everyone))
-        pool.sort(key=lambda f: f.path not in changed)  # the interval's files first
-        taken: set[int] = set()  # free extents (their start) already joined this round
-        #: Rewrites written under their temporary name, renamed once all are on disk.
-        pending: list[_File] = []
-        for f in pool:
-            if not short:
-                break
-            k_i = idx.get(ino_of.get(f.path, -1))
-            if k_i is None or int(state.frags[k_i]) != 1:
+        taken: set[int] = set()  # free extents (their start) joined this way
+        for a, b, path in sorted(rng.sample(spans, len(spans)), key=lambda t: t[2] not in changed):
+            if path in moved:
                 continue
-            a = int(state.first[k_i])
-            b = a + int(state.blocks[k_i])
             left, right = ends.get(a, 0), starts.get(b, 0)
             if not (left or right) or (a - left) in taken or b in taken:
                 continue
             k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
             if short.get(k, 0) <= 0:
                 continue
-            pending.append(self._write_temp(f, churn, "join"))
+            pending.append(self._write_temp(by_path[path], churn, "join"))
             short[k] -= left + b - a + right
             taken.update({a - left, b})
-            if short[k] <= 0:
-                del short[k]
         have = state.target.free_fractions()
         spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
         small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
@@ -580,6 +583,56 @@ class Steerer:
         }
 
 
+def join_windows(
+    free_start: np.ndarray,
+    free_len: np.ndarray,
+    spans: list[tuple[int, int, str]],
+    short: dict[int, int],
+) -> list[list[str]]:
+    """Windows of the disk that start and end with a free extent and hold between them only
+    free extents and whole files of one extent each (``spans``: start, end, path), whose
+    length falls in a free-extent bucket (log2 of blocks) that ``short`` lacks blocks of:
+    the files of each, moved away, leave the window one free extent. Largest buckets first;
+    windows do not overlap; at most a quarter of a window's blocks are files' (moving more
+    costs more writes than the hole is worth). ``short`` is decreased by what they give."""
+    items = sorted([(int(a), int(a + n), "") for a, n in zip(free_start, free_len, strict=True)]
+                   + spans)  # fmt: skip
+    chains: list[list[tuple[int, int, str]]] = []
+    for it in items:
+        if chains and chains[-1][-1][1] == it[0]:
+            chains[-1].append(it)
+        else:
+            chains.append([it])
+    out: list[list[str]] = []
+    used: set[tuple[int, int]] = set()  # (chain, item) taken
+    for k in sorted(short, reverse=True):
+        lo, hi = 1 << k, (2 << k) - 1 if k < MAX_BUCKET else 1 << 62
+        for c, chain in enumerate(chains):
+            free = [i for i, it in enumerate(chain) if not it[2]]
+            i = 0
+            while i < len(free) and short.get(k, 0) > 0:
+                got = None
+                for j in range(i + 1, len(free)):
+                    if (c, free[j]) in used:
+                        break
+                    length = chain[free[j]][1] - chain[free[i]][0]
+                    if length > hi:
+                        break
+                    moved = sum(it[1] - it[0] for it in chain[free[i] : free[j]] if it[2])
+                    if length >= lo and 4 * moved <= length:
+                        got = j, length
+                        break
+                if got is None or (c, free[i]) in used:
+                    i += 1
+                    continue
+                j, length = got
+                out.append([it[2] for it in chain[free[i] : free[j]] if it[2]])
+                used.update((c, m) for m in range(free[i], free[j] + 1))
+                short[k] -= length
+                i = j + 1
+    return out
+
+
 def _temp_name(path: str) -> str:
     head, _, name = path.rpartition("/")
     tmp = f".{name}{TEMP_SUFFIX}"
@@ -593,4 +646,5 @@ __all__ = [
     "Steerer",
     "changed_files",
     "evidence",
+    "join_windows",
 ]
