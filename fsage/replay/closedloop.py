@@ -276,7 +276,7 @@ class Steerer:
                 churn.stopped = "recreation already past the snapshot"
                 break
             self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
-                        rng, churn)  # fmt: skip
+                        rng, churn, allowed)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
             rep = compare(target, state.target)
@@ -357,6 +357,7 @@ class Steerer:
         nbytes: int,
         rng: random.Random,
         churn: IntervalChurn,
+        allowed: int,
     ) -> None:
         bs = state.target.block_size
 
@@ -393,7 +394,7 @@ class Steerer:
                 self._rewrite(f, churn)
                 total += f.size
         if not rep["free_ok"]:
-            self._shape_free(state, files, everyone, rng, churn)
+            self._shape_free(state, files, everyone, rng, churn, allowed)
 
     def _shape_free(
         self,
@@ -402,6 +403,7 @@ class Steerer:
         everyone: list[_File],
         rng: random.Random,
         churn: IntervalChurn,
+        allowed: int,
     ) -> None:
         """Free extents of the sizes the recreation lacks against the snapshot, as the
         original's unseen churn left them. First where a file's blocks lie between free
@@ -411,7 +413,8 @@ class Steerer:
         spare, spacers: short-lived temporaries of the lacking sizes, each put on disk and
         followed by a rewritten file of the same allocation class (ext4 packs small files
         apart from large ones) so that each spacer lies between allocated blocks, and all
-        deleted at the round's end, their blocks left as holes of their size."""
+        deleted at the round's end, their blocks left as holes of their size. No more than
+        the interval's ``allowed`` bytes are written."""
         short = self._short(state)
         if not short or self._last is None:
             return
@@ -431,6 +434,8 @@ class Steerer:
         #: Rewrites written under their temporary name, renamed once all are on disk.
         pending: list[_File] = []
         for window in join_windows(state.free_start, state.free_len, spans, short):
+            if churn.inferred_bytes >= allowed:
+                break
             for path in window:
                 pending.append(self._write_temp(by_path[path], churn, "join"))
         # Then single files beside a free extent, the interval's files first, for the sizes
@@ -441,6 +446,8 @@ class Steerer:
         changed = {f.path for f in files}
         taken: set[int] = set()  # free extents (their start) joined this way
         for a, b, path in sorted(rng.sample(spans, len(spans)), key=lambda t: t[2] not in changed):
+            if churn.inferred_bytes >= allowed:
+                break
             if path in moved:
                 continue
             left, right = ends.get(a, 0), starts.get(b, 0)
@@ -466,7 +473,8 @@ class Steerer:
                           if f.path not in done]  # fmt: skip
             rng.shuffle(neighbours)
             need = short[k]
-            while need >= lo and neighbours and len(spacers) < MAX_SPACERS:
+            while (need >= lo and neighbours and len(spacers) < MAX_SPACERS
+                   and churn.inferred_bytes < allowed):  # fmt: skip
                 n = rng.randint(lo, max(lo, min(hi, need)))
                 host = rng.choice(files or neighbours)
                 head = host.path.rpartition("/")[0]
