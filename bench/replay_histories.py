@@ -170,22 +170,46 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
     for r in runs:
         data = r["fidelity"]
         fids.append(Fid(**{k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}))
-    lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}"]
+    from fsage.replay.fidelity import NoiseFloor
+
+    spread: NoiseFloor | None = None
+    with contextlib.suppress(OSError, ValueError):
+        spread = NoiseFloor.from_json(json.loads((out / f"floor-{which}.json").read_text()))
+
+    def mark(d: float | None, tol: float, key: str) -> str:
+        """ok: within ``tol``; spread: outside it but within the runs' spread (the floor)."""
+        if d is None:
+            return "-"
+        if abs(d) <= tol:
+            return "ok"
+        noise = spread.noise(key) if spread is not None else 0.0
+        return "spread" if abs(d) <= noise else "FAIL"
+
+    lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}  open/closed"]
     for row_open, row_closed in zip(fids[0].by_size, fids[1].by_size, strict=True):
         if (row_open["files_original"] or 0) < 50:
             continue
+        key = f"bucket:{row_open['min_blocks']}"
+        orig = row_open["layout_score_original"] or 0
+        got = [r["layout_score_recreated"] for r in (row_open, row_closed)]
+        ok = [mark(None if g is None else g - orig, 0.02, key) for g in got]
         lines.append(
-            f"    {row_open['label']:<24} {row_open['layout_score_original'] or 0:9.3f} "
-            f"{row_open['layout_score_recreated'] or 0:9.3f} "
-            f"{row_closed['layout_score_recreated'] or 0:9.3f}"
+            f"    {row_open['label']:<24} {orig:9.3f} {got[0] or 0:9.3f} {got[1] or 0:9.3f}"
+            f"  {ok[0]}/{ok[1]}"
         )
+    dyn = [f.dynamic_score_recreated for f in fids]
+    dorig = fids[0].dynamic_score_original or 0
+    ok = [mark(None if d is None else d - dorig, 0.02, "dynamic") for d in dyn]
     lines.append(
-        f"    {'path-order dynamic score':<24} {fids[0].dynamic_score_original or 0:9.3f} "
-        f"{fids[0].dynamic_score_recreated or 0:9.3f} {fids[1].dynamic_score_recreated or 0:9.3f}"
+        f"    {'path-order dynamic score':<24} {dorig:9.3f} {dyn[0] or 0:9.3f} {dyn[1] or 0:9.3f}"
+        f"  {ok[0]}/{ok[1]}"
     )
     for key in (FREE_BLOCKS, FREE_EXTENTS):
         d = [f.distances()[key] for f in fids]
-        lines.append(f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}")
+        ok = [mark(x, 0.1, key) for x in d]
+        lines.append(
+            f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}  {ok[0]}/{ok[1]}"
+        )
     t = [r["elapsed"] for r in runs]
     lines.append(f"    {'replay seconds':<24} {'':>9} {t[0]:9.1f} {t[1]:9.1f} ({t[1] / t[0]:.1f}x)")
     true: dict[int, int] = {}
@@ -227,6 +251,16 @@ def verdict_summary(out: Path, which: str) -> list[str]:
     ]
     for rule in RULES:
         lines.append(f"    {rule}: {fid.judge(floor, rule).line()}")
+    if floor.copy:
+        from fsage.replay.verdict import judge_distances
+
+        # The plain copy judged as a recreation would be: its distances, the replay's
+        # judged dimensions, the same floor.
+        copy = {k: v for k, v in floor.copy.items() if k in fid.judged()}
+        for rule in RULES:
+            v = judge_distances(copy, fid.judged(), floor, rule)
+            lines.append(f"    plain copy, {rule}: {'FAITHFUL' if v.faithful else 'NOT FAITHFUL'}"
+                         f" ({'; '.join(v.reasons[:3])})")  # fmt: skip
     return lines
 
 

@@ -107,9 +107,11 @@ def _closed_loop_options(f: F) -> F:
         click.option(
             "--closed-loop",
             is_flag=True,
-            help="After each interval's ops, add unseen rewrites of the files it changed until "
-            "the recreation's layout by size, path-order locality and free space match that "
-            "snapshot's, or the interval's budget is spent. Off by default: the added ops are "
+            help="After each interval's ops, add unseen rewrites of the files it changed (and "
+            "short-lived temporaries that leave holes of the sizes the snapshot's free space "
+            "has) until the recreation's layout by size, path-order locality and free space "
+            "match that snapshot's, or the interval's budget is spent. Off by default: the "
+            "added ops are "
             "assumptions no snapshot records, and they cost time; the open loop replays only "
             "what was seen, which is what the noise floor's runs rerun.",
         ),

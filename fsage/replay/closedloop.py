@@ -8,9 +8,11 @@ ops, ``Steerer.steer`` measures the recreation (per size bucket layout score, pa
 dynamic layout score, free-space histogram: ``fsage.ager.match_target``'s comparison) against
 the snapshot and, in rounds, adds rewrites of the files the interval changed — each written
 whole under a temporary name and renamed over the old one (as git, editors and package
-managers do), two at a time in alternating pieces where a size bucket is too contiguous,
-with short-lived temporaries in the changed directories where the free space is too whole;
-where a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
+managers do), two at a time in alternating pieces where a size bucket is too contiguous;
+where the free space lacks extents of some sizes, files between free extents are rewritten
+elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
+changed directories) are written between rewritten files and deleted, leaving holes; where
+a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
 until every dimension is within the matcher's tolerances or the interval's budget (bytes,
 ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
