@@ -55,6 +55,9 @@ TEMP_SUFFIX = ".fsage-inferred"
 #: Files of fewer blocks ext4 packs in its per-CPU preallocation (mb_stream_req's default);
 #: larger ones follow one another in the stream allocation.
 STREAM_BLOCKS = 16
+#: Rounds in a row without progress after which an interval's steering stops (a round's
+#: moves land where the allocator puts them: one may undo the last's and the next mend it).
+STALE_ROUNDS = 3
 #: Spacers per round at most.
 MAX_SPACERS = 64
 
@@ -69,7 +72,7 @@ class Budget:
     min_bytes: int = 1 << 20
     ops: int = 50_000
     seconds: float = 120.0
-    rounds: int = 6
+    rounds: int = 10
 
     def bytes_for(self, visible: int) -> int:
         return max(int(self.bytes_factor * visible), self.min_bytes)
@@ -290,7 +293,7 @@ class Steerer:
                 stale = 0
             else:
                 stale += 1
-                if stale >= 2:
+                if stale >= STALE_ROUNDS:
                     churn.stopped = "no progress"
                     break
             gap = new_gap
