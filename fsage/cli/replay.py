@@ -140,16 +140,18 @@ def _echo_churn(closed: dict[str, Any] | None) -> None:
     click.echo("  unseen churn inferred per interval (closed loop):")
     echo_table(
         ["snapshot", "visible MiB", "inferred MiB", "ops", "rewrites", "interleaved",
-         "temporaries", "distance", "now", "stopped"],
+         "joins", "spacers", "distance", "now", "stopped"],
         [
             [
                 c["snapshot"],
                 f"{c['visible_bytes'] / 2**20:.2f}",
                 f"{c['inferred_bytes'] / 2**20:.2f}",
                 c["inferred_ops"],
-                c["kinds"].get("rewrite", 0),
+                # rewrites: for locality, beside a spacer, or mending a fragmented file
+                sum(c["kinds"].get(k, 0) for k in ("rewrite", "neighbour", "mend")),
                 c["kinds"].get("interleaved", 0),
-                c["kinds"].get("temporary", 0),
+                c["kinds"].get("join", 0),
+                c["kinds"].get("spacer", 0),
                 f"{c['distance_before']:.3f}",
                 f"{c['distance_after']:.3f}",
                 c["stopped"],

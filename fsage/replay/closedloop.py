@@ -95,7 +95,9 @@ class IntervalChurn:
     visible_bytes: int
     inferred_bytes: int = 0
     inferred_ops: int = 0
-    #: rewrite (by rename, whole), interleaved (rewrites in alternating pieces), temporary.
+    #: rewrite (by rename, whole), interleaved (rewrites in alternating pieces), mend (a
+    #: fragmented file rewritten at once), join (moved to join free extents), spacer and
+    #: neighbour (a short-lived file and the rewrite placed after it).
     kinds: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     #: The matcher's distance (worst excess over tolerance) before and after steering.
