@@ -14,6 +14,19 @@ churn it inferred):
     python3 bench/replay_histories.py --sdists /work/cache/replay/sympy --out /tmp/h-sympy \\
         --block-size 1024 --fill 0.8 [--members '*/lib/*,*/test/*'] [--snapshots 30] [--judge]
 
+A history of another shape: ``--git-repo REPO`` checks out REPO's first-parent commits (one
+per release, as bench/git_history.py builds them) one after another onto one work tree on the
+ext4, a snapshot every ``--every`` checkouts; git replaces every changed file by a new one, so a
+file changed by several checkouts of an interval is written that often and only its last
+version is seen. The bytes the checkouts wrote that no snapshot shows (written minus the net
+change of the interval) are counted from the repository and kept in history.json as the true
+hidden churn, beside the closed loop's inferred churn:
+
+    python3 bench/replay_histories.py --git-repo /tmp/gitwork-cache/django/repo \
+        --out /tmp/h-django --every 20 --fill 0.8 --judge --closed-loop
+
+``--reuse`` judges the history already built in ``--out``.
+
 Needs root and loop devices. Fetch releases with, for instance,
 ``pip download --no-deps --no-binary :all: --no-build-isolation sympy==1.12 -d DIR``.
 """
@@ -38,20 +51,98 @@ from replay import batches_from, fit_size
 from fsage.ager.images import can_loop_mount
 from fsage.replay.unpack import history_size, unpack_history
 
+GIT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    full = {**os.environ, **GIT, **(env or {})}
+    return subprocess.run(["git", "--git-dir", str(repo), *args], capture_output=True,
+                          text=True, check=True, env=full).stdout  # fmt: skip
+
+
+def _tree(repo: Path, commit: str) -> dict[str, tuple[str, int]]:
+    """Path -> (blob, size) of the commit's regular files."""
+    out = {}
+    for line in _git(repo, "ls-tree", "-r", "-l", commit).splitlines():
+        meta, path = line.split("\t", 1)
+        _mode, kind, blob, size = meta.split()
+        if kind == "blob" and size != "-":
+            out[path] = (blob, int(size))
+    return out
+
+
+def checkout_history(
+    src: Path, out: Path, name: str, every: int, bs: int, fill: float
+) -> dict[str, object]:
+    """Check out ``src``'s first-parent commits in order onto one work tree on a fresh ext4
+    (sized so the largest tree fills it to ``fill``), a snapshot every ``every`` checkouts;
+    returns what history.json records, the true hidden bytes per interval included."""
+    from fsage.ager.images import loop_mount
+    from fsage.db.store import Store
+    from fsage.snapshotter import read_source
+
+    repo = out / "repo.git"
+    if repo.exists():
+        subprocess.run(["rm", "-rf", str(repo)], check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(repo)], check=True,
+                   env={**os.environ, **GIT})  # fmt: skip
+    commits = _git(repo, "rev-list", "--reverse", "--first-parent", "HEAD").split()
+    trees = [_tree(repo, c) for c in commits]
+    need = 0
+    files = 0
+    for t in trees:
+        dirs = {p.rpartition("/")[0] for p in t}
+        need = max(need, sum(-(-n // bs) * bs for _, n in t.values()) + len(dirs) * bs)
+        files = max(files, len(t) + len(dirs))
+    size = fit_size(need, files * 2, bs, fill)
+    img = out / "orig.img"
+    with open(img, "wb") as fh:
+        fh.truncate(size)
+    subprocess.run(["mkfs.ext4", "-F", "-q", "-b", str(bs), "-N", str(max(files * 2, 16384)),
+                    "-L", name[:16], str(img)], check=True)  # fmt: skip
+    index = {"GIT_INDEX_FILE": str(out / "index")}
+    (out / "index").unlink(missing_ok=True)
+    ids: list[int] = []
+    written: list[int] = []
+    hidden: list[int] = []
+    with Store.open(out / "h.db", create=True) as store:
+        prev: dict[str, tuple[str, int]] = {}
+        for start in range(0, len(commits), every):
+            before = prev
+            w = 0
+            with loop_mount(img) as mnt:
+                for k in range(start, min(start + every, len(commits))):
+                    _git(repo, "--work-tree", str(mnt), "checkout", "-q", "-f", commits[k],
+                         env=index)  # fmt: skip
+                    w += sum(n for p, (b, n) in trees[k].items() if prev.get(p, ("",))[0] != b)
+                    prev = trees[k]
+            net = sum(n for p, (b, n) in prev.items() if before.get(p, ("",))[0] != b)
+            written.append(w)
+            hidden.append(w - net)
+            ids.append(store.add_snapshot(read_source(img), name=name).snapshot_id)
+            last = min(start + every, len(commits))
+            print(f"  checkouts {start + 1}-{last}: snapshot {ids[-1]}, {w / 2**20:.1f} MiB "
+                  f"written, {(w - net) / 2**20:.1f} MiB hidden")  # fmt: skip
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    return {"name": name, "block_size": bs, "size": size, "snapshot_ids": ids,
+            "checkouts": len(commits), "every": every, "written_bytes": written,
+            "hidden_bytes": hidden}  # fmt: skip
+
 
 def judge_commands(
-    out: Path, fs: str, ids: list[int], closed_loop: bool = False
+    out: Path, fs: str, ids: list[int], closed_loop: bool = False, runs: int = 5
 ) -> list[tuple[list[str], Path | None]]:
     """The fsage commands (and the file each one's output goes to) that judge recreations of
     the middle and the last snapshot (and, ``closed_loop``, closed-loop recreations of them)."""
     db = str(out / "h.db")
     fsage = [sys.executable, "-m", "fsage"]
     cmds: list[tuple[list[str], Path | None]] = []
-    for which, sid in (("middle", ids[len(ids) // 2 - 1]), ("last", ids[-1])):
+    for which, sid in (("middle", ids[(len(ids) - 1) // 2]), ("last", ids[-1])):
         floor = out / f"floor-{which}.json"
         rec = str(out / f"rec-{which}.img")
         cmds.append(([*fsage, "noise-floor", "--db", db, "--fs", fs, "--until", str(sid),
-                      "--workdir", str(out), "--format", "json"], floor))  # fmt: skip
+                      "--runs", str(runs), "--workdir", str(out), "--format", "json"],
+                     floor))  # fmt: skip
         cmds.append(([*fsage, "replay", "--db", db, "--fs", fs, "--until", str(sid),
                       "--noise-floor", str(floor), "--force", "--format", "json", rec],
                      out / f"replay-{which}.json"))  # fmt: skip
@@ -79,27 +170,58 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
     for r in runs:
         data = r["fidelity"]
         fids.append(Fid(**{k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}))
-    lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}"]
+    from fsage.replay.fidelity import NoiseFloor
+
+    spread: NoiseFloor | None = None
+    with contextlib.suppress(OSError, ValueError):
+        spread = NoiseFloor.from_json(json.loads((out / f"floor-{which}.json").read_text()))
+
+    def mark(d: float | None, tol: float, key: str) -> str:
+        """ok: within ``tol``; spread: outside it but within the runs' spread (the floor)."""
+        if d is None:
+            return "-"
+        if abs(d) <= tol:
+            return "ok"
+        noise = spread.noise(key) if spread is not None else 0.0
+        return "spread" if abs(d) <= noise else "FAIL"
+
+    lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}  open/closed"]
     for row_open, row_closed in zip(fids[0].by_size, fids[1].by_size, strict=True):
         if (row_open["files_original"] or 0) < 50:
             continue
+        key = f"bucket:{row_open['min_blocks']}"
+        orig = row_open["layout_score_original"] or 0
+        got = [r["layout_score_recreated"] for r in (row_open, row_closed)]
+        ok = [mark(None if g is None else g - orig, 0.02, key) for g in got]
         lines.append(
-            f"    {row_open['label']:<24} {row_open['layout_score_original'] or 0:9.3f} "
-            f"{row_open['layout_score_recreated'] or 0:9.3f} "
-            f"{row_closed['layout_score_recreated'] or 0:9.3f}"
+            f"    {row_open['label']:<24} {orig:9.3f} {got[0] or 0:9.3f} {got[1] or 0:9.3f}"
+            f"  {ok[0]}/{ok[1]}"
         )
+    dyn = [f.dynamic_score_recreated for f in fids]
+    dorig = fids[0].dynamic_score_original or 0
+    ok = [mark(None if d is None else d - dorig, 0.02, "dynamic") for d in dyn]
     lines.append(
-        f"    {'path-order dynamic score':<24} {fids[0].dynamic_score_original or 0:9.3f} "
-        f"{fids[0].dynamic_score_recreated or 0:9.3f} {fids[1].dynamic_score_recreated or 0:9.3f}"
+        f"    {'path-order dynamic score':<24} {dorig:9.3f} {dyn[0] or 0:9.3f} {dyn[1] or 0:9.3f}"
+        f"  {ok[0]}/{ok[1]}"
     )
     for key in (FREE_BLOCKS, FREE_EXTENTS):
         d = [f.distances()[key] for f in fids]
-        lines.append(f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}")
+        ok = [mark(x, 0.1, key) for x in d]
+        lines.append(
+            f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}  {ok[0]}/{ok[1]}"
+        )
     t = [r["elapsed"] for r in runs]
     lines.append(f"    {'replay seconds':<24} {'':>9} {t[0]:9.1f} {t[1]:9.1f} ({t[1] / t[0]:.1f}x)")
+    true: dict[int, int] = {}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        info = json.loads((out / "history.json").read_text())
+        true = dict(zip(info["snapshot_ids"], info["hidden_bytes"], strict=True))
     for c in (runs[1].get("closed_loop") or {}).get("intervals", []):
+        hid = true.get(c["snapshot"])
         lines.append(
-            f"    snapshot {c['snapshot']}: {c['inferred_bytes'] / 2**20:.2f} MiB inferred, "
+            f"    snapshot {c['snapshot']}: {c['inferred_bytes'] / 2**20:.2f} MiB inferred"
+            + ("" if hid is None else f" (true hidden {hid / 2**20:.2f})")
+            + ", "
             f"{c['visible_bytes'] / 2**20:.2f} MiB visible, distance {c['distance_before']:.3f}"
             f" -> {c['distance_after']:.3f} ({c['stopped']})"
         )
@@ -129,55 +251,60 @@ def verdict_summary(out: Path, which: str) -> list[str]:
     ]
     for rule in RULES:
         lines.append(f"    {rule}: {fid.judge(floor, rule).line()}")
+    if floor.copy:
+        from fsage.replay.verdict import judge_distances
+
+        # The plain copy judged as a recreation would be: its distances, the replay's
+        # judged dimensions, the same floor.
+        copy = {k: v for k, v in floor.copy.items() if k in fid.judged()}
+        for rule in RULES:
+            v = judge_distances(copy, fid.judged(), floor, rule)
+            lines.append(f"    plain copy, {rule}: {'FAITHFUL' if v.faithful else 'NOT FAITHFUL'}"
+                         f" ({'; '.join(v.reasons[:3])})")  # fmt: skip
     return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sdists", type=Path, required=True, help="directory of release tarballs")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sdists", type=Path, help="directory of release tarballs")
+    src.add_argument("--git-repo", type=Path, help="a repository of releases to check out")
     ap.add_argument("--out", type=Path, required=True, help="where the image and database go")
     ap.add_argument("--name", default=None, help="file system name (default: the directory's)")
     ap.add_argument("--snapshots", type=int, default=30)
+    ap.add_argument("--every", type=int, default=20, help="--git-repo: checkouts per snapshot")
     ap.add_argument("--members", default="", help="comma-separated tar patterns ('' = all)")
     ap.add_argument("--block-size", type=int, default=4096)
     ap.add_argument("--fill", type=float, default=0.8)
+    ap.add_argument("--runs", type=int, default=5, help="noise-floor runs")
     ap.add_argument("--judge", action="store_true", help="run the printed commands too")
+    ap.add_argument("--reuse", action="store_true", help="judge the history built in --out")
     ap.add_argument(
         "--closed-loop", action="store_true", help="replay each snapshot closed-loop as well"
     )
     args = ap.parse_args()
     if not can_loop_mount():
         sys.exit("bench/replay_histories.py needs root and loop devices")
-    name = args.name or args.sdists.resolve().name
-    batches = batches_from(args.sdists, args.snapshots)
-    members = [m for m in args.members.split(",") if m]
-    need, inodes = history_size(batches, args.block_size, members)
-    size = fit_size(need, inodes * 2, args.block_size, args.fill)
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale in ("h.db", "orig.img"):
-        (args.out / stale).unlink(missing_ok=True)
-    print(
-        f"{name}: {len(batches)} batches, ext4 {args.block_size} B blocks, {size >> 20} MiB "
-        f"(last state about {need >> 20} MiB, {inodes} inodes)"
-    )
-    t0 = time.perf_counter()
-    hist = unpack_history(batches, args.out / "orig.img", args.out / "h.db", name,
-                          block_size=args.block_size, size=size,
-                          inodes=max(inodes * 2, 16384), members=members,
-                          echo=print)  # fmt: skip
-    info = {
-        "name": name,
-        "block_size": args.block_size,
-        "size": size,
-        "snapshot_ids": hist.snapshot_ids,
-        "fullness": hist.fullness,
-        "releases": [[str(p.name) for _, p in b] for b in batches],
-        "unpack_seconds": time.perf_counter() - t0,
-    }
-    (args.out / "history.json").write_text(json.dumps(info, indent=1))
-    print(f"built in {info['unpack_seconds']:.0f} s; fullness at the end {hist.fullness[-1]:.3f}")
+    if args.reuse:
+        info = json.loads((args.out / "history.json").read_text())
+    else:
+        for stale in ("h.db", "orig.img"):
+            (args.out / stale).unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        if args.git_repo is not None:
+            name = args.name or args.git_repo.resolve().parent.name
+            info = checkout_history(args.git_repo, args.out, name, args.every, args.block_size,
+                                    args.fill)  # fmt: skip
+        else:
+            info = unpack(args)
+        info["build_seconds"] = time.perf_counter() - t0
+        (args.out / "history.json").write_text(json.dumps(info, indent=1))
+        print(f"built in {info['build_seconds']:.0f} s")
+    name = str(info["name"])
+    ids = [int(i) for i in info["snapshot_ids"]]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    for cmd, dest in judge_commands(args.out, name, hist.snapshot_ids, args.closed_loop):
+    for cmd, dest in judge_commands(args.out, name, ids, args.closed_loop, args.runs):
         print("  " + shlex.join(cmd) + (f" > {dest}" if dest else ""))
         if args.judge:
             t0 = time.perf_counter()
@@ -189,6 +316,32 @@ def main() -> None:
             print("\n".join(verdict_summary(args.out, which)))
             if args.closed_loop:
                 print("\n".join(open_vs_closed(args.out, which)))
+
+
+def unpack(args: argparse.Namespace) -> dict[str, object]:
+    """Unpack ``args.sdists``'s releases (see the module doc); what history.json records."""
+    name = args.name or args.sdists.resolve().name
+    batches = batches_from(args.sdists, args.snapshots)
+    members = [m for m in args.members.split(",") if m]
+    need, inodes = history_size(batches, args.block_size, members)
+    size = fit_size(need, inodes * 2, args.block_size, args.fill)
+    print(
+        f"{name}: {len(batches)} batches, ext4 {args.block_size} B blocks, {size >> 20} MiB "
+        f"(last state about {need >> 20} MiB, {inodes} inodes)"
+    )
+    hist = unpack_history(batches, args.out / "orig.img", args.out / "h.db", name,
+                          block_size=args.block_size, size=size,
+                          inodes=max(inodes * 2, 16384), members=members,
+                          echo=print)  # fmt: skip
+    print(f"fullness at the end {hist.fullness[-1]:.3f}")
+    return {
+        "name": name,
+        "block_size": args.block_size,
+        "size": size,
+        "snapshot_ids": hist.snapshot_ids,
+        "fullness": hist.fullness,
+        "releases": [[str(p.name) for _, p in b] for b in batches],
+    }
 
 
 if __name__ == "__main__":

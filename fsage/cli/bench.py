@@ -90,7 +90,8 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     default=3,
     show_default=True,
     help="Rounds at least; the results are their medians, with the spread. With a baseline "
-    "(or scan's clean copy) rounds go on until --ci-width or --budget.",
+    "(or scan's clean copy) rounds go on until every verdict is decided (or, --until-width, "
+    "until --ci-width), or --budget.",
 )
 @click.option(
     "--ci-width",
@@ -104,10 +105,17 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
 @click.option(
     "--budget",
     type=click.FloatRange(min=0.0),
-    default=300.0,
+    default=120.0,
     show_default=True,
     help="Seconds of rounds after which no further round starts, the interval reached or not "
     "(0: exactly --repeat rounds).",
+)
+@click.option(
+    "--until-width",
+    is_flag=True,
+    help="Go on until the interval is within --ci-width (or --budget) even once the verdict "
+    "is decided; by default rounds stop as soon as every main result's 95% interval "
+    "excludes 1 (6 rounds at least).",
 )
 @click.option(
     "--max-repeat",
@@ -149,6 +157,7 @@ def run_cmd(
     repeat: int,
     ci_width: float,
     budget: float,
+    until_width: bool,
     max_repeat: int,
     baseline: bool,
     scan_path: str | None,
@@ -166,8 +175,10 @@ def run_cmd(
     goes first, so that load that drifts falls on both. Each result's relative performance is
     the median of the rounds' paired ratios (result / baseline of the same round) with its
     95% sign-test interval, "inconclusive" where the interval includes 1 or there are fewer
-    than 6 rounds. Rounds go on past --repeat until the interval of every main result (read,
-    write, ...) is within --ci-width of its median, or --budget seconds are spent, or
+    than 6 rounds. Rounds go on past --repeat until the verdict of every main result (read,
+    write, ...) is decided (its interval excludes 1: about 6 rounds where the effect is
+    clear), or with --until-width until its interval is within --ci-width of its median; or
+    --budget seconds are spent (120 by default, so an undecided run ends in minutes), or
     --max-repeat. The baseline is stored with the run: predict and the report use it.
 
     The scan suite reads every file of the tree (or --path) in path order, cold: an image on a
@@ -185,7 +196,7 @@ def run_cmd(
       fsage bench /mnt/test --suite tpcb --transactions 20000
       fsage bench ext4.img --suite hfs-aging --variant 20k --format json
       fsage bench aged.img --suite scan --repeat 5 --trace --db fsage.db
-      fsage bench aged.img --suite seq --ci-width 0.05 --budget 900
+      fsage bench aged.img --suite seq --ci-width 0.05 --until-width --budget 900
       fsage bench aged.img --suite scan --path home/alice --format json
     """
     from fsage.replay.bench import BenchOptions, parse_size, run_bench
@@ -210,6 +221,7 @@ def run_cmd(
         repeat=repeat,
         ci_width=ci_width,
         budget=budget,
+        until_decided=not until_width,
         max_repeat=max_repeat,
         baseline=baseline,
         path=scan_path,

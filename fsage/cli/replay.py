@@ -107,9 +107,11 @@ def _closed_loop_options(f: F) -> F:
         click.option(
             "--closed-loop",
             is_flag=True,
-            help="After each interval's ops, add unseen rewrites of the files it changed until "
-            "the recreation's layout by size, path-order locality and free space match that "
-            "snapshot's, or the interval's budget is spent. Off by default: the added ops are "
+            help="After each interval's ops, add unseen rewrites of the files it changed (and "
+            "short-lived temporaries that leave holes of the sizes the snapshot's free space "
+            "has) until the recreation's layout by size, path-order locality and free space "
+            "match that snapshot's, or the interval's budget is spent. Off by default: the "
+            "added ops are "
             "assumptions no snapshot records, and they cost time; the open loop replays only "
             "what was seen, which is what the noise floor's runs rerun.",
         ),
@@ -138,16 +140,18 @@ def _echo_churn(closed: dict[str, Any] | None) -> None:
     click.echo("  unseen churn inferred per interval (closed loop):")
     echo_table(
         ["snapshot", "visible MiB", "inferred MiB", "ops", "rewrites", "interleaved",
-         "temporaries", "distance", "now", "stopped"],
+         "joins", "spacers", "distance", "now", "stopped"],
         [
             [
                 c["snapshot"],
                 f"{c['visible_bytes'] / 2**20:.2f}",
                 f"{c['inferred_bytes'] / 2**20:.2f}",
                 c["inferred_ops"],
-                c["kinds"].get("rewrite", 0),
+                # rewrites: for locality, beside a spacer, or mending a fragmented file
+                sum(c["kinds"].get(k, 0) for k in ("rewrite", "neighbour", "mend")),
                 c["kinds"].get("interleaved", 0),
-                c["kinds"].get("temporary", 0),
+                c["kinds"].get("join", 0),
+                c["kinds"].get("spacer", 0),
                 f"{c['distance_before']:.3f}",
                 f"{c['distance_after']:.3f}",
                 c["stopped"],

@@ -8,9 +8,11 @@ ops, ``Steerer.steer`` measures the recreation (per size bucket layout score, pa
 dynamic layout score, free-space histogram: ``fsage.ager.match_target``'s comparison) against
 the snapshot and, in rounds, adds rewrites of the files the interval changed — each written
 whole under a temporary name and renamed over the old one (as git, editors and package
-managers do), two at a time in alternating pieces where a size bucket is too contiguous,
-with short-lived temporaries in the changed directories where the free space is too whole;
-where a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
+managers do), two at a time in alternating pieces where a size bucket is too contiguous;
+where the free space lacks extents of some sizes, files between free extents are rewritten
+elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
+changed directories) are written between rewritten files and deleted, leaving holes; where
+a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
 until every dimension is within the matcher's tolerances or the interval's budget (bytes,
 ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
@@ -36,13 +38,13 @@ from fsage.ager.match_target import (
     DYNAMIC_TOL,
     FREE_TV,
     SCORE_TOL,
-    LayoutTarget,
     MeasuredState,
     compare,
     distance,
     measure,
     target_from_layout,
 )
+from fsage.analyzer.freespace import MAX_BUCKET
 from fsage.layout import Layout
 from fsage.workload import NoSpaceError, Op, OpFailedError
 
@@ -50,6 +52,14 @@ from fsage.workload import NoSpaceError, Op, OpFailedError
 PROBE_GAP = 0.1
 #: Suffix of the temporary names inferred rewrites are written under.
 TEMP_SUFFIX = ".fsage-inferred"
+#: Files of fewer blocks ext4 packs in its per-CPU preallocation (mb_stream_req's default);
+#: larger ones follow one another in the stream allocation.
+STREAM_BLOCKS = 16
+#: Rounds in a row without progress after which an interval's steering stops (a round's
+#: moves land where the allocator puts them: one may undo the last's and the next mend it).
+STALE_ROUNDS = 3
+#: Spacers per round at most.
+MAX_SPACERS = 64
 
 
 @dataclass
@@ -62,7 +72,7 @@ class Budget:
     min_bytes: int = 1 << 20
     ops: int = 50_000
     seconds: float = 120.0
-    rounds: int = 6
+    rounds: int = 10
 
     def bytes_for(self, visible: int) -> int:
         return max(int(self.bytes_factor * visible), self.min_bytes)
@@ -85,7 +95,9 @@ class IntervalChurn:
     visible_bytes: int
     inferred_bytes: int = 0
     inferred_ops: int = 0
-    #: rewrite (by rename, whole), interleaved (rewrites in alternating pieces), temporary.
+    #: rewrite (by rename, whole), interleaved (rewrites in alternating pieces), mend (a
+    #: fragmented file rewritten at once), join (moved to join free extents), spacer and
+    #: neighbour (a short-lived file and the rewrite placed after it).
     kinds: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     #: The matcher's distance (worst excess over tolerance) before and after steering.
@@ -213,6 +225,10 @@ class Steerer:
         self.intervals: list[IntervalChurn] = []
         #: Nothing run since the last measurement, which unmounted and mounted the recreation.
         self.remounted = False
+        #: The snapshot's free-space histogram (fractions of its free blocks) and the
+        #: recreation's last measured state.
+        self._want: dict[int, float] = {}
+        self._state: MeasuredState | None = None
 
     # ------------------------------------------------------------------ one interval
 
@@ -227,6 +243,7 @@ class Steerer:
         t0 = time.perf_counter()
         rng = random.Random(self.seed * 1_000_003 + snapshot_id)
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
+        self._want = target.free_fractions()
         churn = IntervalChurn(snapshot_id, visible_bytes)
         churn.evidence = evidence(prev, snap, prev_ns)
         files = changed_files(prev, snap, prev_ns)
@@ -234,7 +251,6 @@ class Steerer:
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
         rep = compare(target, state.target)
-        self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
         churn.distance_before = distance(rep)
         gap = _gap(rep)
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
@@ -267,11 +283,10 @@ class Steerer:
                 churn.stopped = "recreation already past the snapshot"
                 break
             self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
-                        rng, churn)  # fmt: skip
+                        rng, churn, allowed)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
             rep = compare(target, state.target)
-            self._free_too_whole = _mean_log2(state.target) > _mean_log2(target)
             new_gap = _gap(rep)
             if new_gap < gap - 1e-4:
                 # Newton-like: as many bytes as the rest of the gap needs at this rate.
@@ -280,7 +295,7 @@ class Steerer:
                 stale = 0
             else:
                 stale += 1
-                if stale >= 2:
+                if stale >= STALE_ROUNDS:
                     churn.stopped = "no progress"
                     break
             gap = new_gap
@@ -311,9 +326,21 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             return True
-        return not rep["free_ok"] and self._free_too_whole
+        return not rep["free_ok"] and bool(self._short(self._state))
 
-    _free_too_whole = False
+    def _short(self, state: MeasuredState | None) -> dict[int, int]:
+        """Free blocks the recreation lacks per free-extent bucket (log2 of the extent's
+        length) against the snapshot, where the lack is worth a hole."""
+        if state is None or not state.free_len.size:
+            return {}
+        have = state.target.free_fractions()
+        total = int(state.free_len.sum())
+        out = {}
+        for k, w in self._want.items():
+            lack = (w - have.get(k, 0.0)) * total
+            if w - have.get(k, 0.0) > FREE_TV / 8 and lack >= 1 << k:
+                out[k] = int(lack)
+        return out
 
     _last: Layout | None = None
 
@@ -323,7 +350,8 @@ class Steerer:
         self.run(Op("snapshot", label="closed-loop measure", inferred=True))
         self._last = self.read()
         self.remounted = True
-        return measure(self._last, "recreation")
+        self._state = measure(self._last, "recreation")
+        return self._state
 
     # ------------------------------------------------------------------ one round
 
@@ -336,6 +364,7 @@ class Steerer:
         nbytes: int,
         rng: random.Random,
         churn: IntervalChurn,
+        allowed: int,
     ) -> None:
         bs = state.target.block_size
 
@@ -357,24 +386,125 @@ class Steerer:
                     self._interleaved(pool[i : i + 2], bs, churn)
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
-        if any(self._lo(r) for r in rep["buckets"]) or (rep["free_ok"] and rep["dynamic_ok"]):
+        if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
             return
-        # Locality or free space: whole rewrites of the changed files (each moves a file away
-        # from its neighbours and leaves its old blocks as a hole), with temporaries beside
-        # them where the free space is still too whole.
-        temps = not rep["free_ok"] and self._free_too_whole
-        made: list[str] = []
-        total = 0
-        for n, f in enumerate(rng.sample(files, len(files))):
-            if total >= nbytes:
+        want = rep["target_locality"].get("dynamic_score")
+        have = rep["locality"].get("dynamic_score")
+        if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
+            # Whole rewrites of the changed files: each moves a file away from its neighbours.
+            total = 0
+            for f in rng.sample(files, len(files)):
+                if total >= nbytes:
+                    break
+                self._rewrite(f, churn)
+                total += f.size
+        if not rep["free_ok"]:
+            self._shape_free(state, files, everyone, rng, churn, allowed)
+
+    def _shape_free(
+        self,
+        state: MeasuredState,
+        files: list[_File],
+        everyone: list[_File],
+        rng: random.Random,
+        churn: IntervalChurn,
+        allowed: int,
+    ) -> None:
+        """Free extents of the sizes the recreation lacks against the snapshot, as the
+        original's unseen churn left them. First where a file's blocks lie between free
+        extents whose union is of a size lacking: the file is rewritten elsewhere (put on disk
+        before the old one goes), which joins them (a hole grows as files around it are
+        renewed). Then, where the recreation has free extents larger than the snapshot's to
+        spare, spacers: short-lived temporaries of the lacking sizes, each put on disk and
+        followed by a rewritten file of the same allocation class (ext4 packs small files
+        apart from large ones) so that each spacer lies between allocated blocks, and all
+        deleted at the round's end, their blocks left as holes of their size. No more than
+        the interval's ``allowed`` bytes are written."""
+        short = self._short(state)
+        if not short or self._last is None:
+            return
+        bs = state.target.block_size
+        by_path = {f.path: f for f in everyone}
+        ino_of: dict[str, int] = {}
+        for ino, ps in self._last.paths().items():
+            for p in ps:
+                ino_of[p.lstrip("/")] = ino
+        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
+        spans = []
+        for f in everyone:
+            k_i = idx.get(ino_of.get(f.path, -1))
+            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
+                a = int(state.first[k_i])
+                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        #: Rewrites written under their temporary name, renamed once all are on disk.
+        pending: list[_File] = []
+        for window in join_windows(state.free_start, state.free_len, spans, short):
+            if churn.inferred_bytes >= allowed:
                 break
-            if temps and n % 3 == 0:
-                made.append(self._temporary(f, rng, churn))
-            self._rewrite(f, churn)
-            total += f.size
-        for path in made:
+            for path in window:
+                pending.append(self._write_temp(by_path[path], churn, "join"))
+        # Then single files beside a free extent, the interval's files first, for the sizes
+        # still lacking (a small free space has few windows of little filling).
+        moved = {f.path for f in pending}
+        ends = {int(a + n): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
+        starts = {int(a): int(n) for a, n in zip(state.free_start, state.free_len, strict=True)}
+        changed = {f.path for f in files}
+        taken: set[int] = set()  # free extents (their start) joined this way
+        for a, b, path in sorted(rng.sample(spans, len(spans)), key=lambda t: t[2] not in changed):
+            if churn.inferred_bytes >= allowed:
+                break
+            if path in moved:
+                continue
+            left, right = ends.get(a, 0), starts.get(b, 0)
+            if not (left or right) or (a - left) in taken or b in taken:
+                continue
+            k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
+            if short.get(k, 0) <= 0:
+                continue
+            pending.append(self._write_temp(by_path[path], churn, "join"))
+            short[k] -= left + b - a + right
+            taken.update({a - left, b})
+        have = state.target.free_fractions()
+        spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
+        small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
+        large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
+        spacers: list[str] = []
+        for k in sorted(short, reverse=True):
+            if not any(j > k for j in spare):
+                continue
+            lo, hi = 1 << k, (1 << (k + 1)) - 1
+            done = {f.path for f in pending}
+            neighbours = [f for f in (small if hi < STREAM_BLOCKS else large)
+                          if f.path not in done]  # fmt: skip
+            rng.shuffle(neighbours)
+            need = short[k]
+            while (need >= lo and neighbours and len(spacers) < MAX_SPACERS
+                   and churn.inferred_bytes < allowed):  # fmt: skip
+                n = rng.randint(lo, max(lo, min(hi, need)))
+                host = rng.choice(files or neighbours)
+                head = host.path.rpartition("/")[0]
+                name = f".spc{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
+                path = f"{head}/{name}" if head else name
+                self._op(Op("create", path, n * bs, inferred=True), churn)
+                self._count(churn, "spacer")
+                spacers.append(path)
+                g = neighbours.pop()
+                pending.append(self._write_temp(by_path.get(g.path, g), churn, "neighbour"))
+                need -= n
+        if not pending and not spacers:
+            return
+        # One sync puts them all on disk, allocated in the order written (writeback takes
+        # the inodes in the order they were dirtied): each spacer between the rewrites
+        # around it, each new version before its old one is freed. One sync, not an fsync
+        # each: a journal commit costs milliseconds.
+        self._op(Op("sync", inferred=True), churn)
+        for f in pending:
+            self._op(Op("rename", _temp_name(f.path), dest=f.path, inferred=True), churn)
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
+        for path in spacers:
             self._op(Op("delete", path, inferred=True), churn)
 
     def _mend(
@@ -422,11 +552,18 @@ class Steerer:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
 
     def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
+        """``f`` written whole under a temporary name and renamed over the old one."""
         tmp = _temp_name(f.path)
         self._op(Op("create", tmp, f.size, inferred=True), churn)
         self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
         self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
         self._count(churn, "rewrite")
+
+    def _write_temp(self, f: _File, churn: IntervalChurn, kind: str) -> _File:
+        """The new version of ``f`` written under its temporary name (the caller renames it)."""
+        self._op(Op("create", _temp_name(f.path), f.size, inferred=True), churn)
+        self._count(churn, kind)
+        return f
 
     def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
         """Two files rewritten in alternating pieces, each piece put on disk before the next
@@ -449,18 +586,6 @@ class Steerer:
                      churn)  # fmt: skip
             self._count(churn, "interleaved")
 
-    def _temporary(self, f: _File, rng: random.Random, churn: IntervalChurn) -> str:
-        """A short-lived file beside ``f`` (a lock file, an editor's swap, a build's object):
-        written now, deleted at the round's end, its blocks left as a hole."""
-        head, _, _ = f.path.rpartition("/")
-        name = f".tmp{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
-        path = f"{head}/{name}" if head else name
-        size = max(int(f.size * rng.uniform(0.5, 1.5)), 1)
-        self._op(Op("create", path, size, inferred=True), churn)
-        self._op(Op("fsync", path, inferred=True), churn)
-        self._count(churn, "temporary")
-        return path
-
     # ------------------------------------------------------------------ summary
 
     def to_json(self) -> dict[str, Any]:
@@ -473,11 +598,54 @@ class Steerer:
         }
 
 
-def _mean_log2(t: LayoutTarget) -> float:
-    """The free blocks' mean log2 extent-length bucket: above the snapshot's, the free space is
-    more whole than it, and added churn breaks it up."""
-    fr = t.free_fractions()
-    return sum(k * v for k, v in fr.items())
+def join_windows(
+    free_start: np.ndarray,
+    free_len: np.ndarray,
+    spans: list[tuple[int, int, str]],
+    short: dict[int, int],
+) -> list[list[str]]:
+    """Windows of the disk that start and end with a free extent and hold between them only
+    free extents and whole files of one extent each (``spans``: start, end, path), whose
+    length falls in a free-extent bucket (log2 of blocks) that ``short`` lacks blocks of:
+    the files of each, moved away, leave the window one free extent. Largest buckets first;
+    windows do not overlap; at most a quarter of a window's blocks are files' (moving more
+    costs more writes than the hole is worth). ``short`` is decreased by what they give."""
+    items = sorted([(int(a), int(a + n), "") for a, n in zip(free_start, free_len, strict=True)]
+                   + spans)  # fmt: skip
+    chains: list[list[tuple[int, int, str]]] = []
+    for it in items:
+        if chains and chains[-1][-1][1] == it[0]:
+            chains[-1].append(it)
+        else:
+            chains.append([it])
+    out: list[list[str]] = []
+    used: set[tuple[int, int]] = set()  # (chain, item) taken
+    for k in sorted(short, reverse=True):
+        lo, hi = 1 << k, (2 << k) - 1 if k < MAX_BUCKET else 1 << 62
+        for c, chain in enumerate(chains):
+            free = [i for i, it in enumerate(chain) if not it[2]]
+            i = 0
+            while i < len(free) and short.get(k, 0) > 0:
+                got = None
+                for j in range(i + 1, len(free)):
+                    if (c, free[j]) in used:
+                        break
+                    length = chain[free[j]][1] - chain[free[i]][0]
+                    if length > hi:
+                        break
+                    moved = sum(it[1] - it[0] for it in chain[free[i] : free[j]] if it[2])
+                    if length >= lo and 4 * moved <= length:
+                        got = j, length
+                        break
+                if got is None or (c, free[i]) in used:
+                    i += 1
+                    continue
+                j, length = got
+                out.append([it[2] for it in chain[free[i] : free[j]] if it[2]])
+                used.update((c, m) for m in range(free[i], free[j] + 1))
+                short[k] -= length
+                i = j + 1
+    return out
 
 
 def _temp_name(path: str) -> str:
@@ -493,4 +661,5 @@ __all__ = [
     "Steerer",
     "changed_files",
     "evidence",
+    "join_windows",
 ]

@@ -14,6 +14,8 @@ ratio (measured / reference) rather than from the ranges of two independent seri
 * The result is inconclusive when there is no interval or the interval includes 1 (no effect).
 * Stopping rule: rounds go on until the interval's width, relative to the median, is at most
   the width asked, or the time budget is spent (no round starts after it), or the round limit.
+  With ``decided``, they also stop as soon as every watched effect's interval excludes 1: the
+  verdict (higher or lower) is then settled and further rounds only narrow the ratio.
 """
 
 from __future__ import annotations
@@ -161,6 +163,8 @@ class StoppingRule:
     budget: float = BUDGET  # seconds
     max_rounds: int = MAX_ROUNDS
     confidence: float = CONFIDENCE
+    #: Stop once every effect is conclusive (its interval excludes 1), however wide.
+    decided: bool = False
 
     def why_stop(self, effects: Sequence[PairedEffect], rounds: int, elapsed: float) -> str | None:
         """Why no further round should run after ``rounds`` rounds in ``elapsed`` seconds,
@@ -179,6 +183,11 @@ class StoppingRule:
                     f"the {self.confidence:.0%} interval is within {self.width:.0%} of the "
                     f"median (widest {widest:.1%})"
                 )
+        if self.decided and all(e.conclusive for e in effects):
+            return (
+                f"the verdict is decided (every {self.confidence:.0%} interval excludes 1; "
+                f"widest {max(float(w) for w in widths if w is not None):.1%} of the median)"
+            )
         if elapsed >= self.budget:
             return f"the time budget ({self.budget:.0f} s) is spent"
         return None

@@ -188,6 +188,7 @@ def run_bench(
             "repeat": rounds.count,
             "ci_width": opts.ci_width,
             "budget": opts.budget,
+            "until_decided": opts.until_decided,
         },
         results=out.results,
         layout=layout,

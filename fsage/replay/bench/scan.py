@@ -265,6 +265,7 @@ def run_scan(
             "repeat": len(aged_reads),
             "ci_width": opts.ci_width,
             "budget": opts.budget,
+            "until_decided": opts.until_decided,
             "trace": opts.trace,
             "scan": summary,
         },
@@ -511,9 +512,11 @@ def _alternate(
 
 def stopping_rule(opts: BenchOptions) -> StoppingRule:
     """The rounds ``opts`` asks for: at least ``repeat``, then until the interval is within
-    ``ci_width`` or ``budget`` seconds are spent, ``max_repeat`` at most."""
+    ``ci_width`` or ``budget`` seconds are spent (or, ``until_decided``, every verdict is
+    decided), ``max_repeat`` at most."""
     n = max(opts.repeat, 1)
-    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n))
+    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n),
+                        decided=opts.until_decided)  # fmt: skip
 
 
 def _fmt(x: Any) -> str:

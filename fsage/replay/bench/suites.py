@@ -80,6 +80,8 @@ class BenchOptions:
     #: (see :mod:`.paired`); ``max_repeat`` rounds at most.
     ci_width: float = 0.10
     budget: float = 0.0
+    #: Stop as soon as every paired ratio's verdict (higher/lower) is decided.
+    until_decided: bool = False
     max_repeat: int = 30
     baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
     path: str | None = None  # scan: the tree to read, inside the file system (default: all)
