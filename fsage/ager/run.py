@@ -65,6 +65,7 @@ from fsage.ager.reconcile import (
     tree_change,
 )
 from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay, tree_entries
+from fsage.db import rowcheck
 from fsage.errors import FsageError, UnsafeTargetError, UsageError, WorkloadError
 from fsage.layout import Layout
 from fsage.private import private_opener, write_private_text
@@ -1441,6 +1442,7 @@ def aging_runs(store: Store, fs_name: str | None = None, kind: str | None = None
     )
     where: list[str] = []
     args: list[Any] = []
+    rowcheck.verify(store.con, "aging_runs")
     if fs_name is not None:
         store.snapshots(fs_name)  # an unknown name is an error, as elsewhere
         where.append("f.name = ?")
