@@ -98,6 +98,10 @@ TABLES: tuple[Covered, ...] = (
 _BY_TABLE = {t.table: t for t in TABLES}
 
 
+def _lenient(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _row_crc(*values: object) -> int:
     return row_crc(values)
 
@@ -137,12 +141,17 @@ def verify(
     before migration 12 (read-only, not migrated) has no checksums to check."""
     t = _BY_TABLE[table]
     cols = ", ".join(t.columns)
+    factory = con.text_factory
+    # Damaged text may not be UTF-8: read it so that it fails its checksum, not the decoder.
+    con.text_factory = _lenient
     try:
-        rows = con.execute(f"SELECT {cols}, crc FROM {table} {where}", tuple(args))
+        rows = con.execute(f"SELECT {cols}, crc FROM {table} {where}", tuple(args)).fetchall()
     except sqlite3.OperationalError as exc:
         if "no such column: crc" in str(exc) or "no such table" in str(exc):
             return
         raise
+    finally:
+        con.text_factory = factory
     for *values, crc in rows:
         if crc is not None and crc == row_crc(values):
             continue

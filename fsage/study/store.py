@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,7 +101,9 @@ def load_study(store: Store, study_id: int) -> StudyRow:
             "SELECT id, created_at, out_dir, params, finished_at FROM studies WHERE id = ?",
             (study_id,),
         ).fetchone()
-    except Exception as exc:  # an older database without the studies table
+    except sqlite3.OperationalError as exc:  # an older database without the studies table
+        if "no such table" not in str(exc):
+            raise  # damage, a lock: said as any database error is
         raise StoreError(f"no study {study_id} in this database ({exc})") from None
     if row is None:
         raise StoreError(f"no study {study_id} in this database")
