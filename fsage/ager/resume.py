@@ -63,7 +63,8 @@ class ProbeLog:
     96 MiB ext4 images: 14 of 26 pairs of runs, with or without a kill, had a probe differ, by
     1 to 30 blocks). A generator decision near its threshold then went the other way. The
     model carries the run between probes, so rounding to 0.1% of the file system costs the
-    steering nothing that matters, and the same ops give the same probes.
+    steering nothing that matters, and the same ops give the same probes but where a count lies
+    at a rounding boundary (a probe then differed in 2 of 24 pairs).
     """
 
     def __init__(self, path: Path, live: Probe, *, resume: bool) -> None:
