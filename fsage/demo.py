@@ -27,6 +27,7 @@ from fsage.ager.profile import get_preset
 from fsage.ager.run import AgeOptions, AgeResult, age
 from fsage.db.store import SnapshotSummary, Store
 from fsage.errors import FsageError, UnsafeTargetError
+from fsage.private import private_file, private_mkdir, write_private_text
 from fsage.reports import report_data_from_store, write_report
 from fsage.snapshotter import read_source
 
@@ -56,8 +57,9 @@ def prepare_workdir(workdir: Path) -> None:
             raise UnsafeTargetError(
                 f"{workdir} is not empty and was not made by fsage demo; choose another --dir"
             )
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / MARKER).write_text("made by fsage demo\n")
+    # Private (fsage.private): the image and everything beside it name the demo's files.
+    private_mkdir(workdir, parents=True, exist_ok=True)
+    write_private_text(workdir / MARKER, "made by fsage demo\n")
 
 
 def make_tree(root: Path, files: int, seed: int) -> int:
@@ -84,6 +86,7 @@ def make_image(image: Path, tree: Path, data_bytes: int) -> None:
     size_mib = max(32, int(data_bytes * 1.6) // (1 << 20) + 16)
     argv = ["mke2fs", "-q", "-F", "-t", "ext4", "-L", "fsage-demo", "-d", str(tree),
             str(image), f"{size_mib}M"]  # fmt: skip
+    private_file(image)  # mke2fs keeps the mode of the file it writes into
     try:
         subprocess.run(argv, check=True, capture_output=True, text=True)
     except FileNotFoundError:

@@ -3,7 +3,8 @@
 The daemon runs as root and records every path name of the file systems it reads, names in
 directories other users cannot list among them. Everything fsage writes that names files —
 databases (``fsage.db.store``), reports, exports (Parquet datasets, their manifest, workloads
-inferred from snapshots), the ager's run record and journal — is therefore made with mode
+inferred from snapshots), the ager's run record and journal, the demo's directory and image,
+the scan suite's clean copy of a tree — is therefore made with mode
 0600, and the directories it makes for them 0700, whatever the umask. A directory that
 already exists keeps its mode, and so does a database once made, so that a group can be given
 access to them (``chgrp``/``chmod g+rX``); a report or export file written anew is private

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.dynamic import request_score
+from fsage.db import rowcheck
 from fsage.db.store import Store
 from fsage.errors import FsageError, SourceError, StoreError, UsageError
 
@@ -571,6 +572,7 @@ def traces(
     if trace_id is not None:
         sql += " AND t.id = ?"
         args.append(trace_id)
+    rowcheck.verify(store.con, "traces")
     rows = []
     for r in store.con.execute(sql + " ORDER BY t.id", args):
         row = TraceRow(*r[:-1])

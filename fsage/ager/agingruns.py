@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fsage.db import rowcheck
+
 if TYPE_CHECKING:
     from fsage.db.store import Store
 
@@ -102,6 +104,7 @@ def aging_runs(store: Store, fs_name: str | None = None, kind: str | None = None
     )
     where: list[str] = []
     args: list[Any] = []
+    rowcheck.verify(store.con, "aging_runs")
     if fs_name is not None:
         store.snapshots(fs_name)  # an unknown name is an error, as elsewhere
         where.append("f.name = ?")

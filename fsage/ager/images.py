@@ -113,14 +113,37 @@ def umount(mountpoint: Path) -> None:
 # run's mount from a live one's.
 
 #: fsage's own mount points: ``fsage-<use>-<pid>-<random>`` (older versions: no pid).
-_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt|match|unpack|bench)-(?:(\d+)-)?[^-/]+")
+_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt|match|unpack|bench|scan)-(?:(\d+)-)?[^-/]+")
 
 
 def mount_dir(use: str) -> Path:
-    """A fresh temporary mount point for ``use`` (age, replay, mnt, match, unpack, bench),
-    named with this process's id so that a later run can tell whether the process that mounted
-    it is still alive."""
+    """A fresh temporary mount point for ``use`` (age, replay, mnt, match, unpack, bench,
+    scan), named with this process's id so that a later run can tell whether the process that
+    mounted it is still alive. The empty mount points of processes that are gone (killed, or
+    ended by a signal that skipped their clean-up) are removed first."""
+    sweep_dead_mount_dirs()
     return Path(tempfile.mkdtemp(prefix=f"fsage-{use}-{os.getpid()}-"))
+
+
+def sweep_dead_mount_dirs(tmp: Path | None = None) -> list[Path]:
+    """Remove fsage's temporary mount points whose process is gone and that nothing is mounted
+    on any more (a mounted one is clear_stale_mounts' to unmount first); a directory that holds
+    anything stays. Returns those removed."""
+    tmp = Path(tempfile.gettempdir()) if tmp is None else tmp
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _OWN_MOUNT.fullmatch(entry.name)
+        if m is None or m[1] is None or int(m[1]) == os.getpid() or process_alive(int(m[1])):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False) and not os.path.ismount(entry.path):
+                os.rmdir(entry.path)  # only if empty: never a file of anyone's
+                removed.append(Path(entry.path))
+    return removed
 
 
 @dataclass(frozen=True)

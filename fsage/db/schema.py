@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from fsage.db import rowcheck
 from fsage.errors import StoreError
 
 
@@ -343,6 +344,13 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         );
         """,
         None,
+    ),
+    (
+        12,
+        "checksums of the rows of runs, plans, bench results, traces and studies",
+        # A crc column per table and the triggers that keep it (fsage.db.rowcheck).
+        rowcheck.migration_sql(),
+        rowcheck.seal_existing,
     ),
 ]
 

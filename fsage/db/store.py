@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage.db import codec, versions
+from fsage.db import codec, rowcheck, versions
 from fsage.db.checksum import (
     DamagedError,
     blob_crc,
@@ -153,6 +153,7 @@ class Store:
                     return cls(open_readonly(path), path)
             con = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            rowcheck.register(con)  # the triggers that checksum record rows call it
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA foreign_keys=ON")
             if new:

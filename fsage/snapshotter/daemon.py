@@ -60,6 +60,7 @@ from pathlib import Path
 
 from fsage.db.store import Store
 from fsage.errors import FsageError, UsageError
+from fsage.imagelock import ImageBusyError, image_lock
 from fsage.snapshotter.daemonconfig import (
     ConfigError,
     DaemonConfig,
@@ -214,7 +215,10 @@ class Daemon:
         failure: BaseException | None = None
         try:
             with self.stopper.armed():
-                layout = read_source(target.source)
+                # Shared, as `fsage snapshot IMG` takes it: a writer holding the image (an
+                # aging, an LFS mount) makes this run fail in one line, and the next retry.
+                with image_lock(target.source, exclusive=False):
+                    layout = read_source(target.source)
                 summary = store.add_snapshot(
                     layout, name=target.name, source=str(target.source), started=t0
                 )
@@ -232,6 +236,8 @@ class Daemon:
             return
         if not self.stopper.requested:
             result.error = error_text(failure) + disk_note(self.config.database)
+            if isinstance(failure, ImageBusyError):
+                result.error += "; nothing recorded, tried again at the next run"
             return
         result.status = "interrupted"
         result.error = f"stopped by {self.stopper.requested}"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fsage.db import rowcheck
 from fsage.db.store import Store
 from fsage.snapshotter.daemonconfig import DaemonConfig, describe_schedule
 from fsage.snapshotter.daemonlock import lock_holder
@@ -74,6 +75,7 @@ def daemon_status(
         return DaemonStatus(database, pid, list(statuses.values()))
     with Store.open(database, readonly=True) as store:
         con = store.con
+        rowcheck.verify_all(con, ("daemon_targets", "collection_runs"))
         plans = con.execute(
             "SELECT target, source, schedule, next_run, pid FROM daemon_targets ORDER BY rowid"
         ).fetchall()

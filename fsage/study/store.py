@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fsage.db import rowcheck
 from fsage.db.store import Store
 from fsage.errors import StoreError
 
@@ -99,10 +101,14 @@ def load_study(store: Store, study_id: int) -> StudyRow:
             "SELECT id, created_at, out_dir, params, finished_at FROM studies WHERE id = ?",
             (study_id,),
         ).fetchone()
-    except Exception as exc:  # an older database without the studies table
+    except sqlite3.OperationalError as exc:  # an older database without the studies table
+        if "no such table" not in str(exc):
+            raise  # damage, a lock: said as any database error is
         raise StoreError(f"no study {study_id} in this database ({exc})") from None
     if row is None:
         raise StoreError(f"no study {study_id} in this database")
+    rowcheck.verify(store.con, "studies", "WHERE id = ?", (study_id,))
+    rowcheck.verify(store.con, "study_results", "WHERE study_id = ?", (study_id,))
     res = store.con.execute(
         "SELECT step, fs, metrics FROM study_results WHERE study_id = ? ORDER BY step, id",
         (study_id,),
@@ -112,6 +118,7 @@ def load_study(store: Store, study_id: int) -> StudyRow:
 
 
 def list_studies(store: Store) -> list[dict[str, Any]]:
+    rowcheck.verify_all(store.con, ("studies", "study_results"))
     rows = store.con.execute(
         "SELECT s.id, s.created_at, s.out_dir, s.params, s.finished_at,"
         " (SELECT COUNT(*) FROM study_results r WHERE r.study_id = s.id)"

@@ -10,6 +10,7 @@ its output on the intact one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import shutil
 import sqlite3
@@ -55,7 +56,46 @@ def intact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         result = CliRunner().invoke(main, ["snapshot", str(image), "--db", str(db), "--name",
                                            "one" if fs_uuid == uuid else "two"])  # fmt: skip
         assert result.exit_code == 0, result.output
+    _records(tmp, db)
     return db
+
+
+def _records(tmp: Path, db: Path) -> None:
+    """A row or more in each table of records (migration 12), each made by its own writer:
+    an aging run, a daemon's run and plan, a bench run and its results, a trace, a study."""
+    from fsage.db.store import Store
+    from fsage.replay.bench.run import BenchRun, store_run
+    from fsage.replay.bench.suites import Result
+    from fsage.study.store import create_study, save_result
+
+    def run(*args: str) -> None:
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, f"{args}: {result.output}{result.exception!r}"
+
+    run("workload", "generate", "--profile", "hfs-surge", "--capacity", "4M", "--ops-limit",
+        "20", "-o", str(tmp / "gen.jsonl"))  # fmt: skip
+    (tmp / "aged").mkdir()
+    run("age", str(tmp / "aged"), "--ops", str(tmp / "gen.jsonl"), "--db", str(db))
+    config = tmp / "fsage.toml"
+    config.write_text(
+        f'database = "{db}"\n[[target]]\nname = "two"\nsource = "{tmp / "fs2.img"}"\n'
+    )
+    run("daemon", "--config", str(config), "--once")
+    (tmp / "read.txt").write_text(
+        "8,0 1 1 0.0 1 D R 2048 + 8 [cat]\n8,0 1 2 0.1 1 D R 96 + 16 [cat]\n"
+    )
+    run("trace", "import", str(tmp / "read.txt"), "--db", str(db), "--snapshot", "2")
+    with Store.open(db) as store:
+        # a bench run as the bench stores it (running one takes tens of seconds under load)
+        results = [Result("read", 123.5, "MB/s", {"file_size": 65536}), Result("write", 7.25, "s")]
+        store_run(store, BenchRun("seq", str(tmp), "directory", "one", "2026-01-02T03:04:05+00:00",
+                                  1.5, True, {"size": 4096}, results, None, ["warm"]))  # fmt: skip
+        study = create_study(store, tmp / "study", {"fs": ["ext4"], "steps": 1, "seed": 3})
+        for step in (0, 1):
+            save_result(store, study, step, "ext4", {
+                "snapshot_id": 1 + step, "layout_score": 0.9 - step / 10, "blocks_free": 1000,
+                "scan": {"aged_seconds": 1.5, "clean_seconds": 1.25, "ratio": 1.2},
+            })  # fmt: skip
 
 
 def _commands(db: Path, out: Path) -> dict[str, list[str]]:
@@ -69,6 +109,10 @@ def _commands(db: Path, out: Path) -> dict[str, list[str]]:
         "export": ["export", *d, str(out / "export")],
         "deltas": ["deltas", "--fs", "one", *d, "-o", str(out / "ops.jsonl")],
         "status": ["status", *d, "--format", "json"],
+        "runs": ["runs", *d, "--format", "json"],
+        "bench": ["bench", "results", *d, "--format", "json"],
+        "traces": ["trace", "list", *d, "--format", "json"],
+        "study": ["study", "report", "1", *d, "--format", "json"],
     }
 
 
@@ -115,6 +159,33 @@ def _blob_spans(db: Path) -> list[tuple[int, int]]:
     return spans
 
 
+def _texts(row: tuple[object, ...]) -> list[bytes]:
+    """The text values of a row and each two side by side (a record stores them so), as
+    bytes, longest first."""
+    texts = [v.encode() for v in row if isinstance(v, str)]
+    texts += [a.encode() + b.encode() for a, b in itertools.pairwise(row)
+              if isinstance(a, str) and isinstance(b, str)]  # fmt: skip
+    return sorted(texts, key=len, reverse=True)
+
+
+def _record_spans(db: Path) -> dict[str, list[tuple[int, int]]]:
+    """{table: where the text values of its rows lie in the file}, for each table of records
+    (migration 12); values of 8 bytes or more, found once."""
+    from fsage.db.rowcheck import TABLES
+
+    con = sqlite3.connect(db)
+    raw = db.read_bytes()
+    out: dict[str, list[tuple[int, int]]] = {}
+    for t in TABLES:
+        for row in con.execute(f"SELECT {', '.join(t.columns)} FROM {t.table}"):
+            for data in _texts(row):
+                if len(data) >= 8 and raw.count(data) == 1:
+                    at = raw.find(data)
+                    out.setdefault(t.table, []).append((at, min(len(data), PAGE - at % PAGE)))
+    con.close()
+    return out
+
+
 def _damages(db: Path, seed: int) -> list[tuple[str, Callable[[bytearray], bytearray]]]:
     rng = random.Random(seed)
     pages = db.stat().st_size // PAGE
@@ -146,6 +217,12 @@ def _damages(db: Path, seed: int) -> list[tuple[str, Callable[[bytearray], bytea
         at = start + rng.randrange(length)
         data = rng.randbytes(rng.randint(1, 8))
         out.append((f"{len(data)} random bytes at {at} (a chunk blob)", scribble(at, data)))
+    for table, table_spans in sorted(_record_spans(db).items()):
+        for _ in range(2):
+            start, length = rng.choice(table_spans)
+            at = start + rng.randrange(length)
+            data = rng.randbytes(rng.randint(1, 4))
+            out.append((f"{len(data)} random bytes at {at} (a row of {table})", scribble(at, data)))
     for _ in range(16):
         at = rng.randrange(100, pages * PAGE)
         data = rng.randbytes(rng.randint(1, 16))
@@ -162,6 +239,7 @@ def test_damaged_databases_answer_right_or_fail_in_one_line(intact: Path, tmp_pa
     for name, (code, _, err, _) in expected.items():
         assert code == 0, f"{name} on the intact database: {err}"
     damaged = tmp_path / "damaged.db"
+    assert len(_record_spans(intact)) == 8  # every table of records is damaged too
     refused = written_into = 0
     cases = _damages(intact, seed=27)
     for what, damage in cases:
@@ -197,7 +275,8 @@ def test_damaged_databases_answer_right_or_fail_in_one_line(intact: Path, tmp_pa
             assert damaged.read_bytes() == before, f"{what}: snapshot wrote into it"
             written_into += 1
     print(
-        f"{len(cases)} damaged databases, {refused} of {len(cases) * 8} read runs refused;"
+        f"{len(cases)} damaged databases, {refused} of {len(cases) * len(expected)} read runs"
+        " refused;"
         f" {written_into} failing quick_check refused a snapshot"
     )
     assert refused > len(cases) and written_into > 5  # the damage was seen, not only survived
@@ -305,3 +384,40 @@ def test_a_damaged_database_is_not_migrated(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"the database is damaged .* nothing was written"):
         Store.open(db, readonly=True)
     assert db.read_bytes() == raw
+
+
+@pytest.mark.parametrize(
+    ("table", "command", "named"),
+    [
+        ("aging_runs", ["runs"], "aging run 1"),
+        ("collection_runs", ["status"], "collection run 1"),
+        ("daemon_targets", ["status"], "the daemon's plan for target two"),
+        ("bench_runs", ["bench", "results"], "bench run 1"),
+        ("bench_results", ["bench", "results"], "a result of bench run 1 (read)"),
+        ("traces", ["trace", "list"], "trace 1"),
+        ("studies", ["study", "report", "1"], "study 1"),
+        ("study_results", ["study", "report", "1"], "the result of study 1, step 0, ext4"),
+    ],
+)
+def test_a_damaged_record_row_is_named(
+    intact: Path, tmp_path: Path, table: str, command: list[str], named: str
+) -> None:
+    """One bit flipped in a text value of a row (an ASCII letter for another: SQLite's own
+    checks cannot tell) makes the command that reads it fail in one line naming the row."""
+    from fsage.db.rowcheck import TABLES
+
+    t = next(t for t in TABLES if t.table == table)
+    con = sqlite3.connect(intact)
+    row = con.execute(f"SELECT {', '.join(t.columns)} FROM {table} ORDER BY rowid").fetchone()
+    con.close()
+    raw = bytearray(intact.read_bytes())
+    text = next(x for x in _texts(row) if raw.count(x) == 1)  # the longest the file holds once
+    at = raw.find(text) + len(text) // 2
+    raw[at] ^= 0x01
+    db = tmp_path / "x.db"
+    db.write_bytes(raw)
+    assert _quick_check(db) == "ok"
+    result = CliRunner().invoke(main, [*command, "--db", str(db)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"fsage: error: {db}: {named} is damaged (its row does not match" \
+        " its checksum)\n"  # fmt: skip

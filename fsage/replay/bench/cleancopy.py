@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
+from fsage.private import private_opener
 from fsage.replay.bench.scantree import copy_tree
 
 Say = Callable[[str], None]
@@ -118,7 +119,7 @@ def make_xfs_like(original: Path, image: Path) -> list[str]:
     """An empty xfs in ``image`` (sparse) of ``original``'s geometry; notices of what differs."""
     geo = xfs_geometry(original)
     bsize = int(geo["data"]["bsize"])
-    with open(image, "wb") as fh:
+    with open(image, "wb", opener=private_opener) as fh:  # a copy of the user's tree
         fh.truncate(int(geo["data"]["blocks"]) * bsize)
     tool_output(xfs_mkfs_argv(geo, image), f"making an xfs on {image}")
     made = xfs_geometry(image)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fsage.db import rowcheck
 from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
 from fsage.replay.bench.layoutscore import (
@@ -511,6 +512,7 @@ def stored_results(store: Any, suite: str | None = None) -> list[StoredResult]:
     con = store.con
     if not has_bench_tables(con):
         return []
+    rowcheck.verify_all(con, ("bench_runs", "bench_results"))
     sql = (
         "SELECT r.id, r.suite, r.fs_name, r.target, r.started_at, r.cold, r.params, r.layout, "
         "x.metric, x.value, x.unit, x.params, x.layout_score_bench_files, "
