@@ -117,12 +117,27 @@ def _decoding(first_snap: int) -> Iterator[None]:
         raise _damaged(first_snap, f"the chunk does not decode: {exc}") from None
 
 
+def _with_blobs(
+    con: sqlite3.Connection, query: str, args: tuple[int, ...], blobs: str
+) -> Iterator[tuple[int, int, int, tuple[Any, ...]]]:
+    """(id, first_snap, n, the ``blobs`` columns of its chunk_blobs row) of each chunk that
+    ``query`` selects, the blobs read one chunk at a time: ordering a join of the blobs makes
+    SQLite copy every blob into a temporary B-tree (several times their size in memory)."""
+    for chunk_id, first_snap, n in con.execute(query, args).fetchall():
+        row = con.execute(f"SELECT {blobs} FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,))
+        found = row.fetchone()
+        if found is None:
+            raise _damaged(first_snap, "the chunk's blobs are missing")
+        yield chunk_id, first_snap, n, tuple(found)
+
+
 def current(con: sqlite3.Connection, fs_id: int) -> Current:
-    chunks = con.execute(
-        "SELECT c.id, b.keys, b.keys_crc, c.first_snap, c.n FROM version_chunks c"
-        " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.live > 0 ORDER BY c.id",
+    chunks = _with_blobs(
+        con,
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND live > 0 ORDER BY id",
         (fs_id,),
-    ).fetchall()
+        "keys, keys_crc",
+    )
     ended = _ended_rows(
         con,
         "SELECT e.chunk_id, e.rows, e.rows_crc, c.first_snap, c.n FROM version_ends e"
@@ -130,7 +145,7 @@ def current(con: sqlite3.Connection, fs_id: int) -> Current:
         (fs_id,),
     )
     parts = []
-    for chunk_id, blob, crc, first_snap, n in chunks:
+    for chunk_id, first_snap, n, (blob, crc) in chunks:
         raw = _checked(blob, crc, first_snap, "keys")
         with _decoding(first_snap):
             keys = codec.chunk_keys(raw)
@@ -233,16 +248,16 @@ def chunk_versions_at(
 ) -> tuple[codec.Versions, npt.NDArray[np.bool_]]:
     """The versions of every chunk snapshot ``snap_id`` sees, in chunk order, and which of
     them are valid in it (a reader takes those it wants in one go)."""
-    chunks = con.execute(
-        "SELECT c.id, b.keys, b.body, b.keys_crc, b.body_crc, c.first_snap, c.n"
-        " FROM version_chunks c JOIN chunk_blobs b ON b.chunk_id = c.id"
-        " WHERE c.fs_id = ? AND c.first_snap <= ?"
-        " AND (c.dead_after IS NULL OR c.dead_after >= ?) ORDER BY c.id",
+    chunks = _with_blobs(
+        con,
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
         (fs_id, snap_id, snap_id),
-    ).fetchall()
+        "keys, body, keys_crc, body_crc",
+    )
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     parts, alive = [], []
-    for chunk_id, keys, body, keys_crc, body_crc, first_snap, n in chunks:
+    for chunk_id, first_snap, n, (keys, body, keys_crc, body_crc) in chunks:
         blobs = {
             "keys": _checked(keys, keys_crc, first_snap, "keys"),
             "body": _checked(body, body_crc, first_snap, "columns"),
