@@ -352,7 +352,8 @@ class SnapshotAnalyzer:
         for name, order in orders.items():
             out["dynamic_layout_score_data_only"][name] = self.dynamic_score(order)
         buckets = sorted(set(k[orders["inode"]].tolist()))
-        split = {oname: self._bucket_runs(order, k) for oname, order in orders.items()}
+        # every run of every file, grouped by bucket: only a disk model reads them
+        split = {oname: self._bucket_runs(order, k) for oname, order in orders.items() if models}
         for mname in models:
             m = PRESETS[mname]
             per_order = {oname: self._bucket_ms(sp, m) for oname, sp in split.items()}
