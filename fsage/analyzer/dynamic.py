@@ -340,6 +340,35 @@ def modeled_reads(
     )
 
 
+def modeled_score(layout: Layout, scores: FileScores, order: I64) -> dict[str, Any]:
+    """``modeled_reads(layout, scores, order).score()``, modeled a chunk of objects at a time
+    without holding every request: a chunk's first request is judged against the previous
+    chunk's last one."""
+    tabs = _inode_tables(layout)
+    windows = _FirstWindows()
+    blocks = requests = disc = 0
+    prev_end: int | None = None
+    for lo in range(0, order.size, READS_CHUNK):
+        req = _chunk_reads(layout, scores, order[lo : lo + READS_CHUNK], None, tabs, windows)
+        keep = req.length > 0
+        start, length = req.start[keep], req.length[keep]
+        if start.size == 0:
+            continue
+        blocks += int(length.sum())
+        requests += int(start.size)
+        disc += int(np.count_nonzero(start[1:] != start[:-1] + length[:-1]))
+        disc += int(prev_end is None or int(start[0]) != prev_end)
+        prev_end = int(start[-1] + length[-1])
+    if blocks == 0:
+        return {"score": None, "requests": 0, "discontiguous": 0, "blocks": 0}
+    return {
+        "score": 1.0 - disc / blocks,
+        "requests": requests,
+        "discontiguous": disc,
+        "blocks": blocks,
+    }
+
+
 def modeled_segment_counts(
     layout: Layout, scores: FileScores, order: I64, segment: I64, nseg: int
 ) -> tuple[I64, I64]:
