@@ -151,7 +151,11 @@ def export_parquet(
             private_mkdir(out, parents=True, exist_ok=True)
         except OSError as exc:
             raise ExportError(f"{out}: {exc.strerror}") from None
-        return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
+        try:
+            return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
+        except OSError as exc:  # a full disk, say: what was written is removed (abort)
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ExportError(f"{out}: cannot write the dataset: {first}") from None
 
 
 def _export_locked(
