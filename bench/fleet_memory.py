@@ -41,7 +41,8 @@ def measured(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one process, the load at its start."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # run from the tree measured: ``python -m`` looks in the working directory first
+    p = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert p.stderr is not None
     err = p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -71,7 +72,7 @@ def build(db: Path, names: list[str], files: int, snapshots: int, env: dict[str,
     """In a process of its own: a child's peak resident set starts at its parent's size when
     it was forked, so this process stays small (no numpy, no database built in it)."""
     argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), *names]
-    subprocess.run(argv, env=env, check=True)
+    subprocess.run(argv, env=env, cwd=REPO, check=True)
 
 
 def du(path: Path) -> int:
