@@ -54,8 +54,8 @@ from fsage.private import private_mkdir
 I64 = npt.NDArray[np.int64]
 
 
-# Progress steps of one snapshot: its layout read, its metrics, its versions and free extents
-# written.
+# Progress steps of one snapshot: its layout read, its versions and free extents written, its
+# figures.
 STEPS = 3
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
