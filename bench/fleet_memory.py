@@ -10,9 +10,10 @@ and a fleet of many small partitions (--fleet file systems of --fleet-files file
 
 Peak memory is each process's maximum resident set (wait4), in MiB; times are wall and CPU
 seconds (user + system). The load average is printed beside each row: on a loaded machine
-wall seconds stretch, peaks do not.
+wall seconds stretch, peaks do not. Last, each command's largest peak against the target
+(``TARGET_MB``, 200 MB) and how much its peak grew from the smallest size to the largest.
 
-Usage: python3 bench/fleet_memory.py [--files 100000,300000,700000] [--snapshots 3]
+Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
 """
 
@@ -33,13 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 MIB = 1 << 20
+TARGET_MB = 200  # peak resident set of export and compact, whatever the database's size
 
 
 def measured(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one process, the load at its start."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # run from the tree measured: ``python -m`` looks in the working directory first
+    p = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert p.stderr is not None
     err = p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -69,7 +72,7 @@ def build(db: Path, names: list[str], files: int, snapshots: int, env: dict[str,
     """In a process of its own: a child's peak resident set starts at its parent's size when
     it was forked, so this process stays small (no numpy, no database built in it)."""
     argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), *names]
-    subprocess.run(argv, env=env, check=True)
+    subprocess.run(argv, env=env, cwd=REPO, check=True)
 
 
 def du(path: Path) -> int:
@@ -90,7 +93,7 @@ def measure(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--files", default="100000,300000", help="comma-separated file counts")
+    ap.add_argument("--files", default="100000,350000,700000", help="comma-separated file counts")
     ap.add_argument("--snapshots", type=int, default=3)
     ap.add_argument("--fleet", type=int, default=100, help="file systems of the small fleet")
     ap.add_argument("--fleet-files", type=int, default=2000)
@@ -120,8 +123,9 @@ def main() -> None:
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    verdicts = verdict(rows)
     if args.json:
-        print(json.dumps({"snapshots": args.snapshots, "rows": rows}, indent=2))
+        print(json.dumps({"snapshots": args.snapshots, "rows": rows, "target": verdicts}, indent=2))
         return
     print(f"{args.snapshots} snapshots each; wall s / CPU s (user + system), peak RSS;"
           f" load average at each command's start, {os.cpu_count()} CPUs")  # fmt: skip
@@ -132,6 +136,36 @@ def main() -> None:
         for name, m in (("export", e), ("fleet compact", c)):
             print(f"  {'':>26}  {name:<13} {m['wall_s']:6.1f} s / {m['cpu_s']:6.1f} s,"
                   f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})")  # fmt: skip
+    for v in verdicts:
+        print(f"  {v['command']:<13} largest peak {v['peak_mib']:.0f} MiB"
+              f" ({v['peak_mib'] * MIB / 1e6:.0f} MB): target {TARGET_MB} MB"
+              f" {'met' if v['met'] else 'NOT met'};"
+              f" {v['growth_mib']:+.0f} MiB from {v['smallest']} to {v['largest']}")  # fmt: skip
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per command: its largest peak against the target, and its growth with the size of
+    the file system (the single-file-system rows, smallest to largest)."""
+    single = sorted(
+        (r for r in rows if r["case"].endswith(" files") and " x " not in r["case"]),
+        key=lambda r: int(r["case"].split()[0]),
+    )
+    out = []
+    for key, name in (("export", "export"), ("compact", "fleet compact")):
+        peak = max(r[key]["peak_mib"] for r in rows)
+        out.append(
+            {
+                "command": name,
+                "peak_mib": peak,
+                "met": peak * MIB <= TARGET_MB * 1e6,
+                "smallest": single[0]["case"] if single else None,
+                "largest": single[-1]["case"] if single else None,
+                "growth_mib": (
+                    single[-1][key]["peak_mib"] - single[0][key]["peak_mib"] if single else 0.0
+                ),
+            }
+        )
+    return out
 
 
 if __name__ == "__main__":

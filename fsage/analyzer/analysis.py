@@ -21,6 +21,7 @@ from fsage.analyzer.dynamic import (
     depths_below,
     directory_scans,
     modeled_reads,
+    modeled_score,
     preorder_sizes,
     ranges,
     root_index,
@@ -143,6 +144,7 @@ class SnapshotAnalyzer:
         self._preorder: tuple[I64, I64] | None = None
         self._parent: I64 | None = None
         self._path_reads: Requests | None = None
+        self._path_score: dict[str, Any] | None = None
         self._gaps: tuple[I64, I64] | None = None
         self._dir_scans: tuple[I64, I64, I64, I64] | None = None
 
@@ -254,7 +256,7 @@ class SnapshotAnalyzer:
         out["neighbour_distance"] = gap_distribution(gap, self.bs, blocks_per_group(self.layout))
         _, _, disc, blocks = self.directory_scans()
         out["directory_scan"] = score_distribution(disc, blocks)
-        out["dynamic_layout_score_path"] = self.path_reads().score()["score"]
+        out["dynamic_layout_score_path"] = self.path_score()["score"]
         return out
 
     def gaps(self) -> tuple[I64, I64]:
@@ -282,6 +284,16 @@ class SnapshotAnalyzer:
             walk = walk_order(self.layout, self.regular | self.dirs, self.preorder())
             self._path_reads = modeled_reads(self.layout, self.scores, walk)
         return self._path_reads
+
+    def path_score(self) -> dict[str, Any]:
+        """``path_reads().score()``, without holding every request."""
+        if self._path_score is None:
+            if self._path_reads is not None:
+                self._path_score = self._path_reads.score()
+            else:
+                walk = walk_order(self.layout, self.regular | self.dirs, self.preorder())
+                self._path_score = modeled_score(self.layout, self.scores, walk)
+        return self._path_score
 
     def parent(self) -> I64:
         """Every file's parent directory (``parent_index``)."""
@@ -342,17 +354,17 @@ class SnapshotAnalyzer:
             "dynamic_layout_score_data_only": {},
         }
         objects = self.regular | self.dirs
-        walks = {"inode": modeled_reads(self.layout, s, np.flatnonzero(objects).astype(np.int64))}
+        walks = {"inode": modeled_score(self.layout, s, np.flatnonzero(objects).astype(np.int64))}
         if paths:
-            walks["path"] = self.path_reads()
-        for name, req in walks.items():
-            reads = req.score()
+            walks["path"] = self.path_score()
+        for name, reads in walks.items():
             out["dynamic_layout_score"][name] = reads["score"]
             out["dynamic_reads"][name] = reads
         for name, order in orders.items():
             out["dynamic_layout_score_data_only"][name] = self.dynamic_score(order)
         buckets = sorted(set(k[orders["inode"]].tolist()))
-        split = {oname: self._bucket_runs(order, k) for oname, order in orders.items()}
+        # every run of every file, grouped by bucket: only a disk model reads them
+        split = {oname: self._bucket_runs(order, k) for oname, order in orders.items() if models}
         for mname in models:
             m = PRESETS[mname]
             per_order = {oname: self._bucket_ms(sp, m) for oname, sp in split.items()}

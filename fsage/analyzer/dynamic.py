@@ -126,25 +126,32 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
         return pos, np.zeros(n, np.int64)
     parent = np.full(n, -1, np.int64)
     link_of = np.full(n, -1, np.int64)
+    # (each intermediate dropped once used: at a million files every array is 8 MB)
     if len(links):
-        li = np.searchsorted(ino, links.ino.astype(np.int64))
-        lp = np.searchsorted(ino, links.parent.astype(np.int64))
-        li_c, lp_c = np.minimum(li, n - 1), np.minimum(lp, n - 1)
-        ok = (ino[li_c] == links.ino.astype(np.int64)) & (
-            ino[lp_c] == links.parent.astype(np.int64)
-        )
+        key = links.ino.astype(np.int64)
+        li_c = np.minimum(np.searchsorted(ino, key), n - 1)
+        ok = ino[li_c] == key
+        key = links.parent.astype(np.int64)
+        lp_c = np.minimum(np.searchsorted(ino, key), n - 1)
+        ok &= ino[lp_c] == key
+        del key
         ok &= li_c != lp_c
         ok &= li_c != root
         rows = np.flatnonzero(ok)[::-1]  # reversed: the first link of a file wins
+        del ok
         parent[li_c[rows]] = lp_c[rows]
         link_of[li_c[rows]] = rows
+        del li_c, lp_c, rows
+    del ino
     dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
     # every reachable file after its siblings of smaller names (bytes compared, in C)
     by_name = _kernels.argsort_names(
         parent[reach], links.names, links.name_off.astype(np.uint64), link_of[reach]
     )
+    del link_of
     order = reach[np.frombuffer(by_name, np.int64)]
+    del reach, by_name
     size = np.where(dep >= 0, 1, 0).astype(np.int64)
     maxdep = int(dep.max())
     for d in range(maxdep, 0, -1):
@@ -152,12 +159,15 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
         size += np.bincount(parent[at], weights=size[at], minlength=n).astype(np.int64)
     # offset of each child within its parent: sizes of the siblings before it
     op = parent[order]
-    csum = np.cumsum(size[order]) - size[order]
     first = np.ones(order.size, bool)
     first[1:] = op[1:] != op[:-1]
+    del op
     group_start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    del first
+    csum = np.cumsum(size[order]) - size[order]
     offset = np.empty(n, np.int64)
     offset[order] = csum - csum[group_start]
+    del csum, group_start, order
     pos[root] = 0
     for d in range(1, maxdep + 1):
         at = np.flatnonzero(dep == d)
@@ -214,53 +224,93 @@ def ranges(lo: I64, hi: I64) -> I64:
     return np.frombuffer(out, np.int64)
 
 
+@dataclass
+class _InodeTables:
+    """Where each inode's inode-table block lies (ext geometry), and the end of each group's
+    table blocks that hold inodes in use (the kernel skips the unused tail)."""
+
+    ino: I64
+    ipg: int
+    per_block: int
+    itab: I64
+    used_end: I64
+
+
+def _inode_tables(layout: Layout) -> _InodeTables | None:
+    """The geometry ``_inode_requests`` needs; None where it is unknown (non-ext)."""
+    ipg = inodes_per_group(layout)
+    isize = fact(layout, "inode_size", "s_inode_size")
+    tables = [g.get("inode_table") for g in layout.facts.groups]
+    if not (ipg and isize and tables and all(t is not None for t in tables)):
+        return None
+    per_block = max(layout.facts.block_size // int(isize), 1)
+    itab = np.array(tables, np.int64)
+    ino = layout.files.ino.astype(np.int64)
+    all_g = (ino - 1) // ipg
+    valid = (all_g >= 0) & (all_g < itab.size)
+    top = np.zeros(itab.size, np.int64)
+    np.maximum.at(top, all_g[valid], (ino[valid] - 1) % ipg)
+    return _InodeTables(ino, ipg, per_block, itab, itab + top // per_block + 1)
+
+
+class _FirstWindows:
+    """Which objects are the first read of their readahead window within their segment,
+    over chunks of one read taken in order: the windows the previous chunks' last segment
+    read are carried to the next chunk (segments ascend, so no earlier one continues)."""
+
+    def __init__(self) -> None:
+        self.segment = -1
+        self.seen = np.zeros(0, np.int64)
+
+    def first(self, key: I64, segment: I64 | None) -> npt.NDArray[np.bool_]:
+        n = key.size
+        seg = np.zeros(n, np.int64) if segment is None else segment
+        # first object of each (segment, window): a stable sort by window keeps each
+        # window's objects in segment order
+        by = np.argsort(key, kind="stable")
+        ks, ss = key[by], seg[by]
+        head = np.ones(by.size, bool)
+        head[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
+        first = np.zeros(n, bool)
+        first[by[head]] = True
+        carried = seg == self.segment
+        first[carried & np.isin(key, self.seen)] = False
+        if n:
+            last = int(seg[-1])
+            mine = key[seg == last]
+            self.seen = np.union1d(self.seen, mine) if last == self.segment else np.unique(mine)
+            self.segment = last
+        return first
+
+
 def _inode_requests(
-    layout: Layout, objs: I64, segment: I64 | None = None
+    tabs: _InodeTables | None, objs: I64, windows: _FirstWindows, segment: I64 | None = None
 ) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """Per object: the inode-table request (start, length) and whether it is the first read
     of its readahead window (within its ``segment``: each scan starts cold). Empty lengths
     where the geometry is unknown (non-ext)."""
     n = objs.size
-    none = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool))
-    ipg = inodes_per_group(layout)
-    isize = fact(layout, "inode_size", "s_inode_size")
-    tables = [g.get("inode_table") for g in layout.facts.groups]
-    if not (ipg and isize and tables and all(t is not None for t in tables)) or n == 0:
-        return none
-    bs = layout.facts.block_size
-    per_block = max(bs // int(isize), 1)
-    itab = np.array(tables, np.int64)
-    ino = layout.files.ino.astype(np.int64)
-    g = (ino[objs] - 1) // ipg
+    if tabs is None or n == 0:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool)
+    ino, ipg, itab = tabs.ino[objs], tabs.ipg, tabs.itab
+    g = (ino - 1) // ipg
     ok = (g >= 0) & (g < itab.size)
     g = np.clip(g, 0, itab.size - 1)
-    block = itab[g] + ((ino[objs] - 1) % ipg) // per_block
-    # blocks of each group's table that hold inodes in use (the kernel skips the unused tail)
-    all_g = (ino - 1) // ipg
-    valid = (all_g >= 0) & (all_g < itab.size)
-    top = np.zeros(itab.size, np.int64)
-    np.maximum.at(top, all_g[valid], (ino[valid] - 1) % ipg)
-    used_end = itab + top // per_block + 1
+    block = itab[g] + ((ino - 1) % ipg) // tabs.per_block
     ra = INODE_READAHEAD_BLOCKS
     wstart = np.maximum(block & ~np.int64(ra - 1), itab[g])
-    wend = np.minimum((block & ~np.int64(ra - 1)) + ra, used_end[g])
+    wend = np.minimum((block & ~np.int64(ra - 1)) + ra, tabs.used_end[g])
     wend = np.maximum(wend, block + 1)
     first = np.zeros(n, bool)
     if ok.any():
-        key = np.where(ok, wstart, -1)
-        if segment is None:
-            _, at = np.unique(key, return_index=True)
-        else:
-            # first object of each (segment, window): segments are ascending, so a stable
-            # sort by window keeps each window's objects in segment order
-            by = np.argsort(key, kind="stable")
-            ks, ss = key[by], segment[by]
-            head = np.ones(by.size, bool)
-            head[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
-            at = by[head]
-        first[at] = True
+        first = windows.first(np.where(ok, wstart, -1), segment)
     first &= ok
     return wstart, wend - wstart, first
+
+
+# Objects modeled at a time: a read's requests are those of its objects one after the other,
+# and the per-object arrays of the model are then a chunk's, not the tree's.
+READS_CHUNK = 1 << 16
 
 
 def modeled_reads(
@@ -270,12 +320,94 @@ def modeled_reads(
     other, each with its inode block, metadata blocks and data. ``segment`` (ascending, one
     per entry of ``order``) cuts the read into independent cold scans: a file may appear in
     several, and an inode-table window read by one scan is read again by the next."""
-    files = layout.files
     n = order.size
     if n == 0:
         empty = np.zeros(0, np.int64)
         return Requests(empty, empty, None if segment is None else empty)
-    istart, ilen, ifirst = _inode_requests(layout, order, segment)
+    tabs = _inode_tables(layout)
+    windows = _FirstWindows()
+    parts = []
+    for lo in range(0, n, READS_CHUNK):
+        hi = min(lo + READS_CHUNK, n)
+        seg = None if segment is None else segment[lo:hi]
+        parts.append(_chunk_reads(layout, scores, order[lo:hi], seg, tabs, windows))
+    if len(parts) == 1:
+        return parts[0]
+    return Requests(
+        np.concatenate([r.start for r in parts]),
+        np.concatenate([r.length for r in parts]),
+        None if segment is None else np.concatenate([r.segment for r in parts]),
+    )
+
+
+def modeled_score(layout: Layout, scores: FileScores, order: I64) -> dict[str, Any]:
+    """``modeled_reads(layout, scores, order).score()``, modeled a chunk of objects at a time
+    without holding every request: a chunk's first request is judged against the previous
+    chunk's last one."""
+    tabs = _inode_tables(layout)
+    windows = _FirstWindows()
+    blocks = requests = disc = 0
+    prev_end: int | None = None
+    for lo in range(0, order.size, READS_CHUNK):
+        req = _chunk_reads(layout, scores, order[lo : lo + READS_CHUNK], None, tabs, windows)
+        keep = req.length > 0
+        start, length = req.start[keep], req.length[keep]
+        if start.size == 0:
+            continue
+        blocks += int(length.sum())
+        requests += int(start.size)
+        disc += int(np.count_nonzero(start[1:] != start[:-1] + length[:-1]))
+        disc += int(prev_end is None or int(start[0]) != prev_end)
+        prev_end = int(start[-1] + length[-1])
+    if blocks == 0:
+        return {"score": None, "requests": 0, "discontiguous": 0, "blocks": 0}
+    return {
+        "score": 1.0 - disc / blocks,
+        "requests": requests,
+        "discontiguous": disc,
+        "blocks": blocks,
+    }
+
+
+def modeled_segment_counts(
+    layout: Layout, scores: FileScores, order: I64, segment: I64, nseg: int
+) -> tuple[I64, I64]:
+    """``modeled_reads(layout, scores, order, segment).segment_counts(nseg)``, modeled a
+    chunk of objects at a time without holding every request: the seek of a chunk's first
+    request is judged against the previous chunk's last one."""
+    disc = np.zeros(nseg, np.int64)
+    blocks = np.zeros(nseg, np.int64)
+    tabs = _inode_tables(layout)
+    windows = _FirstWindows()
+    prev: tuple[int, int] | None = None  # the last request's segment and end
+    for lo in range(0, order.size, READS_CHUNK):
+        hi = min(lo + READS_CHUNK, order.size)
+        req = _chunk_reads(layout, scores, order[lo:hi], segment[lo:hi], tabs, windows)
+        assert req.segment is not None
+        keep = req.length > 0
+        seg, start, length = req.segment[keep], req.start[keep], req.length[keep]
+        if seg.size == 0:
+            continue
+        seek = np.ones(seg.size, bool)
+        seek[1:] = (start[1:] != start[:-1] + length[:-1]) | (seg[1:] != seg[:-1])
+        seek[0] = prev != (int(seg[0]), int(start[0]))
+        disc += np.bincount(seg[seek], minlength=nseg).astype(np.int64)
+        blocks += np.rint(np.bincount(seg, weights=length, minlength=nseg)).astype(np.int64)
+        prev = (int(seg[-1]), int(start[-1] + length[-1]))
+    return disc, blocks
+
+
+def _chunk_reads(
+    layout: Layout,
+    scores: FileScores,
+    order: I64,
+    segment: I64 | None,
+    tabs: _InodeTables | None,
+    windows: _FirstWindows,
+) -> Requests:
+    files = layout.files
+    n = order.size
+    istart, ilen, ifirst = _inode_requests(tabs, order, windows, segment)
     # metadata blocks of each object (extent-tree nodes, indirect blocks; not xattr blocks)
     mo = files.meta_off.astype(np.int64)
     m_rows = np.repeat(np.arange(n), mo[order + 1] - mo[order])
@@ -329,7 +461,7 @@ def directory_scans(
     # a directory's walk position comes before every one of its entries'
     by = np.lexsort((pos[objs], owner))
     objs, seg = objs[by], np.searchsorted(dirs, owner[by])
-    disc, blocks = modeled_reads(layout, scores, objs, seg).segment_counts(dirs.size)
+    disc, blocks = modeled_segment_counts(layout, scores, objs, seg, dirs.size)
     files = np.bincount(seg, minlength=dirs.size).astype(np.int64) - 1
     return dirs, files, disc, blocks
 
@@ -359,8 +491,9 @@ def subtree_scans(
         part = slice(start, stop)
         idx = ranges(lo[part], hi[part])
         seg = np.repeat(np.arange(stop - start, dtype=np.int64), (hi - lo)[part])
-        reads = modeled_reads(layout, scores, walk[idx], seg)
-        disc[part], blocks[part] = reads.segment_counts(stop - start)
+        disc[part], blocks[part] = modeled_segment_counts(
+            layout, scores, walk[idx], seg, stop - start
+        )
         start = stop
     return disc, blocks
 

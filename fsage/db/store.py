@@ -513,7 +513,8 @@ class Store:
             ).fetchone()
             if not isinstance(free_blob, bytes) or not matches(free_crc, blob_crc(free_blob)):
                 raise DamagedError("its free map does not match its checksum")
-            stored, alive = versions.chunk_versions_at(self.con, fs_id, snapshot_id)
+            stored = versions.valid_versions(self.con, fs_id, snapshot_id)
+            alive = np.ones(len(stored.files), bool)
             return self._layout_of(stored, alive, facts_json, free_blob, notes)
 
     def _layout_of(

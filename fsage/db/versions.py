@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from fsage.db import codec
 from fsage.db.checksum import DamagedError, blob_crc, matches
-from fsage.layout import FILE_COLUMNS, LinkTable, concat_offsets, csr_take
+from fsage.layout import FILE_COLUMNS, FileTable, LinkTable, concat_offsets, csr_take
 
 I64 = npt.NDArray[np.int64]
 
@@ -117,12 +117,29 @@ def _decoding(first_snap: int) -> Iterator[None]:
         raise _damaged(first_snap, f"the chunk does not decode: {exc}") from None
 
 
+def _with_blobs(
+    con: sqlite3.Connection, query: str, args: tuple[int, ...], blobs: str
+) -> Iterator[tuple[int, int, int, tuple[Any, ...]]]:
+    """(id, first_snap, n, the ``blobs`` columns of its chunk_blobs row) of each chunk that
+    ``query`` selects, the blobs read one chunk at a time: ordering a join of the blobs makes
+    SQLite copy every blob into a temporary B-tree (several times their size in memory)."""
+    for chunk_id, first_snap, n in con.execute(query, args).fetchall():
+        row = con.execute(f"SELECT {blobs} FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,))
+        found = row.fetchone()
+        if found is None:
+            raise _damaged(first_snap, "the chunk's blobs are missing")
+        out, found = (chunk_id, first_snap, n, tuple(found)), None
+        yield out  # (no reference kept here: the reader drops the blobs once decoded)
+        del out
+
+
 def current(con: sqlite3.Connection, fs_id: int) -> Current:
-    chunks = con.execute(
-        "SELECT c.id, b.keys, b.keys_crc, c.first_snap, c.n FROM version_chunks c"
-        " JOIN chunk_blobs b ON b.chunk_id = c.id WHERE c.fs_id = ? AND c.live > 0 ORDER BY c.id",
+    chunks = _with_blobs(
+        con,
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND live > 0 ORDER BY id",
         (fs_id,),
-    ).fetchall()
+        "keys, keys_crc",
+    )
     ended = _ended_rows(
         con,
         "SELECT e.chunk_id, e.rows, e.rows_crc, c.first_snap, c.n FROM version_ends e"
@@ -130,7 +147,7 @@ def current(con: sqlite3.Connection, fs_id: int) -> Current:
         (fs_id,),
     )
     parts = []
-    for chunk_id, blob, crc, first_snap, n in chunks:
+    for chunk_id, first_snap, n, (blob, crc) in chunks:
         raw = _checked(blob, crc, first_snap, "keys")
         with _decoding(first_snap):
             keys = codec.chunk_keys(raw)
@@ -233,16 +250,16 @@ def chunk_versions_at(
 ) -> tuple[codec.Versions, npt.NDArray[np.bool_]]:
     """The versions of every chunk snapshot ``snap_id`` sees, in chunk order, and which of
     them are valid in it (a reader takes those it wants in one go)."""
-    chunks = con.execute(
-        "SELECT c.id, b.keys, b.body, b.keys_crc, b.body_crc, c.first_snap, c.n"
-        " FROM version_chunks c JOIN chunk_blobs b ON b.chunk_id = c.id"
-        " WHERE c.fs_id = ? AND c.first_snap <= ?"
-        " AND (c.dead_after IS NULL OR c.dead_after >= ?) ORDER BY c.id",
+    chunks = _with_blobs(
+        con,
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
         (fs_id, snap_id, snap_id),
-    ).fetchall()
+        "keys, body, keys_crc, body_crc",
+    )
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     parts, alive = [], []
-    for chunk_id, keys, body, keys_crc, body_crc, first_snap, n in chunks:
+    for chunk_id, first_snap, n, (keys, body, keys_crc, body_crc) in chunks:
         blobs = {
             "keys": _checked(keys, keys_crc, first_snap, "keys"),
             "body": _checked(body, body_crc, first_snap, "columns"),
@@ -257,6 +274,107 @@ def chunk_versions_at(
         parts.append(v)
         alive.append(valid)
     return codec.concat_versions(parts), (np.concatenate(alive) if alive else np.zeros(0, bool))
+
+
+def valid_versions(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
+    """The versions valid in snapshot ``snap_id``: reserved inodes first, then the others,
+    each in ino order (as a snapshot's own chunk holds them). Assembled a column at a time,
+    each chunk's column let go once taken: the snapshot is held about once, not as its
+    chunks, their concatenation and a copy of that in order."""
+    parts, rows = _chunks_at(con, fs_id, snap_id)
+    if not parts:
+        return codec.concat_versions([])
+    key = np.concatenate([p.files.ino[r] for p, r in zip(parts, rows, strict=True)])
+    special = np.concatenate([p.special[r] for p, r in zip(parts, rows, strict=True)])
+    order = np.lexsort((key, ~special))
+    del key
+    whole = len(parts) == 1 and rows[0].size == len(parts[0].files)
+    if whole and np.array_equal(order, np.arange(order.size)):
+        return parts[0]  # one chunk, all of it valid and in order: no copy at all
+    cols: dict[str, npt.NDArray[Any]] = {}
+    for name in FILE_COLUMNS:
+        cols[name] = _gathered([getattr(p.files, name) for p in parts], rows, order)
+        for p in parts:  # let go of the chunk's column
+            setattr(p.files, name, np.zeros(0, FILE_COLUMNS[name]))
+    for off_name, children in (
+        ("ext_off", ("ext_logical", "ext_physical", "ext_length", "ext_flags")),
+        ("meta_off", ("meta_physical", "meta_kind")),
+    ):
+        taken = [csr_take(getattr(p.files, off_name), r) for p, r in zip(parts, rows, strict=True)]
+        idx, cols[off_name] = csr_take(concat_offsets([t[1] for t in taken]), order)
+        for child in children:
+            part_cols = [getattr(p.files, child)[t[0]] for p, t in zip(parts, taken, strict=True)]
+            cols[child] = np.concatenate(part_cols)[idx]
+            del part_cols
+            for p in parts:
+                setattr(p.files, child, getattr(p.files, child)[:0])
+        for p in parts:
+            setattr(p.files, off_name, getattr(p.files, off_name)[:1])
+        del taken, idx
+    # each kept link renumbered to its file's place in the result
+    place = np.empty(order.size, np.int64)
+    place[order] = np.arange(order.size, dtype=np.int64)
+    links, link_rows, base = [], [], 0
+    for p, r in zip(parts, rows, strict=True):
+        rank = np.full(len(p.special) + 1, -1, np.int64)  # the extra slot maps -1 to -1
+        rank[r] = np.arange(r.size, dtype=np.int64) + base
+        mine = rank[p.link_row]
+        keep = mine >= 0
+        links.append(codec.select_links(p.links, keep))
+        p.links = LinkTable.empty()
+        link_rows.append(place[mine[keep]])
+        base += r.size
+    joined = links[0] if len(links) == 1 else _joined_links(links)
+    return codec.Versions(FileTable(**cols), special[order], np.concatenate(link_rows), joined)
+
+
+def _joined_links(links: list[LinkTable]) -> LinkTable:
+    """The links of several chunks, one after the other, each chunk's let go as taken."""
+    offsets = concat_offsets([x.name_off for x in links])
+    names = b"".join(x.names for x in links)
+    parent = np.concatenate([x.parent for x in links])
+    ino = np.concatenate([x.ino for x in links])
+    links.clear()
+    return LinkTable(parent=parent, ino=ino, name_off=offsets, names=names)
+
+
+def _gathered(columns: list[npt.NDArray[Any]], rows: list[I64], order: I64) -> npt.NDArray[Any]:
+    """The valid ``rows`` of each chunk's column, one after the other, in ``order``."""
+    return np.concatenate([c[r] for c, r in zip(columns, rows, strict=True)])[order]
+
+
+def _chunks_at(
+    con: sqlite3.Connection, fs_id: int, snap_id: int
+) -> tuple[list[codec.Versions], list[I64]]:
+    """The chunks snapshot ``snap_id`` sees and the rows of each valid in it."""
+    both, alive = [], []
+    for chunk_id, first_snap, n, (keys, body, keys_crc, body_crc) in _with_blobs(
+        con,
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        (fs_id, snap_id, snap_id),
+        "keys, body, keys_crc, body_crc",
+    ):
+        blobs = {
+            "keys": _checked(keys, keys_crc, first_snap, "keys"),
+            "body": _checked(body, body_crc, first_snap, "columns"),
+        }
+        del keys, body
+        with _decoding(first_snap):
+            v = codec.unpack_chunk(blobs)
+            codec.check_count(v, n)
+        del blobs
+        both.append(v)
+        alive.append(chunk_id)
+    ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
+    rows = []
+    for v, chunk_id in zip(both, alive, strict=True):
+        valid = np.ones(len(v.files), bool)
+        gone = ended.get(chunk_id)
+        if gone is not None:
+            valid[gone] = False
+        rows.append(np.flatnonzero(valid).astype(np.int64))
+    return both, rows
 
 
 def forget_snapshot(

@@ -17,6 +17,7 @@ adds per-partition files beside the compacted ones, as before.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import os
@@ -256,12 +257,17 @@ def _compact(
             progress(table, 0)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
-        src = _selects(con, table, tf, take, whole)
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
         step = None if progress is None else functools.partial(progress, table)
-        rows = _write(
-            con, pq, src, out, sch[table].with_metadata(table_metadata(table)), table, step
-        )
+        schema = sch[table].with_metadata(table_metadata(table))
+        rows = None
+        if not whole:
+            # an export writes each run in the compacted order: read in that order, no sort
+            with contextlib.suppress(_Unordered):
+                rows = _write(con, pq, _in_order(take), out, schema, table, step, check=True)
+        if rows is None:
+            src = _selects(con, table, tf, take, whole)
+            rows = _write(con, pq, src, out, schema, table, step)
         written.append(out)
         rel = f"{COMPACTED}/{out.name}"
         tables[table] = [rel] if whole else [*tables[table], rel]
@@ -370,6 +376,42 @@ def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool
         yield _select(table, compacted, paths, within)
 
 
+class _Unordered(Exception):
+    """Rows read in file order are not in the compacted order."""
+
+
+def _in_order(take: list[Path]) -> Iterator[str]:
+    """A large table's fresh files, one query per partition in (host, fs) order, its runs
+    in snapshot order (their names): the compacted order when each run is sorted, which
+    ``_write(check=True)`` verifies. A sort of every row would hold DuckDB's whole memory
+    limit besides the batches."""
+    files: dict[Key, list[Path]] = {}
+    for p in take:
+        files.setdefault(partition_of(p), []).append(p)
+    for key in sorted(files):
+        yield f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"
+
+
+def _check_order(batch: Any, columns: list[str], last: list[Any] | None) -> list[Any] | None:
+    """Raise _Unordered unless the batch's rows, after ``last`` (the previous batch's final
+    row), ascend by ``columns`` (compared as a tuple); return its final row."""
+    import numpy as np
+
+    if batch.num_rows == 0:
+        return last
+    cols = [batch.column(c).to_numpy(zero_copy_only=False) for c in columns]
+    if last is not None:
+        cols = [
+            np.concatenate([np.asarray([v], c.dtype), c]) for v, c in zip(last, cols, strict=True)
+        ]
+    ok = np.ones(max(cols[0].size - 1, 0), bool)
+    for c in reversed(cols):  # the tuple order, built from the last column to the first
+        ok = (c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & ok)
+    if not ok.all():
+        raise _Unordered
+    return [c[-1] for c in cols]
+
+
 def _select(table: str, compacted: list[Path], take: list[Path], within: str) -> str:
     """The rows to write of one group of partitions: fresh rows above the old watermark and up
     to the new one (small tables; whole runs for large ones), plus the group's compacted rows
@@ -398,21 +440,56 @@ def _write(
     schema: Any,
     table: str,
     progress: Callable[[int], None] | None = None,
+    check: bool = False,
 ) -> int:
     """Stream the queries' rows, one query after the other, into ``out`` (written under a
     hidden name, fsynced, renamed), in batches of ``BATCH`` rows gathered into row groups of
-    ``ROW_GROUP``."""
+    ``ROW_GROUP``. ``check``: each query's rows must come in ``ORDER`` (else _Unordered, and
+    nothing is left behind)."""
     import pyarrow as pa
 
     private_mkdir(out.parent, parents=True, exist_ok=True)
     tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
+    try:
+        rows = _write_rows(con, pq, pa, queries, tmp, schema, table, progress, check)
+    except _Unordered:
+        tmp.unlink(missing_ok=True)
+        raise
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    return rows
+
+
+def _query_batches(con: Any, queries: Iterable[str], order: list[str] | None) -> Iterator[Any]:
+    """The queries' record batches, one query after the other; ``order``: each query's rows
+    checked to ascend by these columns."""
+    for sql in queries:
+        last: list[Any] | None = None
+        for batch in con.sql(sql).to_arrow_reader(BATCH):
+            if order is not None:
+                last = _check_order(batch, order, last)
+            yield batch
+
+
+def _write_rows(
+    con: Any,
+    pq: Any,
+    pa: Any,
+    queries: Iterable[str],
+    tmp: Path,
+    schema: Any,
+    table: str,
+    progress: Callable[[int], None] | None,
+    check: bool,
+) -> int:
     group = ROW_GROUPS.get(table, ROW_GROUP)
+    order = ORDER[table].split(", ")
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
     with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-        batches = (b for sql in queries for b in con.sql(sql).to_arrow_reader(BATCH))
-        for batch in batches:
+        for batch in _query_batches(con, queries, order if check else None):
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
             if pending_rows >= group:
@@ -426,9 +503,6 @@ def _write(
         if pending_rows:
             w.write_table(pa.concat_tables(pending), row_group_size=group)
             rows += pending_rows
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, out)
     return rows
 
 

@@ -41,7 +41,7 @@ from fsage.fleet.export_dataset import (
     open_versions,
     read_table,
 )
-from fsage.fleet.export_metrics import metric_rows, snapshot_row
+from fsage.fleet.export_metrics import metric_rows, snapshot_row, without_unread
 from fsage.fleet.export_rows import FirstPaths, diff_versions, files_table, new_rows_mask
 from fsage.fleet.export_schema import ADDED_COLUMNS as ADDED_COLUMNS
 from fsage.fleet.export_schema import ExportError as ExportError
@@ -54,8 +54,8 @@ from fsage.private import private_mkdir
 I64 = npt.NDArray[np.int64]
 
 
-# Progress steps of one snapshot: its layout read, its metrics, its versions and free extents
-# written.
+# Progress steps of one snapshot: its layout read, its versions and free extents written, its
+# figures.
 STEPS = 3
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
@@ -151,7 +151,11 @@ def export_parquet(
             private_mkdir(out, parents=True, exist_ok=True)
         except OSError as exc:
             raise ExportError(f"{out}: {exc.strerror}") from None
-        return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
+        try:
+            return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
+        except OSError as exc:  # a full disk, say: what was written is removed (abort)
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise ExportError(f"{out}: cannot write the dataset: {first}") from None
 
 
 def _export_locked(
@@ -247,12 +251,6 @@ def _export_fs(
             trim_heap()  # the stored chunks it was assembled from
             tick()
             small["snapshots"].append(snapshot_row(host, row, layout))
-            m, buckets, free = metric_rows(host, row, layout)
-            trim_heap()  # the analyzer's arrays
-            tick()
-            small["metrics"].append(m)
-            small["size_buckets"].extend(buckets)
-            small["free_buckets"].extend(free)
             new_rows, cur, ended = diff_versions(prev, layout)
             ended_at = last_valid(prev_id, row.id, out, host, fs, pq)
             large["file_ends"].write_table(
@@ -295,7 +293,17 @@ def _export_fs(
             first = np.where(new_rows_mask(new_rows, len(cur["ino"])), row.id, cur["first"])
             prev = {**cur, "first": first}
             prev_id = row.id
-            del layout, cur, new_rows  # before the next snapshot is read: one in memory
+            del cur, new_rows, first
+            # the figures last, with only the columns they read: the analyzer's arrays and
+            # the snapshot's other columns are not held at once
+            layout = without_unread(layout)
+            trim_heap()
+            tick()
+            m, buckets, free = metric_rows(host, row, layout)
+            small["metrics"].append(m)
+            small["size_buckets"].extend(buckets)
+            small["free_buckets"].extend(free)
+            del layout  # before the next snapshot is read: one in memory
             trim_heap()
             tick()
     finally:

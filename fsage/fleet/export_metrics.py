@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,23 @@ from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
 from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.db.store import SnapshotRow
 from fsage.layout import Layout
+
+# The file columns the figures below do not read: let go before they are computed.
+UNREAD_COLUMNS = (
+    "generation", "nlink", "uid", "gid", "atime", "mtime", "ctime", "crtime", "flags", "damaged"
+)  # fmt: skip
+
+
+def without_unread(layout: Layout) -> Layout:
+    """The layout with the columns ``metric_rows`` does not read replaced by zeros that take
+    no memory (read-only views of one value): a third of a snapshot's file columns."""
+    files = layout.files
+    n = len(files)
+    cols = {
+        name: np.broadcast_to(np.zeros(1, getattr(files, name).dtype), (n,))
+        for name in UNREAD_COLUMNS
+    }
+    return dataclasses.replace(layout, files=dataclasses.replace(files, **cols))
 
 
 def snapshot_row(host: str, row: SnapshotRow, layout: Layout) -> dict[str, Any]:
