@@ -60,9 +60,19 @@ def bench_extra(store: Any, fs_name: str | None) -> dict[str, Any] | None:
     for suite in suites:
         if suite == "scan":  # judged by its aged/clean ratio (its own table), not predicted
             continue
-        pred = predict(store, suite, fs_name=fs_name)
-        if pred.rows:
-            predictions.append(pred.to_json())
+        # One table per file size the runs used: predict asks for one size, and a database
+        # may hold runs of several (the report shows them all rather than fail on one).
+        sizes: list[int | None] = sorted(  # type: ignore[assignment]
+            {
+                int(r.params["file_size"])
+                for r in results
+                if r.suite == suite and r.params.get("file_size") is not None
+            }
+        )
+        for size in sizes or [None]:
+            pred = predict(store, suite, file_size=size, fs_name=fs_name)
+            if pred.rows:
+                predictions.append(pred.to_json())
     return {"runs": list(runs.values()), "predictions": predictions}
 
 

@@ -86,11 +86,13 @@ def test_fit_line_recovers_a_known_line_and_refuses_too_few_points() -> None:
     assert fit_line([0.5, 0.5, 0.5], [0.3, 0.4, 0.5]) is None
 
 
-def _run(bench: float, old: float | None, old_files: int, read: float, write: float) -> BenchRun:
+def _run(
+    bench: float, old: float | None, old_files: int, read: float, write: float, size: int = 65536
+) -> BenchRun:
     layout = BenchLayout(
         4096, SetScore(files=10, blocks=160, score=bench), SetScore(files=old_files, score=old)
     )
-    p = {"file_size": 65536}
+    p = {"file_size": size}
     return BenchRun(
         suite="create-read", target="/x", via="/x", fs_name="home", started_at="2024-01-02T00:00",
         seconds=1.0, cold=True, params={}, layout=layout,
@@ -235,6 +237,19 @@ def test_report_section(store: Store) -> None:
     assert fig["data"][1]["y"] == [pytest.approx(0.3 + 0.7 * 0.2), pytest.approx(1.0)]
     html = render(data, [sec])
     assert "Predicted vs actual relative performance" in html
+
+
+def test_report_shows_runs_of_every_file_size(store: Store) -> None:
+    # predict asks for one file size; the report must not fail on a database holding several.
+    with store:
+        for size in (4096, 65536):
+            store_run(store, _run(1.0, None, 0, 2000.0, 1000.0, size))
+            for bench, old in AGED:
+                store_run(store, _run(bench, old, 50, 2000.0 * bench, 1000.0 * bench, size))
+        extra = bench_extra(store, None)
+    assert extra is not None
+    assert sorted(p["file_size"] for p in extra["predictions"]) == [4096, 65536]
+    assert all(len(p["rows"]) == 6 for p in extra["predictions"])
 
 
 def _own_baseline_run(bench: float, read: float, base: float, verdict: str) -> BenchRun:
