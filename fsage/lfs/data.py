@@ -104,8 +104,14 @@ class _DataMixin(LfsState):
         """Write dirty indirect blocks, leaves first; parents and the inode get the addresses."""
         if not inode.tree_dirty:
             return
-        dirty = sorted((k for k, n in inode.tree.items() if n.dirty), key=lambda k: (k[0], k[1]))
-        for key in dirty:
+        # Level by level: writing a node dirties its parent, which must then be written in
+        # this commit too (the cleaner moves a node alone; a parent left pointing at the old
+        # place would see it reused once its segment is cleaned).
+        for key in (
+            k
+            for level in range(3)
+            for k in sorted(k for k, n in inode.tree.items() if n.dirty and k[0] == level)
+        ):
             node = inode.tree[key]
             level, first = key
             self._die(node.addr)
