@@ -14,6 +14,8 @@ from fsage.lfs.format import (
     BT_DATA,
     BT_INDIRECT,
     N_DIRECT,
+    S_IFMT,
+    S_IFREG,
     BlockRec,
 )
 from fsage.lfs.state import Inode, LfsState, _Node
@@ -288,6 +290,9 @@ class _DataMixin(LfsState):
         bs = self.bs
         parts = []
         pos = offset
+        traced: list[int] | None = None  # regular files' data only, not directories'
+        if self.read_trace is not None and inode.mode & S_IFMT == S_IFREG:
+            traced = []
         while pos < end:
             blk, within = divmod(pos, bs)
             take = min(bs - within, end - pos)
@@ -295,9 +300,13 @@ class _DataMixin(LfsState):
             if a:
                 self._check_addr(a, f"inode {inode.ino} block pointer")
                 parts.append(self._read_block(a)[within : within + take])
+                if traced is not None:
+                    traced.append(self.geo.addr_offset(a))
             else:
                 parts.append(bytes(take))
             pos += take
+        if traced and self.read_trace is not None:
+            self.read_trace(traced)
         return b"".join(parts)
 
     def _truncate_inode(self, inode: Inode, size: int) -> None:

@@ -27,7 +27,7 @@ import stat as stat_mod
 import time
 import uuid as uuid_mod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from fsage import imagelock
@@ -252,6 +252,7 @@ class LFS(
         self.next_seg = -1
         self._last_flush_commit = False
         self._plug_summ: dict[int, fmt.Summary] = {}
+        self.read_trace: Callable[[list[int]], None] | None = None
         self._holeplug = False
         self._txn: Savepoint | None = None
         self._pending_since: float | None = None

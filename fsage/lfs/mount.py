@@ -46,6 +46,7 @@ from typing import TypeVar
 
 from fsage import imagelock
 from fsage.errors import FsageError, UsageError
+from fsage.lfs.blocktrace import ReadTracer
 from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
 from fsage.lfs.mounted import FSTYPE
@@ -596,14 +597,17 @@ def mount(
     ready: Callable[[int], None] | None = None,
     force: bool = False,
     say: Callable[[str], None] | None = None,
+    trace: Path | None = None,
 ) -> int:
     """Mount ``image`` on ``mountpoint`` and serve until it is unmounted (``fusermount3 -u``)
     or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
     checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
     parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
     writeback cache. The image is checked first (``fsage lfs fsck``): a damaged one is
-    refused, or with ``force`` mounted read-only, its problems given to ``say``. Returns the
-    number of requests that failed unexpectedly (printed)."""
+    refused, or with ``force`` mounted read-only, its problems given to ``say``. ``trace``: a
+    file the file data blocks read are recorded in, as block-trace text
+    (:mod:`fsage.lfs.blocktrace`), complete once unmounted. Returns the number of requests
+    that failed unexpectedly (printed)."""
     why = fuse_available()
     if why is not None:
         raise MountError(f"cannot mount through FUSE: {why}")
@@ -630,11 +634,21 @@ def mount(
         fs = LFS.open(image, policy=policy, readonly=readonly)
         if times:
             fs.fix_usage_times(times)
+    tracer = None
+    if trace is not None:
+        try:
+            tracer = ReadTracer(trace, fs.bs)
+        except BaseException:
+            fs.close()
+            raise
+        fs.read_trace = tracer
     ops = LfsOperations(fs)
     try:
         session = _fuse.Session(ops, str(mp), opts, writeback)
     except BaseException as exc:
         fs.close()
+        if tracer is not None:
+            tracer.close()
         raise MountError(f"cannot mount {image} on {mountpoint}: {exc}") from None
     if not foreground:
         _daemonize(ready or (lambda pid: None))
@@ -648,5 +662,9 @@ def mount(
         try:
             session.unmount()
         finally:
-            fs.close()
+            try:
+                fs.close()
+            finally:
+                if tracer is not None:
+                    tracer.close()
     return ops.errors

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +201,8 @@ class LfsState:
     _cleaning: bool
     _holeplug: bool
     _plug_summ: dict[int, fmt.Summary]
+    # the image offsets of file data blocks read, one list per read (``fsage lfs mount --trace``)
+    read_trace: Callable[[list[int]], None] | None
 
     @abstractmethod
     def _after_op(self) -> None: ...
