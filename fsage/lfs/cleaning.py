@@ -10,7 +10,7 @@ import os
 
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
-from fsage.lfs.common import _RESERVE, LfsOpError, now_ms
+from fsage.lfs.common import LfsOpError, now_ms
 from fsage.lfs.format import BT_DATA, BT_INDIRECT, INO_INOVEC, BlockRec, LfsNoSpace
 from fsage.lfs.state import Inode, LfsState
 
@@ -75,7 +75,7 @@ class _CleaningMixin(LfsState):
             return 0
         room = room_blocks / self.ndata
         policy = self.policy
-        if policy in ("cost-benefit", "cost-age-cache") and len(self.clean) <= _RESERVE + 1:
+        if policy in ("cost-benefit", "cost-age-cache") and len(self.clean) <= self._reserve() + 1:
             # Near the reserve the emptiest segments first, whatever their age: the pass
             # must free a segment with the little room there is (deletes depend on it).
             policy = "greedy"
@@ -129,7 +129,7 @@ class _CleaningMixin(LfsState):
                 emptied = sum(
                     1 for s in p.sources if self.live[s] == 0 and s not in self._log_head()
                 )
-                if len(self.clean) + emptied < min(before, _RESERVE + 1):
+                if len(self.clean) + emptied < min(before, self._reserve() + 1):
                     raise LfsNoSpace(f"{self.path}: a cleaning pass that would take the reserve")
         except LfsNoSpace:
             return 0

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
-from fsage.lfs.common import _NAMED_SYSTEM, LfsOpError, now_ms
+from fsage.lfs.common import _NAMED_SYSTEM, LfsOpError, now_ms, reserve_segments
 from fsage.lfs.format import (
     INO_INOMAP,
     INO_INOTBL,
@@ -56,6 +56,34 @@ class _InodeMixin(LfsState):
                     ino = byte * 8 + bit
                     if v >> bit & 1 and (ino >= fmt.FIRST_USER_INO or ino in _NAMED_SYSTEM):
                         yield ino
+
+    def _reserve(self) -> int:
+        """Clean segments writes leave for deletes (:func:`~fsage.lfs.common.reserve_segments`)
+        for the largest directory, one block larger (the next create may grow it)."""
+        if self._dir_max < 0:
+            self._dir_max = self._largest_dir_blocks()
+        return reserve_segments(self._dir_max + 1, self.P, self.ndata)
+
+    def _largest_dir_blocks(self) -> int:
+        """Blocks of the largest directory, from the inode table (cached inodes as they are)."""
+        most = 0
+        tbl = self._sysdata[INO_INOTBL]
+        ent = lfs_pb2.InodeTblEntry()
+        for ino in self._used_inos():
+            cached = self._icache.get(ino)
+            if cached is not None:
+                mode, size = cached.mode, cached.size
+            else:
+                off = ino * fmt.INODE_SLOT
+                ent.Clear()
+                if off + 4 > len(tbl) or fmt.parse_prefixed(
+                    tbl, ent, fmt.INODE_SLOT - 4, offset=off, empty_ok=False
+                ):
+                    continue  # a damaged slot: what reads it says so
+                mode, size = ent.mode, ent.size
+            if mode & S_IFMT == S_IFDIR:
+                most = max(most, -(-size // self.bs))
+        return most
 
     def _iget(self, ino: int) -> Inode:
         if self._txn is not None and ino not in self._txn.inodes:

@@ -203,9 +203,13 @@ class LfsState:
     _plug_summ: dict[int, fmt.Summary]
     # the image offsets of file data blocks read, one list per read (``fsage lfs mount --trace``)
     read_trace: Callable[[list[int]], None] | None
+    # the largest directory in blocks, -1 until the inode table is looked through
+    _dir_max: int
 
     @abstractmethod
     def _after_op(self) -> None: ...
+    @abstractmethod
+    def _reserve(self) -> int: ...
     @abstractmethod
     def _alloc_inode(self, mode: int) -> Inode: ...
     @abstractmethod
