@@ -25,6 +25,10 @@ work into file, stream, directory and file-system operations). What the adapter 
   rolls forward from the last checkpoint. The dead mount must still be detached with
   ``fusermount3 -u``.
 
+* **Tracing.** With ``--trace FILE`` the server records the image blocks it reads for regular
+  files' data, as block-trace text (:mod:`fsage.lfs.blocktrace`): the LFS's counterpart of a
+  kernel file system's block trace, for a scan's dynamic layout score.
+
 Times: the LFS keeps milliseconds; finer parts of a utimens are dropped.
 The live reader cannot map files on this mount (FUSE passes no FIEMAP); ``fsage snapshot
 MOUNTPOINT`` reads the image instead (:mod:`fsage.lfs.mounted`).
