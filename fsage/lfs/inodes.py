@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 from fsage.lfs import format as fmt
@@ -109,7 +108,8 @@ class _InodeMixin(LfsState):
         inode.uid, inode.gid = ent.uid, ent.gid
         inode.size, inode.blocks = ent.size, ent.blocks
         inode.mtime, inode.ctime = ent.mtime, ent.ctime
-        inode.atime = fmt.U64.unpack_from(vec, voff + 8)[0] if voff + 16 <= len(vec) else 0
+        if voff + 16 <= len(vec):
+            _, inode.dircrc, inode.atime = fmt.INOVEC.unpack_from(vec, voff)
         if ent.HasField("body"):
             inode.body = bytes(ent.body)
         else:
@@ -203,7 +203,8 @@ class _InodeMixin(LfsState):
             self._jsys(INO_INOTBL, off // self.bs)
             tbl[off : off + fmt.INODE_SLOT] = slot
             self._sys_dirty[INO_INOTBL].add(off // self.bs)
-        vrec = struct.pack(">I4xQ", inode.version, inode.atime)
+        crc = inode.dircrc if inode.mode & S_IFMT == S_IFDIR else 0
+        vrec = fmt.INOVEC.pack(inode.version, crc, inode.atime)
         if vec[voff : voff + 16] != vrec:
             self._jsys(INO_INOVEC, voff // self.bs)
             vec[voff : voff + 16] = vrec

@@ -249,3 +249,22 @@ def test_damaged_images_are_refused_or_read_right_through_the_mount(tmp_path: Pa
     assert not bad, bad[:5]
     assert sum(counts.values()) == 2 * len(AREAS)
     assert sum(v for (_, _, o), v in counts.items() if o == "refused") > 0
+
+
+def test_a_garbled_name_is_found_not_shown(tmp_path: Path) -> None:
+    """A byte changed inside a name leaves a valid directory file naming another file: the
+    directory's checksum (kept in the inode vector) finds it, and fsck names the directory."""
+    from fsage.lfs.fsck import fsck
+
+    img = tmp_path / "n.img"
+    files = build(img)
+    name = next(n for n in sorted(files) if n.startswith("d/file"))
+    raw = bytearray(img.read_bytes())
+    spans = areas(img)["directories"]
+    needle = name.rsplit("/", 1)[1].encode()
+    hits = [off + i for off, n in spans for i in [raw[off : off + n].find(needle)] if i >= 0]
+    assert hits, "the name is in a directory block"
+    raw[hits[0] + len(needle) - 1] ^= 0x10  # "file006" -> "file00&": still valid UTF-8
+    img.write_bytes(bytes(raw))
+    rep = fsck(img)
+    assert any("checksum" in p for p in rep.problems), rep.problems
