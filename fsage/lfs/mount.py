@@ -225,7 +225,9 @@ class LfsOperations:
         return f"{base}/{n}" if base else n
 
     def _attr(self, st: Stat) -> Attr:
-        ms = 1_000_000
+        def ns(ms: int) -> int:  # a damaged time (mounted with --force) shows as the latest
+            return min(ms * 1_000_000, 2**63 - 1)
+
         return (
             FUSE_ROOT if st.ino == INO_ROOT else st.ino,
             st.mode,
@@ -234,9 +236,9 @@ class LfsOperations:
             st.gid,
             st.size,
             st.blocks * self.bs // 512,
-            st.atime_ms * ms,
-            st.mtime_ms * ms,
-            st.ctime_ms * ms,
+            ns(st.atime_ms),
+            ns(st.mtime_ms),
+            ns(st.ctime_ms),
             st.version,
         )
 

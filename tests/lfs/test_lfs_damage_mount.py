@@ -268,3 +268,22 @@ def test_a_garbled_name_is_found_not_shown(tmp_path: Path) -> None:
     img.write_bytes(bytes(raw))
     rep = fsck(img)
     assert any("checksum" in p for p in rep.problems), rep.problems
+
+
+@pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")
+def test_a_time_past_2262_is_damage_and_still_lists(tmp_path: Path) -> None:
+    """A garbled time that no 64-bit count of nanoseconds holds: fsck names it (the image
+    mounted as healthy and every listing of its directory failed with EIO), and a --force
+    mount lists the tree and reads every file."""
+    from fsage.lfs.fsck import fsck
+
+    img, mp = tmp_path / "t.img", tmp_path / "mnt"
+    files = build(img)
+    name = sorted(files)[0]
+    with LFS.open(img) as fs:
+        fs.setattr(name, mtime_ms=10_591_934_021_984)  # a flipped high byte: year 2305
+    rep = fsck(img)
+    assert any("mtime" in p and "2262" in p for p in rep.problems), rep.problems
+    mp.mkdir()
+    outcome, detail = check_one(img, mp, files, force=True)
+    assert outcome == "same", detail
