@@ -210,6 +210,13 @@ def info_cmd(image: Path, fmt: str) -> None:
 @click.option(
     "--force", is_flag=True, help="Mount an image that fails the check, read-only (not refuse)."
 )
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="FSAGE_LFS_TRACE",
+    help="Record the image blocks read for file data in FILE, as block-trace text that "
+    "`fsage trace import` reads (complete once unmounted; default: $FSAGE_LFS_TRACE).",
+)
 def mount_cmd(
     image: Path,
     mountpoint: Path,
@@ -218,12 +225,15 @@ def mount_cmd(
     writeback: bool,
     options: tuple[str, ...],
     force: bool,
+    trace: Path | None,
 ) -> None:
     """Mount an LFS image through FUSE. `fusermount3 -u MOUNTPOINT` unmounts it: the log is
     written and a checkpoint taken. After a crash (kill -9) the next mount rolls forward.
     The image is checked first (as `fsage lfs fsck` does): a damaged image is refused, or
     with --force mounted read-only, each problem named on stderr. The image is held (no other
-    fsage command writes or reads it) until it is unmounted.
+    fsage command writes or reads it) until it is unmounted. --trace records the file data
+    blocks the server reads (sectors of the image), so a scan of the mount has a block trace
+    and its dynamic layout score.
 
     \b
     Examples:
@@ -231,6 +241,8 @@ def mount_cmd(
       fsage lfs mount lfs.img /mnt/lfs --foreground --policy cost-benefit
       fsage lfs mount damaged.img /mnt/lfs --force
       fusermount3 -u /mnt/lfs
+      fsage lfs mount lfs.img /mnt/lfs --trace scan.txt   # read the files, unmount, then
+      fsage trace import scan.txt --block-size 4096 --format json
     """
     from fsage.lfs.mount import mount
 
@@ -246,6 +258,7 @@ def mount_cmd(
         writeback=writeback,
         ready=ready,
         force=force,
+        trace=None if trace is None else trace.resolve(),
         say=lambda line: click.echo(f"fsage: {line}", err=True),
     )
     if errors:

@@ -10,7 +10,7 @@ import os
 
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
-from fsage.lfs.common import _RESERVE, LfsOpError, now_ms
+from fsage.lfs.common import LfsOpError, now_ms
 from fsage.lfs.format import BT_DATA, BT_INDIRECT, INO_INOVEC, BlockRec, LfsNoSpace
 from fsage.lfs.state import Inode, LfsState
 
@@ -19,7 +19,8 @@ class _CleaningMixin(LfsState):
     """Garbage collection of :class:`fsage.lfs.fs.LFS`."""
 
     def _low_water(self) -> int:
-        return self._lw
+        # Cleaning starts before deletes have to dip into the segments kept for them.
+        return max(self._lw, self._reserve() + 2)
 
     def _log_head(self) -> tuple[int, int]:
         """The segment being written and its successor: never clean."""
@@ -75,9 +76,10 @@ class _CleaningMixin(LfsState):
             return 0
         room = room_blocks / self.ndata
         policy = self.policy
-        if policy in ("cost-benefit", "cost-age-cache") and len(self.clean) <= _RESERVE + 1:
-            # Near the reserve the emptiest segments first, whatever their age: the pass
-            # must free a segment with the little room there is (deletes depend on it).
+        if policy != "greedy" and len(self.clean) <= self._reserve() + 1:
+            # Near the reserve the emptiest segments first, copied whole (whatever their age,
+            # and holes in the others are no room): the pass must free segments with the
+            # little room there is, as deletes depend on it.
             policy = "greedy"
         p = cl.plan(
             policy,
@@ -129,7 +131,7 @@ class _CleaningMixin(LfsState):
                 emptied = sum(
                     1 for s in p.sources if self.live[s] == 0 and s not in self._log_head()
                 )
-                if len(self.clean) + emptied < min(before, _RESERVE + 1):
+                if len(self.clean) + emptied < min(before, self._reserve() + 1):
                     raise LfsNoSpace(f"{self.path}: a cleaning pass that would take the reserve")
         except LfsNoSpace:
             return 0

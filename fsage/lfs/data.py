@@ -14,6 +14,8 @@ from fsage.lfs.format import (
     BT_DATA,
     BT_INDIRECT,
     N_DIRECT,
+    S_IFMT,
+    S_IFREG,
     BlockRec,
 )
 from fsage.lfs.state import Inode, LfsState, _Node
@@ -104,8 +106,14 @@ class _DataMixin(LfsState):
         """Write dirty indirect blocks, leaves first; parents and the inode get the addresses."""
         if not inode.tree_dirty:
             return
-        dirty = sorted((k for k, n in inode.tree.items() if n.dirty), key=lambda k: (k[0], k[1]))
-        for key in dirty:
+        # Level by level: writing a node dirties its parent, which must then be written in
+        # this commit too (the cleaner moves a node alone; a parent left pointing at the old
+        # place would see it reused once its segment is cleaned).
+        for key in (
+            k
+            for level in range(3)
+            for k in sorted(k for k, n in inode.tree.items() if n.dirty and k[0] == level)
+        ):
             node = inode.tree[key]
             level, first = key
             self._die(node.addr)
@@ -282,6 +290,9 @@ class _DataMixin(LfsState):
         bs = self.bs
         parts = []
         pos = offset
+        traced: list[int] | None = None  # regular files' data only, not directories'
+        if self.read_trace is not None and inode.mode & S_IFMT == S_IFREG:
+            traced = []
         while pos < end:
             blk, within = divmod(pos, bs)
             take = min(bs - within, end - pos)
@@ -289,9 +300,13 @@ class _DataMixin(LfsState):
             if a:
                 self._check_addr(a, f"inode {inode.ino} block pointer")
                 parts.append(self._read_block(a)[within : within + take])
+                if traced is not None:
+                    traced.append(self.geo.addr_offset(a))
             else:
                 parts.append(bytes(take))
             pos += take
+        if traced and self.read_trace is not None:
+            self.read_trace(traced)
         return b"".join(parts)
 
     def _truncate_inode(self, inode: Inode, size: int) -> None:

@@ -80,6 +80,8 @@ class _DirMixin(LfsState):
             if inode.size > self.geo.image_size:
                 raise LfsError(f"{self.path}: directory {ino} claims {inode.size} octets")
             raw = self._read_data(inode, 0, inode.size)
+            if inode.dircrc and fmt.dir_checksum(raw) != inode.dircrc:
+                raise LfsError(f"{self.path}: directory {ino} is damaged (checksum mismatch)")
             d = {}
             if raw:
                 msg = lfs_pb2.DirFile()
@@ -114,6 +116,9 @@ class _DirMixin(LfsState):
         inode = self._iget(ino)
         raw = _encode_dir(self._dirs[ino])
         bs = self.bs
+        inode.dircrc = fmt.dir_checksum(raw)
+        if self._dir_max >= 0:  # the reserve for deletes follows the largest directory
+            self._dir_max = max(self._dir_max, -(-len(raw) // bs))
         # Only the blocks that changed are written again; a directory of one block changed
         # (it is written because it did), so it is not read back to compare.
         old = self._read_data(inode, 0, inode.size) if len(raw) > bs else b""

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -57,6 +58,10 @@ N_DIRECT = 12
 N_BLKPTR = 15  # 12 direct, singly, doubly, triply indirect
 INODE_SLOT = 256  # octets per inode in the inode table (§2.6.3)
 INOVEC_SLOT = 16  # octets per inode in the inode vector (§2.6.2)
+# fsage's use of the reserved octets 4-7 of an inode vector slot: for a directory, a checksum
+# of its file (``dir_checksum``), so that a garbled name is found rather than shown; 0 (what
+# images made without it hold) means none is kept.
+INOVEC = struct.Struct(">IIQ")  # version, directory checksum, atime
 BODY_MAX = 40  # a file body of at most 40 octets may live in the inode (§2.6.3)
 
 S_IFMT = 0o170000
@@ -78,6 +83,11 @@ U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 SEG_META = struct.Struct(">II8xQ")  # next segment, fsage flags, reserved, timestamp
 BLOCK_REC = struct.Struct(">HBxIIIQ")  # type|seq, octet 2, reserved, ino, ver, offset, ctime
+
+
+def dir_checksum(raw: bytes | bytearray) -> int:
+    """A directory file's checksum as the inode vector keeps it: CRC-32, never 0."""
+    return zlib.crc32(raw) or 1
 
 
 def sbn(segment: int, block: int) -> int:

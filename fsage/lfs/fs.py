@@ -27,14 +27,14 @@ import stat as stat_mod
 import time
 import uuid as uuid_mod
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from fsage import imagelock
 from fsage.lfs import cleaner as cl
 from fsage.lfs import format as fmt
 from fsage.lfs.cleaning import _CleaningMixin
-from fsage.lfs.common import _RESERVE, LfsOpError, linear_block, now_ms
+from fsage.lfs.common import LfsOpError, linear_block, now_ms
 from fsage.lfs.data import _DataMixin
 from fsage.lfs.dirs import _DirMixin
 from fsage.lfs.fileops import Stat, _FileOpsMixin
@@ -252,6 +252,8 @@ class LFS(
         self.next_seg = -1
         self._last_flush_commit = False
         self._plug_summ: dict[int, fmt.Summary] = {}
+        self.read_trace: Callable[[list[int]], None] | None = None
+        self._dir_max = -1
         self._holeplug = False
         self._txn: Savepoint | None = None
         self._pending_since: float | None = None
@@ -380,20 +382,21 @@ class LFS(
 
     def max_fullness(self) -> float:
         """The highest fraction of the log's data blocks live data can reach: an operation
-        that writes needs ``_RESERVE`` clean segments kept back plus three of its own (see
-        ``_ensure_space``), and the segment being written and the next one hold no old data."""
+        that writes needs the clean segments kept for deletes (``_reserve``) plus three of its
+        own (see ``_ensure_space``), and the segment being written and the next one hold no
+        old data."""
         log = self.geo.log_segments
-        return max(0.0, (log - _RESERVE - 3 - 2) / log)
+        return max(0.0, (log - self._reserve() - 3 - 2) / log)
 
     def writable_blocks(self) -> int:
         """Blocks of new data the log can still take, as statfs's available blocks: those of
-        the clean segments a write may take (``_ensure_space`` keeps ``_RESERVE`` and three
+        the clean segments a write may take (``_ensure_space`` keeps ``_reserve`` and three
         back), and what cleaning can add from there, emptiest segments first: a segment's
         dead blocks less room for its live blocks and their metadata (a quarter as many
         again). Never more than ``max_fullness`` allows."""
         total, live_total = self.usage()
         nd = self.ndata
-        free_now = (len(self.clean) - _RESERVE - 3) * nd  # below 0: cleaning must make up
+        free_now = (len(self.clean) - self._reserve() - 3) * nd  # below 0: cleaning must make up
         room = max(0, len(self.clean) - 1) * nd // 2
         gained = 0
         head = (self.cur_seg, self.next_seg)

@@ -45,6 +45,11 @@ class FsckReport:
         }
 
 
+#: The latest time in milliseconds that nanoseconds in 64 signed bits hold (April 2262): the
+#: kernel's and the mount's times end there.
+MAX_TIME_MS = (2**63 - 1) // 1_000_000
+
+
 def fsck(path: str | os.PathLike[str]) -> FsckReport:
     """Open read-only (checkpoint choice and roll-forward as a mount would) and check."""
     rep = FsckReport()
@@ -94,6 +99,9 @@ def _check(fs: LFS, rep: FsckReport) -> None:
             continue
         modes[ino] = inode.mode
         nlink[ino] = inode.nlink
+        for what, ms in (("mtime", inode.mtime), ("ctime", inode.ctime), ("atime", inode.atime)):
+            if ms > MAX_TIME_MS:  # nothing fsage writes (the kernel's times end in 2262)
+                p.append(f"inode {ino}: {what} {ms} ms is past what a time can be (2262)")
         data = 0
         maxoff = -1
         try:

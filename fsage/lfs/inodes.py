@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
-from fsage.lfs.common import _NAMED_SYSTEM, LfsOpError, now_ms
+from fsage.lfs.common import _NAMED_SYSTEM, LfsOpError, now_ms, reserve_segments
 from fsage.lfs.format import (
     INO_INOMAP,
     INO_INOTBL,
@@ -57,6 +56,34 @@ class _InodeMixin(LfsState):
                     if v >> bit & 1 and (ino >= fmt.FIRST_USER_INO or ino in _NAMED_SYSTEM):
                         yield ino
 
+    def _reserve(self) -> int:
+        """Clean segments writes leave for deletes (:func:`~fsage.lfs.common.reserve_segments`)
+        for the largest directory, one block larger (the next create may grow it)."""
+        if self._dir_max < 0:
+            self._dir_max = self._largest_dir_blocks()
+        return reserve_segments(self._dir_max + 1, self.P, self.ndata)
+
+    def _largest_dir_blocks(self) -> int:
+        """Blocks of the largest directory, from the inode table (cached inodes as they are)."""
+        most = 0
+        tbl = self._sysdata[INO_INOTBL]
+        ent = lfs_pb2.InodeTblEntry()
+        for ino in self._used_inos():
+            cached = self._icache.get(ino)
+            if cached is not None:
+                mode, size = cached.mode, cached.size
+            else:
+                off = ino * fmt.INODE_SLOT
+                ent.Clear()
+                if off + 4 > len(tbl) or fmt.parse_prefixed(
+                    tbl, ent, fmt.INODE_SLOT - 4, offset=off, empty_ok=False
+                ):
+                    continue  # a damaged slot: what reads it says so
+                mode, size = ent.mode, ent.size
+            if mode & S_IFMT == S_IFDIR:
+                most = max(most, -(-size // self.bs))
+        return most
+
     def _iget(self, ino: int) -> Inode:
         if self._txn is not None and ino not in self._txn.inodes:
             self._touch(ino)
@@ -81,7 +108,8 @@ class _InodeMixin(LfsState):
         inode.uid, inode.gid = ent.uid, ent.gid
         inode.size, inode.blocks = ent.size, ent.blocks
         inode.mtime, inode.ctime = ent.mtime, ent.ctime
-        inode.atime = fmt.U64.unpack_from(vec, voff + 8)[0] if voff + 16 <= len(vec) else 0
+        if voff + 16 <= len(vec):
+            _, inode.dircrc, inode.atime = fmt.INOVEC.unpack_from(vec, voff)
         if ent.HasField("body"):
             inode.body = bytes(ent.body)
         else:
@@ -175,7 +203,8 @@ class _InodeMixin(LfsState):
             self._jsys(INO_INOTBL, off // self.bs)
             tbl[off : off + fmt.INODE_SLOT] = slot
             self._sys_dirty[INO_INOTBL].add(off // self.bs)
-        vrec = struct.pack(">I4xQ", inode.version, inode.atime)
+        crc = inode.dircrc if inode.mode & S_IFMT == S_IFDIR else 0
+        vrec = fmt.INOVEC.pack(inode.version, crc, inode.atime)
         if vec[voff : voff + 16] != vrec:
             self._jsys(INO_INOVEC, voff // self.bs)
             vec[voff : voff + 16] = vrec

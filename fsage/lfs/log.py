@@ -11,7 +11,7 @@ import time
 
 from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
-from fsage.lfs.common import _MAX_PENDING, _RESERVE, now_ms
+from fsage.lfs.common import _MAX_PENDING, now_ms
 from fsage.lfs.format import (
     BT_DATA,
     BT_DIRCH,
@@ -340,8 +340,8 @@ class _LogMixin(LfsState):
         if self._cleaning or len(self.clean) >= need + self._low_water():
             return
         self.clean_now(want=need + self._low_water() - len(self.clean))
-        if len(self.clean) < need + _RESERVE:
+        if len(self.clean) < need + self._reserve():
             raise LfsNoSpace(
                 f"{self.path}: no space left ({len(self.clean)} clean segments, "
-                f"{need} needed and {_RESERVE} kept for deletes and cleaning)"
+                f"{need} needed and {self._reserve()} kept for deletes and cleaning)"
             )

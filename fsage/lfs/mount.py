@@ -25,6 +25,10 @@ work into file, stream, directory and file-system operations). What the adapter 
   rolls forward from the last checkpoint. The dead mount must still be detached with
   ``fusermount3 -u``.
 
+* **Tracing.** With ``--trace FILE`` the server records the image blocks it reads for regular
+  files' data, as block-trace text (:mod:`fsage.lfs.blocktrace`): the LFS's counterpart of a
+  kernel file system's block trace, for a scan's dynamic layout score.
+
 Times: the LFS keeps milliseconds; finer parts of a utimens are dropped.
 The live reader cannot map files on this mount (FUSE passes no FIEMAP); ``fsage snapshot
 MOUNTPOINT`` reads the image instead (:mod:`fsage.lfs.mounted`).
@@ -46,6 +50,7 @@ from typing import TypeVar
 
 from fsage import imagelock
 from fsage.errors import FsageError, UsageError
+from fsage.lfs.blocktrace import ReadTracer
 from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
 from fsage.lfs.mounted import FSTYPE
@@ -220,7 +225,9 @@ class LfsOperations:
         return f"{base}/{n}" if base else n
 
     def _attr(self, st: Stat) -> Attr:
-        ms = 1_000_000
+        def ns(ms: int) -> int:  # a damaged time (mounted with --force) shows as the latest
+            return min(ms * 1_000_000, 2**63 - 1)
+
         return (
             FUSE_ROOT if st.ino == INO_ROOT else st.ino,
             st.mode,
@@ -229,9 +236,9 @@ class LfsOperations:
             st.gid,
             st.size,
             st.blocks * self.bs // 512,
-            st.atime_ms * ms,
-            st.mtime_ms * ms,
-            st.ctime_ms * ms,
+            ns(st.atime_ms),
+            ns(st.mtime_ms),
+            ns(st.ctime_ms),
             st.version,
         )
 
@@ -596,14 +603,17 @@ def mount(
     ready: Callable[[int], None] | None = None,
     force: bool = False,
     say: Callable[[str], None] | None = None,
+    trace: Path | None = None,
 ) -> int:
     """Mount ``image`` on ``mountpoint`` and serve until it is unmounted (``fusermount3 -u``)
     or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
     checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
     parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
     writeback cache. The image is checked first (``fsage lfs fsck``): a damaged one is
-    refused, or with ``force`` mounted read-only, its problems given to ``say``. Returns the
-    number of requests that failed unexpectedly (printed)."""
+    refused, or with ``force`` mounted read-only, its problems given to ``say``. ``trace``: a
+    file the file data blocks read are recorded in, as block-trace text
+    (:mod:`fsage.lfs.blocktrace`), complete once unmounted. Returns the number of requests
+    that failed unexpectedly (printed)."""
     why = fuse_available()
     if why is not None:
         raise MountError(f"cannot mount through FUSE: {why}")
@@ -630,11 +640,21 @@ def mount(
         fs = LFS.open(image, policy=policy, readonly=readonly)
         if times:
             fs.fix_usage_times(times)
+    tracer = None
+    if trace is not None:
+        try:
+            tracer = ReadTracer(trace, fs.bs)
+        except BaseException:
+            fs.close()
+            raise
+        fs.read_trace = tracer
     ops = LfsOperations(fs)
     try:
         session = _fuse.Session(ops, str(mp), opts, writeback)
     except BaseException as exc:
         fs.close()
+        if tracer is not None:
+            tracer.close()
         raise MountError(f"cannot mount {image} on {mountpoint}: {exc}") from None
     if not foreground:
         _daemonize(ready or (lambda pid: None))
@@ -648,5 +668,9 @@ def mount(
         try:
             session.unmount()
         finally:
-            fs.close()
+            try:
+                fs.close()
+            finally:
+                if tracer is not None:
+                    tracer.close()
     return ops.errors

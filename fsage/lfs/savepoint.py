@@ -10,7 +10,6 @@ import os
 from collections.abc import Iterator
 
 from fsage.lfs import format as fmt
-from fsage.lfs.common import _RESERVE
 from fsage.lfs.format import LfsNoSpace
 from fsage.lfs.state import LfsState, Savepoint, _clone_inode
 
@@ -38,10 +37,10 @@ class _SavepointMixin(LfsState):
             yield
             if self._commit_due():
                 self._commit()
-            if nblocks and len(self.clean) < _RESERVE:
+            if nblocks and len(self.clean) < self._reserve():
                 raise LfsNoSpace(
                     f"{self.path}: no space left (the operation would take the "
-                    f"{_RESERVE} clean segments kept for deletes and cleaning)"
+                    f"{self._reserve()} clean segments kept for deletes and cleaning)"
                 )
         except BaseException:
             sp, self._txn = self._txn, None

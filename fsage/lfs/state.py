@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,7 @@ class Inode:
         "blocks",
         "body",
         "ctime",
+        "dircrc",
         "dirty",
         "gid",
         "ino",
@@ -70,6 +71,7 @@ class Inode:
         self.tree: dict[tuple[int, int], _Node] = {}
         self.tree_dirty = False
         self.dirty = False
+        self.dircrc = 0  # a directory's checksum (``fmt.dir_checksum``); 0: none kept
 
 
 def _clone_inode(inode: Inode) -> Inode:
@@ -78,6 +80,7 @@ def _clone_inode(inode: Inode) -> Inode:
     c.nlink, c.uid, c.gid = inode.nlink, inode.uid, inode.gid
     c.size, c.blocks, c.body = inode.size, inode.blocks, inode.body
     c.mtime, c.ctime, c.atime = inode.mtime, inode.ctime, inode.atime
+    c.dircrc = inode.dircrc
     c.tree_dirty, c.dirty = inode.tree_dirty, inode.dirty
     c.ptr = list(inode.ptr)
     for key, node in inode.tree.items():
@@ -201,9 +204,15 @@ class LfsState:
     _cleaning: bool
     _holeplug: bool
     _plug_summ: dict[int, fmt.Summary]
+    # the image offsets of file data blocks read, one list per read (``fsage lfs mount --trace``)
+    read_trace: Callable[[list[int]], None] | None
+    # the largest directory in blocks, -1 until the inode table is looked through
+    _dir_max: int
 
     @abstractmethod
     def _after_op(self) -> None: ...
+    @abstractmethod
+    def _reserve(self) -> int: ...
     @abstractmethod
     def _alloc_inode(self, mode: int) -> Inode: ...
     @abstractmethod
