@@ -23,6 +23,12 @@ NEST = 8
 MAX_FULLNESS = 0.97
 #: With spacers in the holes of every size, the fill tops up to this before deleting them.
 FILL_CEILING = 0.995
+#: ext4's kernel allocator serves files of at most this many blocks from per-CPU group
+#: preallocations (its ``mb_stream_req``), larger ones where the large files go.
+SMALL = 16
+
+#: A planned write of the fill: (kind, size bucket or spacer blocks, blocks).
+Item = tuple[str, int, int]
 
 
 class MatchWriter:
@@ -267,6 +273,90 @@ class MatchWriter:
         self.files_written += 1
         return True
 
+    def _small_class(self, blocks: int) -> bool:
+        """Whether ext4's kernel allocator puts a file of ``blocks`` blocks with the other
+        small files (per-CPU group preallocations, files of at most ``SMALL`` blocks) rather
+        than where the large files go; elsewhere all files are one class."""
+        return self.disk.kind == "ext4" and not self.disk.can_place and blocks <= SMALL
+
+    def _walls_needed(self, items: list[Item]) -> list[Item]:
+        """Wall files so that every spacer of a class can follow a whole file of its class."""
+        out: list[Item] = []
+        for small in (True, False):
+            cls = [it for it in items if self._small_class(it[2]) == small]
+            short = sum(1 for it in cls if it[0] == "spacer") - sum(
+                1 for it in cls if it[0] == "whole"
+            )
+            # A wall of the class: one block among the small files, else one block more
+            # than they hold.
+            size = SMALL + 1 if not small and self._small_class(1) else 1
+            out += [("wall", 0, size)] * max(short, 0)
+        return out
+
+    def _trim(self, head: list[Item], rest: list[Item], room: float) -> list[Item]:
+        """``rest`` without files drawn at random until its files, the walls it needs and
+        ``head``'s files fit in ``room`` blocks."""
+        rest = list(rest)
+
+        def over() -> float:
+            files = sum(b for kind, _v, b in head + rest if kind != "spacer")
+            return files + sum(b for _k, _v, b in self._walls_needed(rest)) - room
+
+        excess = over()
+        while excess > 0:
+            idx = [i for i, it in enumerate(rest) if it[0] != "spacer"]
+            if not idx:
+                break
+            self.rng.shuffle(idx)
+            drop: set[int] = set()
+            for i in idx:
+                if excess <= 0:
+                    break
+                drop.add(i)
+                excess -= rest[i][2]
+            rest = [it for i, it in enumerate(rest) if i not in drop]
+            excess = over()
+        return rest
+
+    def _walled(self, items: list[Item]) -> list[Item]:
+        """``items`` in an order where no spacer follows another spacer of its class: the
+        allocator puts a class's files side by side in the order written (on ext4, small
+        files in per-CPU preallocations, large ones where the large files go), so two
+        spacers in a row would leave one hole of both sizes once deleted. Each spacer comes
+        after a whole file of its class (interleaved files are placed when written, not at
+        writeback, and so bound nothing); where there are fewer whole files than spacers,
+        wall files of the class make up the difference (they stay, small, as files of the
+        matcher's). The classes' orders are then merged at random."""
+        walls = self._walls_needed(items)
+        seqs: list[list[Item]] = []
+        for small in (True, False):
+            cls = [it for it in items + walls if self._small_class(it[2]) == small]
+            sp = [it for it in cls if it[0] == "spacer"]
+            others = [it for it in cls if it[0] != "spacer"]
+            self.rng.shuffle(others)
+            hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall")]
+            after = set(self.rng.sample(hosts, min(len(sp), len(hosts))))
+            left = iter(sp)
+            seq: list[Item] = []
+            for i, it in enumerate(others):
+                seq.append(it)
+                if i in after:
+                    seq.append(next(left))
+            seq += list(left)  # none: the walls made up the difference
+            seqs.append(seq)
+        out: list[Item] = []
+        a, b = seqs
+        ia = ib = 0
+        while ia < len(a) or ib < len(b):
+            left_a, left_b = len(a) - ia, len(b) - ib
+            if left_b == 0 or (left_a and self.rng.random() * (left_a + left_b) < left_a):
+                out.append(a[ia])
+                ia += 1
+            else:
+                out.append(b[ib])
+                ib += 1
+        return out
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -297,6 +387,11 @@ class MatchWriter:
             alone = not (self.disk.groups or self.disk.can_place)
             if self.top_spacer and alone and 2 << top <= self._spacer_limit():
                 top = -1
+            if top < max(want):
+                # The bucket holding the most free blocks is not the largest extents (a mail
+                # target's free space is mostly holes of a few blocks): no rest of the disk
+                # can give it, its holes are spacers like the others'.
+                top = -1
             for k, f in want.items():
                 if k == top:
                     continue
@@ -311,30 +406,41 @@ class MatchWriter:
                         b = self.rng.randint(1 << k, min(hi, int(left) - (1 << k)))
                     plan.append(("spacer", b))
                     left -= b
-        self.rng.shuffle(plan)
+        # Sizes drawn now, so that the order below knows which files share the allocator's
+        # small-file preallocations with which spacers.
+        items = [(kind, v, v if kind == "spacer" else self._draw_blocks(v)) for kind, v in plan]
+        self.rng.shuffle(items)
         # Large spacers go first, while the disk is empty: written among the other files, the
         # allocator finds no free extent of their size in their group and splits them (an
         # 8,200-block spacer as 6,144 + 2,070 blocks), leaving two smaller holes. Each is
         # followed by a whole file, so that two of them never make one hole.
-        big = [i for i, (kind, v) in enumerate(plan) if kind == "spacer" and v * self.bs >= 1 << 20]
-        walls = iter([i for i, (kind, _) in enumerate(plan) if kind == "whole"])
+        big = [
+            i
+            for i, (kind, v, _b) in enumerate(items)
+            if kind == "spacer" and v * self.bs >= 1 << 20
+        ]
+        walls = iter([i for i, (kind, _v, _b) in enumerate(items) if kind == "whole"])
         first: list[int] = []
         for i in big:
             first += [i] + [w for w in [next(walls, None)] if w is not None]
         taken = set(first)
-        plan = [plan[i] for i in first] + [item for i, item in enumerate(plan) if i not in taken]
-        pending: dict[int, list[tuple[str, int]]] = {}
-        spacers: list[str] = []
+        rest = [item for i, item in enumerate(items) if i not in taken]
         # The plan's sizes are drawn within each bucket, so its files may hold more blocks
-        # than the target's: a file that would take the fill past the target's fullness
-        # (spacers counted on top) is left out rather than run the disk out of space.
-        pending_spacers = sum(v for kind, v in plan if kind == "spacer")
+        # than the target's: files that would take the fill past the target's fullness
+        # (spacers and walls counted on top) are left out before the order is made, rather
+        # than run the disk out of space (or leave two spacers side by side) half way.
+        pending_spacers = sum(b for kind, _v, b in items if kind == "spacer")
         ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
         budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
         used = self.fullness() * self.total
-        places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
+        head = [items[i] for i in first]
+        rest = self._trim(head, rest, budget - used - pending_spacers)
+        order = head + self._walled(rest)
+        pending: dict[int, list[tuple[str, int]]] = {}
+        spacers: list[str] = []
+        places = iter(self._scattered_places(sum(1 for it in order if it[0] != "spacer")))
         try:
-            for i, (kind, v) in enumerate(plan):
+            for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
                     used = self.fullness() * self.total
                 if kind == "spacer":
@@ -349,8 +455,13 @@ class MatchWriter:
                     used += v
                     pending_spacers -= v
                     continue
-                blocks = self._draw_blocks(v)
                 rel = self._path_at(next(places))
+                if kind == "wall":
+                    # Among the other files in path order: a directory read finds them where
+                    # it finds the files they were written between.
+                    self.write_whole(rel, self._size_of(blocks))
+                    used += blocks
+                    continue
                 if used + blocks + pending_spacers > budget:
                     continue
                 used += blocks
