@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import random
 from collections.abc import Callable, Iterator
 
@@ -120,13 +121,28 @@ class MatchWriter:
         of files written in turn keep their order (the allocator puts them side by side), a
         new run starting with the odds of a target's pair not being adjacent; the runs are
         then shuffled, which scatters a directory's files over the disk as the target's are:
-        as many of them as the target's non-adjacent pairs within 1 MiB only among their
-        neighbours in write order, the others anywhere. A target without locality keeps
-        write order."""
+        the runs moved within about half a MiB of their place in write order stay near their
+        neighbours; a run moved farther makes the pairs on both of its sides distant, so that
+        a share ``d`` of runs moved leaves ``(1 - d) ** 2`` of the boundaries near: ``d`` is
+        chosen for the target's share of non-adjacent pairs within 1 MiB, and the runs moved
+        go within a group (between a MiB and a group away) or anywhere in the shares of the
+        target's pairs within a group and farther. A target without locality keeps write
+        order."""
         loc = self.target.locality
         p = float(loc.get("adjacent", 1.0))
-        apart = float(loc.get("within_group", 0.0)) + float(loc.get("farther", 0.0))
-        far = apart / max(1.0 - p, 1e-9)
+        rest = max(1.0 - p, 1e-9)
+        near = min(1.0, float(loc.get("within_mib", rest)) / rest)
+        in_group = float(loc.get("within_group", 0.0))
+        farther = float(loc.get("farther", 0.0))
+        moved = 1.0 - math.sqrt(near)
+        # A run moved anywhere lands within a group of its neighbour with the odds of two
+        # points of the disk being that close: the runs moved within a group make up the
+        # rest of the target's share.
+        gb = self.disk.group_blocks or 8 * self.bs
+        g = min(1.0, gb / max(self.total, 1))
+        by_chance = 2 * g - g * g
+        share = in_group / max(in_group + farther, 1e-9)
+        to_group = moved * max(0.0, (share - by_chance) / max(1.0 - by_chance, 1e-9))
         runs: list[list[int]] = []
         cur: list[int] = []
         for i in range(n):
@@ -136,17 +152,22 @@ class MatchWriter:
             cur.append(i)
         if cur:
             runs.append(cur)
-        # A near run moves by about half the runs a MiB holds, a far one anywhere.
         t = self.target
         files = max(1, sum(c for c, _s in t.buckets.values()))
         per_file = max(1.0, t.fullness * t.blocks_total / files)
-        window = max(1.0, (1 << 20) / self.bs / per_file / (n / max(len(runs), 1)) / 2)
-        keys = [
-            self.rng.uniform(0, len(runs))
-            if self.rng.random() < far
-            else i + self.rng.uniform(-window, window)
-            for i in range(len(runs))
-        ]
+        per_run = per_file * n / max(len(runs), 1)
+        window = max(1.0, (1 << 20) / self.bs / per_run / 4)
+        group = max(4 * window, gb / per_run)
+        keys: list[float] = []
+        for i in range(len(runs)):
+            u = self.rng.random()
+            if u < to_group:
+                side = 1 if self.rng.random() < 0.5 else -1
+                keys.append(i + side * self.rng.uniform(4 * window, group))
+            elif u < moved:
+                keys.append(self.rng.uniform(0, len(runs)))
+            else:
+                keys.append(i + self.rng.uniform(-window, window))
         runs = [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
         place = [0] * n
         for rank, i in enumerate(i for run in runs for i in run):
