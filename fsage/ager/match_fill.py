@@ -74,6 +74,8 @@ class MatchWriter:
         self.top_spacer = self._spacer_limit() > 2 * self.bs and disk.can_punch
         #: Spacers allocated with a wall block after them: blocks to punch when they go.
         self.walled: dict[str, int] = {}
+        #: Wall files written by the fill (see ``_walled``).
+        self.walls = 0
         self.files_written = 0
         self.bytes_written = 0
 
@@ -495,6 +497,7 @@ class MatchWriter:
                     # it finds the files they were written between.
                     self.write_whole(rel, self._size_of(blocks))
                     used += blocks
+                    self.walls += 1
                     continue
                 if used + blocks + pending_spacers > budget:
                     continue
@@ -556,5 +559,6 @@ class MatchWriter:
         self.sizes.clear()
         self.fillers.clear()
         self.walled.clear()
+        self.walls = 0
         self.serial = 0  # the next fill takes the same places (its directories are there)
         self.disk.commit()
