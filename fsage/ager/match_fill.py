@@ -253,6 +253,39 @@ class MatchWriter:
         a = (hi - lo) / (mean - lo) - 1.0
         return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
 
+    def _to_bucket_blocks(self, items: list[Item], scale: float) -> list[Item]:
+        """The drawn sizes nudged a block at a time, within their buckets, until each
+        bucket's files hold as many blocks as the target's (scaled): drawn sizes that come
+        out larger leave the fill's budget short, and the files it then leaves out make a
+        path-order read of fewer, larger files than the target's (fewer jumps, a higher
+        dynamic layout score)."""
+        by_k: dict[int, list[int]] = {}
+        for i, (kind, v, _b) in enumerate(items):
+            if kind != "spacer":
+                by_k.setdefault(v, []).append(i)
+        out = list(items)
+        for k, idx in by_k.items():
+            held = self.target.bucket_blocks.get(k)
+            lo, hi = bucket_range(k)
+            if not held or hi == lo:
+                continue
+            want = round(
+                held * scale * len(idx) / max(len(idx), round(self.target.buckets[k][0] * scale), 1)
+            )
+            sizes = [out[i][2] for i in idx]
+            diff = sum(sizes) - want
+            step = -1 if diff > 0 else 1
+            movable = [j for j, b in enumerate(sizes) if lo <= b + step <= hi]
+            while diff and movable:
+                j = movable[self.rng.randrange(len(movable))]
+                sizes[j] += step
+                diff += step
+                if not lo <= sizes[j] + step <= hi:
+                    movable.remove(j)
+            for i, b in zip(idx, sizes, strict=True):
+                out[i] = (out[i][0], out[i][1], b)
+        return out
+
     def _size_of(self, blocks: int) -> int:
         return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
 
@@ -312,18 +345,17 @@ class MatchWriter:
         return self.disk.kind == "ext4" and not self.disk.can_place and blocks <= SMALL
 
     def _walls_needed(self, items: list[Item]) -> list[Item]:
-        """Wall files so that every spacer of a class can follow a whole file of its class."""
-        out: list[Item] = []
-        for small in (True, False):
-            cls = [it for it in items if self._small_class(it[2]) == small]
-            short = sum(1 for it in cls if it[0] == "spacer") - sum(
-                1 for it in cls if it[0] == "whole"
-            )
-            # A wall of the class: one block among the small files, else one block more
-            # than they hold.
-            size = SMALL + 1 if not small and self._small_class(1) else 1
-            out += [("wall", 0, size)] * max(short, 0)
-        return out
+        """One-block wall files so that every spacer among the small files can follow a
+        whole file (see ``_walled``). None among the large files: a wall there holds more
+        blocks than a small file, and the files the fill then leaves out for them make a
+        path-order read of fewer files than the target's (the read scores higher); a large
+        spacer after another makes one hole of both."""
+        spacers = sum(1 for it in items if it[0] == "spacer" and self._item_small(it))
+        hosts = sum(1 for it in items if it[0] == "whole" and self._item_small(it))
+        return [("wall", 0, 1)] * max(spacers - hosts, 0)
+
+    def _item_small(self, it: Item) -> bool:
+        return it[0] != "spacer+" and self._small_class(it[2])
 
     def _trim(self, head: list[Item], rest: list[Item], room: float) -> list[Item]:
         """``rest`` without files drawn at random until its files, the walls it needs and
@@ -350,6 +382,24 @@ class MatchWriter:
             excess = over()
         return rest
 
+    def _spacers_among_large(self, items: list[Item]) -> list[Item]:
+        """Where small spacers outnumber the small files and the large files outnumber the
+        large spacers (a mail target's holes of a few blocks among mails of a few dozen),
+        small spacers are made large (``spacer+``: written one block past the small files'
+        limit and the rest punched before writeback, so that the allocator places their
+        blocks among the large files), to follow large files instead of walls."""
+        small_sp = [i for i, it in enumerate(items) if it[0] == "spacer" and self._item_small(it)]
+        small_hosts = sum(1 for it in items if it[0] == "whole" and self._item_small(it))
+        large_sp = sum(1 for it in items if it[0] == "spacer" and not self._item_small(it))
+        large_hosts = sum(1 for it in items if it[0] == "whole" and not self._item_small(it))
+        n = min(len(small_sp) - small_hosts, large_hosts - large_sp)
+        if n <= 0:
+            return items
+        out = list(items)
+        for i in self.rng.sample(small_sp, n):
+            out[i] = ("spacer+", out[i][1], out[i][2])
+        return out
+
     def _walled(self, items: list[Item]) -> list[Item]:
         """``items`` in an order where no spacer follows another spacer of its class: the
         allocator puts a class's files side by side in the order written (on ext4, small
@@ -359,12 +409,13 @@ class MatchWriter:
         writeback, and so bound nothing); where there are fewer whole files than spacers,
         wall files of the class make up the difference (they stay, small, as files of the
         matcher's). The classes' orders are then merged at random."""
+        items = self._spacers_among_large(items)
         walls = self._walls_needed(items)
         seqs: list[list[Item]] = []
         for small in (True, False):
-            cls = [it for it in items + walls if self._small_class(it[2]) == small]
-            sp = [it for it in cls if it[0] == "spacer"]
-            others = [it for it in cls if it[0] != "spacer"]
+            cls = [it for it in items + walls if self._item_small(it) == small]
+            sp = [it for it in cls if it[0].startswith("spacer")]
+            others = [it for it in cls if not it[0].startswith("spacer")]
             self.rng.shuffle(others)
             hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall")]
             after = set(self.rng.sample(hosts, min(len(sp), len(hosts))))
@@ -445,6 +496,7 @@ class MatchWriter:
         # Sizes drawn now, so that the order below knows which files share the allocator's
         # small-file preallocations with which spacers.
         items = [(kind, v, v if kind == "spacer" else self._draw_blocks(v)) for kind, v in plan]
+        items = self._to_bucket_blocks(items, scale)
         self.rng.shuffle(items)
         # Large spacers go first, while the disk is empty: written among the other files, the
         # allocator finds no free extent of their size in their group and splits them (an
@@ -474,11 +526,21 @@ class MatchWriter:
         order = head + self._walled(rest)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        places = iter(self._scattered_places(sum(1 for it in order if it[0] != "spacer")))
+        places = iter(
+            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        )
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
                     used = self.fullness() * self.total
+                if kind == "spacer+":
+                    rel = self._spacer_path()
+                    self.write_whole(rel, (SMALL + 1) * self.bs)
+                    self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
+                    spacers.append(rel)
+                    used += v
+                    pending_spacers -= v
+                    continue
                 if kind == "spacer":
                     rel = self._spacer_path()
                     if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
