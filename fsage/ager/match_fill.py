@@ -74,6 +74,8 @@ class MatchWriter:
         self.top_spacer = self._spacer_limit() > 2 * self.bs and disk.can_punch
         #: Spacers allocated with a wall block after them: blocks to punch when they go.
         self.walled: dict[str, int] = {}
+        #: What a read-write mount holds back, as a share of the disk (see ``fullness``).
+        self._held_back: float | None = None
         #: Wall files written by the fill (see ``_walled``).
         self.walls = 0
         self.files_written = 0
@@ -222,7 +224,14 @@ class MatchWriter:
         return rel
 
     def fullness(self) -> float:
-        return self.disk.fullness()
+        """The fullness the file system will have once unmounted: on xfs, the disk's
+        (statvfs) less the reservations a read-write mount holds (measured once, as the
+        difference from the free-space map; see ``measure``)."""
+        if self._held_back is None:
+            self._held_back = 0.0
+            if self.disk.kind == "xfs":
+                self._held_back = self.disk.fullness() - self.snapshot().target.fullness
+        return self.disk.fullness() - self._held_back
 
     def snapshot(self) -> MeasuredState:
         return measure(self.disk.layout())
