@@ -354,17 +354,23 @@ class MatchWriter:
         return self.disk.kind == "ext4" and not self.disk.can_place and blocks <= SMALL
 
     def _walls_needed(self, items: list[Item]) -> list[Item]:
-        """One-block wall files so that every spacer among the small files can follow a
-        whole file (see ``_walled``). None among the large files: a wall there holds more
-        blocks than a small file, and the files the fill then leaves out for them make a
-        path-order read of fewer files than the target's (the read scores higher); a large
-        spacer after another makes one hole of both."""
-        spacers = sum(1 for it in items if it[0] == "spacer" and self._item_small(it))
-        hosts = sum(1 for it in items if it[0] == "whole" and self._item_small(it))
-        return [("wall", 0, 1)] * max(spacers - hosts, 0)
+        """One-block wall files so that every spacer of a class can follow a whole file of
+        its class (see ``_walled``). Among the large files (``wall+``) a wall is written one
+        block past the small files' limit and all but its first block punched before
+        writeback: the allocator places it among the large files, and it holds one block (a
+        wall of the large files' size would take the blocks of files the fill then leaves
+        out, a path-order read of fewer files than the target's)."""
+        out: list[Item] = []
+        for small in (True, False):
+            cls = [it for it in items if self._item_small(it) == small]
+            spacers = sum(1 for it in cls if it[0].startswith("spacer"))
+            hosts = sum(1 for it in cls if it[0] == "whole")
+            wall = "wall" if small or not self._small_class(1) else "wall+"
+            out += [(wall, 0, 1)] * max(spacers - hosts, 0)
+        return out
 
     def _item_small(self, it: Item) -> bool:
-        return it[0] != "spacer+" and self._small_class(it[2])
+        return it[0] not in ("spacer+", "wall+") and self._small_class(it[2])
 
     def _trim(self, head: list[Item], rest: list[Item], room: float) -> list[Item]:
         """``rest`` without files drawn at random until its files, the walls it needs and
@@ -426,7 +432,7 @@ class MatchWriter:
             sp = [it for it in cls if it[0].startswith("spacer")]
             others = [it for it in cls if not it[0].startswith("spacer")]
             self.rng.shuffle(others)
-            hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall")]
+            hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall", "wall+")]
             after = set(self.rng.sample(hosts, min(len(sp), len(hosts))))
             left = iter(sp)
             seq: list[Item] = []
@@ -563,6 +569,13 @@ class MatchWriter:
                     pending_spacers -= v
                     continue
                 rel = self._path_at(next(places))
+                if kind == "wall+":
+                    self.write_whole(rel, (SMALL + 1) * self.bs)
+                    self.disk.punch(rel, self.bs, SMALL * self.bs)
+                    self.sizes[rel] = self.bs
+                    used += 1
+                    self.walls += 1
+                    continue
                 if kind == "wall":
                     # Among the other files in path order: a directory read finds them where
                     # it finds the files they were written between.
