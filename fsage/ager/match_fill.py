@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import random
 from collections.abc import Callable, Iterator
 
@@ -23,6 +24,12 @@ NEST = 8
 MAX_FULLNESS = 0.97
 #: With spacers in the holes of every size, the fill tops up to this before deleting them.
 FILL_CEILING = 0.995
+#: ext4's kernel allocator serves files of at most this many blocks from per-CPU group
+#: preallocations (its ``mb_stream_req``), larger ones where the large files go.
+SMALL = 16
+
+#: A planned write of the fill: (kind, size bucket or spacer blocks, blocks).
+Item = tuple[str, int, int]
 
 
 class MatchWriter:
@@ -67,6 +74,10 @@ class MatchWriter:
         self.top_spacer = self._spacer_limit() > 2 * self.bs and disk.can_punch
         #: Spacers allocated with a wall block after them: blocks to punch when they go.
         self.walled: dict[str, int] = {}
+        #: What a read-write mount holds back, as a share of the disk (see ``fullness``).
+        self._held_back: float | None = None
+        #: Wall files written by the fill (see ``_walled``).
+        self.walls = 0
         self.files_written = 0
         self.bytes_written = 0
 
@@ -114,13 +125,28 @@ class MatchWriter:
         of files written in turn keep their order (the allocator puts them side by side), a
         new run starting with the odds of a target's pair not being adjacent; the runs are
         then shuffled, which scatters a directory's files over the disk as the target's are:
-        as many of them as the target's non-adjacent pairs within 1 MiB only among their
-        neighbours in write order, the others anywhere. A target without locality keeps
-        write order."""
+        the runs moved within about half a MiB of their place in write order stay near their
+        neighbours; a run moved farther makes the pairs on both of its sides distant, so that
+        a share ``d`` of runs moved leaves ``(1 - d) ** 2`` of the boundaries near: ``d`` is
+        chosen for the target's share of non-adjacent pairs within 1 MiB, and the runs moved
+        go within a group (between a MiB and a group away) or anywhere in the shares of the
+        target's pairs within a group and farther. A target without locality keeps write
+        order."""
         loc = self.target.locality
         p = float(loc.get("adjacent", 1.0))
-        apart = float(loc.get("within_group", 0.0)) + float(loc.get("farther", 0.0))
-        far = apart / max(1.0 - p, 1e-9)
+        rest = max(1.0 - p, 1e-9)
+        near = min(1.0, float(loc.get("within_mib", rest)) / rest)
+        in_group = float(loc.get("within_group", 0.0))
+        farther = float(loc.get("farther", 0.0))
+        moved = 1.0 - math.sqrt(near)
+        # A run moved anywhere lands within a group of its neighbour with the odds of two
+        # points of the disk being that close: the runs moved within a group make up the
+        # rest of the target's share.
+        gb = self.disk.group_blocks or 8 * self.bs
+        g = min(1.0, gb / max(self.total, 1))
+        by_chance = 2 * g - g * g
+        share = in_group / max(in_group + farther, 1e-9)
+        to_group = moved * max(0.0, (share - by_chance) / max(1.0 - by_chance, 1e-9))
         runs: list[list[int]] = []
         cur: list[int] = []
         for i in range(n):
@@ -130,17 +156,22 @@ class MatchWriter:
             cur.append(i)
         if cur:
             runs.append(cur)
-        # A near run moves by about half the runs a MiB holds, a far one anywhere.
         t = self.target
         files = max(1, sum(c for c, _s in t.buckets.values()))
         per_file = max(1.0, t.fullness * t.blocks_total / files)
-        window = max(1.0, (1 << 20) / self.bs / per_file / (n / max(len(runs), 1)) / 2)
-        keys = [
-            self.rng.uniform(0, len(runs))
-            if self.rng.random() < far
-            else i + self.rng.uniform(-window, window)
-            for i in range(len(runs))
-        ]
+        per_run = per_file * n / max(len(runs), 1)
+        window = max(1.0, (1 << 20) / self.bs / per_run / 4)
+        group = max(4 * window, gb / per_run)
+        keys: list[float] = []
+        for i in range(len(runs)):
+            u = self.rng.random()
+            if u < to_group:
+                side = 1 if self.rng.random() < 0.5 else -1
+                keys.append(i + side * self.rng.uniform(4 * window, group))
+            elif u < moved:
+                keys.append(self.rng.uniform(0, len(runs)))
+            else:
+                keys.append(i + self.rng.uniform(-window, window))
         runs = [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
         place = [0] * n
         for rank, i in enumerate(i for run in runs for i in run):
@@ -193,7 +224,14 @@ class MatchWriter:
         return rel
 
     def fullness(self) -> float:
-        return self.disk.fullness()
+        """The fullness the file system will have once unmounted: on xfs, the disk's
+        (statvfs) less the reservations a read-write mount holds (measured once, as the
+        difference from the free-space map; see ``measure``)."""
+        if self._held_back is None:
+            self._held_back = 0.0
+            if self.disk.kind == "xfs":
+                self._held_back = self.disk.fullness() - self.snapshot().target.fullness
+        return self.disk.fullness() - self._held_back
 
     def snapshot(self) -> MeasuredState:
         return measure(self.disk.layout())
@@ -214,6 +252,48 @@ class MatchWriter:
         mean = min(max(held / n, lo + 0.01), hi - 0.01)
         a = (hi - lo) / (mean - lo) - 1.0
         return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
+
+    def _draw_between(self, lo: int, hi: int, mean: float | None) -> int:
+        """An integer in ``lo``-``hi`` drawn with mean about ``mean`` (even where not known):
+        lo + (hi - lo) * u ** a has mean lo + (hi - lo) / (a + 1)."""
+        if mean is None or hi <= lo:
+            return self.rng.randint(lo, hi)
+        mean = min(max(mean, lo + 0.01), hi - 0.01)
+        a = (hi - lo) / (mean - lo) - 1.0
+        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
+
+    def _to_bucket_blocks(self, items: list[Item], scale: float) -> list[Item]:
+        """The drawn sizes nudged a block at a time, within their buckets, until each
+        bucket's files hold as many blocks as the target's (scaled): drawn sizes that come
+        out larger leave the fill's budget short, and the files it then leaves out make a
+        path-order read of fewer, larger files than the target's (fewer jumps, a higher
+        dynamic layout score)."""
+        by_k: dict[int, list[int]] = {}
+        for i, (kind, v, _b) in enumerate(items):
+            if kind != "spacer":
+                by_k.setdefault(v, []).append(i)
+        out = list(items)
+        for k, idx in by_k.items():
+            held = self.target.bucket_blocks.get(k)
+            lo, hi = bucket_range(k)
+            if not held or hi == lo:
+                continue
+            want = round(
+                held * scale * len(idx) / max(len(idx), round(self.target.buckets[k][0] * scale), 1)
+            )
+            sizes = [out[i][2] for i in idx]
+            diff = sum(sizes) - want
+            step = -1 if diff > 0 else 1
+            movable = [j for j, b in enumerate(sizes) if lo <= b + step <= hi]
+            while diff and movable:
+                j = movable[self.rng.randrange(len(movable))]
+                sizes[j] += step
+                diff += step
+                if not lo <= sizes[j] + step <= hi:
+                    movable.remove(j)
+            for i, b in zip(idx, sizes, strict=True):
+                out[i] = (out[i][0], out[i][1], b)
+        return out
 
     def _size_of(self, blocks: int) -> int:
         return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
@@ -267,6 +347,114 @@ class MatchWriter:
         self.files_written += 1
         return True
 
+    def _small_class(self, blocks: int) -> bool:
+        """Whether ext4's kernel allocator puts a file of ``blocks`` blocks with the other
+        small files (per-CPU group preallocations, files of at most ``SMALL`` blocks) rather
+        than where the large files go; elsewhere all files are one class."""
+        return self.disk.kind == "ext4" and not self.disk.can_place and blocks <= SMALL
+
+    def _walls_needed(self, items: list[Item]) -> list[Item]:
+        """One-block wall files so that every spacer of a class can follow a whole file of
+        its class (see ``_walled``). Among the large files (``wall+``) a wall is written one
+        block past the small files' limit and all but its first block punched before
+        writeback: the allocator places it among the large files, and it holds one block (a
+        wall of the large files' size would take the blocks of files the fill then leaves
+        out, a path-order read of fewer files than the target's)."""
+        out: list[Item] = []
+        for small in (True, False):
+            cls = [it for it in items if self._item_small(it) == small]
+            spacers = sum(1 for it in cls if it[0].startswith("spacer"))
+            hosts = sum(1 for it in cls if it[0] == "whole")
+            wall = "wall" if small or not self._small_class(1) else "wall+"
+            out += [(wall, 0, 1)] * max(spacers - hosts, 0)
+        return out
+
+    def _item_small(self, it: Item) -> bool:
+        return it[0] not in ("spacer+", "wall+") and self._small_class(it[2])
+
+    def _trim(self, head: list[Item], rest: list[Item], room: float) -> list[Item]:
+        """``rest`` without files drawn at random until its files, the walls it needs and
+        ``head``'s files fit in ``room`` blocks."""
+        rest = list(rest)
+
+        def over() -> float:
+            files = sum(b for kind, _v, b in head + rest if kind != "spacer")
+            return files + sum(b for _k, _v, b in self._walls_needed(rest)) - room
+
+        excess = over()
+        while excess > 0:
+            idx = [i for i, it in enumerate(rest) if it[0] != "spacer"]
+            if not idx:
+                break
+            self.rng.shuffle(idx)
+            drop: set[int] = set()
+            for i in idx:
+                if excess <= 0:
+                    break
+                drop.add(i)
+                excess -= rest[i][2]
+            rest = [it for i, it in enumerate(rest) if i not in drop]
+            excess = over()
+        return rest
+
+    def _spacers_among_large(self, items: list[Item]) -> list[Item]:
+        """Where small spacers outnumber the small files and the large files outnumber the
+        large spacers (a mail target's holes of a few blocks among mails of a few dozen),
+        small spacers are made large (``spacer+``: written one block past the small files'
+        limit and the rest punched before writeback, so that the allocator places their
+        blocks among the large files), to follow large files instead of walls."""
+        small_sp = [i for i, it in enumerate(items) if it[0] == "spacer" and self._item_small(it)]
+        small_hosts = sum(1 for it in items if it[0] == "whole" and self._item_small(it))
+        large_sp = sum(1 for it in items if it[0] == "spacer" and not self._item_small(it))
+        large_hosts = sum(1 for it in items if it[0] == "whole" and not self._item_small(it))
+        n = min(len(small_sp) - small_hosts, large_hosts - large_sp)
+        if n <= 0:
+            return items
+        out = list(items)
+        for i in self.rng.sample(small_sp, n):
+            out[i] = ("spacer+", out[i][1], out[i][2])
+        return out
+
+    def _walled(self, items: list[Item]) -> list[Item]:
+        """``items`` in an order where no spacer follows another spacer of its class: the
+        allocator puts a class's files side by side in the order written (on ext4, small
+        files in per-CPU preallocations, large ones where the large files go), so two
+        spacers in a row would leave one hole of both sizes once deleted. Each spacer comes
+        after a whole file of its class (interleaved files are placed when written, not at
+        writeback, and so bound nothing); where there are fewer whole files than spacers,
+        wall files of the class make up the difference (they stay, small, as files of the
+        matcher's). The classes' orders are then merged at random."""
+        items = self._spacers_among_large(items)
+        walls = self._walls_needed(items)
+        seqs: list[list[Item]] = []
+        for small in (True, False):
+            cls = [it for it in items + walls if self._item_small(it) == small]
+            sp = [it for it in cls if it[0].startswith("spacer")]
+            others = [it for it in cls if not it[0].startswith("spacer")]
+            self.rng.shuffle(others)
+            hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall", "wall+")]
+            after = set(self.rng.sample(hosts, min(len(sp), len(hosts))))
+            left = iter(sp)
+            seq: list[Item] = []
+            for i, it in enumerate(others):
+                seq.append(it)
+                if i in after:
+                    seq.append(next(left))
+            seq += list(left)  # none: the walls made up the difference
+            seqs.append(seq)
+        out: list[Item] = []
+        a, b = seqs
+        ia = ib = 0
+        while ia < len(a) or ib < len(b):
+            left_a, left_b = len(a) - ia, len(b) - ib
+            if left_b == 0 or (left_a and self.rng.random() * (left_a + left_b) < left_a):
+                out.append(a[ia])
+                ia += 1
+            else:
+                out.append(b[ib])
+                ib += 1
+        return out
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -297,6 +485,11 @@ class MatchWriter:
             alone = not (self.disk.groups or self.disk.can_place)
             if self.top_spacer and alone and 2 << top <= self._spacer_limit():
                 top = -1
+            if top < max(want):
+                # The bucket holding the most free blocks is not the largest extents (a mail
+                # target's free space is mostly holes of a few blocks): no rest of the disk
+                # can give it, its holes are spacers like the others'.
+                top = -1
             for k, f in want.items():
                 if k == top:
                     continue
@@ -308,35 +501,61 @@ class MatchWriter:
                     if left <= hi:
                         b = int(left)
                     else:
-                        b = self.rng.randint(1 << k, min(hi, int(left) - (1 << k)))
+                        # With the mean of the target's holes of this bucket, where known: a
+                        # mail target's 8-15-block holes are mostly of 8 or 9 blocks, and as
+                        # many blocks in even draws make a quarter fewer holes.
+                        top_b = min(hi, int(left) - (1 << k))
+                        b = self._draw_between(1 << k, top_b, t.free_mean(k))
                     plan.append(("spacer", b))
                     left -= b
-        self.rng.shuffle(plan)
+        # Sizes drawn now, so that the order below knows which files share the allocator's
+        # small-file preallocations with which spacers.
+        items = [(kind, v, v if kind == "spacer" else self._draw_blocks(v)) for kind, v in plan]
+        items = self._to_bucket_blocks(items, scale)
+        self.rng.shuffle(items)
         # Large spacers go first, while the disk is empty: written among the other files, the
         # allocator finds no free extent of their size in their group and splits them (an
         # 8,200-block spacer as 6,144 + 2,070 blocks), leaving two smaller holes. Each is
         # followed by a whole file, so that two of them never make one hole.
-        big = [i for i, (kind, v) in enumerate(plan) if kind == "spacer" and v * self.bs >= 1 << 20]
-        walls = iter([i for i, (kind, _) in enumerate(plan) if kind == "whole"])
+        big = [
+            i
+            for i, (kind, v, _b) in enumerate(items)
+            if kind == "spacer" and v * self.bs >= 1 << 20
+        ]
+        walls = iter([i for i, (kind, _v, _b) in enumerate(items) if kind == "whole"])
         first: list[int] = []
         for i in big:
             first += [i] + [w for w in [next(walls, None)] if w is not None]
         taken = set(first)
-        plan = [plan[i] for i in first] + [item for i, item in enumerate(plan) if i not in taken]
-        pending: dict[int, list[tuple[str, int]]] = {}
-        spacers: list[str] = []
+        rest = [item for i, item in enumerate(items) if i not in taken]
         # The plan's sizes are drawn within each bucket, so its files may hold more blocks
-        # than the target's: a file that would take the fill past the target's fullness
-        # (spacers counted on top) is left out rather than run the disk out of space.
-        pending_spacers = sum(v for kind, v in plan if kind == "spacer")
+        # than the target's: files that would take the fill past the target's fullness
+        # (spacers and walls counted on top) are left out before the order is made, rather
+        # than run the disk out of space (or leave two spacers side by side) half way.
+        pending_spacers = sum(b for kind, _v, b in items if kind == "spacer")
         ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
         budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
         used = self.fullness() * self.total
-        places = iter(self._scattered_places(sum(1 for kind, _ in plan if kind != "spacer")))
+        head = [items[i] for i in first]
+        rest = self._trim(head, rest, budget - used - pending_spacers)
+        order = head + self._walled(rest)
+        pending: dict[int, list[tuple[str, int]]] = {}
+        spacers: list[str] = []
+        places = iter(
+            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        )
         try:
-            for i, (kind, v) in enumerate(plan):
+            for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
                     used = self.fullness() * self.total
+                if kind == "spacer+":
+                    rel = self._spacer_path()
+                    self.write_whole(rel, (SMALL + 1) * self.bs)
+                    self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
+                    spacers.append(rel)
+                    used += v
+                    pending_spacers -= v
+                    continue
                 if kind == "spacer":
                     rel = self._spacer_path()
                     if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
@@ -349,8 +568,21 @@ class MatchWriter:
                     used += v
                     pending_spacers -= v
                     continue
-                blocks = self._draw_blocks(v)
                 rel = self._path_at(next(places))
+                if kind == "wall+":
+                    self.write_whole(rel, (SMALL + 1) * self.bs)
+                    self.disk.punch(rel, self.bs, SMALL * self.bs)
+                    self.sizes[rel] = self.bs
+                    used += 1
+                    self.walls += 1
+                    continue
+                if kind == "wall":
+                    # Among the other files in path order: a directory read finds them where
+                    # it finds the files they were written between.
+                    self.write_whole(rel, self._size_of(blocks))
+                    used += blocks
+                    self.walls += 1
+                    continue
                 if used + blocks + pending_spacers > budget:
                     continue
                 used += blocks
@@ -411,5 +643,6 @@ class MatchWriter:
         self.sizes.clear()
         self.fillers.clear()
         self.walled.clear()
+        self.walls = 0
         self.serial = 0  # the next fill takes the same places (its directories are there)
         self.disk.commit()

@@ -11,6 +11,7 @@ import numpy as np
 
 from fsage.ager.match_fill import MatchWriter
 from fsage.ager.match_target import (
+    DYNAMIC_TOL,
     FREE_TV,
     FULLNESS_TOL,
     MIN_FILES,
@@ -81,7 +82,26 @@ class Steering(MatchWriter):
                 actions[f"bucket {k}"] = (
                     f"rewrote fragmented files whole ({done:.0f} of {need:.0f})"
                 )
+        want = self.target.locality.get("dynamic_score")
+        have = st.target.locality.get("dynamic_score")
+        if want is not None and have is not None and abs(have - want) > DYNAMIC_TOL:
+            actions["locality"] = self.locality_reason(float(have), float(want))
         return actions
+
+    def locality_reason(self, have: float, want: float) -> str:
+        """Why the path-order dynamic layout score is off: the rounds do not steer it
+        (moving files to change it undoes the free space), and where below, what the fill's
+        wall files cost it."""
+        why = (
+            f"path-order dynamic layout score {have:.3f} against {want:.3f}: set by the fill's"
+            " order only, not steered by the rounds (moving files undoes the free space)"
+        )
+        if have < want and self.walls:
+            why += (
+                f"; the target has more small holes than files to bound them: the fill's"
+                f" {self.walls:,} wall files between them add a jump each to the read"
+            )
+        return why
 
     def steer_free(self, st: MeasuredState) -> str:
         """Shape the free space toward the target's histogram. For each extent-size bucket

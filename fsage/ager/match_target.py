@@ -50,6 +50,13 @@ class LayoutTarget:
     locality: dict[str, Any] = field(default_factory=dict)
     #: size bucket k -> blocks its files hold; {}: not known (older JSON targets).
     bucket_blocks: dict[int, int] = field(default_factory=dict)
+    #: log2 free-extent bucket -> free extents; {}: not known (older JSON targets).
+    free_counts: dict[int, int] = field(default_factory=dict)
+
+    def free_mean(self, k: int) -> float | None:
+        """The mean length of the target's free extents of bucket ``k``, where known."""
+        n = self.free_counts.get(k)
+        return self.free.get(k, 0) / n if n else None
 
     def free_fractions(self) -> dict[int, float]:
         total = sum(self.free.values())
@@ -74,7 +81,12 @@ class LayoutTarget:
                 for k, (n, s) in sorted(self.buckets.items())
             ],
             "free_extents": [
-                {"min_blocks": 1 << k, "blocks": b} for k, b in sorted(self.free.items())
+                {
+                    "min_blocks": 1 << k,
+                    "blocks": b,
+                    **({"extents": self.free_counts[k]} if k in self.free_counts else {}),
+                }
+                for k, b in sorted(self.free.items())
             ],
         }
 
@@ -100,9 +112,12 @@ class LayoutTarget:
                 if r.get("blocks") is not None:
                     bucket_blocks[k] = int(r["blocks"])
             free_h: dict[int, int] = {}
+            free_n: dict[int, int] = {}
             for r in free or []:
                 k = min(int(r["min_blocks"]).bit_length() - 1, MAX_BUCKET)
                 free_h[k] = free_h.get(k, 0) + int(r["blocks"])
+                if r.get("extents") is not None:
+                    free_n[k] = free_n.get(k, 0) + int(r["extents"])
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{source}: not a layout target ({exc})") from None
         if not buckets or not 0.0 < fullness < 1.0:
@@ -113,7 +128,10 @@ class LayoutTarget:
         loc = data.get("locality") or {}
         if not isinstance(loc, dict):
             raise TypeError("locality is not an object")
-        return cls(bs, total, fullness, buckets, free_h, source, kind, dict(loc), bucket_blocks)
+        return cls(
+            bs, total, fullness, buckets, free_h, source, kind, dict(loc), bucket_blocks,
+            free_n if set(free_n) == set(free_h) else {},
+        )  # fmt: skip
 
 
 @dataclass
@@ -204,14 +222,19 @@ def measure(layout: Layout, source: str = "") -> MeasuredState:
     fs, fl = merge_runs(layout.free)
     fk = np.minimum(np.frexp(fl.astype(np.float64))[1] - 1, MAX_BUCKET) if fl.size else fl
     free = {int(b): int(fl[fk == b].sum()) for b in np.unique(fk).tolist()}
+    free_n = {int(b): int((fk == b).sum()) for b in np.unique(fk).tolist()}
     f = layout.facts
     # The free count the file system reports, as the fill's fullness reads it (statvfs on a
     # mount: ext4's reservations for open files count as free, as they are once it is
-    # unmounted and read offline; xfs's reserve pool, free in its map, does not).
+    # unmounted and read offline). Not on xfs: mounted read-write, it holds back a reserve
+    # pool and per-group reservations (6-7% of a 512 MiB image) that statvfs counts as used
+    # and that are free again once unmounted; its free-space map is what is left on disk.
     used = f.blocks_total - f.blocks_free
+    if fs_family(f.kind) == "xfs" and f.free_space_known and fl.size:
+        used = f.blocks_total - int(fl.sum())
     tgt = LayoutTarget(
         f.block_size, f.blocks_total, used / f.blocks_total if f.blocks_total else 0.0,
-        buckets, free, source, fs_family(f.kind), locality_of(layout), held,
+        buckets, free, source, fs_family(f.kind), locality_of(layout), held, free_n,
     )  # fmt: skip
     return MeasuredState(
         tgt, files.ino[reg].astype(np.int64), blocks, cont, den, sc.fragments[reg],
