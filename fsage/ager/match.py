@@ -142,7 +142,7 @@ class Matcher(Steering):
             self.settle_fullness()
             st = self.snapshot()
             res.report = res.closest = compare(self.target, st.target, st.free_known)
-            res.reasons = _reasons(res.report, {})
+            res.reasons = _reasons(res.report, {}, self.locality_reason)
             res.elapsed = time.perf_counter() - t0
             res.files_written, res.bytes_written = self.files_written, self.bytes_written
             return res
@@ -237,14 +237,21 @@ class Matcher(Steering):
         res.report = rep
         res.closest = closest[1]
         self.last_actions = last_actions
-        res.reasons = _reasons(rep, last_actions) if not res.matched else {}
+        res.reasons = _reasons(rep, last_actions, self.locality_reason) if not res.matched else {}
         res.elapsed = time.perf_counter() - t0
         res.files_written = self.files_written
         res.bytes_written = self.bytes_written
         return res
 
 
-def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
+def _reasons(
+    rep: dict[str, Any],
+    actions: dict[str, str],
+    locality_why: Callable[[float, float], str] | None = None,
+) -> dict[str, str]:
+    """Why each dimension of ``rep`` is off: the last round's own word where it said one,
+    else what is known of it (``locality_why``: the steering's reason for a dynamic score off
+    that no round reached, as when the first round already had everything else)."""
     out: dict[str, str] = {}
     for r in rep["buckets"]:
         if r["ok"]:
@@ -267,11 +274,15 @@ def _reasons(rep: dict[str, Any], actions: dict[str, str]) -> dict[str, str]:
     if not rep.get("dynamic_ok", True):
         have = rep["locality"].get("dynamic_score")
         want = rep["target_locality"]["dynamic_score"]
-        out["locality"] = actions.get(
-            "locality",
-            f"path-order dynamic layout score {have if have is None else round(have, 3)}"
-            f" against {want:.3f}",
-        )
+        if "locality" in actions:
+            out["locality"] = actions["locality"]
+        elif have is not None and locality_why is not None:
+            out["locality"] = locality_why(float(have), float(want))
+        else:
+            out["locality"] = (
+                f"path-order dynamic layout score {have if have is None else round(have, 3)}"
+                f" against {want:.3f}"
+            )
     if not rep.get("fullness_ok", True):
         out["fullness"] = actions.get(
             "fullness",
@@ -423,7 +434,9 @@ def _match(
         res.stop = f"matched while aging, not as measured by {res.measured_by}"
     elif res.matched and not was:
         res.stop = f"matched as measured by {res.measured_by}"
-    res.reasons = {} if res.matched else _reasons(res.report, matcher.last_actions)
+    res.reasons = (
+        {} if res.matched else _reasons(res.report, matcher.last_actions, matcher.locality_reason)
+    )
     res.target = str(path)
     res.offline = isinstance(disk, OfflineDisk)
     res.journal = str(rec.journal.path)

@@ -59,3 +59,28 @@ def test_a_fill_that_runs_out_of_space_at_its_last_files_still_deletes_its_space
     assert not [rel for rel in disk.files if rel.startswith("s")]
     assert set(writer.sizes) == set(disk.files)  # the file cut short is gone too
     assert sum(1 for rel in disk.files if rel.startswith("d")) >= 400
+
+
+def test_a_dynamic_score_no_round_reached_gets_the_steerings_reason() -> None:
+    # When the first round already has everything but the path-order score, no round speaks
+    # of locality: the reason must still say why (the steering's word), not only the numbers.
+    from fsage.ager.match import _reasons
+
+    rep = {
+        "buckets": [],
+        "free_ok": True,
+        "dynamic_ok": False,
+        "locality": {"dynamic_score": 0.888},
+        "target_locality": {"dynamic_score": 0.839},
+    }
+    seen: list[tuple[float, float]] = []
+
+    def why(have: float, want: float) -> str:
+        seen.append((have, want))
+        return "set by the fill's order only"
+
+    assert _reasons(rep, {}, why) == {"locality": "set by the fill's order only"}
+    assert seen == [(0.888, 0.839)]
+    # A round's own word wins; without a steering, the numbers are said.
+    assert _reasons(rep, {"locality": "moved"}, why)["locality"] == "moved"
+    assert "0.888 against 0.839" in _reasons(rep, {})["locality"]
