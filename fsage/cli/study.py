@@ -42,7 +42,7 @@ def _say(line: str) -> None:
     show_default=True,
     help="Scan rounds (aged tree and clean copy) per file system and step. 0: at least 6 "
     "(the fewest a 95 % interval of the aged/clean ratio needs), then until the ratio is "
-    "decided (slower, faster, or the same within 5 %), 12 rounds or 40 s of scanning. "
+    "decided (slower, faster, or the same within 5 %), 10 rounds or 20 s of scanning. "
     "A fixed N runs N rounds (below 6 the verdict is always inconclusive).",
 )
 @click.option(

@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from fsage.reports.html import ReportData, Section, Table, render
+from fsage.reports.html import ReportData, Section, Table, render, write_html
 from fsage.study.store import StudyRow
 from fsage.text import decimal
 
@@ -329,16 +329,14 @@ def study_sections(row: StudyRow) -> list[Section]:
     return secs
 
 
-def study_html(row: StudyRow, path: Path) -> None:
-    """The study's report as one self-contained HTML file, written whole."""
-    from fsage.private import write_private_text
-
+def study_html(row: StudyRow, path: Path | str) -> int:
+    """The study's report as one self-contained HTML file, written whole ('-': standard
+    output); returns the number of figures."""
     data = ReportData(
         analyses=[{"fs": r["fs"]} for r in row.results],
         trends={},
         title=f"fsage study {row.id}: {_describe(row.params)}",
     )
-    text = render(data, study_sections(row))
-    tmp = path.with_name(path.name + ".tmp")
-    write_private_text(tmp, text)
-    tmp.replace(path)
+    secs = study_sections(row)
+    write_html(path, render(data, secs))
+    return sum(len(s.figures) for s in secs)

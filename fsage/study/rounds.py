@@ -25,9 +25,9 @@ from fsage.replay.bench.paired import CONFIDENCE, min_rounds, paired_effect
 #: Relative distance from 1 within which an interval that includes 1 decides "same".
 SAME_WITHIN = 0.05
 #: Seconds of scanning per file system and step after which no round starts (auto rounds).
-BUDGET_S = 40.0
+BUDGET_S = 20.0
 #: Most rounds per file system and step (auto rounds).
-MAX_ROUNDS = 12
+MAX_ROUNDS = 10
 
 
 @dataclass(frozen=True)
