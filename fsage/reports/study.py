@@ -44,7 +44,8 @@ def _has(rows: list[dict[str, Any]], key: str) -> bool:
     return any(r.get(key) is not None for r in rows)
 
 
-def _row(r: dict[str, Any]) -> dict[str, Any]:
+def table_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One stored result as a row of the paper table (the keys of :data:`COLUMNS`)."""
     scan = r.get("scan") or {}
     tr = scan.get("trace") or {}
     mod = r.get("modeled") or {}
@@ -103,7 +104,7 @@ def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def study_table(row: StudyRow) -> dict[str, Any]:
     """The study as JSON: its parameters, one row per step and file system, the rank orders."""
-    rows = [_row(r) for r in row.results if "error" not in r]
+    rows = [table_row(r) for r in row.results if "error" not in r]
     failures = [
         {"fs": r["fs"], "step": r["step"], "error": r["error"]} for r in row.results if "error" in r
     ]
