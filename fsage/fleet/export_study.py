@@ -27,14 +27,18 @@ FLOATS = (
     "aged_s_per_gib",
     "clean_s_per_gib",
     "ratio",
+    "ratio_low",
+    "ratio_high",
     "layout_score",
     "dynamic_score",
     "modeled_dynamic_score",
     "free_share",
     "largest_free_mib",
     "dsp3105_aged_s",
+    "dsp3105_clean_s",
     "dsp3105_ratio",
     "hdd_aged_s",
+    "hdd_clean_s",
     "hdd_ratio",
 )
 INTS = ("files", "nospace_ops")
