@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fsage.reports.study import study_csv, study_html, study_table, study_text
 from fsage.study.store import StudyRow
 
@@ -153,3 +155,27 @@ def test_fsage_report_study_writes_the_study_page(tmp_path: Path) -> None:
         main, ["report", "--study", "1", "--fs", "ext4", "--db", str(db), "-o", str(out)]
     )
     assert res.exit_code != 0 and "drop --fs" in res.output
+
+
+@pytest.mark.chromium
+@pytest.mark.slow
+def test_the_study_page_draws_in_chromium(tmp_path: Path) -> None:
+    """Every figure draws, none overlaps another's text or leaves its box (the page's own
+    layout checks, as for `fsage report`)."""
+    import re
+    import shutil
+
+    from tests.reports.test_report import CHROMIUM, _chromium_dom
+
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip("chromium not installed")
+    out = tmp_path / "s.html"
+    n = study_html(_study(), out)
+    dom = _chromium_dom(out, tmp_path / "profile")
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, dom[:500]
+    attrs = body.group(1)
+    assert 'data-done="1"' in attrs and "data-errors" not in attrs
+    assert f'data-plots="{n}"' in attrs and f'data-plots-drawn="{n}"' in attrs
+    assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * n
+    assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * n
