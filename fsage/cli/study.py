@@ -75,6 +75,7 @@ def study(
           --steps 30 --out /tmp/s2 --db study.db
       fsage study --out /tmp/s1 --db study.db --resume
       fsage study report 1 --db study.db -o study.html
+      fsage report --study 1 --db study.db -o study.html
     """
     if ctx.invoked_subcommand is not None:
         return
