@@ -250,16 +250,19 @@ def _series_figure(
     with open markers; ``one``: a ratio, drawn with its no-effect line at 1; ``interval``: the
     keys of its interval's ends, drawn as error bars)."""
     data: list[dict[str, Any]] = []
-    for i, fs in enumerate(sorted({r["fs"] for r in rows})):
+    names = sorted({r["fs"] for r in rows})
+    for i, fs in enumerate(names):
         mine = sorted((r for r in rows if r["fs"] == fs), key=lambda r: r["step"])
         color = PALETTE[i % len(PALETTE)]  # one colour per file system in every figure
+        # intervals drawn side by side, not over each other at the same step
+        shift = (i - (len(names) - 1) / 2) * 0.08 if interval else 0.0
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "line": {"color": color},
                 "name": html.escape(fs),
-                "x": [r["step"] for r in mine],
+                "x": [r["step"] + shift for r in mine],
                 "y": [r[key] for r in mine],
                 **({"error_y": _error_bars(mine, key, *interval)} if interval else {}),
             }
@@ -362,7 +365,12 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "modeled score",
                 ),
             ],
-            notes=[]
+            notes=[
+                f"{fs}: no block trace"
+                + (" (served through FUSE: no block device)." if fs == "lfs" else ".")
+                for fs in sorted({r["fs"] for r in rows if r["dynamic_score"] is None})
+                if _has(rows, "dynamic_score")
+            ]
             if _has(rows, "dynamic_score")
             else ["No block traces: the study ran without --trace (the LFS is never traced)."],
             id="layout",
