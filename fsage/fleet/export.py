@@ -49,6 +49,7 @@ from fsage.fleet.export_schema import partition_dir as partition_dir
 from fsage.fleet.export_schema import require_pyarrow as require_pyarrow
 from fsage.fleet.export_schema import schemas as schemas
 from fsage.fleet.export_schema import table_metadata
+from fsage.fleet.export_study import export_studies
 from fsage.private import private_mkdir
 
 I64 = npt.NDArray[np.int64]
@@ -212,6 +213,7 @@ def _export_locked(
                         progress(count, total)
 
                 fx.versions = _export_fs(pa, pq, store, out, host, name, rows, writer, tick)
+            export_studies(pa, pq, store, out, host, writer)
             writer.commit()
         except BaseException:
             writer.abort()

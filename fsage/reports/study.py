@@ -10,7 +10,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from fsage.reports.html import ReportData, Section, Table, render
+from fsage.reports.html import ReportData, Section, Table, render, write_html
 from fsage.study.store import StudyRow
 from fsage.text import decimal
 
@@ -22,7 +22,9 @@ COLUMNS = [
     ("gib", "data (GiB)"),
     ("aged_s_per_gib", "scan aged (s/GiB)"),
     ("clean_s_per_gib", "scan clean (s/GiB)"),
-    ("ratio", "aged/clean"),
+    ("ratio", "aged/clean (median of rounds)"),
+    ("ratio_interval", "aged/clean 95 % interval"),
+    ("rounds", "rounds"),
     ("verdict", "verdict"),
     ("layout_score", "layout score"),
     ("dynamic_score", "dynamic layout score (trace)"),
@@ -31,10 +33,26 @@ COLUMNS = [
     ("free_share", "free"),
     ("largest_free_mib", "largest free extent (MiB)"),
     ("dsp3105_aged_s", "DSP 3105 aged (s)"),
+    ("dsp3105_clean_s", "DSP 3105 clean (s)"),
     ("dsp3105_ratio", "DSP 3105 aged/clean"),
     ("hdd_aged_s", "HDD aged (s)"),
+    ("hdd_clean_s", "HDD clean (s)"),
     ("hdd_ratio", "HDD aged/clean"),
 ]
+#: The paper table's columns as printed: measured, then modeled beside the measured scan (one
+#: table of all of them is wider than a page).
+MEASURED_TABLE = [k for k, _ in COLUMNS if not k.startswith(("dsp3105_", "hdd_"))]
+MODELED_TABLE = [
+    "fs", "step", "aged_s_per_gib", "ratio", "verdict",
+    *(k for k, _ in COLUMNS if k.startswith(("dsp3105_", "hdd_"))),
+]  # fmt: skip
+#: How the rank orders are named in the report.
+RANK_LABELS = {
+    "scan_clean_vs_aged": "scan (s/GiB): clean copy vs aged tree, last step",
+    "modeled_hdd_clean_vs_aged": "modeled HDD read (s): clean copy vs aged tree, last step",
+    "scan_aged_s_per_gib": "scan of the aged tree (s/GiB): first vs last step",
+    "modeled_hdd_aged_s": "modeled HDD read of the aged tree (s): first vs last step",
+}
 
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -44,7 +62,8 @@ def _has(rows: list[dict[str, Any]], key: str) -> bool:
     return any(r.get(key) is not None for r in rows)
 
 
-def _row(r: dict[str, Any]) -> dict[str, Any]:
+def table_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One stored result as a row of the paper table (the keys of :data:`COLUMNS`)."""
     scan = r.get("scan") or {}
     tr = scan.get("trace") or {}
     mod = r.get("modeled") or {}
@@ -59,33 +78,72 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         "aged_s_per_gib": scan.get("aged_s_per_gib"),
         "clean_s_per_gib": scan.get("clean_s_per_gib"),
         "ratio": scan.get("ratio"),
+        "ratio_interval": _interval(scan.get("ci_low"), scan.get("ci_high")),
+        "ratio_low": scan.get("ci_low"),
+        "ratio_high": scan.get("ci_high"),
+        "rounds": scan.get("rounds", len(scan.get("aged_values") or []) or None),
         "verdict": scan.get("verdict"),
         "layout_score": r.get("layout_score"),
         "dynamic_score": tr.get("score"),
         "modeled_dynamic_score": (r.get("locality") or {}).get("dynamic_layout_score_path"),
         "nospace_ops": (r.get("age") or {}).get("nospace"),
         "free_share": (r.get("blocks_free") or 0) / total if total else None,
-        "largest_free_mib": largest * bs / 2**20 if largest is not None and bs else None,
+        # a reader without a free-extent map (btrfs) counts free blocks but lists no extents:
+        # its largest is unknown, not 0
+        "largest_free_mib": largest * bs / 2**20
+        if largest is not None and bs and (largest or not r.get("blocks_free"))
+        else None,
         "dsp3105_aged_s": (mod.get("dsp3105") or {}).get("aged_seconds"),
+        "dsp3105_clean_s": (mod.get("dsp3105") or {}).get("clean_seconds"),
         "dsp3105_ratio": (mod.get("dsp3105") or {}).get("ratio"),
         "hdd_aged_s": (mod.get("hdd") or {}).get("aged_seconds"),
+        "hdd_clean_s": (mod.get("hdd") or {}).get("clean_seconds"),
         "hdd_ratio": (mod.get("hdd") or {}).get("ratio"),
     }
+
+
+def _interval(low: float | None, high: float | None) -> str | None:
+    return None if low is None or high is None else f"{low:.2f}-{high:.2f}"
+
+
+def _full_steps(rows: list[dict[str, Any]], key: str) -> dict[int, dict[str, float]]:
+    have: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            have.setdefault(r["step"], {})[r["fs"]] = r[key]
+    return have
+
+
+def _clean_vs_aged(rows: list[dict[str, Any]], clean_key: str, aged_key: str) -> dict[str, Any]:
+    """Geriatrix's question: the file systems fastest first on the same tree fresh (the clean
+    copy) and aged, at the last step where the most file systems were measured."""
+    clean, aged = _full_steps(rows, clean_key), _full_steps(rows, aged_key)
+    steps = [k for k in aged if k in clean]
+    if not steps:
+        return {"fresh": [], "aged": [], "changed": False}
+    most = max(len(set(aged[k]) & set(clean[k])) for k in steps)
+    last = max(k for k in steps if len(set(aged[k]) & set(clean[k])) == most)
+    both = set(aged[last]) & set(clean[last])
+    fresh = sorted(both, key=lambda fs: (clean[last][fs], fs))
+    old = sorted(both, key=lambda fs: (aged[last][fs], fs))
+    return {"first_step": last, "last_step": last, "fresh": fresh, "aged": old,
+            "changed": fresh != old}  # fmt: skip
 
 
 def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """File systems fastest first by ``key``, fresh (the first step) and aged (the last step
     at which as many file systems as fresh were measured: one that left the study would
     otherwise change the order by its absence), over the file systems measured at both."""
-    have: dict[int, dict[str, float]] = {}
-    for r in rows:
-        if r.get(key) is not None:
-            have.setdefault(r["step"], {})[r["fs"]] = r[key]
+    have = _full_steps(rows, key)
     if not have:
         return {"fresh": [], "aged": [], "changed": False}
     first = min(have)
     full = [k for k in have if len(have[k]) >= len(have[first])]
-    last = max(full) if len(full) > 1 else max(have)
+    if len(full) > 1:
+        last = max(full)
+    else:  # none later measured them all: the latest of those measuring the most
+        later = [k for k in have if k != first] or [first]
+        last = max(later, key=lambda k: (len(set(have[k]) & set(have[first])), k))
     both = set(have[first]) & set(have[last])
 
     def order(step: int) -> list[str]:
@@ -103,7 +161,7 @@ def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def study_table(row: StudyRow) -> dict[str, Any]:
     """The study as JSON: its parameters, one row per step and file system, the rank orders."""
-    rows = [_row(r) for r in row.results if "error" not in r]
+    rows = [table_row(r) for r in row.results if "error" not in r]
     failures = [
         {"fs": r["fs"], "step": r["step"], "error": r["error"]} for r in row.results if "error" in r
     ]
@@ -115,6 +173,8 @@ def study_table(row: StudyRow) -> dict[str, Any]:
         "finished_at": row.finished_at,
         "rows": rows,
         "rank_order": {
+            "scan_clean_vs_aged": _clean_vs_aged(rows, "clean_s_per_gib", "aged_s_per_gib"),
+            "modeled_hdd_clean_vs_aged": _clean_vs_aged(rows, "hdd_clean_s", "hdd_aged_s"),
             "scan_aged_s_per_gib": _ranks(rows, "aged_s_per_gib"),
             "modeled_hdd_aged_s": _ranks(rows, "hdd_aged_s"),
         },
@@ -159,8 +219,8 @@ def study_text(row: StudyRow) -> str:
     for name, rk in t["rank_order"].items():
         if rk["fresh"]:
             lines.append(
-                f"rank by {name}: step {rk['first_step']} {' < '.join(rk['fresh'])}; step "
-                f"{rk['last_step']} {' < '.join(rk['aged'])}"
+                f"rank by {RANK_LABELS.get(name, name)}: {' < '.join(rk['fresh'])} -> "
+                f"{' < '.join(rk['aged'])} (step {rk['first_step']} -> {rk['last_step']})"
                 + (" (changed)" if rk["changed"] else " (same)")
             )
     for f in t["failures"]:
@@ -177,42 +237,78 @@ def _describe(p: dict[str, Any]) -> str:
 
 
 def _series_figure(
-    rows: list[dict[str, Any]], key: str, title: str, ytitle: str, *, dash_key: str | None = None
+    rows: list[dict[str, Any]],
+    key: str,
+    title: str,
+    ytitle: str,
+    *,
+    dash_key: str | None = None,
+    one: bool = False,
+    interval: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """``key`` against step, one colour per file system (``dash_key``: the clean copy's, dotted
+    with open markers; ``one``: a ratio, drawn with its no-effect line at 1; ``interval``: the
+    keys of its interval's ends, drawn as error bars)."""
     data: list[dict[str, Any]] = []
-    for i, fs in enumerate(sorted({r["fs"] for r in rows})):
+    names = sorted({r["fs"] for r in rows})
+    for i, fs in enumerate(names):
         mine = sorted((r for r in rows if r["fs"] == fs), key=lambda r: r["step"])
         color = PALETTE[i % len(PALETTE)]  # one colour per file system in every figure
+        # intervals drawn side by side, not over each other at the same step
+        shift = (i - (len(names) - 1) / 2) * 0.08 if interval else 0.0
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "line": {"color": color},
                 "name": html.escape(fs),
-                "x": [r["step"] for r in mine],
+                "x": [r["step"] + shift for r in mine],
                 "y": [r[key] for r in mine],
+                **({"error_y": _error_bars(mine, key, *interval)} if interval else {}),
             }
         )
         if dash_key is not None:
             data.append(
                 {
                     "type": "scatter",
-                    "mode": "lines",
+                    "mode": "lines+markers",
                     "line": {"dash": "dot", "color": color},
+                    "marker": {"symbol": "circle-open", "color": color},
                     "name": html.escape(f"{fs} (clean copy)"),
                     "x": [r["step"] for r in mine],
                     "y": [r[dash_key] for r in mine],
                 }
             )
+    # a ratio of 1 is "no aging": drawn, so that a reader does not take 0 as the reference
+    shapes = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+               "line": {"color": "#555", "width": 1, "dash": "dash"}}] if one else []  # fmt: skip
     return {
         "data": data,
         "layout": {
+            "shapes": shapes,
             "title": {"text": html.escape(title)},
             "xaxis": {"title": {"text": "step"}, "dtick": 1},
             "yaxis": {"title": {"text": html.escape(ytitle)}, "rangemode": "tozero"},
             "height": 420,
             "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
         },
+    }
+
+
+def _error_bars(rows: list[dict[str, Any]], key: str, low: str, high: str) -> dict[str, Any]:
+    """Plotly error bars from each row's interval (none where a row has no interval)."""
+
+    def span(r: dict[str, Any], end: str) -> float | None:
+        v, e = r.get(key), r.get(end)
+        return None if v is None or e is None else abs(float(e) - float(v))
+
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [span(r, high) for r in rows],
+        "arrayminus": [span(r, low) for r in rows],
+        "thickness": 1,
+        "width": 3,
     }
 
 
@@ -230,7 +326,14 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "seconds per GiB",
                     dash_key="clean_s_per_gib",
                 ),
-                _series_figure(rows, "ratio", "Aged/clean scan ratio", "aged / clean"),
+                _series_figure(
+                    rows,
+                    "ratio",
+                    "Aged/clean scan ratio (median of the step's paired rounds, 95 % interval)",
+                    "aged / clean",
+                    one=True,
+                    interval=("ratio_low", "ratio_high"),
+                ),
             ],
             notes=[
                 "Each step: the aged file system and a copy of its tree made by fsage on a "
@@ -262,7 +365,12 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "modeled score",
                 ),
             ],
-            notes=[]
+            notes=[
+                f"{fs}: no block trace"
+                + (" (served through FUSE: no block device)." if fs == "lfs" else ".")
+                for fs in sorted({r["fs"] for r in rows if r["dynamic_score"] is None})
+                if _has(rows, "dynamic_score")
+            ]
             if _has(rows, "dynamic_score")
             else ["No block traces: the study ran without --trace (the LFS is never traced)."],
             id="layout",
@@ -272,6 +380,11 @@ def study_sections(row: StudyRow) -> list[Section]:
             figures=[
                 _series_figure(rows, "free_share", "Free space", "share of blocks free"),
                 _series_figure(rows, "largest_free_mib", "Largest free extent", "MiB"),
+            ],
+            notes=[
+                f"{fs}: its snapshot counts free blocks but has no free-extent map (its "
+                "largest free extent is not shown)."
+                for fs in sorted({r["fs"] for r in rows if r["largest_free_mib"] is None})
             ],
             id="free",
         ),
@@ -283,12 +396,14 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "hdd_ratio",
                     "Modeled aged/clean ratio, modern HDD",
                     "aged / clean (HDD model)",
+                    one=True,
                 ),
                 _series_figure(
                     rows,
                     "dsp3105_ratio",
                     "Modeled aged/clean ratio, DSP 3105",
                     "aged / clean (DSP 3105 model)",
+                    one=True,
                 ),
             ],
             notes=[
@@ -298,12 +413,13 @@ def study_sections(row: StudyRow) -> list[Section]:
             id="modeled",
         ),
     ]
+    heads = dict(COLUMNS)
     rank_rows = []
     for name, rk in t["rank_order"].items():
         if rk["fresh"]:
             rank_rows.append(
                 [
-                    name,
+                    RANK_LABELS.get(name, name),
                     f"{rk['first_step']}: " + " < ".join(rk["fresh"]),
                     f"{rk['last_step']}: " + " < ".join(rk["aged"]),
                     "yes" if rk["changed"] else "no",
@@ -314,7 +430,14 @@ def study_sections(row: StudyRow) -> list[Section]:
             "Rank order, fastest first",
             tables=[Table(["by", "fresh (step)", "aged (step)", "changed"], rank_rows)],
             notes=[
-                f"{f['fs']} left the study at step {f['step']}: {f['error']}" for f in t["failures"]
+                "Fresh vs aged on the same files: the clean copy made in the step against the "
+                "aged tree (Geriatrix's question); and the aged tree at the first step against "
+                "the last. Measured orders closer than the scans' noise are not a change: see "
+                "each step's interval in the table.",
+                *(
+                    f"{f['fs']} left the study at step {f['step']}: {f['error']}"
+                    for f in t["failures"]
+                ),
             ],
             id="rank",
         )
@@ -322,23 +445,31 @@ def study_sections(row: StudyRow) -> list[Section]:
     secs.append(
         Section(
             "Table",
-            tables=[Table([h for _, h in COLUMNS], [[r[k] for k, _ in COLUMNS] for r in rows])],
+            tables=[
+                Table([heads[k] for k in keys], [[r[k] for k in keys] for r in rows], caption)
+                for keys, caption in (
+                    (MEASURED_TABLE, "Measured on this machine"),
+                    (MODELED_TABLE, "Modeled on disks beside the measured scan"),
+                )
+            ],
+            notes=[
+                "Modeled: the requests of each snapshot's path-order read of the aged tree and "
+                "of its clean copy, timed on seed 000's DSP 3105 and a modern 7200 RPM HDD."
+            ],
             id="table",
         )
     )
     return secs
 
 
-def study_html(row: StudyRow, path: Path) -> None:
-    """The study's report as one self-contained HTML file, written whole."""
-    from fsage.private import write_private_text
-
+def study_html(row: StudyRow, path: Path | str) -> int:
+    """The study's report as one self-contained HTML file, written whole ('-': standard
+    output); returns the number of figures."""
     data = ReportData(
         analyses=[{"fs": r["fs"]} for r in row.results],
         trends={},
         title=f"fsage study {row.id}: {_describe(row.params)}",
     )
-    text = render(data, study_sections(row))
-    tmp = path.with_name(path.name + ".tmp")
-    write_private_text(tmp, text)
-    tmp.replace(path)
+    secs = study_sections(row)
+    write_html(path, render(data, secs))
+    return sum(len(s.figures) for s in secs)

@@ -93,8 +93,9 @@ def measure_step(
     say: Say,
 ) -> dict[str, Any]:
     """Everything a study keeps about ``m`` after ``step`` (see the module doc)."""
-    from fsage.replay.bench.scantree import aged_clean_verdict, copy_tree
+    from fsage.replay.bench.scantree import copy_tree
     from fsage.snapshotter import read_source
+    from fsage.study.rounds import decide
 
     t0 = time.perf_counter()
     times: dict[str, float] = {}
@@ -133,9 +134,8 @@ def measure_step(
         t = time.perf_counter()
         out["scan"] = _scans(m, trace=trace, repeat=repeat, say=say)
         times["scan"] = time.perf_counter() - t
-        v = aged_clean_verdict(out["scan"]["aged_values"], out["scan"]["clean_values"])
-        out["scan"]["ratio"] = v.ratio if v.ratio is not None else v.aged_median / v.clean_median
-        out["scan"]["verdict"] = v.verdict
+        d = decide(out["scan"]["aged_values"], out["scan"]["clean_values"])
+        out["scan"].update(ratio=d.ratio, verdict=d.verdict, ci_low=d.low, ci_high=d.high)
     finally:
         m.clean_image.unlink(missing_ok=True)
     times["total"] = time.perf_counter() - t0
@@ -144,17 +144,23 @@ def measure_step(
 
 
 def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
-    """The scan suite on the aged file system and its clean copy, alternately."""
+    """The scan suite on the aged file system and its clean copy, alternately, for the rounds
+    :func:`fsage.study.rounds.stop_reason` asks."""
     from fsage.lfs.blocktrace import score_file, traced_mounts
     from fsage.replay.bench.scan import run_scan
     from fsage.replay.bench.suites import BenchOptions
+    from fsage.study.rounds import stop_reason
 
     traced = trace and m.kind != "lfs"
     sides = {"aged": m.image, "clean": m.clean_image}
     values: dict[str, list[float]] = {"aged": [], "clean": []}
     last: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
-    for i in range(max(repeat, 1)):
+    t0 = time.perf_counter()
+    i = 0
+    while (
+        why := stop_reason(values["aged"], values["clean"], time.perf_counter() - t0, repeat)
+    ) is None:
         order = ["aged", "clean"] if i % 2 == 0 else ["clean", "aged"]
         for side in order:
             image = sides[side]
@@ -176,6 +182,7 @@ def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
             # the suite's own clean copy and layout score are not asked for: the study
             # makes its copy, and its snapshot gives the layout
             notes += [n for n in run.notes if n not in notes and not n.startswith("no ")]
+        i += 1
     aged, clean = last["aged"], last["clean"]
     tr = aged.get("trace")
     out: dict[str, Any] = {
@@ -188,6 +195,8 @@ def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
         "clean_bytes": int(clean["bytes"]),
         "trace": None if tr is None else {k: tr.get(k) for k in _TRACE_KEYS if k in tr},
         "notes": notes,
+        "rounds": i,
+        "stopped": why,
     }
     gib = out["bytes"] / 2**30
     out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None

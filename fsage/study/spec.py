@@ -51,7 +51,7 @@ class StudySpec:
     steps: int
     seed: int = 0
     trace: bool = False
-    repeat: int = 1
+    repeat: int = 0  # scan rounds per step; 0: until decided (fsage.study.rounds)
     git_trees: int = 1
     git_every: int = 1
     skipped: list[str] = field(default_factory=list)  # asked for, missing, skipped

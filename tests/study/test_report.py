@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fsage.reports.study import study_csv, study_html, study_table, study_text
 from fsage.study.store import StudyRow
 
@@ -90,3 +92,90 @@ def test_the_aged_rank_is_taken_where_every_file_system_was_still_measured() -> 
     rank = study_table(s)["rank_order"]["scan_aged_s_per_gib"]
     assert rank["last_step"] == 2
     assert rank["aged"] == ["x<b>fs", "ext4"]
+
+
+def test_fresh_vs_aged_rank_compares_the_clean_copies_with_the_aged_trees() -> None:
+    # step 2: clean copies ext4 1.0 < x<b>fs 1.0 (name order on a tie), aged ext4 3.0 > 2.5
+    rank = study_table(_study())["rank_order"]["scan_clean_vs_aged"]
+    assert rank["last_step"] == 2
+    assert rank["fresh"] == ["ext4", "x<b>fs"] and rank["aged"] == ["x<b>fs", "ext4"]
+    assert rank["changed"] is True
+
+
+def test_an_unknown_largest_free_extent_is_not_drawn_as_zero() -> None:
+    s = _study()
+    s.results[0]["largest_free_extent"] = 0  # free blocks counted, no extents listed
+    s.results[1]["largest_free_extent"] = 0
+    s.results[1]["blocks_free"] = 0  # a full file system: its largest is 0
+    rows = study_table(s)["rows"]
+    assert rows[0]["largest_free_mib"] is None and rows[1]["largest_free_mib"] == 0.0
+
+
+def test_the_ratio_interval_is_shown_and_drawn(tmp_path: Path) -> None:
+    s = _study()
+    s.results[0]["scan"].update(ci_low=0.8, ci_high=1.3, rounds=7)
+    row = study_table(s)["rows"][0]
+    assert row["ratio_interval"] == "0.80-1.30" and row["rounds"] == 7
+    out = tmp_path / "s.html"
+    study_html(s, out)
+    text = out.read_text()
+    assert '"arrayminus"' in text and "0.80-1.30" in text
+
+
+def _db(tmp_path: Path) -> Path:
+    from fsage.db.store import Store
+    from fsage.study.store import create_study, save_result
+
+    db = tmp_path / "s.db"
+    s = _study()
+    with Store.open(db, create=True) as store:
+        sid = create_study(store, tmp_path / "out", s.params)
+        for r in s.results:
+            save_result(store, sid, r["step"], r["fs"], {k: v for k, v in r.items()
+                                                         if k not in ("step", "fs")})  # fmt: skip
+    return db
+
+
+def test_fsage_report_study_writes_the_study_page(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fsage.cli import main
+
+    db = _db(tmp_path)
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["report", "--study", "1", "--db", str(db), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "study 1" in res.output and "figure(s)" in res.output
+    text = out.read_text()
+    assert "Rank order, fastest first" in text and "Modeled on disks" in text
+    res = CliRunner().invoke(main, ["report", "--study", "2", "--db", str(db), "-o", str(out)])
+    assert res.exit_code != 0 and "no study 2" in res.output
+    assert "Traceback" not in res.output
+    res = CliRunner().invoke(
+        main, ["report", "--study", "1", "--fs", "ext4", "--db", str(db), "-o", str(out)]
+    )
+    assert res.exit_code != 0 and "drop --fs" in res.output
+
+
+@pytest.mark.chromium
+@pytest.mark.slow
+def test_the_study_page_draws_in_chromium(tmp_path: Path) -> None:
+    """Every figure draws, none overlaps another's text or leaves its box (the page's own
+    layout checks, as for `fsage report`)."""
+    import re
+    import shutil
+
+    from tests.reports.test_report import CHROMIUM, _chromium_dom
+
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip("chromium not installed")
+    out = tmp_path / "s.html"
+    n = study_html(_study(), out)
+    dom = _chromium_dom(out, tmp_path / "profile")
+    body = re.search(r"<body([^>]*)>", dom)
+    assert body, dom[:500]
+    attrs = body.group(1)
+    assert 'data-done="1"' in attrs and "data-errors" not in attrs
+    assert f'data-plots="{n}"' in attrs and f'data-plots-drawn="{n}"' in attrs
+    assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * n
+    assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * n

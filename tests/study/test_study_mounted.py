@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -107,7 +108,8 @@ def test_a_killed_study_resumes_and_its_results_match_the_tools(
     out = tmp_path / "study"
     db = tmp_path / "s.db"
     args = ["--fs", "ext4,xfs", "--workload", f"git:{tmp_path / 'repo'}", "--size", SIZE,
-            "--steps", "3", "--out", str(out), "--db", str(db), "--trace"]  # fmt: skip
+            "--steps", "3", "--out", str(out), "--db", str(db), "--trace",
+            "--repeat", "2"]  # fmt: skip
     # killed while step 2 runs: on its way to measuring it
     proc = _study(args, fsage_env)
     assert proc.stderr is not None
@@ -138,7 +140,11 @@ def test_a_killed_study_resumes_and_its_results_match_the_tools(
     last: dict[str, dict[str, Any]] = {r[1]: json.loads(r[8]) for r in rows if r[0] == 3}
     for r in rows:
         assert r[4] > 0 and r[5] > 0
-        assert r[6] == pytest.approx(r[4] / r[5])
+        scan = json.loads(r[8])["scan"]
+        assert len(scan["aged_values"]) == len(scan["clean_values"]) == 2  # --repeat 2
+        # the ratio is the median of the rounds' paired ratios
+        ratios = [a / c for a, c in zip(scan["aged_values"], scan["clean_values"], strict=True)]
+        assert r[6] == pytest.approx(statistics.median(ratios))
 
     # the aged trees hold the third commit exactly: no op ran twice or was lost
     want = set(_git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[2]).split())
@@ -236,6 +242,7 @@ def test_a_fragmenting_preset_study_scores_as_filefrag_does(
     assert m["files"] == files
     assert m["scan"]["bytes"] == total
     assert m["blocks_free"] == _e2freefrag_free(out / "images" / "ext4.img")
+    _report_matches_the_tools(out, db, m, score, files, total, fsage_env)
     # the study's op stream is recorded whole, with a marker after each step
     steps = json.loads((out / "study.json").read_text())["ops_per_step"]
     import gzip
@@ -244,6 +251,53 @@ def test_a_fragmenting_preset_study_scores_as_filefrag_does(
         lines = [json.loads(x) for x in fh]
     assert sum(1 for x in lines if x.get("op") == "snapshot") == 2
     assert len(lines) == 1 + sum(steps) + 2
+
+
+def _e2freefrag(image: Path) -> dict[str, int]:
+    """e2freefrag's block size, total and free blocks, and largest free extent in KiB."""
+    out = subprocess.run(["e2freefrag", str(image)], check=True, capture_output=True, text=True)
+    got: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        key, _, rest = line.partition(":")
+        words = rest.split()
+        if key in ("Blocksize", "Total blocks", "Free blocks", "Max. free extent") and words:
+            got[key] = int(words[0].removesuffix("KB"))
+    return got
+
+
+def _report_matches_the_tools(
+    out: Path, db: Path, m: dict[str, Any], score: float, files: int, total: int,
+    env: dict[str, str],
+) -> None:  # fmt: skip
+    """The report's row of the last step (`fsage study report --format json`, whose table
+    `fsage report --study` draws) against filefrag, e2freefrag, stat and the scan's rounds."""
+    rep = subprocess.run(
+        [sys.executable, "-m", "fsage", "study", "report", "1", "--db", str(db),
+         "--format", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    row = json.loads(rep.stdout)["rows"][-1]
+    ff = _e2freefrag(out / "images" / "ext4.img")
+    assert row["layout_score"] == pytest.approx(score, abs=1e-9)
+    assert row["files"] == files and row["gib"] == pytest.approx(total / 2**30)
+    assert row["free_share"] == pytest.approx(ff["Free blocks"] / ff["Total blocks"])
+    assert row["largest_free_mib"] == pytest.approx(ff["Max. free extent"] / 1024, abs=1 / 1024)
+    aged, clean = m["scan"]["aged_values"], m["scan"]["clean_values"]
+    # the seconds are the upper median of the rounds
+    assert row["aged_s_per_gib"] == pytest.approx(sorted(aged)[len(aged) // 2] / (total / 2**30))
+    ratios = [a / c for a, c in zip(aged, clean, strict=True)]
+    assert row["ratio"] == pytest.approx(statistics.median(ratios))
+    # the default rounds: at least the 6 a 95 % interval needs, at most 10
+    assert 6 <= row["rounds"] == len(aged) <= 10
+    assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    page = out / "report.html"
+    subprocess.run(
+        [sys.executable, "-m", "fsage", "report", "--study", "1", "--db", str(db), "-o",
+         str(page)],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    text = page.read_text()
+    assert "Rank order, fastest first" in text and "Measured on this machine" in text
 
 
 def _expected_tree(steps: list[Path]) -> dict[str, int]:
