@@ -366,13 +366,12 @@ def study_sections(row: StudyRow) -> list[Section]:
                 ),
             ],
             notes=[
-                f"{fs}: no block trace"
-                + (" (served through FUSE: no block device)." if fs == "lfs" else ".")
+                f"{fs}: no block trace."
                 for fs in sorted({r["fs"] for r in rows if r["dynamic_score"] is None})
                 if _has(rows, "dynamic_score")
             ]
             if _has(rows, "dynamic_score")
-            else ["No block traces: the study ran without --trace (the LFS is never traced)."],
+            else ["No block traces: the study ran without --trace."],
             id="layout",
         ),
         Section(
