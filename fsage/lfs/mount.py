@@ -153,6 +153,11 @@ class LfsOperations:
         # are written back by then, and the caller must not read them afterwards).
         self.invalidate: Callable[[int], None] = lambda ino: None
         self.invalidate_now: Callable[[int], None] = lambda ino: None
+        # With the writeback cache the kernel trusts its own size of a regular file over
+        # any the LFS gives: only a fresh inode takes the stored one. Dropping the file's
+        # name (``forget_entry(parent, name)``, FUSE inode numbers) makes the kernel forget
+        # the inode once no open file holds it, so a stat after close sees what is stored.
+        self.forget_entry: Callable[[int, bytes], None] = lambda parent, name: None
         self._failed: set[int] = set()
 
     # ------------------------------------------------------------------ helpers
@@ -429,12 +434,19 @@ class LfsOperations:
     def read(self, fh: int, size: int, off: int) -> bytes:
         return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
+    def _drop_name(self, ino: int) -> None:
+        where = self._name.get(ino)
+        if where is not None:
+            parent, name = where
+            self.forget_entry(FUSE_ROOT if parent == INO_ROOT else parent, os.fsencode(name))
+
     def write(self, fh: int, data: bytes, off: int) -> int:
         ino = self._fh(fh)
         try:
             return self._call(self.fs.write_ino, ino, off, data)
         except OSError:
             self._failed.add(ino)
+            self._drop_name(ino)  # before the reply: the close that waits for it evicts
             self.invalidate(ino)
             raise
 
@@ -444,6 +456,7 @@ class LfsOperations:
             self._sync()
         except OSError:
             self._failed.add(ino)
+            self._drop_name(ino)
             raise
         finally:
             if ino in self._failed:
@@ -526,6 +539,11 @@ class _Invalidator:
 def _invalidate(session: _fuse.Session, ino: int) -> None:
     with contextlib.suppress(OSError):
         session.inval_inode(FUSE_ROOT if ino == INO_ROOT else ino)
+
+
+def _forget_entry(session: _fuse.Session, parent: int, name: bytes) -> None:
+    with contextlib.suppress(OSError):
+        session.inval_entry(parent, name)
 
 
 def _options(image: Path, extra: tuple[str, ...]) -> str:
@@ -662,6 +680,7 @@ def mount(
         ready(os.getpid())
     ops.invalidate = _Invalidator(session).push  # a thread: started after the fork
     ops.invalidate_now = lambda ino: _invalidate(session, ino)
+    ops.forget_entry = lambda parent, name: _forget_entry(session, parent, name)
     try:
         session.loop()
     finally:
