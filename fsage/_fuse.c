@@ -595,8 +595,8 @@ static PyObject *Session_inval_inode(Session *self, PyObject *arg)
 static PyObject *Session_inval_entry(Session *self, PyObject *args)
 {
     /* Drop the kernel's name ``name`` in directory ``parent``: once no open file holds its
-     * inode, the kernel forgets it, size included, and looks it up afresh. Allowed from a
-     * write request (not from one on the parent or on the inode's name). */
+     * inode, the kernel forgets it, size included, and looks it up afresh. Not from a
+     * request of the loop's own thread: a request queued behind it may hold the parent. */
     unsigned long long parent;
     const char *name;
     Py_ssize_t len;

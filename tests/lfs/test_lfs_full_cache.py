@@ -48,12 +48,21 @@ def _differ(a: dict[str, tuple[int, bytes]], b: dict[str, tuple[int, bytes]]) ->
     )
 
 
-def _write(path: Path, off: int, data: bytes, create: bool) -> str | None:
-    """Write without fsync and close; the step that failed with ENOSPC, if one did."""
-    fd = os.open(path, os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+def _write(path: Path, off: int, data: bytes, create: bool, sync: bool) -> str | None:
+    """Write (then fsync if ``sync``) and close; the step that failed with ENOSPC, if one
+    did."""
+    try:
+        fd = os.open(path, os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return "open"
     step = "write"
     try:
         os.pwrite(fd, data, off)
+        step = "fsync"
+        if sync:
+            os.fsync(fd)
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise
@@ -86,8 +95,8 @@ def test_failed_writeback_leaves_the_mount_showing_what_is_stored(tmp_path: Path
             else:
                 name, create, off = f"f{i:04d}", True, 0
             data = rng.randbytes(rng.randrange(32 << 10, 512 << 10))
-            step = _write(mp / name, off, data, create)
-            if create:
+            step = _write(mp / name, off, data, create, sync=i % 4 == 3)
+            if create and step != "open":
                 names.append(name)
             if step is not None:
                 failed[step] = failed.get(step, 0) + 1
@@ -98,6 +107,7 @@ def test_failed_writeback_leaves_the_mount_showing_what_is_stored(tmp_path: Path
     finally:
         m.unmount()
     assert failed.get("close", 0) > 0, f"no write was refused at close: {failed}"
+    assert failed.get("fsync", 0) > 0, f"no fsync was refused: {failed}"
     m = Mounted(image, mp)
     try:
         stored = _view(mp)
