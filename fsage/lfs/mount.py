@@ -167,6 +167,7 @@ class LfsOperations:
         self.forget_entry: Callable[[int, bytes, bool], None] = lambda parent, name, w: None
         self._failed: set[int] = set()
         self._stale: set[int] = set()  # inodes to drop again at their last release
+        self._dropped: set[int] = set()  # names dropped, not looked up since
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -280,6 +281,7 @@ class LfsOperations:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(st.ino)
+        self._dropped.discard(st.ino)
         return self._attr(st)
 
     def getattr(self, ino: int) -> Attr:
@@ -443,6 +445,10 @@ class LfsOperations:
         return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
     def _drop_name(self, ino: int, wait: bool = True) -> None:
+        self._stale.add(ino)
+        if ino in self._dropped:  # once is enough (a writeback fails run by run)
+            return
+        self._dropped.add(ino)
         where = self._name.get(ino)
         if where is not None:
             parent, name = where
@@ -454,7 +460,6 @@ class LfsOperations:
             return self._call(self.fs.write_ino, ino, off, data)
         except OSError:
             self._failed.add(ino)
-            self._stale.add(ino)
             self._drop_name(ino)  # before the reply: the close that waits for it evicts
             self.invalidate(ino)
             raise
@@ -465,7 +470,6 @@ class LfsOperations:
             self._sync()
         except OSError:
             self._failed.add(ino)
-            self._stale.add(ino)
             self._drop_name(ino)
             raise
         finally:
@@ -489,8 +493,10 @@ class LfsOperations:
             return
         self._open.pop(ino, None)
         if ino in self._stale:  # a lookup while it was open may have named it again
+            if ino not in self._dropped:
+                self._drop_name(ino, wait=False)
             self._stale.discard(ino)
-            self._drop_name(ino, wait=False)
+            self._dropped.discard(ino)  # a later failure drops the name again
         hidden = self._hidden.pop(ino, None)
         if hidden is not None:
             self._call(self.fs.unlink, hidden)
