@@ -592,6 +592,29 @@ static PyObject *Session_inval_inode(Session *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *Session_inval_entry(Session *self, PyObject *args)
+{
+    /* Drop the kernel's name ``name`` in directory ``parent``: once no open file holds its
+     * inode, the kernel forgets it, size included, and looks it up afresh. Not from a
+     * request of the loop's own thread: a request queued behind it may hold the parent. */
+    unsigned long long parent;
+    const char *name;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "Ky#", &parent, &name, &len))
+        return NULL;
+    if (!self->se || !self->mounted)
+        Py_RETURN_NONE;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc =
+        fuse_lowlevel_notify_inval_entry(self->se, (fuse_ino_t)parent, name, (size_t)len);
+    Py_END_ALLOW_THREADS if (rc != 0 && rc != -ENOENT)
+    {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Session_fd(Session *self, PyObject *unused)
 {
     (void)unused;
@@ -616,6 +639,9 @@ static PyMethodDef Session_methods[] = {
     {"fd", (PyCFunction)Session_fd, METH_NOARGS, "The /dev/fuse descriptor."},
     {"inval_inode", (PyCFunction)Session_inval_inode, METH_O,
      "Drop the kernel's cached pages and attributes of an inode (not from a request)."},
+    {"inval_entry", (PyCFunction)Session_inval_entry, METH_VARARGS,
+     "inval_entry(parent, name): drop the kernel's entry of a name (and, once unused, its "
+     "inode)."},
     {NULL, NULL, 0, NULL},
 };
 

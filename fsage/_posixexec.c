@@ -496,8 +496,17 @@ static int run_create(Exec *ex, OpArgs *a) {
     }
     rc = put_data(ex, fd, a->size, ex->allocate_only ? 0 : -1);
     if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
+    if (rc == 0) {
+        /* A file system that caches writes (FUSE's writeback cache, NFS) may report the
+         * full disk only when the data is written back at close: the same failure. */
+        int closed = close(fd);
+        fd = -1;
+        if (closed == 0) return 0;
+        rc = errno_fail(ex);
+        if (!is_nospace(ex->err)) return rc;
+    }
     if (rc == ERR_ERRNO && is_nospace(ex->err)) {
-        close(fd);
+        if (fd >= 0) close(fd);
         /* Remove what was made: a full disk leaves no half-written file behind. */
         int rc2 = split(ex, a->path, a->plen, &dfd, &name);
         if (rc2) return rc2;

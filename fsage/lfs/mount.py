@@ -16,9 +16,13 @@ work into file, stream, directory and file-system operations). What the adapter 
   buffer to the log and the image file is fdatasync'ed. Since only this process changes the
   image, the kernel keeps names, missing names and attributes for a day and its cached pages
   without asking again (``fsage/_fuse.c``); ``flush`` is not implemented, so the kernel sends
-  none. Permissions are checked by the kernel (``default_permissions``) only with
-  ``-o allow_other``: otherwise only the mounting user, who can write the image anyway, reaches
-  the files, and the check would cost a ``getattr`` of the directory after each change in it.
+  none. A write or fsync the LFS refuses (ENOSPC near full) leaves the kernel holding pages
+  and a size the image does not: the inode's pages are dropped and so is its name, so that
+  once the file is closed the kernel forgets the inode (it never takes a stored size over its
+  own while the writeback cache is on) and shows what is stored. Permissions are checked by
+  the kernel (``default_permissions``) only with ``-o allow_other``: otherwise only the
+  mounting user, who can write the image anyway, reaches the files, and the check would cost
+  a ``getattr`` of the directory after each change in it.
 * **Unmount.** When the mount goes away (``fusermount3 -u``, or SIGINT, SIGTERM or SIGHUP to
   the mount process), the LFS is closed: its buffer is written and a checkpoint taken. After
   ``kill -9`` the image holds what was committed (what was fsync'ed at least); the next mount
@@ -153,7 +157,17 @@ class LfsOperations:
         # are written back by then, and the caller must not read them afterwards).
         self.invalidate: Callable[[int], None] = lambda ino: None
         self.invalidate_now: Callable[[int], None] = lambda ino: None
+        # With the writeback cache the kernel trusts its own size of a regular file over
+        # any the LFS gives: only a fresh inode takes the stored one. Dropping the file's
+        # name (``forget_entry(parent, name, wait)``, FUSE inode numbers) makes the kernel
+        # forget the inode once no open file holds it, so a stat after close sees what is
+        # stored. ``wait``: for at most a moment, so that the close waiting for the failed
+        # request's reply finds the name gone (a request that holds the directory, queued
+        # behind this one, would hold the drop up for good).
+        self.forget_entry: Callable[[int, bytes, bool], None] = lambda parent, name, w: None
         self._failed: set[int] = set()
+        self._stale: set[int] = set()  # inodes to drop again at their last release
+        self._dropped: set[int] = set()  # names dropped, not looked up since
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -267,6 +281,7 @@ class LfsOperations:
             return None  # a negative entry the kernel may cache
         self._name[st.ino] = (self._lfs(parent), os.fsdecode(name))
         self._gone.discard(st.ino)
+        self._dropped.discard(st.ino)
         return self._attr(st)
 
     def getattr(self, ino: int) -> Attr:
@@ -429,12 +444,23 @@ class LfsOperations:
     def read(self, fh: int, size: int, off: int) -> bytes:
         return self._call(self.fs.read_ino, self._fh(fh), off, size)
 
+    def _drop_name(self, ino: int, wait: bool = True) -> None:
+        self._stale.add(ino)
+        if ino in self._dropped:  # once is enough (a writeback fails run by run)
+            return
+        self._dropped.add(ino)
+        where = self._name.get(ino)
+        if where is not None:
+            parent, name = where
+            self.forget_entry(FUSE_ROOT if parent == INO_ROOT else parent, os.fsencode(name), wait)
+
     def write(self, fh: int, data: bytes, off: int) -> int:
         ino = self._fh(fh)
         try:
             return self._call(self.fs.write_ino, ino, off, data)
         except OSError:
             self._failed.add(ino)
+            self._drop_name(ino)  # before the reply: the close that waits for it evicts
             self.invalidate(ino)
             raise
 
@@ -444,6 +470,7 @@ class LfsOperations:
             self._sync()
         except OSError:
             self._failed.add(ino)
+            self._drop_name(ino)
             raise
         finally:
             if ino in self._failed:
@@ -465,6 +492,11 @@ class LfsOperations:
             self._open[ino] = left
             return
         self._open.pop(ino, None)
+        if ino in self._stale:  # a lookup while it was open may have named it again
+            if ino not in self._dropped:
+                self._drop_name(ino, wait=False)
+            self._stale.discard(ino)
+            self._dropped.discard(ino)  # a later failure drops the name again
         hidden = self._hidden.pop(ino, None)
         if hidden is not None:
             self._call(self.fs.unlink, hidden)
@@ -505,22 +537,42 @@ class LfsOperations:
 # ---------------------------------------------------------------------------- mount
 
 
+#: How long a failed request's reply waits for the kernel to drop the file's name (s).
+_FORGET_WAIT = 1.0
+
+
 class _Invalidator:
-    """Drops the kernel's cache of inodes whose writes failed, from a thread of its own: the
-    kernel may hold the failed request's pages until its reply, which the loop sends only
-    after the method that failed returns."""
+    """Drops the kernel's cache of inodes whose writes failed, and their names, from a
+    thread of its own: the kernel may hold the failed request's pages until its reply, which
+    the loop sends only after the method that failed returns, and a request waiting in the
+    queue may hold the directory whose name is dropped."""
 
     def __init__(self, session: _fuse.Session) -> None:
         self._session = session
-        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[int | tuple[int, bytes, threading.Event]] = (
+            queue.SimpleQueue()
+        )
         threading.Thread(target=self._run, name="fsage-inval", daemon=True).start()
 
     def push(self, ino: int) -> None:
         self._queue.put(ino)
 
+    def forget(self, parent: int, name: bytes, wait: bool) -> None:
+        done = threading.Event()
+        self._queue.put((parent, name, done))
+        if wait:
+            done.wait(_FORGET_WAIT)
+
     def _run(self) -> None:
         while True:
-            _invalidate(self._session, self._queue.get())
+            item = self._queue.get()
+            if isinstance(item, int):
+                _invalidate(self._session, item)
+                continue
+            parent, name, done = item
+            with contextlib.suppress(OSError):
+                self._session.inval_entry(parent, name)
+            done.set()
 
 
 def _invalidate(session: _fuse.Session, ino: int) -> None:
@@ -660,8 +712,10 @@ def mount(
         _daemonize(ready or (lambda pid: None))
     elif ready is not None:
         ready(os.getpid())
-    ops.invalidate = _Invalidator(session).push  # a thread: started after the fork
+    invalidator = _Invalidator(session)  # a thread: started after the fork
+    ops.invalidate = invalidator.push
     ops.invalidate_now = lambda ino: _invalidate(session, ino)
+    ops.forget_entry = invalidator.forget
     try:
         session.loop()
     finally:

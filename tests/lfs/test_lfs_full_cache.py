@@ -1,0 +1,186 @@
+"""The LFS near full with the kernel's writeback cache on: what the mount shows is what is stored.
+
+With the writeback cache, write(2) only fills the kernel's page cache and grows the size it
+keeps; the LFS sees the data when it is written back (at close, at fsync), and may refuse it
+then with ENOSPC. The oracle is a remount: after every file's size and bytes are read through
+the mount that saw the failures, the image is unmounted and mounted again (a fresh kernel
+cache), and each file must show the same size and bytes; ``fsage lfs fsck`` must be clean.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsage.lfs.fs import mkfs
+from fsage.lfs.mount import fuse_available
+from tests.lfs.test_lfs_full import _fsck
+from tests.lfs.test_mount import REPO, Mounted
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}"),
+]
+
+
+def _view(mp: Path) -> dict[str, tuple[int, bytes]]:
+    """Every regular file under ``mp``: (size from stat, bytes read)."""
+    out: dict[str, tuple[int, bytes]] = {}
+    for dirpath, _dirs, files in os.walk(mp):
+        for f in files:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(mp))] = (p.stat().st_size, p.read_bytes())
+    return out
+
+
+def _differ(a: dict[str, tuple[int, bytes]], b: dict[str, tuple[int, bytes]]) -> list[str]:
+    return sorted(
+        f"{n}: {a[n][0] if n in a else None} -> {b[n][0] if n in b else None} octets"
+        for n in set(a) | set(b)
+        if a.get(n) != b.get(n)
+    )
+
+
+def _write(path: Path, off: int, data: bytes, create: bool, sync: bool) -> str | None:
+    """Write (then fsync if ``sync``) and close; the step that failed with ENOSPC, if one
+    did."""
+    try:
+        fd = os.open(path, os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return "open"
+    step = "write"
+    try:
+        os.pwrite(fd, data, off)
+        step = "fsync"
+        if sync:
+            os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        os.close(fd)
+        return step
+    try:
+        os.close(fd)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return "close"
+    return None
+
+
+def test_failed_writeback_leaves_the_mount_showing_what_is_stored(tmp_path: Path) -> None:
+    image = tmp_path / "wb.img"
+    mkfs(image, size=8 << 20, blocks_per_segment=32, block_size=512)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    rng = random.Random("writeback-full")
+    failed: dict[str, int] = {}
+    m = Mounted(image, mp)  # the writeback cache is on by default
+    try:
+        names: list[str] = []
+        misses = 0
+        for i in range(400):
+            if names and i % 3 == 2:  # overwrite (and grow) a file made before
+                name, create = rng.choice(names), False
+                off = rng.randrange(0, 64 << 10)
+            else:
+                name, create, off = f"f{i:04d}", True, 0
+            data = rng.randbytes(rng.randrange(32 << 10, 512 << 10))
+            step = _write(mp / name, off, data, create, sync=i % 4 == 3)
+            if create and step != "open":
+                names.append(name)
+            if step is not None:
+                failed[step] = failed.get(step, 0) + 1
+                misses += 1
+                if misses >= 12:
+                    break
+        shown = _view(mp)
+    finally:
+        m.unmount()
+    assert failed.get("close", 0) > 0, f"no write was refused at close: {failed}"
+    assert failed.get("fsync", 0) > 0, f"no fsync was refused: {failed}"
+    m = Mounted(image, mp)
+    try:
+        stored = _view(mp)
+    finally:
+        m.unmount()
+    diff = _differ(shown, stored)
+    assert not diff, f"{len(diff)} files differ from what a remount shows: {diff[:5]}"
+    out = _fsck(image)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _expected_from_journal(path: Path) -> dict[str, int]:
+    """File sizes the ops the ager journals as done leave (renames move whole subtrees)."""
+    files: dict[str, int] = {}
+    with path.open() as f:
+        next(f)  # the header
+        for line in f:
+            op = json.loads(line)
+            kind, p, size = op["op"], op["path"], op.get("size", 0)
+            if kind == "create" or kind == "truncate":
+                files[p] = size
+            elif kind == "delete":
+                files.pop(p, None)
+            elif kind == "append":
+                files[p] += size
+            elif kind == "overwrite":
+                files[p] = max(files[p], op.get("offset", 0) + size)
+            elif kind == "rename":
+                dest = op["dest"]
+                for q in [q for q in files if q == p or q.startswith(p + "/")]:
+                    files[dest + q[len(p) :]] = files.pop(q)
+    return files
+
+
+def test_ager_near_full_leaves_no_file_of_a_failed_create(tmp_path: Path) -> None:
+    """``fsage age`` through the mount to ENOSPC: creates refused at close leave no file; the
+    mount then shows what a remount shows and fsck is clean."""
+    image = tmp_path / "age.img"
+    mkfs(image, size=8 << 20, blocks_per_segment=32, block_size=512)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    ops = tmp_path / "ops.jsonl"
+    gen = [sys.executable, "-m", "fsage", "workload", "generate", "--profile", "hfs-surge"]
+    gen += ["--capacity", "8M", "--fill", "0.9", "--block-size", "512", "--seed", "3"]
+    subprocess.run([*gen, "-o", str(ops)], env=env, check=True, capture_output=True, timeout=120)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    m = Mounted(image, mp)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "fsage", "age", str(mp), "--ops", str(ops)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "out of space" in out.stdout + out.stderr  # it did reach ENOSPC
+        shown = _view(mp)
+    finally:
+        m.unmount()
+    m = Mounted(image, mp)
+    try:
+        stored = _view(mp)
+    finally:
+        m.unmount()
+    diff = _differ(shown, stored)
+    assert not diff, f"{len(diff)} files differ from what a remount shows: {diff[:5]}"
+    out = _fsck(image)
+    assert out.returncode == 0, out.stdout + out.stderr
+    journal = _expected_from_journal(next(tmp_path.glob("mnt.fsage-age.*.ops.jsonl")))
+    sizes = {n: size for n, (size, _) in stored.items()}
+    wrong = sorted(n for n in set(sizes) | set(journal) if sizes.get(n) != journal.get(n))
+    assert not wrong, (
+        f"{len(wrong)} files differ from what the ops the ager reports done leave: "
+        f"{[(n, journal.get(n), sizes.get(n)) for n in wrong[:5]]}"
+    )
