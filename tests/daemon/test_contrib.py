@@ -196,11 +196,18 @@ def test_a_run_waits_for_the_lock_another_holds(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     first = DatabaseLock(db)
     first.acquire()
-    threading.Timer(0.5, first.release).start()
     second = DatabaseLock(db)
     with pytest.raises(DaemonLockedError):
         second.acquire(0.1)
-    t0 = time.monotonic()
+    # Released once the refusal is seen (a timer started before it could fire first on a
+    # loaded machine); the second gets the lock after that release, not before.
+    released: list[float] = []
+
+    def release() -> None:
+        released.append(time.monotonic())
+        first.release()
+
+    threading.Timer(0.5, release).start()
     second.acquire(10.0)
-    assert 0.2 < time.monotonic() - t0 < 5
+    assert released and time.monotonic() - released[0] < 5
     second.release()
