@@ -367,16 +367,35 @@ def _tracefs() -> Path:
 
 
 def _record_tracer(dev: BlockDevice, call: Callable[[], tuple[int, float]]) -> Recording:
+    from fsage.tracerlock import TracerBusyError, tracer_holder
+
+    try:
+        with tracer_holder() as dead:
+            return _record_tracer_held(dev, call, dead)
+    except TracerBusyError as exc:
+        raise TraceError(str(exc)) from None
+
+
+def _record_tracer_held(
+    dev: BlockDevice, call: Callable[[], tuple[int, float]], dead: str | None
+) -> Recording:
+    """``_record_tracer`` once fsage holds the tracer; ``dead``: the command of an fsage trace
+    that was killed holding it (what it left on is taken over)."""
     t = _tracefs()
     if "blk" not in (t / "available_tracers").read_text().split():
         raise TraceError("the kernel has no blk tracer and blktrace cannot trace here")
     current = (t / "current_tracer").read_text().strip()
     if current not in ("nop", "blk"):
         raise TraceError(f"the kernel tracer is in use ({current}); not taking it over")
-    if current == "blk" and (t / "tracing_on").read_text().strip() == "1":
-        # one blk tracer per machine: another trace is running (or a killed one left it on:
-        # `echo nop > current_tracer` in tracefs frees it)
+    if current == "blk" and (t / "tracing_on").read_text().strip() == "1" and dead is None:
+        # one blk tracer per machine, on with no fsage holder recorded: someone else's trace
+        # (`echo nop > current_tracer` in tracefs frees it)
         raise TraceError("the kernel's blk tracer is in use by another trace; not taking it over")
+    for d in Path("/sys/class/block").glob("*/trace/enable") if dead else ():
+        # what the killed trace left enabled would mix its device's requests into this one
+        with contextlib.suppress(OSError):
+            if d.read_text().strip() == "1":
+                d.write_text("0\n")
     enable = Path("/sys/class/block") / dev.queue_name / "trace" / "enable"
     if not enable.exists():
         raise TraceError(f"{dev.name} cannot be traced ({enable} missing)")
