@@ -1,13 +1,13 @@
 """Checksums of the rows of fsage's record tables (aging runs, collection runs, the daemon's
 plans, bench runs and results, traces, studies), verified when they are read.
 
-Each of these tables carries a ``crc`` column (migration 12): the CRC-32 (``checksum.row_crc``)
+Each of these tables carries a ``crc`` column (migration 11): the CRC-32 (``checksum.row_crc``)
 of the row's values. SQLite triggers keep it: every INSERT or UPDATE of a covered column sets
 it through the SQL function ``fsage_row_crc``, which every connection fsage writes through
 registers (``register``), so that no writer of these tables can forget it. A connection
 without the function (the ``sqlite3`` shell) cannot write these tables: a change made outside
 fsage would otherwise read as damage. A reader calls ``verify`` before it trusts the rows, and
-a row that does not match is named in one line. Rows written before migration 12 are given
+a row that does not match is named in one line. Rows written before migration 11 are given
 their checksum by the migration.
 
 Columns that name a snapshot are left out: deleting the snapshot sets them to NULL
@@ -112,7 +112,7 @@ def register(con: sqlite3.Connection) -> None:
 
 
 def migration_sql() -> str:
-    """Migration 12: the crc columns and the triggers that keep them."""
+    """Migration 11: the crc columns and the triggers that keep them."""
     out = []
     for t in TABLES:
         new = ", ".join(f"NEW.{c}" for c in t.columns)
@@ -127,7 +127,7 @@ def migration_sql() -> str:
 
 
 def seal_existing(con: sqlite3.Connection) -> None:
-    """Migration 12's step: the rows already there get their checksum (they are trusted as
+    """Migration 11's step: the rows already there get their checksum (they are trusted as
     they are, as the quick check that precedes every migration found them)."""
     for t in TABLES:
         con.execute(f"UPDATE {t.table} SET crc = {FUNCTION}({', '.join(t.columns)})")
@@ -138,7 +138,7 @@ def verify(
 ) -> None:
     """Check the rows of ``table`` (those ``where`` selects, with ``args``) against their
     checksums; raise DamagedError naming the first that does not match. A database from
-    before migration 12 (read-only, not migrated) has no checksums to check."""
+    before migration 11 (read-only, not migrated) has no checksums to check."""
     t = _BY_TABLE[table]
     cols = ", ".join(t.columns)
     factory = con.text_factory

@@ -346,7 +346,7 @@ MIGRATIONS: list[tuple[int, str, str, Callable[[sqlite3.Connection], None] | Non
         None,
     ),
     (
-        12,
+        11,
         "checksums of the rows of runs, plans, bench results, traces and studies",
         # A crc column per table and the triggers that keep it (fsage.db.rowcheck).
         rowcheck.migration_sql(),

@@ -61,7 +61,7 @@ def intact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _records(tmp: Path, db: Path) -> None:
-    """A row or more in each table of records (migration 12), each made by its own writer:
+    """A row or more in each table of records (migration 11), each made by its own writer:
     an aging run, a daemon's run and plan, a bench run and its results, a trace, a study."""
     from fsage.db.store import Store
     from fsage.replay.bench.run import BenchRun, store_run
@@ -170,7 +170,7 @@ def _texts(row: tuple[object, ...]) -> list[bytes]:
 
 def _record_spans(db: Path) -> dict[str, list[tuple[int, int]]]:
     """{table: where the text values of its rows lie in the file}, for each table of records
-    (migration 12); values of 8 bytes or more, found once."""
+    (migration 11); values of 8 bytes or more, found once."""
     from fsage.db.rowcheck import TABLES
 
     con = sqlite3.connect(db)

@@ -1,4 +1,4 @@
-"""Checksums of the record rows (migration 12): rows already there when a database is migrated
+"""Checksums of the record rows (migration 11): rows already there when a database is migrated
 get theirs, every later write keeps them, and a write that would not is refused."""
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from fsage.db.checksum import DamagedError
 from fsage.db.store import Store
 
 
-def _as_before_migration_12(db: Path) -> None:
+def _as_before_migration_11(db: Path) -> None:
     """Make ``db`` what a database of schema 10 is: no crc columns, no triggers."""
     con = sqlite3.connect(db)
     for t in rowcheck.TABLES:
         con.execute(f"DROP TRIGGER {t.table}_crc_insert")
         con.execute(f"DROP TRIGGER {t.table}_crc_update")
         con.execute(f"ALTER TABLE {t.table} DROP COLUMN crc")
-    con.execute("DELETE FROM schema_migrations WHERE version = 12")
+    con.execute("DELETE FROM schema_migrations WHERE version = 11")
     con.commit()
     con.close()
 
 
-def test_rows_written_before_migration_12_are_sealed_by_it(tmp_path: Path) -> None:
+def test_rows_written_before_migration_11_are_sealed_by_it(tmp_path: Path) -> None:
     db = tmp_path / "x.db"
     with Store.open(db, create=True) as store:
         store.con.execute(
@@ -37,9 +37,9 @@ def test_rows_written_before_migration_12_are_sealed_by_it(tmp_path: Path) -> No
             "INSERT INTO traces(taken_at, source, command, block_size, requests,"
             " discontiguous, blocks) VALUES ('2026-01-01', 'blktrace', 'cat', 4096, 3, 1, 9)"
         )
-    _as_before_migration_12(db)
+    _as_before_migration_11(db)
     with Store.open(db) as store:
-        assert store.con.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (12,)
+        assert store.con.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (11,)
         # the checksum is the CRC-32 of the values as checksum.row_crc frames them: recomputed
         # here from the row, independently of the trigger's function
         row = store.con.execute(
