@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 from fsage.ager.chisquare import MIN_EXPECTED, chi2_sf, chi_square_test
 from fsage.ager.converge import Converging
-from fsage.ager.genmodel import GenStats, _AgeIndex, _Bag, _blocks, _File
+from fsage.ager.genmodel import ExtMeta, GenStats, _AgeIndex, _Bag, _blocks, _File
 from fsage.ager.patterns import PATTERN_KINDS, run_pattern
 from fsage.ager.profile import Profile
 from fsage.ager.synthetic import SyntheticStreams
@@ -71,6 +71,8 @@ class Generator(Converging, SyntheticStreams):
         *,
         probe: Probe | None = None,
         block_size: int | None = None,
+        probe_every: int | None = PROBE_EVERY,
+        ext_meta: bool = False,
     ) -> None:
         self.profile = profile
         self.seed = seed
@@ -81,7 +83,11 @@ class Generator(Converging, SyntheticStreams):
         self.total_blocks = capacity // self.bs
         self.rng = random.Random(seed)
         self.probe = probe
+        #: None: the probe only anchors the model, at the start and after ENOSPC (see
+        #: ``capacity_blocks``).
+        self.probe_every = probe_every
         self._probe_next = 0
+        self._anchored = False
         self._probed = (0, 0)
         self._probed_model = 0
         self.stats = GenStats()
@@ -95,6 +101,8 @@ class Generator(Converging, SyntheticStreams):
         self.all_dirs: list[str] = [""]
         self.nonempty = _Bag()
         self.used_blocks = 0
+        #: ext4's metadata blocks, modelled (``ext_meta``: a mounted ext4 steered by the model).
+        self.meta = ExtMeta(self.bs) if ext_meta else None
         self._force_deletes = 0
         self._undo: Callable[[], None] | None = None
         self._writes = 0
@@ -151,14 +159,21 @@ class Generator(Converging, SyntheticStreams):
         The probe (a statvfs) runs every ``PROBE_EVERY`` ops, after an op ran out of space,
         or when ``fresh``; in between, the model's change since the last probe is added to
         the probed figure (what the ops did is known; the probe corrects what the model
-        does not see, such as metadata blocks)."""
+        does not see, such as metadata blocks). With ``probe_every`` None the probe only
+        anchors the model, at the first call and after ENOSPC: a kernel's count after the
+        same ops varies by a few blocks from run to run, and a stream steered by it would
+        not be the same twice (``ext_meta`` then models ext4's metadata blocks)."""
         if self.probe is not None:
-            if fresh or self.stats.ops >= self._probe_next:
+            every = self.probe_every
+            if not self._anchored or (
+                every is not None and (fresh or self.stats.ops >= self._probe_next)
+            ):
                 bs, total, used = self.probe()
                 # Express the real figures in model blocks so caps stay in bytes.
                 self._probed = (total * bs // self.bs, (used * bs + self.bs - 1) // self.bs)
                 self._probed_model = self.used_blocks
-                self._probe_next = self.stats.ops + PROBE_EVERY
+                self._probe_next = self.stats.ops + (every or 0)
+                self._anchored = True
             total, used = self._probed
             return total, max(0, used + self.used_blocks - self._probed_model)
         return self.total_blocks, self.used_blocks
@@ -201,6 +216,8 @@ class Generator(Converging, SyntheticStreams):
             if names is None:
                 continue  # below a directory that could not be taken
             names.add(name)
+            if self.meta is not None:
+                self.used_blocks += self.meta.entry(parent, name, True)
             if is_dir and path not in self.dir_depth:
                 self.dir_depth[path] = self.dir_depth[parent] + 1
                 self.dir_names[path] = set()
@@ -212,7 +229,9 @@ class Generator(Converging, SyntheticStreams):
         """``op`` (the last one yielded) failed with ENOSPC and was undone on the target:
         forget it in the model and turn to deletes for a while."""
         self.stats.nospace += 1
-        self._probe_next = 0  # the target is fuller than the model thought: probe again
+        # The target is fuller than the model thought: probe again.
+        self._probe_next = 0
+        self._anchored = False
         if self._undo is not None:
             self._undo()
             self._undo = None
@@ -422,6 +441,8 @@ class Generator(Converging, SyntheticStreams):
         self.dirs_by_depth.setdefault(depth, []).append(path)
         self.all_dirs.append(path)
         self.used_blocks += 1
+        if self.meta is not None:
+            self.used_blocks += self.meta.entry(parent, name, True)
 
     def _mkdir(self, parent: str) -> Op:
         name = self._new_name(parent)
@@ -439,6 +460,8 @@ class Generator(Converging, SyntheticStreams):
         del self.dir_names[path], self.dir_files[path]
         self.all_dirs.remove(path)
         self.used_blocks -= 1
+        if self.meta is not None:
+            self.used_blocks += self.meta.drop_dir(path) + self.meta.entry(parent, name, False)
 
     def _add_file(self, parent: str, name: str, size: int, keep: _File | None = None) -> str:
         """Enter a file; ``keep``: the record of the same file before a rename or an undo
@@ -462,6 +485,9 @@ class Generator(Converging, SyntheticStreams):
         bisect.insort(self.dir_files[parent], name)
         self.nonempty.add(parent)
         self.used_blocks += _blocks(size, self.bs)
+        if self.meta is not None:
+            rec.grows = 0 if keep is None else keep.grows
+            self.used_blocks += self.meta.entry(parent, name, True) + self.meta.extents(rec.grows)
         self._rebucket(path, rec)
         return path
 
@@ -475,6 +501,9 @@ class Generator(Converging, SyntheticStreams):
         if not lst:
             self.nonempty.remove(rec.parent)
         self.used_blocks -= _blocks(rec.size, self.bs)
+        if self.meta is not None:
+            self.used_blocks += self.meta.entry(rec.parent, name, False)
+            self.used_blocks -= self.meta.extents(rec.grows)
         if rec.bucket >= 0:
             self._size_bags[rec.bucket].remove(path)
         if rec.dbucket >= 0:
@@ -492,6 +521,10 @@ class Generator(Converging, SyntheticStreams):
     def _resize(self, path: str, size: int) -> None:
         rec = self.files[path]
         self.used_blocks += _blocks(size, self.bs) - _blocks(rec.size, self.bs)
+        if self.meta is not None:
+            grows = rec.grows + 1 if size > rec.size > 0 else rec.grows if size else 0
+            self.used_blocks += self.meta.extents(grows) - self.meta.extents(rec.grows)
+            rec.grows = grows
         rec.size = size
         self._rebucket(path, rec)
 

@@ -137,17 +137,6 @@ def _image_targets(tmp: Path) -> Iterator[Path]:
     yield second
 
 
-# Known gap, measured: a mounted ext4's used-block count after the same ops is not the same
-# from run to run, killed or not: on 96 MiB images a probe differed, by 1 to 30 blocks, in 14
-# of 26 pairs of runs (uninterrupted pairs as often as killed ones), and still in 1 of 6 with
-# a syncfs before every probe (where writeback placed blocks changes the extent blocks). So a
-# decision near its threshold can go the other way (no journal diverged in those 26 pairs).
-# ProbeLog rounds probes to 1/1024 of the file system: a probe differed in 2 of 24 pairs after,
-# by one quantum, where the count lay at a rounding boundary. The directory cases are exact.
-@pytest.mark.xfail(
-    reason="a mounted ext4's free count after the same ops varies from run to run",
-    strict=False,
-)
 @pytest.mark.parametrize("profile", ["hfs-surge", "mail", "agrawal"])
 def test_a_killed_run_resumes_as_the_same_run_on_a_mounted_image(
     profile: str, tmp_path: Path, fsage_env: dict[str, str]
