@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,8 +194,10 @@ def age_cmd(
     else:
         _print_result(target, res)
     if res.interrupted:
-        click.echo("fsage: interrupted (resume with --resume)", err=True)
-        raise SystemExit(130)
+        term = res.signal == signal.SIGTERM
+        said = "terminated" if term else "interrupted"
+        click.echo(f"fsage: {said} (resume with --resume)", err=True)
+        raise SystemExit(143 if term else 130)
 
 
 _STOPPED = {

@@ -39,10 +39,12 @@ def _count(target: Path) -> int:
         return 0
 
 
-def _stop_at(cmd: list[str], env: dict[str, str], target: Path, ops: int, sig: int) -> None:
+def _stop_at(
+    cmd: list[str], env: dict[str, str], target: Path, ops: int, sig: int
+) -> tuple[int, str]:
     """Run ``cmd`` and send it ``sig`` once its journal holds ``ops`` ops. The wait is on the
     journal, with no time limit of its own (a loaded machine only makes it longer): the run
-    itself ends the wait if it stops first."""
+    itself ends the wait if it stops first. Returns the process id and what it said."""
     since = time.time()
     # At the lowest priority (nice execs it: the same process), so that this watcher, woken
     # every millisecond, sees the journal grow op by op however loaded the machine is.
@@ -54,8 +56,9 @@ def _stop_at(cmd: list[str], env: dict[str, str], target: Path, ops: int, sig: i
     )
     proc.send_signal(sig)
     _out, err = proc.communicate()
-    want = -signal.SIGKILL if sig == signal.SIGKILL else 130
+    want = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 143}.get(sig, 130)
     assert proc.returncode == want, err.decode()
+    return proc.pid, err.decode()
 
 
 def _finish(cmd: list[str], env: dict[str, str]) -> str:
