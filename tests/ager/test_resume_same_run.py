@@ -5,6 +5,7 @@ stopped, on a directory target (a tmpfs) and on a loop-mounted ext4 image."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -154,4 +155,37 @@ def test_a_killed_run_resumes_as_the_same_run_on_a_mounted_image(
     images = _image_targets(tmp_path)
     _compare(images, args, stops, fsage_env)
     for img in (tmp_path / "resume-a.img", tmp_path / "resume-b.img"):
+        fsck_clean(img)
+
+
+def _fullness(image: Path, mnt: Path) -> float:
+    """The image's fullness as the kernel reports it (statvfs of a read-only mount)."""
+    mnt.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-o", "ro,loop", str(image), str(mnt)], check=True)
+    try:
+        st = os.statvfs(mnt)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+    return (st.f_blocks - st.f_bfree) / st.f_blocks
+
+
+@pytest.mark.parametrize("profile", ["hfs-surge", "agrawal"])
+def test_two_runs_of_one_seed_on_a_mounted_image_are_the_same_and_reach_their_fill(
+    profile: str, tmp_path: Path, fsage_env: dict[str, str]
+) -> None:
+    """The generator steers a mounted ext4 by its model: two whole runs (churn, then the
+    settle onto the fill target) make the same ops, and the kernel finds the fill met."""
+    extra: list[str] = []
+    if profile == "agrawal":
+        profile = str(_agrawal(tmp_path))
+        extra = ["--data", "fallocate"]
+    args = ["--profile", profile, "--seed", "9", "--fill", "0.5", "--churn", "3", "--mount"]
+    images = _image_targets(tmp_path)
+    first, second = next(images), next(images)
+    _finish(_age(first, [*args, *extra]), fsage_env)
+    _finish(_age(second, [*args, *extra]), fsage_env)
+    assert _ops(first) == _ops(second)
+    for img in (first, second):
+        full = _fullness(img, tmp_path / "mnt")
+        assert abs(full - 0.5) <= 0.005, full
         fsck_clean(img)
