@@ -13,7 +13,7 @@ import click
 from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
-from fsage.errors import UsageError
+from fsage.errors import Terminated, UsageError
 from fsage.imagelock import image_lock
 from fsage.lfs.cleaner import POLICIES
 
@@ -289,9 +289,11 @@ def _match_interrupt() -> Iterator[None]:
     (exit status 130), as for any aging run."""
     try:
         yield
-    except KeyboardInterrupt:
-        click.echo("fsage: interrupted (resume with --resume)", err=True)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, Terminated)
+        said = "terminated" if term else "interrupted"
+        click.echo(f"fsage: {said} (resume with --resume)", err=True)
+        raise SystemExit(143 if term else 130) from None
 
 
 def _resume_match(
