@@ -104,6 +104,7 @@ class Generator(Converging, SyntheticStreams):
         #: ext4's metadata blocks, modelled (``ext_meta``: a mounted ext4 steered by the model).
         self.meta = ExtMeta(self.bs) if ext_meta else None
         self._force_deletes = 0
+        self._settle_band = 0.0  # while settling by the model alone (``_settle``)
         self._undo: Callable[[], None] | None = None
         self._writes = 0
         # Convergence mode: files per size bucket and depth bucket, files by birth.
@@ -188,7 +189,12 @@ class Generator(Converging, SyntheticStreams):
         a full fs; never beyond 99% full."""
         total, used = self.capacity_blocks()
         fill = self.profile.fill
-        limit = fill + 0.005 if self.stats.phase == "fill" else fill + (1.0 - fill) / 2
+        if self._settle_band:  # the settle: a create may not pass the band
+            limit = fill + self._settle_band
+        elif self.stats.phase == "fill":
+            limit = fill + 0.005
+        else:
+            limit = fill + (1.0 - fill) / 2
         room = min(int(limit * total), total - max(1, total // 100)) - used
         return max(0, room) * self.bs
 
@@ -264,6 +270,8 @@ class Generator(Converging, SyntheticStreams):
             written = kind in _WRITES
             if written and kind != "truncate":
                 st.bytes_written += op.size
+            if self.meta is not None and (kind == "punch" or kind == "overwrite"):
+                self._holes(op)
             yield op
             if limit is not None and st.ops >= limit:
                 st.stopped_by = "ops-limit"
@@ -280,6 +288,34 @@ class Generator(Converging, SyntheticStreams):
             st.stopped_by = {"random-update": "updates", "prefragment": "prefragment"}.get(
                 mode, "churn"
             )
+
+    def _holes(self, op: Op) -> None:
+        """A punch frees the blocks it covers whole; an overwrite allocates those of its range
+        that were punched out (a model of blocks in use, ``ext_meta``; each adds an extent)."""
+        rec = self.files.get(op.path)
+        if rec is None:
+            return
+        bs = self.bs
+        if op.op == "punch":
+            end = min(op.offset + op.size, rec.size) // bs
+            new = set(range(-(-op.offset // bs), end))
+            if rec.holes is None:
+                rec.holes = set()
+            new -= rec.holes
+            rec.holes |= new
+            self.used_blocks -= len(new)
+        elif rec.holes:
+            end = -(-min(op.offset + op.size, rec.size) // bs)
+            filled = rec.holes.intersection(range(op.offset // bs, end))
+            if not filled:
+                return
+            rec.holes -= filled
+            self.used_blocks += len(filled)
+        else:
+            return
+        assert self.meta is not None
+        self.used_blocks += self.meta.extents(rec.grows + 1) - self.meta.extents(rec.grows)
+        rec.grows += 1
 
     def _syncs(self, op: Op) -> Iterator[Op]:
         """The fsync and sync that follow the ``_writes``-th write ``op`` (see ``ops``)."""
@@ -387,16 +423,24 @@ class Generator(Converging, SyntheticStreams):
 
     def _settle(self) -> Iterator[Op]:
         """After the churn: delete (above the fill target) or create (below it) until the
-        fullness is within half a percent of ``profile.fill``."""
+        fullness is within half a percent of ``profile.fill``. Steered by the model alone
+        (``probe_every`` None), within a quarter of a percent, its creates no larger than
+        the band leaves room for: the model's own error stays within the half percent."""
         fill = self.profile.fill
-        for _ in range(1_000_000):
-            f = self.fullness(fresh=True)
-            if f > fill + 0.005 and self.files:
-                yield self._delete()
-            elif f < fill - 0.005 and not self._force_deletes:
-                yield self._create()
-            else:
-                return
+        band = 0.0025 if self.probe is not None and self.probe_every is None else 0.005
+        if band < 0.005:
+            self._settle_band = band
+        try:
+            for _ in range(1_000_000):
+                f = self.fullness(fresh=True)
+                if f > fill + band and self.files:
+                    yield self._delete()
+                elif f < fill - band and not self._force_deletes:
+                    yield self._create()
+                else:
+                    return
+        finally:
+            self._settle_band = 0.0
 
     # ---- namespace helpers
 
@@ -486,7 +530,9 @@ class Generator(Converging, SyntheticStreams):
         self.nonempty.add(parent)
         self.used_blocks += _blocks(size, self.bs)
         if self.meta is not None:
-            rec.grows = 0 if keep is None else keep.grows
+            if keep is not None:
+                rec.grows, rec.holes = keep.grows, keep.holes
+                self.used_blocks -= len(rec.holes or ())
             self.used_blocks += self.meta.entry(parent, name, True) + self.meta.extents(rec.grows)
         self._rebucket(path, rec)
         return path
@@ -502,7 +548,7 @@ class Generator(Converging, SyntheticStreams):
             self.nonempty.remove(rec.parent)
         self.used_blocks -= _blocks(rec.size, self.bs)
         if self.meta is not None:
-            self.used_blocks += self.meta.entry(rec.parent, name, False)
+            self.used_blocks += self.meta.entry(rec.parent, name, False) + len(rec.holes or ())
             self.used_blocks -= self.meta.extents(rec.grows)
         if rec.bucket >= 0:
             self._size_bags[rec.bucket].remove(path)
@@ -525,6 +571,10 @@ class Generator(Converging, SyntheticStreams):
             grows = rec.grows + 1 if size > rec.size > 0 else rec.grows if size else 0
             self.used_blocks += self.meta.extents(grows) - self.meta.extents(rec.grows)
             rec.grows = grows
+            if rec.holes and size < rec.size:  # holes cut off were not counted as used
+                cut = {b for b in rec.holes if b >= _blocks(size, self.bs)}
+                rec.holes -= cut
+                self.used_blocks += len(cut)
         rec.size = size
         self._rebucket(path, rec)
 

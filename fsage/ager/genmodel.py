@@ -19,6 +19,7 @@ class _File:
     dbucket: int = -1  # depth bucket in convergence mode
     slot: int = -1  # index in the age index
     grows: int = 0  # appends since it was empty (``ExtMeta``)
+    holes: set[int] | None = None  # blocks punched out and not written since (``ExtMeta``)
 
 
 class _AgeIndex:
