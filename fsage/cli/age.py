@@ -128,12 +128,15 @@ def age_cmd(
     """Age TARGET (a mounted directory or an image file) with a workload.
 
     With --profile, ops are generated as they run and the fill target is steered by the real
-    fullness (statvfs). An ext image is loop-mounted and aged through the kernel when fsage
-    runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
-    the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
-    ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
-    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there, and
-    makes the ops a run never stopped makes. Every op that ran is written to a journal beside
+    fullness (statvfs; on a loop-mounted ext image, read at the start and after ENOSPC and
+    carried by the generator's model of data, directory and extent blocks, so that a seed
+    makes the same ops every time). An ext image is loop-mounted and aged through the kernel
+    when fsage runs as root with loop devices, otherwise offline through libext2fs (whose
+    allocator is not the kernel's). The run ends on the fill and churn asked for (or
+    --ops-limit) and says which ended it. Ctrl-C stops between two ops (exit status 130;
+    SIGTERM too, exit status 143); --resume continues from the record kept beside the target
+    (TARGET.fsage-age) with the workload and seed recorded there, and makes the ops a run
+    never stopped makes. Every op that ran is written to a journal beside
     the target, which --ops replays exactly. A run on a target that holds files already keeps
     clear of their names, and says at its end what it changed on disk.
 
@@ -224,7 +227,10 @@ def _print_result(target: Path, res: AgeResult) -> None:
     )
     click.echo(f"  via {res.description}")
     if res.stopped_by:
-        click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
+        ended = _STOPPED.get(res.stopped_by, res.stopped_by)
+        if res.interrupted and res.signal == signal.SIGTERM:
+            ended = "SIGTERM"
+        click.echo(f"  ended by {ended}")
     if res.journal:
         click.echo(f"  ops run: {res.journal}")
     if res.changes is not None:
