@@ -30,3 +30,10 @@ class WorkloadError(FsageError):
 
 class UnsafeTargetError(FsageError):
     """A target that fsage refuses to write to (not empty, '/', outside the target...)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that what it set up is undone on the way out
+    (an image unmounted and its loop device detached, a temporary mount point removed), as
+    for Ctrl-C; the CLI exits with status 143. A command that stops cleanly between steps
+    (``fsage age``) holds the signal itself."""

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 from fsage.ager.chisquare import MIN_EXPECTED, chi2_sf, chi_square_test
 from fsage.ager.converge import Converging
-from fsage.ager.genmodel import GenStats, _AgeIndex, _Bag, _blocks, _File
+from fsage.ager.genmodel import ExtMeta, GenStats, _AgeIndex, _Bag, _blocks, _File
 from fsage.ager.patterns import PATTERN_KINDS, run_pattern
 from fsage.ager.profile import Profile
 from fsage.ager.synthetic import SyntheticStreams
@@ -71,6 +71,8 @@ class Generator(Converging, SyntheticStreams):
         *,
         probe: Probe | None = None,
         block_size: int | None = None,
+        probe_every: int | None = PROBE_EVERY,
+        ext_meta: bool = False,
     ) -> None:
         self.profile = profile
         self.seed = seed
@@ -81,7 +83,11 @@ class Generator(Converging, SyntheticStreams):
         self.total_blocks = capacity // self.bs
         self.rng = random.Random(seed)
         self.probe = probe
+        #: None: the probe only anchors the model, at the start and after ENOSPC (see
+        #: ``capacity_blocks``).
+        self.probe_every = probe_every
         self._probe_next = 0
+        self._anchored = False
         self._probed = (0, 0)
         self._probed_model = 0
         self.stats = GenStats()
@@ -95,7 +101,10 @@ class Generator(Converging, SyntheticStreams):
         self.all_dirs: list[str] = [""]
         self.nonempty = _Bag()
         self.used_blocks = 0
+        #: ext4's metadata blocks, modelled (``ext_meta``: a mounted ext4 steered by the model).
+        self.meta = ExtMeta(self.bs) if ext_meta else None
         self._force_deletes = 0
+        self._settle_band = 0.0  # while settling by the model alone (``_settle``)
         self._undo: Callable[[], None] | None = None
         self._writes = 0
         # Convergence mode: files per size bucket and depth bucket, files by birth.
@@ -151,14 +160,21 @@ class Generator(Converging, SyntheticStreams):
         The probe (a statvfs) runs every ``PROBE_EVERY`` ops, after an op ran out of space,
         or when ``fresh``; in between, the model's change since the last probe is added to
         the probed figure (what the ops did is known; the probe corrects what the model
-        does not see, such as metadata blocks)."""
+        does not see, such as metadata blocks). With ``probe_every`` None the probe only
+        anchors the model, at the first call and after ENOSPC: a kernel's count after the
+        same ops varies by a few blocks from run to run, and a stream steered by it would
+        not be the same twice (``ext_meta`` then models ext4's metadata blocks)."""
         if self.probe is not None:
-            if fresh or self.stats.ops >= self._probe_next:
+            every = self.probe_every
+            if not self._anchored or (
+                every is not None and (fresh or self.stats.ops >= self._probe_next)
+            ):
                 bs, total, used = self.probe()
                 # Express the real figures in model blocks so caps stay in bytes.
                 self._probed = (total * bs // self.bs, (used * bs + self.bs - 1) // self.bs)
                 self._probed_model = self.used_blocks
-                self._probe_next = self.stats.ops + PROBE_EVERY
+                self._probe_next = self.stats.ops + (every or 0)
+                self._anchored = True
             total, used = self._probed
             return total, max(0, used + self.used_blocks - self._probed_model)
         return self.total_blocks, self.used_blocks
@@ -173,7 +189,12 @@ class Generator(Converging, SyntheticStreams):
         a full fs; never beyond 99% full."""
         total, used = self.capacity_blocks()
         fill = self.profile.fill
-        limit = fill + 0.005 if self.stats.phase == "fill" else fill + (1.0 - fill) / 2
+        if self._settle_band:  # the settle: a create may not pass the band
+            limit = fill + self._settle_band
+        elif self.stats.phase == "fill":
+            limit = fill + 0.005
+        else:
+            limit = fill + (1.0 - fill) / 2
         room = min(int(limit * total), total - max(1, total // 100)) - used
         return max(0, room) * self.bs
 
@@ -201,6 +222,8 @@ class Generator(Converging, SyntheticStreams):
             if names is None:
                 continue  # below a directory that could not be taken
             names.add(name)
+            if self.meta is not None:
+                self.used_blocks += self.meta.entry(parent, name, True)
             if is_dir and path not in self.dir_depth:
                 self.dir_depth[path] = self.dir_depth[parent] + 1
                 self.dir_names[path] = set()
@@ -212,7 +235,9 @@ class Generator(Converging, SyntheticStreams):
         """``op`` (the last one yielded) failed with ENOSPC and was undone on the target:
         forget it in the model and turn to deletes for a while."""
         self.stats.nospace += 1
-        self._probe_next = 0  # the target is fuller than the model thought: probe again
+        # The target is fuller than the model thought: probe again.
+        self._probe_next = 0
+        self._anchored = False
         if self._undo is not None:
             self._undo()
             self._undo = None
@@ -245,6 +270,8 @@ class Generator(Converging, SyntheticStreams):
             written = kind in _WRITES
             if written and kind != "truncate":
                 st.bytes_written += op.size
+            if self.meta is not None and (kind == "punch" or kind == "overwrite"):
+                self._holes(op)
             yield op
             if limit is not None and st.ops >= limit:
                 st.stopped_by = "ops-limit"
@@ -261,6 +288,34 @@ class Generator(Converging, SyntheticStreams):
             st.stopped_by = {"random-update": "updates", "prefragment": "prefragment"}.get(
                 mode, "churn"
             )
+
+    def _holes(self, op: Op) -> None:
+        """A punch frees the blocks it covers whole; an overwrite allocates those of its range
+        that were punched out (a model of blocks in use, ``ext_meta``; each adds an extent)."""
+        rec = self.files.get(op.path)
+        if rec is None:
+            return
+        bs = self.bs
+        if op.op == "punch":
+            end = min(op.offset + op.size, rec.size) // bs
+            new = set(range(-(-op.offset // bs), end))
+            if rec.holes is None:
+                rec.holes = set()
+            new -= rec.holes
+            rec.holes |= new
+            self.used_blocks -= len(new)
+        elif rec.holes:
+            end = -(-min(op.offset + op.size, rec.size) // bs)
+            filled = rec.holes.intersection(range(op.offset // bs, end))
+            if not filled:
+                return
+            rec.holes -= filled
+            self.used_blocks += len(filled)
+        else:
+            return
+        assert self.meta is not None
+        self.used_blocks += self.meta.extents(rec.grows + 1) - self.meta.extents(rec.grows)
+        rec.grows += 1
 
     def _syncs(self, op: Op) -> Iterator[Op]:
         """The fsync and sync that follow the ``_writes``-th write ``op`` (see ``ops``)."""
@@ -368,16 +423,24 @@ class Generator(Converging, SyntheticStreams):
 
     def _settle(self) -> Iterator[Op]:
         """After the churn: delete (above the fill target) or create (below it) until the
-        fullness is within half a percent of ``profile.fill``."""
+        fullness is within half a percent of ``profile.fill``. Steered by the model alone
+        (``probe_every`` None), within a quarter of a percent, its creates no larger than
+        the band leaves room for: the model's own error stays within the half percent."""
         fill = self.profile.fill
-        for _ in range(1_000_000):
-            f = self.fullness(fresh=True)
-            if f > fill + 0.005 and self.files:
-                yield self._delete()
-            elif f < fill - 0.005 and not self._force_deletes:
-                yield self._create()
-            else:
-                return
+        band = 0.0025 if self.probe is not None and self.probe_every is None else 0.005
+        if band < 0.005:
+            self._settle_band = band
+        try:
+            for _ in range(1_000_000):
+                f = self.fullness(fresh=True)
+                if f > fill + band and self.files:
+                    yield self._delete()
+                elif f < fill - band and not self._force_deletes:
+                    yield self._create()
+                else:
+                    return
+        finally:
+            self._settle_band = 0.0
 
     # ---- namespace helpers
 
@@ -422,6 +485,8 @@ class Generator(Converging, SyntheticStreams):
         self.dirs_by_depth.setdefault(depth, []).append(path)
         self.all_dirs.append(path)
         self.used_blocks += 1
+        if self.meta is not None:
+            self.used_blocks += self.meta.entry(parent, name, True)
 
     def _mkdir(self, parent: str) -> Op:
         name = self._new_name(parent)
@@ -439,6 +504,8 @@ class Generator(Converging, SyntheticStreams):
         del self.dir_names[path], self.dir_files[path]
         self.all_dirs.remove(path)
         self.used_blocks -= 1
+        if self.meta is not None:
+            self.used_blocks += self.meta.drop_dir(path) + self.meta.entry(parent, name, False)
 
     def _add_file(self, parent: str, name: str, size: int, keep: _File | None = None) -> str:
         """Enter a file; ``keep``: the record of the same file before a rename or an undo
@@ -462,6 +529,11 @@ class Generator(Converging, SyntheticStreams):
         bisect.insort(self.dir_files[parent], name)
         self.nonempty.add(parent)
         self.used_blocks += _blocks(size, self.bs)
+        if self.meta is not None:
+            if keep is not None:
+                rec.grows, rec.holes = keep.grows, keep.holes
+                self.used_blocks -= len(rec.holes or ())
+            self.used_blocks += self.meta.entry(parent, name, True) + self.meta.extents(rec.grows)
         self._rebucket(path, rec)
         return path
 
@@ -475,6 +547,9 @@ class Generator(Converging, SyntheticStreams):
         if not lst:
             self.nonempty.remove(rec.parent)
         self.used_blocks -= _blocks(rec.size, self.bs)
+        if self.meta is not None:
+            self.used_blocks += self.meta.entry(rec.parent, name, False) + len(rec.holes or ())
+            self.used_blocks -= self.meta.extents(rec.grows)
         if rec.bucket >= 0:
             self._size_bags[rec.bucket].remove(path)
         if rec.dbucket >= 0:
@@ -492,6 +567,14 @@ class Generator(Converging, SyntheticStreams):
     def _resize(self, path: str, size: int) -> None:
         rec = self.files[path]
         self.used_blocks += _blocks(size, self.bs) - _blocks(rec.size, self.bs)
+        if self.meta is not None:
+            grows = rec.grows + 1 if size > rec.size > 0 else rec.grows if size else 0
+            self.used_blocks += self.meta.extents(grows) - self.meta.extents(rec.grows)
+            rec.grows = grows
+            if rec.holes and size < rec.size:  # holes cut off were not counted as used
+                cut = {b for b in rec.holes if b >= _blocks(size, self.bs)}
+                rec.holes -= cut
+                self.used_blocks += len(cut)
         rec.size = size
         self._rebucket(path, rec)
 

@@ -18,6 +18,8 @@ class _File:
     bucket: int = -1  # size bucket in convergence mode
     dbucket: int = -1  # depth bucket in convergence mode
     slot: int = -1  # index in the age index
+    grows: int = 0  # appends since it was empty (``ExtMeta``)
+    holes: set[int] | None = None  # blocks punched out and not written since (``ExtMeta``)
 
 
 class _AgeIndex:
@@ -168,6 +170,53 @@ class GenStats:
     #: "prefragment"; empty while the stream runs.
     stopped_by: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+
+
+class ExtMeta:
+    """The blocks an ext4 file system spends beyond file data and a directory's first block,
+    as a function of the ops alone, for a generator that steers a mounted ext4 by its model
+    (a kernel's own count varies from run to run). Two sources matter at a few percent full:
+
+    - directories: an entry takes 8 bytes and its name rounded up to 4; a directory never
+      shrinks, so its size is that of its peak; past one block it is an htree, an index block
+      and leaves about 3/4 full after their splits;
+    - extent blocks: a file written in one go gets few extents, each append after writeback
+      may start another; past the 4 extents an inode holds, the tree takes a block per
+      ``(bs - 12) // 12`` extents.
+
+    Each method returns the change in blocks, which the generator adds to its used blocks.
+    """
+
+    __slots__ = ("bs", "live", "peak", "per")
+
+    def __init__(self, bs: int) -> None:
+        self.bs = bs
+        self.per = (bs - 12) // 12
+        self.live: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def _dir_blocks(self, size: int) -> int:
+        """Blocks of a directory whose entries took ``size`` bytes, beyond the first."""
+        if size <= self.bs - 24:  # the first block also holds "." and ".."
+            return 0
+        return 1 + -(-size // (self.bs * 3 // 4))
+
+    def entry(self, parent: str, name: str, add: bool) -> int:
+        rec = (8 + len(name.encode()) + 3) & ~3
+        live = self.live.get(parent, 0) + (rec if add else -rec)
+        self.live[parent] = live
+        peak = self.peak.get(parent, 0)
+        if live <= peak:
+            return 0
+        self.peak[parent] = live
+        return self._dir_blocks(live) - self._dir_blocks(peak)
+
+    def drop_dir(self, path: str) -> int:
+        self.live.pop(path, None)
+        return -self._dir_blocks(self.peak.pop(path, 0))
+
+    def extents(self, grows: int) -> int:
+        return 0 if grows < 4 else 1 + grows // self.per
 
 
 def _blocks(size: int, bs: int) -> int:

@@ -9,15 +9,17 @@ tests/cli checks that the table and the modules agree.
 from __future__ import annotations
 
 import importlib
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from fsage import __version__
-from fsage.errors import FsageError
+from fsage.errors import FsageError, Terminated
 from fsage.launch import SNAPSHOT_FLAG_OPTIONS as SNAPSHOT_FLAG_OPTIONS
 from fsage.launch import SNAPSHOT_VALUE_OPTIONS as SNAPSHOT_VALUE_OPTIONS
 from fsage.launch import snapshot_directory as snapshot_directory
@@ -48,6 +50,10 @@ COMMAND_MODULES = {
     "trace": "trace",
     "workload": "workload",
 }
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 class FsageGroup(click.Group):
@@ -83,8 +89,13 @@ class FsageGroup(click.Group):
         return next((c for c in commands if c.name == cmd_name), None)
 
     def invoke(self, ctx: click.Context) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
         try:
             return super().invoke(ctx)
+        except Terminated:
+            click.echo("fsage: terminated", err=True)
+            sys.exit(143)
         except FsageError as exc:
             click.echo(f"fsage: error: {shown(str(exc))}", err=True)
             sys.exit(exc.exit_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import click
 from fsage.ager.profile import load_profile
 from fsage.ager.run import AgeOptions, AgeResult, age, shape_profile
 from fsage.cli.common import echo_json, format_option, progress_enabled
-from fsage.errors import UsageError
+from fsage.errors import Terminated, UsageError
 from fsage.imagelock import image_lock
 from fsage.lfs.cleaner import POLICIES
 
@@ -127,12 +128,15 @@ def age_cmd(
     """Age TARGET (a mounted directory or an image file) with a workload.
 
     With --profile, ops are generated as they run and the fill target is steered by the real
-    fullness (statvfs). An ext image is loop-mounted and aged through the kernel when fsage
-    runs as root with loop devices, otherwise offline through libext2fs (whose allocator is not
-    the kernel's). The run ends on the fill and churn asked for (or --ops-limit) and says which
-    ended it. Ctrl-C stops between two ops (exit status 130); --resume continues from the record
-    kept beside the target (TARGET.fsage-age) with the workload and seed recorded there, and
-    makes the ops a run never stopped makes. Every op that ran is written to a journal beside
+    fullness (statvfs; on a loop-mounted ext image, read at the start and after ENOSPC and
+    carried by the generator's model of data, directory and extent blocks, so that a seed
+    makes the same ops every time). An ext image is loop-mounted and aged through the kernel
+    when fsage runs as root with loop devices, otherwise offline through libext2fs (whose
+    allocator is not the kernel's). The run ends on the fill and churn asked for (or
+    --ops-limit) and says which ended it. Ctrl-C stops between two ops (exit status 130;
+    SIGTERM too, exit status 143); --resume continues from the record kept beside the target
+    (TARGET.fsage-age) with the workload and seed recorded there, and makes the ops a run
+    never stopped makes. Every op that ran is written to a journal beside
     the target, which --ops replays exactly. A run on a target that holds files already keeps
     clear of their names, and says at its end what it changed on disk.
 
@@ -193,8 +197,10 @@ def age_cmd(
     else:
         _print_result(target, res)
     if res.interrupted:
-        click.echo("fsage: interrupted (resume with --resume)", err=True)
-        raise SystemExit(130)
+        term = res.signal == signal.SIGTERM
+        said = "terminated" if term else "interrupted"
+        click.echo(f"fsage: {said} (resume with --resume)", err=True)
+        raise SystemExit(143 if term else 130)
 
 
 _STOPPED = {
@@ -221,7 +227,10 @@ def _print_result(target: Path, res: AgeResult) -> None:
     )
     click.echo(f"  via {res.description}")
     if res.stopped_by:
-        click.echo(f"  ended by {_STOPPED.get(res.stopped_by, res.stopped_by)}")
+        ended = _STOPPED.get(res.stopped_by, res.stopped_by)
+        if res.interrupted and res.signal == signal.SIGTERM:
+            ended = "SIGTERM"
+        click.echo(f"  ended by {ended}")
     if res.journal:
         click.echo(f"  ops run: {res.journal}")
     if res.changes is not None:
@@ -286,9 +295,11 @@ def _match_interrupt() -> Iterator[None]:
     (exit status 130), as for any aging run."""
     try:
         yield
-    except KeyboardInterrupt:
-        click.echo("fsage: interrupted (resume with --resume)", err=True)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, Terminated)
+        said = "terminated" if term else "interrupted"
+        click.echo(f"fsage: {said} (resume with --resume)", err=True)
+        raise SystemExit(143 if term else 130) from None
 
 
 def _resume_match(

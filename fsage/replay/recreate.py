@@ -259,16 +259,21 @@ class _Session:
             try:
                 self.loop = LoopDevice(image, fstype)
                 self.loop.mount(self.mnt)
-            except BaseException:
+                self._open()
+            except BaseException:  # a signal (Ctrl-C, SIGTERM) too: nothing left mounted
                 if self.loop is not None:
-                    self.loop.detach()
-                    self.loop = None
+                    try:
+                        if os.path.ismount(self.mnt):
+                            self.loop.umount(self.mnt)
+                    finally:
+                        self.loop.detach()
+                        self.loop = None
                 self.mnt.rmdir()
                 self.mnt = None
                 raise
         else:
             self.mode = "offline"
-        self._open()
+            self._open()
 
     def _open(self) -> None:
         if self.mnt is not None:
