@@ -4,8 +4,9 @@
   and by size), locality between files and free space;
 * a clean copy of the aged tree, made by fsage in the same step on a fresh file system of the
   same kind and size (path order, one writer);
-* the ``scan`` suite on the aged image and on its copy, alternately (aged first in odd rounds),
-  with the aged scans' block trace when asked (the LFS's from its server, ``--trace``);
+* cold path-order scans of the aged image and of its copy, alternately (aged first in odd
+  rounds), as the ``scan`` suite reads them, with the block trace of the aged tree's first
+  scan when asked (the LFS's from its server, ``--trace``);
 * the modeled time of each path-order scan on the seed papers' disk and a modern HDD, since a
   VM's disk is not a spinning one.
 """
