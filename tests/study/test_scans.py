@@ -1,6 +1,7 @@
 """A study step's scans: each image's loop device is attached once for all rounds, yet every
 scan is a cold read of the whole tree (the kernel's own counters of the loop device show it
-read at least the tree's bytes each time), sides alternate, and nothing stays attached."""
+read at least the tree's bytes each time), sides alternate, only the aged tree's first scan is
+traced, and nothing stays attached."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def _attached(image: Path) -> str:
     ).stdout.strip()
 
 
+@pytest.mark.parametrize("trace", [False, True])
 def test_a_step_s_scans_reuse_each_loop_device_and_read_cold_every_round(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace: bool
 ) -> None:
     require_tools("mkfs.ext4", "losetup")
     from fsage.replay.bench import scan as scan_mod
@@ -63,13 +65,12 @@ def test_a_step_s_scans_reuse_each_loop_device_and_read_cold_every_round(
     def counted(tree: Any, **kw: Any) -> Any:
         before = _read_sectors(tree.device)
         r = real(tree, **kw)
-        seen.append(
-            {"side": tree.name, "dev": tree.device, "read": _read_sectors(tree.device) - before}
-        )
+        read = _read_sectors(tree.device) - before
+        seen.append({"side": tree.name, "dev": tree.device, "read": read, "traced": kw["trace"]})
         return r
 
     monkeypatch.setattr(scan_mod, "scan_tree", counted)
-    out = measure._scans(m, trace=False, repeat=3, say=lambda s: None)
+    out = measure._scans(m, trace=trace, repeat=3, say=lambda s: None)
 
     assert [s["side"] for s in seen] == ["aged", "clean", "clean", "aged", "aged", "clean"]
     for side in ("aged", "clean"):
@@ -81,3 +82,9 @@ def test_a_step_s_scans_reuse_each_loop_device_and_read_cold_every_round(
     assert out["files"] == 24 and out["rounds"] == 3
     assert len(out["aged_values"]) == len(out["clean_values"]) == 3
     assert _attached(m.image) == "" and _attached(m.clean_image) == ""
+    # traced: the aged tree's first scan only, and its requests cover the tree's blocks
+    assert [s["traced"] for s in seen] == [trace] + [False] * 5
+    if trace and out["trace"] is not None:
+        assert out["trace"]["blocks"] * out["trace"]["block_size"] >= sizes[0]
+    elif not trace:
+        assert out["trace"] is None
