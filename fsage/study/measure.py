@@ -4,8 +4,9 @@
   and by size), locality between files and free space;
 * a clean copy of the aged tree, made by fsage in the same step on a fresh file system of the
   same kind and size (path order, one writer);
-* the ``scan`` suite on the aged image and on its copy, alternately (aged first in odd rounds),
-  with the aged scans' block trace when asked (the LFS's from its server, ``--trace``);
+* cold path-order scans of the aged image and of its copy, alternately (aged first in odd
+  rounds), as the ``scan`` suite reads them, with the block trace of the aged tree's first
+  scan when asked (the LFS's from its server, ``--trace``);
 * the modeled time of each path-order scan on the seed papers' disk and a modern HDD, since a
   VM's disk is not a spinning one.
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fsage.layout import Layout
+from fsage.replay.bench.scantree import ScanRead
 from fsage.study.members import Member
 
 Say = Callable[[str], None]
@@ -132,7 +134,9 @@ def measure_step(
             for name in MODELS
         }
         t = time.perf_counter()
-        out["scan"] = _scans(m, trace=trace, repeat=repeat, say=say)
+        out["scan"] = _scans(
+            m, trace=trace, repeat=repeat, say=say, block_size=int(out["block_size"])
+        )
         times["scan"] = time.perf_counter() - t
         d = decide(out["scan"]["aged_values"], out["scan"]["clean_values"])
         out["scan"].update(ratio=d.ratio, verdict=d.verdict, ci_low=d.low, ci_high=d.high)
@@ -143,56 +147,50 @@ def measure_step(
     return out
 
 
-def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
-    """The scan suite on the aged file system and its clean copy, alternately, for the rounds
-    :func:`fsage.study.rounds.stop_reason` asks."""
-    from fsage.lfs.blocktrace import score_file, traced_mounts
-    from fsage.replay.bench.scan import run_scan
-    from fsage.replay.bench.suites import BenchOptions
+def _scans(
+    m: Member, *, trace: bool, repeat: int, say: Say, block_size: int | None = None
+) -> dict[str, Any]:
+    """The aged file system and its clean copy scanned alternately (each a cold path-order
+    read), for the rounds :func:`fsage.study.rounds.stop_reason` asks.
+
+    A kernel file system's two images are each attached to a read-only direct-I/O loop device
+    once per step; every scan still unmounts, drops the caches and mounts again before reading.
+    With ``trace`` the aged tree's first scan is traced (the layout it reads is the same in
+    every round); the LFS's server records that scan's reads."""
     from fsage.study.rounds import stop_reason
 
-    traced = trace and m.kind != "lfs"
-    sides = {"aged": m.image, "clean": m.clean_image}
     values: dict[str, list[float]] = {"aged": [], "clean": []}
-    last: dict[str, dict[str, Any]] = {}
+    last: dict[str, ScanRead] = {}
     notes: list[str] = []
-    t0 = time.perf_counter()
-    i = 0
-    while (
-        why := stop_reason(values["aged"], values["clean"], time.perf_counter() - t0, repeat)
-    ) is None:
-        order = ["aged", "clean"] if i % 2 == 0 else ["clean", "aged"]
-        for side in order:
-            image = sides[side]
-            lfs_trace = None
-            with contextlib.ExitStack() as stack:
-                if trace and m.kind == "lfs" and side == "aged":  # the server records its reads
-                    lfs_trace = stack.enter_context(traced_mounts(image.with_suffix(".trace")))
-                mnt = stack.enter_context(m.mounted(image)) if m.kind == "lfs" else None
-                opts = BenchOptions(
-                    suite="scan", name=f"{m.kind}-{side}", trace=traced and side == "aged"
-                )
-                run = run_scan(m.scan_target(image, mnt), opts)
-            summary = run.params["scan"]["aged"]
-            if lfs_trace is not None:
-                summary["trace"] = score_file(lfs_trace, image)
-                lfs_trace.unlink()
-            values[side].append(float(summary["seconds"]))
-            last[side] = summary
-            # the suite's own clean copy and layout score are not asked for: the study
-            # makes its copy, and its snapshot gives the layout
-            notes += [n for n in run.notes if n not in notes and not n.startswith("no ")]
-        i += 1
+    tr: dict[str, Any] | None = None
+    with contextlib.ExitStack() as stack:
+        scan = (
+            _lfs_scanner(m, trace, notes, say)
+            if m.kind == "lfs"
+            else _kernel_scanner(m, trace, notes, say, stack, block_size)
+        )
+        t0 = time.perf_counter()
+        i = 0
+        while (
+            why := stop_reason(values["aged"], values["clean"], time.perf_counter() - t0, repeat)
+        ) is None:
+            order = ["aged", "clean"] if i % 2 == 0 else ["clean", "aged"]
+            for side in order:
+                r = scan(side, i)
+                values[side].append(r.seconds)
+                last[side] = r
+                if side == "aged" and r.trace is not None:
+                    tr = r.trace
+            i += 1
     aged, clean = last["aged"], last["clean"]
-    tr = aged.get("trace")
     out: dict[str, Any] = {
         "aged_seconds": float(sorted(values["aged"])[len(values["aged"]) // 2]),
         "clean_seconds": float(sorted(values["clean"])[len(values["clean"]) // 2]),
         "aged_values": values["aged"],
         "clean_values": values["clean"],
-        "bytes": int(aged["bytes"]),
-        "files": int(aged["files"]),
-        "clean_bytes": int(clean["bytes"]),
+        "bytes": int(aged.bytes),
+        "files": int(aged.files),
+        "clean_bytes": int(clean.bytes),
         "trace": None if tr is None else {k: tr.get(k) for k in _TRACE_KEYS if k in tr},
         "notes": notes,
         "rounds": i,
@@ -202,6 +200,78 @@ def _scans(m: Member, *, trace: bool, repeat: int, say: Say) -> dict[str, Any]:
     out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None
     out["clean_s_per_gib"] = out["clean_seconds"] / gib if gib else None
     return out
+
+
+Scanner = Callable[[str, int], "ScanRead"]
+
+
+def _kernel_scanner(
+    m: Member,
+    trace: bool,
+    notes: list[str],
+    say: Say,
+    stack: contextlib.ExitStack,
+    block_size: int | None,
+) -> Scanner:
+    """Scans of a kernel file system's images, each on a loop device attached once."""
+    from fsage.ager.images import image_kind
+    from fsage.replay.bench.scan import Tree, image_tree, scan_tree
+
+    trees: dict[str, Tree] = {}
+    for side, image in (("aged", m.image), ("clean", m.clean_image)):
+        kind = image_kind(image) or m.kind
+        trees[side], said = image_tree(image, kind, side, say, stack, block_size)
+        notes += [n for n in said if n not in notes]
+    if trace:
+        from fsage.trace import resolve_device
+
+        resolve_device(trees["aged"].device)  # said before any scan when it cannot be traced
+
+    def scan(side: str, i: int) -> ScanRead:
+        label = f"{m.kind}: scan {i + 1} of the {side} tree"
+        traced = trace and side == "aged" and i == 0
+        return scan_tree(trees[side], trace=traced, label=label, notes=notes, say=say)
+
+    return scan
+
+
+def _lfs_scanner(m: Member, trace: bool, notes: list[str], say: Say) -> Scanner:
+    """Scans of the LFS and its copy, each through a server started for it (its caches
+    cold), with the server's record of the aged scans' reads when traced."""
+    from fsage.lfs.blocktrace import score_file, traced_mounts
+    from fsage.replay.bench.scantree import read_tree
+    from fsage.replay.bench.target import can_drop_caches, drop_caches
+
+    sides = {"aged": m.image, "clean": m.clean_image}
+    cold = can_drop_caches()
+    if not cold:
+        notes.append(
+            "not root: files are advised out of the page cache, but directories and inodes "
+            "may still be cached (a warm start for the metadata)"
+        )
+
+    def scan(side: str, i: int) -> ScanRead:
+        from fsage.replay.bench.scantree import evict_tree
+
+        image = sides[side]
+        lfs_trace = None
+        with contextlib.ExitStack() as stack:
+            if trace and side == "aged" and i == 0:  # the server records the reads
+                lfs_trace = stack.enter_context(traced_mounts(image.with_suffix(".trace")))
+            mnt = stack.enter_context(m.mounted(image))
+            root = m.scan_target(image, mnt)
+            # a fresh mount caches none of its files; without root they are advised out anyway
+            if cold:
+                drop_caches()
+            else:
+                evict_tree(root)
+            r = read_tree(root)
+        if lfs_trace is not None:
+            r.trace = score_file(lfs_trace, image)
+            lfs_trace.unlink()
+        return r
+
+    return scan
 
 
 _TRACE_KEYS = (

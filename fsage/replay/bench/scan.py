@@ -151,6 +151,37 @@ def _subpath(path: str | None) -> PurePosixPath:
     return p
 
 
+def image_tree(
+    image: Path,
+    kind: str,
+    name: str,
+    say: Say,
+    stack: contextlib.ExitStack,
+    block_size: int | None = None,
+) -> tuple[Tree, list[str]]:
+    """``image`` attached read-only (direct I/O) and mounted once for many scans, detached
+    when ``stack`` closes: each scan of the returned tree still starts cold (unmount, drop
+    the caches, mount), but the loop device is set up once, not once per scan. With the
+    notes a scan of it gives (the loop device's page cache). ``block_size`` (the traced
+    requests' unit) defaults to the mounted file system's."""
+    img = ScanImage(Path(os.path.realpath(image)), kind, say)
+    stack.callback(img.close)
+    img.mount()
+    notes: list[str] = []
+    if not img.direct_io:
+        notes.append(
+            "the loop device reads the image through the host's page cache (its file system "
+            "refuses direct I/O); the caches are dropped before every scan instead"
+        )
+    bs = block_size or os.statvfs(img.mnt).f_frsize
+    return Tree(name, img.mnt, Path(img.dev), img.cold, bs), notes
+
+
+def scan_tree(tree: Tree, *, trace: bool, label: str, notes: list[str], say: Say) -> ScanRead:
+    """One cold path-order read of ``tree`` (traced when asked; see :func:`_traced_scan`)."""
+    return _traced_scan(tree, label, notes, say) if trace else _scan(tree, False)
+
+
 def _scan(tree: Tree, trace: bool) -> ScanRead:
     tree.start_cold()
     if not trace:
