@@ -34,7 +34,12 @@ def _say(line: str) -> None:
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of a generated workload."
 )
-@click.option("--trace", is_flag=True, help="Trace the aged scans' block requests (root).")
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Trace the block requests of each step's first aged scan (root; the LFS's from its"
+    " server).",
+)
 @click.option(
     "--repeat",
     type=int,
