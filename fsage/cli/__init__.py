@@ -89,8 +89,21 @@ class FsageGroup(click.Group):
         return next((c for c in commands if c.name == cmd_name), None)
 
     def invoke(self, ctx: click.Context) -> Any:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _terminated)
+        # SIGTERM unwinds the command as Ctrl-C does, unless someone (a caller embedding the
+        # CLI) already handles it; the handler goes again when the command returns.
+        prev = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        ):
+            prev = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            return self._invoke(ctx)
+        finally:
+            if prev is not None and signal.getsignal(signal.SIGTERM) is _terminated:
+                signal.signal(signal.SIGTERM, prev)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except Terminated:

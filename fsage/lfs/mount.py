@@ -45,9 +45,10 @@ import errno
 import os
 import queue
 import shutil
+import signal
 import stat as stat_mod
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -70,6 +71,22 @@ _HIDDEN = ".fuse_hidden"
 #: Files are opened without the page cache once fewer segments than this can be written.
 _DIRECT_BELOW_SEGMENTS = 8
 NAME_MAX = 255  # octets of a name: what the LFS's directories take (fsage.lfs.dirs)
+
+
+@contextlib.contextmanager
+def _fuse_signals() -> Iterator[None]:
+    """libfuse stops its loop (and the unmount checkpoints) on SIGTERM, SIGHUP and SIGINT, but
+    installs its handlers only over the default ones: the CLI's own SIGTERM handler (which
+    unwinds other commands) is put aside while the loop runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
 
 T = TypeVar("T")
 #: (ino, mode, nlink, uid, gid, size, 512-octet blocks, atime, mtime, ctime (ns), generation)
@@ -717,7 +734,8 @@ def mount(
     ops.invalidate_now = lambda ino: _invalidate(session, ino)
     ops.forget_entry = invalidator.forget
     try:
-        session.loop()
+        with _fuse_signals():
+            session.loop()
     finally:
         try:
             session.unmount()
