@@ -15,30 +15,30 @@ and checks a directory target's tree against the journal's (``fsage.ager.reconci
 op that was running may have taken effect without its journal line.
 
 The targets and the options that choose them are in ``fsage.ager.targets``, the record and the
-journal in ``fsage.ager.runjournal``, the ``aging_runs`` table in ``fsage.ager.agingruns``.
+journal in ``fsage.ager.runjournal``, the ``aging_runs`` table in ``fsage.ager.agingruns``, what
+a run starts from (a resume's workload, the shaped profile) in ``fsage.ager.runstart``, the
+result in ``fsage.ager.ageresult`` and the stop on a signal in ``fsage.ager.interrupt``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from fsage.ager.ageresult import AgeResult, _limit_notice
 from fsage.ager.agingruns import AgingRun, _finish_aging_run, _start_aging_run, aging_runs
 from fsage.ager.generator import PROBE_EVERY, Generator
+from fsage.ager.interrupt import _Interrupt
 from fsage.ager.posix import InFlightError, record_path_for
-from fsage.ager.profile import Profile
 from fsage.ager.reconcile import Difference, Tree, load_tree
-from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay, tree_entries
+from fsage.ager.resume import ProbeLog, ReplayError, probes_path, replay
 from fsage.ager.runjournal import (
     _as_named_by,
     _busy,
@@ -63,100 +63,13 @@ from fsage.ager.runjournal import (
     _write_record,
 )
 from fsage.ager.runjournal import _op_line as _op_line  # re-exported: tests build journal lines
+from fsage.ager.runstart import _setup, _skip_ran, _workload_from_record, shape_profile
 from fsage.ager.targets import RESERVE_PARAM, AgeOptions, Target, open_target
 from fsage.ager.targets import _layout_entries as _layout_entries  # re-exported
 from fsage.errors import FsageError, UsageError, WorkloadError
 from fsage.workload import NoSpaceError, Op, OpFailedError, WorkloadHeader, read_workload
 
 RECORD_EVERY = 1000
-
-
-@dataclass
-class AgeResult:
-    target: str
-    description: str
-    ops: int = 0
-    bytes_written: int = 0
-    skipped: int = 0
-    nospace: int = 0
-    fullness: float = 0.0
-    elapsed: float = 0.0
-    interrupted: bool = False
-    signal: int = 0  # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
-    resumed_from: int = 0
-    finished: bool = False
-    phase: str = ""
-    #: What ended the run: fill, churn, ops-limit, converged, written, updates, prefragment
-    #: (generated workloads), end-of-stream (--ops), interrupted.
-    stopped_by: str = ""
-    #: The op stream actually run (JSON Lines with a header): ``fsage age X --ops`` replays it.
-    journal: str | None = None
-    #: Process CPU time during the run, and the share of the run's wall time (snapshots left
-    #: out) spent outside the executor's ops: generating, dispatching, keeping the record.
-    cpu_user_s: float = 0.0
-    cpu_system_s: float = 0.0
-    own_share: float = 0.0
-    snapshots: list[int] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-    convergence: dict[str, Any] | None = None
-    run_id: int | None = None  # the aging_runs row, when run with a database
-    #: What the run (all of it, across resumes) changed on disk: ``TreeChange.to_json``;
-    #: None when the tree it started on is not known.
-    changes: dict[str, int] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-# ---------------------------------------------------------------------------- the run
-
-
-class _Interrupt:
-    """Ctrl-C or SIGTERM stops a run between two ops (its record and journal consistent, a
-    mounted image unmounted, exit status 130 or 143); a second one stops it now. Held from
-    before the target is opened, so a signal while an image is being mounted or a run set up
-    stops it before its first op instead of leaving a mount behind."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.hit = False
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _Interrupt:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.hit:  # a second signal: stop now
-            raise KeyboardInterrupt
-        self.hit = True
-        self.signum = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def shape_profile(
-    profile: Profile,
-    *,
-    fill: float | None = None,
-    churn: float | None = None,
-    ops_limit: int | None = None,
-) -> Profile:
-    """``profile`` with the options a user gave explicitly. A --fill or --churn given without
-    --ops-limit lifts the profile's own op limit (hfs-aging's 10,000 ops), so the run stops on
-    what was asked, not on a limit the user did not choose."""
-    shaped = profile.with_overrides(fill=fill, churn=churn, ops_limit=ops_limit)
-    if ops_limit is None and (fill is not None or churn is not None):
-        shaped = replace(shaped, ops_limit=None)
-    return shaped
 
 
 def age(
@@ -192,63 +105,6 @@ def age(
             raise
         tgt.close()
     return res
-
-
-def _workload_from_record(path: Path, opts: AgeOptions, record: dict[str, Any]) -> AgeOptions:
-    """The options of the interrupted run in ``record``; refuse anything given that differs."""
-    ident = record.get("ident") or {}
-    if ident.get("kind") == "ops":
-        rec_ops = Path(str(ident.get("ops_file")))
-        if opts.profile is not None:
-            raise UsageError(
-                f"{path}: the interrupted run ran the op stream {rec_ops}, not a profile"
-            )
-        if opts.ops_file is not None and Path(os.path.realpath(opts.ops_file)) != Path(
-            os.path.realpath(rec_ops)
-        ):
-            raise UsageError(f"{path}: the interrupted run ran the op stream {rec_ops}")
-        return replace(opts, ops_file=rec_ops, mode=_record_mode(path, opts, record))
-    if ident.get("kind") == "match":
-        raise UsageError(f"{path}: the interrupted run is a match: resume it with --resume alone")
-    if ident.get("kind") != "profile" or "profile" not in ident:
-        raise UsageError(f"{path}: the record of the interrupted run is unreadable")
-    rec_profile = Profile.from_json(ident["profile"], name=str(ident["profile"].get("name", "")))
-    if opts.ops_file is not None:
-        raise UsageError(f"{path}: the interrupted run generated profile {rec_profile.name}")
-    if opts.profile is not None:
-        given = json.loads(json.dumps(opts.profile.to_json()))
-        if given != ident["profile"]:
-            diff = sorted(
-                k
-                for k in set(given) | set(ident["profile"])
-                if given.get(k) != ident["profile"].get(k)
-            )
-            raise UsageError(
-                f"{path}: the interrupted run used profile {rec_profile.name} with other "
-                f"settings ({', '.join(diff)}); resume without --profile and its options"
-            )
-    rec_seed = int(ident.get("seed", 0))
-    if opts.seed is not None and opts.seed != rec_seed:
-        raise UsageError(f"{path}: the interrupted run used seed {rec_seed}")
-    return replace(opts, profile=rec_profile, seed=rec_seed, mode=_record_mode(path, opts, record))
-
-
-def _record_mode(path: Path, opts: AgeOptions, record: dict[str, Any]) -> str:
-    """The interrupted run's --mount/--offline choice (an image aged offline is not resumed
-    through the kernel's allocator, nor the other way round)."""
-    rec_mode = str(record.get("mode", opts.mode))
-    if opts.mode != "auto" and rec_mode not in ("auto", opts.mode):
-        raise UsageError(f"{path}: the interrupted run ran {rec_mode}, not {opts.mode}")
-    return rec_mode if opts.mode == "auto" else opts.mode
-
-
-def _setup(gen: Generator, tree: Tree, adopt: bool) -> None:
-    """Give a new generator the tree its run starts on: to age with its own files
-    (``adopt``), or to keep clear of."""
-    if adopt:
-        gen.adopt(tree_entries(tree, regular_only=True))
-    else:
-        gen.reserve(tree_entries(tree, regular_only=False))
 
 
 def _run(
@@ -754,40 +610,6 @@ def _run(
     return res
 
 
-def _skip_ran(ops: Iterator[Op], ran: list[Op]) -> int:
-    """Consume the stream's ops up to the last of ``ran`` (the ops the journal shows ran after
-    the record's mark, in order; ops between them that are not in the journal ran out of space
-    or were skipped then); returns how many were consumed."""
-    n = 0
-    i = 0
-    while i < len(ran):
-        op = next(ops, None)
-        if op is None:
-            raise WorkloadError("the journal holds ops that are not in the op stream")
-        n += 1
-        if op == ran[i]:
-            i += 1
-    return n
-
-
-def _limit_notice(res: AgeResult, gen: Generator, tgt: Target) -> bool:
-    """Say when a limit other than the fill and churn asked for ended the run."""
-    p = gen.profile
-    if res.stopped_by == "ops-limit":
-        full = tgt.executor.fullness()
-        res.notices.append(
-            f"stopped by the op limit of {p.ops_limit:,} ops"
-            + (
-                f" before the fill target {p.fill:.2f} was reached (fullness {full:.3f})"
-                if gen.stats.phase == "fill"
-                else ""
-            )
-            + "; give --ops-limit, or --fill/--churn without it, to age further"
-        )
-        return True
-    return False
-
-
 __all__ = [
     "AgeOptions",
     "AgeResult",
@@ -797,4 +619,5 @@ __all__ = [
     "age",
     "aging_runs",
     "open_target",
+    "shape_profile",
 ]

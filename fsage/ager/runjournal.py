@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from fsage.ager.ageresult import AgeResult
 from fsage.ager.generator import DATA_OPS
 from fsage.ager.posix import IGNORED_NAMES, InFlightError, PosixExecutor
 from fsage.ager.reconcile import (
@@ -26,14 +27,10 @@ from fsage.ager.reconcile import (
     save_tree,
     tree_change,
 )
+from fsage.ager.targets import AgeOptions, Target
 from fsage.errors import FsageError, UnsafeTargetError, WorkloadError
 from fsage.private import private_opener, write_private_text
 from fsage.workload import Executor, Op, WorkloadHeader
-
-if TYPE_CHECKING:
-    from fsage.ager.run import AgeResult
-    from fsage.ager.targets import AgeOptions, Target
-
 
 # ---------------------------------------------------------------------------- record
 
