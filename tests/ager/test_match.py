@@ -4,8 +4,6 @@ comparison, and a real match of a deliberately fragmented ext4 (root + loop devi
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from fsage.ager.match import (
 from fsage.cli.age import match_lines
 from fsage.errors import UsageError
 from fsage.text import size_range
+from tests.ager.fragmented import fragmented_target
 
 MIB = 1 << 20
 
@@ -72,57 +71,16 @@ def test_json_target_round_trip_and_errors(tmp_path: Path) -> None:
         load_target(str(tmp_path / "missing.json"), None)
 
 
-def _fragment(root: Path, fill: float, seed: int) -> None:
-    """A fragmenting workload: small files made four at a time with most of their blocks
-    allocated in turn (fallocate, one block at a time), larger files written whole; then 30%
-    of the larger files deleted."""
-    rng = random.Random(seed)
-    buf = b"z" * 4096
-    n = 0
-    big: list[Path] = []
-    (root / "t").mkdir()
-    while True:
-        v = os.statvfs(root)
-        if (v.f_blocks - v.f_bfree) / v.f_blocks >= fill:
-            break
-        d = root / "t" / f"{n // 200:04d}"
-        d.mkdir(exist_ok=True)
-        if rng.random() < 0.75:
-            sizes = [rng.randint(2, 16) for _ in range(4)]
-            fds = [os.open(d / f"s{n}_{j}", os.O_CREAT | os.O_WRONLY) for j in range(4)]
-            for b in range(max(sizes)):
-                for fd, sz in zip(fds, sizes, strict=True):
-                    if b < sz and (b == 0 or rng.random() < 0.75):
-                        os.posix_fallocate(fd, b * 4096, 4096)
-            for fd, sz in zip(fds, sizes, strict=True):
-                os.write(fd, buf * sz)
-                os.close(fd)
-        else:
-            p = d / f"l{n}"
-            p.write_bytes(buf * rng.randint(17, 256))
-            big.append(p)
-        n += 1
-        if n % 200 == 0:
-            os.sync()
-    for p in big:
-        if rng.random() < 0.3:
-            p.unlink()
-    os.sync()
-
-
 @pytest.mark.slow
 @pytest.mark.needs_root
 def test_match_a_fragmented_ext4(tmp_path: Path) -> None:
-    from fsage.ager.images import loop_mount, make_image
+    from fsage.ager.images import make_image
     from fsage.cli.age import match_lines
     from fsage.snapshotter import read_source
 
     size = 512 * MIB
-    src = make_image(tmp_path / "target.img", "ext4", size)
-    with loop_mount(src) as mnt:
-        _fragment(mnt, 0.7, seed=3)
     # The target, read offline through libext2fs.
-    target = target_from_layout(read_source(src), "fragmented target")
+    target = fragmented_target(tmp_path / "target.img", size, "fragmented target")
     small = [s for k, (n, s) in target.buckets.items() if 1 <= k <= 3 and n >= 50]
     assert small and all(s is not None and s <= 0.8 for s in small)
     # The run ends on the match or when rounds stop making progress, not on a clock (the
@@ -157,24 +115,21 @@ def test_cli_match_needs_db_for_a_snapshot_id(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def fragmented_target(tmp_path_factory: pytest.TempPathFactory) -> LayoutTarget:
-    """The layout of a 512 MiB ext4 aged by ``_fragment``, read offline."""
-    from fsage.ager.images import can_loop_mount, loop_mount, make_image
-    from fsage.snapshotter import read_source
+def kernel_target(tmp_path_factory: pytest.TempPathFactory) -> LayoutTarget:
+    """The layout of a 512 MiB ext4 aged by ``fragment``, read offline."""
+    from fsage.ager.images import can_loop_mount
 
     if not can_loop_mount():
         pytest.skip("needs root and loop devices")
-    src = make_image(tmp_path_factory.mktemp("target") / "target.img", "ext4", 512 * MIB)
-    with loop_mount(src) as mnt:
-        _fragment(mnt, 0.7, seed=3)
-    target = target_from_layout(read_source(src), "fragmented ext4")
+    src = tmp_path_factory.mktemp("target") / "target.img"
+    target = fragmented_target(src, 512 * MIB, "fragmented ext4")
     src.unlink()
     return target
 
 
 @pytest.mark.slow
 @pytest.mark.needs_root
-def test_match_on_xfs(tmp_path: Path, fragmented_target: LayoutTarget) -> None:
+def test_match_on_xfs(tmp_path: Path, kernel_target: LayoutTarget) -> None:
     """An xfs target is steered by the live reader (FIEMAP and GETFSMAP). xfs does not reach
     everything of this ext4 target (its free extents are bounded by its allocation groups;
     its two-block files resist interleaving): the result names exactly what is off in the
@@ -185,7 +140,7 @@ def test_match_on_xfs(tmp_path: Path, fragmented_target: LayoutTarget) -> None:
     if shutil.which("mkfs.xfs") is None:
         pytest.skip("mkfs.xfs not installed")
     img = make_image(tmp_path / "aged-xfs.img", "xfs", 512 * MIB)
-    res = match_layout(img, fragmented_target, seed=1, time_limit=1500.0)
+    res = match_layout(img, kernel_target, seed=1, time_limit=1500.0)
     text = "\n".join(match_lines(res.to_json()))
     rep = res.report if res.matched else res.closest
     assert rep["free_tv"] is not None, text
@@ -203,7 +158,7 @@ def test_match_on_xfs(tmp_path: Path, fragmented_target: LayoutTarget) -> None:
 @pytest.mark.slow
 @pytest.mark.needs_root
 def test_match_on_btrfs_matches_sizes_and_says_free_space_is_unknown(
-    tmp_path: Path, fragmented_target: LayoutTarget
+    tmp_path: Path, kernel_target: LayoutTarget
 ) -> None:
     """btrfs has no GETFSMAP: the size buckets are matched, the free space is not judged,
     and the result is not called matched."""
@@ -213,7 +168,7 @@ def test_match_on_btrfs_matches_sizes_and_says_free_space_is_unknown(
     if shutil.which("mkfs.btrfs") is None:
         pytest.skip("mkfs.btrfs not installed")
     img = make_image(tmp_path / "aged-btrfs.img", "btrfs", 512 * MIB)
-    res = match_layout(img, fragmented_target, seed=1, time_limit=1500.0)
+    res = match_layout(img, kernel_target, seed=1, time_limit=1500.0)
     text = "\n".join(match_lines(res.to_json()))
     assert not res.matched, text
     assert res.stop.startswith("size buckets matched; free space unknown"), text

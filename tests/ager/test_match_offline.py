@@ -199,7 +199,7 @@ def test_offline_match_of_a_target_aged_by_the_kernel(tmp_path: Path) -> None:
     start) does not depend on it."""
     from fsage.ager.images import can_loop_mount, loop_mount, make_image
     from fsage.snapshotter.ext import read_ext_layout
-    from tests.ager.test_match import _fragment
+    from tests.ager.fragmented import fragment as _fragment
 
     if not can_loop_mount():
         pytest.skip("needs root and loop devices")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from click.testing import CliRunner
 from fsage.ager.match import target_from_layout
 from fsage.cli import main
 from fsage.snapshotter.ext import read_ext_layout
+from tests.ager.fragmented import fragmented_target
 
 MIB = 1 << 20
 _SEED = "0c1f9e1c-55b1-4f43-9a3e-5f0b8f6c2d11"
@@ -175,55 +175,18 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
     assert _free(img) == _free(other)
 
 
-def _fragment(root: Path, fill: float, seed: int) -> None:
-    """Small files made four at a time with their blocks allocated in turn, larger files
-    written whole, then 30% of the larger ones deleted: a fragmented target."""
-    rng = random.Random(seed)
-    buf = b"z" * 4096
-    n = 0
-    big: list[Path] = []
-    (root / "t").mkdir()
-    while True:
-        v = os.statvfs(root)
-        if (v.f_blocks - v.f_bfree) / v.f_blocks >= fill:
-            break
-        d = root / "t" / f"{n // 200:04d}"
-        d.mkdir(exist_ok=True)
-        if rng.random() < 0.75:
-            sizes = [rng.randint(2, 16) for _ in range(4)]
-            fds = [os.open(d / f"s{n}_{j}", os.O_CREAT | os.O_WRONLY) for j in range(4)]
-            for b in range(max(sizes)):
-                for fd, sz in zip(fds, sizes, strict=True):
-                    if b < sz and (b == 0 or rng.random() < 0.75):
-                        os.posix_fallocate(fd, b * 4096, 4096)
-            for fd, sz in zip(fds, sizes, strict=True):
-                os.write(fd, buf * sz)
-                os.close(fd)
-        else:
-            p = d / f"l{n}"
-            p.write_bytes(buf * rng.randint(17, 256))
-            big.append(p)
-        n += 1
-    for p in big:
-        if rng.random() < 0.3:
-            p.unlink()
-    os.sync()
-
-
 @pytest.mark.slow
 @pytest.mark.needs_root
 def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
-    from fsage.ager.images import clear_stale_mounts, loop_mount, make_image
-    from fsage.snapshotter import read_source
+    from fsage.ager.images import clear_stale_mounts, make_image
 
     # 512 MiB: on smaller images of this target the kernel's allocator leaves the free
     # space unmatched in about half the runs, killed or not.
     size = 512 * MIB
-    src = make_image(tmp_path / "target.img", "ext4", size)
-    with loop_mount(src) as mnt:
-        _fragment(mnt, 0.7, seed=3)
     spec = tmp_path / "t.json"
-    spec.write_text(json.dumps(target_from_layout(read_source(src), "fragmented").to_json()))
+    spec.write_text(
+        json.dumps(fragmented_target(tmp_path / "target.img", size, "fragmented").to_json())
+    )
     img = make_image(tmp_path / "a.img", "ext4", size)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     argv = [sys.executable, "-m", "fsage", "age", str(img), "--match", str(spec), "--mount"]
