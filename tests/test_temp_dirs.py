@@ -25,6 +25,22 @@ def _age(image: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[byte
     )
 
 
+def _age_ok(image: Path, env: dict[str, str], *extra: str) -> None:
+    proc = _age(image, env, *extra)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else b""
+
+
+def _age_mounted(tmp_path: Path, tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A run far longer than the test, once it has mounted its image under ``tmp``."""
+    image = make_image(tmp_path / "e.img", "ext4", 64 << 20)
+    proc = _age(image, env, "--fill", "0.5", "--churn", "100", "--mount")
+    deadline = time.monotonic() + 60
+    while not _mounted_under(tmp) and time.monotonic() < deadline:  # started its ops
+        time.sleep(0.05)
+    assert _mounted_under(tmp), "the run never mounted its image"
+    return proc
+
+
 def _mounted_under(tmp: Path) -> list[str]:
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
     return [f.split()[4] for f in lines if f.split()[4].startswith(str(tmp) + "/")]
@@ -49,9 +65,7 @@ def test_a_finished_run_and_a_failed_one_leave_no_mount_point(
     tmp_path: Path, tmpdir_env: tuple[Path, dict[str, str]]
 ) -> None:
     tmp, env = tmpdir_env
-    image = make_image(tmp_path / "e.img", "ext4", 32 << 20)
-    proc = _age(image, env, "--ops-limit", "50", "--mount")
-    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else b""
+    _age_ok(make_image(tmp_path / "e.img", "ext4", 32 << 20), env, "--ops-limit", "50", "--mount")
     assert sorted(os.listdir(tmp)) == []
     garbage = tmp_path / "g.img"  # not a file system: the mount fails
     garbage.write_bytes(b"\xa5" * (8 << 20))
@@ -66,12 +80,7 @@ def test_ctrl_c_leaves_no_mount_point(
     tmp_path: Path, tmpdir_env: tuple[Path, dict[str, str]]
 ) -> None:
     tmp, env = tmpdir_env
-    image = make_image(tmp_path / "e.img", "ext4", 64 << 20)
-    proc = _age(image, env, "--fill", "0.5", "--churn", "100", "--mount")
-    deadline = time.monotonic() + 60
-    while not _mounted_under(tmp) and time.monotonic() < deadline:  # started its ops
-        time.sleep(0.05)
-    assert _mounted_under(tmp), "the run never mounted its image"
+    proc = _age_mounted(tmp_path, tmp, env)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 130
     assert sorted(os.listdir(tmp)) == []
@@ -83,11 +92,7 @@ def test_the_next_run_removes_what_a_killed_run_left(
     tmp_path: Path, tmpdir_env: tuple[Path, dict[str, str]]
 ) -> None:
     tmp, env = tmpdir_env
-    image = make_image(tmp_path / "e.img", "ext4", 64 << 20)
-    proc = _age(image, env, "--fill", "0.5", "--churn", "100", "--mount")
-    deadline = time.monotonic() + 60
-    while not _mounted_under(tmp) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = _age_mounted(tmp_path, tmp, env)
     proc.kill()
     proc.wait()
     assert _mounted_under(tmp), "a run killed mounted leaves its mount"
@@ -100,9 +105,7 @@ def test_the_next_run_removes_what_a_killed_run_left(
     full = tmp / f"fsage-scan-{dead}-full0000"  # holds something: never removed
     full.mkdir()
     (full / "x").write_text("x")
-    other = make_image(tmp_path / "o.img", "ext4", 32 << 20)
-    proc = _age(other, env, "--ops-limit", "20", "--mount")
-    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else b""
+    _age_ok(make_image(tmp_path / "o.img", "ext4", 32 << 20), env, "--ops-limit", "20", "--mount")
     assert _mounted_under(tmp) == []
     assert sorted(os.listdir(tmp)) == sorted([live.name, full.name])
 
