@@ -3,14 +3,17 @@ seed 002's predicted vs actual table; `fsage bench results`: the stored results.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from fsage.cli.common import db_option, echo_csv, echo_json, echo_table, format_option
 from fsage.errors import StoreError, UsageError
 from fsage.imagelock import image_lock
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BenchGroup(click.Group):
@@ -45,6 +48,55 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     from fsage.replay.bench import parse_size
 
     return [parse_size(v) for v in values] or None
+
+
+def _defaulted(
+    name: str, kind: click.ParamType[Any], default: float, help: str
+) -> Callable[[F], F]:
+    """A numeric option whose default is shown."""
+    return click.option(name, type=kind, default=default, show_default=True, help=help)
+
+
+def rounds_options(f: F) -> F:
+    """How many rounds a suite runs: --repeat, --ci-width, --budget, --until-width and
+    --max-repeat, the stopping rule that ``BenchOptions`` takes."""
+    for deco in reversed(
+        [
+            _defaulted(
+                "--repeat",
+                click.IntRange(min=1),
+                3,
+                "Rounds at least; the results are their medians, with the spread. With a "
+                "baseline (or scan's clean copy) rounds go on until every verdict is decided "
+                "(or, --until-width, until --ci-width), or --budget.",
+            ),
+            _defaulted(
+                "--ci-width",
+                click.FloatRange(min=0.0, min_open=True),
+                0.10,
+                "Stop once the 95% interval of the median paired ratio (each round's result "
+                "over the baseline's, or aged over clean) is this wide relative to the median "
+                "(0.10: about +-5%); 6 rounds at least give such an interval.",
+            ),
+            _defaulted(
+                "--budget",
+                click.FloatRange(min=0.0),
+                120.0,
+                "Seconds of rounds after which no further round starts, the interval reached "
+                "or not (0: exactly --repeat rounds).",
+            ),
+            click.option(
+                "--until-width",
+                is_flag=True,
+                help="Go on until the interval is within --ci-width (or --budget) even once "
+                "the verdict is decided; by default rounds stop as soon as every main "
+                "result's 95% interval excludes 1 (6 rounds at least).",
+            ),
+            _defaulted("--max-repeat", click.IntRange(min=1), 30, "Rounds at most."),
+        ]
+    ):
+        f = deco(f)
+    return f
 
 
 @bench_group.command("run")
@@ -84,46 +136,7 @@ def _sizes(values: tuple[str, ...]) -> list[int] | None:
     "else its label, else fs-<first 8 digits of its UUID>, as fsage snapshot names it).",
 )
 @click.option("--keep", is_flag=True, help="Keep the benchmark's files afterwards.")
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Rounds at least; the results are their medians, with the spread. With a baseline "
-    "(or scan's clean copy) rounds go on until every verdict is decided (or, --until-width, "
-    "until --ci-width), or --budget.",
-)
-@click.option(
-    "--ci-width",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=0.10,
-    show_default=True,
-    help="Stop once the 95% interval of the median paired ratio (each round's result over "
-    "the baseline's, or aged over clean) is this wide relative to the median (0.10: about "
-    "+-5%); 6 rounds at least give such an interval.",
-)
-@click.option(
-    "--budget",
-    type=click.FloatRange(min=0.0),
-    default=120.0,
-    show_default=True,
-    help="Seconds of rounds after which no further round starts, the interval reached or not "
-    "(0: exactly --repeat rounds).",
-)
-@click.option(
-    "--until-width",
-    is_flag=True,
-    help="Go on until the interval is within --ci-width (or --budget) even once the verdict "
-    "is decided; by default rounds stop as soon as every main result's 95% interval "
-    "excludes 1 (6 rounds at least).",
-)
-@click.option(
-    "--max-repeat",
-    type=click.IntRange(min=1),
-    default=30,
-    show_default=True,
-    help="Rounds at most.",
-)
+@rounds_options
 @click.option(
     "--baseline/--no-baseline",
     default=True,
