@@ -70,7 +70,7 @@ import gc
 import math
 import random
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -557,21 +557,32 @@ def snapshot_deltas(
         prev = store.load_layout(start.id)
         builder.start_from(prev)
         prev_t = to_ns(start.taken_at)
-    for row in iter_layouts(store, chain):
-        snap, layout = row
-        t = to_ns(snap.taken_at)
-        ops.extend(
-            builder.interval(
-                prev,
-                layout,
-                start_ns=prev_t,
-                end_ns=t,
-                label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
-            )
-        )
-        prev, prev_t = layout, t
+    for _snap, _layout, interval in interval_ops(builder, iter_layouts(store, chain), prev, prev_t):
+        ops.extend(interval)
     header = make_header(fs_name, start, chain, builder, intra, deletes)
     return header, ops, builder.stats
+
+
+def interval_ops(
+    builder: DeltaBuilder,
+    snapshots: Iterable[tuple[Any, Layout]],
+    prev: Layout | None = None,
+    prev_t: int | None = None,
+) -> Iterator[tuple[Any, Layout, list[Op]]]:
+    """For each (snapshot, its layout) in order, the ops that lead to it from the one before:
+    from ``prev``, taken at ``prev_t``, for the first (None: an empty file system). Each
+    interval ends on a snapshot marker labelled with the snapshot's id and time."""
+    for snap, layout in snapshots:
+        t = to_ns(snap.taken_at)
+        ops = builder.interval(
+            prev,
+            layout,
+            start_ns=prev_t,
+            end_ns=t,
+            label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
+        )
+        yield snap, layout, ops
+        prev, prev_t = layout, t
 
 
 def make_header(
@@ -612,6 +623,7 @@ __all__ = [
     "DeltaStats",
     "IntraDay",
     "history",
+    "interval_ops",
     "iter_layouts",
     "make_header",
     "parse_when",

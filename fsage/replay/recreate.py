@@ -36,7 +36,7 @@ from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.private import private_opener
 from fsage.replay.closedloop import Budget, Steerer
-from fsage.replay.deltas import DeltaBuilder, IntraDay, history, to_ns
+from fsage.replay.deltas import DeltaBuilder, IntraDay, history, interval_ops, to_ns
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
 from fsage.replay.loopdev import LoopDevice
 from fsage.workload import (
@@ -261,15 +261,7 @@ class _Session:
                 self.loop.mount(self.mnt)
                 self._open()
             except BaseException:  # a signal (Ctrl-C, SIGTERM) too: nothing left mounted
-                if self.loop is not None:
-                    try:
-                        if os.path.ismount(self.mnt):
-                            self.loop.umount(self.mnt)
-                    finally:
-                        self.loop.detach()
-                        self.loop = None
-                self.mnt.rmdir()
-                self.mnt = None
+                self._unmount()
                 raise
         else:
             self.mode = "offline"
@@ -335,17 +327,24 @@ class _Session:
         try:
             self.ex.close()
         finally:
-            if self.mnt is not None:
-                assert self.loop is not None
+            self._unmount()
+
+    def _unmount(self) -> None:
+        """Unmount and detach what the session mounted, and remove its mount point."""
+        if self.mnt is None:
+            return
+        try:
+            if self.loop is not None:
                 try:
                     if os.path.ismount(self.mnt):
                         self.loop.umount(self.mnt)
                 finally:
                     self.loop.detach()
                     self.loop = None
-                    with contextlib.suppress(OSError):
-                        self.mnt.rmdir()
-                    self.mnt = None
+        finally:
+            with contextlib.suppress(OSError):
+                self.mnt.rmdir()
+            self.mnt = None
 
 
 def drop_caches() -> None:
@@ -538,21 +537,14 @@ def _intervals(
     from fsage.db.store import Store
 
     with Store.open(db, readonly=True) as store:
-        prev: Layout | None = None
-        prev_t: int | None = None
-        for i, snap in enumerate(chain):
-            t0 = time.perf_counter()
-            layout = first_layout if i == 0 else store.load_layout(snap.id)
-            t = to_ns(snap.taken_at)
-            ops = builder.interval(
-                prev,
-                layout,
-                start_ns=prev_t,
-                end_ns=t,
-                label=f"snapshot {snap.id} {snap.taken_at.isoformat(timespec='seconds')}",
-            )
+        layouts = (
+            (snap, first_layout if i == 0 else store.load_layout(snap.id))
+            for i, snap in enumerate(chain)
+        )
+        t0 = time.perf_counter()
+        for i, (snap, layout, ops) in enumerate(interval_ops(builder, layouts)):
             yield _Interval(i, snap, layout, ops, time.perf_counter() - t0)
-            prev, prev_t = layout, t
+            t0 = time.perf_counter()
 
 
 def _replay(
