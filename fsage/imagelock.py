@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.errors import FsageError
+from fsage.mounttable import _loops, _mounts, _owner
+from fsage.mounttable import process_alive as process_alive  # re-exported
 
 
 class ImageBusyError(FsageError):
@@ -70,22 +72,6 @@ def _command() -> str:
     if argv and (argv[0].endswith("fsage/__main__.py") or os.path.basename(argv[0]) == "fsage"):
         argv[0] = "fsage"
     return " ".join(argv)
-
-
-def process_alive(pid: int) -> bool:
-    """True while process ``pid`` runs (a killed child its parent has not reaped yet, a
-    zombie, is dead: it holds no lock and no mount any more)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat_line.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _record_name(key: _KEY, pid: int) -> str:
@@ -216,19 +202,17 @@ def _busy_message(image: Path, key: _KEY, want_exclusive: bool) -> str:
 
 def _foreign_mounts(image: Path, st: os.stat_result) -> list[str]:
     """Mount points of ``image`` that no live fsage command is answerable for."""
-    from fsage.ager import images
-
     if stat.S_ISBLK(st.st_mode):
         devno = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-        return images._mounts().get(devno, [])
+        return _mounts().get(devno, [])
     real = os.path.realpath(image)
-    mounts = images._mounts()
+    mounts = _mounts()
     out = []
-    for loop in images._loops():
+    for loop in _loops():
         if loop.backing != real:
             continue
         for mp in mounts.get(loop.devno, []):
-            who = images._owner(mp)
+            who = _owner(mp)
             if who is True or (who is not False and who != os.getpid()):
                 out.append(f"{mp} ({loop.dev})")
     return out

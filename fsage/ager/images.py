@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from fsage.errors import FsageError, SourceError, UnsafeTargetError
-from fsage.imagelock import process_alive
+from fsage.mounttable import _OWN_MOUNT, _loops, _mounts, _owner, _pid_named, process_alive
 
 FS_KINDS = ("ext4", "ext3", "ext2", "xfs", "btrfs")
 #: Smallest image mkfs accepts for each kind (bytes).
@@ -110,10 +108,8 @@ def umount(mountpoint: Path) -> None:
 # each overwriting the other's metadata (files written through the first mount are lost
 # without a trace that e2fsck sees). So a run clears fsage's own stale mounts of its image
 # first. Mount points carry the pid of the process that made them, which tells a killed
-# run's mount from a live one's.
-
-#: fsage's own mount points: ``fsage-<use>-<pid>-<random>`` (older versions: no pid).
-_OWN_MOUNT = re.compile(r"fsage-(?:age|replay|mnt|match|unpack|bench|scan)-(?:(\d+)-)?[^-/]+")
+# run's mount from a live one's (read with the loop devices and the mount table in
+# ``fsage.mounttable``, which the image lock reads too).
 
 
 def mount_dir(use: str) -> Path:
@@ -144,56 +140,6 @@ def sweep_dead_mount_dirs(tmp: Path | None = None) -> list[Path]:
                 os.rmdir(entry.path)  # only if empty: never a file of anyone's
                 removed.append(Path(entry.path))
     return removed
-
-
-@dataclass(frozen=True)
-class _Loop:
-    dev: str  # /dev/loopN
-    devno: str  # major:minor, as /proc/self/mountinfo names it
-    backing: str  # the backing file's path; " (deleted)" once unlinked
-    autoclear: bool  # detached by the kernel at its last unmount (mount -o loop)
-
-
-def _loops() -> list[_Loop]:
-    out = []
-    for sysdir in Path("/sys/block").glob("loop*"):
-        try:
-            backing = (sysdir / "loop" / "backing_file").read_text().rstrip("\n")
-            devno = (sysdir / "dev").read_text().strip()
-            autoclear = (sysdir / "loop" / "autoclear").read_text().strip() == "1"
-        except OSError:  # not attached
-            continue
-        out.append(_Loop(f"/dev/{sysdir.name}", devno, backing, autoclear))
-    return out
-
-
-def _mounts() -> dict[str, list[str]]:
-    """{major:minor: mount points} of this mount namespace."""
-    out: dict[str, list[str]] = {}
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
-        for line in fh:
-            f = line.split()
-            mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), f[4])
-            out.setdefault(f[2], []).append(mnt)
-    return out
-
-
-def _owner(mountpoint: str) -> int | bool:
-    """Who made ``mountpoint``: the pid of a live fsage process, False for a stale mount of
-    fsage's (its process is gone, or an older fsage that did not say), True for anything not
-    fsage's own."""
-    m = _OWN_MOUNT.fullmatch(os.path.basename(mountpoint))
-    if m is None:
-        return True
-    if m[1] is None:
-        return False
-    pid = int(m[1])
-    return pid if process_alive(pid) else False
-
-
-def _pid_named(mountpoint: str) -> bool:
-    m = _OWN_MOUNT.fullmatch(os.path.basename(mountpoint))
-    return m is not None and m[1] is not None
 
 
 def clear_stale_mounts(image: Path, say: Callable[[str], None] | None = None) -> list[str]:
