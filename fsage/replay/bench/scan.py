@@ -39,8 +39,8 @@ from fsage.errors import FsageError, UsageError
 from fsage.layout import Layout
 from fsage.replay.bench.cleancopy import tool_output
 from fsage.replay.bench.layoutscore import BenchLayout, old_files_score
-from fsage.replay.bench.paired import StoppingRule, paired_effect
-from fsage.replay.bench.run import BenchRun, store_run
+from fsage.replay.bench.paired import paired_effect
+from fsage.replay.bench.record import BenchRun, store_run
 from fsage.replay.bench.scantree import (
     AgedCleanVerdict,
     ScanRead,
@@ -49,7 +49,7 @@ from fsage.replay.bench.scantree import (
     read_tree,
     relative_spread,
 )
-from fsage.replay.bench.suites import BenchOptions, Result
+from fsage.replay.bench.suites import BenchOptions, Result, stopping_rule
 from fsage.replay.bench.target import BENCH_PREFIX, can_drop_caches, drop_caches, is_root
 
 Say = Callable[[str], None]
@@ -539,15 +539,6 @@ def _alternate(
             if clean is not None:
                 notes.append(f"{i} rounds: {why}")
             return out
-
-
-def stopping_rule(opts: BenchOptions) -> StoppingRule:
-    """The rounds ``opts`` asks for: at least ``repeat``, then until the interval is within
-    ``ci_width`` or ``budget`` seconds are spent (or, ``until_decided``, every verdict is
-    decided), ``max_repeat`` at most."""
-    n = max(opts.repeat, 1)
-    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n),
-                        decided=opts.until_decided)  # fmt: skip
 
 
 def _fmt(x: Any) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsage.errors import FsageError, UsageError
+from fsage.replay.bench.paired import StoppingRule
 from fsage.replay.bench.postmark import (
     DEFAULT_VARIANT,
     POSTMARK,
@@ -86,6 +87,15 @@ class BenchOptions:
     baseline: bool = False  # also run it on an empty file system of the same mkfs parameters
     path: str | None = None  # scan: the tree to read, inside the file system (default: all)
     trace: bool = False  # scan: trace each scan's block requests
+
+
+def stopping_rule(opts: BenchOptions) -> StoppingRule:
+    """The rounds ``opts`` asks for: at least ``repeat``, then until the interval is within
+    ``ci_width`` or ``budget`` seconds are spent (or, ``until_decided``, every verdict is
+    decided), ``max_repeat`` at most."""
+    n = max(opts.repeat, 1)
+    return StoppingRule(n, opts.ci_width, opts.budget, max(opts.max_repeat, n),
+                        decided=opts.until_decided)  # fmt: skip
 
 
 @dataclass
