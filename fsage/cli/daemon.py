@@ -14,6 +14,7 @@ from fsage.errors import UsageError
 from fsage.snapshotter.daemon import (
     ConfigError,
     Daemon,
+    DaemonConfig,
     TargetStatus,
     daemon_status,
     load_config,
@@ -109,12 +110,7 @@ def daemon(
     """
     if targets and not once:
         raise UsageError("--target needs --once")
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        for line in exc.problems:
-            click.echo(f"fsage: error: {line}", err=True)
-        sys.exit(exc.exit_code)
+    config = _load_config(config_path)
     try:
         wait = parse_duration(lock_wait)
     except ValueError as exc:
@@ -137,6 +133,16 @@ def daemon(
     runner = Daemon(config, use_jitter=not no_jitter, lock_wait=wait)
     code = runner.run_once(targets) if once else runner.run_forever()
     sys.exit(code)
+
+
+def _load_config(path: Path) -> DaemonConfig:
+    """The configuration at ``path``; its problems are printed one a line, then fsage exits."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for line in exc.problems:
+            click.echo(f"fsage: error: {line}", err=True)
+        sys.exit(exc.exit_code)
 
 
 def _when(value: datetime | None) -> str:
@@ -168,12 +174,7 @@ def status(db: Path, config_path: Path | None, fmt: str) -> None:
     if config_path is not None:
         if ctx.get_parameter_source("db") not in (ParameterSource.DEFAULT, None):
             raise UsageError("give --db or --config, not both (the config names the database)")
-        try:
-            config = load_config(config_path)
-        except ConfigError as exc:
-            for line in exc.problems:
-                click.echo(f"fsage: error: {line}", err=True)
-            sys.exit(exc.exit_code)
+        config = _load_config(config_path)
         db = config.database
     result = daemon_status(db, config)
     if fmt == "json":
