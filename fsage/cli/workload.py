@@ -13,9 +13,17 @@ from fsage.ager import parse_bytes
 from fsage.ager.generator import Generator
 from fsage.ager.githistory import git_stream
 from fsage.ager.profile import load_profile
-from fsage.ager.run import shape_profile
+from fsage.ager.runstart import shape_profile
 from fsage.cli.common import echo_json, echo_table, format_option
 from fsage.workload import Op, read_workload, write_workload
+
+_output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Output file (.gz: gzip; '-': standard output, the summary then goes to stderr).",
+)
 
 
 @click.group()
@@ -44,13 +52,7 @@ def workload() -> None:
     help="Capacity of the target in bytes; K, M, G, T are binary multiples (512M = 512 MiB, "
     "4G = 4 GiB).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Output file (.gz: gzip; '-': standard output, the summary then goes to stderr).",
-)
+@_output_option
 @click.option("--fill", type=float, help="Fullness to fill to (0-1).")
 @click.option("--churn", type=float, help="Churn until this many times the capacity is written.")
 @click.option("--ops-limit", type=int, help="Stop after this many ops.")
@@ -144,13 +146,7 @@ def show(path: Path, fmt: str) -> None:
     help="Follow first parents only, or every commit in topological order.",
 )
 @click.option("--rev", default="HEAD", show_default=True, help="The commit whose history to pull.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Output file (.gz: gzip; '-': standard output, the summary then goes to stderr).",
-)
+@_output_option
 @format_option("text", "json")
 def git_command(
     repo: Path, trees: int, every: int, steps: int | None, offset: int, first_parent: bool,
