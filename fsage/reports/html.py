@@ -116,7 +116,8 @@ def _json_script(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _cell(v: Any) -> str:
+def cell_text(v: Any) -> str:
+    """A table cell as the reports show it: "-" for none, floats to 3 decimals."""
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -127,7 +128,7 @@ def _cell(v: Any) -> str:
 def _table_html(t: Table) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cell_text(c))}</td>" for c in row) + "</tr>"
         for row in t.rows
     )
     cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""

@@ -10,9 +10,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from fsage.reports.html import ReportData, Section, Table, render, write_html
+from fsage.reports.html import ReportData, Section, Table, cell_text, render, write_html
 from fsage.study.store import StudyRow
-from fsage.text import decimal
 
 #: Columns of the paper table: (key, header).
 COLUMNS = [
@@ -190,14 +189,6 @@ def study_csv(row: StudyRow) -> str:
     return buf.getvalue()
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return decimal(v, 3)
-    return str(v)
-
-
 def study_text(row: StudyRow) -> str:
     t = study_table(row)
     keys = [
@@ -212,7 +203,7 @@ def study_text(row: StudyRow) -> str:
         "hdd_ratio",
     ]
     heads = dict(COLUMNS)
-    cells = [[heads[k] for k in keys]] + [[_cell(r[k]) for k in keys] for r in t["rows"]]
+    cells = [[heads[k] for k in keys]] + [[cell_text(r[k]) for k in keys] for r in t["rows"]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
     lines = [f"study {row.id}: {_describe(row.params)}"]
     lines += ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in cells]
