@@ -38,6 +38,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "bench" / ".cache"
+sys.path.insert(0, str(REPO))
+
+from bench.live import command_env  # noqa: E402  (the environment of a timed fsage process)
 
 
 def _snapshot_bench() -> object:
@@ -67,18 +70,6 @@ def timed_cpu(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[f
 def best_of(runs: list[tuple[float, float]]) -> tuple[float, float]:
     """The least wall and the least CPU seconds of some runs."""
     return min(w for w, _ in runs), min(c for _, c in runs)
-
-
-def tree_env(tree: Path) -> dict[str, str]:
-    """The environment that runs ``tree``'s fsage, its modules compiled to bytecode first (as
-    an installed fsage's are), so that start-up is not timed compiling them where
-    PYTHONDONTWRITEBYTECODE is set."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(tree / "fsage")], check=True, env=env
-    )
-    return env
 
 
 def _some_file(db: Path, env: dict[str, str]) -> str:
@@ -112,7 +103,7 @@ def main() -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         work = Path(tmp)
-        env = tree_env(REPO)
+        env = command_env(REPO)
         # -- 1: one big snapshot ------------------------------------------------------------
         image = sb.build_image(args.files, args.seed)  # type: ignore[attr-defined]
         subprocess.run(["cat", str(image)], stdout=subprocess.DEVNULL, check=True)
@@ -132,7 +123,7 @@ def main() -> None:
             # written into the other checkout
             base = work / "baseline"
             shutil.copytree(args.baseline.resolve() / "fsage", base / "fsage")
-            trees.append(("baseline_", base, tree_env(base)))
+            trees.append(("baseline_", base, command_env(base)))
         start = best_of(
             [timed_cpu([sys.executable, "-c", "pass"], env) for _ in range(args.repeat)]
         )
