@@ -328,15 +328,16 @@ def test_inline_directory_names(tmp_path: Path) -> None:
     check_names(image, layout, [i for i in layout.files.ino.tolist() if i != 2])
 
 
-def test_fragmented_file_with_extent_index_blocks(tmp_path: Path) -> None:
-    # Fill the fs with 1-block files, free every other one, then write a big file: it can
-    # only go into the 1-block gaps, so it has many extents and an extent tree.
+def _fragmented_file(tmp_path: Path, kind: str, n: int) -> tuple[Layout, dict[int, InodeStat], int]:
+    """Fill a 4 MiB ``kind`` (1 KiB blocks) with ``n`` 1-block files, free every other one, then
+    write a file larger than the free space left: it can only go into the 1-block gaps, so it
+    has many extents. Returns the layout read (checked against debugfs), debugfs's view of
+    every file, and the big file's inode."""
     tree = tmp_path / "tree"
     tree.mkdir()
-    n = 600
     for k in range(n):
         (tree / f"s{k:04d}").write_bytes(bytes([k % 251 + 1]) * 1000)
-    image = make_ext_image(tmp_path, "ext4", block_size=1024, tree=tree, size="4M")
+    image = make_ext_image(tmp_path, kind, block_size=1024, tree=tree, size="4M")
     free = int(dumpe2fs_header(image)["Free blocks"])
     src = tmp_path / "payload"
     # More than the free space left, less than that plus the freed gaps.
@@ -345,27 +346,19 @@ def test_fragmented_file_with_extent_index_blocks(tmp_path: Path) -> None:
     debugfs(image, [f"write {src} frag"], write=True)
     layout = read(image)
     stats = check_image(image, layout)
-    ino = next(i for i, st in stats.items() if st.size == src.stat().st_size)
+    return layout, stats, next(i for i, st in stats.items() if st.size == src.stat().st_size)
+
+
+def test_fragmented_file_with_extent_index_blocks(tmp_path: Path) -> None:
+    # Many extents: an extent tree with index blocks.
+    layout, stats, ino = _fragmented_file(tmp_path, "ext4", 600)
     assert any(label.startswith("ETB") for label, _ in stats[ino].meta)
     i = int(np.flatnonzero(layout.files.ino == ino)[0])
     assert int(layout.files.extent_counts[i]) > 4
 
 
 def test_block_mapped_fragmented_file(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    n = 400
-    for k in range(n):
-        (tree / f"s{k:04d}").write_bytes(bytes([k % 251 + 1]) * 1000)
-    image = make_ext_image(tmp_path, "ext3", block_size=1024, tree=tree, size="4M")
-    free = int(dumpe2fs_header(image)["Free blocks"])
-    src = tmp_path / "payload"
-    src.write_bytes(bytes([9]) * ((free + 100) * 1024))
-    debugfs(image, [f"rm /s{k:04d}" for k in range(0, n, 2)], write=True)
-    debugfs(image, [f"write {src} frag"], write=True)
-    layout = read(image)
-    stats = check_image(image, layout)
-    ino = next(i for i, st in stats.items() if st.size == src.stat().st_size)
+    _, stats, ino = _fragmented_file(tmp_path, "ext3", 400)
     assert {"IND", "DIND"} <= {label for label, _ in stats[ino].meta}
 
 
