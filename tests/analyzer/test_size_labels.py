@@ -33,6 +33,20 @@ def test_labels_read_as_bytes() -> None:
     assert size_range(1025, 2048, 1024) == "1 MiB-2 MiB"
 
 
+def _snapshot(tmp_path: Path, block_size: int, size: str, *mkfs: str) -> tuple[CliRunner, Path]:
+    """An ext4 of ``size`` made by mke2fs (``mkfs``: more of its options), snapshotted into a
+    new database: (the runner, the database)."""
+    img = tmp_path / "fs.img"
+    subprocess.run(
+        ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(block_size), *mkfs, str(img), size],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    return runner, db
+
+
 @pytest.mark.parametrize("block_size", [1024, 4096])
 def test_analyze_labels_buckets_in_bytes_in_every_format(tmp_path: Path, block_size: int) -> None:
     require_tools("mke2fs")
@@ -42,15 +56,7 @@ def test_analyze_labels_buckets_in_bytes_in_every_format(tmp_path: Path, block_s
     for size, _ in SIZES.items():
         for k in range(3):
             (tree / f"f{size}-{k}").write_bytes(rnd.randbytes(size))
-    img = tmp_path / "fs.img"
-    subprocess.run(
-        ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(block_size), "-d", str(tree), str(img),
-         "64M"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    db = tmp_path / "s.db"
-    runner = CliRunner()
-    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    runner, db = _snapshot(tmp_path, block_size, "64M", "-d", str(tree))
 
     r = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
     assert r.exit_code == 0, r.output
@@ -99,14 +105,7 @@ def test_free_extents_have_one_label_in_analyze_and_the_report(
     tmp_path: Path, block_size: int
 ) -> None:
     require_tools("mke2fs")
-    img = tmp_path / "fs.img"
-    subprocess.run(
-        ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(block_size), str(img), "16M"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    db = tmp_path / "s.db"
-    runner = CliRunner()
-    assert runner.invoke(main, ["snapshot", str(img), "--db", str(db)]).exit_code == 0
+    runner, db = _snapshot(tmp_path, block_size, "16M")
     r = runner.invoke(main, ["analyze", "--db", str(db), "--format", "json"])
     (a,) = json.loads(r.output)["snapshots"]
     buckets = a["free_extents"]
