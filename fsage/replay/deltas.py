@@ -585,6 +585,14 @@ def interval_ops(
         prev, prev_t = layout, t
 
 
+def intra_day_summary(intra: IntraDay, stats: DeltaStats) -> dict[str, Any]:
+    """The intra-day parameters with the short-lived files added in each interval."""
+    return {
+        **intra.to_json(),
+        "files_added": [iv.get("intra_day_files", 0) for iv in stats.intervals],
+    }
+
+
 def make_header(
     fs_name: str,
     start: Any | None,
@@ -606,10 +614,7 @@ def make_header(
         "intra_day": None,
     }
     if intra is not None:
-        params["intra_day"] = {
-            **intra.to_json(),
-            "files_added": [iv.get("intra_day_files", 0) for iv in stats.intervals],
-        }
+        params["intra_day"] = intra_day_summary(intra, stats)
     return WorkloadHeader(
         generator="fsage replay deltas",
         params=params,
@@ -624,6 +629,7 @@ __all__ = [
     "IntraDay",
     "history",
     "interval_ops",
+    "intra_day_summary",
     "iter_layouts",
     "make_header",
     "parse_when",

@@ -36,7 +36,14 @@ from fsage.errors import SourceError, StoreError, UnsafeTargetError, UsageError
 from fsage.layout import Layout
 from fsage.private import private_opener
 from fsage.replay.closedloop import Budget, Steerer
-from fsage.replay.deltas import DeltaBuilder, IntraDay, history, interval_ops, to_ns
+from fsage.replay.deltas import (
+    DeltaBuilder,
+    IntraDay,
+    history,
+    interval_ops,
+    intra_day_summary,
+    to_ns,
+)
 from fsage.replay.fidelity import Fidelity, NoiseFloor, fidelity, geometry
 from fsage.replay.loopdev import LoopDevice
 from fsage.workload import (
@@ -650,10 +657,7 @@ def _replay(
     assert final is not None
     res.deltas = builder.stats.to_json()
     if opts.intra is not None:
-        res.intra_day = {
-            **opts.intra.to_json(),
-            "files_added": [iv.get("intra_day_files", 0) for iv in builder.stats.intervals],
-        }
+        res.intra_day = intra_day_summary(opts.intra, builder.stats)
         say(
             f"fsage: intra-day activity added: {sum(res.intra_day['files_added'])} short-lived "
             f"files over {len(chain) - 1} intervals"
