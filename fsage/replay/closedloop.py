@@ -13,7 +13,9 @@ where the free space lacks extents of some sizes, files between free extents are
 elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
 changed directories) are written between rewritten files and deleted, leaving holes; where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
-fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
+fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
+A round that moved files for the buckets or the locality leaves the free space to the next
+round, which shapes it from a fresh measurement. So on
 until every dimension is within the matcher's tolerances or the interval's budget (bytes,
 ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
 whole recreation can be rerun and its assumptions told apart from what was seen.
@@ -109,6 +111,9 @@ class IntervalChurn:
     evidence: dict[str, int] = field(default_factory=dict)
     #: What is still off after steering (bucket labels, "free space", "locality").
     off: list[str] = field(default_factory=list)
+    #: Each measurement (before the first round, then after each): inferred bytes so far,
+    #: the free-space distance and the summed excess over the tolerances.
+    trace: list[dict[str, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -196,6 +201,12 @@ def _gap(rep: dict[str, Any]) -> float:
     return gap
 
 
+def _point(churn: IntervalChurn, rep: dict[str, Any], gap: float) -> dict[str, float]:
+    tv = rep["free_tv"]
+    return {"bytes": churn.inferred_bytes, "free_tv": -1.0 if tv is None else round(tv, 4),
+            "gap": round(gap, 4)}  # fmt: skip
+
+
 def _off(rep: dict[str, Any]) -> list[str]:
     out = [r["label"] for r in rep["buckets"] if not r["ok"]]
     if not rep["free_ok"]:
@@ -253,6 +264,7 @@ class Steerer:
         rep = compare(target, state.target)
         churn.distance_before = distance(rep)
         gap = _gap(rep)
+        churn.trace.append(_point(churn, rep, gap))
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
@@ -288,6 +300,7 @@ class Steerer:
             state = self._measure()
             rep = compare(target, state.target)
             new_gap = _gap(rep)
+            churn.trace.append(_point(churn, rep, new_gap))
             if new_gap < gap - 1e-4:
                 # Newton-like: as many bytes as the rest of the gap needs at this rate.
                 rate = (gap - new_gap) / max(step, 1)
@@ -373,6 +386,7 @@ class Steerer:
 
         # A size bucket's score moves by one break (or one mended) per Σ (blocks - 1) of the
         # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
+        ops_before = churn.inferred_ops
         for r in rep["buckets"]:
             k = r["bucket"]
             if not (self._hi(r) or self._lo(r)):
@@ -400,7 +414,10 @@ class Steerer:
                     break
                 self._rewrite(f, churn)
                 total += f.size
-        if not rep["free_ok"]:
+        # Free space is shaped from this round's measurement: after moves that freed and took
+        # blocks it is stale, and shaping it would mend lacks those moves already changed (a
+        # round's distance then swings by more than the tolerance). The next round shapes it.
+        if not rep["free_ok"] and churn.inferred_ops == ops_before:
             self._shape_free(state, files, everyone, rng, churn, allowed)
 
     def _shape_free(
