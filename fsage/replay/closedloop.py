@@ -387,6 +387,7 @@ class Steerer:
         # A size bucket's score moves by one break (or one mended) per Σ (blocks - 1) of the
         # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
         ops_before = churn.inferred_ops
+        pairs: list[list[_File]] = []
         for r in rep["buckets"]:
             k = r["bucket"]
             if not (self._hi(r) or self._lo(r)):
@@ -396,10 +397,10 @@ class Steerer:
                 pool = [f for f in files if bucket_of(f) == k and f.size > bs]
                 # Each file of a pair gets one break (two pieces).
                 pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
-                for i in range(0, len(pool) - 1, 2):
-                    self._interleaved(pool[i : i + 2], bs, churn)
+                pairs += [pool[i : i + 2] for i in range(0, len(pool) - 1, 2)]
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
+        self._interleaved(pairs, bs, churn)
         if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
@@ -582,22 +583,29 @@ class Steerer:
         self._count(churn, kind)
         return f
 
-    def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
-        """Two files rewritten in alternating pieces, each piece put on disk before the next
-        (fsync), so their blocks alternate as two writers' do."""
-        tmps = [_temp_name(f.path) for f in pair]
+    def _interleaved(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
+        """Each pair's two files rewritten in alternating pieces, so that their blocks
+        alternate as two writers' do. The pieces go to disk in layers: every file's first
+        piece, in pair order, then one sync, then every file's second piece, and so on.
+        Writeback allocates the files of a layer one after another in the order written, so
+        each file's next piece finds the blocks after its last taken by its partner's; one
+        sync per layer, not one fsync per piece (a journal commit each)."""
+        if not pairs:
+            return
+        files = [f for pair in pairs for f in pair]
+        tmps = [_temp_name(f.path) for f in files]
         for t in tmps:
             self._op(Op("create", t, 0, inferred=True), churn)
-        pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in pair]
-        done = [0, 0]
-        while any(d < f.size for d, f in zip(done, pair, strict=True)):
-            for i, f in enumerate(pair):
+        pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in files]
+        done = [0] * len(files)
+        while any(d < f.size for d, f in zip(done, files, strict=True)):
+            for i, f in enumerate(files):
                 if done[i] < f.size:
                     n = min(pieces[i], f.size - done[i])
                     self._op(Op("append", tmps[i], n, inferred=True), churn)
-                    self._op(Op("fsync", tmps[i], inferred=True), churn)
                     done[i] += n
-        for t, f in zip(tmps, pair, strict=True):
+            self._op(Op("sync", inferred=True), churn)
+        for t, f in zip(tmps, files, strict=True):
             self._op(Op("rename", t, dest=f.path, inferred=True), churn)
             self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
                      churn)  # fmt: skip
