@@ -195,13 +195,16 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
         spread = NoiseFloor.from_json(json.loads((out / f"floor-{which}.json").read_text()))
 
     def mark(d: float | None, tol: float, key: str) -> str:
-        """ok: within ``tol``; spread: outside it but within the runs' spread (the floor)."""
+        """ok: within ``tol``; spread: outside it but within the tolerance the runs' spread
+        gives (the verdict's, capped: ``fsage.replay.verdict.allowed_noise``)."""
+        from fsage.replay.verdict import floor_allowance, tolerance
+
         if d is None:
             return "-"
         if abs(d) <= tol:
             return "ok"
-        noise = spread.noise(key) if spread is not None else 0.0
-        return "spread" if abs(d) <= noise else "FAIL"
+        noise = floor_allowance(spread, key, spread.copy if spread else None)
+        return "spread" if abs(d) <= tolerance(key, noise) else "FAIL"
 
     lines = [f"  {which}: {'':24} {'original':>9} {'open':>9} {'closed':>9}  open/closed"]
     for row_open, row_closed in zip(fids[0].by_size, fids[1].by_size, strict=True):
