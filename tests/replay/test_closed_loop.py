@@ -65,6 +65,50 @@ def test_budget_bytes_follow_the_visible_bytes() -> None:
     assert b.bytes_for(5000) == 10_000 and b.bytes_for(10) == 1000
 
 
+@pytest.mark.needs_root
+def test_interleaved_rewrites_in_layers_break_every_file_of_a_pair(tmp_path: Path) -> None:
+    """Eight files of 8 blocks rewritten in four pairs, each file's two halves written in two
+    layers with one sync each: filefrag finds each new version in two extents, not
+    adjacent on disk (its partner's half lies between them)."""
+    from fsage.ager.posix import PosixExecutor
+    from fsage.replay.closedloop import IntervalChurn, Steerer, _File
+
+    img = make_image(tmp_path / "i.img", "ext4", 32 * MIB)
+    names = [f"d/f{i}" for i in range(8)]
+    with loop_mount(img) as mnt:
+        (mnt / "d").mkdir()
+        for n in names:
+            (mnt / n).write_bytes(b"x" * 8 * 4096)
+        ex = PosixExecutor(mnt)
+        ops: list[Op] = []
+
+        def run(op: Op) -> int:
+            ops.append(op)
+            return ex.apply(op)
+
+        steer = Steerer(run, lambda: read_source(img))
+        files = [_File(n, 8 * 4096, 0o644, 0) for n in names]
+        churn = IntervalChurn(1, 0)
+        steer._interleaved([files[i : i + 2] for i in range(0, 8, 2)], 4096, churn)
+        ex.close()
+        assert churn.kinds == {"interleaved": 8}
+        assert sum(o.op == "sync" for o in ops) == 2
+        out = subprocess.run(["filefrag", "-v", *(str(mnt / n) for n in names)],
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    per: list[list[tuple[int, int, int]]] = []
+    for line in out.splitlines():
+        if line.startswith("File size of "):
+            per.append([])
+        m = re.match(r"\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+):", line)
+        if m:
+            per[-1].append((int(m.group(1)), int(m.group(2)), int(m.group(3))))
+    assert len(per) == 8
+    for ext in per:
+        assert sum(n for _, _, n in ext) == 8
+        runs = 1 + sum(1 for a, b in itertools.pairwise(ext) if b[1] != a[1] + a[2])
+        assert runs >= 2, per
+
+
 def _history(tmp_path: Path, checkouts: int, every: int, size_mib: int) -> tuple[Path, list[int]]:
     """A checkout history snapshotted every ``every`` checkouts; returns the database and the
     bytes each interval's checkouts wrote that no snapshot shows (written - net change)."""
