@@ -240,6 +240,8 @@ class Steerer:
         #: recreation's last measured state.
         self._want: dict[int, float] = {}
         self._state: MeasuredState | None = None
+        #: The last round moved files and left the free space to the next.
+        self._free_turn = False
 
     # ------------------------------------------------------------------ one interval
 
@@ -256,6 +258,7 @@ class Steerer:
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
         self._want = target.free_fractions()
         churn = IntervalChurn(snapshot_id, visible_bytes)
+        self._free_turn = False
         churn.evidence = evidence(prev, snap, prev_ns)
         files = changed_files(prev, snap, prev_ns)
         everyone = changed_files(None, snap, None)
@@ -380,6 +383,13 @@ class Steerer:
         allowed: int,
     ) -> None:
         bs = state.target.block_size
+        if self._free_turn and not rep["free_ok"]:
+            # The last round moved files and left the free space to this one (below): its
+            # turn, or rounds that move files for the buckets or the locality every time
+            # would never shape it while each moves it farther.
+            self._free_turn = False
+            self._shape_free(state, files, everyone, rng, churn, allowed)
+            return
 
         def bucket_of(f: _File) -> int:
             return int((max(-(-f.size // bs), 1) - 1).bit_length())
@@ -409,16 +419,21 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             # Whole rewrites of the changed files: each moves a file away from its neighbours.
+            # Each also takes its blocks from a free extent and frees its old ones: no more
+            # bytes a round than moves the free-space distance by half its tolerance (rounds
+            # of megabytes once split the largest free extents at the last snapshot).
+            cap = int(FREE_TV / 2 * int(state.free_len.sum()) * bs)
             total = 0
             for f in rng.sample(files, len(files)):
-                if total >= nbytes:
+                if total >= min(nbytes, cap):
                     break
                 self._rewrite(f, churn)
                 total += f.size
         # Free space is shaped from this round's measurement: after moves that freed and took
         # blocks it is stale, and shaping it would mend lacks those moves already changed (a
         # round's distance then swings by more than the tolerance). The next round shapes it.
-        if not rep["free_ok"] and churn.inferred_ops == ops_before:
+        self._free_turn = churn.inferred_ops != ops_before
+        if not rep["free_ok"] and not self._free_turn:
             self._shape_free(state, files, everyone, rng, churn, allowed)
 
     def _shape_free(
