@@ -313,8 +313,14 @@ def test_the_closed_loop_lands_on_the_buckets_and_free_space_the_open_loop_misse
     for run in range(3):
         for closed in (False, True) if run < 2 else (True,):
             img = tmp_path / f"r{int(closed)}.img"
-            recreate(RecreateOptions(db=db, fs_name="co", target=img, mode="mount", force=True,
-                                     closed_loop=closed, record=False, seed=run))  # fmt: skip
+            res = recreate(RecreateOptions(db=db, fs_name="co", target=img, mode="mount",
+                                           force=True, closed_loop=closed, record=False,
+                                           seed=run))  # fmt: skip
+            for c in (res.closed_loop or {}).get("intervals", []):
+                # What each interval inferred and how its rounds moved the free space (-s).
+                print(f"run {run} snapshot {c['snapshot']}: {c['stopped']}, "
+                      f"{c['inferred_bytes']} B inferred (true hidden {hidden[c['snapshot'] - 1]}),"
+                      f" free TV by round {[t['free_tv'] for t in c['trace']]}")  # fmt: skip
             got = _filefrag_buckets(img)
             worst[closed].append(max(abs(got.get(k, (0, 1.0))[1] - s) for k, s in judged.items()))
             tv[closed].append(_free_tv(free, _e2freefrag_blocks(img)))
