@@ -15,10 +15,11 @@ changed directories) are written between rewritten files and deleted, leaving ho
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
 A round that moved files for the buckets or the locality leaves the free space to the next
-round, which shapes it from a fresh measurement. So on
-until every dimension is within the matcher's tolerances or the interval's budget (bytes,
-ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
-whole recreation can be rerun and its assumptions told apart from what was seen.
+round, which shapes it from a fresh measurement. So on until every dimension is within the
+matcher's tolerances, or the free space is and what is left elsewhere is smaller than a
+round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops, seconds, rounds) is
+spent. The added ops are marked ``inferred`` so that a journal of the whole recreation can be
+rerun and its assumptions told apart from what was seen.
 
 The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
 whose size and modification time are unchanged, modification times after the previous
