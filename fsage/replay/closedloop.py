@@ -16,10 +16,10 @@ a size bucket is more fragmented than the snapshot's (the allocator overshot), i
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
 A round that moved files for the buckets or the locality leaves the free space to the next
 round, which shapes it from a fresh measurement. So on until every dimension is within the
-matcher's tolerances, or the free space is and what is left elsewhere is smaller than a
-round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops, seconds, rounds) is
-spent. The added ops are marked ``inferred`` so that a journal of the whole recreation can be
-rerun and its assumptions told apart from what was seen.
+matcher's tolerances, or the buckets and the free space are and the locality's excess is
+smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
+seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
+whole recreation can be rerun and its assumptions told apart from what was seen.
 
 The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
 whose size and modification time are unchanged, modification times after the previous
@@ -61,10 +61,10 @@ STREAM_BLOCKS = 16
 #: Rounds in a row without progress after which an interval's steering stops (a round's
 #: moves land where the allocator puts them: one may undo the last's and the next mend it).
 STALE_ROUNDS = 3
-#: A summed excess this small, with the free space within its tolerance, ends an interval's
-#: steering: a round's moves swing the free-space distance by 0.03-0.1 and the excess by
-#: 0.01-0.05 (14 MiB ext4, measured round by round), so another round is as likely to lose
-#: the free space as to mend the rest.
+#: A locality excess this small, with the size buckets and the free space within their
+#: tolerances, ends an interval's steering: a round's moves swing the free-space distance by
+#: 0.03-0.1 and the excess by 0.01-0.05 (14 MiB ext4, measured round by round), so another
+#: round is as likely to lose the free space as to mend the locality.
 SETTLE_GAP = 0.02
 #: Spacers per round at most.
 MAX_SPACERS = 64
@@ -283,8 +283,8 @@ class Steerer:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
                 churn.stopped = "matched"
                 break
-            if churn.rounds and rep["free_ok"] and gap <= SETTLE_GAP:
-                churn.stopped = "settled: free space matched, the rest within a round's swing"
+            if churn.rounds and rep["free_ok"] and rep["buckets_ok"] and gap <= SETTLE_GAP:
+                churn.stopped = "settled: buckets and free space matched, locality within a swing"
                 break
             if not files:
                 churn.stopped = "no file changed in the interval"
