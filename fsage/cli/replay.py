@@ -98,7 +98,9 @@ RULES_HELP = (
     "original as one rerun of its op stream is to another. original: that, and the op stream "
     "reproduces the original: its runs land, on average, within the same tolerances of the "
     "snapshot, so a stream whose every rerun is off in the same direction fails (needs a floor "
-    "measured at that snapshot)."
+    "measured at that snapshot). The spread widens a tolerance (0.02 for a score, 0.1 for a "
+    "free-space distance) to twice that at most, and never to half a plain copy's distance: "
+    "however widely a few runs spread, a recreation the fixed bounds or the copy call far fails."
 )
 
 

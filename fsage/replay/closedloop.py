@@ -13,9 +13,12 @@ where the free space lacks extents of some sizes, files between free extents are
 elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
 changed directories) are written between rewritten files and deleted, leaving holes; where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
-fragmented files, changed in the interval or not, are rewritten whole and put on disk at once —
-until every dimension is within the matcher's tolerances or the interval's budget (bytes,
-ops, seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
+fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
+A round that moved files for the buckets or the locality leaves the free space to the next
+round, which shapes it from a fresh measurement. So on until every dimension is within the
+matcher's tolerances, or the buckets and the free space are and the locality's excess is
+smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
+seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
 whole recreation can be rerun and its assumptions told apart from what was seen.
 
 The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
@@ -58,6 +61,11 @@ STREAM_BLOCKS = 16
 #: Rounds in a row without progress after which an interval's steering stops (a round's
 #: moves land where the allocator puts them: one may undo the last's and the next mend it).
 STALE_ROUNDS = 3
+#: A locality excess this small, with the size buckets and the free space within their
+#: tolerances, ends an interval's steering: a round's moves swing the free-space distance by
+#: 0.03-0.1 and the excess by 0.01-0.05 (14 MiB ext4, measured round by round), so another
+#: round is as likely to lose the free space as to mend the locality.
+SETTLE_GAP = 0.02
 #: Spacers per round at most.
 MAX_SPACERS = 64
 
@@ -109,6 +117,9 @@ class IntervalChurn:
     evidence: dict[str, int] = field(default_factory=dict)
     #: What is still off after steering (bucket labels, "free space", "locality").
     off: list[str] = field(default_factory=list)
+    #: Each measurement (before the first round, then after each): inferred bytes so far,
+    #: the free-space distance and the summed excess over the tolerances.
+    trace: list[dict[str, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -196,6 +207,12 @@ def _gap(rep: dict[str, Any]) -> float:
     return gap
 
 
+def _point(churn: IntervalChurn, rep: dict[str, Any], gap: float) -> dict[str, float]:
+    tv = rep["free_tv"]
+    return {"bytes": churn.inferred_bytes, "free_tv": -1.0 if tv is None else round(tv, 4),
+            "gap": round(gap, 4)}  # fmt: skip
+
+
 def _off(rep: dict[str, Any]) -> list[str]:
     out = [r["label"] for r in rep["buckets"] if not r["ok"]]
     if not rep["free_ok"]:
@@ -229,6 +246,8 @@ class Steerer:
         #: recreation's last measured state.
         self._want: dict[int, float] = {}
         self._state: MeasuredState | None = None
+        #: The last round moved files and left the free space to the next.
+        self._free_turn = False
 
     # ------------------------------------------------------------------ one interval
 
@@ -245,6 +264,7 @@ class Steerer:
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
         self._want = target.free_fractions()
         churn = IntervalChurn(snapshot_id, visible_bytes)
+        self._free_turn = False
         churn.evidence = evidence(prev, snap, prev_ns)
         files = changed_files(prev, snap, prev_ns)
         everyone = changed_files(None, snap, None)
@@ -253,6 +273,7 @@ class Steerer:
         rep = compare(target, state.target)
         churn.distance_before = distance(rep)
         gap = _gap(rep)
+        churn.trace.append(_point(churn, rep, gap))
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
@@ -261,6 +282,9 @@ class Steerer:
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
                 churn.stopped = "matched"
+                break
+            if churn.rounds and rep["free_ok"] and rep["buckets_ok"] and gap <= SETTLE_GAP:
+                churn.stopped = "settled: buckets and free space matched, locality within a swing"
                 break
             if not files:
                 churn.stopped = "no file changed in the interval"
@@ -288,6 +312,7 @@ class Steerer:
             state = self._measure()
             rep = compare(target, state.target)
             new_gap = _gap(rep)
+            churn.trace.append(_point(churn, rep, new_gap))
             if new_gap < gap - 1e-4:
                 # Newton-like: as many bytes as the rest of the gap needs at this rate.
                 rate = (gap - new_gap) / max(step, 1)
@@ -367,12 +392,21 @@ class Steerer:
         allowed: int,
     ) -> None:
         bs = state.target.block_size
+        if self._free_turn and not rep["free_ok"]:
+            # The last round moved files and left the free space to this one (below): its
+            # turn, or rounds that move files for the buckets or the locality every time
+            # would never shape it while each moves it farther.
+            self._free_turn = False
+            self._shape_free(state, files, everyone, rng, churn, allowed)
+            return
 
         def bucket_of(f: _File) -> int:
             return int((max(-(-f.size // bs), 1) - 1).bit_length())
 
         # A size bucket's score moves by one break (or one mended) per Σ (blocks - 1) of the
         # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
+        ops_before = churn.inferred_ops
+        pairs: list[list[_File]] = []
         for r in rep["buckets"]:
             k = r["bucket"]
             if not (self._hi(r) or self._lo(r)):
@@ -382,10 +416,10 @@ class Steerer:
                 pool = [f for f in files if bucket_of(f) == k and f.size > bs]
                 # Each file of a pair gets one break (two pieces).
                 pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
-                for i in range(0, len(pool) - 1, 2):
-                    self._interleaved(pool[i : i + 2], bs, churn)
+                pairs += [pool[i : i + 2] for i in range(0, len(pool) - 1, 2)]
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
+        self._interleaved(pairs, bs, churn)
         if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
@@ -394,13 +428,21 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             # Whole rewrites of the changed files: each moves a file away from its neighbours.
+            # Each also takes its blocks from a free extent and frees its old ones: no more
+            # bytes a round than moves the free-space distance by half its tolerance (rounds
+            # of megabytes once split the largest free extents at the last snapshot).
+            cap = int(FREE_TV / 2 * int(state.free_len.sum()) * bs)
             total = 0
             for f in rng.sample(files, len(files)):
-                if total >= nbytes:
+                if total >= min(nbytes, cap):
                     break
                 self._rewrite(f, churn)
                 total += f.size
-        if not rep["free_ok"]:
+        # Free space is shaped from this round's measurement: after moves that freed and took
+        # blocks it is stale, and shaping it would mend lacks those moves already changed (a
+        # round's distance then swings by more than the tolerance). The next round shapes it.
+        self._free_turn = churn.inferred_ops != ops_before
+        if not rep["free_ok"] and not self._free_turn:
             self._shape_free(state, files, everyone, rng, churn, allowed)
 
     def _shape_free(
@@ -565,22 +607,29 @@ class Steerer:
         self._count(churn, kind)
         return f
 
-    def _interleaved(self, pair: list[_File], bs: int, churn: IntervalChurn) -> None:
-        """Two files rewritten in alternating pieces, each piece put on disk before the next
-        (fsync), so their blocks alternate as two writers' do."""
-        tmps = [_temp_name(f.path) for f in pair]
+    def _interleaved(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
+        """Each pair's two files rewritten in alternating pieces, so that their blocks
+        alternate as two writers' do. The pieces go to disk in layers: every file's first
+        piece, in pair order, then one sync, then every file's second piece, and so on.
+        Writeback allocates the files of a layer one after another in the order written, so
+        each file's next piece finds the blocks after its last taken by its partner's; one
+        sync per layer, not one fsync per piece (a journal commit each)."""
+        if not pairs:
+            return
+        files = [f for pair in pairs for f in pair]
+        tmps = [_temp_name(f.path) for f in files]
         for t in tmps:
             self._op(Op("create", t, 0, inferred=True), churn)
-        pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in pair]
-        done = [0, 0]
-        while any(d < f.size for d, f in zip(done, pair, strict=True)):
-            for i, f in enumerate(pair):
+        pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in files]
+        done = [0] * len(files)
+        while any(d < f.size for d, f in zip(done, files, strict=True)):
+            for i, f in enumerate(files):
                 if done[i] < f.size:
                     n = min(pieces[i], f.size - done[i])
                     self._op(Op("append", tmps[i], n, inferred=True), churn)
-                    self._op(Op("fsync", tmps[i], inferred=True), churn)
                     done[i] += n
-        for t, f in zip(tmps, pair, strict=True):
+            self._op(Op("sync", inferred=True), churn)
+        for t, f in zip(tmps, files, strict=True):
             self._op(Op("rename", t, dest=f.path, inferred=True), churn)
             self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
                      churn)  # fmt: skip

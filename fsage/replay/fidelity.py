@@ -48,6 +48,7 @@ from fsage.replay.verdict import (
     NoiseFloor,
     Verdict,
     bucket_tolerance,
+    floor_allowance,
     free_tolerance,
     judge_distances,
     tolerance,
@@ -151,8 +152,10 @@ class Fidelity:
         original (``copy``, else the floor's) as the yardstick; fills each size row's difference
         and tolerance and sets ``verdict``."""
 
+        yardstick = copy if copy is not None else (floor.copy if floor else None)
+
         def noise(key: str) -> float:
-            return floor.noise(key) if floor else 0.0
+            return floor_allowance(floor, key, yardstick)
 
         reasons: list[str] = []
         for what, a, m in (
@@ -176,7 +179,7 @@ class Fidelity:
             key = f"bucket:{r['min_blocks']}"
             diff = dist.get(key)
             r["difference"] = diff
-            r["noise_floor"] = noise(key) if floor else None
+            r["noise_floor"] = floor.noise(key) if floor else None
             r["tolerance"] = tolerance(key, noise(key))
             r["judged"] = key in judged
             r["within"] = (

@@ -5,7 +5,10 @@ A recreation is judged on the distances ``fsage.replay.fidelity`` measures (``Fi
 .distances``): every size bucket holding at least ``MIN_BUCKET_FILES`` files of the original
 within its tolerance (the noise floor of that bucket, or ``MIN_TOLERANCE``, whichever is
 larger), the path-order dynamic layout score likewise, and both free-space distances (by blocks
-and by extents) within their noise floor + ``FREE_TOLERANCE``. The noise floor (``NoiseFloor``)
+and by extents) within their noise floor + ``FREE_TOLERANCE``. The noise floor widens a
+tolerance only so far (``allowed_noise``): to twice its fixed bound at most, and never to half
+the distance of a plain copy, so a wide spread between a few runs cannot pass a recreation
+that the fixed bounds or the copy say is far. The noise floor (``NoiseFloor``)
 is how far two runs of the same op stream on the same kernel land from each other
 (``fsage.replay.noise``): ext4's allocator is not deterministic, so no recreation can be asked
 to come closer than that.
@@ -77,6 +80,34 @@ def is_free(key: str) -> bool:
 def tolerance(key: str, noise: float) -> float:
     """The tolerance of distance ``key`` given its noise."""
     return free_tolerance(noise) if is_free(key) else bucket_tolerance(noise)
+
+
+#: The runs' spread widens a tolerance at most to this many times its fixed bound
+#: (``MIN_TOLERANCE`` for scores, ``FREE_TOLERANCE`` for free space): a floor of three runs is
+#: itself noisy, and one wide pair of runs would otherwise let a stream that is systematically
+#: off pass (an open loop 0.276 from the original's free space passed a floor of 0.18).
+SPREAD_CAP = 2.0
+#: ... and never to this share of a plain copy's distance: a recreation half as far from the
+#: original as a copy of the tree is far, however widely the runs spread.
+COPY_SHARE = 0.5
+
+
+def fixed_tolerance(key: str) -> float:
+    """The tolerance of distance ``key`` without a noise floor."""
+    return FREE_TOLERANCE if is_free(key) else MIN_TOLERANCE
+
+
+def allowed_noise(key: str, noise: float, copy: float | None = None) -> float:
+    """The part of the runs' spread ``noise`` that distance ``key``'s tolerance takes: the
+    tolerance widens with the spread up to ``SPREAD_CAP`` times its fixed bound, and below
+    half (``COPY_SHARE``) the plain copy's distance ``copy`` where that is wider than the
+    fixed bound (a distance that far is far whatever the runs do)."""
+    fixed = fixed_tolerance(key)
+    cap = SPREAD_CAP * fixed
+    if copy is not None:
+        cap = min(cap, max(fixed, COPY_SHARE * abs(copy)))
+    # free: tolerance = noise + FREE_TOLERANCE; scores: max(noise, MIN_TOLERANCE)
+    return max(min(noise, cap - FREE_TOLERANCE if is_free(key) else cap), 0.0)
 
 
 @dataclass
@@ -305,7 +336,7 @@ def judge_distances(
     copy = copy if copy is not None else (floor.copy if floor else None)
 
     def noise(key: str) -> float:
-        return floor.noise(key) if floor else 0.0
+        return floor_allowance(floor, key, copy)
 
     reasons: list[str] = []
     for key, label in judged.items():
@@ -332,6 +363,14 @@ def judge_distances(
         )
     free_tol = free_tolerance(noise(FREE_BLOCKS))
     return Verdict(not reasons, reasons, free_tol, floor, rule, relative, worst, copy_passes)
+
+
+def floor_allowance(floor: NoiseFloor | None, key: str, copy: dict[str, float] | None) -> float:
+    """The runs' spread of distance ``key`` as its tolerance takes it (``allowed_noise``;
+    0 without a floor), given the plain copy's distances ``copy``."""
+    if floor is None:
+        return 0.0
+    return allowed_noise(key, floor.noise(key), None if copy is None else copy.get(key))
 
 
 def _against_copy(
@@ -362,6 +401,7 @@ def _against_copy(
 
 
 __all__ = [
+    "COPY_SHARE",
     "DEFAULT_RULE",
     "DYNAMIC",
     "FREE_BLOCKS",
@@ -371,9 +411,13 @@ __all__ = [
     "MIN_TOLERANCE",
     "RULES",
     "SOUND_RUNS",
+    "SPREAD_CAP",
     "NoiseFloor",
     "Verdict",
+    "allowed_noise",
     "bucket_tolerance",
+    "fixed_tolerance",
+    "floor_allowance",
     "free_tolerance",
     "is_free",
     "judge_distances",

@@ -102,8 +102,10 @@ def test_the_verdict_flips_when_more_runs_widen_the_floor() -> None:
     fid = fidelity(orig, rec)
     two = noise_between([_free(SMALL), _free(SMALL)])
     three = noise_between([_free(SMALL), _free(SMALL), _free(HALF)])
-    assert not fid.judge(two).faithful
-    assert fid.judge(three).faithful
+    assert fid.judge(two).reasons[0].endswith("tolerance 0.100")
+    # The wider floor widens the tolerance, to twice the fixed bound at most: a distance of 0.5
+    # is far however widely three runs spread.
+    assert fid.judge(three).reasons[0] == "free space by blocks: distance 0.500, tolerance 0.200"
     # The verdict says how many runs its floor rests on and how wide their distances are.
     line = fid.judge(two).line()
     assert "2 runs (few" in line and "between runs 0.000-0.000" in line, line

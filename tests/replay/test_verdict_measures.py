@@ -97,8 +97,14 @@ def test_locality_alone_changes_the_verdict() -> None:
     assert v.reasons == [
         f"path-order dynamic layout score: distance {-59 / 240:+.3f}, tolerance 0.020"
     ]
-    # A floor whose runs differed as much in locality lets it pass.
-    assert fid.judge(NoiseFloor(runs=5, dynamic=59 / 240 + 1e-9)).faithful
+    # A floor whose runs differed a little in locality widens the tolerance; one whose runs
+    # differed as much does not let it pass (twice the fixed bound at most).
+    v = fid.judge(NoiseFloor(runs=5, dynamic=0.03))
+    assert v.reasons[0].endswith("tolerance 0.030")
+    v = fid.judge(NoiseFloor(runs=5, dynamic=59 / 240 + 1e-9))
+    assert v.reasons == [
+        f"path-order dynamic layout score: distance {-59 / 240:+.3f}, tolerance 0.040"
+    ]
     # Below MIN_BUCKET_FILES files the dynamic score is shown, not judged.
     few = fidelity(layout(_row(40, list(range(40)))), layout(_row(40, list(range(40))[::-1])))
     assert few.judge().faithful
@@ -173,17 +179,23 @@ def test_the_verdict_places_a_recreation_between_a_rerun_and_a_plain_copy() -> N
     # A distance where the copy is within tolerance cannot place anything (a rerun may differ
     # as much), even when it lies beyond the runs' noise.
     near = NoiseFloor(by_bucket={3: 0.0}, runs=5, dynamic=1.0, free_extents=1.0)
-    near.copy = {"bucket:3": 3 / 180, "free_blocks": 0.0, "free_extents": 0.0}
+    near.copy = {"bucket:3": 3 / 180, "free_blocks": 0.0, "free_extents": 0.0, "dynamic": 0.0}
     v = fidelity(orig, _scored(2)).judge(near)
     assert v.copy_relative is None and v.copy_passes
-    # Tolerances wide enough to pass the copy judge nothing faithful.
-    wide = NoiseFloor(by_bucket={3: 0.2}, runs=5, dynamic=1.0)
-    wide.copy = floor.copy
-    v = fidelity(orig, orig).judge(wide)
+    # Tolerances wide enough to pass the copy judge nothing faithful: only a copy within the
+    # fixed bounds can pass (the runs' spread never widens a tolerance to half the copy's
+    # distance).
+    close = NoiseFloor(by_bucket={3: 0.0}, runs=5, free_tv=0.0, free_extents=0.0)
+    close.copy = {"bucket:3": 0.01, "free_blocks": 0.05, "free_extents": 0.05, "dynamic": 0.0}
+    v = fidelity(orig, orig).judge(close)
     assert not v.faithful and v.copy_passes
     assert v.reasons == [
         "a plain copy is within these tolerances too: they cannot tell a recreation from a copy"
     ]
+    wide = NoiseFloor(by_bucket={3: 0.2}, runs=5, dynamic=1.0)
+    wide.copy = floor.copy
+    v = fidelity(orig, orig).judge(wide)
+    assert v.faithful and v.copy_passes is False
 
 
 def test_fidelity_command_shows_the_yardstick_only_for_the_floors_snapshot(
