@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Iterator
 
 from fsage.ager.match_disk import Disk
-from fsage.ager.match_target import LayoutTarget, MeasuredState, measure
+from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
@@ -455,6 +455,27 @@ class MatchWriter:
                 ib += 1
         return out
 
+    def _piece(self, key: int, group: list[tuple[str, int]]) -> int:
+        """Blocks per piece of files written in turn: 1 for a bucket's fragmented files
+        (``key`` >= 0, score about 0), else (``-key``: a bucket written in pieces) the length
+        that gives the bucket's score: ``n`` blocks in pieces of ``L`` have ``n - ceil(n / L)``
+        contiguous blocks of ``n - 1``, about ``1 - 1 / L``; ``L`` is drawn between the two
+        whole lengths around ``1 / (1 - score)`` with the odds that give that mean of
+        ``1 / L``."""
+        score = self.target.buckets.get(-key, (0, None))[1] if key < 0 else None
+        if score is None or score >= 1.0:
+            return 1
+        n = sum(size for _rel, size in group) / len(group) / self.bs
+        # ceil(n / L) pieces for (1 - score) * (n - 1) + 1 extents.
+        pieces = max(1.0, (1.0 - score) * (n - 1) + 1)
+        x = max(1.0, n / pieces)
+        lo = int(x)
+        if lo >= x:
+            return lo
+        hi = lo + 1
+        p_lo = (1 / x - 1 / hi) / (1 / lo - 1 / hi)
+        return lo if self.rng.random() < p_lo else hi
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -468,6 +489,13 @@ class MatchWriter:
         plan: list[tuple[str, int]] = []
         for k, (n, score) in t.buckets.items():
             count = max(0, round(n * scale))
+            if score is not None and k >= 1 and n < MIN_FILES and score < 1.0:
+                # A bucket the rounds do not steer (too few files to judge), whose blocks
+                # still count in a path-order read (a mail target's few large files, each of
+                # dozens of extents): every file written in pieces, so that the bucket's
+                # score is the target's however few files it has.
+                plan += [("chunk", k)] * count
+                continue
             frag = round(count * (1.0 - score)) if score is not None and k >= 1 else 0
             plan += [("frag", k)] * frag + [("whole", k)] * (count - frag)
         free_after = (1.0 - t.fullness) * self.total
@@ -589,19 +617,20 @@ class MatchWriter:
                 if kind == "whole":
                     self.write_whole(rel, self._size_of(blocks))
                 else:
-                    group = pending.setdefault(v, [])
+                    key = v if kind == "frag" else -v
+                    group = pending.setdefault(key, [])
                     group.append((rel, blocks * self.bs))
                     if len(group) == 4:
-                        self.write_interleaved(group, 1)
+                        self.write_interleaved(group, self._piece(key, group))
                         group.clear()
         except NoSpaceError:
             # Nearly full with the spacers in (the metadata grew more than counted): the file
             # that did not fit is gone again, the plan ends here.
             pending.clear()
-        for group in pending.values():
+        for key, group in pending.items():
             if group:
                 try:
-                    self.write_interleaved(group, 1)
+                    self.write_interleaved(group, self._piece(key, group))
                 except NoSpaceError:
                     break  # as above: the plan ends here, and the spacers still go below
         self.disk.commit()
