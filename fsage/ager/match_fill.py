@@ -324,6 +324,23 @@ class MatchWriter:
             return 4 * self.bs
         return 2 * self.bs
 
+    def _top_as_spacer(self, k: int, blocks: float) -> bool:
+        """Whether the holes of the largest bucket ``k`` (``blocks`` in all) can be spacers:
+        where the allocator keeps a spacer of the bucket's largest size whole, or, allocated
+        at once on an empty disk, one of the largest the plan draws (at most ``blocks``) fits
+        in three quarters of an ext block group (a 1 KiB-block target's one hole of 5,000
+        blocks: the unwritten rest of its 8 MiB groups is split among the groups the files
+        go to, and no file of the matcher's is large enough to punch it into)."""
+        if 2 << k <= self._spacer_limit():
+            return True
+        largest = min((2 << k) - 1, round(blocks))
+        return (
+            self.disk.can_fallocate
+            and self.disk.can_punch
+            and not self.disk.can_place
+            and largest <= 6 * self.bs
+        )
+
     def _allocate_spacer(self, rel: str, blocks: int) -> bool:
         """On the kernel, a large spacer is allocated (fallocate) rather than written: the
         allocator serves it at once, whole, from the start of a free extent large enough,
@@ -511,7 +528,7 @@ class MatchWriter:
             # the allocator keeps a spacer whole (``_spacer_limit``).
             top = max(want, key=lambda k: want[k])
             alone = not (self.disk.groups or self.disk.can_place)
-            if self.top_spacer and alone and 2 << top <= self._spacer_limit():
+            if self.top_spacer and alone and self._top_as_spacer(top, want[top] * free_after):
                 top = -1
             if top < max(want):
                 # The bucket holding the most free blocks is not the largest extents (a mail
