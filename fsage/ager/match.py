@@ -129,12 +129,26 @@ class MatchResult:
 class Matcher(Steering):
     """Fill, then steer in rounds until matched or stalled."""
 
-    def run(self) -> MatchResult:
+    #: Told "rounds" once a fill is done and "fill" when one is cleared (the record keeps it,
+    #: so that ``--resume`` knows whether the files on disk are a whole fill).
+    on_phase: Callable[[str], None] | None = None
+
+    def _phase(self, phase: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(phase)
+
+    def run(self, adopted: bool = False) -> MatchResult:
+        """``adopted``: the files on disk are a fill (``adopt``): the rounds go on from them."""
         t0 = time.perf_counter()
         res = MatchResult(target="", source=self.target.source)
-        self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
+        if adopted:
+            self.say(f"fsage: the rounds go on from the {len(self.sizes):,} files on disk")
+        else:
+            self.say(f"fsage: filling to {self.target.fullness:.3f} with the target's file sizes")
         try:
-            self.fill()
+            if not adopted:
+                self.fill()
+                self._phase("rounds")
         except NoSpaceError as exc:
             # The fill never plans past the target's fullness; a file system that still runs
             # out (its metadata grew more than counted) is said, and the rest left as it is.
@@ -205,9 +219,11 @@ class Matcher(Steering):
                     else fill_best.get(True, 9.0) < fill_best.get(False, 9.0)
                 )
                 self.say(f"fsage: no progress in {STALL_ROUNDS} rounds: fill {fills} of {FILLS}")
+                self._phase("fill")
                 self.clear()
                 try:
                     self.fill()
+                    self._phase("rounds")
                 except NoSpaceError as exc:
                     res.stop = f"fill {fills} ran out of space ({exc})"
                     self.settle_fullness()
@@ -389,12 +405,16 @@ def _match(
             check_room(target, str(path), disk.fullness())
         run_id = start_run_row(db, path, disk, rec)
         try:
-            disk.prepare()
+            if not rec.kept:  # else its area is there, with the files the rounds go on from
+                disk.prepare()
             if isinstance(disk, OfflineDisk) and say is not None:
                 say(f"fsage: {OFFLINE_NOTICE}")
             matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
+            matcher.on_phase = rec.set_phase
+            if rec.kept:
+                matcher.adopt()
             try:
-                res = matcher.run()
+                res = matcher.run(adopted=rec.kept)
                 if not offline_after:
                     live = matcher.snapshot()
             except OSError as exc:

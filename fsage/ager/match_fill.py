@@ -681,6 +681,32 @@ class MatchWriter:
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
         self.disk.commit()
 
+    def adopt(self) -> None:
+        """Take over the files in the matcher's area as its own (a match resumed in its
+        rounds): their inodes and sizes as the disk holds them, and the next paths after the
+        highest numbers taken."""
+        from fsage.ager.match_disk import AREA
+
+        layout = self.disk.layout()
+        isdir = layout.files.is_dir()
+        index = {int(ino): i for i, ino in enumerate(layout.files.ino)}
+        for ino, paths in layout.paths().items():
+            for p in paths:
+                rel = p.lstrip("/")
+                if not rel.startswith(AREA + "/"):
+                    continue
+                rel = rel[len(AREA) + 1 :]
+                if isdir[index[int(ino)]]:
+                    self.dirs_made.add(rel)
+                    continue
+                self.paths[int(ino)] = rel
+                self.sizes[rel] = int(layout.files.size[index[int(ino)]])
+                name = rel.rsplit("/", 1)[-1]
+                if name[1:].isdigit() and name[0] == "f":
+                    self.serial = max(self.serial, int(name[1:]) + 1)
+                elif name[1:].isdigit() and name[0] == "s":
+                    self.spacer_serial = max(self.spacer_serial, int(name[1:]))
+
     def clear(self) -> None:
         """Delete every file of the matcher's (its directories stay, emptied)."""
         for rel in list(self.sizes):

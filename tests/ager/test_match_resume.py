@@ -279,3 +279,55 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
     assert len(matched) > 300
     # The same files of the same sizes; where the kernel put their blocks may differ.
     assert {p: s for p, (s, _) in matched.items()} == {p: s for p, (s, _) in replayed.items()}
+
+
+@pytest.mark.slow
+def test_a_match_stopped_in_its_rounds_resumes_from_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped once its fill is done, a match resumed keeps the files on disk and goes on
+    with its rounds: no file of the fill is deleted and written again, and the journal of
+    both parts still runs again to the same blocks."""
+    from fsage.ager.match import Matcher
+
+    spec = _holes_target(tmp_path)
+    img, other = _ext4(tmp_path / "a.img", 64 * MIB), _ext4(tmp_path / "b.img", 64 * MIB)
+    real_snapshot = Matcher.snapshot
+
+    def snapshot(self: Matcher) -> object:
+        raise KeyboardInterrupt  # the first round's read: the fill is done
+
+    monkeypatch.setattr(Matcher, "snapshot", snapshot)
+    r = CliRunner().invoke(main, ["age", str(img), "--match", str(spec), "--offline"])
+    assert r.exit_code == 130, r.output
+    monkeypatch.setattr(Matcher, "snapshot", real_snapshot)
+    rec = _record(img)
+    assert rec["finished"] is False and rec["phase"] == "rounds"
+    journal = Path(str(rec["journal"]))
+    stopped = _journal_ops(journal)
+    filled = {str(o["path"]) for o in stopped if o["op"] == "create"}
+    on_disk = _files(img)
+    assert len(on_disk) > 300
+
+    r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{") :])
+    assert res["resumed"] and res["matched"], res["stop"]
+    assert any("resumed in its rounds" in n for n in res["notices"]), res["notices"]
+    _fsck(img)
+    ops = _journal_ops(journal)
+    assert ops[: len(stopped)] == stopped
+    later = ops[len(stopped) :]
+    # The fill's files stay where they were (a fill drawn again would delete them all and
+    # write them again at the same paths).
+    assert not {str(o["path"]) for o in later if o["op"] == "create"} & filled
+    deleted = {str(o["path"]) for o in later if o["op"] == "delete"}
+    assert len(deleted) < len(filled) / 2
+    after = _files(img)
+    kept = [p for p in on_disk if p not in deleted]
+    assert kept and all(after[p] == on_disk[p] for p in kept)
+
+    r = CliRunner().invoke(main, ["age", str(other), "--ops", str(journal), "--offline"])
+    assert r.exit_code == 0, r.output
+    assert _files(other) == after
+    assert _free(other) == _free(img)
