@@ -327,18 +327,21 @@ class MatchWriter:
     def _top_as_spacer(self, k: int, blocks: float) -> bool:
         """Whether the holes of the largest bucket ``k`` (``blocks`` in all) can be spacers:
         where the allocator keeps a spacer of the bucket's largest size whole, or, allocated
-        at once on an empty disk, one of the largest the plan draws (at most ``blocks``) fits
-        in three quarters of an ext block group (a 1 KiB-block target's one hole of 5,000
-        blocks: the unwritten rest of its 8 MiB groups is split among the groups the files
-        go to, and no file of the matcher's is large enough to punch it into)."""
+        at once (the large spacers first) on an empty disk of a few block groups, one of the
+        largest the plan draws (at most ``blocks``) fits in a group less a sixteenth (a
+        1 KiB-block target's one hole of 5,000 blocks, a 4 KiB one's of 30,600: the unwritten
+        rest of the disk is split among the groups the files go to, and no file of the
+        matcher's is large enough to punch such a hole into)."""
         if 2 << k <= self._spacer_limit():
             return True
         largest = min((2 << k) - 1, round(blocks))
+        group = 8 * self.bs
         return (
             self.disk.can_fallocate
             and self.disk.can_punch
             and not self.disk.can_place
-            and largest <= 6 * self.bs
+            and largest <= group - group // 16
+            and self.total >= 3 * group
         )
 
     def _allocate_spacer(self, rel: str, blocks: int) -> bool:
@@ -562,11 +565,14 @@ class MatchWriter:
         # allocator finds no free extent of their size in their group and splits them (an
         # 8,200-block spacer as 6,144 + 2,070 blocks), leaving two smaller holes. Each is
         # followed by a whole file, so that two of them never make one hole.
-        big = [
-            i
-            for i, (kind, v, _b) in enumerate(items)
-            if kind == "spacer" and v * self.bs >= 1 << 20
-        ]
+        big = sorted(
+            (
+                i
+                for i, (kind, v, _b) in enumerate(items)
+                if kind == "spacer" and v * self.bs >= 1 << 20
+            ),
+            key=lambda i: -items[i][1],
+        )
         walls = iter([i for i, (kind, _v, _b) in enumerate(items) if kind == "whole"])
         first: list[int] = []
         for i in big:
