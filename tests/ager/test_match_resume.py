@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsage.ager.match import target_from_layout
+from fsage.ager.match import FREE_TV, target_from_layout
 from fsage.cli import main
 from fsage.snapshotter.ext import read_ext_layout
 
@@ -216,8 +216,6 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
     from fsage.ager.images import clear_stale_mounts, loop_mount, make_image
     from fsage.snapshotter import read_source
 
-    # 512 MiB: on smaller images of this target the kernel's allocator leaves the free
-    # space unmatched in about half the runs, killed or not.
     size = 512 * MIB
     src = make_image(tmp_path / "target.img", "ext4", size)
     with loop_mount(src) as mnt:
@@ -257,10 +255,10 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
         # Judged after unmount by the offline reader: every size bucket and the fullness.
         assert res["measured_by"].startswith("the offline reader")
         assert rep["buckets_ok"] and rep["fullness_ok"], res["stop"]
-        # The free space within a loose bound: the kernel's allocator leaves some runs, killed
-        # or not, just short of the 0.1 a match needs (test_match.py judges that part).
-        assert rep["free_tv"] is not None and rep["free_tv"] <= 0.2, res["stop"]
-        assert res["matched"] or res["reasons"]  # else it says which dimension failed
+        # And the free space: the target's two large holes (half a group and nearly a whole
+        # one) are spacers of the fill, allocated first, on the kernel path too.
+        assert rep["free_tv"] is not None and rep["free_tv"] <= FREE_TV, res["stop"]
+        assert res["matched"], res["reasons"]
         assert _record(img)["finished"] is True
     finally:
         if proc.poll() is None:
