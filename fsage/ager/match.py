@@ -5,7 +5,9 @@ the free-space histogram (free blocks per log2 extent length, e2freefrag's bucke
 fullness — taken from a stored snapshot or a JSON file. The matcher
 
 1. fills the target with files drawn from the target's size buckets (file counts scaled to
-   the capacity) up to the target's fullness, each written whole;
+   the capacity) up to the target's fullness: a share of each bucket's files with their
+   blocks interleaved, the rest whole; a bucket with too few files to be steered, every file
+   in pieces of the length that gives its score;
 2. then, in rounds, reads the mounted tree with fsage's live reader and steers:
    - a size bucket whose score is above the target's gets files rewritten as interleaved,
      fsync'ed appends of several files at once (their blocks alternate on disk);
