@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -239,7 +240,11 @@ class Matcher(Steering):
                 break
             try:
                 last_actions = self.steer_scores(st)
-                free_action = self.steer_free(st) if st.free_known else ""
+                # One of the two a round: holes punched into the files a bucket's rewrite was
+                # aimed at add breaks the rewrite did not count (a bucket 0.024 above its
+                # target came out 0.026 below, and the next round undid it).
+                rewrote = any(k.startswith("bucket") for k in last_actions)
+                free_action = self.steer_free(st) if st.free_known and not rewrote else ""
                 if free_action:
                     last_actions["free space"] = free_action
                 settled = self.settle_fullness()
@@ -385,7 +390,10 @@ def _match(
     journal: Path | None,
     record: dict[str, Any] | None,
     db: Path | None = None,
+    again: int = 2,
 ) -> MatchResult:
+    """``again``: how many times a match matched while mounted and not once unmounted may
+    mount the image again and go on with its rounds from the state left on disk."""
     from fsage.ager.images import image_kind
 
     # An ext image is judged by the offline reader once unmounted: the state left on disk,
@@ -439,7 +447,10 @@ def _match(
                 finish_run_row(db, run_id, status, rec, {}, notes)
             raise
         rec.ops = rec.base_ops + len(disk.ops)
-        rec.save(finished=True)
+        # A kernel-path match of an image is finished once the state left on disk is judged
+        # (see below); until then its record says where --resume would go on.
+        kernel_image = offline_after and not isinstance(disk, OfflineDisk)
+        rec.save(finished=not kernel_image, clean=True)
         rec.close()
     if live is None:
         from fsage.snapshotter.ext import read_ext_layout
@@ -456,6 +467,36 @@ def _match(
         res.stop = f"matched while aging, not as measured by {res.measured_by}"
     elif res.matched and not was:
         res.stop = f"matched as measured by {res.measured_by}"
+    if kernel_image and was and not res.matched and again > 0 and res.elapsed < time_limit:
+        # The kernel's preallocations, freed at unmount, join holes the rounds had judged
+        # (a mail target's free-space TV 0.093 while mounted, 0.144 unmounted): mounted
+        # again, without them, the rounds go on from the files on disk.
+        if say is not None:
+            tv = res.report.get("free_tv")
+            say(
+                f"fsage: matched while mounted, not once unmounted (free-space TV "
+                f"{'unknown' if tv is None else f'{tv:.3f}'}): mounted again, the rounds go on"
+            )
+        finish_run_row(db, run_id, "finished", rec, {"matched": False}, ["mounted again"])
+        more = _match(
+            path, target, seed, time_limit - res.elapsed, mode, say, None,
+            interrupted_match(path), db, again - 1,
+        )  # fmt: skip
+        more.elapsed += res.elapsed
+        more.rounds += res.rounds
+        more.files_written += res.files_written
+        more.bytes_written += res.bytes_written
+        more.resumed = record is not None
+        more.notices = [
+            *rec.notices,
+            "matched while mounted, not once unmounted: mounted again, the rounds went on "
+            "from the files on disk",
+        ]
+        if journal is not None:
+            shutil.copyfile(more.journal, journal)
+        return more
+    if kernel_image:
+        rec.save(finished=True)
     res.reasons = (
         {} if res.matched else _reasons(res.report, matcher.last_actions, matcher.locality_reason)
     )
