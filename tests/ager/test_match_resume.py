@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsage.ager.match import FREE_TV, target_from_layout
+from fsage.ager.match import AREA, FREE_TV, target_from_layout
 from fsage.cli import main
 from fsage.snapshotter.ext import read_ext_layout
 
@@ -329,3 +329,43 @@ def test_a_match_stopped_in_its_rounds_resumes_from_its_files(
     assert r.exit_code == 0, r.output
     assert _files(other) == after
     assert _free(other) == _free(img)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_matched_mounted_but_not_unmounted_mounts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel-path match that the state left on disk does not bear out (here: the first
+    reading after unmount made to show one huge hole) mounts the image again and goes on
+    with its rounds from its files; the record ends finished and the journal holds both."""
+    import fsage.ager.match as m
+    from fsage.ager.images import make_image
+
+    spec = tmp_path / "t.json"
+    spec.write_text(_holes_target(tmp_path).read_text())
+    target = m.LayoutTarget.from_json(json.loads(spec.read_text()), "t")
+    img = make_image(tmp_path / "a.img", "ext4", 64 * MIB)
+    real = m.measure
+    calls = [0]
+
+    def measure(layout: object) -> object:
+        st = real(layout)  # type: ignore[arg-type]
+        calls[0] += 1
+        if calls[0] == 1:
+            st.target.free = {20: 1}
+        return st
+
+    monkeypatch.setattr(m, "measure", measure)
+    said: list[str] = []
+    copy = tmp_path / "ops.jsonl"
+    res = m.match_layout(img, target, seed=1, mode="mount", say=said.append, journal=copy)
+    assert calls[0] == 2
+    assert any("mounted again" in s for s in said), said
+    assert any("mounted again" in n for n in res.notices), res.notices
+    assert res.matched and res.measured_by == "the offline reader after unmount", res.stop
+    assert _record(img)["finished"] is True
+    _fsck(img)
+    assert copy.read_bytes() == Path(res.journal).read_bytes()
+    # Its area was not cleared to be filled again (a clear deletes the area itself).
+    assert not [o for o in _journal_ops(copy) if o["op"] == "delete" and o["path"] == AREA]
