@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -60,94 +58,14 @@ from fsage.ager.match_target import (  # noqa: E402
     compare,
 )
 from tests.ager.gitaged import age_with_history, git  # noqa: E402
+from tests.ager.mailaged import ext4_image, mail_aged  # noqa: E402
+from tests.ager.oracles import filefrag_buckets, free_histograms, fs_kind, tv  # noqa: E402
 
 _UNIT = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_E2ROW = re.compile(r"^\s*(\d+)([KMGT])\.\.\.\s*\d+[KMGT]-\s*:\s*(\d+)\s+(\d+)\s+[\d.]+%")
-_XFSROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s*$")
-_EXT = re.compile(r"^\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+):")
 
 
 def _size(text: str) -> int:
     return int(float(text[:-1]) * _UNIT[text[-1].upper()])
-
-
-def sh(*argv: str) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-
-
-def fs_kind(image: Path) -> str:
-    return (
-        "xfs" if sh("blkid", "-o", "value", "-s", "TYPE", str(image)).strip() == "xfs" else "ext4"
-    )
-
-
-# ------------------------------------------------------------------------------- oracles
-
-
-def free_oracle(image: Path) -> tuple[float, dict[int, int], dict[int, int]]:
-    """(fullness, free blocks and free extents per log2 extent length in blocks), as
-    e2freefrag (ext4) or xfs_db's freesp (xfs) counts them, from the unmounted image."""
-    blocks: dict[int, int] = {}
-    extents: dict[int, int] = {}
-    if fs_kind(image) == "xfs":
-        sb = sh("xfs_db", "-r", "-c", "sb 0", "-c", "p dblocks fdblocks", str(image))
-        dblocks = int(re.search(r"dblocks = (\d+)", sb).group(1))  # type: ignore[union-attr]
-        fdblocks = int(re.search(r"fdblocks = (\d+)", sb).group(1))  # type: ignore[union-attr]
-        for line in sh("xfs_db", "-r", "-c", "freesp", str(image)).splitlines():
-            m = _XFSROW.match(line)
-            if m:
-                k = int(m.group(1)).bit_length() - 1
-                extents[k] = extents.get(k, 0) + int(m.group(3))
-                blocks[k] = blocks.get(k, 0) + int(m.group(4))
-        return 1 - fdblocks / dblocks, blocks, extents
-    out = sh("e2freefrag", str(image))
-    bs = int(re.search(r"Blocksize:\s*(\d+)", out).group(1))  # type: ignore[union-attr]
-    total = int(re.search(r"Total blocks:\s*(\d+)", out).group(1))  # type: ignore[union-attr]
-    free = int(re.search(r"Free blocks:\s*(\d+)", out).group(1))  # type: ignore[union-attr]
-    for line in out.split("HISTOGRAM")[-1].splitlines():
-        m = _E2ROW.match(line)
-        if m:
-            k = int(math.log2(int(m.group(1)) * _UNIT[m.group(2)] // bs))
-            extents[k], blocks[k] = int(m.group(3)), int(m.group(4))
-    return 1 - free / total, blocks, extents
-
-
-def tv(a: dict[int, int], b: dict[int, int]) -> float:
-    ta, tb = sum(a.values()) or 1, sum(b.values()) or 1
-    return 0.5 * sum(abs(a.get(k, 0) / ta - b.get(k, 0) / tb) for k in set(a) | set(b))
-
-
-def filefrag_buckets(image: Path, bs: int) -> dict[int, tuple[int, int, int]]:
-    """Per size bucket: (files, contiguous blocks, blocks - 1) of the image's regular files
-    of two blocks or more, from ``filefrag -v`` on a read-only mount."""
-    out: dict[int, list[int]] = {}
-    with loop_mount(image, options="ro") as mnt:
-        paths = [
-            os.path.join(d, f)
-            for d, _dirs, files in os.walk(mnt)
-            for f in files
-            if os.path.isfile(os.path.join(d, f)) and not os.path.islink(os.path.join(d, f))
-        ]
-        for i in range(0, len(paths), 300):
-            text = sh("filefrag", "-v", f"-b{bs}", *paths[i : i + 300])
-            for block in re.split(r"^File size of ", text, flags=re.M)[1:]:
-                exts = sorted(
-                    (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-                    for m in map(_EXT.match, block.splitlines())
-                    if m
-                )
-                n = sum(e[2] for e in exts)
-                if n < 2:
-                    continue
-                cont, prev = 0, None
-                for _l, p, ln in exts:
-                    cont += ln - 1 + (prev is not None and p == prev)
-                    prev = p + ln
-                row = out.setdefault((n - 1).bit_length(), [0, 0, 0])
-                row[0] += 1
-                row[1] += cont
-                row[2] += n - 1
-    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
 
 # ------------------------------------------------------------------------------- reading
@@ -171,7 +89,7 @@ def measure_row(
 ) -> dict[str, Any]:
     st = read_target(image, name)
     rep = compare(target, st)
-    full, blocks, extents = free_oracle(image)
+    full, blocks, extents = free_histograms(image)
     _tf, tblocks, textents, tff = oracle_target
     ff = filefrag_buckets(image, bs)
     buckets = []
@@ -232,22 +150,17 @@ def print_row(row: dict[str, Any]) -> None:
 
 def fresh(path: Path, kind: str, size: int, bs: int) -> Path:
     if kind == "ext4" and bs != 4096:
-        path.unlink(missing_ok=True)
-        sh("truncate", "-s", str(size), str(path))
-        sh("mkfs.ext4", "-q", "-F", "-b", str(bs), str(path))
-        return path
+        return ext4_image(path, size, bs)
     return make_image(path, kind, size)
 
 
 def build_mail(work: Path, args: argparse.Namespace) -> Path:
-    img = fresh(work / "target.img", args.fs, _size(args.size), args.block_size)
-    cmd = [sys.executable, "-m", "fsage", "age", str(img), "--profile", "mail",
-           "--fill", str(args.fill), "--churn", str(args.churn), "--seed", str(args.target_seed),
-           "--mount"]  # fmt: skip
-    subprocess.run(
-        cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
-    return img
+    if args.fs != "ext4":
+        raise SystemExit("the mail target is built on ext4")
+    return mail_aged(
+        work / "target.img", _size(args.size), block_size=args.block_size, fill=args.fill,
+        churn=args.churn, seed=args.target_seed,
+    )  # fmt: skip
 
 
 def build_git(work: Path, args: argparse.Namespace) -> Path:
@@ -320,7 +233,7 @@ def main() -> int:
             f" (built in {time.perf_counter() - t0:.0f} s): fullness {target.fullness:.3f},"
             f" {sum(n for n, _s in target.buckets.values())} files"
         )
-        tfull, tblocks, textents = free_oracle(target_img)
+        tfull, tblocks, textents = free_histograms(target_img)
         oracle_t = (tfull, tblocks, textents, filefrag_buckets(target_img, bs))
         rows = [measure_row("target", target_img, target, oracle_t, bs)]
         made = []

@@ -1,12 +1,15 @@
 """A match recorded like any aging run: the record beside the target (``TARGET.fsage-age``,
 which ``--resume`` reads) and the journal of the ops that took effect, written as they run.
 
-A killed match is resumed from its record: the ops its journal holds stay (they ran), the
-matcher's files are deleted (journaled, so the journal still replays to the image) and the
-match runs again from its fill with the same target and seed. The matcher's state between
-rounds (its files, their buckets, the spacers) lives in memory only; clearing it is one of the
-matcher's own moves (a stalled fill is cleared the same way), so the image ends as a match
-never stopped would leave it, only later."""
+A killed match is resumed from its record: the ops its journal holds stay (they ran). Stopped
+in its rounds (the record's ``phase``: its fill was done), the files its journal leaves in
+place are the image's, and the match goes on with its rounds from them (``adopt``): its files,
+their sizes and its next paths are what is on disk. Stopped in its fill (whose plan and spacers
+live in memory only), or where the image does not hold what the journal says, the matcher's
+files are deleted (journaled, so the journal still replays to the image) and the match runs
+again from its fill with the same target and seed; clearing is one of the matcher's own moves
+(a stalled fill is cleared the same way), so the image ends as a match never stopped would
+leave it, only later."""
 
 from __future__ import annotations
 
@@ -63,6 +66,10 @@ class MatchRecord:
     ops: int = 0
     base_ops: int = 0
     notices: list[str] = field(default_factory=list)
+    #: "fill" until a fill is done, then "rounds" (until a stalled fill is cleared).
+    phase: str = "fill"
+    #: Resumed in its rounds: the files the stopped match left are kept (see ``adopt``).
+    kept: bool = False
     _saved: float = 0.0
 
     def save(self, finished: bool = False, clean: bool = False, force: bool = True) -> None:
@@ -82,9 +89,14 @@ class MatchRecord:
                 "data": "write",
                 "journal": str(self.journal.path),
                 "journal_bytes": self.journal.bytes,
+                "phase": self.phase,
                 "updated": time.time(),
             },
         )
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.save()
 
     def close(self) -> None:
         self.journal.close()
@@ -157,7 +169,19 @@ def resume_record(path: Path, disk: Disk, record: dict[str, Any]) -> MatchRecord
     for p in live:
         disk.knows(p)
     disk.attach(journal, lambda: _count_and_save(rec, disk))
-    rec.notices += _clear(disk, live)
+    tree = disk.area_tree()
+    in_area = {p for p in live if p == AREA or p.startswith(AREA + "/")}
+    if record.get("phase") == "rounds" and {p for p, _d in tree} == in_area:
+        # Stopped in its rounds, the image holding exactly what the journal left: the rounds
+        # go on from it.
+        rec.kept, rec.phase = True, "rounds"
+        files = sum(1 for _p, d in tree if not d)
+        rec.notices.append(
+            f"resumed in its rounds: the {files:,} files the interrupted match left are kept "
+            "and the rounds go on from them"
+        )
+    else:
+        rec.notices += _clear(disk, live)
     rec.save()
     return rec
 

@@ -5,10 +5,7 @@ and filefrag (layout score per size bucket) as oracles, not with fsage's own rea
 
 from __future__ import annotations
 
-import math
 import os
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,38 +16,21 @@ from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL
 from fsage.snapshotter.ext import read_ext_layout
 from tests.ager.gitaged import age_with_history, generated_repo
 from tests.ager.helpers import fsck_clean
+from tests.ager.oracles import filefrag_buckets, free_histograms
+from tests.ager.oracles import tv as _tv
 
 MIB = 1 << 20
-_UNIT = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_ROW = re.compile(r"^\s*(\d+)([KMGT])\.\.\.\s*\d+[KMGT]-\s*:\s*(\d+)\s+(\d+)\s+[\d.]+%")
-_EXT = re.compile(r"^\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+)\.\.\s*\d+:\s*(\d+):")
 
 
 def _e2freefrag(image: Path) -> tuple[float, dict[int, int]]:
     """(fullness, free blocks per log2 extent length in blocks) as e2freefrag counts them."""
-    out = subprocess.run(["e2freefrag", str(image)], capture_output=True, text=True, check=True)
-    bs = int(re.search(r"Blocksize:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
-    total = int(re.search(r"Total blocks:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
-    free = int(re.search(r"Free blocks:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
-    hist: dict[int, int] = {}
-    for line in out.stdout.split("HISTOGRAM")[-1].splitlines():
-        m = _ROW.match(line)
-        if m:
-            low = int(m.group(1)) * _UNIT[m.group(2)] // bs
-            hist[int(math.log2(low))] = int(m.group(4))
-    return 1 - free / total, hist
+    full, blocks, _extents = free_histograms(image)
+    return full, blocks
 
 
 def _e2freefrag_extents(image: Path) -> dict[int, int]:
     """Free extents per log2 extent length in blocks, as e2freefrag counts them."""
-    out = subprocess.run(["e2freefrag", str(image)], capture_output=True, text=True, check=True)
-    bs = int(re.search(r"Blocksize:\s*(\d+)", out.stdout).group(1))  # type: ignore[union-attr]
-    hist: dict[int, int] = {}
-    for line in out.stdout.split("HISTOGRAM")[-1].splitlines():
-        m = _ROW.match(line)
-        if m:
-            hist[int(math.log2(int(m.group(1)) * _UNIT[m.group(2)] // bs))] = int(m.group(3))
-    return hist
+    return free_histograms(image)[2]
 
 
 def _tree_shape(image: Path) -> tuple[int, int, int]:
@@ -66,47 +46,8 @@ def _tree_shape(image: Path) -> tuple[int, int, int]:
     return dirs, files, deepest
 
 
-def _tv(a: dict[int, int], b: dict[int, int]) -> float:
-    ta, tb = sum(a.values()), sum(b.values())
-    return 0.5 * sum(abs(a.get(k, 0) / ta - b.get(k, 0) / tb) for k in set(a) | set(b))
-
-
 def _filefrag_buckets(image: Path) -> dict[int, tuple[int, int, int]]:
-    """Per size bucket (blocks in seed 000's powers of two): (files, contiguous blocks,
-    blocks - 1) of the regular files of the image, from ``filefrag -v`` on a read-only mount."""
-    out: dict[int, list[int]] = {}
-    with loop_mount(image, options="ro") as mnt:
-        paths = [
-            os.path.join(d, f)
-            for d, _dirs, files in os.walk(mnt)
-            for f in files
-            if not os.path.islink(os.path.join(d, f))
-        ]
-        for i in range(0, len(paths), 300):
-            text = subprocess.run(
-                ["filefrag", "-v", "-b4096", *paths[i : i + 300]],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
-            # One header per run of filefrag, then one block per file.
-            for block in re.split(r"^File size of ", text, flags=re.M)[1:]:
-                exts = sorted(
-                    (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-                    for m in map(_EXT.match, block.splitlines())
-                    if m
-                )
-                blocks = sum(e[2] for e in exts)
-                if blocks < 2:
-                    continue
-                cont, prev = 0, None
-                for _l, p, n in exts:
-                    cont += n - 1 + (prev is not None and p == prev)
-                    prev = p + n
-                k = (blocks - 1).bit_length()
-                row = out.setdefault(k, [0, 0, 0])
-                row[0] += 1
-                row[1] += cont
-                row[2] += blocks - 1
-    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+    return filefrag_buckets(image, 4096)
 
 
 @pytest.mark.slow

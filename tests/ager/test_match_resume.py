@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsage.ager.match import target_from_layout
+from fsage.ager.match import AREA, FREE_TV, target_from_layout
 from fsage.cli import main
 from fsage.snapshotter.ext import read_ext_layout
 from tests.ager.fragmented import fragmented_target
@@ -180,8 +180,6 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
 def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
     from fsage.ager.images import clear_stale_mounts, make_image
 
-    # 512 MiB: on smaller images of this target the kernel's allocator leaves the free
-    # space unmatched in about half the runs, killed or not.
     size = 512 * MIB
     spec = tmp_path / "t.json"
     spec.write_text(
@@ -220,10 +218,10 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
         # Judged after unmount by the offline reader: every size bucket and the fullness.
         assert res["measured_by"].startswith("the offline reader")
         assert rep["buckets_ok"] and rep["fullness_ok"], res["stop"]
-        # The free space within a loose bound: the kernel's allocator leaves some runs, killed
-        # or not, just short of the 0.1 a match needs (test_match.py judges that part).
-        assert rep["free_tv"] is not None and rep["free_tv"] <= 0.2, res["stop"]
-        assert res["matched"] or res["reasons"]  # else it says which dimension failed
+        # And the free space: the target's two large holes (half a group and nearly a whole
+        # one) are spacers of the fill, allocated first, on the kernel path too.
+        assert rep["free_tv"] is not None and rep["free_tv"] <= FREE_TV, res["stop"]
+        assert res["matched"], res["reasons"]
         assert _record(img)["finished"] is True
     finally:
         if proc.poll() is None:
@@ -242,3 +240,95 @@ def test_a_killed_mounted_match_resumes(tmp_path: Path) -> None:
     assert len(matched) > 300
     # The same files of the same sizes; where the kernel put their blocks may differ.
     assert {p: s for p, (s, _) in matched.items()} == {p: s for p, (s, _) in replayed.items()}
+
+
+@pytest.mark.slow
+def test_a_match_stopped_in_its_rounds_resumes_from_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped once its fill is done, a match resumed keeps the files on disk and goes on
+    with its rounds: no file of the fill is deleted and written again, and the journal of
+    both parts still runs again to the same blocks."""
+    from fsage.ager.match import Matcher
+
+    spec = _holes_target(tmp_path)
+    img, other = _ext4(tmp_path / "a.img", 64 * MIB), _ext4(tmp_path / "b.img", 64 * MIB)
+    real_snapshot = Matcher.snapshot
+
+    def snapshot(self: Matcher) -> object:
+        raise KeyboardInterrupt  # the first round's read: the fill is done
+
+    monkeypatch.setattr(Matcher, "snapshot", snapshot)
+    r = CliRunner().invoke(main, ["age", str(img), "--match", str(spec), "--offline"])
+    assert r.exit_code == 130, r.output
+    monkeypatch.setattr(Matcher, "snapshot", real_snapshot)
+    rec = _record(img)
+    assert rec["finished"] is False and rec["phase"] == "rounds"
+    journal = Path(str(rec["journal"]))
+    stopped = _journal_ops(journal)
+    filled = {str(o["path"]) for o in stopped if o["op"] == "create"}
+    on_disk = _files(img)
+    assert len(on_disk) > 300
+
+    r = CliRunner().invoke(main, ["age", str(img), "--resume", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{") :])
+    assert res["resumed"] and res["matched"], res["stop"]
+    assert any("resumed in its rounds" in n for n in res["notices"]), res["notices"]
+    _fsck(img)
+    ops = _journal_ops(journal)
+    assert ops[: len(stopped)] == stopped
+    later = ops[len(stopped) :]
+    # The fill's files stay where they were (a fill drawn again would delete them all and
+    # write them again at the same paths).
+    assert not {str(o["path"]) for o in later if o["op"] == "create"} & filled
+    deleted = {str(o["path"]) for o in later if o["op"] == "delete"}
+    assert len(deleted) < len(filled) / 2
+    after = _files(img)
+    kept = [p for p in on_disk if p not in deleted]
+    assert kept and all(after[p] == on_disk[p] for p in kept)
+
+    r = CliRunner().invoke(main, ["age", str(other), "--ops", str(journal), "--offline"])
+    assert r.exit_code == 0, r.output
+    assert _files(other) == after
+    assert _free(other) == _free(img)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_matched_mounted_but_not_unmounted_mounts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel-path match that the state left on disk does not bear out (here: the first
+    reading after unmount made to show one huge hole) mounts the image again and goes on
+    with its rounds from its files; the record ends finished and the journal holds both."""
+    import fsage.ager.match as m
+    from fsage.ager.images import make_image
+
+    spec = tmp_path / "t.json"
+    spec.write_text(_holes_target(tmp_path).read_text())
+    target = m.LayoutTarget.from_json(json.loads(spec.read_text()), "t")
+    img = make_image(tmp_path / "a.img", "ext4", 64 * MIB)
+    real = m.measure
+    calls = [0]
+
+    def measure(layout: object) -> object:
+        st = real(layout)  # type: ignore[arg-type]
+        calls[0] += 1
+        if calls[0] == 1:
+            st.target.free = {20: 1}
+        return st
+
+    monkeypatch.setattr(m, "measure", measure)
+    said: list[str] = []
+    copy = tmp_path / "ops.jsonl"
+    res = m.match_layout(img, target, seed=1, mode="mount", say=said.append, journal=copy)
+    assert calls[0] == 2
+    assert any("mounted again" in s for s in said), said
+    assert any("mounted again" in n for n in res.notices), res.notices
+    assert res.matched and res.measured_by == "the offline reader after unmount", res.stop
+    assert _record(img)["finished"] is True
+    _fsck(img)
+    assert copy.read_bytes() == Path(res.journal).read_bytes()
+    # Its area was not cleared to be filled again (a clear deletes the area itself).
+    assert not [o for o in _journal_ops(copy) if o["op"] == "delete" and o["path"] == AREA]
