@@ -47,6 +47,7 @@ import queue
 import shutil
 import signal
 import stat as stat_mod
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ from typing import TypeVar
 from fsage import imagelock
 from fsage.errors import FsageError, UsageError
 from fsage.lfs.blocktrace import ReadTracer
-from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
+from fsage.lfs.format import INO_ROOT, LfsChecksumError, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
 from fsage.lfs.mounted import FSTYPE
 
@@ -198,6 +199,10 @@ class LfsOperations:
             raise
         except (LfsOpError, LfsNoSpace) as exc:
             raise _err(errno_of(exc)) from None
+        except LfsChecksumError as exc:  # a damaged block: EIO, never its bytes
+            self.errors += 1
+            print(f"fsage lfs: {exc}", file=sys.stderr, flush=True)
+            raise _err(errno.EIO) from None
         except Exception as exc:  # the loop must go on: log it, answer EIO
             self.errors += 1
             import traceback
