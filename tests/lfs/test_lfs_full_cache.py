@@ -22,6 +22,7 @@ import pytest
 
 from fsage.lfs.fs import mkfs
 from fsage.lfs.mount import fuse_available
+from fsage.workload import Op, WorkloadHeader, write_workload
 from tests.lfs.test_lfs_full import _fsck
 from tests.lfs.test_mount import REPO, Mounted
 
@@ -238,3 +239,50 @@ def test_an_open_file_shows_the_stored_size_after_a_refused_fsync(tmp_path: Path
     print(f"grown to {grown}; fstat at once {first}, {size} after {late:.3f} s")
     assert size == stored["x"][0] < grown, (size, stored["x"][0], grown)
     assert read == stored["x"][1]
+
+
+def test_ager_appends_and_overwrites_refused_near_full_leave_the_old_size(tmp_path: Path) -> None:
+    """Appends and overwrites past the end run by ``fsage age`` through the mount until the
+    LFS refuses them (in write(2), at fsync or only at close, when the writeback cache
+    writes them back): each refused one leaves the file its old size, so after a remount
+    every file is as large as the ops the ager journals as done leave it."""
+    image = tmp_path / "grow.img"
+    mkfs(image, size=8 << 20, blocks_per_segment=32, block_size=512)
+    rng = random.Random("grow-near-full")
+    ops = [Op("create", f"g{i:02d}", size=16 << 10) for i in range(24)]
+    sizes = {op.path: op.size for op in ops}
+    for _ in range(160):
+        name = rng.choice(sorted(sizes))
+        n = rng.randrange(64 << 10, 1 << 20)  # larger than one write-back request
+        if rng.random() < 0.6:
+            ops.append(Op("append", name, size=n))
+        else:  # past the end: the file grows
+            ops.append(Op("overwrite", name, size=n, offset=rng.randrange(sizes[name] + 1)))
+    stream = tmp_path / "grow.jsonl"
+    write_workload(stream, WorkloadHeader("test"), ops)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    m = Mounted(image, mp)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "fsage", "age", str(mp), "--ops", str(stream)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "out of space" in out.stdout + out.stderr  # it did reach ENOSPC
+        shown = _view(mp)
+    finally:
+        m.unmount()
+    stored = _stored(image, mp, shown)
+    journal = _expected_from_journal(next(tmp_path.glob("mnt.fsage-age.*.ops.jsonl")))
+    got = {n: size for n, (size, _) in stored.items()}
+    assert set(journal) == set(got)
+    wrong = sorted(n for n in journal if got[n] != journal[n])
+    assert not wrong, (
+        f"{len(wrong)} files differ from what the ops the ager reports done leave: "
+        f"{[(n, journal[n], got[n]) for n in wrong[:5]]}"
+    )
