@@ -19,7 +19,11 @@ work into file, stream, directory and file-system operations). What the adapter 
   none. A write or fsync the LFS refuses (ENOSPC near full) leaves the kernel holding pages
   and a size the image does not: the inode's pages are dropped and so is its name, so that
   once the file is closed the kernel forgets the inode (it never takes a stored size over its
-  own while the writeback cache is on) and shows what is stored. Permissions are checked by
+  own while the writeback cache is on) and shows what is stored. While it is still open, a
+  truncate of the mount's own, answered with the stored attributes, sets the kernel's size
+  (:class:`fsage.lfs.kcache.SizeFixer`): it waits for the inode lock the failed fsync holds,
+  so an fstat made the instant the fsync returns may still see the old size. A block whose
+  checksum fails (format version 2) is answered EIO. Permissions are checked by
   the kernel (``default_permissions``) only with ``-o allow_other``: otherwise only the
   mounting user, who can write the image anyway, reaches the files, and the check would cost
   a ``getattr`` of the directory after each change in it.
