@@ -411,7 +411,7 @@ def read_geometry(fd: int, image_size: int, where: str) -> Geometry:
     if sb.version == 1:
         raise LfsError(
             f"{where}: LFS format version 1 (no checksums); this fsage reads version "
-            f"{VERSION} only: copy the files onto an image made by fsage lfs mkfs"
+            f"{VERSION} only: copy the files out with the fsage that made it"
         )
     if sb.version != VERSION:
         raise LfsError(f"{where}: unsupported LFS version {sb.version}")
