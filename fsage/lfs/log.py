@@ -142,6 +142,10 @@ class _LogMixin(LfsState):
         self.buf[: self.cur_pos * self.bs] = os.pread(
             self.fd, self.cur_pos * self.bs, self.geo.seg_offset(seg)
         )
+        # reads of these blocks come from the buffer from now on: checked once, here
+        for pos in used:
+            block = memoryview(self.buf)[pos * self.bs : (pos + 1) * self.bs]
+            self._verify_block(fmt.sbn(seg, pos), block, self.crcs[pos])
 
     def _put(self, data: bytes | bytearray | memoryview, rec: BlockRec) -> int:
         if self.cur_pos >= self.ndata or self.seq > fmt.SEQ_MAX:
