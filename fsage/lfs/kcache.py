@@ -72,7 +72,8 @@ class SizeFixer:
     mount truncates the file through the mount point to ``token``, a size no one asks for,
     and ``setattr`` answers a truncate to it with the stored attributes, changing nothing.
     The truncate waits for the inode lock the failed fsync holds, so it lands as that fsync
-    returns; pages the kernel kept past the stored end are dropped with it."""
+    returns; pages the kernel kept past the stored end are dropped with it, and so would be
+    data the application wrote past that end in the moment between the two."""
 
     def __init__(self, mountpoint: str) -> None:
         self._mp = mountpoint
