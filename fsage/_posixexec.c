@@ -527,10 +527,27 @@ static int run_resize(Exec *ex, OpArgs *a) {
         if (!ex->allocate_only) rc = put_data(ex, fd, a->size, a->offset);
     } else if (RETRY(ftruncate(fd, a->size)) != 0) rc = errno_fail(ex);
     if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
-    if (rc == ERR_ERRNO && is_nospace(ex->err) && a->kind == K_APPEND) {
+    /* An append, or an overwrite past the end, refused for lack of space leaves the file its
+     * old size: the ager's model and journal take the op as never run. */
+    int grows = a->kind == K_APPEND || (a->kind == K_OVERWRITE && a->offset + a->size > old);
+    if (rc == ERR_ERRNO && is_nospace(ex->err) && grows) {
         if (RETRY(ftruncate(fd, old)) != 0) rc = errno_fail(ex);
     }
-    return close_checked(ex, fd, rc);
+    int failed_before = rc != 0;
+    rc = close_checked(ex, fd, rc);
+    if (rc == ERR_ERRNO && !failed_before && is_nospace(ex->err) && grows) {
+        /* Refused only at close (written back then: FUSE's writeback cache, NFS): part of
+         * the data may be stored. Cut it off again through a new descriptor; the close's
+         * error stays the one reported. */
+        int err = ex->err, fd2;
+        struct stat st2;
+        if (open_file(ex, a->path, a->plen, O_WRONLY, &fd2, &st2) == 0) {
+            if (st2.st_size != old) (void)RETRY(ftruncate(fd2, old));
+            close(fd2);
+        }
+        ex->err = err;
+    }
+    return rc;
 }
 
 static int run_space(Exec *ex, OpArgs *a) {

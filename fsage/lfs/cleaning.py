@@ -209,6 +209,8 @@ class _CleaningMixin(LfsState):
                 continue
             inode, off = owner
             data = raw[blk * self.bs : (blk + 1) * self.bs]
+            # a damaged block is not moved under a fresh checksum: the cleaning fails instead
+            self._verify_block(fmt.sbn(seg, blk), data, summ.crcs[blk])
             if rec.btype == BT_INDIRECT:
                 node = self._load_node(inode, (rec.level, rec.offset), fmt.sbn(seg, blk))
                 node.dirty = True
@@ -248,6 +250,8 @@ class _CleaningMixin(LfsState):
         summ.recs[blk] = BlockRec(
             BT_DATA, min(seq, fmt.SEQ_MAX), rec.ino, rec.version, rec.offset, rec.ctime
         )
+        summ.crcs[blk] = fmt.block_crc(data)
+        self._sum_crcs.pop(seg, None)
         self.live[seg] += 1
         self.mtime[seg] = max(self.mtime[seg], rec.ctime)
         self.counters.holeplug_blocks += 1
@@ -258,6 +262,9 @@ class _CleaningMixin(LfsState):
             # The plugged blocks replaced dead ones, the newest among them perhaps: the
             # segment's data time is that of the blocks its summary now describes.
             self.mtime[seg] = max((r.ctime for r in summ.recs if r is not None), default=0)
-            raw = fmt.pack_summary(self.geo, summ.recs, summ.next_seg, summ.stamp, summ.flags)
+            raw = fmt.pack_summary(
+                self.geo, summ.recs, summ.next_seg, summ.stamp, summ.flags, summ.crcs
+            )
+            self._sum_crcs.pop(seg, None)
             os.pwrite(self.fd, raw, self.geo.seg_offset(seg) + self.ndata * self.bs)
         self._plug_summ = {}

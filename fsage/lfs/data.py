@@ -9,6 +9,7 @@ import dataclasses
 import struct
 from collections.abc import Iterator
 
+from fsage.lfs import format as fmt
 from fsage.lfs.common import LfsOpError, now_ms
 from fsage.lfs.format import (
     BT_DATA,
@@ -186,7 +187,15 @@ class _DataMixin(LfsState):
             a = self._get_ptr(inode, off)
             if a:
                 self._check_addr(a, f"system file {inode.ino}")
-                chunk = self._read_block(a)
+                try:
+                    chunk = self._read_block(a)
+                except fmt.LfsChecksumError as exc:
+                    if not self.readonly:
+                        raise
+                    # read-only (fsck, a snapshot): the inodes this block holds are damaged,
+                    # the others are read
+                    self.damaged_sys[(inode.ino, off)] = str(exc)
+                    chunk = bytes(self.bs)
                 end = min(inode.size, (off + 1) * self.bs)
                 out[off * self.bs : end] = chunk[: end - off * self.bs]
         return out

@@ -3,6 +3,20 @@
 Everything here is pure encoding: geometry and its constraints, the magic number scan, the
 superblock and checkpoint protocol buffers, segment summaries and segment-block numbers.
 Numbers are big-endian, timestamps are milliseconds since the epoch (§2.1).
+
+fsage writes format version 2: seed 003's layout with checksums in the segment summary.
+
+- The summary area grows from 24 + 24 N_blk to 24 + 28 N_blk octets (rounded up to blocks):
+  after the block records and the 24-octet per-segment metadata comes a table of N_blk
+  big-endian CRC-32s, one per data block of the segment (``block_crc``: never 0; 0 marks an
+  unused slot and the summary blocks' own).
+- Octets 8-11 of the per-segment metadata (reserved in seed 003) hold the CRC-32 of all the
+  summary blocks with those four octets zero.
+
+Every block in the log is covered, so file data, directories, indirect blocks and the system
+files (inode map, inode vector, inode table) all are. They are checked where read: a mount
+gives EIO for a damaged block, fsck names it, and a mount is refused while fsck finds one.
+Version 1 images carry no checksums and are refused (``read_geometry``).
 """
 
 from __future__ import annotations
@@ -33,7 +47,9 @@ MAGIC = bytes.fromhex(
 )
 assert len(MAGIC) == 256
 
-VERSION = 1
+# Version 2 is fsage's: segment summaries carry a CRC-32 of themselves and one per block
+# (``pack_summary``). Version 1 images (seed 003's plain format) have neither and are refused.
+VERSION = 2
 MAGIC_SCAN_SECTORS = 1025  # §2.3.1: give up after the first 1025 sectors
 MAX_SECTOR_SIZE = 4096  # largest sector size the scan allows for (scan window 1025 x 4096)
 
@@ -81,7 +97,8 @@ SEGFLAG_COUNT = SEGFLAG_COMMIT - 1
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
-SEG_META = struct.Struct(">II8xQ")  # next segment, fsage flags, reserved, timestamp
+# next segment, fsage flags, summary CRC-32 (version 2), reserved, timestamp
+SEG_META = struct.Struct(">III4xQ")
 BLOCK_REC = struct.Struct(">HBxIIIQ")  # type|seq, octet 2, reserved, ino, ver, offset, ctime
 
 
@@ -105,6 +122,10 @@ class LfsError(SourceError):
 
 class LfsNoSpace(LfsError):
     """The log has no clean segment left even after cleaning."""
+
+
+class LfsChecksumError(LfsError):
+    """A block read from the image does not match the checksum its segment summary keeps."""
 
 
 @contextlib.contextmanager
@@ -195,8 +216,14 @@ class Geometry:
 
 
 def summary_blocks_for(blocks_per_segment: int, block_size: int) -> int:
-    """N_segsummaryblk = ceil((24 + 24 N_blk) / LEN_blk) (§2.4)."""
-    return math.ceil((24 + 24 * blocks_per_segment) / block_size)
+    """N_segsummaryblk = ceil((24 + 28 N_blk) / LEN_blk): seed 003's 24 + 24 N_blk (§2.4)
+    plus version 2's table of a 4-octet CRC-32 per block after the per-segment metadata."""
+    return math.ceil((24 + 28 * blocks_per_segment) / block_size)
+
+
+def block_crc(data: bytes | bytearray | memoryview) -> int:
+    """A block's checksum as its segment summary keeps it: CRC-32, never 0 (0: no block)."""
+    return zlib.crc32(data) or 1
 
 
 def checkpoint_len_max(segments: int) -> int:
@@ -381,6 +408,11 @@ def read_geometry(fd: int, image_size: int, where: str) -> Geometry:
     missing = [f for f in required if not sb.HasField(f)]
     if missing:
         raise LfsError(f"{where}: superblock lacks {', '.join(missing)}")
+    if sb.version == 1:
+        raise LfsError(
+            f"{where}: LFS format version 1 (no checksums); this fsage reads version "
+            f"{VERSION} only: copy the files out with the fsage that made it"
+        )
     if sb.version != VERSION:
         raise LfsError(f"{where}: unsupported LFS version {sb.version}")
     if sb.noctet_sector * sb.nsector_blk != block_size:
@@ -469,9 +501,16 @@ UNUSED_REC = BlockRec(BT_SUMMARY, SEQ_UNUSED)
 
 
 def pack_summary(
-    geo: Geometry, recs: list[BlockRec | None], next_seg: int, stamp: int, flags: int
+    geo: Geometry,
+    recs: list[BlockRec | None],
+    next_seg: int,
+    stamp: int,
+    flags: int,
+    crcs: list[int],
 ) -> bytes:
-    """The summary blocks of a segment: records, then the 24-octet per-segment metadata."""
+    """The summary blocks of a segment: records, the 24-octet per-segment metadata, then
+    ``crcs`` (``block_crc`` of each data block, 0 for an unused one). The metadata's CRC-32
+    covers all the summary blocks with its own four octets zero."""
     nblk = geo.blocks_per_segment
     out = bytearray(geo.summary_blocks * geo.block_size)
     unused = UNUSED_REC.pack()
@@ -481,7 +520,12 @@ def pack_summary(
             continue  # records of the summary blocks themselves are all zeros
         rec = recs[i] if i < len(recs) else None
         out[24 * i : 24 * i + 24] = rec.pack() if rec is not None else unused
-    SEG_META.pack_into(out, 24 * nblk, next_seg, flags, stamp)
+    table = 24 * nblk + 24
+    for i in range(min(data_blocks, len(recs), len(crcs))):
+        if recs[i] is not None:
+            U32.pack_into(out, table + 4 * i, crcs[i])
+    SEG_META.pack_into(out, 24 * nblk, next_seg, flags, 0, stamp)
+    U32.pack_into(out, 24 * nblk + 8, zlib.crc32(out))
     return bytes(out)
 
 
@@ -491,10 +535,18 @@ class Summary:
     next_seg: int
     flags: int
     stamp: int
+    crcs: list[int]  # block_crc of each data block; 0 for an unused one
 
 
-def unpack_summary(geo: Geometry, raw: bytes) -> Summary:
+def unpack_summary(geo: Geometry, raw: bytes, where: str = "segment summary") -> Summary:
+    """Decode a summary; LfsError when its CRC-32 does not match (damaged, or a segment
+    never written)."""
     nblk = geo.blocks_per_segment
+    next_seg, flags, crc, stamp = SEG_META.unpack_from(raw, 24 * nblk)
+    check = bytearray(raw)
+    U32.pack_into(check, 24 * nblk + 8, 0)
+    if zlib.crc32(check) != crc:
+        raise LfsChecksumError(f"{where}: checksum mismatch (damaged, or never written)")
     recs: list[BlockRec | None] = []
     for i in range(geo.data_blocks_per_segment):
         tseq, b2, ino, ver, off, ctime = BLOCK_REC.unpack_from(raw, 24 * i)
@@ -503,8 +555,9 @@ def unpack_summary(geo: Geometry, raw: bytes) -> Summary:
             recs.append(None)
             continue
         recs.append(BlockRec(tseq >> 12, seq, ino, ver, off, ctime, b2 >> 6))
-    next_seg, flags, stamp = SEG_META.unpack_from(raw, 24 * nblk)
-    return Summary(recs, next_seg, flags, stamp)
+    table = 24 * nblk + 24
+    crcs = [U32.unpack_from(raw, table + 4 * i)[0] for i in range(geo.data_blocks_per_segment)]
+    return Summary(recs, next_seg, flags, stamp, crcs)
 
 
 def read_summary(fd: int, geo: Geometry, segment: int) -> Summary:
@@ -512,7 +565,7 @@ def read_summary(fd: int, geo: Geometry, segment: int) -> Summary:
     raw = os.pread(fd, geo.summary_blocks * geo.block_size, off)
     if len(raw) < geo.summary_blocks * geo.block_size:
         raise LfsError(f"truncated image: summary of segment {segment} is cut off")
-    return unpack_summary(geo, raw)
+    return unpack_summary(geo, raw, f"summary of segment {segment}")
 
 
 # --- checkpoints ------------------------------------------------------------------------

@@ -243,6 +243,8 @@ class LFS(
         self._last_stamp: int = 0
         self._segs_since_cp = 0
         self._seg_cache: OrderedDict[int, bytes] = OrderedDict()
+        self._sum_crcs: OrderedDict[int, list[int]] = OrderedDict()
+        self.damaged_sys: dict[tuple[int, int], str] = {}
         self.notes: list[str] = []
         self.rolled_forward = 0
         self.cur_seg = -1

@@ -94,6 +94,8 @@ class _InodeMixin(LfsState):
             raise LfsOpError(f"inode {ino} is not in use")
         tbl = self._sysdata[INO_INOTBL]
         off = ino * fmt.INODE_SLOT
+        if (INO_INOTBL, off // self.bs) in self.damaged_sys:
+            raise LfsError(f"{self.path}: inode table slot {ino} is in a damaged block")
         if off + 4 > len(tbl):
             raise LfsError(f"{self.path}: inode {ino} beyond the inode table")
         ent = lfs_pb2.InodeTblEntry()

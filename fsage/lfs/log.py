@@ -124,6 +124,8 @@ class _LogMixin(LfsState):
         self.seq = 0
         self.buf = bytearray(self.geo.segment_size)
         self.recs: list[BlockRec | None] = [None] * self.ndata
+        self.crcs = [0] * self.ndata
+        self._sum_crcs.pop(seg, None)
         self.next_seg = -1
         self._seg_flags = 0
         self._last_flush_commit = False
@@ -134,11 +136,16 @@ class _LogMixin(LfsState):
         used = [i for i, r in enumerate(summ.recs) if r is not None]
         self.cur_pos = self.flushed_pos = (max(used) + 1) if used else 0
         self.recs = list(summ.recs)
+        self.crcs = list(summ.crcs)
         self.seq = max((r.seq for r in summ.recs if r is not None), default=-1) + 1
         self._seg_flags = summ.flags
         self.buf[: self.cur_pos * self.bs] = os.pread(
             self.fd, self.cur_pos * self.bs, self.geo.seg_offset(seg)
         )
+        # reads of these blocks come from the buffer from now on: checked once, here
+        for pos in used:
+            block = memoryview(self.buf)[pos * self.bs : (pos + 1) * self.bs]
+            self._verify_block(fmt.sbn(seg, pos), block, self.crcs[pos])
 
     def _put(self, data: bytes | bytearray | memoryview, rec: BlockRec) -> int:
         if self.cur_pos >= self.ndata or self.seq > fmt.SEQ_MAX:
@@ -179,7 +186,12 @@ class _LogMixin(LfsState):
         a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
         if commit:
             self._seg_flags = fmt.SEGFLAG_COMMIT | self.seq
-        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
+        # Blocks since the last flush may have been changed in place (write buffering) up to
+        # now: their checksums are taken as they are written.
+        self._crc_range(self.flushed_pos, self.cur_pos)
+        summ = fmt.pack_summary(
+            self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags, self.crcs
+        )
         end = self.ndata * self.bs
         if b == end and b > a:  # a full segment: its blocks and summary in one write
             os.pwritev(self.fd, [memoryview(self.buf)[a:b], summ], base + a)
@@ -209,6 +221,32 @@ class _LogMixin(LfsState):
             self.next_seg = self._alloc_segment()
         self._start_segment(self.next_seg)
 
+    def _crc_range(self, a: int, b: int) -> None:
+        bs, buf, crcs = self.bs, self.buf, self.crcs
+        for pos in range(a, b):
+            crcs[pos] = fmt.block_crc(memoryview(buf)[pos * bs : (pos + 1) * bs])
+
+    def _block_crcs(self, seg: int) -> list[int]:
+        """The block checksums the summary of ``seg`` on disk keeps (a few summaries are kept
+        in memory; a segment written again drops its own)."""
+        plugged = self._plug_summ.get(seg)  # hole-plugging: its summary is rewritten last
+        if plugged is not None:
+            return plugged.crcs
+        crcs = self._sum_crcs.get(seg)
+        if crcs is None:
+            crcs = fmt.read_summary(self.fd, self.geo, seg).crcs
+            self._sum_crcs[seg] = crcs
+            if len(self._sum_crcs) > 64:
+                self._sum_crcs.popitem(last=False)
+        return crcs
+
+    def _verify_block(self, addr: int, data: bytes | bytearray | memoryview, crc: int) -> None:
+        if fmt.block_crc(data) != crc:
+            seg, blk = addr >> 32, addr & 0xFFFFFFFF
+            raise fmt.LfsChecksumError(
+                f"{self.path}: segment {seg} block {blk}: checksum mismatch (damaged block)"
+            )
+
     def _read_block(self, addr: int) -> bytes:
         seg, blk = addr >> 32, addr & 0xFFFFFFFF
         if seg == self.cur_seg and blk < self.cur_pos and not self.closed:
@@ -219,6 +257,8 @@ class _LogMixin(LfsState):
         data = os.pread(self.fd, self.bs, self.geo.addr_offset(addr))
         if len(data) < self.bs:
             raise LfsError(f"{self.path}: truncated image: block {addr:#x} cut off")
+        crcs = self._block_crcs(seg)
+        self._verify_block(addr, data, crcs[blk] if blk < len(crcs) else 0)
         return data
 
     # ------------------------------------------------------------------ commit / checkpoint

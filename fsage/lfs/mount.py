@@ -19,7 +19,11 @@ work into file, stream, directory and file-system operations). What the adapter 
   none. A write or fsync the LFS refuses (ENOSPC near full) leaves the kernel holding pages
   and a size the image does not: the inode's pages are dropped and so is its name, so that
   once the file is closed the kernel forgets the inode (it never takes a stored size over its
-  own while the writeback cache is on) and shows what is stored. Permissions are checked by
+  own while the writeback cache is on) and shows what is stored. While it is still open, a
+  truncate of the mount's own, answered with the stored attributes, sets the kernel's size
+  (:class:`fsage.lfs.kcache.SizeFixer`): it waits for the inode lock the failed fsync holds,
+  so an fstat made the instant the fsync returns may still see the old size. A block whose
+  checksum fails (format version 2) is answered EIO. Permissions are checked by
   the kernel (``default_permissions``) only with ``-o allow_other``: otherwise only the
   mounting user, who can write the image anyway, reaches the files, and the check would cost
   a ``getattr`` of the directory after each change in it.
@@ -43,10 +47,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import queue
 import shutil
 import signal
 import stat as stat_mod
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,8 +60,9 @@ from typing import TypeVar
 from fsage import imagelock
 from fsage.errors import FsageError, UsageError
 from fsage.lfs.blocktrace import ReadTracer
-from fsage.lfs.format import INO_ROOT, LfsError, LfsNoSpace
+from fsage.lfs.format import INO_ROOT, LfsChecksumError, LfsError, LfsNoSpace
 from fsage.lfs.fs import LFS, LfsOpError, Stat
+from fsage.lfs.kcache import FUSE_ROOT, Invalidator, SizeFixer, invalidate
 from fsage.lfs.mounted import FSTYPE
 
 try:
@@ -66,7 +71,6 @@ except ImportError:  # pragma: no cover - reported by fuse_available()
     _fuse = None  # type: ignore[assignment]
 
 SUBTYPE = FSTYPE.split(".", 1)[1]
-FUSE_ROOT = 1
 _HIDDEN = ".fuse_hidden"
 #: Files are opened without the page cache once fewer segments than this can be written.
 _DIRECT_BELOW_SEGMENTS = 8
@@ -183,6 +187,9 @@ class LfsOperations:
         # behind this one, would hold the drop up for good).
         self.forget_entry: Callable[[int, bytes, bool], None] = lambda parent, name, w: None
         self._failed: set[int] = set()
+        # The size the kernel keeps of an open file whose writes failed: set to the stored
+        # one by a truncate of the mount's own (``SizeFixer``); None until mounted.
+        self.sizes: SizeFixer | None = None
         self._stale: set[int] = set()  # inodes to drop again at their last release
         self._dropped: set[int] = set()  # names dropped, not looked up since
 
@@ -198,6 +205,10 @@ class LfsOperations:
             raise
         except (LfsOpError, LfsNoSpace) as exc:
             raise _err(errno_of(exc)) from None
+        except LfsChecksumError as exc:  # a damaged block: EIO, never its bytes
+            self.errors += 1
+            print(f"fsage lfs: {exc}", file=sys.stderr, flush=True)
+            raise _err(errno.EIO) from None
         except Exception as exc:  # the loop must go on: log it, answer EIO
             self.errors += 1
             import traceback
@@ -321,6 +332,8 @@ class LfsOperations:
         if lino in self._gone:
             # The times of a file the kernel closed after its last name went.
             raise _err(errno.ENOENT)
+        if to_set & _fuse.SET_SIZE and self.sizes is not None and self.sizes.is_fix(lino, size):
+            return self._stat(ino)  # the mount's own truncate: answer what is stored
         now_ns = None
         if to_set & (_fuse.SET_ATIME_NOW | _fuse.SET_MTIME_NOW):
             import time
@@ -479,6 +492,7 @@ class LfsOperations:
             self._failed.add(ino)
             self._drop_name(ino)  # before the reply: the close that waits for it evicts
             self.invalidate(ino)
+            self._fix_size(ino)
             raise
 
     def fsync(self, fh: int, datasync: int) -> None:
@@ -493,6 +507,14 @@ class LfsOperations:
             if ino in self._failed:
                 self._failed.discard(ino)
                 self.invalidate_now(ino)
+                self._fix_size(ino)
+
+    def _fix_size(self, ino: int) -> None:
+        """After a failed write of an open file: the kernel's size of it made the stored one."""
+        if self.sizes is None or self._open.get(ino, 0) == 0:
+            return
+        with contextlib.suppress(OSError):
+            self.sizes.fix(ino, self._path(ino))
 
     def _sync(self) -> None:
         if self.fs.readonly:  # a damaged image mounted with --force: nothing is written
@@ -552,49 +574,6 @@ class LfsOperations:
 
 
 # ---------------------------------------------------------------------------- mount
-
-
-#: How long a failed request's reply waits for the kernel to drop the file's name (s).
-_FORGET_WAIT = 1.0
-
-
-class _Invalidator:
-    """Drops the kernel's cache of inodes whose writes failed, and their names, from a
-    thread of its own: the kernel may hold the failed request's pages until its reply, which
-    the loop sends only after the method that failed returns, and a request waiting in the
-    queue may hold the directory whose name is dropped."""
-
-    def __init__(self, session: _fuse.Session) -> None:
-        self._session = session
-        self._queue: queue.SimpleQueue[int | tuple[int, bytes, threading.Event]] = (
-            queue.SimpleQueue()
-        )
-        threading.Thread(target=self._run, name="fsage-inval", daemon=True).start()
-
-    def push(self, ino: int) -> None:
-        self._queue.put(ino)
-
-    def forget(self, parent: int, name: bytes, wait: bool) -> None:
-        done = threading.Event()
-        self._queue.put((parent, name, done))
-        if wait:
-            done.wait(_FORGET_WAIT)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if isinstance(item, int):
-                _invalidate(self._session, item)
-                continue
-            parent, name, done = item
-            with contextlib.suppress(OSError):
-                self._session.inval_entry(parent, name)
-            done.set()
-
-
-def _invalidate(session: _fuse.Session, ino: int) -> None:
-    with contextlib.suppress(OSError):
-        session.inval_inode(FUSE_ROOT if ino == INO_ROOT else ino)
 
 
 def _options(image: Path, extra: tuple[str, ...]) -> str:
@@ -729,9 +708,10 @@ def mount(
         _daemonize(ready or (lambda pid: None))
     elif ready is not None:
         ready(os.getpid())
-    invalidator = _Invalidator(session)  # a thread: started after the fork
+    invalidator = Invalidator(session)  # a thread: started after the fork
     ops.invalidate = invalidator.push
-    ops.invalidate_now = lambda ino: _invalidate(session, ino)
+    ops.invalidate_now = lambda ino: invalidate(session, ino)
+    ops.sizes = SizeFixer(str(mp))
     ops.forget_entry = invalidator.forget
     try:
         with _fuse_signals():

@@ -61,6 +61,7 @@ class _SavepointMixin(LfsState):
             seq=self.seq,
             buf=self.buf,  # blocks below cur_pos are never changed in a segment's buffer
             recs=list(self.recs),
+            crcs=list(self.crcs),
             next_seg=self.next_seg,
             seg_flags=self._seg_flags,
             last_flush_commit=self._last_flush_commit,
@@ -146,7 +147,7 @@ class _SavepointMixin(LfsState):
         self._holeplug = False
         self._cleaning = False
         self.cur_seg, self.cur_pos, self.flushed_pos = sp.cur_seg, sp.cur_pos, sp.flushed_pos
-        self.seq, self.buf, self.recs = sp.seq, sp.buf, sp.recs
+        self.seq, self.buf, self.recs, self.crcs = sp.seq, sp.buf, sp.recs, sp.crcs
         for pos, old in sp.buf_blocks.items():
             self.buf[pos * self.bs : (pos + 1) * self.bs] = old
         self.next_seg, self._seg_flags = sp.next_seg, sp.seg_flags
@@ -164,7 +165,10 @@ class _SavepointMixin(LfsState):
         a, b = self.flushed_pos * self.bs, self.cur_pos * self.bs
         if b > a:
             os.pwrite(self.fd, memoryview(self.buf)[a:b], base + a)
+            self._crc_range(self.flushed_pos, self.cur_pos)
             self.flushed_pos = self.cur_pos
-        summ = fmt.pack_summary(self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags)
+        summ = fmt.pack_summary(
+            self.geo, self.recs, self.next_seg, self._stamp(), self._seg_flags, self.crcs
+        )
         os.pwrite(self.fd, summ, base + self.ndata * self.bs)
         self._last_flush_commit = sp.last_flush_commit

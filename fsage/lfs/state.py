@@ -119,6 +119,7 @@ class Savepoint:
     seq: int
     buf: bytearray
     recs: list[BlockRec | None]
+    crcs: list[int]
     next_seg: int
     seg_flags: int
     last_flush_commit: bool
@@ -174,6 +175,10 @@ class LfsState:
     seq: int
     buf: bytearray
     recs: list[BlockRec | None]
+    crcs: list[int]  # block_crc of the current segment's blocks, as of their last flush
+    _sum_crcs: OrderedDict[int, list[int]]  # the block CRCs of summaries read from disk
+    #: read-only opens: system-file blocks (inode, block) whose checksum does not match
+    damaged_sys: dict[tuple[int, int], str]
     next_seg: int
     _seg_flags: int
     _last_flush_commit: bool
@@ -280,6 +285,10 @@ class LfsState:
     def _put(self, data: bytes | bytearray | memoryview, rec: BlockRec) -> int: ...
     @abstractmethod
     def _read_block(self, addr: int) -> bytes: ...
+    @abstractmethod
+    def _crc_range(self, a: int, b: int) -> None: ...
+    @abstractmethod
+    def _verify_block(self, addr: int, data: bytes | bytearray | memoryview, crc: int) -> None: ...
     @abstractmethod
     def _read_data(self, inode: Inode, offset: int, size: int) -> bytes: ...
     @abstractmethod

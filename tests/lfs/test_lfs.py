@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -42,16 +43,17 @@ def test_magic_superblock_and_checkpoint_bytes(tmp_path: Path) -> None:
     (n,) = struct.unpack(">I", raw[4096:4100])  # block 2: length-prefixed, big endian
     sb = lfs_pb2.Superblock.FromString(raw[4100 : 4100 + n])
     assert (sb.version, sb.noctet_sector, sb.nsector_blk, sb.nblk_seg, sb.nseg_disk) == (
-        1,
+        2,  # version 2: checksummed summaries
         512,
         4,
         32,
         48,
     )
     assert list(sb.checkpoint_seg) == [1, 2] and sb.first_logseg == 3
-    assert sb.nblk_segsummary == -(-(24 + 24 * 32) // 2048) == 1
-    # fixed32 fields are little-endian on the protobuf wire: field 1, wire type 5, value 1.
-    assert raw[4100:4105] == bytes([0x0D, 1, 0, 0, 0])
+    # seed 003's 24 + 24 N_blk, plus a 4-octet CRC-32 per block
+    assert sb.nblk_segsummary == -(-(24 + 28 * 32) // 2048) == 1
+    # fixed32 fields are little-endian on the protobuf wire: field 1, wire type 5, value 2.
+    assert raw[4100:4105] == bytes([0x0D, 2, 0, 0, 0])
     seg = 32 * 2048
     for which in (0, 1):
         start = (1 + which) * seg
@@ -415,17 +417,35 @@ def test_corrupted_summary_and_inode_table_are_named(tmp_path: Path) -> None:
         geo = fs.geo
     seg, blk = fmt.sbn_split(addr)
     summ_off = geo.seg_offset(seg) + geo.data_blocks_per_segment * geo.block_size
+    good = img.read_bytes()
     with open(img, "r+b") as fh:
         fh.seek(summ_off + 24 * blk + 4)
         fh.write(struct.pack(">I", 9999))  # wrong inode number in the record
+    result = CliRunner().invoke(main, ["lfs", "fsck", str(img)])
+    assert result.exit_code == 1
+    # the summary's own CRC-32 finds the changed record
+    assert f"summary of segment {seg}: checksum mismatch" in result.output
+    img.write_bytes(good)
+    with open(img, "r+b") as fh:
+        fh.seek(summ_off + 24 * blk + 4)
+        fh.write(struct.pack(">I", 9999))
+        fh.flush()
+        # the record changed with its summary's checksum made right again: the record check
+        raw = bytearray(os.pread(fh.fileno(), geo.summary_blocks * geo.block_size, summ_off))
+        meta = 24 * geo.blocks_per_segment
+        struct.pack_into(">I", raw, meta + 8, 0)
+        struct.pack_into(">I", raw, meta + 8, zlib.crc32(raw))
+        os.pwrite(fh.fileno(), raw, summ_off)
     rep = fsck(img)
     assert any(f"segment {seg} block {blk}: summary" in p for p in rep.problems)
+    img.write_bytes(good)
+    tseg, tblk = fmt.sbn_split(tbl_addr)
     with open(img, "r+b") as fh:
         fh.seek(geo.addr_offset(tbl_addr) + (ino * 256) % 4096)
         fh.write(struct.pack(">I", 4000))
     result = CliRunner().invoke(main, ["lfs", "fsck", str(img)])
     assert result.exit_code == 1
-    assert f"inode table slot {ino} is damaged" in result.output
+    assert f"segment {tseg} block {tblk}: checksum mismatch" in result.output
 
 
 def test_fuzz_flipped_bytes_give_clean_errors(tmp_path: Path) -> None:

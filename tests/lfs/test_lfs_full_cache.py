@@ -15,12 +15,14 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fsage.lfs.fs import mkfs
 from fsage.lfs.mount import fuse_available
+from fsage.workload import Op, WorkloadHeader, write_workload
 from tests.lfs.test_lfs_full import _fsck
 from tests.lfs.test_mount import REPO, Mounted
 
@@ -46,6 +48,23 @@ def _differ(a: dict[str, tuple[int, bytes]], b: dict[str, tuple[int, bytes]]) ->
         for n in set(a) | set(b)
         if a.get(n) != b.get(n)
     )
+
+
+def _stored(
+    image: Path, mp: Path, shown: dict[str, tuple[int, bytes]]
+) -> dict[str, tuple[int, bytes]]:
+    """Unmount, mount again (a fresh kernel cache) and read every file: each must show the
+    size and bytes ``shown`` through the mount that saw the failures; fsck must be clean."""
+    m = Mounted(image, mp)
+    try:
+        stored = _view(mp)
+    finally:
+        m.unmount()
+    diff = _differ(shown, stored)
+    assert not diff, f"{len(diff)} files differ from what a remount shows: {diff[:5]}"
+    out = _fsck(image)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return stored
 
 
 def _write(path: Path, off: int, data: bytes, create: bool, sync: bool) -> str | None:
@@ -108,15 +127,7 @@ def test_failed_writeback_leaves_the_mount_showing_what_is_stored(tmp_path: Path
         m.unmount()
     assert failed.get("close", 0) > 0, f"no write was refused at close: {failed}"
     assert failed.get("fsync", 0) > 0, f"no fsync was refused: {failed}"
-    m = Mounted(image, mp)
-    try:
-        stored = _view(mp)
-    finally:
-        m.unmount()
-    diff = _differ(shown, stored)
-    assert not diff, f"{len(diff)} files differ from what a remount shows: {diff[:5]}"
-    out = _fsck(image)
-    assert out.returncode == 0, out.stdout + out.stderr
+    _stored(image, mp, shown)
 
 
 def _expected_from_journal(path: Path) -> dict[str, int]:
@@ -168,19 +179,110 @@ def test_ager_near_full_leaves_no_file_of_a_failed_create(tmp_path: Path) -> Non
         shown = _view(mp)
     finally:
         m.unmount()
-    m = Mounted(image, mp)
-    try:
-        stored = _view(mp)
-    finally:
-        m.unmount()
-    diff = _differ(shown, stored)
-    assert not diff, f"{len(diff)} files differ from what a remount shows: {diff[:5]}"
-    out = _fsck(image)
-    assert out.returncode == 0, out.stdout + out.stderr
+    stored = _stored(image, mp, shown)
     journal = _expected_from_journal(next(tmp_path.glob("mnt.fsage-age.*.ops.jsonl")))
     sizes = {n: size for n, (size, _) in stored.items()}
     wrong = sorted(n for n in set(sizes) | set(journal) if sizes.get(n) != journal.get(n))
     assert not wrong, (
         f"{len(wrong)} files differ from what the ops the ager reports done leave: "
         f"{[(n, journal.get(n), sizes.get(n)) for n in wrong[:5]]}"
+    )
+
+
+def test_an_open_file_shows_the_stored_size_after_a_refused_fsync(tmp_path: Path) -> None:
+    """A file opened while there was room (so through the page cache), grown near full until
+    fsync is refused: fstat and reads of the still open file show the stored size and bytes,
+    those a remount shows, not the size the kernel grew it to."""
+    image = tmp_path / "fs.img"
+    mkfs(image, size=8 << 20, blocks_per_segment=32, block_size=512)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    rng = random.Random("open-fstat")
+    m = Mounted(image, mp)
+    try:
+        fd = os.open(mp / "x", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, b"a" * 1000, 0)
+            os.fsync(fd)
+            for i in range(1000):  # the rest filled to ENOSPC, a little room made again
+                if _write(mp / f"f{i:04d}", 0, rng.randbytes(256 << 10), True, True):
+                    break
+            for name in sorted(p.name for p in mp.iterdir() if p.name != "x")[-3:]:
+                os.unlink(mp / name)
+            grown, refused = 1000, False
+            for _ in range(200):
+                data = rng.randbytes(64 << 10)
+                os.pwrite(fd, data, grown)
+                grown += len(data)
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    refused = True
+                    break
+            assert refused, "no fsync was refused"
+            first = os.fstat(fd).st_size
+            # The mount's fixing truncate waits for the inode lock the fsync held, so it lands
+            # just after the fsync returns: a stat at once may come before it.
+            t0 = time.monotonic()
+            while os.fstat(fd).st_size >= grown and time.monotonic() < t0 + 10:
+                time.sleep(0.01)
+            late = time.monotonic() - t0
+            size = os.fstat(fd).st_size
+            read = os.pread(fd, grown + 4096, 0)
+        finally:
+            os.close(fd)
+        shown = _view(mp)
+    finally:
+        m.unmount()
+    stored = _stored(image, mp, shown)
+    print(f"grown to {grown}; fstat at once {first}, {size} after {late:.3f} s")
+    assert size == stored["x"][0] < grown, (size, stored["x"][0], grown)
+    assert read == stored["x"][1]
+
+
+def test_ager_appends_and_overwrites_refused_near_full_leave_the_old_size(tmp_path: Path) -> None:
+    """Appends and overwrites past the end run by ``fsage age`` through the mount until the
+    LFS refuses them (in write(2), at fsync or only at close, when the writeback cache
+    writes them back): each refused one leaves the file its old size, so after a remount
+    every file is as large as the ops the ager journals as done leave it."""
+    image = tmp_path / "grow.img"
+    mkfs(image, size=8 << 20, blocks_per_segment=32, block_size=512)
+    rng = random.Random("grow-near-full")
+    ops = [Op("create", f"g{i:02d}", size=16 << 10) for i in range(24)]
+    sizes = {op.path: op.size for op in ops}
+    for _ in range(160):
+        name = rng.choice(sorted(sizes))
+        n = rng.randrange(64 << 10, 1 << 20)  # larger than one write-back request
+        if rng.random() < 0.6:
+            ops.append(Op("append", name, size=n))
+        else:  # past the end: the file grows
+            ops.append(Op("overwrite", name, size=n, offset=rng.randrange(sizes[name] + 1)))
+    stream = tmp_path / "grow.jsonl"
+    write_workload(stream, WorkloadHeader("test"), ops)
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    m = Mounted(image, mp)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "fsage", "age", str(mp), "--ops", str(stream)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "out of space" in out.stdout + out.stderr  # it did reach ENOSPC
+        shown = _view(mp)
+    finally:
+        m.unmount()
+    stored = _stored(image, mp, shown)
+    journal = _expected_from_journal(next(tmp_path.glob("mnt.fsage-age.*.ops.jsonl")))
+    got = {n: size for n, (size, _) in stored.items()}
+    assert set(journal) == set(got)
+    wrong = sorted(n for n in journal if got[n] != journal[n])
+    assert not wrong, (
+        f"{len(wrong)} files differ from what the ops the ager reports done leave: "
+        f"{[(n, journal[n], got[n]) for n in wrong[:5]]}"
     )

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,12 +63,17 @@ def _with_files(image: Path) -> int:
 
 
 def _zero_next(image: Path, seg: int) -> None:
-    """Write 0 (a system segment) as the next segment of ``seg``'s summary."""
+    """Write 0 (a system segment) as the next segment of ``seg``'s summary, its checksum
+    made right again: the state a writer that got the pointer wrong would leave."""
     with open(image, "r+b") as f:
         geo = fmt.read_geometry(f.fileno(), os.fstat(f.fileno()).st_size, str(image))
         off = geo.seg_offset(seg) + geo.data_blocks_per_segment * geo.block_size
-        f.seek(off + 24 * geo.blocks_per_segment)
-        f.write(b"\0\0\0\0")
+        raw = bytearray(os.pread(f.fileno(), geo.summary_blocks * geo.block_size, off))
+        meta = 24 * geo.blocks_per_segment
+        raw[meta : meta + 4] = bytes(4)
+        raw[meta + 8 : meta + 12] = bytes(4)
+        raw[meta + 8 : meta + 12] = zlib.crc32(raw).to_bytes(4, "big")
+        os.pwrite(f.fileno(), raw, off)
 
 
 def test_a_damaged_image_is_refused_or_mounted_read_only(tmp_path: Path) -> None:
