@@ -18,7 +18,7 @@ from fsage.ager.runjournal import _Journal, _stepper
 from fsage.ager.targets import lift_ext4_reserve
 from fsage.errors import UsageError
 from fsage.layout import FsFacts, Layout
-from fsage.workload import Executor, Op, OpFailedError
+from fsage.workload import Executor, NoSpaceError, Op, OpFailedError
 
 AREA = "fsage-match"  # the matcher's files live under this directory of the target
 
@@ -105,6 +105,15 @@ class Disk:
     def keep_group_empty(self, group: int) -> None:
         """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
 
+    def precreate(self, rels: list[str]) -> None:
+        """Make the files at ``rels`` (relative to the area) empty, in that order, before
+        they are written in another (see ``MountedDisk.precreate``); nothing where their
+        inodes would not follow the order."""
+
+    def drop_precreated(self) -> int:
+        """Delete the files ``precreate`` made that were never written; how many."""
+        return 0
+
     def mkdir(self, rel: str) -> None:
         raise NotImplementedError
 
@@ -176,6 +185,8 @@ class MountedDisk(Disk):
         self._placed: list[int] = []
         self._dir_group: dict[str, int] = {}
         self._file_blocks: dict[str, tuple[int, int]] = {}
+        #: Files made empty ahead of their writes (``precreate``), not written yet.
+        self._reserved: set[str] = set()
         if self.kind == "xfs":
             geom = _xfs_geometry(root)
             if geom is not None:
@@ -244,6 +255,34 @@ class MountedDisk(Disk):
         if not path.exists():  # the allocator does not rotate: take what it gives
             self._run(Op("mkdir", self._p(rel)))
 
+    def precreate(self, rels: list[str]) -> None:
+        """A tool that writes a tree (a checkout, an unpack, a copy) makes each directory's
+        files one after the other, so their inodes sit side by side in the inode table in
+        path order, wherever their data goes: a path-order read then reads each inode-table
+        readahead window once. The fill writes files in a scattered order (which places
+        their data as the target's), and their inodes would follow that order: a 512 MiB
+        git-aged target's path-order read moved to another window 1,103 times, its match
+        5,449. Made empty first, in path order, the files take their inodes in that order;
+        the writes later keep them (a create of an existing file truncates it). A sync
+        after, so that the writes are written back in their own order, not the creates'.
+        ext4 only: xfs places a file's data by its inode's allocation group, and the fill
+        spreads those (``mkdir``)."""
+        if self.kind not in ("ext4", "ext3", "ext2"):
+            return
+        for rel in rels:
+            try:
+                self._run(Op("create", self._p(rel), 0))
+            except NoSpaceError:
+                break  # out of inodes: the rest take theirs when written
+            self._reserved.add(rel)
+        self._run(Op("sync"))
+
+    def drop_precreated(self) -> int:
+        left = sorted(self._reserved)
+        for rel in left:
+            self.unlink(rel)
+        return len(left)
+
     def _place(self, rel: str, size: int) -> None:
         g = self._dir_group.get(rel.partition("/")[0])
         if g is not None:
@@ -256,6 +295,7 @@ class MountedDisk(Disk):
         with the other files written, so it is split: the writes before it are synced
         first and it is fsync'ed whole."""
         p = self._p(rel)
+        self._reserved.discard(rel)
         if at_once:
             self._run(Op("sync"))
         self._run(Op("create", p, size))
@@ -270,6 +310,7 @@ class MountedDisk(Disk):
         fsync it."""
         inos = []
         for rel, _ in items:
+            self._reserved.discard(rel)
             self._run(Op("create", self._p(rel), 0))
             inos.append(self._ino(rel))
         step = chunk * self.bs
@@ -292,6 +333,7 @@ class MountedDisk(Disk):
         return inos
 
     def unlink(self, rel: str) -> None:
+        self._reserved.discard(rel)
         if not self._gone(self._p(rel)):
             with contextlib.suppress(OpFailedError):  # gone already
                 self._run(Op("delete", self._p(rel)))

@@ -541,9 +541,9 @@ class MatchWriter:
         order = head + self._walled(rest)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        places = iter(
-            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
-        )
+        scattered = self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        self.disk.precreate(sorted(self._path_at(p) for p in scattered))  # inodes in path order
+        places = iter(scattered)
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
@@ -633,6 +633,7 @@ class MatchWriter:
             self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
+        self.disk.drop_precreated()  # places the budget left out
         self.disk.commit()
 
     def clear(self) -> None:
