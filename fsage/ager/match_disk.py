@@ -256,17 +256,11 @@ class MountedDisk(Disk):
             self._run(Op("mkdir", self._p(rel)))
 
     def precreate(self, rels: list[str]) -> None:
-        """A tool that writes a tree (a checkout, an unpack, a copy) makes each directory's
-        files one after the other, so their inodes sit side by side in the inode table in
-        path order, wherever their data goes: a path-order read then reads each inode-table
-        readahead window once. The fill writes files in a scattered order (which places
-        their data as the target's), and their inodes would follow that order: a 512 MiB
-        git-aged target's path-order read moved to another window 1,103 times, its match
-        5,449. Made empty first, in path order, the files take their inodes in that order;
-        the writes later keep them (a create of an existing file truncates it). A sync
-        after, so that the writes are written back in their own order, not the creates'.
-        ext4 only: xfs places a file's data by its inode's allocation group, and the fill
-        spreads those (``mkdir``)."""
+        """Each file of ``rels`` made empty, in that order, to take its inode now (see
+        ``match_locality``); a later ``create`` of it keeps that inode (it truncates the
+        file). ext4 only: xfs places a file's data by its inode's allocation group, which
+        ``mkdir`` chooses. The caller commits after, so that the writes are written back
+        in their own order, not the creates'."""
         if self.kind not in ("ext4", "ext3", "ext2"):
             return
         for rel in rels:
@@ -275,7 +269,6 @@ class MountedDisk(Disk):
             except NoSpaceError:
                 break  # out of inodes: the rest take theirs when written
             self._reserved.add(rel)
-        self._run(Op("sync"))
 
     def drop_precreated(self) -> int:
         left = sorted(self._reserved)

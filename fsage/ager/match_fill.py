@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Iterator
 
 from fsage.ager.match_disk import Disk
+from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import LayoutTarget, MeasuredState, measure
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
@@ -176,9 +177,10 @@ class MatchWriter:
         place = [0] * n
         for rank, i in enumerate(i for run in runs for i in run):
             place[i] = self.serial + rank
-        # Directories made in path order, as a checkout makes them.
-        for d in range(self.serial // self.per_dir, (self.serial + n - 1) // self.per_dir + 1):
-            self._path_at(d * self.per_dir)
+        # Directories made in path order, as a checkout makes them, each with its files
+        # (empty: their inodes in path order; see match_locality).
+        span = range(self.serial, self.serial + n)
+        make_ahead(self.disk, self.target, span, self.per_dir, self._path_at, self.serial + n)
         self.serial += n
         return place
 
@@ -541,9 +543,9 @@ class MatchWriter:
         order = head + self._walled(rest)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        scattered = self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
-        self.disk.precreate(sorted(self._path_at(p) for p in scattered))  # inodes in path order
-        places = iter(scattered)
+        places = iter(
+            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        )
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
