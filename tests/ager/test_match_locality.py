@@ -128,9 +128,10 @@ def test_match_reproduces_a_checkouts_inode_order(tmp_path: Path) -> None:
         age_with_history(mnt, tmp_path / "repo", ids, trees=3)
     target = target_from_layout(read_ext_layout(target_img), "git-aged target")
     img = make_image(tmp_path / "matched.img", "ext4", size)
-    # The fill sets the inode order; the rounds after (rewrites, fills drawn again) can
-    # only move it: a minute of them is enough.
-    res = match_layout(img, target, seed=1, mode="mount", time_limit=60.0)
+    # The fill sets the inode order: judged after it and one round (the rounds that follow
+    # on this small target, which delete files to make holes, let new files take the
+    # inodes the deletes left, apart from their neighbours).
+    res = match_layout(img, target, seed=1, mode="mount", time_limit=1.0)
     fsck_clean(img)
     ipg, per_window = _geometry(img)
     with loop_mount(target_img, options="ro") as mnt:
@@ -139,11 +140,9 @@ def test_match_reproduces_a_checkouts_inode_order(tmp_path: Path) -> None:
         got = _shares(_stat_walk(mnt), ipg, per_window)
     # the target's data is scattered, its inodes are not
     assert target.locality["dynamic_score"] < 0.9 and want["inode_window"] > 0.8
-    # Within 0.1: files the rounds rewrite or the fill leaves to be made when written take
-    # inodes where a delete left one (without the fill's files made ahead: 0.75 against a
-    # 512 MiB git target's 0.95).
-    assert abs(got["inode_window"] - want["inode_window"]) <= 0.1, (got, want)
-    assert abs(got["inode_switches"] - want["inode_switches"]) <= 0.06, (got, want)
+    # (without the fill's files made ahead: 0.75 against a 512 MiB git target's 0.95)
+    assert abs(got["inode_window"] - want["inode_window"]) <= 0.05, (got, want)
+    assert abs(got["inode_switches"] - want["inode_switches"]) <= 0.05, (got, want)
     assert abs(got["in_directory_group"] - want["in_directory_group"]) <= 0.1, (got, want)
     # what the report says of the image left on disk is what stat finds
     loc = res.report["locality"]
