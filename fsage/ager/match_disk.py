@@ -258,9 +258,11 @@ class MountedDisk(Disk):
     def precreate(self, rels: list[str]) -> None:
         """Each file of ``rels`` made empty, in that order, to take its inode now (see
         ``match_locality``); a later ``create`` of it keeps that inode (it truncates the
-        file). ext4 only: xfs places a file's data by its inode's allocation group, which
-        ``mkdir`` chooses. The caller commits after, so that the writes are written back
-        in their own order, not the creates'."""
+        file). Files deleted to be rewritten and made again this way, in path order, take
+        back the inodes they had (ext4 hands out a group's lowest free inode), so a
+        rewrite keeps the inode order. ext4 only: xfs places a file's data by its inode's
+        allocation group, which ``mkdir`` chooses. The fill commits after, so that its
+        writes are written back in their own order, not the creates'."""
         if self.kind not in ("ext4", "ext3", "ext2"):
             return
         for rel in rels:
