@@ -260,10 +260,12 @@ class MountedDisk(Disk):
         ``match_locality``); a later ``create`` of it keeps that inode (it truncates the
         file). Files deleted to be rewritten and made again this way, in path order, take
         back the inodes they had (ext4 hands out a group's lowest free inode), so a
-        rewrite keeps the inode order. ext4 only: xfs places a file's data by its inode's
-        allocation group, which ``mkdir`` chooses. The fill commits after, so that its
-        writes are written back in their own order, not the creates'."""
-        if self.kind not in ("ext4", "ext3", "ext2"):
+        rewrite keeps the inode order. ext4 and xfs (whose file inodes go to their
+        directory's allocation group, made early or not: a 512 MiB xfs git target's inode
+        order 0.275 / 0.76, its match 0.203 / 0.872 without, 0.257 / 0.775 with). The fill
+        commits after, so that its writes are written back in their own order, not the
+        creates'."""
+        if self.kind not in ("ext4", "ext3", "ext2", "xfs"):
             return
         for rel in rels:
             try:
