@@ -257,10 +257,10 @@ class MountedDisk(Disk):
 
     def precreate(self, rels: list[str]) -> None:
         """Each file of ``rels`` made empty, in that order, to take its inode now (see
-        ``match_locality``); a later ``create`` of it keeps that inode (it truncates the
-        file). Files deleted to be rewritten and made again this way, in path order, take
-        back the inodes they had (ext4 hands out a group's lowest free inode), so a
-        rewrite keeps the inode order. ext4 and xfs (whose file inodes go to their
+        ``match_locality``); a later ``create`` of it keeps that inode (it writes the
+        file without truncating it). Files deleted to be rewritten and made again this
+        way, in path order, take back the inodes they had (ext4 hands out a group's lowest
+        free inode), so a rewrite keeps the inode order. ext4 and xfs (whose file inodes go to their
         directory's allocation group, made early or not: a 512 MiB xfs git target's inode
         order 0.275 / 0.76, its match 0.203 / 0.872 without, 0.257 / 0.775 with). The fill
         commits after, so that its writes are written back in their own order, not the
@@ -292,10 +292,14 @@ class MountedDisk(Disk):
         with the other files written, so it is split: the writes before it are synced
         first and it is fsync'ed whole."""
         p = self._p(rel)
+        made = rel in self._reserved
         self._reserved.discard(rel)
         if at_once:
             self._run(Op("sync"))
-        self._run(Op("create", p, size))
+        # A file made ahead is written without truncating it: ext4 allocates the blocks of a
+        # file truncated to nothing and written again when it is closed (auto_da_alloc), in
+        # write order, where the fill counts on delayed allocation.
+        self._run(Op("append" if made else "create", p, size))
         if at_once:
             self._run(Op("fsync", p))
         self._place(rel, size)
@@ -307,8 +311,9 @@ class MountedDisk(Disk):
         fsync it."""
         inos = []
         for rel, _ in items:
+            if rel not in self._reserved:  # made ahead: not truncated (see ``create``)
+                self._run(Op("create", self._p(rel), 0))
             self._reserved.discard(rel)
-            self._run(Op("create", self._p(rel), 0))
             inos.append(self._ino(rel))
         step = chunk * self.bs
         for off in range(0, max(size for _, size in items), step):
