@@ -392,6 +392,12 @@ def locality_of(layout: Layout) -> dict[str, Any]:
         "within_mib": float(np.count_nonzero((dist > 0) & (dist <= mib)) / n),
         "within_group": float(np.count_nonzero((dist > mib) & (dist <= group)) / n),
         "farther": float(np.count_nonzero(dist > group) / n),
+        # How near the near ones are (median blocks): a 512 MiB git target's 43, its match's
+        # 20, as the fill scatters them (a wider scattering window gave 39, but moved the
+        # dynamic layout score of a 128 MiB target by 0.022).
+        "near_gap": float(np.median(dist[(dist > 0) & (dist <= mib)]))
+        if np.any((dist > 0) & (dist <= mib))
+        else None,
         "directories": ndirs,
         "max_depth": int(depth.max()) if depth.size else 0,
         "files_per_directory": float(reg.sum() / max(ndirs, 1)),
