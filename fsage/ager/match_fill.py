@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Iterator
 
 from fsage.ager.match_disk import Disk
+from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
@@ -183,9 +184,10 @@ class MatchWriter:
         place = [0] * n
         for rank, i in enumerate(i for run in runs for i in run):
             place[i] = self.serial + rank
-        # Directories made in path order, as a checkout makes them.
-        for d in range(self.serial // self.per_dir, (self.serial + n - 1) // self.per_dir + 1):
-            self._path_at(d * self.per_dir)
+        # Directories made in path order, as a checkout makes them, each with its files
+        # (empty: their inodes in path order; see match_locality).
+        span = range(self.serial, self.serial + n)
+        make_ahead(self.disk, self.target, span, self.per_dir, self._path_at, self.serial + n)
         self.serial += n
         return place
 
@@ -715,6 +717,7 @@ class MatchWriter:
             self.disk.unlink(rel)
             self.sizes.pop(rel, None)
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
+        self.disk.drop_precreated()  # places the budget left out
         self.disk.commit()
 
     def adopt(self) -> None:

@@ -63,6 +63,7 @@ class Steering(MatchWriter):
                 # Freed blocks are reused only once the deletes are committed: commit them so
                 # that the rewritten files take the holes the old ones leave.
                 self.disk.commit()
+                self.disk.precreate(sorted(rel for rel, _ in victims))  # their inodes back
                 for g in range(0, len(victims), 4):
                     self.write_interleaved(victims[g : g + 4], chunk)
                 actions[f"bucket {k}"] = f"fragmented by interleaving ({done:.0f} of {need:.0f})"
@@ -81,6 +82,7 @@ class Steering(MatchWriter):
                     redo.append((rel, int(st.blocks[i]) * self.bs))
                     done += float(st.den[i] - st.cont[i])
                 self.disk.commit()
+                self.disk.precreate(sorted(rel for rel, _ in redo))  # their inodes back
                 for rel, size in redo:
                     self.write_whole(rel, size)
                 actions[f"bucket {k}"] = (

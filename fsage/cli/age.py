@@ -386,6 +386,11 @@ def locality_lines(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
         f" (target {num(want, 'dynamic_score', '.3f')}, within 0.02 to match)",
         f"  consecutive files of a directory adjacent / within 1 MiB / within a group /"
         f" farther: {shares}",
+        f"  inode order: objects in another inode-table window than the previous"
+        f" {num(have, 'inode_switches', '.3f')} ({num(want, 'inode_switches', '.3f')}),"
+        f" consecutive files in one {num(have, 'inode_window', '.2f')}"
+        f" ({num(want, 'inode_window', '.2f')}), files in their directory's group"
+        f" {num(have, 'in_directory_group', '.2f')} ({num(want, 'in_directory_group', '.2f')})",
         f"  directories {num(have, 'directories', ',')} ({num(want, 'directories', ',')}),"
         f" files per directory {num(have, 'files_per_directory', '.1f')}"
         f" ({num(want, 'files_per_directory', '.1f')}), depth {num(have, 'max_depth', 'd')}"
