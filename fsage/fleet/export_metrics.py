@@ -31,6 +31,25 @@ def without_unread(layout: Layout) -> Layout:
     return dataclasses.replace(layout, files=dataclasses.replace(files, **cols))
 
 
+def without_extents(layout: Layout) -> Layout:
+    """The layout with no extents: once the analyzer has scored the files (its runs hold what
+    the figures below read of them), the extent columns are a third of what is left."""
+    files = layout.files
+    n = len(files)
+    no_ext = np.broadcast_to(np.zeros(1, files.ext_off.dtype), (n + 1,))
+    return dataclasses.replace(
+        layout,
+        files=dataclasses.replace(
+            files,
+            ext_off=no_ext,
+            ext_logical=files.ext_logical[:0],
+            ext_physical=files.ext_physical[:0],
+            ext_length=files.ext_length[:0],
+            ext_flags=files.ext_flags[:0],
+        ),
+    )
+
+
 def snapshot_row(host: str, row: SnapshotRow, layout: Layout) -> dict[str, Any]:
     f = layout.facts
     return {
@@ -75,12 +94,20 @@ def _locality_columns(loc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def metric_rows(
-    host: str, row: SnapshotRow, layout: Layout
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def metric_rows(host: str, row: SnapshotRow, layout: Layout) -> Rows:
     """The per-snapshot figures of `fsage analyze` (summary, by size, free space, dynamic,
     locality)."""
-    an = SnapshotAnalyzer(layout, snapshot_id=row.id, taken_at=row.taken_at)
+    return metric_rows_taking(host, row, [layout])
+
+
+def metric_rows_taking(host: str, row: SnapshotRow, held: list[Layout]) -> Rows:
+    """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
+    no other reference, its extent columns are let go as soon as the files are scored."""
+    an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
+    an.layout = without_extents(an.layout)
     summ = an.summary()
     free = an.free()
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
@@ -113,7 +140,7 @@ def metric_rows(
         "chunk_bytes": free["chunk_bytes"],
         "dynamic_layout_score_inode": dyn.get("inode"),
         "dynamic_layout_score_path": dyn.get("path"),
-        **_locality_columns(an.locality()),
+        **_locality_columns(an.locality(meta=False)),
     }
     buckets = []
     for b in an.by_size():
