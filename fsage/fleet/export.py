@@ -249,7 +249,7 @@ def _export_fs(
     versions = 0
     try:
         for row in rows:
-            layout = store.load_layout(row.id)
+            layout = store.load_layout(row.id, by_column=True)
             trim_heap()  # the stored chunks it was assembled from
             tick()
             small["snapshots"].append(snapshot_row(host, row, layout))
