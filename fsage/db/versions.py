@@ -648,34 +648,40 @@ def _assembled(chunks: list[_ByColumn]) -> codec.Versions:
         del taken, idx
     place = np.empty(order.size, np.int64)
     place[order] = np.arange(order.size, dtype=np.int64)
-    links, link_rows, base = [], [], 0
+    # each chunk's names of valid versions taken straight from its columns, then joined once
+    parents, inos, lens, names, link_rows = [], [], [], [], []
+    base = 0
     for c in chunks:
         with _decoding(c.first_snap):
             link_row = c.column("link_rows", np.int64)
             if link_row.size and int(link_row.max()) >= c.n:
                 raise ValueError("a name of a version the chunk does not hold")
             name_lens = c.column("name_lens", np.uint32)
-            if name_lens.size != link_row.size:
+            raw = c.body["names"]
+            if name_lens.size != link_row.size or raw.size != int(name_lens.sum(dtype=np.uint64)):
                 raise ValueError("name columns disagree")
-            name_off = np.zeros(name_lens.size + 1, np.uint64)
-            np.cumsum(name_lens, out=name_off[1:])
-            names = c.body["names"]
-            if names.size != int(name_off[-1]):
-                raise ValueError("name columns disagree")
-        ino = c.column("ino", np.uint64)
-        chunk_links = LinkTable(
-            parent=c.column("link_parents", np.uint64),
-            ino=ino[link_row],
-            name_off=name_off,
-            names=names.tobytes(),
-        )
-        del names
         rank = np.full(c.n + 1, -1, np.int64)  # the extra slot maps -1 to -1
         rank[c.rows] = np.arange(c.rows.size, dtype=np.int64) + base
         mine = rank[link_row]
+        del rank
         keep = mine >= 0
-        links.append(codec.select_links(chunk_links, keep))
-        link_rows.append(place[mine[keep]])
+        every = bool(keep.all())
+        parent = c.column("link_parents", np.uint64)
+        parents.append(parent if every else parent[keep])
+        inos.append(c.column("ino", np.uint64)[link_row if every else link_row[keep]])
+        lens.append(name_lens if every else name_lens[keep])
+        names.append(raw if every else raw[np.repeat(keep, name_lens.astype(np.int64))])
+        link_rows.append(place[mine if every else mine[keep]])
+        del link_row, name_lens, raw, mine, keep, parent
         base += c.rows.size
-    joined = links[0] if len(links) == 1 else _joined_links(links)
+    del place
+    name_off = np.zeros(sum(x.size for x in lens) + 1, np.uint64)
+    np.cumsum(np.concatenate(lens), out=name_off[1:])
+    joined = LinkTable(
+        parent=parents[0] if len(parents) == 1 else np.concatenate(parents),
+        ino=inos[0] if len(inos) == 1 else np.concatenate(inos),
+        name_off=name_off,
+        names=b"".join(x.data for x in names),
+    )
+    del parents, inos, lens, names
     return codec.Versions(FileTable(**cols), special[order], np.concatenate(link_rows), joined)
