@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,14 +104,22 @@ def metric_rows(host: str, row: SnapshotRow, layout: Layout) -> Rows:
     return metric_rows_taking(host, row, [layout])
 
 
-def metric_rows_taking(host: str, row: SnapshotRow, held: list[Layout]) -> Rows:
+def metric_rows_taking(
+    host: str, row: SnapshotRow, held: list[Layout], between: Callable[[], None] = lambda: None
+) -> Rows:
     """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
-    no other reference, its extent columns are let go as soon as the files are scored."""
+    no other reference, its extent columns are let go as soon as the files are scored.
+    ``between`` is called between the parts (the export gives freed memory back there)."""
     an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
     an.layout = without_extents(an.layout)
+    between()
     summ = an.summary()
     free = an.free()
+    between()
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
+    between()
+    an.directory_scans()
+    between()
     key = {"host": host, "fs": row.fs_name, "snapshot_id": row.id}
     metrics = {
         **key,
