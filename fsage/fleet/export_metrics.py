@@ -12,11 +12,12 @@ import numpy as np
 from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
 from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.db.store import SnapshotRow
-from fsage.layout import Layout
+from fsage.layout import Layout, LinkTable
 
 # The file columns the figures below do not read: let go before they are computed.
 UNREAD_COLUMNS = (
-    "generation", "nlink", "uid", "gid", "atime", "mtime", "ctime", "crtime", "flags", "damaged"
+    "generation", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime", "crtime", "flags",
+    "damaged",
 )  # fmt: skip
 
 
@@ -108,13 +109,22 @@ def metric_rows_taking(
     host: str, row: SnapshotRow, held: list[Layout], between: Callable[[], None] = lambda: None
 ) -> Rows:
     """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
-    no other reference, its extent columns are let go as soon as the files are scored.
-    ``between`` is called between the parts (the export gives freed memory back there)."""
+    no other reference, what the figures have read is let go part by part (the extents once
+    the files are scored; the per-file numbers only the summary and the buckets read once
+    those are made; the names once the walk and the parents are known). ``between`` is
+    called between the parts (the export gives freed memory back there)."""
     an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
     an.layout = without_extents(an.layout)
     between()
     summ = an.summary()
+    by_size = an.by_size()
     free = an.free()
+    empty = np.zeros(0, np.int64)
+    an.scores = dataclasses.replace(an.scores, contiguous=empty, extents=empty, fragments=empty)
+    between()
+    an.parent()
+    an.preorder()
+    an.layout = dataclasses.replace(an.layout, links=LinkTable.empty())
     between()
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
     between()
@@ -152,7 +162,7 @@ def metric_rows_taking(
         **_locality_columns(an.locality(meta=False)),
     }
     buckets = []
-    for b in an.by_size():
+    for b in by_size:
         den = int(b["blocks"]) - int(b["files"])  # every scored file has blocks >= 2
         score = b["layout_score"]
         buckets.append(
