@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,31 +104,22 @@ def metric_rows(host: str, row: SnapshotRow, layout: Layout) -> Rows:
     return metric_rows_taking(host, row, [layout])
 
 
-def metric_rows_taking(
-    host: str, row: SnapshotRow, held: list[Layout], between: Callable[[], None] = lambda: None
-) -> Rows:
+def metric_rows_taking(host: str, row: SnapshotRow, held: list[Layout]) -> Rows:
     """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
     no other reference, what the figures have read is let go part by part (the extents once
     the files are scored; the per-file numbers only the summary and the buckets read once
-    those are made; the names once the walk and the parents are known). ``between`` is
-    called between the parts (the export gives freed memory back there)."""
+    those are made; the names once the walk and the parents are known)."""
     an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
     an.layout = without_extents(an.layout)
-    between()
     summ = an.summary()
     by_size = an.by_size()
     free = an.free()
     empty = np.zeros(0, np.int64)
     an.scores = dataclasses.replace(an.scores, contiguous=empty, extents=empty, fragments=empty)
-    between()
     an.parent()
     an.preorder()
     an.layout = dataclasses.replace(an.layout, links=LinkTable.empty())
-    between()
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
-    between()
-    an.directory_scans()
-    between()
     key = {"host": host, "fs": row.fs_name, "snapshot_id": row.id}
     metrics = {
         **key,
