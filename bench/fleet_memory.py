@@ -117,9 +117,10 @@ def main() -> None:
             if not db.exists():
                 names = [f"fs{i:04d}" for i in range(args.fleet)]
                 build(db, names, args.fleet_files, args.snapshots, env)
-            rows.append(
-                measure(f"{args.fleet} fs x {args.fleet_files} files", db, work, env, fsage)
-            )
+            label = f"{args.fleet} fs x {args.fleet_files} files"
+            rows.append(measure(label, db, work, env, fsage))
+            # a kept directory's next run exports every snapshot again, as a first export does
+            shutil.rmtree(work / f"{label}-export", ignore_errors=True)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -250,11 +250,14 @@ class SnapshotAnalyzer:
             "xfs_frag_factor": (actual - ideal) * 100.0 / actual if actual else 0.0,
         }
 
-    def locality(self) -> dict[str, Any]:
-        out = locality(self.layout, self.scores.first_block, self.regular, self.parent())
+    def locality(self, meta: bool = True) -> dict[str, Any]:
+        """``meta``: False skips the metadata-to-data distances (``locality``), the one part
+        that reads the files' extents once the scores are known."""
+        out = locality(self.layout, self.scores.first_block, self.regular, self.parent(), meta=meta)
+        # the directories' scans before the gaps: their temporaries and the gaps not held at once
+        _, _, disc, blocks = self.directory_scans()
         gap, _ = self.gaps()
         out["neighbour_distance"] = gap_distribution(gap, self.bs, blocks_per_group(self.layout))
-        _, _, disc, blocks = self.directory_scans()
         out["directory_scan"] = score_distribution(disc, blocks)
         out["dynamic_layout_score_path"] = self.path_score()["score"]
         return out

@@ -119,11 +119,10 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
     down level by level. A subtree's files hold the positions ``pos .. pos + size - 1``."""
     files, links = layout.files, layout.links
     n = len(files)
-    pos = np.full(n, -1, np.int64)
-    ino = files.ino.astype(np.int64)
     root = root_index(layout)
     if root < 0:
-        return pos, np.zeros(n, np.int64)
+        return np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    ino = files.ino.astype(np.int64)
     parent = np.full(n, -1, np.int64)
     link_of = np.full(n, -1, np.int64)
     # (each intermediate dropped once used: at a million files every array is 8 MB)
@@ -146,28 +145,45 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
     dep = depths_below(parent, np.array([root], np.int64))
     reach = np.flatnonzero(dep > 0)
     # every reachable file after its siblings of smaller names (bytes compared, in C)
-    by_name = _kernels.argsort_names(
-        parent[reach], links.names, links.name_off.astype(np.uint64), link_of[reach]
-    )
+    reach_link = link_of[reach]
     del link_of
+    by_name = _kernels.argsort_names(
+        parent[reach], links.names, links.name_off.astype(np.uint64, copy=False), reach_link
+    )
+    del reach_link
     order = reach[np.frombuffer(by_name, np.int64)]
     del reach, by_name
     size = np.where(dep >= 0, 1, 0).astype(np.int64)
     maxdep = int(dep.max())
     for d in range(maxdep, 0, -1):
         at = np.flatnonzero(dep == d)
-        size += np.bincount(parent[at], weights=size[at], minlength=n).astype(np.int64)
+        # added straight from bincount's float64 sums (exact below 2**53): no int64 copy
+        np.add(
+            size,
+            np.bincount(parent[at], weights=size[at], minlength=n),
+            out=size,
+            casting="unsafe",
+        )
     # offset of each child within its parent: sizes of the siblings before it
     op = parent[order]
     first = np.ones(order.size, bool)
     first[1:] = op[1:] != op[:-1]
     del op
-    group_start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    # in place where it can be: at a million files every temporary is another 8 MB
+    group_start = np.arange(order.size, dtype=np.int64)
+    group_start[~first] = 0
+    np.maximum.accumulate(group_start, out=group_start)
     del first
-    csum = np.cumsum(size[order]) - size[order]
+    sizes = size[order]
+    csum = np.cumsum(sizes)
+    csum -= sizes
+    del sizes
+    csum -= csum[group_start]
+    del group_start
     offset = np.empty(n, np.int64)
-    offset[order] = csum - csum[group_start]
-    del csum, group_start, order
+    offset[order] = csum
+    del csum, order
+    pos = np.full(n, -1, np.int64)
     pos[root] = 0
     for d in range(1, maxdep + 1):
         at = np.flatnonzero(dep == d)

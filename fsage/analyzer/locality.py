@@ -106,8 +106,11 @@ def locality(
     first_block: I64,
     regular: npt.NDArray[np.bool_],
     parent: I64 | None = None,
+    *,
+    meta: bool = True,
 ) -> dict[str, Any]:
-    """``parent``: :func:`parent_index` of the layout, when the caller has it already."""
+    """``parent``: :func:`parent_index` of the layout, when the caller has it already;
+    ``meta``: False leaves ``meta_to_data_blocks`` None (it reads every extent)."""
     files = layout.files
     has = regular & (first_block >= 0)
     out: dict[str, Any] = {
@@ -137,7 +140,8 @@ def locality(
             )
             d = np.abs(first_block[has] - iblock)[okg]
             out["inode_to_data_blocks"] = _stats(d)
-    out["meta_to_data_blocks"] = _stats(meta_distances(layout))
+    if meta:
+        out["meta_to_data_blocks"] = _stats(meta_distances(layout))
     return out
 
 

@@ -38,7 +38,6 @@ How this relates to the numbers other tools print (checked in tests/analyzer):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +62,6 @@ class Runs:
     off: I64
     start: I64  # physical block of the run's first block
     length: I64
-    logical: I64  # logical block of the run's first block
 
     def owner(self) -> I64:
         return np.repeat(np.arange(len(self.off) - 1, dtype=np.int64), self.off[1:] - self.off[:-1])
@@ -138,38 +136,35 @@ def file_scores(files: FileTable) -> FileScores:
     n = len(files)
     if n <= SCORE_CHUNK:
         return _file_scores(files)
-    parts = [
-        _file_scores(files.slice(lo, min(lo + SCORE_CHUNK, n))) for lo in range(0, n, SCORE_CHUNK)
-    ]
+    # each chunk's per-file numbers copied into place as it is scored: the chunks' arrays
+    # and the joined ones are not held at once (only the runs, of unknown count, are joined)
+    per_file = [np.empty(n, np.int64) for _ in range(5)]
     run_off = np.zeros(n + 1, np.int64)
-    at, base = 1, 0
-    for part in parts:
-        k = part.runs.off.size - 1
-        run_off[at : at + k] = part.runs.off[1:] + base
-        at, base = at + k, base + int(part.runs.off[-1])
+    starts: list[I64] = []
+    lengths: list[I64] = []
+    base = 0
+    for lo in range(0, n, SCORE_CHUNK):
+        hi = min(lo + SCORE_CHUNK, n)
+        part = _file_scores(files.slice(lo, hi))
+        for out, got in zip(per_file, _per_file(part), strict=True):
+            out[lo:hi] = got
+        run_off[lo + 1 : hi + 1] = part.runs.off[1:] + base
+        base += int(part.runs.off[-1])
+        starts.append(part.runs.start)
+        lengths.append(part.runs.length)
+        del part
+    runs = Runs(run_off, np.concatenate(starts), np.concatenate(lengths))
+    blocks, contiguous, extents, fragments, first_block = per_file
+    return FileScores(blocks, contiguous, extents, fragments, first_block, runs)
 
-    def joined(get: Callable[[FileScores], I64]) -> I64:
-        return np.concatenate([get(part) for part in parts])
 
-    runs = Runs(
-        run_off,
-        joined(lambda s: s.runs.start),
-        joined(lambda s: s.runs.length),
-        joined(lambda s: s.runs.logical),
-    )
-    return FileScores(
-        joined(lambda s: s.blocks),
-        joined(lambda s: s.contiguous),
-        joined(lambda s: s.extents),
-        joined(lambda s: s.fragments),
-        joined(lambda s: s.first_block),
-        runs,
-    )
+def _per_file(s: FileScores) -> tuple[I64, I64, I64, I64, I64]:
+    return s.blocks, s.contiguous, s.extents, s.fragments, s.first_block
 
 
 def _file_scores(files: FileTable) -> FileScores:
     n = len(files)
-    owner, logical, physical, length = _sorted_extents(files)
+    owner, _logical, physical, length = _sorted_extents(files)
     blocks = _bincount(owner, length, n)
     extents = _bincount(owner, None, n)
     within = _bincount(owner, length - 1, n)
@@ -196,7 +191,7 @@ def _file_scores(files: FileTable) -> FileScores:
     run_len = np.add.reduceat(length, run_idx) if run_idx.size else np.zeros(0, np.int64)
     run_off = np.zeros(n + 1, np.int64)
     np.cumsum(_bincount(run_owner, None, n), out=run_off[1:])
-    runs = Runs(run_off, physical[run_idx], run_len.astype(np.int64), logical[run_idx])
+    runs = Runs(run_off, physical[run_idx], run_len.astype(np.int64))
     return FileScores(blocks, contiguous, extents, fragments, first_block, runs)
 
 

@@ -503,8 +503,10 @@ class Store:
 
     # ---------- rebuilding ----------
 
-    def load_layout(self, snapshot_id: int) -> Layout:
-        """Rebuild a snapshot exactly: every file, its extents and names, free space, facts."""
+    def load_layout(self, snapshot_id: int, *, by_column: bool = False) -> Layout:
+        """Rebuild a snapshot exactly: every file, its extents and names, free space, facts.
+        ``by_column``: read the stored chunks a column at a time (the same layout, with a
+        lower peak of memory: ``versions.valid_versions_by_column``)."""
         with self._naming_damage(snapshot_id), self._reading():
             self.snapshot(snapshot_id)  # its row checked
             fs_id, facts_json, free_blob, notes, free_crc = self.con.execute(
@@ -513,7 +515,8 @@ class Store:
             ).fetchone()
             if not isinstance(free_blob, bytes) or not matches(free_crc, blob_crc(free_blob)):
                 raise DamagedError("its free map does not match its checksum")
-            stored = versions.valid_versions(self.con, fs_id, snapshot_id)
+            read = versions.valid_versions_by_column if by_column else versions.valid_versions
+            stored = read(self.con, fs_id, snapshot_id)
             alive = np.ones(len(stored.files), bool)
             return self._layout_of(stored, alive, facts_json, free_blob, notes)
 

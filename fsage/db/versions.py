@@ -546,3 +546,142 @@ def _ino_ordered(parts: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDAr
     out.update({c: np.concatenate([p[c] for p in parts])[ext_idx] for c in LISTED_EXTENTS})
     out["ext_off"] = new_off
     return out
+
+
+def valid_versions_by_column(con: sqlite3.Connection, fs_id: int, snap_id: int) -> codec.Versions:
+    """``valid_versions``, with each chunk's body read from SQLite a column at a time
+    (``codec.ColumnReader``): neither the compressed blobs nor the decoded chunks are held
+    whole beside the result, only one column of each chunk at a time. A snapshot with a
+    chunk written before per-column checksums is read whole (``valid_versions``)."""
+    chunk_rows = con.execute(
+        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        (fs_id, snap_id, snap_id),
+    ).fetchall()
+    if not chunk_rows:
+        return codec.concat_versions([])
+    ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
+    with contextlib.ExitStack() as stack:
+        chunks: list[_ByColumn] = []
+        for chunk_id, first_snap, n in chunk_rows:
+            with _decoding(first_snap):
+                keys = _column_reader(con, stack, chunk_id, "keys", first_snap)
+                body = _column_reader(con, stack, chunk_id, "body", first_snap)
+                codec.check_count(keys, n)
+                codec.check_count(body, n)
+            if body.crcs is None:
+                return valid_versions(con, fs_id, snap_id)
+            valid = np.ones(n, bool)
+            gone = ended.get(chunk_id)
+            if gone is not None:
+                valid[gone] = False
+            chunks.append(_ByColumn(keys, body, first_snap, n, np.flatnonzero(valid)))
+        return _assembled(chunks)
+
+
+@dataclass
+class _ByColumn:
+    keys: codec.ColumnReader
+    body: codec.ColumnReader
+    first_snap: int
+    n: int
+    rows: I64  # the versions valid in the snapshot
+
+    def column(self, name: str, dtype: type[np.generic]) -> npt.NDArray[Any]:
+        with _decoding(self.first_snap):
+            source = self.keys if name in ("ino", "generation") else self.body
+            return source[name].astype(dtype, copy=False)
+
+    def offsets(self, counts: str, children: tuple[str, ...]) -> npt.NDArray[np.uint64]:
+        off = np.zeros(self.n + 1, np.uint64)
+        np.cumsum(self.column(counts, np.uint64), out=off[1:])
+        for child in children:  # as check_count checks a chunk decoded whole
+            if self.body.counts[child] != int(off[-1]):
+                raise _damaged(self.first_snap, f"{counts} disagree with column {child}")
+        return off
+
+
+_CHILD_TYPES: dict[str, type[np.generic]] = {
+    "ext_logical": np.uint64, "ext_physical": np.uint64, "ext_length": np.uint64,
+    "ext_flags": np.uint32, "meta_physical": np.uint64, "meta_kind": np.uint8,
+}  # fmt: skip
+
+
+def _assembled(chunks: list[_ByColumn]) -> codec.Versions:
+    """The valid versions of ``chunks`` in the order ``valid_versions`` gives them."""
+    key = np.concatenate([c.column("ino", np.uint64)[c.rows] for c in chunks])
+    special = np.concatenate([c.column("special", np.bool_)[c.rows] for c in chunks])
+    order = np.lexsort((key, ~special))
+    del key
+    in_order = bool(np.array_equal(order, np.arange(order.size)))
+    whole = len(chunks) == 1 and chunks[0].rows.size == chunks[0].n
+
+    def gathered(parts: list[npt.NDArray[Any]], rows: list[I64]) -> npt.NDArray[Any]:
+        if whole and in_order:
+            return parts[0]
+        joined = np.concatenate([p[r] for p, r in zip(parts, rows, strict=True)])
+        return joined if in_order else joined[order]
+
+    all_rows = [c.rows for c in chunks]
+    cols: dict[str, npt.NDArray[Any]] = {
+        name: gathered([c.column(name, dtype) for c in chunks], all_rows)
+        for name, dtype in FILE_COLUMNS.items()
+    }
+    for off_name, counts, children in (
+        ("ext_off", "ext_counts", ("ext_logical", "ext_physical", "ext_length", "ext_flags")),
+        ("meta_off", "meta_counts", ("meta_physical", "meta_kind")),
+    ):
+        offs = [c.offsets(counts, children) for c in chunks]
+        if whole and in_order:
+            cols[off_name] = offs[0]
+            for child in children:
+                cols[child] = chunks[0].column(child, _CHILD_TYPES[child])
+            continue
+        taken = [csr_take(off, c.rows) for off, c in zip(offs, chunks, strict=True)]
+        del offs
+        idx, cols[off_name] = csr_take(concat_offsets([t[1] for t in taken]), order)
+        for child in children:
+            dtype = _CHILD_TYPES[child]
+            parts = [c.column(child, dtype)[t[0]] for c, t in zip(chunks, taken, strict=True)]
+            cols[child] = np.concatenate(parts)[idx]
+            del parts
+        del taken, idx
+    place = np.empty(order.size, np.int64)
+    place[order] = np.arange(order.size, dtype=np.int64)
+    # each chunk's names of valid versions taken straight from its columns, then joined once
+    parents, inos, lens, names, link_rows = [], [], [], [], []
+    base = 0
+    for c in chunks:
+        with _decoding(c.first_snap):
+            link_row = c.column("link_rows", np.int64)
+            if link_row.size and int(link_row.max()) >= c.n:
+                raise ValueError("a name of a version the chunk does not hold")
+            name_lens = c.column("name_lens", np.uint32)
+            raw = c.body["names"]
+            if name_lens.size != link_row.size or raw.size != int(name_lens.sum(dtype=np.uint64)):
+                raise ValueError("name columns disagree")
+        rank = np.full(c.n + 1, -1, np.int64)  # the extra slot maps -1 to -1
+        rank[c.rows] = np.arange(c.rows.size, dtype=np.int64) + base
+        mine = rank[link_row]
+        del rank
+        keep = mine >= 0
+        every = bool(keep.all())
+        parent = c.column("link_parents", np.uint64)
+        parents.append(parent if every else parent[keep])
+        inos.append(c.column("ino", np.uint64)[link_row if every else link_row[keep]])
+        lens.append(name_lens if every else name_lens[keep])
+        names.append(raw if every else raw[np.repeat(keep, name_lens.astype(np.int64))])
+        link_rows.append(place[mine if every else mine[keep]])
+        del link_row, name_lens, raw, mine, keep, parent
+        base += c.rows.size
+    del place
+    name_off = np.zeros(sum(x.size for x in lens) + 1, np.uint64)
+    np.cumsum(np.concatenate(lens), out=name_off[1:])
+    joined = LinkTable(
+        parent=parents[0] if len(parents) == 1 else np.concatenate(parents),
+        ino=inos[0] if len(inos) == 1 else np.concatenate(inos),
+        name_off=name_off,
+        names=b"".join(x.data for x in names),
+    )
+    del parents, inos, lens, names
+    return codec.Versions(FileTable(**cols), special[order], np.concatenate(link_rows), joined)

@@ -41,7 +41,7 @@ from fsage.fleet.export_dataset import (
     open_versions,
     read_table,
 )
-from fsage.fleet.export_metrics import metric_rows, snapshot_row, without_unread
+from fsage.fleet.export_metrics import metric_rows_taking, snapshot_row, without_unread
 from fsage.fleet.export_rows import FirstPaths, diff_versions, files_table, new_rows_mask
 from fsage.fleet.export_schema import ADDED_COLUMNS as ADDED_COLUMNS
 from fsage.fleet.export_schema import ExportError as ExportError
@@ -249,7 +249,7 @@ def _export_fs(
     versions = 0
     try:
         for row in rows:
-            layout = store.load_layout(row.id)
+            layout = store.load_layout(row.id, by_column=True)
             trim_heap()  # the stored chunks it was assembled from
             tick()
             small["snapshots"].append(snapshot_row(host, row, layout))
@@ -271,10 +271,10 @@ def _export_fs(
             # snapshot's every file at once would each be as large again as the snapshot
             paths = FirstPaths(layout.links, layout.root_ino)
             for lo in range(0, new_rows.size, FILES_CHUNK):
-                chunk = new_rows[lo : lo + FILES_CHUNK]
                 table = files_table(
-                    pa, sch["files"], host, fs, row.id, layout, chunk, cur["digest"], paths
-                )
+                    pa, sch["files"], host, fs, row.id, layout,
+                    new_rows[lo : lo + FILES_CHUNK], cur["digest"], paths,
+                )  # fmt: skip
                 large["files"].write_table(table)
                 del table
             del paths
@@ -298,14 +298,14 @@ def _export_fs(
             del cur, new_rows, first
             # the figures last, with only the columns they read: the analyzer's arrays and
             # the snapshot's other columns are not held at once
-            layout = without_unread(layout)
+            held = [without_unread(layout)]
+            del layout, free_start  # the figures take the one reference left (held)
             trim_heap()
             tick()
-            m, buckets, free = metric_rows(host, row, layout)
+            m, buckets, free = metric_rows_taking(host, row, held, trim_heap)
             small["metrics"].append(m)
             small["size_buckets"].extend(buckets)
             small["free_buckets"].extend(free)
-            del layout  # before the next snapshot is read: one in memory
             trim_heap()
             tick()
     finally:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,11 +12,12 @@ import numpy as np
 from fsage.analyzer.analysis import SnapshotAnalyzer, size_bucket
 from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.db.store import SnapshotRow
-from fsage.layout import Layout
+from fsage.layout import Layout, LinkTable
 
 # The file columns the figures below do not read: let go before they are computed.
 UNREAD_COLUMNS = (
-    "generation", "nlink", "uid", "gid", "atime", "mtime", "ctime", "crtime", "flags", "damaged"
+    "generation", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime", "crtime", "flags",
+    "damaged",
 )  # fmt: skip
 
 
@@ -29,6 +31,25 @@ def without_unread(layout: Layout) -> Layout:
         for name in UNREAD_COLUMNS
     }
     return dataclasses.replace(layout, files=dataclasses.replace(files, **cols))
+
+
+def without_extents(layout: Layout) -> Layout:
+    """The layout with no extents: once the analyzer has scored the files (its runs hold what
+    the figures below read of them), the extent columns are a third of what is left."""
+    files = layout.files
+    n = len(files)
+    no_ext = np.broadcast_to(np.zeros(1, files.ext_off.dtype), (n + 1,))
+    return dataclasses.replace(
+        layout,
+        files=dataclasses.replace(
+            files,
+            ext_off=no_ext,
+            ext_logical=files.ext_logical[:0],
+            ext_physical=files.ext_physical[:0],
+            ext_length=files.ext_length[:0],
+            ext_flags=files.ext_flags[:0],
+        ),
+    )
 
 
 def snapshot_row(host: str, row: SnapshotRow, layout: Layout) -> dict[str, Any]:
@@ -75,14 +96,36 @@ def _locality_columns(loc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def metric_rows(
-    host: str, row: SnapshotRow, layout: Layout
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def metric_rows(host: str, row: SnapshotRow, layout: Layout) -> Rows:
     """The per-snapshot figures of `fsage analyze` (summary, by size, free space, dynamic,
     locality)."""
-    an = SnapshotAnalyzer(layout, snapshot_id=row.id, taken_at=row.taken_at)
+    return metric_rows_taking(host, row, [layout])
+
+
+def metric_rows_taking(
+    host: str, row: SnapshotRow, held: list[Layout], trim: Callable[[], None] | None = None
+) -> Rows:
+    """``metric_rows`` of the one layout in ``held``, taken out of it: when the caller keeps
+    no other reference, what the figures have read is let go part by part (the extents once
+    the files are scored; the per-file numbers only the summary and the buckets read once
+    those are made; the names once the walk and the parents are known). ``trim`` gives
+    freed memory back once, before the walk: measured at 1.4M files, 50 MiB off the peak
+    for no measurable CPU (a trim between every part cost 0.6 s at 700k files)."""
+    an = SnapshotAnalyzer(held.pop(), snapshot_id=row.id, taken_at=row.taken_at)
+    an.layout = without_extents(an.layout)
     summ = an.summary()
+    by_size = an.by_size()
     free = an.free()
+    empty = np.zeros(0, np.int64)
+    an.scores = dataclasses.replace(an.scores, contiguous=empty, extents=empty, fragments=empty)
+    if trim is not None:
+        trim()
+    an.parent()
+    an.preorder()
+    an.layout = dataclasses.replace(an.layout, links=LinkTable.empty())
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
     key = {"host": host, "fs": row.fs_name, "snapshot_id": row.id}
     metrics = {
@@ -113,10 +156,10 @@ def metric_rows(
         "chunk_bytes": free["chunk_bytes"],
         "dynamic_layout_score_inode": dyn.get("inode"),
         "dynamic_layout_score_path": dyn.get("path"),
-        **_locality_columns(an.locality()),
+        **_locality_columns(an.locality(meta=False)),
     }
     buckets = []
-    for b in an.by_size():
+    for b in by_size:
         den = int(b["blocks"]) - int(b["files"])  # every scored file has blocks >= 2
         score = b["layout_score"]
         buckets.append(
