@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from fsage.lfs import lfs_pb2
 from fsage.lfs.fs import LFS, mkfs
 from fsage.lfs.fsck import fsck
 from fsage.lfs.mount import fuse_available
+from tests.lfs.test_lfs_damage_mount import _unmount
 
 REPO = Path(__file__).resolve().parents[2]
 BS = 1024
@@ -124,18 +124,6 @@ def _mount(img: Path, mp: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-def _unmount(mp: Path, pid: int) -> None:
-    subprocess.run(["fusermount3", "-u", str(mp)], check=False, timeout=30)
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"mount process {pid} did not exit")
 
 
 @pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")

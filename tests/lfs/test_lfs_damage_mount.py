@@ -26,7 +26,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from fsage.lfs import format as fmt
 from fsage.lfs import lfs_pb2
 from fsage.lfs.fs import LFS, mkfs
 from fsage.lfs.mount import fuse_available
+from tests.lfs.test_mount_checks import _wait_gone
 
 REPO = Path(__file__).resolve().parents[2]
 AREAS = (
@@ -128,14 +128,7 @@ def _env() -> dict[str, str]:
 
 def _unmount(mp: Path, pid: int) -> None:
     subprocess.run(["fusermount3", "-u", str(mp)], check=False, timeout=30)
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"mount process {pid} did not exit")
+    _wait_gone(pid)
 
 
 def _tree(mp: Path) -> set[str]:
