@@ -77,6 +77,19 @@ def test_figures_in_chunks_equal_the_whole_snapshot(
     assert whole[1][0][0]["dynamic_layout_score_path"] is not None
 
 
+def extents_of(files: Any, i: int) -> list[tuple[int, int, int]]:
+    """File `i`'s extents as (logical, physical, length), as debugfs's `ex` lists them."""
+    a, b = int(files.ext_off[i]), int(files.ext_off[i + 1])
+    return list(
+        zip(
+            files.ext_logical[a:b].tolist(),
+            files.ext_physical[a:b].tolist(),
+            files.ext_length[a:b].tolist(),
+            strict=True,
+        )
+    )
+
+
 def _debugfs_extents(img: Path, inos: list[int]) -> dict[int, list[tuple[int, int, int]]]:
     """(logical, physical, length) of each inode's leaf extents, as debugfs lists them."""
     script = "\n".join(f"ex <{i}>" for i in inos) + "\n"
@@ -110,15 +123,7 @@ def test_a_snapshot_from_two_chunks_holds_what_debugfs_reads(history: tuple[Path
     want = _debugfs_extents(img, [int(files.ino[i]) for i in sample])
     multi = 0
     for i in sample:
-        a, b = int(files.ext_off[i]), int(files.ext_off[i + 1])
-        got = list(
-            zip(
-                files.ext_logical[a:b].tolist(),
-                files.ext_physical[a:b].tolist(),
-                files.ext_length[a:b].tolist(),
-                strict=True,
-            )
-        )
+        got = extents_of(files, i)
         assert got == want[int(files.ino[i])], int(files.ino[i])
         multi += len(got) > 1
     assert multi  # some sampled file is fragmented

@@ -19,7 +19,7 @@ import pytest
 
 from fsage.db.store import Store
 from fsage.errors import StoreError
-from tests.fleet.test_chunked import _debugfs_extents
+from tests.fleet.test_chunked import _debugfs_extents, extents_of
 from tests.fleet.test_chunked import history as history  # the fixture, shared
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,15 +50,7 @@ def test_a_snapshot_read_by_column_is_the_snapshot_read_whole(history: tuple[Pat
     sample = sorted(random.Random(8).sample(reg.tolist(), 40))
     want = _debugfs_extents(img, [int(files.ino[i]) for i in sample])
     for i in sample:
-        a, b = int(files.ext_off[i]), int(files.ext_off[i + 1])
-        got = list(
-            zip(
-                files.ext_logical[a:b].tolist(),
-                files.ext_physical[a:b].tolist(),
-                files.ext_length[a:b].tolist(),
-                strict=True,
-            )
-        )
+        got = extents_of(files, i)
         assert got == want[int(files.ino[i])], int(files.ino[i])
 
 
