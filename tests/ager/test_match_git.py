@@ -12,7 +12,7 @@ import pytest
 
 from fsage.ager.images import loop_mount, make_image
 from fsage.ager.match import SCORE_TOL, match_layout, target_from_layout
-from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL
+from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL, LayoutTarget
 from fsage.snapshotter.ext import read_ext_layout
 from tests.ager.gitaged import age_with_history, generated_repo
 from tests.ager.helpers import fsck_clean
@@ -50,16 +50,22 @@ def _filefrag_buckets(image: Path) -> dict[int, tuple[int, int, int]]:
     return filefrag_buckets(image, 4096)
 
 
-@pytest.mark.slow
-@pytest.mark.needs_root
-def test_match_a_git_aged_ext4(tmp_path: Path) -> None:
+def git_aged_target(tmp_path: Path) -> tuple[Path, LayoutTarget, Path]:
+    """A 128 MiB ext4 aged by a generated history checked out in three work trees in turn:
+    the image, its layout target, and a fresh image of the same size to match it on."""
     ids = generated_repo(tmp_path / "repo", commits=10, files=700, seed=5)
     size = 128 * MIB
     target_img = make_image(tmp_path / "target.img", "ext4", size)
     with loop_mount(target_img) as mnt:
         age_with_history(mnt, tmp_path / "repo", ids, trees=3)
     target = target_from_layout(read_ext_layout(target_img), "git-aged target")
-    img = make_image(tmp_path / "matched.img", "ext4", size)
+    return target_img, target, make_image(tmp_path / "matched.img", "ext4", size)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_match_a_git_aged_ext4(tmp_path: Path) -> None:
+    target_img, target, img = git_aged_target(tmp_path)
     res = match_layout(img, target, seed=1, mode="mount", time_limit=600.0)
     assert res.measured_by == "the offline reader after unmount"
     fsck_clean(img)

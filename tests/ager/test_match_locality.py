@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fsage.ager.images import loop_mount, make_image
-from fsage.ager.match import match_layout, target_from_layout
+from fsage.ager.images import loop_mount
+from fsage.ager.match import match_layout
 from fsage.ager.match_locality import ahead_share
 from fsage.ager.match_target import LayoutTarget, locality_of
 from fsage.snapshotter.ext import read_ext_layout
-from tests.ager.gitaged import age_with_history, generated_repo
 from tests.ager.helpers import fsck_clean
+from tests.ager.test_match_git import git_aged_target
 from tests.images import TreeSpec, build_tree, debugfs, dumpe2fs_header, make_ext_image
 
 MIB = 1 << 20
@@ -121,13 +121,7 @@ def test_match_reproduces_a_checkouts_inode_order(tmp_path: Path) -> None:
     """A git-aged target (a generated history checked out in three work trees in turn)
     keeps a directory's inodes side by side while its data is scattered; the match does
     too, as ``stat`` finds both trees on read-only mounts."""
-    ids = generated_repo(tmp_path / "repo", commits=10, files=700, seed=5)
-    size = 128 * MIB
-    target_img = make_image(tmp_path / "target.img", "ext4", size)
-    with loop_mount(target_img) as mnt:
-        age_with_history(mnt, tmp_path / "repo", ids, trees=3)
-    target = target_from_layout(read_ext_layout(target_img), "git-aged target")
-    img = make_image(tmp_path / "matched.img", "ext4", size)
+    target_img, target, img = git_aged_target(tmp_path)
     # The fill sets the inode order: judged after it and one round (the rounds that follow
     # on this small target, which delete files to make holes, let new files take the
     # inodes the deletes left, apart from their neighbours).
