@@ -49,6 +49,13 @@ class Current:
         return int(self.ino.shape[0])
 
 
+# The chunks holding a snapshot's versions: (fs_id, snap_id, snap_id) as parameters.
+_CHUNKS_OF_SNAPSHOT = (
+    "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
+    " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id"
+)
+
+
 def _damaged(first_snap: int, what: str) -> DamagedError:
     return DamagedError(f"the file versions recorded by snapshot {first_snap} are damaged ({what})")
 
@@ -252,8 +259,7 @@ def chunk_versions_at(
     them are valid in it (a reader takes those it wants in one go)."""
     chunks = _with_blobs(
         con,
-        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
-        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        _CHUNKS_OF_SNAPSHOT,
         (fs_id, snap_id, snap_id),
         "keys, body, keys_crc, body_crc",
     )
@@ -350,8 +356,7 @@ def _chunks_at(
     both, alive = [], []
     for chunk_id, first_snap, n, (keys, body, keys_crc, body_crc) in _with_blobs(
         con,
-        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
-        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        _CHUNKS_OF_SNAPSHOT,
         (fs_id, snap_id, snap_id),
         "keys, body, keys_crc, body_crc",
     ):
@@ -448,8 +453,7 @@ def listed_subtree(
     user files (not reserved inodes), in ino order, with ``ext_off`` offsets into their
     extents."""
     chunk_rows = con.execute(
-        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
-        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        _CHUNKS_OF_SNAPSHOT,
         (fs_id, snap_id, snap_id),
     ).fetchall()
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
@@ -554,8 +558,7 @@ def valid_versions_by_column(con: sqlite3.Connection, fs_id: int, snap_id: int) 
     whole beside the result, only one column of each chunk at a time. A snapshot with a
     chunk written before per-column checksums is read whole (``valid_versions``)."""
     chunk_rows = con.execute(
-        "SELECT id, first_snap, n FROM version_chunks WHERE fs_id = ? AND first_snap <= ?"
-        " AND (dead_after IS NULL OR dead_after >= ?) ORDER BY id",
+        _CHUNKS_OF_SNAPSHOT,
         (fs_id, snap_id, snap_id),
     ).fetchall()
     if not chunk_rows:
