@@ -175,6 +175,12 @@ def _mounts() -> dict[str, list[str]]:
             f = line.split()
             mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), f[4])
             out.setdefault(f[2], []).append(mnt)
+            # btrfs shows an anonymous device (0:N): its loop device is the mount's source.
+            src = f[f.index("-") + 2] if "-" in f else ""
+            if f[2].startswith("0:") and src.startswith("/dev/loop"):
+                with contextlib.suppress(OSError):
+                    dev = Path("/sys/block", src[5:], "dev").read_text().strip()
+                    out.setdefault(dev, []).append(mnt)
     return out
 
 
