@@ -5,8 +5,10 @@ birth op and depth) and the blocks in use (file data rounded up to blocks, one b
 directory) out of ``capacity // block_size``. A generated stream therefore depends only on the
 profile, the seed and the capacity — never on the target it later runs on. When aging a target
 directly (``fsage age --profile``), a ``probe`` (the executor's statvfs) replaces the model's
-fullness so that the fill target is met on the real file system; ``nospace`` tells the
-generator that an op failed for lack of space, and it turns to deletes.
+fullness so that the fill target is met on the real file system; on a mounted ext4, xfs or
+btrfs image the probe only anchors the model, which then also counts the file system's
+metadata (``meta``, see ``fsage.ager.genmodel``). ``nospace`` tells the generator that an op
+failed for lack of space, and it turns to deletes.
 
 Phases (mode ``hybrid``): fill until fullness reaches ``profile.fill`` (creates, with a create
 probability that falls as the fs fills, and deletes), then churn in ``profile.mix`` until
