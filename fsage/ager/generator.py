@@ -321,14 +321,15 @@ class Generator(Converging, SyntheticStreams):
             rec.holes |= new
             self.used_blocks -= len(new)
             assert self.meta is not None
-            if self.meta.cow:  # the extents around a hole are still referenced: kept whole
-                self._pin(rec, len(new))
+            if self.meta.cow:  # the extent around a hole is still referenced: kept whole
+                self._pin(rec, len([b for b in new if b < rec.base]))
         else:
             assert self.meta is not None
             end = -(-min(op.offset + op.size, rec.size) // bs)
             filled = rec.holes.intersection(range(op.offset // bs, end)) if rec.holes else set()
             if self.meta.cow:  # written anew; the old blocks stay while their extent is used
-                self._pin(rec, end - op.offset // bs - len(filled))
+                first = op.offset // bs
+                self._pin(rec, max(0, min(end, rec.base) - first) - len(filled))
             elif not filled:
                 return
             if filled:
@@ -340,9 +341,10 @@ class Generator(Converging, SyntheticStreams):
 
     def _pin(self, rec: _File, blocks: int) -> None:
         """Copy-on-write keeps ``blocks`` of ``rec``'s old data allocated (``BtrfsMeta``):
-        at most as many as the file has, as an overwrite of what an earlier one wrote frees
-        the extent that one made."""
-        add = max(0, min(blocks, _blocks(rec.size, self.bs) - rec.pinned))
+        blocks of the extent its first write made, which stays whole while any of it is
+        used. The smaller extents of appends and overwrites are taken to be replaced whole by
+        what overwrites them, and freed."""
+        add = max(0, min(blocks, rec.base - rec.pinned))
         rec.pinned += add
         self.used_blocks += add
 
@@ -564,7 +566,10 @@ class Generator(Converging, SyntheticStreams):
             m = self.meta
             if keep is not None:
                 rec.grows, rec.holes, rec.pinned = keep.grows, keep.holes, keep.pinned
+                rec.base = keep.base
                 self.used_blocks += rec.pinned - len(rec.holes or ())
+            else:
+                rec.base = _blocks(size, self.bs)
             self.used_blocks += m.entry(parent, name, True) + m.regrow(0, rec.grows) + m.inode(True)
         self._rebucket(path, rec)
         return path
@@ -611,9 +616,12 @@ class Generator(Converging, SyntheticStreams):
             if self.meta.cow and size < rec.size:
                 if size == 0:  # every extent let go
                     self.used_blocks -= rec.pinned
-                    rec.pinned = 0
-                else:  # the extent across the new end is kept whole
-                    self._pin(rec, _blocks(rec.size, self.bs) - _blocks(size, self.bs))
+                    rec.pinned = rec.base = 0
+                else:  # the first extent, across the new end, is kept whole
+                    old = min(rec.base, _blocks(rec.size, self.bs))
+                    self._pin(rec, old - _blocks(size, self.bs))
+            elif self.meta.cow and rec.size == 0:  # written into an empty file: its first write
+                rec.base = _blocks(size, self.bs)
         rec.size = size
         self._rebucket(path, rec)
 

@@ -21,6 +21,7 @@ class _File:
     grows: int = 0  # appends since it was empty (``ExtMeta``)
     holes: set[int] | None = None  # blocks punched out and not written since (``ExtMeta``)
     pinned: int = 0  # blocks held beyond its data by copy-on-write (``BtrfsMeta``)
+    base: int = 0  # blocks of the extent its first write made (``BtrfsMeta``)
 
 
 class _AgeIndex:
