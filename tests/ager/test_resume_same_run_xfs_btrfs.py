@@ -63,7 +63,7 @@ def test_two_runs_of_one_seed_on_a_mounted_image_make_the_same_ops(
     the fill target, which the kernel then finds met within the model's error."""
     images = _images(tmp_path, kind)
     first, second = next(images), next(images)
-    args = ["--profile", "hfs-surge", "--seed", "9", "--fill", "0.5", "--churn", "1", "--mount"]
+    args = ["--profile", "hfs-surge", "--seed", "9", "--fill", "0.5", "--churn", "0.5", "--mount"]
     _finish(_age(first, args), fsage_env)
     _finish(_age(second, args), fsage_env)
     ops = _ops(first)
