@@ -4,6 +4,7 @@ image lock (``fsage.imagelock``) and by the clearing of stale mounts (``fsage.ag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -59,6 +60,12 @@ def _mounts() -> dict[str, list[str]]:
             f = line.split()
             mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), f[4])
             out.setdefault(f[2], []).append(mnt)
+            # btrfs shows an anonymous device (0:N): its loop device is the mount's source.
+            src = f[f.index("-") + 2] if "-" in f else ""
+            if f[2].startswith("0:") and src.startswith("/dev/loop"):
+                with contextlib.suppress(OSError):
+                    dev = Path("/sys/block", src[5:], "dev").read_text().strip()
+                    out.setdefault(dev, []).append(mnt)
     return out
 
 

@@ -5,8 +5,10 @@ birth op and depth) and the blocks in use (file data rounded up to blocks, one b
 directory) out of ``capacity // block_size``. A generated stream therefore depends only on the
 profile, the seed and the capacity — never on the target it later runs on. When aging a target
 directly (``fsage age --profile``), a ``probe`` (the executor's statvfs) replaces the model's
-fullness so that the fill target is met on the real file system; ``nospace`` tells the
-generator that an op failed for lack of space, and it turns to deletes.
+fullness so that the fill target is met on the real file system; on a mounted ext4, xfs or
+btrfs image the probe only anchors the model, which then also counts the file system's
+metadata (``meta``, see ``fsage.ager.genmodel``). ``nospace`` tells the generator that an op
+failed for lack of space, and it turns to deletes.
 
 Phases (mode ``hybrid``): fill until fullness reaches ``profile.fill`` (creates, with a create
 probability that falls as the fs fills, and deletes), then churn in ``profile.mix`` until
@@ -39,7 +41,7 @@ from collections.abc import Callable, Iterator
 
 from fsage.ager.chisquare import MIN_EXPECTED, chi2_sf, chi_square_test
 from fsage.ager.converge import Converging
-from fsage.ager.genmodel import ExtMeta, GenStats, _AgeIndex, _Bag, _blocks, _File
+from fsage.ager.genmodel import META_MODELS, GenStats, _AgeIndex, _Bag, _blocks, _File
 from fsage.ager.patterns import PATTERN_KINDS, run_pattern
 from fsage.ager.profile import Profile
 from fsage.ager.synthetic import SyntheticStreams
@@ -60,6 +62,15 @@ _WRITES = DATA_OPS | {"truncate"}
 PROBE_EVERY = 32
 
 
+def meta_kind(target_kind: str) -> str | None:
+    """The metadata model (``META_MODELS``) of a target kind (``mounted-ext``, ...), or None.
+    A kernel's used-block count after the same ops differs from run to run (journal commits,
+    writeback, xfs's speculative preallocation, btrfs's transaction commits): a mounted image
+    of a modelled kind is steered by the model, the probe only anchoring it."""
+    kind = target_kind.removeprefix("mounted-")
+    return kind if target_kind.startswith("mounted-") and kind in META_MODELS else None
+
+
 class Generator(Converging, SyntheticStreams):
     """Yields ops for ``profile`` against a target of ``capacity`` bytes (see module doc)."""
 
@@ -73,6 +84,7 @@ class Generator(Converging, SyntheticStreams):
         block_size: int | None = None,
         probe_every: int | None = PROBE_EVERY,
         ext_meta: bool = False,
+        meta: str | None = None,
     ) -> None:
         self.profile = profile
         self.seed = seed
@@ -101,8 +113,12 @@ class Generator(Converging, SyntheticStreams):
         self.all_dirs: list[str] = [""]
         self.nonempty = _Bag()
         self.used_blocks = 0
-        #: ext4's metadata blocks, modelled (``ext_meta``: a mounted ext4 steered by the model).
-        self.meta = ExtMeta(self.bs) if ext_meta else None
+        #: The metadata blocks of a mounted file system steered by the model: ``meta`` names
+        #: its kind (a key of ``META_MODELS``); ``ext_meta`` is ``meta="ext"``.
+        kind = meta or ("ext" if ext_meta else None)
+        if kind is not None and kind not in META_MODELS:
+            raise WorkloadError(f"no model of {kind!r} metadata (one of {', '.join(META_MODELS)})")
+        self.meta = META_MODELS[kind](self.bs) if kind is not None else None
         self._force_deletes = 0
         self._settle_band = 0.0  # while settling by the model alone (``_settle``)
         self._undo: Callable[[], None] | None = None
@@ -304,18 +320,33 @@ class Generator(Converging, SyntheticStreams):
             new -= rec.holes
             rec.holes |= new
             self.used_blocks -= len(new)
-        elif rec.holes:
-            end = -(-min(op.offset + op.size, rec.size) // bs)
-            filled = rec.holes.intersection(range(op.offset // bs, end))
-            if not filled:
-                return
-            rec.holes -= filled
-            self.used_blocks += len(filled)
+            assert self.meta is not None
+            if self.meta.cow:  # the extent around a hole is still referenced: kept whole
+                self._pin(rec, len([b for b in new if b < rec.base]))
         else:
-            return
-        assert self.meta is not None
-        self.used_blocks += self.meta.extents(rec.grows + 1) - self.meta.extents(rec.grows)
+            assert self.meta is not None
+            end = -(-min(op.offset + op.size, rec.size) // bs)
+            filled = rec.holes.intersection(range(op.offset // bs, end)) if rec.holes else set()
+            if self.meta.cow:  # written anew; the old blocks stay while their extent is used
+                first = op.offset // bs
+                self._pin(rec, max(0, min(end, rec.base) - first) - len(filled))
+            elif not filled:
+                return
+            if filled:
+                assert rec.holes is not None
+                rec.holes -= filled
+                self.used_blocks += len(filled)
+        self.used_blocks += self.meta.regrow(rec.grows, rec.grows + 1)
         rec.grows += 1
+
+    def _pin(self, rec: _File, blocks: int) -> None:
+        """Copy-on-write keeps ``blocks`` of ``rec``'s old data allocated (``BtrfsMeta``):
+        blocks of the extent its first write made, which stays whole while any of it is
+        used. The smaller extents of appends and overwrites are taken to be replaced whole by
+        what overwrites them, and freed."""
+        add = max(0, min(blocks, rec.base - rec.pinned))
+        rec.pinned += add
+        self.used_blocks += add
 
     def _syncs(self, op: Op) -> Iterator[Op]:
         """The fsync and sync that follow the ``_writes``-th write ``op`` (see ``ops``)."""
@@ -486,7 +517,8 @@ class Generator(Converging, SyntheticStreams):
         self.all_dirs.append(path)
         self.used_blocks += 1
         if self.meta is not None:
-            self.used_blocks += self.meta.entry(parent, name, True)
+            m = self.meta
+            self.used_blocks += m.entry(parent, name, True) + m.new_dir() + m.inode(True)
 
     def _mkdir(self, parent: str) -> Op:
         name = self._new_name(parent)
@@ -505,7 +537,8 @@ class Generator(Converging, SyntheticStreams):
         self.all_dirs.remove(path)
         self.used_blocks -= 1
         if self.meta is not None:
-            self.used_blocks += self.meta.drop_dir(path) + self.meta.entry(parent, name, False)
+            m = self.meta
+            self.used_blocks += m.drop_dir(path) + m.entry(parent, name, False) + m.inode(False)
 
     def _add_file(self, parent: str, name: str, size: int, keep: _File | None = None) -> str:
         """Enter a file; ``keep``: the record of the same file before a rename or an undo
@@ -530,10 +563,14 @@ class Generator(Converging, SyntheticStreams):
         self.nonempty.add(parent)
         self.used_blocks += _blocks(size, self.bs)
         if self.meta is not None:
+            m = self.meta
             if keep is not None:
-                rec.grows, rec.holes = keep.grows, keep.holes
-                self.used_blocks -= len(rec.holes or ())
-            self.used_blocks += self.meta.entry(parent, name, True) + self.meta.extents(rec.grows)
+                rec.grows, rec.holes, rec.pinned = keep.grows, keep.holes, keep.pinned
+                rec.base = keep.base
+                self.used_blocks += rec.pinned - len(rec.holes or ())
+            else:
+                rec.base = _blocks(size, self.bs)
+            self.used_blocks += m.entry(parent, name, True) + m.regrow(0, rec.grows) + m.inode(True)
         self._rebucket(path, rec)
         return path
 
@@ -548,8 +585,9 @@ class Generator(Converging, SyntheticStreams):
             self.nonempty.remove(rec.parent)
         self.used_blocks -= _blocks(rec.size, self.bs)
         if self.meta is not None:
-            self.used_blocks += self.meta.entry(rec.parent, name, False) + len(rec.holes or ())
-            self.used_blocks -= self.meta.extents(rec.grows)
+            m = self.meta
+            self.used_blocks += m.entry(rec.parent, name, False) + len(rec.holes or ())
+            self.used_blocks += m.regrow(rec.grows, 0) + m.inode(False) - rec.pinned
         if rec.bucket >= 0:
             self._size_bags[rec.bucket].remove(path)
         if rec.dbucket >= 0:
@@ -569,12 +607,21 @@ class Generator(Converging, SyntheticStreams):
         self.used_blocks += _blocks(size, self.bs) - _blocks(rec.size, self.bs)
         if self.meta is not None:
             grows = rec.grows + 1 if size > rec.size > 0 else rec.grows if size else 0
-            self.used_blocks += self.meta.extents(grows) - self.meta.extents(rec.grows)
+            self.used_blocks += self.meta.regrow(rec.grows, grows)
             rec.grows = grows
             if rec.holes and size < rec.size:  # holes cut off were not counted as used
                 cut = {b for b in rec.holes if b >= _blocks(size, self.bs)}
                 rec.holes -= cut
                 self.used_blocks += len(cut)
+            if self.meta.cow and size < rec.size:
+                if size == 0:  # every extent let go
+                    self.used_blocks -= rec.pinned
+                    rec.pinned = rec.base = 0
+                else:  # the first extent, across the new end, is kept whole
+                    old = min(rec.base, _blocks(rec.size, self.bs))
+                    self._pin(rec, old - _blocks(size, self.bs))
+            elif self.meta.cow and rec.size == 0:  # written into an empty file: its first write
+                rec.base = _blocks(size, self.bs)
         rec.size = size
         self._rebucket(path, rec)
 
@@ -687,4 +734,5 @@ __all__ = [
     "chi2_sf",
     "chi_square_test",
     "generate",
+    "meta_kind",
 ]

@@ -20,6 +20,8 @@ class _File:
     slot: int = -1  # index in the age index
     grows: int = 0  # appends since it was empty (``ExtMeta``)
     holes: set[int] | None = None  # blocks punched out and not written since (``ExtMeta``)
+    pinned: int = 0  # blocks held beyond its data by copy-on-write (``BtrfsMeta``)
+    base: int = 0  # blocks of the extent its first write made (``BtrfsMeta``)
 
 
 class _AgeIndex:
@@ -185,15 +187,24 @@ class ExtMeta:
       ``(bs - 12) // 12`` extents.
 
     Each method returns the change in blocks, which the generator adds to its used blocks.
+    The subclasses model xfs and btrfs through the same methods.
     """
 
     __slots__ = ("bs", "live", "peak", "per")
+
+    #: Overwrites allocate new blocks and keep the old ones while any part of their extent
+    #: is still referenced (btrfs).
+    cow = False
 
     def __init__(self, bs: int) -> None:
         self.bs = bs
         self.per = (bs - 12) // 12
         self.live: dict[str, int] = {}
         self.peak: dict[str, int] = {}
+
+    def _rec(self, name: str) -> int:
+        """Bytes a directory entry of ``name`` takes."""
+        return (8 + len(name.encode()) + 3) & ~3
 
     def _dir_blocks(self, size: int) -> int:
         """Blocks of a directory whose entries took ``size`` bytes, beyond the first."""
@@ -202,7 +213,7 @@ class ExtMeta:
         return 1 + -(-size // (self.bs * 3 // 4))
 
     def entry(self, parent: str, name: str, add: bool) -> int:
-        rec = (8 + len(name.encode()) + 3) & ~3
+        rec = self._rec(name)
         live = self.live.get(parent, 0) + (rec if add else -rec)
         self.live[parent] = live
         peak = self.peak.get(parent, 0)
@@ -211,12 +222,115 @@ class ExtMeta:
         self.peak[parent] = live
         return self._dir_blocks(live) - self._dir_blocks(peak)
 
+    def new_dir(self) -> int:
+        """An empty directory's blocks beyond the one the generator counts for it."""
+        return self._dir_blocks(0)
+
     def drop_dir(self, path: str) -> int:
         self.live.pop(path, None)
         return -self._dir_blocks(self.peak.pop(path, 0))
 
     def extents(self, grows: int) -> int:
         return 0 if grows < 4 else 1 + grows // self.per
+
+    def regrow(self, old: int, new: int) -> int:
+        """A file's extent count went from ``old`` to ``new`` appends since it was empty."""
+        return self.extents(new) - self.extents(old)
+
+    def inode(self, add: bool) -> int:
+        """An inode was made (``add``) or freed: ext4's inode tables are made by mkfs."""
+        return 0
+
+
+class XfsMeta(ExtMeta):
+    """xfs (v5, 512-byte inodes, directory blocks of one fs block):
+
+    - inodes are allocated in chunks of 64 as needed, ``bs // 512`` to a block, and a chunk
+      is freed with its last inode: counted at their share of a block;
+    - a directory lives in its inode while its entries fit (about 336 bytes of short-form
+      entries, 3/4 of the 8-byte-aligned data entries counted here), then in one block with
+      its hash leaf, then in data blocks and leaf blocks (a data block freed only when empty:
+      the peak is counted, as for ext4);
+    - a file's extents live in its inode up to 21, then in a btree of
+      ``(bs - 72) // 16`` extents a block.
+    """
+
+    __slots__ = ("inodes",)
+
+    def __init__(self, bs: int) -> None:
+        super().__init__(bs)
+        self.per = (bs - 72) // 16
+        self.inodes = 0
+
+    def _rec(self, name: str) -> int:
+        # inode number, name length, name, file type, tag: 8-byte aligned
+        return (12 + len(name.encode()) + 7) & ~7
+
+    def _dir_blocks(self, size: int) -> int:
+        if size <= 336 * 4 // 3:
+            return -1  # short form: no block at all
+        if size * 4 // 3 + 72 <= self.bs:  # one block: entries, their leaf, the tail
+            return 0
+        data = -(-size // (self.bs - 64))
+        leaves = -(-size // 3 // (self.bs - 64))
+        return data + leaves + (leaves > 1) - 1
+
+    def extents(self, grows: int) -> int:
+        return 0 if grows < 21 else 1 + grows // self.per
+
+    def inode(self, add: bool) -> int:
+        per = self.bs // 512
+        before = -(-self.inodes // per)
+        self.inodes += 1 if add else -1
+        return -(-self.inodes // per) - before
+
+
+class BtrfsMeta(ExtMeta):
+    """btrfs (16 KiB tree nodes, metadata DUP on one device, as mkfs.btrfs makes it): no
+    blocks belong to one file or directory; its inode, names and extents are items in shared
+    tree leaves, written twice, so each is counted as the bytes it takes in the leaves (at
+    the leaves' usual fill) and the used blocks follow their sum. A file's data of up to 2 KiB
+    lives in its leaf too, about a block once written twice: counted as its data block.
+    Writes are copy-on-write (``cow``): see ``Generator._holes``."""
+
+    __slots__ = ("bytes",)
+
+    cow = True
+    #: Leaf bytes of one item and its header, twice (DUP), at 3/4 leaf fill: an inode (inode
+    #: item, the extent of its data and that extent's back reference), a directory entry
+    #: (dir item, dir index, inode ref) and one more extent of a file.
+    INODE = 2 * (185 + 78 + 80) * 4 // 3
+    ENTRY = 2 * 3 * 45 * 4 // 3
+    EXTENT = 2 * (78 + 80) * 4 // 3
+
+    def __init__(self, bs: int) -> None:
+        super().__init__(bs)
+        self.bytes = 0
+
+    def _add(self, delta: int) -> int:
+        before = -(-self.bytes // self.bs)
+        self.bytes += delta
+        return -(-self.bytes // self.bs) - before
+
+    def entry(self, parent: str, name: str, add: bool) -> int:
+        size = self.ENTRY + 2 * len(name.encode())
+        return self._add(size if add else -size)
+
+    def new_dir(self) -> int:
+        return -1  # its entries are items in the tree: no block of its own
+
+    def drop_dir(self, path: str) -> int:
+        return 1
+
+    def regrow(self, old: int, new: int) -> int:
+        return self._add((new - old) * self.EXTENT)
+
+    def inode(self, add: bool) -> int:
+        return self._add(self.INODE if add else -self.INODE)
+
+
+#: The file system kinds whose metadata a generator can model (``Generator(meta=...)``).
+META_MODELS: dict[str, type[ExtMeta]] = {"ext": ExtMeta, "xfs": XfsMeta, "btrfs": BtrfsMeta}
 
 
 def _blocks(size: int, bs: int) -> int:

@@ -64,9 +64,10 @@ class ProbeLog:
     1 to 30 blocks). A generator decision near its threshold then went the other way. The
     model carries the run between probes, so rounding to 0.1% of the file system costs the
     steering nothing that matters, and the same ops give the same probes but where a count lies
-    at a rounding boundary (a probe then differed in 2 of 24 pairs). So a mounted ext4 run
-    probes only at its start and after ENOSPC, and its generator models the rest
-    (``Generator.capacity_blocks``): the same seed then makes the same ops.
+    at a rounding boundary (a probe then differed in 2 of 24 pairs). So a run on a mounted
+    ext4, xfs or btrfs image probes only at its start and after ENOSPC, after a sync, and its
+    generator models the rest (``Generator.capacity_blocks``, ``fsage.ager.genmodel``): the
+    same seed then makes the same ops.
     """
 
     def __init__(self, path: Path, live: Probe, *, resume: bool) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from fsage.ager.ageresult import AgeResult, _limit_notice
 from fsage.ager.agingruns import AgingRun, _finish_aging_run, _start_aging_run, aging_runs
-from fsage.ager.generator import PROBE_EVERY, Generator
+from fsage.ager.generator import PROBE_EVERY, Generator, meta_kind
 from fsage.ager.interrupt import _Interrupt
 from fsage.ager.posix import InFlightError, record_path_for
 from fsage.ager.reconcile import Difference, Tree, load_tree
@@ -203,6 +203,8 @@ def _run(
         bs, total, _ = tgt.executor.capacity_blocks()
 
         def probe() -> tuple[int, int, int]:
+            if anchored:  # an anchor counts what writeback and commits have yet to settle
+                tgt.executor.apply(Op("sync"))
             return tgt.executor.capacity_blocks()
 
         reach = tgt.max_fill()
@@ -222,7 +224,7 @@ def _run(
         # and its resume, would part where a decision lies near its threshold. There the probe
         # only anchors the generator's model (at the start and after ENOSPC, both kept in the
         # probe log), and the model carries the run.
-        anchored = tgt.kind.startswith("mounted-ext")
+        anchored = meta_kind(tgt.kind)
         probe_every = None if anchored else PROBE_EVERY
         exact = not opts.resume or (old_journal is not None and ProbeLog.usable(plog_path))
         if exact:
@@ -234,7 +236,7 @@ def _run(
                 probe=plog,
                 block_size=bs,
                 probe_every=probe_every,
-                ext_meta=anchored,
+                meta=anchored,
             )
             if opts.resume:
                 assert old_journal is not None and journal_keep is not None
@@ -266,7 +268,7 @@ def _run(
                 probe=probe,
                 block_size=bs,
                 probe_every=probe_every,
-                ext_meta=anchored,
+                meta=anchored,
             )
             gen.adopt(tgt.walk())
             st = record.get("gen", {})

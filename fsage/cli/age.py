@@ -128,8 +128,8 @@ def age_cmd(
     """Age TARGET (a mounted directory or an image file) with a workload.
 
     With --profile, ops are generated as they run and the fill target is steered by the real
-    fullness (statvfs; on a loop-mounted ext image, read at the start and after ENOSPC and
-    carried by the generator's model of data, directory and extent blocks, so that a seed
+    fullness (statvfs; on a loop-mounted ext4, xfs or btrfs image, read at the start and after
+    ENOSPC and carried by the generator's model of data and metadata blocks, so that a seed
     makes the same ops every time). An ext image is loop-mounted and aged through the kernel
     when fsage runs as root with loop devices, otherwise offline through libext2fs (whose
     allocator is not the kernel's). The run ends on the fill and churn asked for (or

@@ -162,19 +162,22 @@ def test_resume_after_a_kill_clears_the_stale_mount(
     image = make_image(tmp_path / "a.img", "ext4", 96 * MIB)
     ops = _slow_ops(tmp_path / "ops.jsonl", 1200)
     base = [sys.executable, "-m", "fsage", "age", str(image)]
+    # The runs' mount points, where no other fsage run sweeps: one that removes a dead fsage
+    # process's mount point in /tmp unmounts what is mounted on it in every namespace.
+    env = {**fsage_env, "TMPDIR": str(tmp_path)}
     try:
         with private_mounts() as ns:
             # killed once it runs ops (its record written): then there is a run to resume
             left = kill_when_mounted(
                 [*base, "--ops", str(ops), "--fsync"],
-                fsage_env,
+                env,
                 image,
                 "fsage-age-",
                 ready=lambda since: record_written_since(image, since),
                 ns=ns,
             )
             done = subprocess.run(
-                in_namespace(ns, [*base, "--resume"]), env=fsage_env, capture_output=True, text=True
+                in_namespace(ns, [*base, "--resume"]), env=env, capture_output=True, text=True
             )
             assert done.returncode == 0, done.stderr
             assert "left behind by an fsage run that was killed" in done.stderr, done.stderr

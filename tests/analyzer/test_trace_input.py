@@ -95,7 +95,7 @@ def test_the_run_example_reads_file_data(fsage_env: dict[str, str]) -> None:
 def test_a_tar_to_dev_null_is_warned_of_and_a_piped_one_is_not(
     tmp_path: Path, fsage_env: dict[str, str]
 ) -> None:
-    from tests.analyzer.test_trace import _traceable
+    from tests.analyzer.test_trace import _traceable, run_traced
 
     if not _traceable():
         pytest.skip("neither blktrace nor the kernel's blk tracer")
@@ -118,10 +118,10 @@ def test_a_tar_to_dev_null_is_warned_of_and_a_piped_one_is_not(
             ("dev-null", ["tar", "cf", "/dev/null", "-C", str(mnt), "."]),
             ("piped", ["sh", "-c", f"tar cf - -C {mnt} . | cat >/dev/null"]),
         ):
-            p = subprocess.run(
+            p = run_traced(
                 [sys.executable, "-m", "fsage", "trace", "run", str(mnt), "--block-size",
                  "4096", "--db", str(db), "--", *cmd],
-                capture_output=True, text=True, cwd=REPO, env=fsage_env, check=False,
+                cwd=REPO, env=fsage_env,
             )  # fmt: skip
             assert p.returncode == 0, p.stderr
             outs[name] = p.stderr
