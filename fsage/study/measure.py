@@ -97,7 +97,7 @@ def measure_step(
     """Everything a study keeps about ``m`` after ``step`` (see the module doc)."""
     from fsage.replay.bench.scantree import copy_tree
     from fsage.snapshotter import read_source
-    from fsage.study.rounds import decide
+    from fsage.study.rounds import final_decision
 
     t0 = time.perf_counter()
     times: dict[str, float] = {}
@@ -138,8 +138,14 @@ def measure_step(
             m, trace=trace, repeat=repeat, say=say, block_size=int(out["block_size"])
         )
         times["scan"] = time.perf_counter() - t
-        d = decide(out["scan"]["aged_values"], out["scan"]["clean_values"])
-        out["scan"].update(ratio=d.ratio, verdict=d.verdict, ci_low=d.low, ci_high=d.high)
+        d = final_decision(out["scan"]["aged_values"], out["scan"]["clean_values"], repeat)
+        out["scan"].update(
+            ratio=d.ratio,
+            verdict=d.verdict,
+            ci_low=d.low,
+            ci_high=d.high,
+            ci_confidence=d.confidence,
+        )
     finally:
         m.clean_image.unlink(missing_ok=True)
     times["total"] = time.perf_counter() - t0
