@@ -17,6 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fsage.layout import Layout
@@ -169,9 +170,10 @@ def _scans(
     last: dict[str, ScanRead] = {}
     notes: list[str] = []
     tr: dict[str, Any] | None = None
+    io: dict[str, list[dict[str, int]]] = {}
     with contextlib.ExitStack() as stack:
         scan = (
-            _lfs_scanner(m, trace, notes, say)
+            _lfs_scanner(m, trace, notes, say, stack, io)
             if m.kind == "lfs"
             else _kernel_scanner(m, trace, notes, say, stack, block_size)
         )
@@ -202,6 +204,11 @@ def _scans(
         "rounds": i,
         "stopped": why,
     }
+    if io:
+        from fsage.replay.bench.target import can_drop_caches
+
+        out["image_reads"] = io
+        notes += cold_check(io, "read_bytes" if can_drop_caches() else "rchar")
     gib = out["bytes"] / 2**30
     out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None
     out["clean_s_per_gib"] = out["clean_seconds"] / gib if gib else None
@@ -241,11 +248,28 @@ def _kernel_scanner(
     return scan
 
 
-def _lfs_scanner(m: Member, trace: bool, notes: list[str], say: Say) -> Scanner:
-    """Scans of the LFS and its copy, each through a server started for it (its caches
-    cold), with the server's record of the aged scans' reads when traced."""
-    from fsage.lfs.blocktrace import score_file, traced_mounts
-    from fsage.replay.bench.scantree import read_tree
+def _lfs_scanner(
+    m: Member,
+    trace: bool,
+    notes: list[str],
+    say: Say,
+    stack: contextlib.ExitStack,
+    io: dict[str, list[dict[str, int]]],
+) -> Scanner:
+    """Scans of the LFS and its copy, each side served by one server for all its rounds.
+
+    A side's first round reads through a server just started (nothing of the image cached);
+    before every later round the server is asked to drop its own caches (a control request,
+    :mod:`fsage.lfs.control`) and the kernel's are dropped, so the round reads the image as
+    the first did; the octets the server reads in each round (``io``) show whether it did.
+    Starting a server per round (the image checked and opened each time) cost seconds a
+    round. With ``trace`` the aged side's first round is recorded by its server."""
+    import shutil
+    import tempfile
+
+    from fsage.lfs import blocktrace, control
+    from fsage.lfs.blocktrace import score_file
+    from fsage.replay.bench.scantree import evict_tree, read_tree
     from fsage.replay.bench.target import can_drop_caches, drop_caches
 
     sides = {"aged": m.image, "clean": m.clean_image}
@@ -255,29 +279,55 @@ def _lfs_scanner(m: Member, trace: bool, notes: list[str], say: Say) -> Scanner:
             "not root: files are advised out of the page cache, but directories and inodes "
             "may still be cached (a warm start for the metadata)"
         )
+    # a short path: a Unix socket's name is at most 107 octets
+    sockdir = Path(tempfile.mkdtemp(prefix="fsage-lfs-control-"))
+    stack.callback(shutil.rmtree, sockdir, True)
+    trace_file = m.image.with_suffix(".trace").resolve()
+    servers: dict[str, tuple[Path, Path]] = {}
 
     def scan(side: str, i: int) -> ScanRead:
-        from fsage.replay.bench.scantree import evict_tree
-
         image = sides[side]
-        lfs_trace = None
-        with contextlib.ExitStack() as stack:
-            if trace and side == "aged" and i == 0:  # the server records the reads
-                lfs_trace = stack.enter_context(traced_mounts(image.with_suffix(".trace")))
-            mnt = stack.enter_context(m.mounted(image))
-            root = m.scan_target(image, mnt)
-            # a fresh mount caches none of its files; without root they are advised out anyway
-            if cold:
-                drop_caches()
-            else:
-                evict_tree(root)
-            r = read_tree(root)
-        if lfs_trace is not None:
-            r.trace = score_file(lfs_trace, image)
-            lfs_trace.unlink()
+        fresh = side not in servers
+        if fresh:
+            sock = sockdir / side
+            env = {control.ENV: str(sock)}
+            if trace and side == "aged":  # the server records the first round's reads
+                env[blocktrace.ENV] = str(trace_file)
+            servers[side] = (stack.enter_context(m.mounted(image, env=env)), sock)
+        mnt, sock = servers[side]
+        if not fresh:
+            control.request(sock, "drop-caches")
+        root = m.scan_target(image, mnt)
+        if cold:
+            drop_caches()
+        else:
+            evict_tree(root)
+        before = control.request(sock, "io")["io"]
+        r = read_tree(root)
+        after = control.request(sock, "io")["io"]
+        io.setdefault(side, []).append({k: after[k] - before[k] for k in after if k in before})
+        if fresh and trace and side == "aged":
+            control.request(sock, "stop-trace")
+            r.trace = score_file(trace_file, image)
+            trace_file.unlink()
         return r
 
     return scan
+
+
+def cold_check(io: dict[str, list[dict[str, int]]], key: str) -> list[str]:
+    """Rounds that read less of the image (``key``: the server's ``read_bytes`` or ``rchar``)
+    than a tenth below the side's first round, read by a server just started: not cold."""
+    out = []
+    for side, rounds in io.items():
+        first = rounds[0].get(key, 0) if rounds else 0
+        for i, r in enumerate(rounds[1:], start=2):
+            if r.get(key, 0) < 0.9 * first:
+                out.append(
+                    f"round {i} of the {side} tree read {r.get(key, 0) / 2**20:.1f} MiB of the "
+                    f"image, the first (a fresh server) {first / 2**20:.1f} MiB: not cold"
+                )
+    return out
 
 
 _TRACE_KEYS = (

@@ -72,7 +72,10 @@ class Member:
         yield self.image
 
     @contextlib.contextmanager
-    def mounted(self, image: Path | None = None, *, readonly: bool = True) -> Iterator[Path]:
+    def mounted(
+        self, image: Path | None = None, *, readonly: bool = True, env: dict[str, str] | None = None
+    ) -> Iterator[Path]:
+        """A loop mount of ``image`` (``env`` is for a FUSE server: unused here)."""
         from fsage.ager.images import loop_mount
 
         with loop_mount(image or self.image, options="ro" if readonly else "") as mnt:
@@ -116,7 +119,10 @@ class LfsMember(Member):
             yield mnt
 
     @contextlib.contextmanager
-    def mounted(self, image: Path | None = None, *, readonly: bool = True) -> Iterator[Path]:
+    def mounted(
+        self, image: Path | None = None, *, readonly: bool = True, env: dict[str, str] | None = None
+    ) -> Iterator[Path]:
+        """``env``: more of the server's environment (its trace file, its control socket)."""
         image = image or self.image
         mnt = self.mountpoint if image == self.image else self.clean_mountpoint
         _fuse_unmount(mnt)  # a killed study's
@@ -135,6 +141,7 @@ class LfsMember(Member):
                 *extra,
             ],
             cwd=_package_root(),
+            env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
