@@ -7,7 +7,7 @@
 * cold path-order scans of the aged image and of its copy, alternately (aged first in odd
   rounds), as the ``scan`` suite reads them, with the block trace of the aged tree's first
   scan when asked (the LFS's from its server, ``--trace``);
-* the modeled time of each path-order scan on the seed papers' disk and a modern HDD, since a
+* the modeled time of each path-order scan on the seed papers' disks and a modern HDD, since a
   VM's disk is not a spinning one.
 """
 
@@ -25,8 +25,9 @@ from fsage.replay.bench.scantree import ScanRead
 from fsage.study.members import Member
 
 Say = Callable[[str], None]
-#: Disks the scans are modeled on: seed 000's and a modern HDD.
-MODELS = ("dsp3105", "hdd")
+#: Disks the scans are modeled on: seed 000's, seed 001's (its usual 15 ms / 5 MB/s disk,
+#: Sprite LFS's, a faster one, and the two HP disks of its simulations) and a modern HDD.
+MODELS = ("dsp3105", "lfs-15ms", "sprite-17.5ms", "lfs-10ms", "hp97560", "hpc3323a", "hdd")
 
 
 def layout_metrics(layout: Layout) -> tuple[dict[str, Any], dict[str, float]]:

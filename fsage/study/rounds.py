@@ -159,3 +159,17 @@ def stop_reason(
     if elapsed >= BUDGET_S:
         return f"the scan budget ({BUDGET_S:.0f} s) is spent"
     return None
+
+
+def mean_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None]:
+    """The Student t interval of the geometric mean of positive ``values`` (repeated scan
+    times of one tree), or (None, None) with fewer than two."""
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < 2:
+        return None, None
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    half = t_quantile(confidence, len(logs) - 1) * sd / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half)
