@@ -333,6 +333,7 @@ def _describe(p: dict[str, Any]) -> str:
         f"{', '.join(p.get('filesystems', []))}; workload {p.get('workload')}; "
         f"{(p.get('size') or 0) / 2**20:,.0f} MiB images; {p.get('steps')} steps; "
         f"seed {p.get('seed')}"
+        + (f"; ext inodes {p['inodes']:,} (mkfs -N)" if p.get("inodes") else "")
     )
 
 

@@ -48,10 +48,11 @@ def _ismount(path: Path) -> bool | None:
 class Member:
     """A study's file system ``kind``; its images live in ``out/images``."""
 
-    def __init__(self, out: Path, kind: str, size: int) -> None:
+    def __init__(self, out: Path, kind: str, size: int, inodes: int | None = None) -> None:
         self.out = out
         self.kind = kind
         self.size = size
+        self.inodes = inodes if kind.startswith("ext") else None  # mkfs -N
         self.image = out / IMAGES / f"{kind}.img"
         self.clean_image = out / IMAGES / f"{kind}.clean.img"
 
@@ -61,7 +62,7 @@ class Member:
 
         target = path or self.image
         target.parent.mkdir(parents=True, exist_ok=True)
-        make_image(target, self.kind, self.size, label="fsage-study")
+        make_image(target, self.kind, self.size, label="fsage-study", inodes=self.inodes)
 
     def age_target(self) -> Path:
         """What ``fsage age`` is given: the image, or the directory the ops run in."""
@@ -97,8 +98,8 @@ class Member:
 class LfsMember(Member):
     """fsage's LFS, served through FUSE by a child ``fsage lfs mount`` process."""
 
-    def __init__(self, out: Path, kind: str, size: int) -> None:
-        super().__init__(out, kind, size)
+    def __init__(self, out: Path, kind: str, size: int, inodes: int | None = None) -> None:
+        super().__init__(out, kind, size, inodes)
         self.mountpoint = out / MOUNTS / "lfs"
         self.clean_mountpoint = out / MOUNTS / "lfs-clean"
 
@@ -187,8 +188,8 @@ def _fuse_unmount(mnt: Path) -> None:
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, check=False)
 
 
-def member(out: Path, kind: str, size: int) -> Member:
-    return LfsMember(out, kind, size) if kind == "lfs" else Member(out, kind, size)
+def member(out: Path, kind: str, size: int, inodes: int | None = None) -> Member:
+    return LfsMember(out, kind, size) if kind == "lfs" else Member(out, kind, size, inodes)
 
 
 def age_record(m: Member) -> dict[str, Any] | None:
