@@ -209,7 +209,7 @@ def _scans(
         from fsage.replay.bench.target import can_drop_caches
 
         out["image_reads"] = io
-        notes += cold_check(io, "read_bytes" if can_drop_caches() else "rchar")
+        notes += cold_check(io, can_drop_caches())
     gib = out["bytes"] / 2**30
     out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None
     out["clean_s_per_gib"] = out["clean_seconds"] / gib if gib else None
@@ -316,17 +316,26 @@ def _lfs_scanner(
     return scan
 
 
-def cold_check(io: dict[str, list[dict[str, int]]], key: str) -> list[str]:
-    """Rounds that read less of the image (``key``: the server's ``read_bytes`` or ``rchar``)
-    than a tenth below the side's first round, read by a server just started: not cold."""
+def cold_check(io: dict[str, list[dict[str, int]]], from_device: bool) -> list[str]:
+    """Rounds that were not as cold as their side's first (a server just started): the server
+    asked less of the image (``rchar``, its reads through the page cache or not), or, with
+    ``from_device``, storage gave it less than it asked (``read_bytes``: the image's pages
+    were still cached). Readahead makes ``read_bytes`` exceed ``rchar`` by varying amounts, so
+    it is held against the round's own ``rchar``; a tenth is the tolerance."""
     out = []
     for side, rounds in io.items():
-        first = rounds[0].get(key, 0) if rounds else 0
-        for i, r in enumerate(rounds[1:], start=2):
-            if r.get(key, 0) < 0.9 * first:
+        first = rounds[0].get("rchar", 0) if rounds else 0
+        for i, r in enumerate(rounds, start=1):
+            asked, got = r.get("rchar", 0), r.get("read_bytes", 0)
+            if i > 1 and asked < 0.9 * first:
                 out.append(
-                    f"round {i} of the {side} tree read {r.get(key, 0) / 2**20:.1f} MiB of the "
-                    f"image, the first (a fresh server) {first / 2**20:.1f} MiB: not cold"
+                    f"round {i} of the {side} tree: the server read {asked / 2**20:.1f} MiB of "
+                    f"the image, {first / 2**20:.1f} MiB in the first (a fresh server): not cold"
+                )
+            elif from_device and got < 0.9 * asked:
+                out.append(
+                    f"round {i} of the {side} tree: storage gave the server {got / 2**20:.1f} "
+                    f"MiB of the {asked / 2**20:.1f} MiB it read: not cold"
                 )
     return out
 

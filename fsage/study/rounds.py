@@ -42,6 +42,9 @@ MAX_ROUNDS = 10
 #: The first round the sequential rule looks at (two rounds give an interval of one degree of
 #: freedom, too wide at a Bonferroni level to ever decide).
 FIRST_LOOK = 3
+#: Rounds run at least before the round limit or the budget may stop undecided rounds: only a
+#: decision ends them sooner (fewer rounds would widen the interval of every undecided step).
+MIN_UNDECIDED = 6
 
 
 def planned_looks(repeat: int) -> int:
@@ -144,8 +147,8 @@ def stop_reason(
     """Why no further round runs after the rounds so far (None: run another).
 
     ``repeat`` > 0 runs exactly that many; 0 runs at least :data:`FIRST_LOOK` rounds, then
-    stops once a look decides, at :data:`MAX_ROUNDS`, or once :data:`BUDGET_S` seconds are
-    spent."""
+    stops once a look decides, or after at least :data:`MIN_UNDECIDED` rounds at
+    :data:`MAX_ROUNDS` or once :data:`BUDGET_S` seconds are spent."""
     n = min(len(aged), len(clean))
     if repeat > 0:
         return f"{repeat} round(s) asked" if n >= repeat else None
@@ -154,6 +157,8 @@ def stop_reason(
     d = final_decision(aged, clean, repeat)
     if d.verdict != "inconclusive":
         return f"decided ({d.verdict}: {d.reason})"
+    if n < MIN_UNDECIDED:
+        return None
     if n >= MAX_ROUNDS:
         return f"the round limit ({MAX_ROUNDS}) is reached"
     if elapsed >= BUDGET_S:

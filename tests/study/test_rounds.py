@@ -104,6 +104,9 @@ def test_undecided_rounds_stop_at_the_limit_or_the_budget() -> None:
     assert "round limit" in (stop_reason(ratios, clean, 0.0, repeat=0) or "")
     assert stop_reason(ratios[:6], clean[:6], 0.0, repeat=0) is None
     assert "budget" in (stop_reason(ratios[:6], clean[:6], rounds.BUDGET_S, repeat=0) or "")
+    # undecided, the budget stops no step before the rounds it always had
+    k = rounds.MIN_UNDECIDED - 1
+    assert stop_reason(ratios[:k], clean[:k], rounds.BUDGET_S, repeat=0) is None
 
 
 def test_a_fixed_count_is_one_look_at_95() -> None:
