@@ -45,8 +45,11 @@ def run_tool(argv: list[str], what: str) -> None:
         raise FsageError(f"{what}: {argv[0]} failed: {msg[-1] if msg else proc.returncode}")
 
 
-def make_image(path: Path, kind: str, size: int, *, label: str = "fsage") -> Path:
-    """Create (or replace) ``path`` as a sparse image holding an empty ``kind`` file system."""
+def make_image(
+    path: Path, kind: str, size: int, *, label: str = "fsage", inodes: int | None = None
+) -> Path:
+    """Create (or replace) ``path`` as a sparse image holding an empty ``kind`` file system
+    (``inodes``: an ext file system's inode count, mkfs -N; others allocate theirs as needed)."""
     if kind not in FS_KINDS:
         raise FsageError(f"unknown file system kind {kind!r} (one of {', '.join(FS_KINDS)})")
     if size < MIN_SIZE[kind]:
@@ -56,6 +59,8 @@ def make_image(path: Path, kind: str, size: int, *, label: str = "fsage") -> Pat
         fh.truncate(size)
     if kind.startswith("ext"):
         argv = [f"mkfs.{kind}", "-F", "-q", "-b", "4096", "-L", label[:16], str(path)]
+        if inodes is not None:
+            argv[-1:-1] = ["-N", str(inodes)]
     elif kind == "xfs":
         argv = ["mkfs.xfs", "-f", "-q", "-L", label[:12], str(path)]
     else:

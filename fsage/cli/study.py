@@ -45,10 +45,12 @@ def _say(line: str) -> None:
     type=int,
     default=0,
     show_default=True,
-    help="Scan rounds (aged tree and clean copy) per file system and step. 0: at least 6 "
-    "(the fewest a 95 % interval of the aged/clean ratio needs), then until the ratio is "
-    "decided (slower, faster, or the same within 5 %), 10 rounds or 20 s of scanning. "
-    "A fixed N runs N rounds (below 6 the verdict is always inconclusive).",
+    help="Scan rounds (aged tree and clean copy) per file system and step. 0: a sequential "
+    "test, looking after every round from the 3rd at a t interval of the aged/clean ratio "
+    "(each look at 1 - 0.05/8, so all looks together err at most 5 %), until the ratio is "
+    "decided (slower, faster, or the same within 5 %): a clear effect stops at 3 rounds; "
+    "an undecided step stops after at least 6 at 10 rounds or 20 s of scanning. A fixed N "
+    "(at least 2 for an interval) runs N rounds, judged once at 95 %. E.g. --repeat 6.",
 )
 @click.option(
     "--skip-missing", is_flag=True, help="Go on without a file system this machine cannot make."

@@ -713,10 +713,16 @@ def mount(
     ops.invalidate_now = lambda ino: invalidate(session, ino)
     ops.sizes = SizeFixer(str(mp))
     ops.forget_entry = invalidator.forget
+    from fsage.lfs.control import from_env
+
+    control = None
     try:
+        control = from_env(fs, tracer)  # requests from the program that started the mount
         with _fuse_signals():
             session.loop()
     finally:
+        if control is not None:
+            control.close()
         try:
             session.unmount()
         finally:

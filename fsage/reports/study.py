@@ -1,6 +1,7 @@
 """The report of an aging study: per file system, how its scan, layout and free space change
 step by step; the rank order of the file systems fresh and aged; a table a paper could print,
-with modeled read times on seed 000's disk and a modern HDD beside the measured ones."""
+with modeled read times on seed 000's and seed 001's disks and a modern HDD beside the measured
+ones."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ COLUMNS = [
     ("gib", "data (GiB)"),
     ("aged_s_per_gib", "scan aged (s/GiB)"),
     ("clean_s_per_gib", "scan clean (s/GiB)"),
-    ("ratio", "aged/clean (median of rounds)"),
-    ("ratio_interval", "aged/clean 95 % interval"),
+    ("ratio", "aged/clean (of the rounds)"),
+    ("ratio_interval", "aged/clean interval"),
     ("rounds", "rounds"),
     ("verdict", "verdict"),
     ("layout_score", "layout score"),
@@ -38,12 +39,31 @@ COLUMNS = [
     ("hdd_clean_s", "HDD clean (s)"),
     ("hdd_ratio", "HDD aged/clean"),
 ]
+#: Seed 001's disks (fsage.analyzer.diskmodel), each known by its average access time and
+#: bandwidth: (model, label).
+SEED001_DISKS = [
+    ("lfs-15ms", "15 ms, 5 MB/s"),
+    ("sprite-17.5ms", "Sprite 17.5 ms, 1.3 MB/s"),
+    ("lfs-10ms", "10 ms, 15 MB/s"),
+    ("hp97560", "HP97560"),
+    ("hpc3323a", "HPC3323A"),
+]
+COLUMNS += [
+    (f"{m}_{part}", f"{label} {what}")
+    for m, label in SEED001_DISKS
+    for part, what in (("aged_s", "aged (s)"), ("clean_s", "clean (s)"), ("ratio", "aged/clean"))
+]
+_MODELED_PREFIXES = tuple(f"{m}_" for m in ("dsp3105", "hdd", *(d for d, _ in SEED001_DISKS)))
 #: The paper table's columns as printed: measured, then modeled beside the measured scan (one
 #: table of all of them is wider than a page).
-MEASURED_TABLE = [k for k, _ in COLUMNS if not k.startswith(("dsp3105_", "hdd_"))]
+MEASURED_TABLE = [k for k, _ in COLUMNS if not k.startswith(_MODELED_PREFIXES)]
 MODELED_TABLE = [
     "fs", "step", "aged_s_per_gib", "ratio", "verdict",
     *(k for k, _ in COLUMNS if k.startswith(("dsp3105_", "hdd_"))),
+]  # fmt: skip
+SEED001_TABLE = [
+    "fs", "step", "ratio",
+    *(f"{m}_{part}" for m, _ in SEED001_DISKS for part in ("aged_s", "ratio")),
 ]  # fmt: skip
 #: How the rank orders are named in the report.
 RANK_LABELS = {
@@ -98,7 +118,29 @@ def table_row(r: dict[str, Any]) -> dict[str, Any]:
         "hdd_aged_s": (mod.get("hdd") or {}).get("aged_seconds"),
         "hdd_clean_s": (mod.get("hdd") or {}).get("clean_seconds"),
         "hdd_ratio": (mod.get("hdd") or {}).get("ratio"),
+        **{
+            f"{m}_{part}": (mod.get(m) or {}).get(key)
+            for m, _ in SEED001_DISKS
+            for part, key in _MODEL_PARTS
+        },
+        **_scan_intervals(scan),
     }
+
+
+_MODEL_PARTS = (("aged_s", "aged_seconds"), ("clean_s", "clean_seconds"), ("ratio", "ratio"))
+
+
+def _scan_intervals(scan: dict[str, Any]) -> dict[str, float | None]:
+    """95 % intervals of the aged and clean scans' seconds per GiB, from the step's rounds."""
+    from fsage.study.rounds import mean_interval
+
+    gib = (scan.get("bytes") or 0) / 2**30
+    out: dict[str, float | None] = {}
+    for side in ("aged", "clean"):
+        low, high = mean_interval(scan.get(f"{side}_values") or [])
+        out[f"{side}_s_per_gib_low"] = low / gib if low is not None and gib else None
+        out[f"{side}_s_per_gib_high"] = high / gib if high is not None and gib else None
+    return out
 
 
 def _interval(low: float | None, high: float | None) -> str | None:
@@ -113,20 +155,66 @@ def _full_steps(rows: list[dict[str, Any]], key: str) -> dict[int, dict[str, flo
     return have
 
 
+Span = tuple[float, float] | None
+
+
+def _spans(rows: list[dict[str, Any]], key: str) -> dict[int, dict[str, Span]]:
+    """Per step and file system, the 95 % interval of ``key`` (None: none, a modeled value)."""
+    out: dict[int, dict[str, Span]] = {}
+    for r in rows:
+        lo, hi = r.get(f"{key}_low"), r.get(f"{key}_high")
+        out.setdefault(r["step"], {})[r["fs"]] = None if lo is None or hi is None else (lo, hi)
+    return out
+
+
+def _overlap(x: Span, y: Span) -> bool:
+    return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
+
+
+def judge_orders(
+    fresh: list[str], aged: list[str], fresh_span: dict[str, Span], aged_span: dict[str, Span]
+) -> dict[str, Any]:
+    """Whether the order changed: a pair of file systems that swapped places is a change only
+    where their intervals lie apart both fresh and aged (a swap of two whose intervals overlap
+    is within the scans' noise); a value without an interval (modeled) is taken as exact."""
+    pos = {fs: i for i, fs in enumerate(aged)}
+    swaps = []
+    for i, a in enumerate(fresh):
+        for b in fresh[i + 1 :]:
+            if pos[a] > pos[b]:
+                apart = not _overlap(fresh_span.get(a), fresh_span.get(b)) and not _overlap(
+                    aged_span.get(a), aged_span.get(b)
+                )
+                swaps.append({"pair": [a, b], "beyond_noise": apart})
+    if not swaps:
+        verdict = "same"
+    elif any(w["beyond_noise"] for w in swaps):
+        verdict = "changed"
+    else:
+        verdict = "same within noise"
+    return {"fresh": fresh, "aged": aged, "changed": verdict == "changed", "verdict": verdict,
+            "swaps": swaps}  # fmt: skip
+
+
+_NO_ORDER: dict[str, Any] = {"fresh": [], "aged": [], "changed": False, "verdict": "same",
+                             "swaps": []}  # fmt: skip
+
+
 def _clean_vs_aged(rows: list[dict[str, Any]], clean_key: str, aged_key: str) -> dict[str, Any]:
     """Geriatrix's question: the file systems fastest first on the same tree fresh (the clean
     copy) and aged, at the last step where the most file systems were measured."""
     clean, aged = _full_steps(rows, clean_key), _full_steps(rows, aged_key)
     steps = [k for k in aged if k in clean]
     if not steps:
-        return {"fresh": [], "aged": [], "changed": False}
+        return dict(_NO_ORDER)
     most = max(len(set(aged[k]) & set(clean[k])) for k in steps)
     last = max(k for k in steps if len(set(aged[k]) & set(clean[k])) == most)
     both = set(aged[last]) & set(clean[last])
     fresh = sorted(both, key=lambda fs: (clean[last][fs], fs))
     old = sorted(both, key=lambda fs: (aged[last][fs], fs))
-    return {"first_step": last, "last_step": last, "fresh": fresh, "aged": old,
-            "changed": fresh != old}  # fmt: skip
+    spans_c, spans_a = _spans(rows, clean_key), _spans(rows, aged_key)
+    return {"first_step": last, "last_step": last,
+            **judge_orders(fresh, old, spans_c.get(last, {}), spans_a.get(last, {}))}  # fmt: skip
 
 
 def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -135,7 +223,7 @@ def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     otherwise change the order by its absence), over the file systems measured at both."""
     have = _full_steps(rows, key)
     if not have:
-        return {"fresh": [], "aged": [], "changed": False}
+        return dict(_NO_ORDER)
     first = min(have)
     full = [k for k in have if len(have[k]) >= len(have[first])]
     if len(full) > 1:
@@ -148,13 +236,11 @@ def _ranks(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     def order(step: int) -> list[str]:
         return sorted(both, key=lambda fs: (have[step][fs], fs))
 
-    fresh, aged = order(first), order(last)
+    spans = _spans(rows, key)
     return {
         "first_step": first,
         "last_step": last,
-        "fresh": fresh,
-        "aged": aged,
-        "changed": fresh != aged,
+        **judge_orders(order(first), order(last), spans.get(first, {}), spans.get(last, {})),
     }
 
 
@@ -212,11 +298,25 @@ def study_text(row: StudyRow) -> str:
             lines.append(
                 f"rank by {RANK_LABELS.get(name, name)}: {' < '.join(rk['fresh'])} -> "
                 f"{' < '.join(rk['aged'])} (step {rk['first_step']} -> {rk['last_step']})"
-                + (" (changed)" if rk["changed"] else " (same)")
+                + f" ({_verdict_text(rk)})"
             )
     for f in t["failures"]:
         lines.append(f"{f['fs']} left the study at step {f['step']}: {f['error']}")
     return "\n".join(lines)
+
+
+def _verdict_text(rk: dict[str, Any]) -> str:
+    """How an order's change reads: the swaps within noise named."""
+    verdict = str(rk.get("verdict") or ("changed" if rk.get("changed") else "same"))
+    swaps = rk.get("swaps") or []
+    noise = [" / ".join(w["pair"]) for w in swaps if not w["beyond_noise"]]
+    real = [" / ".join(w["pair"]) for w in swaps if w["beyond_noise"]]
+    if verdict == "changed":
+        more = f"; within noise: {', '.join(noise)}" if noise else ""
+        return f"changed: {', '.join(real)}{more}"
+    if verdict == "same within noise":
+        return f"same within noise: {', '.join(noise)} overlap at 95 %"
+    return verdict
 
 
 def _describe(p: dict[str, Any]) -> str:
@@ -224,6 +324,7 @@ def _describe(p: dict[str, Any]) -> str:
         f"{', '.join(p.get('filesystems', []))}; workload {p.get('workload')}; "
         f"{(p.get('size') or 0) / 2**20:,.0f} MiB images; {p.get('steps')} steps; "
         f"seed {p.get('seed')}"
+        + (f"; ext inodes {p['inodes']:,} (mkfs -N)" if p.get("inodes") else "")
     )
 
 
@@ -320,7 +421,7 @@ def study_sections(row: StudyRow) -> list[Section]:
                 _series_figure(
                     rows,
                     "ratio",
-                    "Aged/clean scan ratio (median of the step's paired rounds, 95 % interval)",
+                    "Aged/clean scan ratio (of the step's paired rounds, with its interval)",
                     "aged / clean",
                     one=True,
                     interval=("ratio_low", "ratio_high"),
@@ -395,10 +496,29 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "aged / clean (DSP 3105 model)",
                     one=True,
                 ),
+                *(
+                    [
+                        _series_figure(
+                            rows,
+                            "lfs-15ms_ratio",
+                            "Modeled aged/clean ratio, seed 001's 15 ms / 5 MB/s disk",
+                            "aged / clean (15 ms, 5 MB/s model)",
+                            one=True,
+                        )
+                    ]
+                    if _has(rows, "lfs-15ms_ratio")
+                    else []
+                ),
             ],
             notes=[
                 "A VM's disk is not a spinning one: the requests of each snapshot's "
-                "path-order scan timed on seed 000's DSP 3105 and a 7200 RPM HDD."
+                "path-order scan timed on seed 000's DSP 3105, seed 001's disks (known by "
+                "their average access time and bandwidth) and a 7200 RPM HDD.",
+                *(
+                    []
+                    if _has(rows, "lfs-15ms_ratio")
+                    else ["This study was measured before seed 001's disks were modeled."]
+                ),
             ],
             id="modeled",
         ),
@@ -412,7 +532,7 @@ def study_sections(row: StudyRow) -> list[Section]:
                     RANK_LABELS.get(name, name),
                     f"{rk['first_step']}: " + " < ".join(rk["fresh"]),
                     f"{rk['last_step']}: " + " < ".join(rk["aged"]),
-                    "yes" if rk["changed"] else "no",
+                    _verdict_text(rk),
                 ]
             )
     secs.append(
@@ -422,8 +542,10 @@ def study_sections(row: StudyRow) -> list[Section]:
             notes=[
                 "Fresh vs aged on the same files: the clean copy made in the step against the "
                 "aged tree (Geriatrix's question); and the aged tree at the first step against "
-                "the last. Measured orders closer than the scans' noise are not a change: see "
-                "each step's interval in the table.",
+                "the last. A swap of two file systems counts as a change only where their scans' "
+                "95 % intervals (t intervals of the step's rounds) lie apart both fresh and aged; "
+                "where they overlap the order is the same within noise. Modeled orders have no "
+                "noise.",
                 *(
                     f"{f['fs']} left the study at step {f['step']}: {f['error']}"
                     for f in t["failures"]
@@ -440,11 +562,13 @@ def study_sections(row: StudyRow) -> list[Section]:
                 for keys, caption in (
                     (MEASURED_TABLE, "Measured on this machine"),
                     (MODELED_TABLE, "Modeled on disks beside the measured scan"),
+                    (SEED001_TABLE, "Modeled on seed 001's disks (aged tree, and aged/clean)"),
                 )
             ],
             notes=[
                 "Modeled: the requests of each snapshot's path-order read of the aged tree and "
-                "of its clean copy, timed on seed 000's DSP 3105 and a modern 7200 RPM HDD."
+                "of its clean copy, timed on seed 000's DSP 3105, seed 001's disks and a "
+                "modern 7200 RPM HDD."
             ],
             id="table",
         )

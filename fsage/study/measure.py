@@ -7,7 +7,7 @@
 * cold path-order scans of the aged image and of its copy, alternately (aged first in odd
   rounds), as the ``scan`` suite reads them, with the block trace of the aged tree's first
   scan when asked (the LFS's from its server, ``--trace``);
-* the modeled time of each path-order scan on the seed papers' disk and a modern HDD, since a
+* the modeled time of each path-order scan on the seed papers' disks and a modern HDD, since a
   VM's disk is not a spinning one.
 """
 
@@ -17,6 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fsage.layout import Layout
@@ -24,8 +25,9 @@ from fsage.replay.bench.scantree import ScanRead
 from fsage.study.members import Member
 
 Say = Callable[[str], None]
-#: Disks the scans are modeled on: seed 000's and a modern HDD.
-MODELS = ("dsp3105", "hdd")
+#: Disks the scans are modeled on: seed 000's, seed 001's (its usual 15 ms / 5 MB/s disk,
+#: Sprite LFS's, a faster one, and the two HP disks of its simulations) and a modern HDD.
+MODELS = ("dsp3105", "lfs-15ms", "sprite-17.5ms", "lfs-10ms", "hp97560", "hpc3323a", "hdd")
 
 
 def layout_metrics(layout: Layout) -> tuple[dict[str, Any], dict[str, float]]:
@@ -97,7 +99,7 @@ def measure_step(
     """Everything a study keeps about ``m`` after ``step`` (see the module doc)."""
     from fsage.replay.bench.scantree import copy_tree
     from fsage.snapshotter import read_source
-    from fsage.study.rounds import decide
+    from fsage.study.rounds import final_decision
 
     t0 = time.perf_counter()
     times: dict[str, float] = {}
@@ -138,8 +140,14 @@ def measure_step(
             m, trace=trace, repeat=repeat, say=say, block_size=int(out["block_size"])
         )
         times["scan"] = time.perf_counter() - t
-        d = decide(out["scan"]["aged_values"], out["scan"]["clean_values"])
-        out["scan"].update(ratio=d.ratio, verdict=d.verdict, ci_low=d.low, ci_high=d.high)
+        d = final_decision(out["scan"]["aged_values"], out["scan"]["clean_values"], repeat)
+        out["scan"].update(
+            ratio=d.ratio,
+            verdict=d.verdict,
+            ci_low=d.low,
+            ci_high=d.high,
+            ci_confidence=d.confidence,
+        )
     finally:
         m.clean_image.unlink(missing_ok=True)
     times["total"] = time.perf_counter() - t0
@@ -163,9 +171,10 @@ def _scans(
     last: dict[str, ScanRead] = {}
     notes: list[str] = []
     tr: dict[str, Any] | None = None
+    io: dict[str, list[dict[str, int]]] = {}
     with contextlib.ExitStack() as stack:
         scan = (
-            _lfs_scanner(m, trace, notes, say)
+            _lfs_scanner(m, trace, notes, say, stack, io)
             if m.kind == "lfs"
             else _kernel_scanner(m, trace, notes, say, stack, block_size)
         )
@@ -196,6 +205,11 @@ def _scans(
         "rounds": i,
         "stopped": why,
     }
+    if io:
+        from fsage.replay.bench.target import can_drop_caches
+
+        out["image_reads"] = io
+        notes += cold_check(io, can_drop_caches())
     gib = out["bytes"] / 2**30
     out["aged_s_per_gib"] = out["aged_seconds"] / gib if gib else None
     out["clean_s_per_gib"] = out["clean_seconds"] / gib if gib else None
@@ -235,11 +249,28 @@ def _kernel_scanner(
     return scan
 
 
-def _lfs_scanner(m: Member, trace: bool, notes: list[str], say: Say) -> Scanner:
-    """Scans of the LFS and its copy, each through a server started for it (its caches
-    cold), with the server's record of the aged scans' reads when traced."""
-    from fsage.lfs.blocktrace import score_file, traced_mounts
-    from fsage.replay.bench.scantree import read_tree
+def _lfs_scanner(
+    m: Member,
+    trace: bool,
+    notes: list[str],
+    say: Say,
+    stack: contextlib.ExitStack,
+    io: dict[str, list[dict[str, int]]],
+) -> Scanner:
+    """Scans of the LFS and its copy, each side served by one server for all its rounds.
+
+    A side's first round reads through a server just started (nothing of the image cached);
+    before every later round the server is asked to drop its own caches (a control request,
+    :mod:`fsage.lfs.control`) and the kernel's are dropped, so the round reads the image as
+    the first did; the octets the server reads in each round (``io``) show whether it did.
+    Starting a server per round (the image checked and opened each time) cost seconds a
+    round. With ``trace`` the aged side's first round is recorded by its server."""
+    import shutil
+    import tempfile
+
+    from fsage.lfs import blocktrace, control
+    from fsage.lfs.blocktrace import score_file
+    from fsage.replay.bench.scantree import evict_tree, read_tree
     from fsage.replay.bench.target import can_drop_caches, drop_caches
 
     sides = {"aged": m.image, "clean": m.clean_image}
@@ -249,29 +280,64 @@ def _lfs_scanner(m: Member, trace: bool, notes: list[str], say: Say) -> Scanner:
             "not root: files are advised out of the page cache, but directories and inodes "
             "may still be cached (a warm start for the metadata)"
         )
+    # a short path: a Unix socket's name is at most 107 octets
+    sockdir = Path(tempfile.mkdtemp(prefix="fsage-lfs-control-"))
+    stack.callback(shutil.rmtree, sockdir, True)
+    trace_file = m.image.with_suffix(".trace").resolve()
+    servers: dict[str, tuple[Path, Path]] = {}
 
     def scan(side: str, i: int) -> ScanRead:
-        from fsage.replay.bench.scantree import evict_tree
-
         image = sides[side]
-        lfs_trace = None
-        with contextlib.ExitStack() as stack:
-            if trace and side == "aged" and i == 0:  # the server records the reads
-                lfs_trace = stack.enter_context(traced_mounts(image.with_suffix(".trace")))
-            mnt = stack.enter_context(m.mounted(image))
-            root = m.scan_target(image, mnt)
-            # a fresh mount caches none of its files; without root they are advised out anyway
-            if cold:
-                drop_caches()
-            else:
-                evict_tree(root)
-            r = read_tree(root)
-        if lfs_trace is not None:
-            r.trace = score_file(lfs_trace, image)
-            lfs_trace.unlink()
+        fresh = side not in servers
+        if fresh:
+            sock = sockdir / side
+            env = {control.ENV: str(sock)}
+            if trace and side == "aged":  # the server records the first round's reads
+                env[blocktrace.ENV] = str(trace_file)
+            servers[side] = (stack.enter_context(m.mounted(image, env=env)), sock)
+        mnt, sock = servers[side]
+        if not fresh:
+            control.request(sock, "drop-caches")
+        root = m.scan_target(image, mnt)
+        if cold:
+            drop_caches()
+        else:
+            evict_tree(root)
+        before = control.request(sock, "io")["io"]
+        r = read_tree(root)
+        after = control.request(sock, "io")["io"]
+        io.setdefault(side, []).append({k: after[k] - before[k] for k in after if k in before})
+        if fresh and trace and side == "aged":
+            control.request(sock, "stop-trace")
+            r.trace = score_file(trace_file, image)
+            trace_file.unlink()
         return r
 
     return scan
+
+
+def cold_check(io: dict[str, list[dict[str, int]]], from_device: bool) -> list[str]:
+    """Rounds that were not as cold as their side's first (a server just started): the server
+    asked less of the image (``rchar``, its reads through the page cache or not), or, with
+    ``from_device``, storage gave it less than it asked (``read_bytes``: the image's pages
+    were still cached). Readahead makes ``read_bytes`` exceed ``rchar`` by varying amounts, so
+    it is held against the round's own ``rchar``; a tenth is the tolerance."""
+    out = []
+    for side, rounds in io.items():
+        first = rounds[0].get("rchar", 0) if rounds else 0
+        for i, r in enumerate(rounds, start=1):
+            asked, got = r.get("rchar", 0), r.get("read_bytes", 0)
+            if i > 1 and asked < 0.9 * first:
+                out.append(
+                    f"round {i} of the {side} tree: the server read {asked / 2**20:.1f} MiB of "
+                    f"the image, {first / 2**20:.1f} MiB in the first (a fresh server): not cold"
+                )
+            elif from_device and got < 0.9 * asked:
+                out.append(
+                    f"round {i} of the {side} tree: storage gave the server {got / 2**20:.1f} "
+                    f"MiB of the {asked / 2**20:.1f} MiB it read: not cold"
+                )
+    return out
 
 
 _TRACE_KEYS = (

@@ -48,10 +48,11 @@ def _ismount(path: Path) -> bool | None:
 class Member:
     """A study's file system ``kind``; its images live in ``out/images``."""
 
-    def __init__(self, out: Path, kind: str, size: int) -> None:
+    def __init__(self, out: Path, kind: str, size: int, inodes: int | None = None) -> None:
         self.out = out
         self.kind = kind
         self.size = size
+        self.inodes = inodes if kind.startswith("ext") else None  # mkfs -N
         self.image = out / IMAGES / f"{kind}.img"
         self.clean_image = out / IMAGES / f"{kind}.clean.img"
 
@@ -61,7 +62,7 @@ class Member:
 
         target = path or self.image
         target.parent.mkdir(parents=True, exist_ok=True)
-        make_image(target, self.kind, self.size, label="fsage-study")
+        make_image(target, self.kind, self.size, label="fsage-study", inodes=self.inodes)
 
     def age_target(self) -> Path:
         """What ``fsage age`` is given: the image, or the directory the ops run in."""
@@ -72,7 +73,10 @@ class Member:
         yield self.image
 
     @contextlib.contextmanager
-    def mounted(self, image: Path | None = None, *, readonly: bool = True) -> Iterator[Path]:
+    def mounted(
+        self, image: Path | None = None, *, readonly: bool = True, env: dict[str, str] | None = None
+    ) -> Iterator[Path]:
+        """A loop mount of ``image`` (``env`` is for a FUSE server: unused here)."""
         from fsage.ager.images import loop_mount
 
         with loop_mount(image or self.image, options="ro" if readonly else "") as mnt:
@@ -94,8 +98,8 @@ class Member:
 class LfsMember(Member):
     """fsage's LFS, served through FUSE by a child ``fsage lfs mount`` process."""
 
-    def __init__(self, out: Path, kind: str, size: int) -> None:
-        super().__init__(out, kind, size)
+    def __init__(self, out: Path, kind: str, size: int, inodes: int | None = None) -> None:
+        super().__init__(out, kind, size, inodes)
         self.mountpoint = out / MOUNTS / "lfs"
         self.clean_mountpoint = out / MOUNTS / "lfs-clean"
 
@@ -116,7 +120,10 @@ class LfsMember(Member):
             yield mnt
 
     @contextlib.contextmanager
-    def mounted(self, image: Path | None = None, *, readonly: bool = True) -> Iterator[Path]:
+    def mounted(
+        self, image: Path | None = None, *, readonly: bool = True, env: dict[str, str] | None = None
+    ) -> Iterator[Path]:
+        """``env``: more of the server's environment (its trace file, its control socket)."""
         image = image or self.image
         mnt = self.mountpoint if image == self.image else self.clean_mountpoint
         _fuse_unmount(mnt)  # a killed study's
@@ -135,6 +142,7 @@ class LfsMember(Member):
                 *extra,
             ],
             cwd=_package_root(),
+            env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -180,8 +188,8 @@ def _fuse_unmount(mnt: Path) -> None:
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, check=False)
 
 
-def member(out: Path, kind: str, size: int) -> Member:
-    return LfsMember(out, kind, size) if kind == "lfs" else Member(out, kind, size)
+def member(out: Path, kind: str, size: int, inodes: int | None = None) -> Member:
+    return LfsMember(out, kind, size) if kind == "lfs" else Member(out, kind, size, inodes)
 
 
 def age_record(m: Member) -> dict[str, Any] | None:

@@ -27,6 +27,8 @@ from fsage.study.spec import (
     StudySpec,
     check_fits,
     check_size,
+    default_ext_inodes,
+    ext_inodes,
     load_record,
     make_workload,
     parse_filesystems,
@@ -112,7 +114,7 @@ class RealWorker:
         self.store = store
         self.study_id = study_id
         self.say = say
-        self.members = {fs: member(out, fs, spec.size) for fs in spec.filesystems}
+        self.members = {fs: member(out, fs, spec.size, spec.inodes) for fs in spec.filesystems}
         from fsage.study.store import failed, measured
 
         self._measured = measured(store, study_id)
@@ -266,8 +268,14 @@ def prepare(
         workload, size, steps, seed, git_trees=git_trees, git_every=git_every
     )
     peak = check_fits(per_step, size)
+    inodes = ext_inodes(per_step, size) if any(k.startswith("ext") for k in kinds) else None
+    if inodes is not None:
+        say(
+            f"fsage: the ext file systems get {inodes:,} inodes (mkfs -N; the default "
+            f"{default_ext_inodes(size):,} cannot hold the workload's files)"
+        )
     spec = StudySpec(
-        kinds, workload, size, steps, seed, trace, repeat, git_trees, git_every, skipped
+        kinds, workload, size, steps, seed, trace, repeat, git_trees, git_every, skipped, inodes
     )
     out.mkdir(parents=True, exist_ok=True)
     extra = {"ops_per_step": [len(s) for s in per_step], "peak_live_bytes": peak}

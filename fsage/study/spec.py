@@ -55,6 +55,8 @@ class StudySpec:
     git_trees: int = 1
     git_every: int = 1
     skipped: list[str] = field(default_factory=list)  # asked for, missing, skipped
+    #: inodes of the ext file systems (mkfs -N), sized for the workload; None: mkfs's default
+    inodes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -268,6 +270,47 @@ def peak_live_bytes(steps: list[list[Op]]) -> int:
             live += new - old
             peak = max(peak, live)
     return peak
+
+
+def peak_live_inodes(steps: list[list[Op]]) -> int:
+    """The most files, directories, symlinks and special files the stream holds at once."""
+    live: set[str] = set()
+    links: set[str] = set()  # second names of a file: no inode of their own
+    peak = 0
+    for step in steps:
+        for op in step:
+            if op.op in ("create", "mkdir", "symlink", "mknod"):
+                live.add(op.path)
+            elif op.op == "link" and op.dest:
+                links.add(op.dest)
+            elif op.op == "delete":
+                if op.path in links:
+                    links.discard(op.path)
+                else:
+                    live.discard(op.path)
+            elif op.op == "rename" and op.dest and op.path in live:
+                live.discard(op.path)
+                live.add(op.dest)
+            peak = max(peak, len(live))
+    return peak
+
+
+#: Headroom over the stream's peak inode count (the ager's own files, lost+found, a margin).
+INODE_HEADROOM = 1.25
+
+
+def default_ext_inodes(size: int) -> int:
+    """mke2fs's inode count for an image of ``size`` (mke2fs.conf: one inode per 4 KiB below
+    512 MiB, the "small" type, else per 16 KiB)."""
+    return size // (4096 if size < 512 << 20 else 16384)
+
+
+def ext_inodes(steps: list[list[Op]], size: int) -> int | None:
+    """The inode count an ext file system needs for the stream (mkfs -N), or None where
+    mke2fs's default holds it: a workload of small files (a news spool) would otherwise find
+    the inode table full long before the blocks run out."""
+    need = int(peak_live_inodes(steps) * INODE_HEADROOM) + 64
+    return need if need > default_ext_inodes(size) else None
 
 
 def check_fits(steps: list[list[Op]], size: int) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,7 @@ def test_table_rows_ranks_and_failures() -> None:
     assert t["failures"] == [{"fs": "lfs", "step": 1, "error": "measuring: broken"}]
     text = study_text(_study())
     assert "lfs left the study at step 1: measuring: broken" in text
-    assert "(changed)" in text
+    assert "(changed: ext4 / x<b>fs)" in text
 
 
 def test_csv_has_a_row_per_step_and_file_system() -> None:
@@ -100,6 +102,62 @@ def test_fresh_vs_aged_rank_compares_the_clean_copies_with_the_aged_trees() -> N
     assert rank["last_step"] == 2
     assert rank["fresh"] == ["ext4", "x<b>fs"] and rank["aged"] == ["x<b>fs", "ext4"]
     assert rank["changed"] is True
+
+
+def _with_rounds(spread: float) -> StudyRow:
+    """Steps 1 and 2 swap ext4 and x<b>fs by aged scan time; each scan timed in 4 rounds
+    spread by ``spread`` around the stored median."""
+    s = _study()
+    for r in s.results:
+        sc = r.get("scan")
+        if sc:
+            a = sc["aged_seconds"]
+            sc["aged_values"] = [a * (1 + spread * d) for d in (-1.0, -0.3, 0.3, 1.0)]
+    return s
+
+
+def _t_interval(values: list[float]) -> tuple[float, float]:
+    # 95 % t interval of the geometric mean, t(0.975, 3) = 3.18245 from a printed table
+    logs = [math.log(v) for v in values]
+    half = 3.18245 * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)
+
+
+@pytest.mark.parametrize("spread", [0.02, 0.6])
+def test_a_swap_counts_as_a_change_only_beyond_the_intervals(spread: float) -> None:
+    s = _with_rounds(spread)
+    rows = study_table(s)["rows"]
+    spans = {}
+    for r, res in zip(rows, [x for x in s.results if "error" not in x], strict=True):
+        lo, hi = _t_interval(res["scan"]["aged_values"])
+        gib = res["scan"]["bytes"] / 2**30
+        assert r["aged_s_per_gib_low"] == pytest.approx(lo / gib, rel=1e-4)
+        assert r["aged_s_per_gib_high"] == pytest.approx(hi / gib, rel=1e-4)
+        spans[(r["fs"], r["step"])] = (lo, hi)
+
+    def apart(step: int) -> bool:
+        (a0, a1), (b0, b1) = spans[("ext4", step)], spans[("x<b>fs", step)]
+        return a1 < b0 or b1 < a0
+
+    rank = study_table(s)["rank_order"]["scan_aged_s_per_gib"]
+    assert rank["fresh"] == ["ext4", "x<b>fs"] and rank["aged"] == ["x<b>fs", "ext4"]
+    want = "changed" if apart(1) and apart(2) else "same within noise"
+    assert rank["verdict"] == want and rank["changed"] is (want == "changed")
+    assert (spread < 0.1) is (want == "changed")  # both cases are exercised
+    assert f"({want}" in study_text(s)
+
+
+def test_seed_001_disks_are_in_the_table_and_the_page(tmp_path: Path) -> None:
+    s = _study()
+    s.results[0]["modeled"]["lfs-15ms"] = {"aged_seconds": 4.0, "clean_seconds": 2.0, "ratio": 2.0}
+    row = study_table(s)["rows"][0]
+    assert row["lfs-15ms_aged_s"] == 4.0 and row["lfs-15ms_ratio"] == 2.0
+    assert row["hp97560_ratio"] is None  # not modeled in this row
+    out = tmp_path / "s.html"
+    study_html(s, out)
+    text = out.read_text()
+    assert "seed 001&#x27;s disks" in text or "seed 001's disks" in text
+    assert "15 ms, 5 MB/s aged (s)" in text and "HP97560" in text
 
 
 def test_an_unknown_largest_free_extent_is_not_drawn_as_zero() -> None:

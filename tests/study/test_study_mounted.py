@@ -163,9 +163,9 @@ def test_a_killed_study_resumes_and_its_results_match_the_tools(
         assert r[4] > 0 and r[5] > 0
         scan = json.loads(r[8])["scan"]
         assert len(scan["aged_values"]) == len(scan["clean_values"]) == 2  # --repeat 2
-        # the ratio is the median of the rounds' paired ratios
+        # the ratio is the geometric mean of the rounds' paired ratios
         ratios = [a / c for a, c in zip(scan["aged_values"], scan["clean_values"], strict=True)]
-        assert r[6] == pytest.approx(statistics.median(ratios))
+        assert r[6] == pytest.approx(statistics.geometric_mean(ratios))
 
     # the aged trees hold the third commit exactly: no op ran twice or was lost
     want = set(_git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[2]).split())
@@ -307,9 +307,11 @@ def _report_matches_the_tools(
     # the seconds are the upper median of the rounds
     assert row["aged_s_per_gib"] == pytest.approx(sorted(aged)[len(aged) // 2] / (total / 2**30))
     ratios = [a / c for a, c in zip(aged, clean, strict=True)]
-    assert row["ratio"] == pytest.approx(statistics.median(ratios))
-    # the default rounds: at least the 6 a 95 % interval needs, at most 10
-    assert 6 <= row["rounds"] == len(aged) <= 10
+    assert row["ratio"] == pytest.approx(statistics.geometric_mean(ratios))
+    # the default rounds: at least 3 (the first look), fewer than 6 only when decided, at
+    # most 10
+    assert 3 <= row["rounds"] == len(aged) <= 10
+    assert row["rounds"] >= 6 or row["verdict"] != "inconclusive"
     assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
     page = out / "report.html"
     subprocess.run(

@@ -72,6 +72,14 @@ def run_bench(
             btgt, why = _baseline_target(tgt, before, opts, say, stack)
             if why:
                 notes.append(f"no empty-file-system baseline: {why}")
+            elif btgt is not None and btgt.image is not None:
+                from fsage.ager.images import image_kind
+
+                if (kind := image_kind(btgt.image)) in ("xfs", "btrfs"):
+                    notes.append(
+                        f"the empty {kind} baseline was made by mkfs.{kind} with its defaults "
+                        "at the image's size (the image's own parameters are not recovered)"
+                    )
         try:
             rounds = _rounds(tgt, btgt, fn, opts, say, str(target))
         except BaseException:
@@ -164,11 +172,26 @@ def _baseline_target(
 
     if tgt.image is None:
         return None, "the target is a directory (its mkfs parameters are not known)"
+    from fsage.ager.images import image_kind
+
+    image = tgt.image.with_name(f".{tgt.image.name}.fsage-baseline")
+    kind = image_kind(tgt.image)
+    if kind in ("xfs", "btrfs"):
+        # their mkfs parameters are not recovered: mkfs's defaults at the image's size
+        from fsage.ager.images import make_image
+
+        stack.callback(lambda: image.unlink(missing_ok=True))
+        say(
+            f"fsage: an empty {kind} file system of the same size (mkfs.{kind}'s defaults), "
+            "run in turn"
+        )
+        make_image(image, kind, tgt.image.stat().st_size)
+        return stack.enter_context(BenchTarget(image, opts.suite)), None
     if before is None:
         return None, "the target is an image whose layout cannot be read"
-    if not before.facts.kind.startswith("ext") or not before.facts.mkfs.get("blocks_count"):
-        return None, f"the mkfs parameters of a {before.facts.kind} image are not recovered"
-    image = tgt.image.with_name(f".{tgt.image.name}.fsage-baseline")
+    kind = before.facts.kind
+    if not kind.startswith("ext") or not before.facts.mkfs.get("blocks_count"):
+        return None, f"the mkfs parameters of a {kind} image are not recovered"
     stack.callback(lambda: image.unlink(missing_ok=True))
     say("fsage: an empty file system of the same mkfs parameters and size, run in turn")
     make_filesystem(image, before)
