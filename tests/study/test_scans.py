@@ -19,14 +19,14 @@ from tests.conftest import require_tools
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
 
-def _fill(root: Path, seed: int) -> int:
+def fill_tree(root: Path, seed: int, per_dir: int = 12, largest: int = 400_000) -> int:
     """A small tree; its bytes, summed from what was written."""
     rng = random.Random(seed)
     total = 0
     for d in ("a", "b/c"):
         (root / d).mkdir(parents=True)
-        for i in range(12):
-            data = rng.randbytes(rng.randrange(1, 400_000))
+        for i in range(per_dir):
+            data = rng.randbytes(rng.randrange(1, largest))
             (root / d / f"f{i:02d}").write_bytes(data)
             total += len(data)
     return total
@@ -57,7 +57,7 @@ def test_a_step_s_scans_reuse_each_loop_device_and_read_cold_every_round(
     sizes = []
     for image in (m.image, m.clean_image):
         with loop_mount(image) as mnt:
-            sizes.append(_fill(mnt, seed=1))
+            sizes.append(fill_tree(mnt, seed=1))
     assert sizes[0] == sizes[1]
     seen: list[dict[str, Any]] = []
     real = scan_mod.scan_tree

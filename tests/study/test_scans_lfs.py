@@ -5,7 +5,6 @@ its caches only when no change waits for the log; the aged side's first round is
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,9 @@ import pytest
 
 from fsage.errors import FsageError
 from fsage.study.members import LfsMember
+from tests.study.test_scans import fill_tree
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
-
-
-def _fill(root: Path, seed: int) -> int:
-    rng = random.Random(seed)
-    total = 0
-    for d in ("a", "b/c"):
-        (root / d).mkdir(parents=True)
-        for i in range(10):
-            data = rng.randbytes(rng.randrange(1, 300_000))
-            (root / d / f"f{i:02d}").write_bytes(data)
-            total += len(data)
-    return total
 
 
 @pytest.fixture
@@ -42,7 +30,7 @@ def lfs_pair(tmp_path: Path) -> tuple[LfsMember, int]:
     sizes = []
     for image in (m.image, m.clean_image):
         with m.mounted(image, readonly=False) as mnt:
-            sizes.append(_fill(mnt, seed=2))
+            sizes.append(fill_tree(mnt, seed=2, per_dir=10, largest=300_000))
     assert sizes[0] == sizes[1]
     return m, sizes[0]
 
