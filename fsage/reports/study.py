@@ -77,6 +77,24 @@ RANK_LABELS = {
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
 
+def _untraced_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Which file systems' steps have no block trace (a gap in the trace figure)."""
+    missing: dict[str, set[int]] = {}
+    steps: dict[str, set[int]] = {}
+    for r in rows:
+        steps.setdefault(r["fs"], set()).add(int(r["step"]))
+        if r["dynamic_score"] is None:
+            missing.setdefault(r["fs"], set()).add(int(r["step"]))
+    notes = []
+    for fs, gone in sorted(missing.items()):
+        if gone == steps[fs]:
+            notes.append(f"{fs}: no block trace.")
+        else:
+            which = ", ".join(str(n) for n in sorted(gone))
+            notes.append(f"{fs}: no block trace at step{'s' if len(gone) > 1 else ''} {which}.")
+    return notes
+
+
 def _has(rows: list[dict[str, Any]], key: str) -> bool:
     return any(r.get(key) is not None for r in rows)
 
@@ -457,11 +475,7 @@ def study_sections(row: StudyRow) -> list[Section]:
                     "modeled score",
                 ),
             ],
-            notes=[
-                f"{fs}: no block trace."
-                for fs in sorted({r["fs"] for r in rows if r["dynamic_score"] is None})
-                if _has(rows, "dynamic_score")
-            ]
+            notes=_untraced_notes(rows)
             if _has(rows, "dynamic_score")
             else ["No block traces: the study ran without --trace."],
             id="layout",

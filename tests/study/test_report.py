@@ -237,3 +237,13 @@ def test_the_study_page_draws_in_chromium(tmp_path: Path) -> None:
     assert f'data-plots="{n}"' in attrs and f'data-plots-drawn="{n}"' in attrs
     assert re.findall(r'data-overlaps="([^"]*)"', dom) == [""] * n
     assert re.findall(r'data-overflow="([^"]*)"', dom) == ["0"] * n
+
+
+def test_a_missing_trace_names_its_steps() -> None:
+    """A gap in the trace figure is named by step; a file system never traced is said once."""
+    from fsage.reports.study import _untraced_notes
+
+    rows = [{"fs": "ext4", "step": s, "dynamic_score": None if s == 5 else 0.9} for s in (1, 5, 6)]
+    rows += [{"fs": "lfs", "step": s, "dynamic_score": None} for s in (1, 2)]
+    rows += [{"fs": "xfs", "step": s, "dynamic_score": 0.95} for s in (1, 2)]
+    assert _untraced_notes(rows) == ["ext4: no block trace at step 5.", "lfs: no block trace."]
