@@ -298,6 +298,12 @@ def test_a_damaged_chunk_names_its_snapshot(intact: Path, tmp_path: Path) -> Non
     con.close()
     for args in (["show", "3"], ["analyze", "--snapshot", "3"]):
         result = CliRunner().invoke(main, [*args, "--db", str(db)])
+        if args[0] == "show" and result.exit_code == 0:
+            # show reads a chunk a column at a time: a flip in a column it does not read
+            # leaves its answer whole, and it must then be the intact database's answer
+            same = CliRunner().invoke(main, [*args, "--db", str(intact)])
+            assert same.exit_code == 0 and result.stdout == same.stdout
+            continue
         assert result.exit_code == 1 and result.stdout == ""
         # show checks the columns it reads, analyze the whole chunk
         assert result.stderr.startswith(
