@@ -20,8 +20,6 @@ from __future__ import annotations
 import errno
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +30,8 @@ from fsage.lfs.format import BlockRec, LfsError
 from fsage.lfs.fs import LFS, mkfs
 from fsage.lfs.fsck import fsck
 from fsage.lfs.mount import fuse_available
-from tests.lfs.test_mount import REPO, Mounted
+from tests.lfs.test_lfs_full import _fsck
+from tests.lfs.test_mount import Mounted
 
 SIZES = (100, 3000, 40_000, 250_000)  # in the inode, direct, single and double indirect
 ENTRIES = 600  # a directory of ~24 blocks of 512 octets: more than a segment of 16
@@ -128,17 +127,6 @@ def test_every_delete_fits_the_reserve_at_enospc(tmp_path: Path, policy: str) ->
         assert fs.readdir("") == []
 
 
-def _fsck_cli(image: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "fsage", "lfs", "fsck", str(image)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE here: {fuse_available()}")
 @pytest.mark.parametrize("policy", POLICIES)
@@ -195,7 +183,7 @@ def test_fill_to_enospc_then_delete_everything_through_the_mount(
     finally:
         m.unmount()
     assert not problems, f"{len(problems)} deletes failed: {problems[:3]}"
-    out = _fsck_cli(img)
+    out = _fsck(img)
     assert out.returncode == 0, out.stdout + out.stderr
     with LFS.open(img, readonly=True) as fs:
         assert fs.readdir("") == []
