@@ -39,7 +39,8 @@ ext2fs = Extension(
 # The live reader's tree walk (fsage/snapshotter/live.py); Linux only, no libraries.
 live = Extension(
     "fsage._live",
-    sources=["fsage/_live.c"],
+    sources=["fsage/_live.c", "fsage/_live_scan.c", "fsage/_live_workers.c", "fsage/_live_join.c"],
+    depends=["fsage/_live.h"],
     extra_compile_args=["-O2", "-Wall", "-pthread"],
     extra_link_args=["-pthread"],
 )
