@@ -24,8 +24,16 @@ def pkg_config(*args: str, libs: tuple[str, ...] = ("ext2fs", "e2p", "com_err"))
 
 ext2fs = Extension(
     "fsage._ext2fs",
-    sources=["fsage/_ext2fs.c", "fsage/_ext2fs_writer.c", "fsage/_digest.c", "fsage/_columns.c"],
-    depends=["fsage/_ext2fs.h"],
+    sources=[
+        "fsage/_ext2fs.c",
+        "fsage/_ext2fs_inodes.c",
+        "fsage/_ext2fs_dirs.c",
+        "fsage/_ext2fs_facts.c",
+        "fsage/_ext2fs_writer.c",
+        "fsage/_digest.c",
+        "fsage/_columns.c",
+    ],
+    depends=["fsage/_ext2fs.h", "fsage/_ext2fs_scanner.h"],
     extra_compile_args=[
         *pkg_config("--cflags"),
         "-O2",
