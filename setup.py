@@ -30,10 +30,12 @@ ext2fs = Extension(
         "fsage/_ext2fs_dirs.c",
         "fsage/_ext2fs_facts.c",
         "fsage/_ext2fs_writer.c",
+        "fsage/_ext2fs_writer_data.c",
+        "fsage/_ext2fs_writer_names.c",
         "fsage/_digest.c",
         "fsage/_columns.c",
     ],
-    depends=["fsage/_ext2fs.h", "fsage/_ext2fs_scanner.h"],
+    depends=["fsage/_ext2fs.h", "fsage/_ext2fs_scanner.h", "fsage/_ext2fs_writer.h"],
     extra_compile_args=[
         *pkg_config("--cflags"),
         "-O2",
