@@ -1,5 +1,6 @@
-/* Shared declarations of the fsage._ext2fs extension (reader in _ext2fs.c, offline writer in
- * _ext2fs_writer.c). */
+/* Shared declarations of the fsage._ext2fs extension: the read-only scanner (_ext2fs.c and the
+ * files _ext2fs_scanner.h lists), the offline writer (_ext2fs_writer.c and the files
+ * _ext2fs_writer.h lists), per-file digests (_digest.c) and narrow columns (_columns.c). */
 #ifndef FSAGE_EXT2FS_H
 #define FSAGE_EXT2FS_H
 
