@@ -1,5 +1,5 @@
-"""Write patterns of real use, as bursts of ops the generator mixes in, and the presets built
-from them.
+"""Write patterns of real use, as bursts of ops the generator mixes in, and what the presets
+built from them (``fsage.ager.profile.PRESETS``) model.
 
 Whole-file creates are laid out contiguously by delayed allocation, so create/delete churn alone
 ages a modern file system little. Real file systems age through how data arrives: several files
@@ -24,12 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fsage.ager.distributions import HFS_SURGE, KIB, MIB, HybridSize
+from fsage.ager.distributions import KIB, MIB, HybridSize
 from fsage.workload import Op
 
 if TYPE_CHECKING:
     from fsage.ager.generator import Generator
-    from fsage.ager.profile import Profile
 
 #: The mix kinds this module adds, with what each models.
 PATTERNS: dict[str, str] = {
@@ -460,56 +459,3 @@ PRESET_DOCS: dict[str, str] = {
     "in a directory by small pieces (each writeback allocates what came since the last), "
     "mailboxes rewritten and renamed over, its logs, old mail deleted",
 }
-
-
-def pattern_presets() -> dict[str, Profile]:
-    from fsage.ager.profile import Profile
-
-    return {
-        "desktop": Profile(
-            name="desktop",
-            sizes=HFS_SURGE,
-            mix={
-                "create": 0.2,
-                "delete": 0.2,
-                "append": 0.04,
-                "overwrite": 0.04,
-                "truncate": 0.02,
-                "rename": 0.03,
-                "replace": 0.15,
-                "log": 0.1,
-                "streams": 0.06,
-                "prealloc": 0.04,
-                "tree": 0.06,
-                "rmtree": 0.06,
-            },
-        ),
-        "news": Profile(
-            name="news",
-            sizes=NEWS_SIZES,
-            dir_prob=1.0 / 256,
-            mix={"spool": 0.85, "log": 0.1, "create": 0.025, "delete": 0.025},
-        ),
-        "vcs": Profile(
-            name="vcs",
-            sizes=HFS_SURGE,
-            mix={
-                "tree": 0.25,
-                "replace": 0.4,
-                "rmtree": 0.15,
-                "log": 0.05,
-                "create": 0.075,
-                "delete": 0.075,
-            },
-        ),
-        "database": Profile(
-            name="database",
-            sizes=HFS_SURGE,
-            mix={"dbwrite": 0.6, "log": 0.25, "create": 0.075, "delete": 0.075},
-        ),
-        "mail": Profile(
-            name="mail",
-            sizes=HFS_SURGE,
-            mix={"trickle": 0.5, "create": 0.05, "delete": 0.3, "replace": 0.1, "log": 0.05},
-        ),
-    }

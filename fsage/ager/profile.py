@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fsage.ager.distributions import HFS_SURGE, IMPRESSIONS, HybridSize
-from fsage.ager.patterns import PATTERN_KINDS, pattern_presets
+from fsage.ager.patterns import NEWS_SIZES, PATTERN_KINDS
 from fsage.errors import WorkloadError
 
 MODES = ("hybrid", "random-update", "prefragment", "convergence")
@@ -262,8 +262,58 @@ PRESETS: dict[str, Profile] = {
     # seed 001 §6.3: 40% of the disk in never-referenced 8-block chunks spread evenly.
     "prefragment": Profile(name="prefragment", mode="prefragment", fill=0.4, churn=0.0),
 }
-# Presets of real use built from write patterns: desktop, news, vcs, database, mail.
-PRESETS.update(pattern_presets())
+# Presets of real use built from the write patterns of fsage.ager.patterns (PRESET_DOCS there
+# says what each models).
+PRESETS.update(
+    {
+        "desktop": Profile(
+            name="desktop",
+            sizes=HFS_SURGE,
+            mix={
+                "create": 0.2,
+                "delete": 0.2,
+                "append": 0.04,
+                "overwrite": 0.04,
+                "truncate": 0.02,
+                "rename": 0.03,
+                "replace": 0.15,
+                "log": 0.1,
+                "streams": 0.06,
+                "prealloc": 0.04,
+                "tree": 0.06,
+                "rmtree": 0.06,
+            },
+        ),
+        "news": Profile(
+            name="news",
+            sizes=NEWS_SIZES,
+            dir_prob=1.0 / 256,
+            mix={"spool": 0.85, "log": 0.1, "create": 0.025, "delete": 0.025},
+        ),
+        "vcs": Profile(
+            name="vcs",
+            sizes=HFS_SURGE,
+            mix={
+                "tree": 0.25,
+                "replace": 0.4,
+                "rmtree": 0.15,
+                "log": 0.05,
+                "create": 0.075,
+                "delete": 0.075,
+            },
+        ),
+        "database": Profile(
+            name="database",
+            sizes=HFS_SURGE,
+            mix={"dbwrite": 0.6, "log": 0.25, "create": 0.075, "delete": 0.075},
+        ),
+        "mail": Profile(
+            name="mail",
+            sizes=HFS_SURGE,
+            mix={"trickle": 0.5, "create": 0.05, "delete": 0.3, "replace": 0.1, "log": 0.05},
+        ),
+    }
+)
 
 
 def get_preset(name: str) -> Profile:
