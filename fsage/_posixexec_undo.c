@@ -83,11 +83,13 @@ static int save_clone(int dfd, int fd, long long lo, long long hi, long long siz
  * the file system and 64 MiB of the end (an overwrite in place of written blocks needs no
  * new ones; holes, unwritten extents and metadata may). Far from full the old bytes are not
  * read: that would cost each overwrite a read of its range. */
-static int may_run_out(int fd, long long lo, long long hi) {
+static int may_run_out(int fd, long long lo, long long hi, long long *block) {
     struct statfs sf;
+    *block = 4096;
     if (fstatfs(fd, &sf) != 0) return 1;
-    if ((unsigned long)sf.f_type == BTRFS_MAGIC) return 1;
     long long bs = sf.f_frsize > 0 ? sf.f_frsize : sf.f_bsize;
+    if (bs > 0) *block = bs;
+    if ((unsigned long)sf.f_type == BTRFS_MAGIC) return 1;
     long long avail = (long long)sf.f_bavail * bs, total = (long long)sf.f_blocks * bs;
     return avail < 2 * (hi - lo) + total / 16 + (64LL << 20);
 }
@@ -99,10 +101,16 @@ int undo_save(UndoBuf *ub, int dfd, int fd, long long lo, long long hi, long lon
     sv->lo = lo;
     sv->hi = hi;
     sv->size = size;
-    if (hi <= lo || !may_run_out(fd, lo, hi)) {
+    long long bs;
+    if (hi <= lo || !may_run_out(fd, lo, hi, &bs)) {
         sv->hi = sv->lo; /* nothing kept: nothing to put back */
         return 0;
     }
+    /* Whole blocks: a block the overwrite fills in part, in a hole, is punched whole again. */
+    lo = lo / bs * bs;
+    hi = (hi + bs - 1) / bs * bs < size ? (hi + bs - 1) / bs * bs : size;
+    sv->lo = lo;
+    sv->hi = hi;
     if (save_clone(dfd, fd, lo, hi, size, sv)) return 0;
     size_t need = (size_t)(hi - lo);
     if (need <= SAVE_KEEP) {

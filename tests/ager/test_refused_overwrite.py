@@ -121,7 +121,7 @@ def test_a_refused_overwrite_leaves_the_file_as_it_was(tmp_path: Path, kind: str
         try:
             with PosixExecutor(root) as ex:
                 step = ex.journaled(journal)
-                for offset in (0, MIB + 4096 * 3 + 100):  # block-aligned and not
+                for offset in (0, MIB + 4096 * 3 + 100, 3 * MIB + 100):  # aligned, not, in a hole
                     with pytest.raises(NoSpaceError):
                         step(Op("overwrite", "x", size=36 * MIB, offset=offset))
                     refused += 1
@@ -139,7 +139,7 @@ def test_a_refused_overwrite_leaves_the_file_as_it_was(tmp_path: Path, kind: str
                 step(Op("overwrite", "x", size=4096, offset=8192))  # room for this one
         finally:
             os.close(journal.fd)
-        assert refused == 3
+        assert refused == 4
         assert [(op.op, op.offset) for op in journal.added] == []
         lines = (tmp_path / "j.jsonl").read_text().splitlines()
         assert len(lines) == 1 and '"offset":8192' in lines[0].replace(" ", ""), lines
