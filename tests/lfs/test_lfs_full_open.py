@@ -36,7 +36,7 @@ def _grow_until_refused(fd: int, rng: random.Random) -> tuple[str, int, int, byt
     written up to, fstat's size and the bytes read at once after the refusal)."""
     end = os.fstat(fd).st_size
     for _ in range(64):
-        data = rng.randbytes(rng.randrange(8 << 10, 48 << 10))
+        data = rng.randbytes(rng.randrange(24 << 10, 64 << 10))
         step = "write"
         try:
             n = os.pwrite(fd, data, end)
