@@ -59,7 +59,7 @@ live = Extension(
 # no libraries.
 posixexec = Extension(
     "fsage._posixexec",
-    sources=["fsage/_posixexec.c"],
+    sources=["fsage/_posixexec.c", "fsage/_posixexec_undo.c"],
     extra_compile_args=["-O2", "-Wall", "-pthread"],
     extra_link_args=["-pthread"],
 )

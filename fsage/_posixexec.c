@@ -7,7 +7,8 @@
  * fchmodat/utimensat relative to directory descriptors; any other kind goes to the Python ``fallback(op)``. The semantics are
  * posix.py's (see its module doc): every path is walked one component at a time from the
  * target's root with O_NOFOLLOW, a create that runs out of space removes the file it made,
- * an append that does truncates the file back, and errors become the exceptions given at
+ * an append that does truncates the file back, an overwrite that fails puts the old bytes
+ * (and holes) of its range back, and errors become the exceptions given at
  * construction: (NoSpaceError, OpFailedError, UnsafeTargetError, FsageError).
  *
  * Directory descriptors are cached by relative path (least recently used evicted beyond
@@ -36,6 +37,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "_posixexec_undo.h"
 
 #ifndef FALLOC_FL_KEEP_SIZE
 #define FALLOC_FL_KEEP_SIZE 0x01
@@ -151,6 +154,7 @@ typedef struct {
     long long lost_bytes;
     long long budget_bytes, budget_inodes;
     double busy_main, busy_worker; /* seconds spent running ops, by each thread */
+    UndoBuf undo; /* an overwrite's old bytes (one op runs at a time) */
     PyObject *journal;
     Slot ring[RING];
 } Exec;
@@ -519,34 +523,64 @@ static int run_create(Exec *ex, OpArgs *a) {
 static int run_resize(Exec *ex, OpArgs *a) {
     int fd;
     struct stat st;
-    int rc = open_file(ex, a->path, a->plen, O_WRONLY, &fd, &st);
+    int over = a->kind == K_OVERWRITE && !ex->allocate_only, dfd;
+    const char *name;
+    int rc = open_file(ex, a->path, a->plen, over ? O_RDWR : O_WRONLY, &fd, &st);
+    int readable = over;
+    if (rc == ERR_ERRNO && over && ex->err == EACCES) { /* write-only to us: nothing kept */
+        readable = 0;
+        rc = open_file(ex, a->path, a->plen, O_WRONLY, &fd, &st);
+    }
     if (rc) return rc;
     long long old = st.st_size;
+    Saved sv = UNDO_NONE;
+    if (readable) {
+        long long hi = a->offset + a->size < old ? a->offset + a->size : old;
+        rc = split(ex, a->path, a->plen, &dfd, &name);
+        if (rc == 0) {
+            int e = undo_save(&ex->undo, dfd, fd, a->offset, hi, old, &sv);
+            if (e) rc = e == ENOMEM ? ERR_NOMEM : (ex->err = e, ERR_ERRNO);
+        }
+        if (rc) {
+            undo_free(&sv);
+            close(fd);
+            return rc;
+        }
+    }
     if (a->kind == K_APPEND) rc = put_data(ex, fd, a->size, old);
     else if (a->kind == K_OVERWRITE) {
-        if (!ex->allocate_only) rc = put_data(ex, fd, a->size, a->offset);
+        if (over) rc = put_data(ex, fd, a->size, a->offset);
     } else if (RETRY(ftruncate(fd, a->size)) != 0) rc = errno_fail(ex);
     if (rc == 0 && ex->fsync && RETRY(fsync(fd)) != 0) rc = errno_fail(ex);
-    /* An append, or an overwrite past the end, refused for lack of space leaves the file its
-     * old size: the ager's model and journal take the op as never run. */
+    /* An op that failed leaves the file as it was: an overwrite's old bytes put back, and an
+     * append or an overwrite past the end refused for lack of space leaves the file its old
+     * size. The ager's model and journal take the op as never run. A failure to undo leaves
+     * the first error as the one reported. */
     int grows = a->kind == K_APPEND || (a->kind == K_OVERWRITE && a->offset + a->size > old);
-    if (rc == ERR_ERRNO && is_nospace(ex->err) && grows) {
+    if (rc == ERR_ERRNO && over) {
+        (void)undo_restore(fd, &sv);
+        if (!grows && ex->fsync) (void)RETRY(fsync(fd));
+    }
+    if (rc == ERR_ERRNO && (is_nospace(ex->err) || over) && grows) {
         if (RETRY(ftruncate(fd, old)) != 0) rc = errno_fail(ex);
+        else if (over && ex->fsync) (void)RETRY(fsync(fd));
     }
     int failed_before = rc != 0;
     rc = close_checked(ex, fd, rc);
-    if (rc == ERR_ERRNO && !failed_before && is_nospace(ex->err) && grows) {
+    if (rc == ERR_ERRNO && !failed_before && is_nospace(ex->err) && (grows || over)) {
         /* Refused only at close (written back then: FUSE's writeback cache, NFS): part of
-         * the data may be stored. Cut it off again through a new descriptor; the close's
-         * error stays the one reported. */
+         * the data may be stored. Put it back through a new descriptor; the close's error
+         * stays the one reported. */
         int err = ex->err, fd2;
         struct stat st2;
         if (open_file(ex, a->path, a->plen, O_WRONLY, &fd2, &st2) == 0) {
-            if (st2.st_size != old) (void)RETRY(ftruncate(fd2, old));
+            if (over) (void)undo_restore(fd2, &sv);
+            if (grows && st2.st_size != old) (void)RETRY(ftruncate(fd2, old));
             close(fd2);
         }
         ex->err = err;
     }
+    undo_free(&sv);
     return rc;
 }
 
@@ -1358,6 +1392,7 @@ static void Exec_dealloc(Exec *ex) {
     PyObject_GC_UnTrack(ex);
     stop_worker(ex);
     for (int i = 0; i < RING; i++) free(ex->ring[i].buf);
+    undo_buf_free(&ex->undo);
     if (ex->ents != NULL) drop_all(ex);
     free(ex->ents);
     free(ex->table);

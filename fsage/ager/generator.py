@@ -8,7 +8,10 @@ directly (``fsage age --profile``), a ``probe`` (the executor's statvfs) replace
 fullness so that the fill target is met on the real file system; on a mounted ext4, xfs or
 btrfs image the probe only anchors the model, which then also counts the file system's
 metadata (``meta``, see ``fsage.ager.genmodel``). ``nospace`` tells the generator that an op
-failed for lack of space, and it turns to deletes.
+failed for lack of space, and it turns to deletes; when a modelled btrfs refused it well short
+of what statvfs calls its size (it counts its metadata reserve as free), the used blocks of
+the probe after it become the capacity the generator steers by (``full_at``), so that the
+fill is of what the target can hold.
 
 Phases (mode ``hybrid``): fill until fullness reaches ``profile.fill`` (creates, with a create
 probability that falls as the fs fills, and deletes), then churn in ``profile.mix`` until
@@ -102,6 +105,14 @@ class Generator(Converging, SyntheticStreams):
         self._anchored = False
         self._probed = (0, 0)
         self._probed_model = 0
+        #: Used blocks at which a modelled btrfs last refused an op (from the probe after it),
+        #: when that is well short of what statvfs calls its size (btrfs counts the room it
+        #: keeps for metadata as free): the capacity steered by. None: statvfs's. A pure
+        #: function of the probes and the ops, so a resumed run (probes replayed) learns the
+        #: same. Other kinds are full where statvfs says (a refusal well before is a quota's
+        #: or a passing one, and would shrink the run for good).
+        self.full_at: int | None = None
+        self._learn = False
         self.stats = GenStats()
         # Namespace model. The root directory is "" at depth 0.
         self.files: dict[str, _File] = {}
@@ -188,6 +199,12 @@ class Generator(Converging, SyntheticStreams):
                 bs, total, used = self.probe()
                 # Express the real figures in model blocks so caps stay in bytes.
                 self._probed = (total * bs // self.bs, (used * bs + self.bs - 1) // self.bs)
+                if self._learn:
+                    self._learn = False
+                    full = self._probed[1]
+                    self.full_at = full if full < self._probed[0] * 97 // 100 else None
+                if self.full_at is not None:  # full there: steer as if 99% full there
+                    self._probed = (min(self._probed[0], self.full_at * 100 // 99), self._probed[1])
                 self._probed_model = self.used_blocks
                 self._probe_next = self.stats.ops + (every or 0)
                 self._anchored = True
@@ -251,9 +268,11 @@ class Generator(Converging, SyntheticStreams):
         """``op`` (the last one yielded) failed with ENOSPC and was undone on the target:
         forget it in the model and turn to deletes for a while."""
         self.stats.nospace += 1
-        # The target is fuller than the model thought: probe again.
+        # The target is fuller than the model thought: probe again, and learn where it is
+        # full (``full_at``).
         self._probe_next = 0
         self._anchored = False
+        self._learn = self.meta is not None and self.meta.cow
         if self._undo is not None:
             self._undo()
             self._undo = None

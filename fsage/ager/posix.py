@@ -6,6 +6,16 @@ fixed pseudo-random buffer (not zeros, so no file system can elide or compress i
 with ``write``/``pwrite`` — or, with ``data="fallocate"``, only allocated (Geriatrix's mode).
 The ops and the directory descriptor cache run in C (``fsage/_posixexec.c``: one call per op,
 its journal line included), with these semantics.
+
+An op that fails leaves the file as it was (the journal and the ager's model then drop it): a
+create removes what it made, an append or a truncate puts the old size back, and an overwrite
+inside a file, which can run out of space half way (a hole it fills, an unwritten extent, a
+copy-on-write extent), puts back the old bytes and holes of its range
+(``fsage/_posixexec_undo.c``). Near full (or on btrfs) it keeps them first: the old bytes,
+read into memory (an overwrite of written blocks in place needs no new space, so putting
+them back succeeds); on btrfs, where the rewrite would be copy-on-write too, a clone of the
+range's extents into an unnamed file (no data space), cloned back. Far from full nothing is
+kept, so that an overwrite costs no read.
 """
 
 from __future__ import annotations

@@ -202,9 +202,12 @@ def info_cmd(image: Path, fmt: str) -> None:
 )
 @click.option(
     "--writeback/--no-writeback",
-    default=True,
+    default=False,
     show_default=True,
-    help="The kernel's writeback cache (small writes reach the LFS in page-sized runs).",
+    help="The kernel's writeback cache: small writes reach the LFS in page-sized runs "
+    "(faster), but a write the LFS refuses near full fails late, at fsync or close, and an "
+    "open file may show the refused size for a moment after. Off: a refused write fails in "
+    "write(2) and the mount always shows what is stored.",
 )
 @click.option("-o", "options", multiple=True, help="Extra FUSE mount option (repeatable).")
 @click.option(
@@ -239,6 +242,7 @@ def mount_cmd(
     Examples:
       fsage lfs mount lfs.img /mnt/lfs
       fsage lfs mount lfs.img /mnt/lfs --foreground --policy cost-benefit
+      fsage lfs mount lfs.img /mnt/lfs --writeback   # faster small writes
       fsage lfs mount damaged.img /mnt/lfs --force
       fusermount3 -u /mnt/lfs
       fsage lfs mount lfs.img /mnt/lfs --trace scan.txt   # read the files, unmount, then

@@ -11,18 +11,26 @@ work into file, stream, directory and file-system operations). What the adapter 
   A name lost to an operation the adapter did not see is found again by a walk of the tree.
 * **Open files that are unlinked** keep their data under a hidden name in the same directory
   (``.fuse_hidden<ino>``, as libfuse's path API does) until their last handle is released.
-* **Caching.** The kernel's writeback cache is on: small writes reach the LFS as page-sized
-  or larger runs. ``fsync`` makes the kernel write its dirty pages; then the LFS commits its
-  buffer to the log and the image file is fdatasync'ed. Since only this process changes the
-  image, the kernel keeps names, missing names and attributes for a day and its cached pages
-  without asking again (``fsage/_fuse.c``); ``flush`` is not implemented, so the kernel sends
-  none. A write or fsync the LFS refuses (ENOSPC near full) leaves the kernel holding pages
-  and a size the image does not: the inode's pages are dropped and so is its name, so that
-  once the file is closed the kernel forgets the inode (it never takes a stored size over its
-  own while the writeback cache is on) and shows what is stored. While it is still open, a
-  truncate of the mount's own, answered with the stored attributes, sets the kernel's size
-  (:class:`fsage.lfs.kcache.SizeFixer`): it waits for the inode lock the failed fsync holds,
-  so an fstat made the instant the fsync returns may still see the old size. A block whose
+* **Caching.** Pages are cached for reads; writes go through to the LFS in write(2) (the
+  kernel's writeback cache is off by default), so a write the LFS refuses (ENOSPC near full)
+  fails there, and the size and pages the kernel keeps of a file change only with what the
+  LFS stored: an fstat or read made the instant a write fails shows what is stored. (A
+  write that starts inside a page not in the page cache reaches the LFS as two requests, that
+  page's part and the rest; when only the rest is refused, write(2) returns the count stored.)
+  ``fsync`` commits the LFS's buffer to the log and fdatasyncs the image file. Since only
+  this process changes the image, the kernel keeps names, missing names and attributes for
+  a day and its cached pages without asking again (``fsage/_fuse.c``); ``flush`` is not
+  implemented, so the kernel sends none.
+  With ``writeback=True`` (``--writeback``) small writes reach the LFS as page-sized or
+  larger runs, at the cost of failures the kernel learns of late: a writeback the LFS refuses
+  (at fsync or close) leaves the kernel holding pages and a size the image does not. The
+  inode's pages are dropped and so is its name, so that once the file is closed the kernel
+  forgets the inode (it never takes a stored size over its own while the writeback cache is
+  on) and shows what is stored; files are opened without the page cache near full. While it
+  is still open, a truncate of the mount's own, answered with the stored attributes, sets the
+  kernel's size (:class:`fsage.lfs.kcache.SizeFixer`): it waits for the inode lock the failed
+  fsync holds, so an fstat made the instant the fsync returns may still see the size the
+  writes grew it to. The kernel offers no way to set that size sooner. A block whose
   checksum fails (format version 2) is answered EIO. Permissions are checked by
   the kernel (``default_permissions``) only with ``-o allow_other``: otherwise only the
   mounting user, who can write the image anyway, reaches the files, and the check would cost
@@ -158,8 +166,11 @@ class LfsOperations:
     """FUSE requests (as ``fsage._fuse`` calls them) onto an open :class:`LFS`. Methods
     answer errors by raising OSError with the errno for the kernel."""
 
-    def __init__(self, fs: LFS) -> None:
+    def __init__(self, fs: LFS, writeback: bool = False) -> None:
         self.fs = fs
+        # The kernel's writeback cache: without it a write reaches the LFS in write(2), and
+        # the kernel's size and pages of a file change only with what the LFS stored.
+        self.writeback = writeback
         self.bs = fs.geo.block_size
         self._name: dict[int, tuple[int, str]] = {}
         self._files: dict[int, int] = {}  # fh -> LFS ino
@@ -453,10 +464,12 @@ class LfsOperations:
         return ino
 
     def _direct(self) -> bool:
-        """Whether files are opened without the page cache: when the LFS is near full, so
-        that a write it cannot store fails in write(2), not in a writeback whose pages the
-        kernel would go on showing (with the writeback cache the kernel also keeps the size
-        it grew the file to, whatever the LFS answers)."""
+        """Whether files are opened without the page cache: with the writeback cache, when
+        the LFS is near full, so that a write it cannot store fails in write(2), not in a
+        writeback whose pages the kernel would go on showing (and whose size it keeps,
+        whatever the LFS answers). Without it every write fails in write(2) already."""
+        if not self.writeback:
+            return False
         return self.fs.writable_blocks() < _DIRECT_BELOW_SEGMENTS * self.fs.ndata
 
     def open(self, ino: int, flags: int) -> tuple[int, bool]:
@@ -489,10 +502,11 @@ class LfsOperations:
         try:
             return self._call(self.fs.write_ino, ino, off, data)
         except OSError:
-            self._failed.add(ino)
-            self._drop_name(ino)  # before the reply: the close that waits for it evicts
             self.invalidate(ino)
-            self._fix_size(ino)
+            if self.writeback:  # the kernel's size and pages hold the refused data
+                self._failed.add(ino)
+                self._drop_name(ino)  # before the reply: the close that waits for it evicts
+                self._fix_size(ino)
             raise
 
     def fsync(self, fh: int, datasync: int) -> None:
@@ -501,7 +515,8 @@ class LfsOperations:
             self._sync()
         except OSError:
             self._failed.add(ino)
-            self._drop_name(ino)
+            if self.writeback:
+                self._drop_name(ino)
             raise
         finally:
             if ino in self._failed:
@@ -511,7 +526,7 @@ class LfsOperations:
 
     def _fix_size(self, ino: int) -> None:
         """After a failed write of an open file: the kernel's size of it made the stored one."""
-        if self.sizes is None or self._open.get(ino, 0) == 0:
+        if not self.writeback or self.sizes is None or self._open.get(ino, 0) == 0:
             return
         with contextlib.suppress(OSError):
             self.sizes.fix(ino, self._path(ino))
@@ -647,7 +662,7 @@ def mount(
     foreground: bool = True,
     policy: str | None = None,
     options: tuple[str, ...] = (),
-    writeback: bool = True,
+    writeback: bool = False,
     ready: Callable[[int], None] | None = None,
     force: bool = False,
     say: Callable[[str], None] | None = None,
@@ -657,10 +672,10 @@ def mount(
     or the process gets SIGINT, SIGTERM or SIGHUP; then close the LFS (its buffer written, a
     checkpoint taken). With ``foreground=False`` the process forks once the mount is up: the
     parent calls ``ready(pid)`` and exits, the child serves. ``writeback``: the kernel's
-    writeback cache. The image is checked first (``fsage lfs fsck``): a damaged one is
-    refused, or with ``force`` mounted read-only, its problems given to ``say``. ``trace``: a
-    file the file data blocks read are recorded in, as block-trace text
-    (:mod:`fsage.lfs.blocktrace`), complete once unmounted. Returns the number of requests
+    writeback cache (off: see the module text). The image is checked first (``fsage lfs
+    fsck``): a damaged one is refused, or with ``force`` mounted read-only, its problems given
+    to ``say``. ``trace``: a file the file data blocks read are recorded in, as block-trace
+    text (:mod:`fsage.lfs.blocktrace`), complete once unmounted. Returns the number of requests
     that failed unexpectedly (printed)."""
     why = fuse_available()
     if why is not None:
@@ -696,7 +711,7 @@ def mount(
             fs.close()
             raise
         fs.read_trace = tracer
-    ops = LfsOperations(fs)
+    ops = LfsOperations(fs, writeback)
     try:
         session = _fuse.Session(ops, str(mp), opts, writeback)
     except BaseException as exc:

@@ -1,4 +1,5 @@
-"""The LFS near full with the kernel's writeback cache on: what the mount shows is what is stored.
+"""The LFS near full with the kernel's writeback cache on (``--writeback``): what the mount
+shows is what is stored.
 
 With the writeback cache, write(2) only fills the kernel's page cache and grows the size it
 keeps; the LFS sees the data when it is written back (at close, at fsync), and may refuse it
@@ -103,7 +104,7 @@ def test_failed_writeback_leaves_the_mount_showing_what_is_stored(tmp_path: Path
     mp.mkdir()
     rng = random.Random("writeback-full")
     failed: dict[str, int] = {}
-    m = Mounted(image, mp)  # the writeback cache is on by default
+    m = Mounted(image, mp, "--writeback")
     try:
         names: list[str] = []
         misses = 0
@@ -160,7 +161,7 @@ def _age_to_enospc(tmp_path: Path, image: Path, ops: Path) -> tuple[dict[str, in
     mp = tmp_path / "mnt"
     mp.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    m = Mounted(image, mp)
+    m = Mounted(image, mp, "--writeback")
     try:
         out = subprocess.run(
             [sys.executable, "-m", "fsage", "age", str(mp), "--ops", str(ops)],
@@ -206,7 +207,7 @@ def test_an_open_file_shows_the_stored_size_after_a_refused_fsync(tmp_path: Path
     mp = tmp_path / "mnt"
     mp.mkdir()
     rng = random.Random("open-fstat")
-    m = Mounted(image, mp)
+    m = Mounted(image, mp, "--writeback")
     try:
         fd = os.open(mp / "x", os.O_RDWR | os.O_CREAT, 0o644)
         try:
