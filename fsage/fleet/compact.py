@@ -52,14 +52,19 @@ from fsage.fleet.dataset import (
 from fsage.private import private_file, private_mkdir, private_opener
 
 ROW_GROUP = 128 * 1024
-# DuckDB's own memory (its sorts spill to disk beyond it); the Arrow batches on their way to
-# the output come on top, one row group at most: the whole stays near 200 MB whatever the
-# dataset's size.
+# DuckDB's own memory (its sorts spill to disk beyond it; a sort of 1.4M file versions failed
+# at 24 MB); the Arrow batches on their way to the output come on top, one row group at
+# most: the whole stays under 185 MiB whatever the dataset's size.
 MEMORY_LIMIT = "48MB"
-BATCH = 16 * 1024
-# File versions are wide (a list of extents each): their row groups are smaller, so that the
-# one being gathered stays a few tens of MB.
-ROW_GROUPS = {"files": 32 * 1024}
+BATCH = 8 * 1024
+# File versions are wide (a list of extents each, 190 bytes a row in Arrow): their row groups
+# are smaller, so that the one being gathered stays a few MB.
+ROW_GROUPS = {"files": 16 * 1024}
+# Columns written with a dictionary. A dictionary-encoded column chunk is held in memory
+# until the row group ends (its dictionary page comes first), and a column of distinct values
+# (paths, inode numbers) gains nothing from one: plain pages compressed by zstd made the
+# compacted files a third smaller and the compaction's peak 20 MiB lower at 1.4M files.
+DICTIONARY = ["host", "fs"]
 MAX_LARGE_FILES = 8
 # Per-partition files one DuckDB query reads at once: DuckDB keeps each open file's state
 # beside its memory limit, so a query over thousands of small files costs tens of MB more
@@ -488,7 +493,7 @@ def _write_rows(
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+    with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=DICTIONARY) as w:
         for batch in _query_batches(con, queries, order if check else None):
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
