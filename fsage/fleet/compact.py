@@ -266,10 +266,12 @@ def _compact(
         step = None if progress is None else functools.partial(progress, table)
         schema = sch[table].with_metadata(table_metadata(table))
         rows = None
-        if not whole:
-            # an export writes each run in the compacted order: read in that order, no sort
+        if table in LARGE_TABLES:
+            # an export writes each run in the compacted order, and each compaction appends
+            # later runs: read in that order, no sort
+            src = _in_order(con, tf.compacted if whole else [], take)
             with contextlib.suppress(_Unordered):
-                rows = _write(con, pq, _in_order(take), out, schema, table, step, check=True)
+                rows = _write(con, pq, src, out, schema, table, step, check=True)
         if rows is None:
             src = _selects(con, table, tf, take, whole)
             rows = _write(con, pq, src, out, schema, table, step)
@@ -359,7 +361,9 @@ def _groups(keys: list[Key], files: dict[Key, list[Path]]) -> Iterator[list[Key]
         yield group
 
 
-def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool) -> Iterator[str]:
+def _selects(
+    con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool
+) -> Iterator[list[str]]:
     """The queries whose rows, one after the other, are the compacted file: one per group of
     partitions in (host, fs) order (DuckDB compares strings as bytes, as Python compares
     their code points), each sorted within."""
@@ -378,23 +382,34 @@ def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool
             f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
             f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
         )
-        yield _select(table, compacted, paths, within)
+        yield [_select(table, compacted, paths, within)]
 
 
 class _Unordered(Exception):
     """Rows read in file order are not in the compacted order."""
 
 
-def _in_order(take: list[Path]) -> Iterator[str]:
-    """A large table's fresh files, one query per partition in (host, fs) order, its runs
-    in snapshot order (their names): the compacted order when each run is sorted, which
-    ``_write(check=True)`` verifies. A sort of every row would hold DuckDB's whole memory
-    limit besides the batches."""
+def _in_order(con: Any, compacted: list[Path], take: list[Path]) -> Iterator[list[str]]:
+    """A large table's rows, the queries of one partition at a time in (host, fs) order: its
+    rows in the compacted files, in the order of their generations, then its fresh runs in
+    snapshot order (their names). That is the compacted order when each run is sorted and
+    each compaction took runs later than the one before, which ``_write(check=True)``
+    verifies. A sort of every row would hold DuckDB's whole memory limit besides the batches
+    (213 MiB at 1.4M files against 173 MiB)."""
     files: dict[Key, list[Path]] = {}
     for p in take:
         files.setdefault(partition_of(p), []).append(p)
-    for key in sorted(files):
-        yield f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"
+    keys = set(files)
+    if compacted:
+        keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
+    for host, fs in sorted(keys):
+        runs = sorted(files.get((host, fs), []), key=lambda p: p.name)
+        part = [f"SELECT * FROM {_read(runs)}"] if runs else []
+        if compacted:
+            # the row groups of other file systems are skipped by their statistics
+            mine = f"host = '{_sql_str(host)}' AND fs = '{_sql_str(fs)}'"
+            part.insert(0, f"SELECT * FROM {_read(compacted)} WHERE {mine}")
+        yield part
 
 
 def _check_order(batch: Any, columns: list[str], last: list[Any] | None) -> list[Any] | None:
@@ -440,7 +455,7 @@ def _select(table: str, compacted: list[Path], take: list[Path], within: str) ->
 def _write(
     con: Any,
     pq: Any,
-    queries: Iterable[str],
+    queries: Iterable[list[str]],
     out: Path,
     schema: Any,
     table: str,
@@ -449,8 +464,8 @@ def _write(
 ) -> int:
     """Stream the queries' rows, one query after the other, into ``out`` (written under a
     hidden name, fsynced, renamed), in batches of ``BATCH`` rows gathered into row groups of
-    ``ROW_GROUP``. ``check``: each query's rows must come in ``ORDER`` (else _Unordered, and
-    nothing is left behind)."""
+    ``ROW_GROUP``. ``check``: the rows of each list of queries must come in ``ORDER`` (else
+    _Unordered, and nothing is left behind)."""
     import pyarrow as pa
 
     private_mkdir(out.parent, parents=True, exist_ok=True)
@@ -466,22 +481,25 @@ def _write(
     return rows
 
 
-def _query_batches(con: Any, queries: Iterable[str], order: list[str] | None) -> Iterator[Any]:
-    """The queries' record batches, one query after the other; ``order``: each query's rows
-    checked to ascend by these columns."""
-    for sql in queries:
+def _query_batches(
+    con: Any, queries: Iterable[list[str]], order: list[str] | None
+) -> Iterator[Any]:
+    """The queries' record batches, one query after the other; ``order``: the rows of each
+    list of queries (one partition's) checked to ascend by these columns."""
+    for part in queries:
         last: list[Any] | None = None
-        for batch in con.sql(sql).to_arrow_reader(BATCH):
-            if order is not None:
-                last = _check_order(batch, order, last)
-            yield batch
+        for sql in part:
+            for batch in con.sql(sql).to_arrow_reader(BATCH):
+                if order is not None:
+                    last = _check_order(batch, order, last)
+                yield batch
 
 
 def _write_rows(
     con: Any,
     pq: Any,
     pa: Any,
-    queries: Iterable[str],
+    queries: Iterable[list[str]],
     tmp: Path,
     schema: Any,
     table: str,
