@@ -86,6 +86,11 @@ ORDER = {
 }
 
 
+# Called with a stage (a table's name, "check", "summary", "clean") and the line that says
+# how far it is; a new stage starts a new line.
+Progress = Callable[[str, str], None]
+
+
 class CompactError(FsageError):
     """The dataset cannot be compacted."""
 
@@ -143,7 +148,7 @@ def compact(
     *,
     keep_sources: bool = False,
     memory_limit: str = MEMORY_LIMIT,
-    progress: Callable[[str, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> CompactSummary:
     """Compact the dataset at ``root`` (see the module docstring). With ``keep_sources`` the
     absorbed per-partition files stay (so that rsync does not copy them again); readers skip
@@ -167,6 +172,8 @@ def compact(
         except ManifestError as exc:
             raise CompactError(str(exc)) from None
         files = dataset_files(root, old)
+        if progress is not None:  # a footer read for each: seconds for thousands of files
+            progress("check", f"checking {sum(len(tf.all) for tf in files.values()):,} files")
         damaged = damaged_files(root, files, old)
         if damaged:
             p, why = damaged[0]
@@ -233,7 +240,7 @@ def _compact(
     old: Manifest,
     files: dict[str, TableFiles],
     keep: bool,
-    progress: Callable[[str, int], None] | None,
+    progress: Progress | None,
 ) -> CompactSummary:
     from fsage.fleet.export_schema import schemas, table_metadata
 
@@ -262,12 +269,16 @@ def _compact(
         take, absorb = _absorbable(con, table, tf, new_cover)
         if not take:
             continue
-        if progress is not None:
-            progress(table, 0)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
-        step = None if progress is None else functools.partial(progress, table)
+        step = None
+        if progress is not None:
+            # a large table writes every row it reads: their number is in the footers
+            large = table in LARGE_TABLES
+            total = sum(pq.read_metadata(p).num_rows for p in inputs) if large else None
+            step = functools.partial(_table_progress, progress, table, total)
+            step(0)
         schema = sch[table].with_metadata(table_metadata(table))
         rows = None
         if table in LARGE_TABLES:
@@ -290,6 +301,8 @@ def _compact(
     if written and (
         SUMMARY_TABLE not in old.tables or {"metrics", "size_buckets"} & set(summary.tables)
     ):
+        if progress is not None:
+            progress("summary", "writing the size summary")
         out = _write_summary(con, pq, root, tables, gen)
         written.append(out)
         tables[SUMMARY_TABLE] = [f"{COMPACTED}/{out.name}"]
@@ -305,8 +318,15 @@ def _compact(
         for table in TABLES:
             fresh = set(files[table].fresh)
             consumed.extend(p for p in partition_files(root, table) if p not in fresh)
+    if progress is not None and not keep and consumed:
+        progress("clean", f"removing {len(consumed):,} merged files")
     summary.removed = _clean(root, new, [] if keep else consumed)
     return summary
+
+
+def _table_progress(progress: Progress, table: str, total: int | None, rows: int) -> None:
+    of = "" if total is None else f" of {total:,}"
+    progress(table, f"compacting {table}: {rows:,}{of} rows written")
 
 
 def _absorbable(
@@ -530,6 +550,8 @@ def _write_rows(
         if pending_rows:
             w.write_table(pa.concat_tables(pending), row_group_size=group)
             rows += pending_rows
+            if progress is not None:
+                progress(rows)
     return rows
 
 

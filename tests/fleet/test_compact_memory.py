@@ -1,11 +1,13 @@
 """fsage fleet compact in bounded memory: the large tables stream in their sorted order (a
 rewrite too, and a run out of order falls back to a sort), and the command's peak resident set
-does not grow with the file system it compacts."""
+does not grow with the file system it compacts; on a terminal it says what it does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +87,42 @@ def test_a_run_out_of_order_is_sorted(tmp_path: Path) -> None:
     for table in TABLES:
         (out,) = (ds / table / "compacted").glob("*.parquet")
         assert pq.read_table(out).equals(want[table]), table
+
+
+def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal: the files it checks, each table's rows (of the large tables' total),
+    the summary and the merged files it removes; in a pipe nothing but the result."""
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    _history(db, 2)
+    export_mod.export_parquet(db, ds, host="h")
+    piped = tmp_path / "piped"
+    subprocess.run(["cp", "-a", str(ds), str(piped)], check=True)
+    parquet = [p for p in ds.rglob("*") if p.suffix == ".parquet"]
+    rows = {t: sum(pq.read_table(p).num_rows for p in (ds / t).rglob("*.parquet")) for t in TABLES}
+    primary, secondary = pty.openpty()
+    argv = [sys.executable, "-m", "fsage", "fleet", "compact"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run(
+        [*argv, str(ds)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary,
+        cwd=REPO, env=env, timeout=120,
+    )  # fmt: skip
+    os.close(secondary)
+    seen = b""
+    with contextlib.suppress(OSError):  # EIO once the terminal's writer is gone
+        while chunk := os.read(primary, 4096):
+            seen += chunk
+    os.close(primary)
+    assert run.returncode == 0
+    # a line per stage, each redrawn after a carriage return: the last drawing of each
+    redrawn = seen.decode().replace("\r\n", "\n").split("\n")
+    lines = [x.split("\r")[-1] for x in redrawn if x.split("\r")[-1]]
+    assert lines[0] == f"checking {len(parquet)} files", lines
+    for t in TABLES:
+        of = f" of {rows[t]:,}" if t in LARGE_TABLES else ""
+        assert f"compacting {t}: {rows[t]:,}{of} rows written" in lines, (t, lines)
+    assert lines[-2:] == ["writing the size summary", f"removing {len(parquet)} merged files"]
+    done = subprocess.run([*argv, str(piped)], capture_output=True, cwd=REPO, env=env, timeout=120)
+    assert done.returncode == 0 and done.stderr == b"" and b"compacted" in done.stdout
 
 
 BUILD = """
