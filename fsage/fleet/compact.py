@@ -68,6 +68,9 @@ ROW_GROUPS = {"files": 16 * 1024}
 # compacted files a third smaller and the compaction's peak 20 MiB lower at 1.4M files.
 DICTIONARY = ["host", "fs"]
 MAX_LARGE_FILES = 8
+# A rewrite of a large table sorts the rows of small file systems a group of up to this many
+# rows at a time (bounded by DuckDB's memory limit); a larger file system streams in order.
+SORT_ROWS = 64 * 1024
 # Per-partition files one DuckDB query reads at once: DuckDB keeps each open file's state
 # beside its memory limit, so a query over thousands of small files costs tens of MB more
 # than one over a few dozen. Partitions are merged a group at a time, in the output's order.
@@ -284,7 +287,7 @@ def _compact(
         if table in LARGE_TABLES:
             # an export writes each run in the compacted order, and each compaction appends
             # later runs: read in that order, no sort
-            src = _in_order(con, tf.compacted if whole else [], take)
+            src = _in_order(con, pq, table, tf.compacted if whole else [], take)
             with contextlib.suppress(_Unordered):
                 rows = _write(con, pq, src, out, schema, table, step, check=True)
         if rows is None:
@@ -400,60 +403,95 @@ def _selects(
         keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
     for group in _groups(sorted(keys), files):
         paths = [p for key in group for p in files.get(key, [])]
-        first, last = group[0], group[-1]
-        within = (
-            f"(host > '{_sql_str(first[0])}' OR (host = '{_sql_str(first[0])}'"
-            f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
-            f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
-        )
-        yield [_select(table, compacted, paths, within)]
+        yield [_select(table, compacted, paths, _within(group[0], group[-1]))]
+
+
+def _within(first: Key, last: Key) -> str:
+    """The rows of the (host, fs) keys from ``first`` to ``last``."""
+    return (
+        f"(host > '{_sql_str(first[0])}' OR (host = '{_sql_str(first[0])}'"
+        f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
+        f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
+    )
 
 
 class _Unordered(Exception):
     """Rows read in file order are not in the compacted order."""
 
 
-def _in_order(con: Any, compacted: list[Path], take: list[Path]) -> Iterator[list[str]]:
-    """A large table's rows, the queries of one partition at a time in (host, fs) order: its
-    rows in the compacted files, in the order of their generations, then its fresh runs in
-    snapshot order (their names). That is the compacted order when each run is sorted and
-    each compaction took runs later than the one before, which ``_write(check=True)``
-    verifies. A sort of every row holds DuckDB's whole memory limit besides the batches (213
-    MiB for 1.4M files x 3 snapshots; out of DuckDB's memory at 5 snapshots)."""
+def _in_order(
+    con: Any, pq: Any, table: str, compacted: list[Path], take: list[Path]
+) -> Iterator[list[str]]:
+    """A large table's rows in the compacted order, as queries read one after the other: for
+    each partition in (host, fs) order, its rows in the compacted files in the order of their
+    generations, then its fresh runs in snapshot order (their names). That is the compacted
+    order when each run is sorted and each compaction took runs later than the one before,
+    which ``_write(check=True)`` verifies. A sort of every row holds DuckDB's whole memory
+    limit besides the batches (213 MiB for 1.4M files x 3 snapshots; out of DuckDB's memory
+    at 5 snapshots). In a rewrite, partitions of up to ``SORT_ROWS`` rows are sorted a group
+    at a time instead: a query each would cost more than the sort in a fleet of thousands of
+    small file systems."""
     files: dict[Key, list[Path]] = {}
     for p in take:
         files.setdefault(partition_of(p), []).append(p)
-    keys = set(files)
-    if compacted:
-        keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
-    for host, fs in sorted(keys):
-        runs = sorted(files.get((host, fs), []), key=lambda p: p.name)
-        part = [f"SELECT * FROM {_read(runs)}"] if runs else []
-        if compacted:
-            # the row groups of other file systems are skipped by their statistics
-            mine = f"host = '{_sql_str(host)}' AND fs = '{_sql_str(fs)}'"
-            part.insert(0, f"SELECT * FROM {_read(compacted)} WHERE {mine}")
-        yield part
+    if not compacted:
+        for key in sorted(files):
+            yield [f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"]
+        return
+    rows: dict[Key, int] = {}
+    for host, fs, n in con.execute(
+        f"SELECT host, fs, count(*) FROM {_read(compacted)} GROUP BY host, fs"
+    ).fetchall():
+        rows[(host, fs)] = int(n)
+    for key, paths in files.items():
+        rows[key] = rows.get(key, 0) + sum(pq.read_metadata(p).num_rows for p in paths)
+    group: list[Key] = []
+    count = nfiles = 0
+
+    def sorted_group() -> list[str]:
+        paths = [p for key in group for p in files.get(key, [])]
+        return [_select(table, compacted, paths, _within(group[0], group[-1]))]
+
+    for key in sorted(rows):
+        n, mine = rows[key], len(files.get(key, []))
+        if group and (count + n > SORT_ROWS or nfiles + mine > FILES_PER_QUERY):
+            yield sorted_group()
+            group, count, nfiles = [], 0, 0
+        if n <= SORT_ROWS:
+            group.append(key)
+            count, nfiles = count + n, nfiles + mine
+            continue
+        runs = sorted(files.get(key, []), key=lambda p: p.name)
+        # the row groups of other file systems are skipped by their statistics
+        this = f"host = '{_sql_str(key[0])}' AND fs = '{_sql_str(key[1])}'"
+        part = [f"SELECT * FROM {_read(compacted)} WHERE {this}"]
+        yield part + ([f"SELECT * FROM {_read(runs)}"] if runs else [])
+    if group:
+        yield sorted_group()
 
 
-def _check_order(batch: Any, columns: list[str], last: list[Any] | None) -> list[Any] | None:
+def _check_order(batch: Any, columns: list[str], last: Any) -> Any:
     """Raise _Unordered unless the batch's rows, after ``last`` (the previous batch's final
-    row), ascend by ``columns`` (compared as a tuple); return its final row."""
-    import numpy as np
+    row, a one-row batch), ascend by ``columns`` (compared as a tuple, strings as bytes);
+    return its final row. Arrow's kernels: no Python object per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     if batch.num_rows == 0:
         return last
-    cols = [batch.column(c).to_numpy(zero_copy_only=False) for c in columns]
+    rows = batch.select(columns)
     if last is not None:
-        cols = [
-            np.concatenate([np.asarray([v], c.dtype), c]) for v, c in zip(last, cols, strict=True)
-        ]
-    ok = np.ones(max(cols[0].size - 1, 0), bool)
-    for c in reversed(cols):  # the tuple order, built from the last column to the first
-        ok = (c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & ok)
-    if not ok.all():
+        rows = pa.Table.from_batches([last, rows]).combine_chunks()
+    n = rows.num_rows
+    ok = None
+    for name in reversed(columns):  # the tuple order, built from the last column to the first
+        c = rows.column(name)
+        after, before = c.slice(1), c.slice(0, n - 1)
+        up = pc.greater(after, before)
+        ok = up if ok is None else pc.or_(up, pc.and_(pc.equal(after, before), ok))
+    if not pc.all(ok).as_py():
         raise _Unordered
-    return [c[-1] for c in cols]
+    return batch.select(columns).slice(batch.num_rows - 1)
 
 
 def _select(table: str, compacted: list[Path], take: list[Path], within: str) -> str:
@@ -508,10 +546,10 @@ def _write(
 def _query_batches(
     con: Any, queries: Iterable[list[str]], order: list[str] | None
 ) -> Iterator[Any]:
-    """The queries' record batches, one query after the other; ``order``: the rows of each
-    list of queries (one partition's) checked to ascend by these columns."""
+    """The queries' record batches, one query after the other; ``order``: their rows, all
+    the queries' one after the other, checked to ascend by these columns."""
+    last = None  # across the queries: each part's keys come after the previous part's
     for part in queries:
-        last: list[Any] | None = None
         for sql in part:
             for batch in con.sql(sql).to_arrow_reader(BATCH):
                 if order is not None:
@@ -531,7 +569,7 @@ def _write_rows(
     check: bool,
 ) -> int:
     group = ROW_GROUPS.get(table, ROW_GROUP)
-    order = ORDER[table].split(", ")
+    order = ["host", "fs", *ORDER[table].split(", ")]
     rows = 0
     pending: list[Any] = []
     pending_rows = 0

@@ -43,12 +43,15 @@ def _history(db: Path, snapshots: int, skip: int = 0) -> None:
             synthetic_history(store, name, files=150, snapshots=snapshots, seed=40 + i, skip=skip)
 
 
-def test_a_rewrite_of_the_large_tables_streams_without_a_sort(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("sort_rows", [0, 200, 1 << 30])
+def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sort_rows: int
 ) -> None:
-    """A second compaction rewrites the first's files with new runs of some file systems: no
-    large table goes through the sort, and every table holds the rows of one export of the
-    whole history, in the compacted order."""
+    """A second compaction rewrites the first's files with new runs of some file systems:
+    every file system streamed in order, some of them, or all sorted in one group (their
+    rows under ``sort_rows``), no large table goes through the sort of all its rows, and
+    every table holds the rows of one export of the whole history, in the compacted order."""
+    monkeypatch.setattr(compact_mod, "SORT_ROWS", sort_rows)
     db, ds, plain = tmp_path / "h.db", tmp_path / "ds", tmp_path / "plain"
     _history(db, 2)
     export_mod.export_parquet(db, ds, host="h")
