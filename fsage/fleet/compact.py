@@ -56,7 +56,7 @@ from fsage.private import private_file, private_mkdir, private_opener
 ROW_GROUP = 64 * 1024
 # DuckDB's own memory (its sorts spill to disk beyond it; a sort of 1.4M file versions failed
 # at 24 MB); the Arrow batches on their way to the output come on top, one row group at
-# most: the whole peaked at 160 MiB for 100k files, 170 MiB for 1.4M.
+# most: the whole peaked at 161 MiB for 100k files, 173 MiB for 1.4M (bench/fleet_memory.py).
 MEMORY_LIMIT = "48MB"
 BATCH = 8 * 1024
 # File versions are wide (a list of extents each, 190 bytes a row in Arrow): their row groups
