@@ -229,12 +229,12 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
 
     shown = [""]
 
-    def progress(table: str, rows: int) -> None:
-        # one line per table, redrawn in place with the rows written so far
-        if shown[0] and shown[0] != table:
+    def progress(stage: str, line: str) -> None:
+        # one line per stage (the check, each table, ...), redrawn in place
+        if shown[0] and shown[0] != stage:
             click.echo(err=True)
-        shown[0] = table
-        click.echo(f"\rcompacting {table}: {rows:,} rows written", err=True, nl=False)
+        shown[0] = stage
+        click.echo(f"\r{line}", err=True, nl=False)
 
     try:
         summary = run(

@@ -51,16 +51,28 @@ from fsage.fleet.dataset import (
 )
 from fsage.private import private_file, private_mkdir, private_opener
 
-ROW_GROUP = 128 * 1024
-# DuckDB's own memory (its sorts spill to disk beyond it); the Arrow batches on their way to
-# the output come on top, one row group at most: the whole stays near 200 MB whatever the
-# dataset's size.
+# Rows a compacted file's row groups hold: the row group being gathered comes on top of the
+# fixed cost (streaming the free extents of 1.4M files: 42 MiB at 128k rows, 35 MiB at 64k).
+ROW_GROUP = 64 * 1024
+# DuckDB's own memory (its sorts spill to disk beyond it; a sort of 1.4M file versions failed
+# at 24 MB); the Arrow batches on their way to the output come on top, one row group at
+# most: the whole peaked at 161 MiB for 100k files, 173 MiB for 1.4M (bench/fleet_memory.py).
 MEMORY_LIMIT = "48MB"
-BATCH = 16 * 1024
-# File versions are wide (a list of extents each): their row groups are smaller, so that the
-# one being gathered stays a few tens of MB.
-ROW_GROUPS = {"files": 32 * 1024}
+BATCH = 8 * 1024
+# File versions are wide (a list of extents each, 190 bytes a row in Arrow): their row groups
+# are smaller, so that the one being gathered stays a few MB.
+ROW_GROUPS = {"files": 16 * 1024}
+# Columns written with a dictionary. A dictionary-encoded column chunk is held in memory
+# until the row group ends (its dictionary page comes first), and a column of distinct values
+# (paths, inode numbers) gains nothing from one: plain pages compressed by zstd made the
+# compacted files a third smaller and the compaction's peak 20 MiB lower at 1.4M files.
+DICTIONARY = ["host", "fs"]
 MAX_LARGE_FILES = 8
+# A rewrite of a large table sorts the rows of small file systems a group of up to this many
+# rows at a time; a larger file system streams in order. A rewrite of 100 file systems of 2000
+# files x 5 snapshots peaked at 163 MiB with groups of 16k rows, 172 with 32k, 182 with 64k;
+# 1000 of 100 files took 8.0, 7.1 and 8.3 s of CPU.
+SORT_ROWS = 32 * 1024
 # Per-partition files one DuckDB query reads at once: DuckDB keeps each open file's state
 # beside its memory limit, so a query over thousands of small files costs tens of MB more
 # than one over a few dozen. Partitions are merged a group at a time, in the output's order.
@@ -77,6 +89,11 @@ ORDER = {
     "file_ends": "last_snapshot, ino, first_snapshot",
     "free_extents": "snapshot_id, start",
 }
+
+
+# Called with a stage (a table's name, "check", "summary", "clean") and the line that says
+# how far it is; a new stage starts a new line.
+Progress = Callable[[str, str], None]
 
 
 class CompactError(FsageError):
@@ -136,7 +153,7 @@ def compact(
     *,
     keep_sources: bool = False,
     memory_limit: str = MEMORY_LIMIT,
-    progress: Callable[[str, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> CompactSummary:
     """Compact the dataset at ``root`` (see the module docstring). With ``keep_sources`` the
     absorbed per-partition files stay (so that rsync does not copy them again); readers skip
@@ -160,6 +177,8 @@ def compact(
         except ManifestError as exc:
             raise CompactError(str(exc)) from None
         files = dataset_files(root, old)
+        if progress is not None:  # a footer read for each: seconds for thousands of files
+            progress("check", f"checking {sum(len(tf.all) for tf in files.values()):,} files")
         damaged = damaged_files(root, files, old)
         if damaged:
             p, why = damaged[0]
@@ -175,6 +194,8 @@ def compact(
             con.execute(f"SET memory_limit = '{memory_limit}'")
             # one thread: each would hold its own sort runs and batches beside the limit
             con.execute("SET threads = 1")
+            # a row group's column chunks read as its pages are decoded, not all at once
+            con.execute("SET disable_parquet_prefetching = true")
             con.execute(f"SET temp_directory = '{_sql_str(str(tmpdir))}'")
             summary = _compact(con, pq, root, old, files, keep_sources, progress)
         except duckdb.Error as exc:
@@ -224,7 +245,7 @@ def _compact(
     old: Manifest,
     files: dict[str, TableFiles],
     keep: bool,
-    progress: Callable[[str, int], None] | None,
+    progress: Progress | None,
 ) -> CompactSummary:
     from fsage.fleet.export_schema import schemas, table_metadata
 
@@ -253,18 +274,24 @@ def _compact(
         take, absorb = _absorbable(con, table, tf, new_cover)
         if not take:
             continue
-        if progress is not None:
-            progress(table, 0)
         whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
         inputs = (tf.compacted if whole else []) + take
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
-        step = None if progress is None else functools.partial(progress, table)
+        step = None
+        if progress is not None:
+            # a large table writes every row it reads: their number is in the footers
+            large = table in LARGE_TABLES
+            total = sum(pq.read_metadata(p).num_rows for p in inputs) if large else None
+            step = functools.partial(_table_progress, progress, table, total)
+            step(0)
         schema = sch[table].with_metadata(table_metadata(table))
         rows = None
-        if not whole:
-            # an export writes each run in the compacted order: read in that order, no sort
+        if table in LARGE_TABLES:
+            # an export writes each run in the compacted order, and each compaction appends
+            # later runs: read in that order, no sort
+            src = _in_order(con, pq, table, tf.compacted if whole else [], take)
             with contextlib.suppress(_Unordered):
-                rows = _write(con, pq, _in_order(take), out, schema, table, step, check=True)
+                rows = _write(con, pq, src, out, schema, table, step, check=True)
         if rows is None:
             src = _selects(con, table, tf, take, whole)
             rows = _write(con, pq, src, out, schema, table, step)
@@ -279,6 +306,8 @@ def _compact(
     if written and (
         SUMMARY_TABLE not in old.tables or {"metrics", "size_buckets"} & set(summary.tables)
     ):
+        if progress is not None:
+            progress("summary", "writing the size summary")
         out = _write_summary(con, pq, root, tables, gen)
         written.append(out)
         tables[SUMMARY_TABLE] = [f"{COMPACTED}/{out.name}"]
@@ -294,8 +323,15 @@ def _compact(
         for table in TABLES:
             fresh = set(files[table].fresh)
             consumed.extend(p for p in partition_files(root, table) if p not in fresh)
+    if progress is not None and not keep and consumed:
+        progress("clean", f"removing {len(consumed):,} merged files")
     summary.removed = _clean(root, new, [] if keep else consumed)
     return summary
+
+
+def _table_progress(progress: Progress, table: str, total: int | None, rows: int) -> None:
+    of = "" if total is None else f" of {total:,}"
+    progress(table, f"compacting {table}: {rows:,}{of} rows written")
 
 
 def _absorbable(
@@ -354,7 +390,9 @@ def _groups(keys: list[Key], files: dict[Key, list[Path]]) -> Iterator[list[Key]
         yield group
 
 
-def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool) -> Iterator[str]:
+def _selects(
+    con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool
+) -> Iterator[list[str]]:
     """The queries whose rows, one after the other, are the compacted file: one per group of
     partitions in (host, fs) order (DuckDB compares strings as bytes, as Python compares
     their code points), each sorted within."""
@@ -367,49 +405,95 @@ def _selects(con: Any, table: str, tf: TableFiles, take: list[Path], whole: bool
         keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
     for group in _groups(sorted(keys), files):
         paths = [p for key in group for p in files.get(key, [])]
-        first, last = group[0], group[-1]
-        within = (
-            f"(host > '{_sql_str(first[0])}' OR (host = '{_sql_str(first[0])}'"
-            f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
-            f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
-        )
-        yield _select(table, compacted, paths, within)
+        yield [_select(table, compacted, paths, _within(group[0], group[-1]))]
+
+
+def _within(first: Key, last: Key) -> str:
+    """The rows of the (host, fs) keys from ``first`` to ``last``."""
+    return (
+        f"(host > '{_sql_str(first[0])}' OR (host = '{_sql_str(first[0])}'"
+        f" AND fs >= '{_sql_str(first[1])}')) AND (host < '{_sql_str(last[0])}'"
+        f" OR (host = '{_sql_str(last[0])}' AND fs <= '{_sql_str(last[1])}'))"
+    )
 
 
 class _Unordered(Exception):
     """Rows read in file order are not in the compacted order."""
 
 
-def _in_order(take: list[Path]) -> Iterator[str]:
-    """A large table's fresh files, one query per partition in (host, fs) order, its runs
-    in snapshot order (their names): the compacted order when each run is sorted, which
-    ``_write(check=True)`` verifies. A sort of every row would hold DuckDB's whole memory
-    limit besides the batches."""
+def _in_order(
+    con: Any, pq: Any, table: str, compacted: list[Path], take: list[Path]
+) -> Iterator[list[str]]:
+    """A large table's rows in the compacted order, as queries read one after the other: for
+    each partition in (host, fs) order, its rows in the compacted files in the order of their
+    generations, then its fresh runs in snapshot order (their names). That is the compacted
+    order when each run is sorted and each compaction took runs later than the one before,
+    which ``_write(check=True)`` verifies. A sort of every row holds DuckDB's whole memory
+    limit besides the batches (213 MiB for 1.4M files x 3 snapshots; out of DuckDB's memory
+    at 5 snapshots). In a rewrite, partitions of up to ``SORT_ROWS`` rows are sorted a group
+    at a time instead: a query each would cost more than the sort in a fleet of thousands of
+    small file systems."""
     files: dict[Key, list[Path]] = {}
     for p in take:
         files.setdefault(partition_of(p), []).append(p)
-    for key in sorted(files):
-        yield f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"
+    if not compacted:
+        for key in sorted(files):
+            yield [f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"]
+        return
+    rows: dict[Key, int] = {}
+    for host, fs, n in con.execute(
+        f"SELECT host, fs, count(*) FROM {_read(compacted)} GROUP BY host, fs"
+    ).fetchall():
+        rows[(host, fs)] = int(n)
+    for key, paths in files.items():
+        rows[key] = rows.get(key, 0) + sum(pq.read_metadata(p).num_rows for p in paths)
+    group: list[Key] = []
+    count = nfiles = 0
+
+    def sorted_group() -> list[str]:
+        paths = [p for key in group for p in files.get(key, [])]
+        return [_select(table, compacted, paths, _within(group[0], group[-1]))]
+
+    for key in sorted(rows):
+        n, mine = rows[key], len(files.get(key, []))
+        if group and (count + n > SORT_ROWS or nfiles + mine > FILES_PER_QUERY):
+            yield sorted_group()
+            group, count, nfiles = [], 0, 0
+        if n <= SORT_ROWS:
+            group.append(key)
+            count, nfiles = count + n, nfiles + mine
+            continue
+        runs = sorted(files.get(key, []), key=lambda p: p.name)
+        # the row groups of other file systems are skipped by their statistics
+        this = f"host = '{_sql_str(key[0])}' AND fs = '{_sql_str(key[1])}'"
+        part = [f"SELECT * FROM {_read(compacted)} WHERE {this}"]
+        yield part + ([f"SELECT * FROM {_read(runs)}"] if runs else [])
+    if group:
+        yield sorted_group()
 
 
-def _check_order(batch: Any, columns: list[str], last: list[Any] | None) -> list[Any] | None:
+def _check_order(batch: Any, columns: list[str], last: Any) -> Any:
     """Raise _Unordered unless the batch's rows, after ``last`` (the previous batch's final
-    row), ascend by ``columns`` (compared as a tuple); return its final row."""
-    import numpy as np
+    row, a one-row batch), ascend by ``columns`` (compared as a tuple, strings as bytes);
+    return its final row. Arrow's kernels: no Python object per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     if batch.num_rows == 0:
         return last
-    cols = [batch.column(c).to_numpy(zero_copy_only=False) for c in columns]
+    rows = batch.select(columns)
     if last is not None:
-        cols = [
-            np.concatenate([np.asarray([v], c.dtype), c]) for v, c in zip(last, cols, strict=True)
-        ]
-    ok = np.ones(max(cols[0].size - 1, 0), bool)
-    for c in reversed(cols):  # the tuple order, built from the last column to the first
-        ok = (c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & ok)
-    if not ok.all():
+        rows = pa.Table.from_batches([last, rows]).combine_chunks()
+    n = rows.num_rows
+    ok = None
+    for name in reversed(columns):  # the tuple order, built from the last column to the first
+        c = rows.column(name)
+        after, before = c.slice(1), c.slice(0, n - 1)
+        up = pc.greater(after, before)
+        ok = up if ok is None else pc.or_(up, pc.and_(pc.equal(after, before), ok))
+    if not pc.all(ok).as_py():
         raise _Unordered
-    return [c[-1] for c in cols]
+    return batch.select(columns).slice(batch.num_rows - 1)
 
 
 def _select(table: str, compacted: list[Path], take: list[Path], within: str) -> str:
@@ -435,7 +519,7 @@ def _select(table: str, compacted: list[Path], take: list[Path], within: str) ->
 def _write(
     con: Any,
     pq: Any,
-    queries: Iterable[str],
+    queries: Iterable[list[str]],
     out: Path,
     schema: Any,
     table: str,
@@ -444,8 +528,8 @@ def _write(
 ) -> int:
     """Stream the queries' rows, one query after the other, into ``out`` (written under a
     hidden name, fsynced, renamed), in batches of ``BATCH`` rows gathered into row groups of
-    ``ROW_GROUP``. ``check``: each query's rows must come in ``ORDER`` (else _Unordered, and
-    nothing is left behind)."""
+    ``ROW_GROUP``. ``check``: the rows of each list of queries must come in ``ORDER`` (else
+    _Unordered, and nothing is left behind)."""
     import pyarrow as pa
 
     private_mkdir(out.parent, parents=True, exist_ok=True)
@@ -461,22 +545,25 @@ def _write(
     return rows
 
 
-def _query_batches(con: Any, queries: Iterable[str], order: list[str] | None) -> Iterator[Any]:
-    """The queries' record batches, one query after the other; ``order``: each query's rows
-    checked to ascend by these columns."""
-    for sql in queries:
-        last: list[Any] | None = None
-        for batch in con.sql(sql).to_arrow_reader(BATCH):
-            if order is not None:
-                last = _check_order(batch, order, last)
-            yield batch
+def _query_batches(
+    con: Any, queries: Iterable[list[str]], order: list[str] | None
+) -> Iterator[Any]:
+    """The queries' record batches, one query after the other; ``order``: their rows, all
+    the queries' one after the other, checked to ascend by these columns."""
+    last = None  # across the queries: each part's keys come after the previous part's
+    for part in queries:
+        for sql in part:
+            for batch in con.sql(sql).to_arrow_reader(BATCH):
+                if order is not None:
+                    last = _check_order(batch, order, last)
+                yield batch
 
 
 def _write_rows(
     con: Any,
     pq: Any,
     pa: Any,
-    queries: Iterable[str],
+    queries: Iterable[list[str]],
     tmp: Path,
     schema: Any,
     table: str,
@@ -484,11 +571,11 @@ def _write_rows(
     check: bool,
 ) -> int:
     group = ROW_GROUPS.get(table, ROW_GROUP)
-    order = ORDER[table].split(", ")
+    order = ["host", "fs", *ORDER[table].split(", ")]
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+    with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=DICTIONARY) as w:
         for batch in _query_batches(con, queries, order if check else None):
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
@@ -503,6 +590,8 @@ def _write_rows(
         if pending_rows:
             w.write_table(pa.concat_tables(pending), row_group_size=group)
             rows += pending_rows
+            if progress is not None:
+                progress(rows)
     return rows
 
 
