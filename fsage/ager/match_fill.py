@@ -345,13 +345,20 @@ class MatchWriter:
             return True
         largest = min((2 << k) - 1, round(blocks))
         group = 8 * self.bs
-        return (
-            self.disk.can_fallocate
-            and self.disk.can_punch
-            and not self.disk.can_place
-            and largest <= group - group // 16
-            and self.total >= 3 * group
-        )
+        if not (self.disk.can_fallocate and self.disk.can_punch and not self.disk.can_place):
+            return False
+        if self.total >= 3 * group:
+            return largest <= group - group // 16
+        # A disk of one or two groups (a 256 MiB ext4: its inode tables fill the start of the
+        # first, its journal the start of the second): a hole of more than half a group is
+        # left by the files going around it. The spacer is allocated first, whole, where the
+        # empty disk has a free extent that holds it and its wall block with room to spare.
+        return largest + 1 <= self._largest_free() - group // 16
+
+    def _largest_free(self) -> int:
+        """The disk's largest free extent now, in blocks."""
+        free_len = self.snapshot().free_len
+        return int(free_len.max()) if len(free_len) else 0
 
     def _allocate_spacer(self, rel: str, blocks: int) -> bool:
         """On the kernel, a large spacer is allocated (fallocate) rather than written: the
