@@ -11,6 +11,7 @@ import errno
 import math
 import random
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_locality import make_ahead
@@ -67,11 +68,15 @@ class MatchWriter:
         # directories of its files; not on xfs, whose directories are placed one by one.
         depth = int(target.locality.get("max_depth") or 0)
         self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
+        #: Directories per parent directory of the matcher's (a fraction: see ``_path_at``).
+        self.nest = Fraction(NEST)
         if self.levels:
-            # Every NEST directories of files have a parent directory of the matcher's (and
-            # so on up): as many files per directory of the matcher's, parents counted.
-            fpd *= 1 + 1 / (NEST - 1)
-        self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
+            fpd = self._nested_per_dir(fpd)
+        # Files per directory of the matcher's as a fraction (a directory holds the places
+        # from ceil(j * per_dir) on): a checkout of a project with locale trees has 1.5 files
+        # per directory, and whole numbers of at least 4 made less than half the target's
+        # directories, each a jump fewer in a path-order read (its score 0.03 above).
+        self.per_dir = Fraction(round(max(1.0, min(PER_DIR * 4.0, fpd)) * 64), 64)
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -89,13 +94,51 @@ class MatchWriter:
         self.files_written = 0
         self.bytes_written = 0
 
+    def _nested_per_dir(self, fpd: float) -> float:
+        """Files per directory of files, with directories of directories above them
+        (``nest`` to a parent, and so on up). A path-order read jumps to each directory of
+        files and back to its first file, while a directory read right after its parent is
+        most often next to it, and a file after its neighbour in the shares of the target's
+        pairs: the directories of files are as many as give the target's jumps (a Django
+        checkout has 1.5 files per directory but 2.6 per directory of files, as its read
+        counts them; made with the first, its match read 0.135 lower), at most one per file
+        not paired with the one before it, and the rest of the target's directories are
+        their parents. Without the target's pairs (an older target), every ``NEST``
+        directories have a parent, parents counted."""
+        t = self.target
+        loc = t.locality
+        files = sum(n for n, _s in t.buckets.values())
+        pairs, dirs = int(loc.get("pairs") or 0), int(loc.get("directories") or 0)
+        score, blocks = loc.get("dynamic_score"), float(loc.get("read_blocks") or 0)
+        holding = files - pairs
+        if not (pairs and holding > 0 and dirs > holding and score is not None and blocks):
+            return fpd * (1 + 1 / (NEST - 1))
+        inside = sum(
+            (1.0 - (sc if sc is not None else 1.0)) * max(t.bucket_blocks.get(k, 0) - n, 0)
+            for k, (n, sc) in t.buckets.items()
+        )
+        jumps = (1.0 - float(score)) * blocks - inside
+        apart = 1.0 - float(loc.get("adjacent", 1.0))
+        # jumps = 2 * leaves + (files - leaves) * apart
+        leaves = (jumps - files * apart) / (2.0 - apart)
+        leaves = min(max(leaves, holding / 2), holding)
+        # about leaves / (nest - 1) parents for the rest of the directories
+        rest = (dirs - leaves) / leaves
+        self.nest = Fraction(round(min(max(1 + 1 / rest, 1.25), 64.0) * 64), 64)
+        return files / leaves
+
     # -- primitives
 
     def _path_at(self, pos: int, prefix: str = "d") -> str:
         """The path at place ``pos`` of the matcher's path order (its directory made on
         first use)."""
-        j = pos // self.per_dir
-        parts = [f"n{j // NEST**lv:05d}" for lv in range(self.levels, 0, -1)]
+        j = int(pos // self.per_dir)
+        # Each level's index from the one below it, so that a directory has one parent
+        # (as j // nest**lv where nest is whole).
+        up = [j]
+        for _ in range(self.levels):
+            up.append(int(up[-1] // self.nest))
+        parts = [f"n{i:05d}" for i in reversed(up[1:])]
         d = ""
         for part in [*parts, f"{prefix}{j:05d}"]:
             d = f"{d}/{part}" if d else part
@@ -127,7 +170,7 @@ class MatchWriter:
             self._mkdir(d)
         return f"{d}/s{i:08d}"
 
-    def _scattered_places(self, n: int) -> list[int]:
+    def _scattered_places(self, n: int, breaks: frozenset[int] = frozenset()) -> list[int]:
         """Places in path order for ``n`` files about to be written one after the other, so
         that a path-order read finds as many consecutive files adjacent as the target's: runs
         of files written in turn keep their order (the allocator puts them side by side), a
@@ -139,7 +182,9 @@ class MatchWriter:
         chosen for the target's share of non-adjacent pairs within 1 MiB, and the runs moved
         go within a group (between a MiB and a group away) or anywhere in the shares of the
         target's pairs within a group and farther. A target without locality keeps write
-        order."""
+        order. ``breaks``: files (by write index) after which a spacer is written: a run ends
+        there (a spacer inside a run leaves a hole between two files read one after the
+        other), and the other ends are drawn fewer to make up for them."""
         loc = self.target.locality
         p = float(loc.get("adjacent", 1.0))
         rest = max(1.0 - p, 1e-9)
@@ -155,10 +200,13 @@ class MatchWriter:
         by_chance = 2 * g - g * g
         share = in_group / max(in_group + farther, 1e-9)
         to_group = moved * max(0.0, (share - by_chance) / max(1.0 - by_chance, 1e-9))
+        forced = len(breaks)
+        if forced and n > forced:
+            p = 1.0 - max(0.0, ((1.0 - p) * n - forced) / (n - forced))
         runs: list[list[int]] = []
         cur: list[int] = []
         for i in range(n):
-            if cur and self.rng.random() >= p:
+            if cur and (i - 1 in breaks or self.rng.random() >= p):
                 runs.append(cur)
                 cur = []
             cur.append(i)
@@ -631,9 +679,22 @@ class MatchWriter:
                 order[i] = (order[i][0], order[i][1], b)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        places = iter(
-            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
-        )
+        # Where the allocator will not put a file next to the one written before it: after
+        # a spacer, and between the small files and the large (ext4 on the kernel puts them
+        # in different places).
+        breaks: set[int] = set()
+        written = 0
+        prev: Item | None = None
+        for it in order:
+            if it[0].startswith("spacer"):
+                if written:
+                    breaks.add(written - 1)
+                continue
+            if prev is not None and self._item_small(prev) != self._item_small(it):
+                breaks.add(written - 1)
+            prev = it
+            written += 1
+        places = iter(self._scattered_places(written, frozenset(breaks)))
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
