@@ -11,8 +11,8 @@ import errno
 import math
 import random
 from collections.abc import Callable, Iterator
-from fractions import Fraction
 
+from fsage.ager.match_dirs import tree_shape
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
@@ -63,20 +63,13 @@ class MatchWriter:
         self.serial = 0
         self.spacer_serial = 0
         self.dirs_made: set[str] = set()
-        fpd = float(target.locality.get("files_per_directory") or PER_DIR)
         # The target's depth, as directories between the matcher's area (depth 1) and the
         # directories of its files; not on xfs, whose directories are placed one by one.
         depth = int(target.locality.get("max_depth") or 0)
         self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
-        #: Directories per parent directory of the matcher's (a fraction: see ``_path_at``).
-        self.nest = Fraction(NEST)
-        if self.levels:
-            fpd = self._nested_per_dir(fpd)
-        # Files per directory of the matcher's as a fraction (a directory holds the places
-        # from ceil(j * per_dir) on): a checkout of a project with locale trees has 1.5 files
-        # per directory, and whole numbers of at least 4 made less than half the target's
-        # directories, each a jump fewer in a path-order read (its score 0.03 above).
-        self.per_dir = Fraction(round(max(1.0, min(PER_DIR * 4.0, fpd)) * 64), 64)
+        #: Files per directory of files and directories per parent directory (fractions: a
+        #: directory holds the places from ceil(j * per_dir) on; see ``_path_at``).
+        self.per_dir, self.nest = tree_shape(target, self.levels, PER_DIR, NEST)
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -93,39 +86,6 @@ class MatchWriter:
         self._piece_relief = 0.0
         self.files_written = 0
         self.bytes_written = 0
-
-    def _nested_per_dir(self, fpd: float) -> float:
-        """Files per directory of files, with directories of directories above them
-        (``nest`` to a parent, and so on up). A path-order read jumps to each directory of
-        files and back to its first file, while a directory read right after its parent is
-        most often next to it, and a file after its neighbour in the shares of the target's
-        pairs: the directories of files are as many as give the target's jumps (a Django
-        checkout has 1.5 files per directory but 2.6 per directory of files, as its read
-        counts them; made with the first, its match read 0.135 lower), at most one per file
-        not paired with the one before it, and the rest of the target's directories are
-        their parents. Without the target's pairs (an older target), every ``NEST``
-        directories have a parent, parents counted."""
-        t = self.target
-        loc = t.locality
-        files = sum(n for n, _s in t.buckets.values())
-        pairs, dirs = int(loc.get("pairs") or 0), int(loc.get("directories") or 0)
-        score, blocks = loc.get("dynamic_score"), float(loc.get("read_blocks") or 0)
-        holding = files - pairs
-        if not (pairs and holding > 0 and dirs > holding and score is not None and blocks):
-            return fpd * (1 + 1 / (NEST - 1))
-        inside = sum(
-            (1.0 - (sc if sc is not None else 1.0)) * max(t.bucket_blocks.get(k, 0) - n, 0)
-            for k, (n, sc) in t.buckets.items()
-        )
-        jumps = (1.0 - float(score)) * blocks - inside
-        apart = 1.0 - float(loc.get("adjacent", 1.0))
-        # jumps = 2 * leaves + (files - leaves) * apart
-        leaves = (jumps - files * apart) / (2.0 - apart)
-        leaves = min(max(leaves, holding / 2), holding)
-        # about leaves / (nest - 1) parents for the rest of the directories
-        rest = (dirs - leaves) / leaves
-        self.nest = Fraction(round(min(max(1 + 1 / rest, 1.25), 64.0) * 64), 64)
-        return files / leaves
 
     # -- primitives
 
