@@ -32,17 +32,18 @@ def tree_shape(
     loc = target.locality
     fpd = float(loc.get("files_per_directory") or per_dir)
     top = per_dir * 4.0
+    # One level (xfs, whose directories are placed one by one; a shallow target), or a
+    # target that does not say: whole numbers of files of at least 4, parents counted.
+    counted = fpd * (1 + 1 / (nest - 1)) if levels else fpd
+    whole = Fraction(max(4, min(per_dir * 4, round(counted))))
     if not levels:
-        # One level (xfs, whose directories are placed one by one; a shallow target): whole
-        # numbers of at least 4, as before the tree was shaped by the read's jumps.
-        return Fraction(max(4, min(per_dir * 4, round(fpd)))), Fraction(nest)
+        return whole, Fraction(nest)
     files = sum(n for n, _s in target.buckets.values())
     pairs, dirs = int(loc.get("pairs") or 0), int(loc.get("directories") or 0)
     score, blocks = loc.get("dynamic_score"), float(loc.get("read_blocks") or 0)
     holding = files - pairs  # at most one directory per file not paired with the one before
     if not (pairs and holding > 0 and dirs > holding and score is not None and blocks):
-        fpd *= 1 + 1 / (nest - 1)
-        return _fraction(min(max(fpd, 1.0), top)), Fraction(nest)
+        return whole, Fraction(nest)
     # Jumps inside files (fragmented buckets) are not the tree's.
     inside = sum(
         (1.0 - (sc if sc is not None else 1.0)) * max(target.bucket_blocks.get(k, 0) - n, 0)
