@@ -421,10 +421,13 @@ def _match(
                 say(f"fsage: {OFFLINE_NOTICE}")
             matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
             matcher.on_phase = rec.set_phase
-            if rec.kept:
+            matcher.on_fill = rec.set_fill
+            if rec.kept and rec.phase == "fill" and rec.fill is not None:
+                matcher.resume_fill(rec.fill)
+            elif rec.kept:
                 matcher.adopt()
             try:
-                res = matcher.run(adopted=rec.kept)
+                res = matcher.run(adopted=rec.kept and rec.phase == "rounds")
                 if not offline_after:
                     live = matcher.snapshot()
             except OSError as exc:

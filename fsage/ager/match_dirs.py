@@ -22,13 +22,14 @@ def _fraction(x: float) -> Fraction:
 
 
 def tree_shape(
-    target: LayoutTarget, levels: int, per_dir: int, nest: int
+    target: LayoutTarget, levels: int, per_dir: int, nest: int, other: float = 0.0
 ) -> tuple[Fraction, Fraction]:
     """(files per directory of files, directories per parent directory) for a tree of
     ``levels`` levels of parents above the directories of files (none: one level of
     directories). ``per_dir``: the most files to a directory is four times it; ``nest``:
     the parents' fan-out where the target does not say (an older target, without its
-    pairs), parents counted in its files per directory."""
+    pairs), parents counted in its files per directory. ``other``: jumps the fill's read
+    will have that are not the tree's (its wall files)."""
     loc = target.locality
     fpd = float(loc.get("files_per_directory") or per_dir)
     top = per_dir * 4.0
@@ -49,7 +50,7 @@ def tree_shape(
         (1.0 - (sc if sc is not None else 1.0)) * max(target.bucket_blocks.get(k, 0) - n, 0)
         for k, (n, sc) in target.buckets.items()
     )
-    jumps = (1.0 - float(score)) * blocks - inside
+    jumps = (1.0 - float(score)) * blocks - inside - other
     apart = 1.0 - float(loc.get("adjacent", 1.0))
     # jumps = 2 * leaves + (files - leaves) * apart
     leaves = (jumps - files * apart) / (2.0 - apart)
