@@ -121,9 +121,9 @@ def git_target_256(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def one_hole_target_256(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The history of ``git_target_256`` checked out around a file fallocated first and
-    deleted last: the target's free space is one hole of about three quarters of a group
-    (more than half: 24,769 blocks, as some checkouts leave the rest of group 0) and the
-    small holes git's rewrites leave."""
+    deleted last: the target's free space is one hole of two thirds of a group (more than
+    half, as some checkouts leave the rest of group 0: 24,769 blocks) and the small holes
+    git's rewrites leave."""
     from fsage.ager.images import can_loop_mount
 
     if not can_loop_mount():
@@ -134,7 +134,7 @@ def one_hole_target_256(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with loop_mount(img) as mnt:
         fd = os.open(mnt / "hole", os.O_CREAT | os.O_WRONLY, 0o644)
         try:
-            os.posix_fallocate(fd, 0, 24_769 * 4096)
+            os.posix_fallocate(fd, 0, 22_000 * 4096)
         finally:
             os.close(fd)
         age_with_history(mnt, work / "repo", ids, trees=4)
@@ -161,8 +161,10 @@ def test_match_holes_of_a_git_aged_ext4_on_the_kernel(
     target = target_from_layout(read_ext_layout(git_target_256), "git-aged target")
     want_full, want_free = _e2freefrag(git_target_256)
     # Holes of the target's that a spacer of the fill has to make: the largest bucket is
-    # 4,096 blocks and more, and most of the holes by count are under 16 blocks.
-    assert max(want_free) >= 12 and sum(want_free.get(k, 0) for k in range(4)) > 1000
+    # 4,096 blocks and more, and most of the holes by count are under 16 blocks (fewer
+    # where one hole takes most of the free space).
+    small = sum(want_free.get(k, 0) for k in range(4))
+    assert max(want_free) >= 12 and small > (1000 if shape == "git" else 500)
     want_n = _e2freefrag_extents(git_target_256)
     if shape == "one hole":
         assert max(want_n) == 14 and want_n[14] == 1, want_n
