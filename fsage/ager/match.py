@@ -412,7 +412,8 @@ def _match(
             for note in rec.notices:
                 if say is not None:
                     say(f"fsage: {note}")
-            check_room(target, str(path), disk.fullness())
+            if not (rec.kept and rec.phase == "fill"):  # a fill's spacers are in its room
+                check_room(target, str(path), disk.fullness())
         run_id = start_run_row(db, path, disk, rec)
         try:
             if not rec.kept:  # else its area is there, with the files the rounds go on from
