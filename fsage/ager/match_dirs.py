@@ -22,14 +22,20 @@ def _fraction(x: float) -> Fraction:
 
 
 def tree_shape(
-    target: LayoutTarget, levels: int, per_dir: int, nest: int, other: float = 0.0
+    target: LayoutTarget,
+    levels: int,
+    per_dir: int,
+    nest: int,
+    other: float = 0.0,
+    places: int = 0,
 ) -> tuple[Fraction, Fraction]:
     """(files per directory of files, directories per parent directory) for a tree of
     ``levels`` levels of parents above the directories of files (none: one level of
     directories). ``per_dir``: the most files to a directory is four times it; ``nest``:
     the parents' fan-out where the target does not say (an older target, without its
     pairs), parents counted in its files per directory. ``other``: jumps the fill's read
-    will have that are not the tree's (its wall files)."""
+    will have that are not the tree's (its wall files); ``places``: the files the fill
+    places in its tree, where more than the target's (its walls)."""
     loc = target.locality
     fpd = float(loc.get("files_per_directory") or per_dir)
     top = per_dir * 4.0
@@ -58,4 +64,5 @@ def tree_shape(
     # About leaves / (nest - 1) parents, all levels counted, for the rest of the directories.
     rest = (dirs - leaves) / leaves
     fan = min(max(1 + 1 / rest, 1.25), 64.0)
-    return _fraction(min(max(files / leaves, 1.0), top)), _fraction(fan)
+    placed = max(places, files)
+    return _fraction(min(max(placed / leaves, 1.0), top)), _fraction(fan)

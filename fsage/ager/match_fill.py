@@ -581,10 +581,12 @@ class MatchWriter(SpacerOrder):
         )
         n_walls = sum(1 for it in order if it[0] in ("wall", "wall+"))
         if self.fills == 1 and self.levels:
-            # The tree's jumps are the target's less the walls' (its directories are made
-            # from here on, and kept by the fills drawn after).
+            # The tree's jumps are the target's less the walls', its directories of files
+            # shared by the files of the plan, walls counted (made from here on, and kept by
+            # the fills drawn after).
+            n_places = sum(1 for it in order if not it[0].startswith("spacer"))
             self.per_dir, self.nest = tree_shape(
-                t, self.levels, PER_DIR, NEST, WALL_JUMPS * n_walls
+                t, self.levels, PER_DIR, NEST, WALL_JUMPS * n_walls, n_places
             )
         self._piece_relief = min(1.0, WALL_JUMPS * n_walls / piece_breaks) if piece_breaks else 0.0
         turns: dict[tuple[str, int], list[int]] = {}
