@@ -412,7 +412,8 @@ def _match(
             for note in rec.notices:
                 if say is not None:
                     say(f"fsage: {note}")
-            check_room(target, str(path), disk.fullness())
+            if not (rec.kept and rec.phase == "fill"):  # a fill's spacers are in its room
+                check_room(target, str(path), disk.fullness())
         run_id = start_run_row(db, path, disk, rec)
         try:
             if not rec.kept:  # else its area is there, with the files the rounds go on from
@@ -421,10 +422,13 @@ def _match(
                 say(f"fsage: {OFFLINE_NOTICE}")
             matcher = Matcher(disk, target, seed=seed, time_limit=time_limit, say=say)
             matcher.on_phase = rec.set_phase
-            if rec.kept:
+            matcher.on_fill = rec.set_fill
+            if rec.kept and rec.phase == "fill" and rec.fill is not None:
+                matcher.resume_fill(rec.fill)
+            elif rec.kept:
                 matcher.adopt()
             try:
-                res = matcher.run(adopted=rec.kept)
+                res = matcher.run(adopted=rec.kept and rec.phase == "rounds")
                 if not offline_after:
                     live = matcher.snapshot()
             except OSError as exc:

@@ -114,6 +114,10 @@ class Disk:
         """Delete the files ``precreate`` made that were never written; how many."""
         return 0
 
+    def made_ahead(self, rels: list[str]) -> None:
+        """The files at ``rels`` are on disk, empty, as ``precreate`` made them (a resumed
+        fill's): written in place and, never written, deleted by ``drop_precreated``."""
+
     def mkdir(self, rel: str) -> None:
         raise NotImplementedError
 
@@ -274,6 +278,9 @@ class MountedDisk(Disk):
             except NoSpaceError:
                 break  # out of inodes: the rest take theirs when written
             self._reserved.add(rel)
+
+    def made_ahead(self, rels: list[str]) -> None:
+        self._reserved.update(rels)
 
     def drop_precreated(self) -> int:
         left = sorted(self._reserved)

@@ -11,8 +11,11 @@ import errno
 import math
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
+from fsage.ager.match_dirs import tree_shape
 from fsage.ager.match_disk import Disk
+from fsage.ager.match_holes import SMALL, Item, SpacerOrder
 from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
 from fsage.analyzer.analysis import bucket_range
@@ -27,18 +30,11 @@ MAX_FULLNESS = 0.97
 #: (at 0.995, a mail target 0.842 full with 0.158 in holes was filled 0.005 short, and the
 #: blocks allocated after to make up for it cut its largest hole).
 FILL_CEILING = 0.999
-#: ext4's kernel allocator serves files of at most this many blocks from per-CPU group
-#: preallocations (its ``mb_stream_req``), larger ones where the large files go.
-SMALL = 16
-
 #: Jumps a wall file adds to a path-order read, on average (see ``fill``).
 WALL_JUMPS = 0.6
 
-#: A planned write of the fill: (kind, size bucket or spacer blocks, blocks).
-Item = tuple[str, int, int]
 
-
-class MatchWriter:
+class MatchWriter(SpacerOrder):
     """The matcher's files on ``disk`` and the fill that writes them."""
 
     def __init__(
@@ -62,16 +58,13 @@ class MatchWriter:
         self.serial = 0
         self.spacer_serial = 0
         self.dirs_made: set[str] = set()
-        fpd = float(target.locality.get("files_per_directory") or PER_DIR)
         # The target's depth, as directories between the matcher's area (depth 1) and the
         # directories of its files; not on xfs, whose directories are placed one by one.
         depth = int(target.locality.get("max_depth") or 0)
         self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
-        if self.levels:
-            # Every NEST directories of files have a parent directory of the matcher's (and
-            # so on up): as many files per directory of the matcher's, parents counted.
-            fpd *= 1 + 1 / (NEST - 1)
-        self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
+        #: Files per directory of files and directories per parent directory (fractions: a
+        #: directory holds the places from ceil(j * per_dir) on; see ``_path_at``).
+        self.per_dir, self.nest = tree_shape(target, self.levels, PER_DIR, NEST)
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -88,14 +81,29 @@ class MatchWriter:
         self._piece_relief = 0.0
         self.files_written = 0
         self.bytes_written = 0
+        #: Told what a fill's plan was drawn from, and "top-up" once its planned files are
+        #: written (the record keeps it, so that ``--resume`` can go on with the fill).
+        self.on_fill: Callable[[dict[str, Any]], None] | None = None
+        #: A first fill stopped in its planned files, resumed: its inputs, and the files on
+        #: disk (path -> size) that it keeps rather than writes (see ``resume_fill``).
+        self._inputs: dict[str, Any] | None = None
+        self._kept: dict[str, int] = {}
+        self._kept_ino: dict[str, int] = {}
+        self._largest: int | None = None
+        self.fills = 0
 
     # -- primitives
 
     def _path_at(self, pos: int, prefix: str = "d") -> str:
         """The path at place ``pos`` of the matcher's path order (its directory made on
         first use)."""
-        j = pos // self.per_dir
-        parts = [f"n{j // NEST**lv:05d}" for lv in range(self.levels, 0, -1)]
+        j = int(pos // self.per_dir)
+        # Each level's index from the one below it, so that a directory has one parent
+        # (as j // nest**lv where nest is whole).
+        up = [j]
+        for _ in range(self.levels):
+            up.append(int(up[-1] // self.nest))
+        parts = [f"n{i:05d}" for i in reversed(up[1:])]
         d = ""
         for part in [*parts, f"{prefix}{j:05d}"]:
             d = f"{d}/{part}" if d else part
@@ -127,7 +135,7 @@ class MatchWriter:
             self._mkdir(d)
         return f"{d}/s{i:08d}"
 
-    def _scattered_places(self, n: int) -> list[int]:
+    def _scattered_places(self, n: int, breaks: frozenset[int] = frozenset()) -> list[int]:
         """Places in path order for ``n`` files about to be written one after the other, so
         that a path-order read finds as many consecutive files adjacent as the target's: runs
         of files written in turn keep their order (the allocator puts them side by side), a
@@ -139,7 +147,9 @@ class MatchWriter:
         chosen for the target's share of non-adjacent pairs within 1 MiB, and the runs moved
         go within a group (between a MiB and a group away) or anywhere in the shares of the
         target's pairs within a group and farther. A target without locality keeps write
-        order."""
+        order. ``breaks``: files (by write index) after which a spacer is written: a run ends
+        there (a spacer inside a run leaves a hole between two files read one after the
+        other), and the other ends are drawn fewer to make up for them."""
         loc = self.target.locality
         p = float(loc.get("adjacent", 1.0))
         rest = max(1.0 - p, 1e-9)
@@ -155,10 +165,13 @@ class MatchWriter:
         by_chance = 2 * g - g * g
         share = in_group / max(in_group + farther, 1e-9)
         to_group = moved * max(0.0, (share - by_chance) / max(1.0 - by_chance, 1e-9))
+        forced = len(breaks)
+        if forced and n > forced:
+            p = 1.0 - max(0.0, ((1.0 - p) * n - forced) / (n - forced))
         runs: list[list[int]] = []
         cur: list[int] = []
         for i in range(n):
-            if cur and self.rng.random() >= p:
+            if cur and (i - 1 in breaks or self.rng.random() >= p):
                 runs.append(cur)
                 cur = []
             cur.append(i)
@@ -187,7 +200,8 @@ class MatchWriter:
         # Directories made in path order, as a checkout makes them, each with its files
         # (empty: their inodes in path order; see match_locality).
         span = range(self.serial, self.serial + n)
-        make_ahead(self.disk, self.target, span, self.per_dir, self._path_at, self.serial + n)
+        if self._inputs is None:  # a resumed fill's directories and files are there
+            make_ahead(self.disk, self.target, span, self.per_dir, self._path_at, self.serial + n)
         self.serial += n
         return place
 
@@ -345,13 +359,26 @@ class MatchWriter:
             return True
         largest = min((2 << k) - 1, round(blocks))
         group = 8 * self.bs
-        return (
-            self.disk.can_fallocate
-            and self.disk.can_punch
-            and not self.disk.can_place
-            and largest <= group - group // 16
-            and self.total >= 3 * group
-        )
+        if not (self.disk.can_fallocate and self.disk.can_punch and not self.disk.can_place):
+            return False
+        if self.total >= 3 * group:
+            # Or larger than a group, where the empty disk has a free extent across groups
+            # that holds it (a git-aged 1 GiB target's files in its first five groups, the
+            # next two one hole of 65,407 blocks: the files went to every group): fallocated
+            # first, the allocator gives it nearly whole (63,488 blocks, the rest nearby).
+            return largest <= group - group // 16 or group < largest <= self._largest_free()
+        # A disk of one or two groups (a 256 MiB ext4: its inode tables fill the start of the
+        # first, its journal the start of the second): a hole of more than half a group is
+        # left by the files going around it. The spacer is allocated first, whole, where the
+        # empty disk has a free extent that holds it and its wall block with room to spare.
+        return largest + 1 <= self._largest_free() - group // 16
+
+    def _largest_free(self) -> int:
+        """The disk's largest free extent when the fill began, in blocks."""
+        if self._largest is None:
+            free_len = self.snapshot().free_len
+            self._largest = int(free_len.max()) if len(free_len) else 0
+        return self._largest
 
     def _allocate_spacer(self, rel: str, blocks: int) -> bool:
         """On the kernel, a large spacer is allocated (fallocate) rather than written: the
@@ -376,114 +403,6 @@ class MatchWriter:
         self.files_written += 1
         return True
 
-    def _small_class(self, blocks: int) -> bool:
-        """Whether ext4's kernel allocator puts a file of ``blocks`` blocks with the other
-        small files (per-CPU group preallocations, files of at most ``SMALL`` blocks) rather
-        than where the large files go; elsewhere all files are one class."""
-        return self.disk.kind == "ext4" and not self.disk.can_place and blocks <= SMALL
-
-    def _walls_needed(self, items: list[Item]) -> list[Item]:
-        """One-block wall files so that every spacer of a class can follow a whole file of
-        its class (see ``_walled``). Among the large files (``wall+``) a wall is written one
-        block past the small files' limit and all but its first block punched before
-        writeback: the allocator places it among the large files, and it holds one block (a
-        wall of the large files' size would take the blocks of files the fill then leaves
-        out, a path-order read of fewer files than the target's)."""
-        out: list[Item] = []
-        for small in (True, False):
-            cls = [it for it in items if self._item_small(it) == small]
-            spacers = sum(1 for it in cls if it[0].startswith("spacer"))
-            hosts = sum(1 for it in cls if it[0] == "whole")
-            wall = "wall" if small or not self._small_class(1) else "wall+"
-            out += [(wall, 0, 1)] * max(spacers - hosts, 0)
-        return out
-
-    def _item_small(self, it: Item) -> bool:
-        return it[0] not in ("spacer+", "wall+") and self._small_class(it[2])
-
-    def _trim(self, head: list[Item], rest: list[Item], room: float) -> list[Item]:
-        """``rest`` without files drawn at random until its files, the walls it needs and
-        ``head``'s files fit in ``room`` blocks."""
-        rest = list(rest)
-
-        def over() -> float:
-            files = sum(b for kind, _v, b in head + rest if kind != "spacer")
-            return files + sum(b for _k, _v, b in self._walls_needed(rest)) - room
-
-        excess = over()
-        while excess > 0:
-            idx = [i for i, it in enumerate(rest) if it[0] != "spacer"]
-            if not idx:
-                break
-            self.rng.shuffle(idx)
-            drop: set[int] = set()
-            for i in idx:
-                if excess <= 0:
-                    break
-                drop.add(i)
-                excess -= rest[i][2]
-            rest = [it for i, it in enumerate(rest) if i not in drop]
-            excess = over()
-        return rest
-
-    def _spacers_among_large(self, items: list[Item]) -> list[Item]:
-        """Where small spacers outnumber the small files and the large files outnumber the
-        large spacers (a mail target's holes of a few blocks among mails of a few dozen),
-        small spacers are made large (``spacer+``: written one block past the small files'
-        limit and the rest punched before writeback, so that the allocator places their
-        blocks among the large files), to follow large files instead of walls."""
-        small_sp = [i for i, it in enumerate(items) if it[0] == "spacer" and self._item_small(it)]
-        small_hosts = sum(1 for it in items if it[0] == "whole" and self._item_small(it))
-        large_sp = sum(1 for it in items if it[0] == "spacer" and not self._item_small(it))
-        large_hosts = sum(1 for it in items if it[0] == "whole" and not self._item_small(it))
-        n = min(len(small_sp) - small_hosts, large_hosts - large_sp)
-        if n <= 0:
-            return items
-        out = list(items)
-        for i in self.rng.sample(small_sp, n):
-            out[i] = ("spacer+", out[i][1], out[i][2])
-        return out
-
-    def _walled(self, items: list[Item]) -> list[Item]:
-        """``items`` in an order where no spacer follows another spacer of its class: the
-        allocator puts a class's files side by side in the order written (on ext4, small
-        files in per-CPU preallocations, large ones where the large files go), so two
-        spacers in a row would leave one hole of both sizes once deleted. Each spacer comes
-        after a whole file of its class (interleaved files are placed when written, not at
-        writeback, and so bound nothing); where there are fewer whole files than spacers,
-        wall files of the class make up the difference (they stay, small, as files of the
-        matcher's). The classes' orders are then merged at random."""
-        items = self._spacers_among_large(items)
-        walls = self._walls_needed(items)
-        seqs: list[list[Item]] = []
-        for small in (True, False):
-            cls = [it for it in items + walls if self._item_small(it) == small]
-            sp = [it for it in cls if it[0].startswith("spacer")]
-            others = [it for it in cls if not it[0].startswith("spacer")]
-            self.rng.shuffle(others)
-            hosts = [i for i, it in enumerate(others) if it[0] in ("whole", "wall", "wall+")]
-            after = set(self.rng.sample(hosts, min(len(sp), len(hosts))))
-            left = iter(sp)
-            seq: list[Item] = []
-            for i, it in enumerate(others):
-                seq.append(it)
-                if i in after:
-                    seq.append(next(left))
-            seq += list(left)  # none: the walls made up the difference
-            seqs.append(seq)
-        out: list[Item] = []
-        a, b = seqs
-        ia = ib = 0
-        while ia < len(a) or ib < len(b):
-            left_a, left_b = len(a) - ia, len(b) - ib
-            if left_b == 0 or (left_a and self.rng.random() * (left_a + left_b) < left_a):
-                out.append(a[ia])
-                ia += 1
-            else:
-                out.append(b[ib])
-                ib += 1
-        return out
-
     def _piece(self, key: int, group: list[tuple[str, int]]) -> int:
         """Blocks per piece of files written in turn: 1 for a bucket's fragmented files
         (``key`` >= 0, score about 0), else (``-key``: a bucket written in pieces) the length
@@ -506,6 +425,41 @@ class MatchWriter:
         p_lo = (1 / x - 1 / hi) / (1 / lo - 1 / hi)
         return lo if self.rng.random() < p_lo else hi
 
+    def resume_fill(self, inputs: dict[str, Any]) -> None:
+        """Go on with a first fill stopped in its planned files (``inputs``: what its plan
+        was drawn from, as ``on_fill`` was told): the plan is drawn again from the same seed,
+        and the files on disk that it holds whole are kept rather than written again."""
+        self.adopt()
+        self._kept = dict(self.sizes)
+        self._kept_ino = {rel: ino for ino, rel in self.paths.items()}
+        self.paths.clear()
+        self.sizes.clear()
+        self.serial = self.spacer_serial = 0
+        # Made ahead and not written yet: written in place, keeping their inodes.
+        self.disk.made_ahead([rel for rel, size in self._kept.items() if size == 0])
+        self._inputs = inputs
+
+    def _kept_whole(self, rel: str, least: int) -> bool:
+        """Whether ``rel`` is a file of the resumed fill written whole (at least ``least``
+        bytes) before it stopped: then it is the matcher's again, as it is."""
+        size = self._kept.pop(rel, 0)
+        if size < least:
+            if size:
+                self._kept[rel] = size  # cut short: written again, or deleted after
+            return False
+        self.paths[self._kept_ino[rel]] = rel
+        self.sizes[rel] = size
+        return True
+
+    def _drop_unkept(self) -> None:
+        """The resumed fill's files it did not keep (cut short and then left out of the
+        plan) are deleted; those made ahead and never written go with ``drop_precreated``."""
+        for rel, size in self._kept.items():
+            if size and rel not in self.sizes:
+                self.disk.unlink(rel)
+        self._kept = {}
+        self._inputs = None
+
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
         blocks interleaved (score about 0) and the rest whole (about 1), mixed with spacer
@@ -514,6 +468,13 @@ class MatchWriter:
         are bounded by regions (xfs allocation groups), the largest bucket is left to the
         unwritten rest of the disk instead (a region kept empty)."""
         t = self.target
+        self.fills += 1
+        inputs = self._inputs
+        if inputs is not None:
+            self.top_spacer = bool(inputs["top_spacer"])
+            self._largest = inputs.get("largest")
+        else:
+            self._largest = None
         self._keep_a_group_empty()
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
         plan: list[tuple[str, int]] = []
@@ -596,7 +557,12 @@ class MatchWriter:
         pending_spacers = sum(b for kind, _v, b in items if kind == "spacer")
         ceiling = FILL_CEILING if top < 0 else MAX_FULLNESS
         budget = min(t.fullness * self.total + pending_spacers, ceiling * self.total)
-        used = self.fullness() * self.total
+        used = self.fullness() * self.total if inputs is None else float(inputs["used"])
+        if self.on_fill is not None:
+            self.on_fill(
+                {"step": "files", "first": self.fills == 1, "used": used,
+                 "largest": self._largest, "top_spacer": self.top_spacer}
+            )  # fmt: skip
         head = [items[i] for i in first]
         rest = self._trim(head, rest, budget - used - pending_spacers)
         order = head + self._walled(rest)
@@ -614,6 +580,14 @@ class MatchWriter:
             (1.0 - (t.buckets[v][1] or 1.0)) * (b - 1) for kind, v, b in order if kind == "chunk"
         )
         n_walls = sum(1 for it in order if it[0] in ("wall", "wall+"))
+        if self.fills == 1 and self.levels:
+            # The tree's jumps are the target's less the walls', its directories of files
+            # shared by the files of the plan, walls counted (made from here on, and kept by
+            # the fills drawn after).
+            n_places = sum(1 for it in order if not it[0].startswith("spacer"))
+            self.per_dir, self.nest = tree_shape(
+                t, self.levels, PER_DIR, NEST, WALL_JUMPS * n_walls, n_places
+            )
         self._piece_relief = min(1.0, WALL_JUMPS * n_walls / piece_breaks) if piece_breaks else 0.0
         turns: dict[tuple[str, int], list[int]] = {}
         for i, (kind, v, _b) in enumerate(order):
@@ -624,24 +598,41 @@ class MatchWriter:
                 order[i] = (order[i][0], order[i][1], b)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        places = iter(
-            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
-        )
+        # Where the allocator will not put a file next to the one written before it: after
+        # a spacer, and between the small files and the large (ext4 on the kernel puts them
+        # in different places).
+        breaks: set[int] = set()
+        written = 0
+        prev: Item | None = None
+        for it in order:
+            if it[0].startswith("spacer"):
+                if written:
+                    breaks.add(written - 1)
+                continue
+            if prev is not None and self._item_small(prev) != self._item_small(it):
+                breaks.add(written - 1)
+            prev = it
+            written += 1
+        places = iter(self._scattered_places(written, frozenset(breaks)))
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:
                     used = self.fullness() * self.total
                 if kind == "spacer+":
                     rel = self._spacer_path()
-                    self.write_whole(rel, (SMALL + 1) * self.bs)
-                    self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
+                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
+                        self.write_whole(rel, (SMALL + 1) * self.bs)
+                        self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
                     spacers.append(rel)
                     used += v
                     pending_spacers -= v
                     continue
                 if kind == "spacer":
                     rel = self._spacer_path()
-                    if v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
+                    if self._kept_whole(rel, v * self.bs):
+                        if self.sizes[rel] > v * self.bs:
+                            self.walled[rel] = v  # allocated with its wall block
+                    elif v * self.bs >= 1 << 20 and top < 0 and self._allocate_spacer(rel, v):
                         pass
                     else:
                         # A large spacer split by writeback would leave smaller holes than
@@ -653,8 +644,9 @@ class MatchWriter:
                     continue
                 rel = self._path_at(next(places))
                 if kind == "wall+":
-                    self.write_whole(rel, (SMALL + 1) * self.bs)
-                    self.disk.punch(rel, self.bs, SMALL * self.bs)
+                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
+                        self.write_whole(rel, (SMALL + 1) * self.bs)
+                        self.disk.punch(rel, self.bs, SMALL * self.bs)
                     self.sizes[rel] = self.bs
                     used += 1
                     self.walls += 1
@@ -662,10 +654,13 @@ class MatchWriter:
                 if kind == "wall":
                     # Among the other files in path order: a directory read finds them where
                     # it finds the files they were written between.
-                    self.write_whole(rel, self._size_of(blocks))
+                    if not self._kept_whole(rel, (blocks - 1) * self.bs + 1):
+                        self.write_whole(rel, self._size_of(blocks))
                     used += blocks
                     self.walls += 1
                     continue
+                if self._kept_whole(rel, (blocks - 1) * self.bs + 1):
+                    continue  # written before the fill was stopped (``used`` counts it)
                 if used + blocks + pending_spacers > budget:
                     continue
                 used += blocks
@@ -688,7 +683,10 @@ class MatchWriter:
                     self.write_interleaved(group, self._piece(key, group))
                 except NoSpaceError:
                     break  # as above: the plan ends here, and the spacers still go below
+        self._drop_unkept()
         self.disk.commit()
+        if self.on_fill is not None:
+            self.on_fill({"step": "top-up"})
         # Top up with whole files of the buckets whose files are contiguous in the target
         # (whole files would raise the others' scores), before the spacers go: the allocator
         # would put the top-up files into the spacers' holes first.

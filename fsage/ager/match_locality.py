@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from fractions import Fraction
 
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_target import LayoutTarget
@@ -43,12 +44,12 @@ def make_ahead(
     disk: Disk,
     target: LayoutTarget,
     places: range,
-    per_dir: int,
+    per_dir: Fraction,
     path_at: Callable[[int], str],
     seed: int,
 ) -> None:
     """Make the directories of ``places`` (places in path order, ``per_dir`` to a
-    directory; ``path_at`` makes a place's directory on first use and names its file) in
+    directory on average; ``path_at`` makes a place's directory on first use and names its file) in
     path order, each followed by a share (``ahead_share``) of its files, made empty; then
     commit, so that the writes are written back in their own order, not the creates'.
     ``seed``: which files (a generator of its own, so that the fill's draws stay as they
@@ -57,10 +58,12 @@ def make_ahead(
     share = ahead_share(target)
     if not places:
         return
-    first = places.start // per_dir
-    last = (places.stop - 1) // per_dir
+    first = int(places.start // per_dir)
+    last = int((places.stop - 1) // per_dir)
     for d in range(first, last + 1):
-        lo, hi = max(d * per_dir, places.start), min((d + 1) * per_dir, places.stop)
+        # Directory d holds the places from ceil(d * per_dir) to before ceil((d + 1) * per_dir).
+        lo = max(math.ceil(d * per_dir), places.start)
+        hi = min(math.ceil((d + 1) * per_dir), places.stop)
         path_at(lo)  # the directory, before its files
         disk.precreate([path_at(i) for i in range(lo, hi) if rng.random() < share])
     disk.commit()

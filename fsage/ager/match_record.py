@@ -1,15 +1,18 @@
-"""A match recorded like any aging run: the record beside the target (``TARGET.fsage-age``,
-which ``--resume`` reads) and the journal of the ops that took effect, written as they run.
+"""A match recorded like any aging run: the record beside the target (``TARGET.fsage-age``, which
+``--resume`` reads) and the journal of the ops that took effect, written as they run.
 
 A killed match is resumed from its record: the ops its journal holds stay (they ran). Stopped
 in its rounds (the record's ``phase``: its fill was done), the files its journal leaves in
 place are the image's, and the match goes on with its rounds from them (``adopt``): its files,
-their sizes and its next paths are what is on disk. Stopped in its fill (whose plan and spacers
-live in memory only), or where the image does not hold what the journal says, the matcher's
-files are deleted (journaled, so the journal still replays to the image) and the match runs
-again from its fill with the same target and seed; clearing is one of the matcher's own moves
-(a stalled fill is cleared the same way), so the image ends as a match never stopped would
-leave it, only later."""
+their sizes and its next paths are what is on disk. Stopped in the planned files of its first
+fill, the record holds what the plan was drawn from (the fullness it began at, the disk's
+largest free extent, the way of the largest holes): the plan is drawn again from the same seed
+and the fill goes on, the files written whole kept (``resume_fill``). Stopped later in a fill
+(its top-up, its spacers' deletion, a fill drawn again after a stall), or where the image does
+not hold what the journal says, the matcher's files are deleted (journaled, so the journal
+still replays to the image) and the match runs again from its fill with the same target and
+seed; clearing is one of the matcher's own moves (a stalled fill is cleared the same way), so
+the image ends as a match never stopped would leave it, only later."""
 
 from __future__ import annotations
 
@@ -68,8 +71,11 @@ class MatchRecord:
     notices: list[str] = field(default_factory=list)
     #: "fill" until a fill is done, then "rounds" (until a stalled fill is cleared).
     phase: str = "fill"
-    #: Resumed in its rounds: the files the stopped match left are kept (see ``adopt``).
+    #: Resumed in its rounds or its fill: the files the stopped match left are kept (see
+    #: ``adopt`` and ``resume_fill``).
     kept: bool = False
+    #: What the fill's plan was drawn from, and how far it went (``MatchWriter.on_fill``).
+    fill: dict[str, Any] | None = None
     _saved: float = 0.0
 
     def save(self, finished: bool = False, clean: bool = False, force: bool = True) -> None:
@@ -90,12 +96,17 @@ class MatchRecord:
                 "journal": str(self.journal.path),
                 "journal_bytes": self.journal.bytes,
                 "phase": self.phase,
+                "fill": self.fill,
                 "updated": time.time(),
             },
         )
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
+        self.save()
+
+    def set_fill(self, info: dict[str, Any]) -> None:
+        self.fill = dict(info) if info.get("step") == "files" else {**(self.fill or {}), **info}
         self.save()
 
     def close(self) -> None:
@@ -180,10 +191,56 @@ def resume_record(path: Path, disk: Disk, record: dict[str, Any]) -> MatchRecord
             f"resumed in its rounds: the {files:,} files the interrupted match left are kept "
             "and the rounds go on from them"
         )
+    elif _fill_goes_on(record, {p for p, _d in tree}, in_area):
+        # Stopped in the planned files of its first fill, the image holding what the journal
+        # left (and what the op running then made): the fill is drawn again from the same
+        # seed and goes on, the files written whole kept.
+        unjournaled = _drop_unjournaled(disk, tree, live)
+        rec.kept, rec.phase, rec.fill = True, "fill", dict(record["fill"])
+        files = sum(1 for p, d in tree if not d and p in live)
+        rec.notices.append(
+            f"resumed in its fill: the {files:,} files the interrupted match left are kept and "
+            "the fill goes on from them"
+        )
+        if unjournaled:
+            rec.notices.append(
+                f"{unjournaled} path(s) made by the op running when the match was killed had "
+                "no journal line: deleted without one"
+            )
     else:
         rec.notices += _clear(disk, live)
     rec.save()
     return rec
+
+
+def _fill_goes_on(record: dict[str, Any], on_disk: set[str], in_area: set[str]) -> bool:
+    """Whether a match stopped in its fill goes on with it: in its first fill's planned
+    files (``MatchWriter.resume_fill`` draws the same plan again), every path the journal
+    leaves on disk."""
+    fill = record.get("fill")
+    return (
+        record.get("phase") == "fill"
+        and isinstance(fill, dict)
+        and fill.get("step") == "files"
+        and bool(fill.get("first"))
+        and in_area <= on_disk
+    )
+
+
+def _drop_unjournaled(disk: Disk, tree: list[tuple[str, bool]], live: set[str]) -> int:
+    """Delete, without a journal line, what the op running when the match was killed
+    made (the journal never made it); how many paths."""
+    gone = 0
+    for p, _is_dir in sorted(tree, key=lambda e: (-e[0].count("/"), e[1], e[0])):
+        if p in live:
+            continue
+        try:
+            disk.x.apply(Op("delete", p))
+        except OpFailedError:
+            continue
+        gone += 1
+    disk.commit()
+    return gone
 
 
 def _live_paths(ops: list[Op]) -> set[str]:

@@ -163,9 +163,11 @@ def test_an_interrupted_offline_match_resumes_and_replays_to_the_same_blocks(
     assert rows == [("match-offline-ext", "interrupted"), ("match-offline-ext", "finished")]
     ops = _journal_ops(journal)
     assert ops[: len(stopped)] == stopped  # the stopped part stays in the journal
+    # Stopped in its fill's planned files, the fill went on from them: the files it had
+    # written stay (the rounds after may move a few), not deleted to be written again.
     cleared = {o["path"] for o in ops[len(stopped) :] if o["op"] == "delete"}
-    made = {o["path"] for o in stopped if o["op"] in ("create", "mkdir")}
-    assert made <= cleared  # its files were deleted, journaled
+    made = {o["path"] for o in stopped if o["op"] == "create" and int(str(o.get("size", 0))) > 0}
+    assert made and len(made & cleared) <= len(made) // 4, (len(made), len(made & cleared))
 
     r = CliRunner().invoke(main, ["age", str(other), "--ops", str(journal), "--offline"])
     assert r.exit_code == 0, r.output
