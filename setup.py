@@ -59,7 +59,15 @@ live = Extension(
 # no libraries.
 posixexec = Extension(
     "fsage._posixexec",
-    sources=["fsage/_posixexec.c", "fsage/_posixexec_undo.c"],
+    sources=[
+        "fsage/_posixexec.c",
+        "fsage/_posixexec_dirs.c",
+        "fsage/_posixexec_ops.c",
+        "fsage/_posixexec_args.c",
+        "fsage/_posixexec_worker.c",
+        "fsage/_posixexec_undo.c",
+    ],
+    depends=["fsage/_posixexec.h", "fsage/_posixexec_undo.h"],
     extra_compile_args=["-O2", "-Wall", "-pthread"],
     extra_link_args=["-pthread"],
 )
