@@ -32,13 +32,16 @@ typedef struct {
 
 #define UNDO_NONE {.clone_fd = -1}
 
+/* Internal to the module: not exported from the shared object. */
+#define UNDO_INTERNAL __attribute__((visibility("hidden")))
+
 /* Keep what an overwrite of [lo, hi) of ``fd`` (``size`` octets, in directory ``dfd``)
  * replaces, when it could run out of space; 0 or an errno (ENOMEM, a read's). */
-int undo_save(UndoBuf *ub, int dfd, int fd, long long lo, long long hi, long long size,
+UNDO_INTERNAL int undo_save(UndoBuf *ub, int dfd, int fd, long long lo, long long hi, long long size,
               Saved *sv);
 /* Put back what ``undo_save`` kept; 0 or the first errno met. */
-int undo_restore(int fd, const Saved *sv);
-void undo_free(Saved *sv);
-void undo_buf_free(UndoBuf *ub);
+UNDO_INTERNAL int undo_restore(int fd, const Saved *sv);
+UNDO_INTERNAL void undo_free(Saved *sv);
+UNDO_INTERNAL void undo_buf_free(UndoBuf *ub);
 
 #endif
