@@ -105,6 +105,17 @@ class Disk:
     def keep_group_empty(self, group: int) -> None:
         """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
 
+    #: Directories are made when their first file is written, not ahead (``balance_groups``).
+    lazy_dirs: bool = False
+
+    def group_capacity(self) -> list[int]:
+        """Blocks each region (xfs allocation group) can hold, its log left out; []: none."""
+        return []
+
+    def balance_groups(self, rooms: list[int]) -> None:
+        """Put each new directory in the region furthest below its share ``rooms`` (blocks)
+        of the files written (see ``match_xfs``)."""
+
     def precreate(self, rels: list[str]) -> None:
         """Make the files at ``rels`` (relative to the area) empty, in that order, before
         they are written in another (see ``MountedDisk.precreate``); nothing where their
@@ -195,6 +206,9 @@ class MountedDisk(Disk):
                 if 0 <= log_group < self.groups:
                     self._room[log_group] -= log_blocks
                 self._placed = [0] * self.groups
+        self._cap = list(self._room)
+        #: Empty directories made in a group other than the one wanted (``balance_groups``).
+        self._spare: dict[int, list[str]] = {}
         self.x = PosixExecutor(root)
 
     def prepare(self) -> None:
@@ -208,6 +222,13 @@ class MountedDisk(Disk):
 
     def keep_group_empty(self, group: int) -> None:
         self._avoid = self.kept_empty = group
+
+    def group_capacity(self) -> list[int]:
+        return list(self._cap)
+
+    def balance_groups(self, rooms: list[int]) -> None:
+        # Placed by the blocks written in them, so made when their first file is.
+        self._room, self._avoid, self.lazy_dirs = list(rooms), -1, True
 
     def _group_dir(self, group: int) -> str | None:
         """A directory (relative to the area) whose inode is in allocation group ``group``:
@@ -238,10 +259,18 @@ class MountedDisk(Disk):
         others = [g for g in range(self.groups) if g != self._avoid]
         best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
         fallback = None
+        if self._spare.get(best):  # one made for another directory, in this group
+            self._run(Op("rename", self._p(self._spare[best].pop()), dest=self._p(rel)))
+            self._dir_group[rel] = best
+            return
         for attempt in range(4 * self.groups + 1):
             tmp = f".{rel}.{attempt}"
             self._run(Op("mkdir", self._p(tmp)))
             g = self._ino(tmp) >> self._ino_shift
+            if self.lazy_dirs and g != best:
+                # Kept for a later directory of its group (removed if none takes it).
+                self._spare.setdefault(g, []).append(tmp)
+                continue
             if g == best:
                 self._run(Op("rename", self._p(tmp), dest=self._p(rel)))
                 self._dir_group[rel] = g
@@ -276,6 +305,9 @@ class MountedDisk(Disk):
             self._reserved.add(rel)
 
     def drop_precreated(self) -> int:
+        for tmp in sorted(t for spare in self._spare.values() for t in spare):
+            self._run(Op("delete", self._p(tmp)))  # directories no directory took
+        self._spare.clear()
         left = sorted(self._reserved)
         for rel in left:
             self.unlink(rel)

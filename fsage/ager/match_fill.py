@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
+from fsage.ager.match_xfs import files_per_directory, group_plan
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
@@ -71,7 +72,12 @@ class MatchWriter:
             # Every NEST directories of files have a parent directory of the matcher's (and
             # so on up): as many files per directory of the matcher's, parents counted.
             fpd *= 1 + 1 / (NEST - 1)
-        self.per_dir = max(4, min(PER_DIR * 4, round(fpd)))
+        self.per_dir: float = max(4, min(PER_DIR * 4, round(fpd)))
+        #: On xfs, the allocation groups' shares and free tails (see ``match_xfs``).
+        self.groups_plan = group_plan(disk, target)
+        if self.groups_plan is not None:
+            disk.balance_groups(self.groups_plan.rooms)
+            self.per_dir = files_per_directory(target) or self.per_dir
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -94,7 +100,7 @@ class MatchWriter:
     def _path_at(self, pos: int, prefix: str = "d") -> str:
         """The path at place ``pos`` of the matcher's path order (its directory made on
         first use)."""
-        j = pos // self.per_dir
+        j = int(pos // self.per_dir)
         parts = [f"n{j // NEST**lv:05d}" for lv in range(self.levels, 0, -1)]
         d = ""
         for part in [*parts, f"{prefix}{j:05d}"]:
@@ -236,6 +242,11 @@ class MatchWriter:
         """The fullness the file system will have once unmounted: on xfs, the disk's
         (statvfs) less the reservations a read-write mount holds (measured once, as the
         difference from the free-space map; see ``measure``)."""
+        if self.disk.kind == "xfs":
+            # Written back first: until then statvfs counts each new extent's worst-case
+            # btree blocks as used (a git-like fill of small files stopped a third of the
+            # way, its files taking the budget a few times over).
+            self.disk.commit()
         if self._held_back is None:
             self._held_back = 0.0
             if self.disk.kind == "xfs":
@@ -514,7 +525,9 @@ class MatchWriter:
         are bounded by regions (xfs allocation groups), the largest bucket is left to the
         unwritten rest of the disk instead (a region kept empty)."""
         t = self.target
-        self._keep_a_group_empty()
+        if self.groups_plan is None:
+            self._keep_a_group_empty()
+        tails = self.groups_plan.tail_blocks if self.groups_plan else {}
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
         plan: list[tuple[str, int]] = []
         for k, (n, score) in t.buckets.items():
@@ -551,7 +564,8 @@ class MatchWriter:
             for k, f in want.items():
                 if k == top:
                     continue
-                left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
+                # A hole of exactly 1 << k blocks is kept; the groups' tails are no spacers.
+                left = round(f * free_after) - tails.get(k, 0)
                 while left >= 1 << k:
                     # Every block of the bucket goes into a hole of its size: the last hole
                     # takes what is left when it fits, and no draw leaves less than a hole.

@@ -43,7 +43,7 @@ def make_ahead(
     disk: Disk,
     target: LayoutTarget,
     places: range,
-    per_dir: int,
+    per_dir: float,
     path_at: Callable[[int], str],
     seed: int,
 ) -> None:
@@ -55,12 +55,13 @@ def make_ahead(
     were)."""
     rng = random.Random(seed)
     share = ahead_share(target)
-    if not places:
+    if not places or disk.lazy_dirs:
         return
-    first = places.start // per_dir
-    last = (places.stop - 1) // per_dir
+    first = int(places.start // per_dir)
+    last = int((places.stop - 1) // per_dir)
     for d in range(first, last + 1):
-        lo, hi = max(d * per_dir, places.start), min((d + 1) * per_dir, places.stop)
+        lo = max(math.ceil(d * per_dir), places.start)
+        hi = min(math.ceil((d + 1) * per_dir), places.stop)
         path_at(lo)  # the directory, before its files
         disk.precreate([path_at(i) for i in range(lo, hi) if rng.random() < share])
     disk.commit()
