@@ -399,6 +399,8 @@ def _match(
     # An ext image is judged by the offline reader once unmounted: the state left on disk,
     # not what the kernel showed while mounted (its reservations and unflushed metadata).
     offline_after = path.is_file() and image_kind(path) == "ext"
+    # An xfs image: by the live reader on a read-only mount once unmounted (see match_xfs).
+    xfs_after = path.is_file() and image_kind(path) == "xfs"
     live: MeasuredState | None = None
     kind, block_size = probe(path)
     if block_size:  # else open_disk says what the path is not
@@ -425,7 +427,7 @@ def _match(
                 matcher.adopt()
             try:
                 res = matcher.run(adopted=rec.kept)
-                if not offline_after:
+                if not (offline_after or xfs_after):
                     live = matcher.snapshot()
             except OSError as exc:
                 raise WorkloadError(f"matching {path}: {exc}") from None
@@ -449,10 +451,15 @@ def _match(
         rec.ops = rec.base_ops + len(disk.ops)
         # A kernel-path match of an image is finished once the state left on disk is judged
         # (see below); until then its record says where --resume would go on.
-        kernel_image = offline_after and not isinstance(disk, OfflineDisk)
+        kernel_image = (offline_after or xfs_after) and not isinstance(disk, OfflineDisk)
         rec.save(finished=not kernel_image, clean=True)
         rec.close()
-    if live is None:
+    if xfs_after:
+        from fsage.ager.match_xfs import read_after_unmount
+
+        final = read_after_unmount(path)
+        res.measured_by = "the live reader on a read-only mount after unmount"
+    elif live is None:
         from fsage.snapshotter.ext import read_ext_layout
 
         final = measure(read_ext_layout(path))

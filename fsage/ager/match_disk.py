@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from fsage.ager.match_xfs import path_neighbours
 from fsage.ager.posix import PosixExecutor
 from fsage.ager.runjournal import _Journal, _stepper
 from fsage.ager.targets import lift_ext4_reserve
@@ -257,6 +258,9 @@ class MountedDisk(Disk):
                 self._run(Op("mkdir", self._p(rel)))
             return
         others = [g for g in range(self.groups) if g != self._avoid]
+        if self.lazy_dirs:
+            near = {self._dir_group.get(n) for n in path_neighbours(rel)}
+            others = [g for g in others if g not in near] or others
         best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
         fallback = None
         if self._spare.get(best):  # one made for another directory, in this group
