@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
-from fsage.ager.match_xfs import files_per_directory, group_plan
+from fsage.ager.match_xfs import expect_directories, files_per_directory, group_plan
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
@@ -75,6 +75,7 @@ class MatchWriter:
         self.per_dir: float = max(4, min(PER_DIR * 4, round(fpd)))
         #: On xfs, the allocation groups' shares and free tails (see ``match_xfs``).
         self.groups_plan = group_plan(disk, target)
+        self._last_dir = ""  # of the file written last
         if self.groups_plan is not None:
             disk.balance_groups(self.groups_plan.rooms)
             self.per_dir = files_per_directory(target) or self.per_dir
@@ -129,6 +130,8 @@ class MatchWriter:
         self.spacer_serial += 1
         i = self.spacer_serial
         d = f"s{i // (PER_DIR * 4):05d}"
+        if self.groups_plan is not None and self._last_dir:
+            d = self._last_dir  # on xfs, beside the file it follows (see match_xfs)
         if d not in self.dirs_made:
             self._mkdir(d)
         return f"{d}/s{i:08d}"
@@ -198,6 +201,7 @@ class MatchWriter:
         return place
 
     def _written(self, rel: str, ino: int, size: int) -> None:
+        self._last_dir = rel.rpartition("/")[0]
         self.paths[ino] = rel
         self.sizes[rel] = size
         self.files_written += 1
@@ -638,9 +642,10 @@ class MatchWriter:
                 order[i] = (order[i][0], order[i][1], b)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        places = iter(
-            self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
-        )
+        placed = self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        if self.groups_plan is not None:  # levels 0: a place's directory is d<j>
+            expect_directories(self.disk, order, placed, lambda p: f"d{int(p // self.per_dir):05d}")
+        places = iter(placed)
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:

@@ -25,6 +25,7 @@ read-write one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -88,6 +89,25 @@ def group_plan(disk: Disk, target: LayoutTarget) -> GroupPlan | None:
         tail_blocks[fit[0]] = tail_blocks.get(fit[0], 0) + fit[1]
     rooms = [max(c - t, 0) for c, t in zip(cap, tails, strict=True)]
     return GroupPlan(tails, rooms, tail_blocks)
+
+
+def expect_directories(
+    disk: Disk, order: list[tuple[str, int, int]], places: list[int], dir_of: Callable[[int], str]
+) -> None:
+    """Tell ``disk`` the blocks each directory of the fill is to hold: ``order``'s items
+    (kind, bucket, blocks) other than spacers take ``places`` in turn (``dir_of``: a place's
+    directory); a spacer goes to the directory of the file before it (its directory's group
+    holds its hole: a group given all the spacers holds as many fewer files, and spacers
+    written one after the other make one hole)."""
+    held: dict[str, int] = {}
+    taken = iter(places)
+    d = ""
+    for kind, _v, blocks in order:
+        if not kind.startswith("spacer"):
+            d = dir_of(next(taken))
+        if d:
+            held[d] = held.get(d, 0) + (1 if kind == "wall+" else blocks)
+    disk.expect(held)
 
 
 def files_per_directory(target: LayoutTarget) -> float | None:
