@@ -179,6 +179,10 @@ class MatchWriter:
         per_run = per_file * n / max(len(runs), 1)
         window = max(1.0, (1 << 20) / self.bs / per_run / 4)
         group = max(4 * window, gb / per_run)
+        if self.groups_plan is not None:
+            # On xfs the writes go to all groups at once: a run moved by n places lands
+            # about n / groups runs from its neighbours in its group.
+            window, group = window * self.disk.groups, group * self.disk.groups
         keys: list[float] = []
         for i in range(len(runs)):
             u = self.rng.random()

@@ -1,0 +1,92 @@
+"""``fsage age --match`` on a git-aged xfs target: a generated repository's history checked
+out in three work trees in turn on a loop-mounted 512 MiB xfs (the smallest mkfs.xfs makes
+is 300 MB), matched on a fresh image of the same size. The state left on disk is judged with
+``xfs_db freesp`` (fullness, free-space histogram, each allocation group's free extents) and
+``filefrag`` (layout score per size bucket) as oracles, and ``xfs_repair -n``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fsage.ager.images import loop_mount, make_image
+from fsage.ager.match import FREE_TV, MIN_FILES, SCORE_TOL, match_layout
+from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL
+from fsage.ager.match_xfs import path_neighbours, read_after_unmount
+from fsage.cli.age import match_lines
+from tests.ager.gitaged import age_with_history, generated_repo
+from tests.ager.oracles import filefrag_buckets, free_histograms, tv
+
+MIB = 1 << 20
+
+
+def _group_tails(image: Path) -> list[int]:
+    """The log2 bucket of each allocation group's largest free extent (blocks), as ``xfs_db
+    freesp -a`` counts them (-1: none free), the largest first."""
+    sb = subprocess.run(
+        ["xfs_db", "-r", "-c", "sb 0", "-c", "p agcount", str(image)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    tails = []
+    for ag in range(int(sb.split("=")[1])):
+        out = subprocess.run(
+            ["xfs_db", "-r", "-c", f"freesp -a {ag}", str(image)],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        # Rows "from to extents blocks pct", shortest first: the last is the longest.
+        rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
+        tails.append(int(rows[-1][0]).bit_length() - 1 if rows else -1)
+    return sorted(tails, reverse=True)
+
+
+def test_path_neighbours() -> None:
+    assert path_neighbours("d00012") == ["d00011", "d00013"]
+    assert path_neighbours("n00001/d00000") == ["n00001/d00001"]
+    assert path_neighbours(".g0-1") == []
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_match_a_git_aged_xfs(tmp_path: Path) -> None:
+    if shutil.which("mkfs.xfs") is None or shutil.which("xfs_db") is None:
+        pytest.skip("mkfs.xfs and xfs_db needed")
+    ids = generated_repo(tmp_path / "repo", commits=12, files=900, seed=7)
+    size = 512 * MIB
+    target_img = make_image(tmp_path / "target.img", "xfs", size)
+    with loop_mount(target_img) as mnt:
+        age_with_history(mnt, tmp_path / "repo", ids, trees=3)
+    target = read_after_unmount(target_img).target
+    img = make_image(tmp_path / "matched.img", "xfs", size)
+    res = match_layout(img, target, seed=1, mode="mount", time_limit=600.0)
+    text = "\n".join(match_lines(res.to_json()))
+    assert res.measured_by == "the live reader on a read-only mount after unmount", text
+    assert res.matched, text
+    repair = subprocess.run(["xfs_repair", "-n", str(img)], capture_output=True, text=True)
+    assert repair.returncode == 0, repair.stdout[-2000:] + repair.stderr[-2000:]
+
+    # Fullness and free space as xfs_db counts them, for both images.
+    want_full, want_free, _n = free_histograms(target_img)
+    got_full, got_free, _n = free_histograms(img)
+    assert abs(got_full - want_full) <= FULLNESS_TOL, (got_full, want_full, text)
+    free_tv = tv(want_free, got_free)
+    assert free_tv <= FREE_TV, (want_free, got_free, text)
+    assert res.report["free_tv"] == pytest.approx(free_tv, abs=0.01)
+    # The target's free space is each group's unwritten tail; so is the match's, each in the
+    # same log2 bucket as the target's, the largest first.
+    want_tails, got_tails = _group_tails(target_img), _group_tails(img)
+    assert got_tails == want_tails, (want_tails, got_tails, text)
+
+    # Layout score per size bucket with enough files, as filefrag counts it.
+    want_ff, got_ff = filefrag_buckets(target_img, 4096), filefrag_buckets(img, 4096)
+    judged = [k for k, (n, _c, d) in want_ff.items() if n >= MIN_FILES and d]
+    assert judged
+    for k in judged:
+        _n, c, d = want_ff[k]
+        _gn, gc, gd = got_ff.get(k, (0, 0, 0))
+        assert gd and abs(gc / gd - c / d) <= SCORE_TOL, (k, want_ff[k], got_ff.get(k), text)
+    # The path-order read, modeled from the state left on disk.
+    want_dyn = target.locality["dynamic_score"]
+    assert abs(res.report["locality"]["dynamic_score"] - want_dyn) <= DYNAMIC_TOL, text
