@@ -507,6 +507,9 @@ def _match(
     res.reasons = (
         {} if res.matched else _reasons(res.report, matcher.last_actions, matcher.locality_reason)
     )
+    plan = matcher.groups_plan
+    if "free space" in res.reasons and plan is not None and plan.notes:
+        res.reasons["free space"] += "; " + "; ".join(plan.notes)  # what xfs's groups cannot give
     res.target = str(path)
     res.offline = isinstance(disk, OfflineDisk)
     res.journal = str(rec.journal.path)

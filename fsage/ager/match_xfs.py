@@ -47,6 +47,8 @@ class GroupPlan:
     rooms: list[int]
     #: log2 bucket -> blocks of the target's free extents that are group tails (no spacers).
     tail_blocks: dict[int, int]
+    #: What the groups cannot give the target (said where the free space is not matched).
+    notes: list[str]
 
 
 def _large_extents(target: LayoutTarget, most: int) -> list[tuple[int, int]]:
@@ -74,6 +76,14 @@ def group_plan(disk: Disk, target: LayoutTarget) -> GroupPlan | None:
     ext = _large_extents(target, len(cap))
     if not ext:
         return None
+    notes = []
+    more = sum(target.free_counts.get(k, 0) for k in target.free if 1 << k >= TAIL_MIN) - len(ext)
+    if more > 0:
+        notes.append(
+            f"the target has {more} free extent(s) of {TAIL_MIN}+ blocks more than this file"
+            f" system has allocation groups ({len(cap)}): those are made with spacers, which"
+            " the groups' allocator may split"
+        )
     # The largest extents to the largest groups; a group whose capacity is below its extent's
     # bucket gets the next smaller extent instead.
     order = sorted(range(len(cap)), key=lambda g: -cap[g])
@@ -87,8 +97,13 @@ def group_plan(disk: Disk, target: LayoutTarget) -> GroupPlan | None:
         left.remove(fit)
         tails[g] = fit[1]
         tail_blocks[fit[0]] = tail_blocks.get(fit[0], 0) + fit[1]
+    for k, length in left:
+        notes.append(
+            f"the target's free extent of about {length} blocks (bucket {1 << k}+) is longer"
+            f" than any allocation group here can hold ({max(cap)} blocks)"
+        )
     rooms = [max(c - t, 0) for c, t in zip(cap, tails, strict=True)]
-    return GroupPlan(tails, rooms, tail_blocks)
+    return GroupPlan(tails, rooms, tail_blocks, notes)
 
 
 def expect_directories(

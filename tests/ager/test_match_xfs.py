@@ -14,8 +14,14 @@ import pytest
 
 from fsage.ager.images import loop_mount, make_image
 from fsage.ager.match import FREE_TV, MIN_FILES, SCORE_TOL, match_layout
-from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL
-from fsage.ager.match_xfs import path_neighbours, read_after_unmount
+from fsage.ager.match_disk import Disk
+from fsage.ager.match_target import DYNAMIC_TOL, FULLNESS_TOL, LayoutTarget
+from fsage.ager.match_xfs import (
+    files_per_directory,
+    group_plan,
+    path_neighbours,
+    read_after_unmount,
+)
 from fsage.cli.age import match_lines
 from tests.ager.gitaged import age_with_history, generated_repo
 from tests.ager.oracles import filefrag_buckets, free_histograms, tv
@@ -40,6 +46,56 @@ def _group_tails(image: Path) -> list[int]:
         rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
         tails.append(int(rows[-1][0]).bit_length() - 1 if rows else -1)
     return sorted(tails, reverse=True)
+
+
+class _Groups(Disk):
+    """Four allocation groups of 32,768 blocks, the log (16,384 blocks) in the third."""
+
+    kind = "xfs"
+    groups, group_blocks = 4, 32768
+
+    def group_capacity(self) -> list[int]:
+        return [32768, 32768, 16384, 32768]
+
+
+def _target(free: dict[int, tuple[int, int]]) -> LayoutTarget:
+    """A target whose free space is ``free``: log2 bucket -> (blocks, extents)."""
+    return LayoutTarget(
+        4096, 131072, 0.34, {0: (600, None), 1: (300, 1.0)},
+        {k: b for k, (b, _n) in free.items()}, "t", "xfs",
+        {"pairs": 600}, {}, {k: n for k, (_b, n) in free.items()},
+    )  # fmt: skip
+
+
+def test_group_plan_gives_each_group_one_of_the_largest_free_extents() -> None:
+    # A git-aged target's free space: three tails of 16,384+ blocks, the log's group's of
+    # 8,192+, and small holes.
+    plan = group_plan(_Groups(), _target({14: (75341, 3), 13: (10601, 1), 2: (356, 60)}))
+    assert plan is not None and not plan.notes
+    assert plan.tails[2] == 10601  # the log's group: the one tail it can hold
+    assert sorted(plan.tails) == [10601, 25113, 25113, 25113]
+    assert plan.rooms == [32768 - 25113, 32768 - 25113, 16384 - 10601, 32768 - 25113]
+    assert plan.tail_blocks == {14: 3 * 25113, 13: 10601}  # no spacers for those
+
+
+def test_group_plan_says_what_the_groups_cannot_give() -> None:
+    plan = group_plan(_Groups(), _target({13: (60000, 6), 2: (400, 80)}))
+    assert plan is not None and sum(t > 0 for t in plan.tails) == 4
+    assert any("2 free extent(s) of 256+ blocks more" in n for n in plan.notes), plan.notes
+    # No tail where the target's largest free extent is more than a group holds.
+    plan = group_plan(_Groups(), _target({15: (40000, 1), 2: (400, 80)}))
+    assert plan is not None and plan.tails == [0, 0, 0, 0]
+    assert any("longer than any allocation group" in n for n in plan.notes), plan.notes
+    # Not xfs, or no free extent of a MiB: no plan.
+    assert group_plan(_Groups(), _target({2: (400, 80)})) is None
+    other = _Groups()
+    other.kind = "ext4"
+    assert group_plan(other, _target({14: (20000, 1)})) is None
+
+
+def test_files_per_directory_counts_the_directories_holding_files() -> None:
+    # 900 files, 600 pairs of consecutive files of one directory: 300 directories hold them.
+    assert files_per_directory(_target({14: (20000, 1)})) == pytest.approx(3.0)
 
 
 def test_path_neighbours() -> None:
