@@ -124,8 +124,8 @@ def test_match_a_git_aged_xfs(tmp_path: Path) -> None:
     assert repair.returncode == 0, repair.stdout[-2000:] + repair.stderr[-2000:]
 
     # Fullness and free space as xfs_db counts them, for both images.
-    want_full, want_free, _n = free_histograms(target_img)
-    got_full, got_free, _n = free_histograms(img)
+    want_full, want_free, _want_n = free_histograms(target_img)
+    got_full, got_free, _got_n = free_histograms(img)
     assert abs(got_full - want_full) <= FULLNESS_TOL, (got_full, want_full, text)
     free_tv = tv(want_free, got_free)
     assert free_tv <= FREE_TV, (want_free, got_free, text)
