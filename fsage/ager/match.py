@@ -27,6 +27,10 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
    reports the closest state reached (the size buckets first, then the distance) per bucket
    and why it could not get closer.
 
+On xfs the largest free extents are the allocation groups' unwritten tails: the fill gives
+each group its share of the files and leaves it the target's tail (``match_xfs``), and the
+state left on disk is read on a read-only mount after unmount.
+
 The fill and the matcher's files are in ``match_fill``, the steering in ``match_steer``, the
 target and its comparison in ``match_target``, where the writes go in ``match_disk`` (every op
 through the executors every aging uses), the run's record, journal and resume in

@@ -264,7 +264,9 @@ class MountedDisk(Disk):
         made in it to the same group (until it is full: then to the next group). While one
         is kept empty, new directories go to the least filled of the others (the group
         after a full one would take its overflow): one landing elsewhere is left aside
-        (empty, under another name) and another one made."""
+        (empty, under another name) and another one made. With ``balance_groups``, to the
+        group furthest below its share that neither path-order neighbour is in; one landing
+        elsewhere is kept for a later directory of its group."""
         path = self.area / rel
         if self._avoid is None:
             if not path.exists():

@@ -52,7 +52,8 @@ def make_ahead(
     path order, each followed by a share (``ahead_share``) of its files, made empty; then
     commit, so that the writes are written back in their own order, not the creates'.
     ``seed``: which files (a generator of its own, so that the fill's draws stay as they
-    were)."""
+    were). Nothing where the disk makes directories when their first file is written
+    (``lazy_dirs``: xfs, whose groups they are placed in by what they will hold)."""
     rng = random.Random(seed)
     share = ahead_share(target)
     if not places or disk.lazy_dirs:
