@@ -564,10 +564,11 @@ class MatchWriter:
             alone = not (self.disk.groups or self.disk.can_place)
             if self.top_spacer and alone and self._top_as_spacer(top, want[top] * free_after):
                 top = -1
-            if top < max(want):
+            if top < max(want) or tails:
                 # The bucket holding the most free blocks is not the largest extents (a mail
                 # target's free space is mostly holes of a few blocks): no rest of the disk
-                # can give it, its holes are spacers like the others'.
+                # can give it, its holes are spacers like the others'. On xfs the groups'
+                # tails are the rest of the disk, and every other free extent a spacer.
                 top = -1
             for k, f in want.items():
                 if k == top:
