@@ -76,6 +76,8 @@ class MatchWriter:
         #: On xfs, the allocation groups' shares and free tails (see ``match_xfs``).
         self.groups_plan = group_plan(disk, target)
         self._last_dir = ""  # of the file written last
+        #: Spacers per file of the fill, where each breaks a run (see ``_scattered_places``).
+        self._spacer_share = 0.0
         if self.groups_plan is not None:
             disk.balance_groups(self.groups_plan.rooms)
             self.per_dir = files_per_directory(target) or self.per_dir
@@ -151,6 +153,8 @@ class MatchWriter:
         order."""
         loc = self.target.locality
         p = float(loc.get("adjacent", 1.0))
+        # On xfs a spacer lies between the file before it and the next one of its run.
+        p = min(1.0, p / (1.0 - self._spacer_share))
         rest = max(1.0 - p, 1e-9)
         near = min(1.0, float(loc.get("within_mib", rest)) / rest)
         in_group = float(loc.get("within_group", 0.0))
@@ -647,7 +651,10 @@ class MatchWriter:
                 order[i] = (order[i][0], order[i][1], b)
         pending: dict[int, list[tuple[str, int]]] = {}
         spacers: list[str] = []
-        placed = self._scattered_places(sum(1 for it in order if not it[0].startswith("spacer")))
+        n_files = sum(1 for it in order if not it[0].startswith("spacer"))
+        if self.groups_plan is not None:  # a spacer is beside the file it follows
+            self._spacer_share = min(0.5, (len(order) - n_files) / max(n_files, 1))
+        placed = self._scattered_places(n_files)
         if self.groups_plan is not None:  # levels 0: a place's directory is d<j>
             expect_directories(self.disk, order, placed, lambda p: f"d{int(p // self.per_dir):05d}")
         places = iter(placed)
