@@ -35,8 +35,10 @@ from fsage.ager.match_target import LayoutTarget, MeasuredState, measure
 if TYPE_CHECKING:
     from fsage.ager.match_disk import Disk
 
-#: Free extents at least this long (1 MiB of 4 KiB blocks) may be a group's unwritten tail.
-TAIL_MIN = 256
+#: Free extents at least this share of a group may be a group's unwritten tail: the holes
+#: between files are spacers (a fragmented target's holes of 256-511 blocks taken for tails
+#: left two groups to be filled to their last 400 blocks, and its free-space TV at 0.4).
+TAIL_SHARE = 1 / 16
 
 
 @dataclass
@@ -51,13 +53,14 @@ class GroupPlan:
     notes: list[str]
 
 
-def _large_extents(target: LayoutTarget, most: int) -> list[tuple[int, int]]:
-    """The target's ``most`` largest free extents of ``TAIL_MIN`` blocks or more, as (bucket,
-    length): each bucket's extents at its mean length (the histogram keeps no more)."""
+def _large_extents(target: LayoutTarget, most: int, least: int) -> list[tuple[int, int]]:
+    """The target's ``most`` largest free extents of buckets of ``least`` blocks or more, as
+    (bucket, length): each bucket's extents at its mean length (the histogram keeps no
+    more)."""
     out: list[tuple[int, int]] = []
     for k in sorted(target.free, reverse=True):
         n = target.free_counts.get(k, 0)
-        if (1 << k) < TAIL_MIN or not n:
+        if (1 << k) < least or not n:
             continue
         mean = target.free[k] // n
         out += [(k, mean)] * n
@@ -69,18 +72,23 @@ def _large_extents(target: LayoutTarget, most: int) -> list[tuple[int, int]]:
 def group_plan(disk: Disk, target: LayoutTarget) -> GroupPlan | None:
     """The tails and shares of ``disk``'s allocation groups for ``target``, or None where not
     xfs, its groups are not known, or the target has no free extent large enough to be a
-    tail. The largest tails go to the groups that can hold them (the log's group last)."""
+    tail in all groups but one. The largest tails go to the groups that can hold them (the
+    log's group last)."""
     cap = disk.group_capacity()
     if disk.kind != "xfs" or not cap or not target.free_counts:
         return None
-    ext = _large_extents(target, len(cap))
-    if not ext:
+    least = max(1, int(max(cap) * TAIL_SHARE))
+    ext = _large_extents(target, len(cap), least)
+    if len(ext) < len(cap) - 1:
+        # A tree written across the groups leaves each one a tail (the log's group may be
+        # filled); a target with fewer was not (a fragmented ext4 target's two: 0.4 off in
+        # free space planned so, matched by the spacers and a group kept empty).
         return None
     notes = []
-    more = sum(target.free_counts.get(k, 0) for k in target.free if 1 << k >= TAIL_MIN) - len(ext)
+    more = sum(target.free_counts.get(k, 0) for k in target.free if 1 << k >= least) - len(ext)
     if more > 0:
         notes.append(
-            f"the target has {more} free extent(s) of {TAIL_MIN}+ blocks more than this file"
+            f"the target has {more} free extent(s) of {least}+ blocks more than this file"
             f" system has allocation groups ({len(cap)}): those are made with spacers, which"
             " the groups' allocator may split"
         )

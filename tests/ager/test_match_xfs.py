@@ -81,13 +81,15 @@ def test_group_plan_gives_each_group_one_of_the_largest_free_extents() -> None:
 def test_group_plan_says_what_the_groups_cannot_give() -> None:
     plan = group_plan(_Groups(), _target({13: (60000, 6), 2: (400, 80)}))
     assert plan is not None and sum(t > 0 for t in plan.tails) == 4
-    assert any("2 free extent(s) of 256+ blocks more" in n for n in plan.notes), plan.notes
-    # No tail where the target's largest free extent is more than a group holds.
-    plan = group_plan(_Groups(), _target({15: (40000, 1), 2: (400, 80)}))
-    assert plan is not None and plan.tails == [0, 0, 0, 0]
+    assert any("2 free extent(s) of 2048+ blocks more" in n for n in plan.notes), plan.notes
+    # No tail where the target's free extent is more than a group holds.
+    plan = group_plan(_Groups(), _target({15: (40000, 1), 14: (60000, 3), 2: (400, 80)}))
+    assert plan is not None and sorted(plan.tails) == [0, 20000, 20000, 20000]
     assert any("longer than any allocation group" in n for n in plan.notes), plan.notes
-    # Not xfs, or no free extent of a MiB: no plan.
+    # Not xfs, or fewer free extents of a sixteenth of a group than groups less one (not a
+    # tree written across the groups): no plan.
     assert group_plan(_Groups(), _target({2: (400, 80)})) is None
+    assert group_plan(_Groups(), _target({14: (30606, 1), 13: (8192, 1), 8: (2416, 6)})) is None
     other = _Groups()
     other.kind = "ext4"
     assert group_plan(other, _target({14: (20000, 1)})) is None
