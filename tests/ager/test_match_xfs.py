@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from fsage.ager.images import loop_mount, make_image
 from fsage.ager.match import FREE_TV, MIN_FILES, SCORE_TOL, match_layout
@@ -22,6 +23,7 @@ from fsage.ager.match_xfs import (
     path_neighbours,
     read_after_unmount,
 )
+from fsage.cli import main
 from fsage.cli.age import match_lines
 from tests.ager.gitaged import age_with_history, generated_repo
 from tests.ager.oracles import filefrag_buckets, free_histograms, tv
@@ -118,7 +120,8 @@ def test_match_a_git_aged_xfs(tmp_path: Path) -> None:
         age_with_history(mnt, tmp_path / "repo", ids, trees=3)
     target = read_after_unmount(target_img).target
     img = make_image(tmp_path / "matched.img", "xfs", size)
-    res = match_layout(img, target, seed=1, mode="mount", time_limit=600.0)
+    journal = tmp_path / "match.jsonl"
+    res = match_layout(img, target, seed=1, mode="mount", time_limit=600.0, journal=journal)
     text = "\n".join(match_lines(res.to_json()))
     assert res.measured_by == "the live reader on a read-only mount after unmount", text
     assert res.matched, text
@@ -148,3 +151,13 @@ def test_match_a_git_aged_xfs(tmp_path: Path) -> None:
     # The path-order read, modeled from the state left on disk.
     want_dyn = target.locality["dynamic_score"]
     assert abs(res.report["locality"]["dynamic_score"] - want_dyn) <= DYNAMIC_TOL, text
+
+    # The match is an op stream: run again on a fresh image (the same kernel and mkfs
+    # parameters), it leaves the same free space, group by group.
+    replayed = make_image(tmp_path / "replayed.img", "xfs", size)
+    r = CliRunner().invoke(main, ["age", str(replayed), "--ops", str(journal)])
+    assert r.exit_code == 0, r.output
+    again_full, again_free, _again_n = free_histograms(replayed)
+    assert abs(again_full - got_full) <= 0.002, (again_full, got_full)
+    assert tv(got_free, again_free) <= 0.02, (got_free, again_free)
+    assert _group_tails(replayed) == got_tails
