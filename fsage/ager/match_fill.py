@@ -152,11 +152,12 @@ class MatchWriter:
         target's pairs within a group and farther. A target without locality keeps write
         order."""
         loc = self.target.locality
-        p = float(loc.get("adjacent", 1.0))
-        # On xfs a spacer lies between the file before it and the next one of its run.
-        p = min(1.0, p / (1.0 - self._spacer_share))
+        adjacent = float(loc.get("adjacent", 1.0))
+        # On xfs a spacer lies between the file before it and the next one of its run: the
+        # pairs it breaks, a hole apart, are near pairs the runs need not make.
+        p = min(1.0, adjacent / (1.0 - self._spacer_share))
         rest = max(1.0 - p, 1e-9)
-        near = min(1.0, float(loc.get("within_mib", rest)) / rest)
+        near = min(1.0, max(float(loc.get("within_mib", rest)) - (p - adjacent), 0.0) / rest)
         in_group = float(loc.get("within_group", 0.0))
         farther = float(loc.get("farther", 0.0))
         moved = 1.0 - math.sqrt(near)
