@@ -84,6 +84,27 @@ def read_target(image: Path, name: str) -> LayoutTarget:
     return target_from_layout(read_ext_layout(image), name)
 
 
+def group_tails(image: Path) -> list[str]:
+    """xfs: each allocation group's longest free-extent bucket and its free blocks, as
+    ``xfs_db freesp -a`` counts them (a git-aged target's free space is the groups' tails)."""
+    if fs_kind(image) != "xfs":
+        return []
+    out = []
+    sb = subprocess.run(
+        ["xfs_db", "-r", "-c", "sb 0", "-c", "p agcount", str(image)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for ag in range(int(sb.split("=")[1])):
+        text = subprocess.run(
+            ["xfs_db", "-r", "-c", f"freesp -a {ag}", str(image)],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        rows = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0].isdigit()]
+        free = sum(int(r[3]) for r in rows)
+        out.append(f"{rows[-1][0]}+ of {free}" if rows else "none")
+    return out
+
+
 def measure_row(
     name: str, image: Path, target: LayoutTarget, oracle_target: tuple[Any, ...], bs: int
 ) -> dict[str, Any]:
@@ -119,6 +140,7 @@ def measure_row(
         "name": name, "buckets": buckets, "free_tv": free_tv, "free_tv_extents": free_tv_n,
         "fsage_free_tv": rep["free_tv"], "fullness": full, "fsage_fullness": st.fullness,
         "dynamic": dyn, "locality": st.locality, "failed": failed, "free_blocks": blocks,
+        "group_tails": group_tails(image),
     }  # fmt: skip
 
 
@@ -141,6 +163,9 @@ def print_row(row: dict[str, Any]) -> None:
     print(f"  {'':>10}  buckets ≥{MIN_FILES} files, target>filefrag(fsage): {cells}")
     holes = " ".join(f"{1 << k}+:{n}" for k, n in sorted(row["free_blocks"].items()) if n)
     print(f"  {'':>10}  free blocks in holes of (blocks): {holes}")
+    if row["group_tails"]:
+        tails = "; ".join(f"AG {g}: {t}" for g, t in enumerate(row["group_tails"]))
+        print(f"  {'':>10}  longest free extent bucket of free blocks (xfs_db): {tails}")
     verdict = "matched" if not row["failed"] else "off in " + ", ".join(row["failed"])
     print(f"  {'':>10}  {verdict}")
 

@@ -27,6 +27,10 @@ fullness — taken from a stored snapshot or a JSON file. The matcher
    reports the closest state reached (the size buckets first, then the distance) per bucket
    and why it could not get closer.
 
+On xfs the largest free extents are the allocation groups' unwritten tails: the fill gives
+each group its share of the files and leaves it the target's tail (``match_xfs``), and the
+state left on disk is read on a read-only mount after unmount.
+
 The fill and the matcher's files are in ``match_fill``, the steering in ``match_steer``, the
 target and its comparison in ``match_target``, where the writes go in ``match_disk`` (every op
 through the executors every aging uses), the run's record, journal and resume in
@@ -399,6 +403,8 @@ def _match(
     # An ext image is judged by the offline reader once unmounted: the state left on disk,
     # not what the kernel showed while mounted (its reservations and unflushed metadata).
     offline_after = path.is_file() and image_kind(path) == "ext"
+    # An xfs image: by the live reader on a read-only mount once unmounted (see match_xfs).
+    xfs_after = path.is_file() and image_kind(path) == "xfs"
     live: MeasuredState | None = None
     kind, block_size = probe(path)
     if block_size:  # else open_disk says what the path is not
@@ -429,7 +435,7 @@ def _match(
                 matcher.adopt()
             try:
                 res = matcher.run(adopted=rec.kept and rec.phase == "rounds")
-                if not offline_after:
+                if not (offline_after or xfs_after):
                     live = matcher.snapshot()
             except OSError as exc:
                 raise WorkloadError(f"matching {path}: {exc}") from None
@@ -453,10 +459,15 @@ def _match(
         rec.ops = rec.base_ops + len(disk.ops)
         # A kernel-path match of an image is finished once the state left on disk is judged
         # (see below); until then its record says where --resume would go on.
-        kernel_image = offline_after and not isinstance(disk, OfflineDisk)
+        kernel_image = (offline_after or xfs_after) and not isinstance(disk, OfflineDisk)
         rec.save(finished=not kernel_image, clean=True)
         rec.close()
-    if live is None:
+    if xfs_after:
+        from fsage.ager.match_xfs import read_after_unmount
+
+        final = read_after_unmount(path)
+        res.measured_by = "the live reader on a read-only mount after unmount"
+    elif live is None:
         from fsage.snapshotter.ext import read_ext_layout
 
         final = measure(read_ext_layout(path))
@@ -504,6 +515,9 @@ def _match(
     res.reasons = (
         {} if res.matched else _reasons(res.report, matcher.last_actions, matcher.locality_reason)
     )
+    plan = matcher.groups_plan
+    if "free space" in res.reasons and plan is not None and plan.notes:
+        res.reasons["free space"] += "; " + "; ".join(plan.notes)  # what xfs's groups cannot give
     res.target = str(path)
     res.offline = isinstance(disk, OfflineDisk)
     res.journal = str(rec.journal.path)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from fsage.ager.match_xfs import path_neighbours
 from fsage.ager.posix import PosixExecutor
 from fsage.ager.runjournal import _Journal, _stepper
 from fsage.ager.targets import lift_ext4_reserve
@@ -104,6 +105,21 @@ class Disk:
 
     def keep_group_empty(self, group: int) -> None:
         """Put no new directory (so, on xfs, no new file's data) in region ``group``."""
+
+    #: Directories are made when their first file is written, not ahead (``balance_groups``).
+    lazy_dirs: bool = False
+
+    def group_capacity(self) -> list[int]:
+        """Blocks each region (xfs allocation group) can hold, its log left out; []: none."""
+        return []
+
+    def balance_groups(self, rooms: list[int]) -> None:
+        """Put each new directory in the region furthest below its share ``rooms`` (blocks)
+        of the files written (see ``match_xfs``)."""
+
+    def expect(self, blocks: dict[str, int]) -> None:
+        """The blocks each directory (relative to the area) is to hold, counted in its region
+        from when it is made (``balance_groups``)."""
 
     def precreate(self, rels: list[str]) -> None:
         """Make the files at ``rels`` (relative to the area) empty, in that order, before
@@ -199,6 +215,12 @@ class MountedDisk(Disk):
                 if 0 <= log_group < self.groups:
                     self._room[log_group] -= log_blocks
                 self._placed = [0] * self.groups
+        self._cap = list(self._room)
+        #: Empty directories made in a group other than the one wanted (``balance_groups``).
+        self._spare: dict[int, list[str]] = {}
+        #: Blocks each directory is to hold (``expect``) and those not written yet per group.
+        self._expected: dict[str, int] = {}
+        self._due = [0] * self.groups
         self.x = PosixExecutor(root)
 
     def prepare(self) -> None:
@@ -212,6 +234,19 @@ class MountedDisk(Disk):
 
     def keep_group_empty(self, group: int) -> None:
         self._avoid = self.kept_empty = group
+
+    def group_capacity(self) -> list[int]:
+        return list(self._cap)
+
+    def balance_groups(self, rooms: list[int]) -> None:
+        # Placed by the blocks written in them, so made when their first file is.
+        self._room, self._avoid, self.lazy_dirs = list(rooms), -1, True
+
+    def expect(self, blocks: dict[str, int]) -> None:
+        # Counted in its group once made, until written: a directory's files come
+        # scattered over the fill, and groups judged by what was written so far took in
+        # more directories than they could hold (the log's group 18 % over its share).
+        self._expected.update(blocks)
 
     def _group_dir(self, group: int) -> str | None:
         """A directory (relative to the area) whose inode is in allocation group ``group``:
@@ -233,19 +268,33 @@ class MountedDisk(Disk):
         made in it to the same group (until it is full: then to the next group). While one
         is kept empty, new directories go to the least filled of the others (the group
         after a full one would take its overflow): one landing elsewhere is left aside
-        (empty, under another name) and another one made."""
+        (empty, under another name) and another one made. With ``balance_groups``, to the
+        group furthest below its share that neither path-order neighbour is in; one landing
+        elsewhere is kept for a later directory of its group."""
         path = self.area / rel
         if self._avoid is None:
             if not path.exists():
                 self._run(Op("mkdir", self._p(rel)))
             return
         others = [g for g in range(self.groups) if g != self._avoid]
-        best = min(others, key=lambda g: self._placed[g] / max(self._room[g], 1))
+        if self.lazy_dirs:
+            near = {self._dir_group.get(n) for n in path_neighbours(rel)}
+            others = [g for g in others if g not in near] or others
+        best = min(others, key=lambda g: (self._placed[g] + self._due[g]) / max(self._room[g], 1))
         fallback = None
+        self._due[best] += self._expected.get(rel, 0)
+        if self._spare.get(best):  # one made for another directory, in this group
+            self._run(Op("rename", self._p(self._spare[best].pop()), dest=self._p(rel)))
+            self._dir_group[rel] = best
+            return
         for attempt in range(4 * self.groups + 1):
             tmp = f".{rel}.{attempt}"
             self._run(Op("mkdir", self._p(tmp)))
             g = self._ino(tmp) >> self._ino_shift
+            if self.lazy_dirs and g != best:
+                # Kept for a later directory of its group (removed if none takes it).
+                self._spare.setdefault(g, []).append(tmp)
+                continue
             if g == best:
                 self._run(Op("rename", self._p(tmp), dest=self._p(rel)))
                 self._dir_group[rel] = g
@@ -283,17 +332,27 @@ class MountedDisk(Disk):
         self._reserved.update(rels)
 
     def drop_precreated(self) -> int:
+        for tmp in sorted(t for spare in self._spare.values() for t in spare):
+            self._run(Op("delete", self._p(tmp)))  # directories no directory took
+        self._spare.clear()
+        self._expected.clear()  # the files the fill left out
+        self._due = [0] * self.groups
         left = sorted(self._reserved)
         for rel in left:
             self.unlink(rel)
         return len(left)
 
     def _place(self, rel: str, size: int) -> None:
-        g = self._dir_group.get(rel.partition("/")[0])
+        top = rel.partition("/")[0]
+        g = self._dir_group.get(top)
         if g is not None:
             blocks = -(-size // self.bs)
             self._placed[g] += blocks
             self._file_blocks[rel] = (g, blocks)
+            due = min(self._expected.get(top, 0), blocks)
+            if due:
+                self._expected[top] -= due
+                self._due[g] -= due
 
     def create(self, rel: str, size: int, at_once: bool = False) -> int:
         """``at_once``: the kernel writes a large file back a few MiB at a time, interleaved

@@ -11,6 +11,7 @@ import errno
 import math
 import random
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 from fsage.ager.match_dirs import tree_shape
@@ -18,6 +19,7 @@ from fsage.ager.match_disk import Disk
 from fsage.ager.match_holes import SMALL, Item, SpacerOrder
 from fsage.ager.match_locality import make_ahead
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
+from fsage.ager.match_xfs import expect_directories, files_per_directory, group_plan
 from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
@@ -64,7 +66,16 @@ class MatchWriter(SpacerOrder):
         self.levels = max(0, min(depth - 2, 16)) if not disk.groups else 0
         #: Files per directory of files and directories per parent directory (fractions: a
         #: directory holds the places from ceil(j * per_dir) on; see ``_path_at``).
+        self.per_dir: Fraction | float
         self.per_dir, self.nest = tree_shape(target, self.levels, PER_DIR, NEST)
+        #: On xfs, the allocation groups' shares and free tails (see ``match_xfs``).
+        self.groups_plan = group_plan(disk, target)
+        self._last_dir = ""  # of the file written last
+        #: Spacers per file of the fill, where each breaks a run (see ``_scattered_places``).
+        self._spacer_share = 0.0
+        if self.groups_plan is not None:
+            disk.balance_groups(self.groups_plan.rooms)
+            self.per_dir = files_per_directory(target) or self.per_dir
         self.last_actions: dict[str, str] = {}
         #: Files allocated (not written) to take blocks from the large free extents.
         self.fillers: list[str] = []
@@ -131,6 +142,8 @@ class MatchWriter(SpacerOrder):
         self.spacer_serial += 1
         i = self.spacer_serial
         d = f"s{i // (PER_DIR * 4):05d}"
+        if self.groups_plan is not None and self._last_dir:
+            d = self._last_dir  # on xfs, beside the file it follows (see match_xfs)
         if d not in self.dirs_made:
             self._mkdir(d)
         return f"{d}/s{i:08d}"
@@ -151,9 +164,12 @@ class MatchWriter(SpacerOrder):
         there (a spacer inside a run leaves a hole between two files read one after the
         other), and the other ends are drawn fewer to make up for them."""
         loc = self.target.locality
-        p = float(loc.get("adjacent", 1.0))
+        adjacent = float(loc.get("adjacent", 1.0))
+        # On xfs a spacer lies between the file before it and the next one of its run: the
+        # pairs it breaks, a hole apart, are near pairs the runs need not make.
+        p = min(1.0, adjacent / (1.0 - self._spacer_share))
         rest = max(1.0 - p, 1e-9)
-        near = min(1.0, float(loc.get("within_mib", rest)) / rest)
+        near = min(1.0, max(float(loc.get("within_mib", rest)) - (p - adjacent), 0.0) / rest)
         in_group = float(loc.get("within_group", 0.0))
         farther = float(loc.get("farther", 0.0))
         moved = 1.0 - math.sqrt(near)
@@ -183,6 +199,10 @@ class MatchWriter(SpacerOrder):
         per_run = per_file * n / max(len(runs), 1)
         window = max(1.0, (1 << 20) / self.bs / per_run / 4)
         group = max(4 * window, gb / per_run)
+        if self.groups_plan is not None:
+            # On xfs the writes go to all groups at once: a run moved by n places lands
+            # about n / groups runs from its neighbours in its group.
+            window, group = window * self.disk.groups, group * self.disk.groups
         keys: list[float] = []
         for i in range(len(runs)):
             u = self.rng.random()
@@ -206,6 +226,7 @@ class MatchWriter(SpacerOrder):
         return place
 
     def _written(self, rel: str, ino: int, size: int) -> None:
+        self._last_dir = rel.rpartition("/")[0]
         self.paths[ino] = rel
         self.sizes[rel] = size
         self.files_written += 1
@@ -250,6 +271,11 @@ class MatchWriter(SpacerOrder):
         """The fullness the file system will have once unmounted: on xfs, the disk's
         (statvfs) less the reservations a read-write mount holds (measured once, as the
         difference from the free-space map; see ``measure``)."""
+        if self.disk.kind == "xfs":
+            # Written back first: until then statvfs counts each new extent's worst-case
+            # btree blocks as used (a git-like fill of small files stopped a third of the
+            # way, its files taking the budget a few times over).
+            self.disk.commit()
         if self._held_back is None:
             self._held_back = 0.0
             if self.disk.kind == "xfs":
@@ -475,7 +501,9 @@ class MatchWriter(SpacerOrder):
             self._largest = inputs.get("largest")
         else:
             self._largest = None
-        self._keep_a_group_empty()
+        if self.groups_plan is None:
+            self._keep_a_group_empty()
+        tails = self.groups_plan.tail_blocks if self.groups_plan else {}
         scale = self.total / t.blocks_total if t.blocks_total else 1.0
         plan: list[tuple[str, int]] = []
         for k, (n, score) in t.buckets.items():
@@ -504,15 +532,17 @@ class MatchWriter(SpacerOrder):
             alone = not (self.disk.groups or self.disk.can_place)
             if self.top_spacer and alone and self._top_as_spacer(top, want[top] * free_after):
                 top = -1
-            if top < max(want):
+            if top < max(want) or tails:
                 # The bucket holding the most free blocks is not the largest extents (a mail
                 # target's free space is mostly holes of a few blocks): no rest of the disk
-                # can give it, its holes are spacers like the others'.
+                # can give it, its holes are spacers like the others'. On xfs the groups'
+                # tails are the rest of the disk, and every other free extent a spacer.
                 top = -1
             for k, f in want.items():
                 if k == top:
                     continue
-                left = round(f * free_after)  # a hole of exactly 1 << k blocks is kept
+                # A hole of exactly 1 << k blocks is kept; the groups' tails are no spacers.
+                left = round(f * free_after) - tails.get(k, 0)
                 while left >= 1 << k:
                     # Every block of the bucket goes into a hole of its size: the last hole
                     # takes what is left when it fits, and no draw leaves less than a hole.
@@ -600,7 +630,8 @@ class MatchWriter(SpacerOrder):
         spacers: list[str] = []
         # Where the allocator will not put a file next to the one written before it: after
         # a spacer, and between the small files and the large (ext4 on the kernel puts them
-        # in different places).
+        # in different places). On xfs a spacer lies beside the file it follows instead, and
+        # the runs are made longer for the pairs it breaks (``_spacer_share``).
         breaks: set[int] = set()
         written = 0
         prev: Item | None = None
@@ -613,7 +644,13 @@ class MatchWriter(SpacerOrder):
                 breaks.add(written - 1)
             prev = it
             written += 1
-        places = iter(self._scattered_places(written, frozenset(breaks)))
+        if self.groups_plan is not None:
+            breaks = set()
+            self._spacer_share = min(0.5, (len(order) - written) / max(written, 1))
+        placed = self._scattered_places(written, frozenset(breaks))
+        if self.groups_plan is not None:  # levels 0: a place's directory is d<j>
+            expect_directories(self.disk, order, placed, lambda p: f"d{int(p // self.per_dir):05d}")
+        places = iter(placed)
         try:
             for i, (kind, v, blocks) in enumerate(order):
                 if i % 256 == 255:

@@ -44,7 +44,7 @@ def make_ahead(
     disk: Disk,
     target: LayoutTarget,
     places: range,
-    per_dir: Fraction,
+    per_dir: Fraction | float,
     path_at: Callable[[int], str],
     seed: int,
 ) -> None:
@@ -53,10 +53,11 @@ def make_ahead(
     path order, each followed by a share (``ahead_share``) of its files, made empty; then
     commit, so that the writes are written back in their own order, not the creates'.
     ``seed``: which files (a generator of its own, so that the fill's draws stay as they
-    were)."""
+    were). Nothing where the disk makes directories when their first file is written
+    (``lazy_dirs``: xfs, whose groups they are placed in by what they will hold)."""
     rng = random.Random(seed)
     share = ahead_share(target)
-    if not places:
+    if not places or disk.lazy_dirs:
         return
     first = int(places.start // per_dir)
     last = int((places.stop - 1) // per_dir)
