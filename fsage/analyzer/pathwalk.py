@@ -40,7 +40,7 @@ def _own(rec: npt.NDArray[Any]) -> dict[str, I64]:
 
 class PathWalk:
     def __init__(self, tmp: Path, tabs: _InodeTables | None, root: int, bs: int,
-                 group_blocks: int | None, files: int, top_ino: int) -> None:  # fmt: skip
+                 group_blocks: int | None, parents: I64, entries: I64) -> None:  # fmt: skip
         self.tmp = tmp
         self.tabs = tabs
         self.root = root
@@ -49,9 +49,12 @@ class PathWalk:
         self.kids = Buckets(tmp, "kids", REC, names=True)
         self.dirs: list[npt.NDArray[Any]] = []  # the records of files that name entries
         self.root_rec: npt.NDArray[Any] | None = None
-        # buckets by parent inode, of a fixed width (their order is the parents' order):
-        # about a window's records each where inodes are dense
-        self.width = max((top_ino + 1) // max(files // spill.WINDOW, 1), 1)
+        # buckets by ranges of parents (their order is the parents' order) of about a
+        # window's entries each (``entries``: the names each of ``parents`` holds); one
+        # directory's entries are sorted together, however many
+        total = np.cumsum(entries)
+        cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0)) if total.size else total
+        self.cuts = parents[cut]
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,
             parents: I64) -> None:  # fmt: skip
@@ -68,7 +71,7 @@ class PathWalk:
         named = np.flatnonzero(rec["parent"] >= 0)
         if named.size == 0:
             return
-        bucket = rec["parent"][named] // self.width
+        bucket = np.searchsorted(self.cuts, rec["parent"][named], side="right")
         sub_off = np.zeros(named.size + 1, np.uint64)
         lens = (name_off[1:] - name_off[:-1])[name_row[named]]
         np.cumsum(lens, out=sub_off[1:])

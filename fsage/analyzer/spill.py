@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 #: Values read back at a time.
-WINDOW = 1 << 18
+WINDOW = 1 << 16
 
 
 class Buckets:

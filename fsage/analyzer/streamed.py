@@ -41,9 +41,8 @@ class StreamedFigures:
     """Fed the parts of one snapshot in inode order (``add``), then ``finish``."""
 
     def __init__(self, head: Layout, all_ino: list[npt.NDArray[np.uint64]], root: int,
-                 parents: npt.NDArray[np.int64], tmp: Path) -> None:  # fmt: skip
-        files = sum(int(x.size) for x in all_ino)
-        top = max((int(x[-1]) for x in all_ino if x.size), default=0)
+                 parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
+                 tmp: Path) -> None:  # fmt: skip
         self.head = head
         self.bs = head.facts.block_size
         self.tabs = geometry(head, all_ino)
@@ -60,7 +59,7 @@ class StreamedFigures:
         self.i2d = Values(tmp / "i2d", np.int64)
         self.inode_scan = Scan.new(self.tabs)
         self.inode_disc = self.inode_blocks = 0
-        self.walk = PathWalk(tmp, self.tabs, root, self.bs, blocks_per_group(head), files, top)
+        self.walk = PathWalk(tmp, self.tabs, root, self.bs, blocks_per_group(head), parents, entries)
         self.ipg = inodes_per_group(head)
         tables = [g.get("inode_table") for g in head.facts.groups]
         isize = fact(head, "inode_size", "s_inode_size")

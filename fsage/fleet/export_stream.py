@@ -123,11 +123,12 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
 
 def _names_by_part(
     sp: SnapshotParts, tmp: Path, parents: I64
-) -> tuple[Buckets, list[tuple[int, int, int, str]], I64]:
+) -> tuple[Buckets, list[tuple[int, int, int, str]], I64, I64]:
     """The user files' names bucketed by part (``LINK`` records), the names whose inode
-    names entries (seq, parent, inode, name) and, of those, the inodes some other name
-    names."""
+    names entries (seq, parent, inode, name), of those the inodes some other name names,
+    and how many names each of ``parents`` holds."""
     out = Buckets(tmp, "links", LINK, names=True)
+    counts = np.zeros(parents.size, np.int64)
     dirs: list[tuple[int, int, int, str]] = []
     named: list[I64] = []
     for n in sp.names():
@@ -147,11 +148,14 @@ def _names_by_part(
         rec["ino"] = ino[user]
         rec["parent"] = parent[user]
         rec["valid"] = (parent[user] != ino[user]) & sp.exists(n.parent[user])
+        if parents.size:  # the entries of each directory, for the walk's buckets
+            named_by = np.searchsorted(parents, parent[user][rec["valid"] != 0])
+            counts += np.bincount(named_by, minlength=parents.size)[: parents.size]
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
     dirs.sort()
     seen = np.unique(np.concatenate(named)) if named else np.zeros(0, np.int64)
-    return out, dirs, seen
+    return out, dirs, seen, counts
 
 
 def _subset(n: Names, rows: I64) -> Names:
@@ -186,7 +190,7 @@ def export_snapshot(
     fs = row.fs_name
     parents, any_name = _parents(sp)
     root_ino = head.root_ino
-    links, dirs, named = _names_by_part(sp, tmp, parents)
+    links, dirs, named, entries = _names_by_part(sp, tmp, parents)
     prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
     root = -1
     if sp.exists(np.array([root_ino], np.uint64))[0] and (
@@ -199,7 +203,7 @@ def export_snapshot(
             root = int(tops[0])
     del dirs, named
     tick()
-    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, tmp)
+    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp)
     bounds = sp.bounds.tolist()
     versions = 0
     for k, part in sp.parts():
