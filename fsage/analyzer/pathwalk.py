@@ -12,6 +12,7 @@ memory), and the objects, bucketed again by position, are read back in walk orde
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ class PathWalk:
                          name_off[1:][name_row[named]].astype(np.int64))]  # fmt: skip
         self.kids.add(bucket, rec[named], sub_off, sub.tobytes())
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, trim: Callable[[], None] | None = None) -> dict[str, Any]:
         dirs = np.concatenate(self.dirs) if self.dirs else np.zeros(0, REC)
         self.dirs = []
         order = np.argsort(dirs["ino"], kind="stable")
@@ -114,6 +115,8 @@ class PathWalk:
             is_dir = (d_ino[q] == rec["ino"]) if nd else np.zeros(rec.size, bool)
             edges.append((q[is_dir], j[is_dir]))
             walked.add(rec)
+        if trim is not None:
+            trim()
         # 2. subtree sizes bottom-up, positions top-down (one number per directory)
         dpar = np.full(nd, -1, np.int64)
         if nd:
@@ -227,6 +230,8 @@ class PathWalk:
                 np.add.at(seg_disc, seg, disc)
                 np.add.at(seg_blocks, seg, blocks)
                 has_seg[kp] = True
+        if trim is not None:
+            trim()
         # 4. the objects in walk order, the root first
         path = Scan.new(self.tabs)
         p_disc = p_blocks = 0

@@ -10,6 +10,7 @@ at a time. What stays in memory: per-bucket totals, one record per directory, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.analysis import bucket_fields, size_bucket
-from fsage.analyzer.freespace import free_space
+from fsage.analyzer import spill
+from fsage.analyzer.freespace import MAX_BUCKET, FreeSpace, _log2_floor, free_space
 from fsage.analyzer.locality import (
     GAP_BUCKETS,
     blocks_per_group,
@@ -37,13 +39,71 @@ I64 = npt.NDArray[np.int64]
 MAX_BUCKETS = 65
 
 
+def free_figures(layout: Layout) -> tuple[dict[str, Any], int]:
+    """The free-space figures of ``SnapshotAnalyzer.free`` the export reads, and the free
+    blocks of its summary: a window of extents at a time where they come sorted and apart
+    (as readers give them, nothing to merge), else by ``free_space``."""
+    f = layout.facts
+    fs = _free_by_window(layout)
+    if fs is None:
+        fs = free_space(layout.free, f.block_size, f.blocks_total, f.first_data_block)
+    return fs.to_json(), layout.blocks_free
+
+
+def _free_by_window(layout: Layout) -> FreeSpace | None:
+    f = layout.facts
+    free = layout.free
+    chunk_blocks = max((1 << 20) // f.block_size, 1)
+    counts = np.zeros(MAX_BUCKET + 1, np.int64)
+    blocks = np.zeros(MAX_BUCKET + 1, np.int64)
+    total = extents = chunks = 0
+    largest, smallest = 0, None
+    prev_end = -1
+    for lo in range(0, len(free.start), spill.WINDOW):
+        start = free.start[lo : lo + spill.WINDOW].astype(np.int64)
+        length = free.length[lo : lo + spill.WINDOW].astype(np.int64)
+        keep = length > 0
+        start, length = start[keep], length[keep]
+        if start.size == 0:
+            continue
+        end = start + length
+        if int(start[0]) <= prev_end or bool(np.any(start[1:] <= end[:-1])):
+            return None  # out of order or touching: merged whole
+        prev_end = int(end[-1])
+        k = np.minimum(_log2_floor(length), MAX_BUCKET)
+        counts += np.bincount(k, minlength=MAX_BUCKET + 1)
+        blocks += np.bincount(k, weights=length, minlength=MAX_BUCKET + 1).astype(np.int64)
+        first = -(-start // chunk_blocks)
+        if f.first_data_block > 0:
+            first = np.maximum(first, 1)
+        chunks += int(np.maximum(end // chunk_blocks - first, 0).sum())
+        total += int(length.sum())
+        extents += int(length.size)
+        largest = max(largest, int(length.max()))
+        smallest = int(length.min()) if smallest is None else min(smallest, int(length.min()))
+    return FreeSpace(
+        block_size=f.block_size,
+        blocks_total=f.blocks_total,
+        blocks_free=total,
+        extents=extents,
+        largest=largest,
+        smallest=smallest or 0,
+        chunk_blocks=chunk_blocks,
+        chunks_total=(f.blocks_total + chunk_blocks) // chunk_blocks,
+        chunks_free=chunks,
+        buckets=[(int(i), int(counts[i]), int(blocks[i])) for i in np.flatnonzero(counts)],
+    )
+
+
 class StreamedFigures:
     """Fed the parts of one snapshot in inode order (``add``), then ``finish``."""
 
     def __init__(self, head: Layout, all_ino: list[npt.NDArray[np.uint64]], root: int,
                  parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
-                 tmp: Path) -> None:  # fmt: skip
+                 tmp: Path, free: tuple[dict[str, Any], int] | None = None) -> None:  # fmt: skip
+        """``free``: ``free_figures(head)``, when the caller has let go of the free map."""
         self.head = head
+        self.free = free if free is not None else free_figures(head)
         self.bs = head.facts.block_size
         self.tabs = geometry(head, all_ino)
         self.root = root  # the walk's root inode (-1: none)
@@ -134,14 +194,15 @@ class StreamedFigures:
             rec[key] = own[key]
         self.walk.add(rec, name_row, name_off, names, self.parents)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, trim: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The figures (``trim``: gives freed memory back between the walk's steps)."""
         c = self.count
         head, bs = self.head, self.bs
         f = head.facts
         summ = {
             "block_size": bs,
             "blocks_total": f.blocks_total,
-            "blocks_free": head.blocks_free,
+            "blocks_free": self.free[1],
             "files": c["files"],
             "directories": c["dirs"],
             "data_blocks": c["data_blocks"],
@@ -169,8 +230,8 @@ class StreamedFigures:
                     "layout_score": int(cont[i]) / int(den[i]) if den[i] else None,
                 }
             )
-        free = free_space(head.free, bs, f.blocks_total, f.first_data_block).to_json()
-        walk = self.walk.finish()
+        free = self.free[0]
+        walk = self.walk.finish(trim)
         i2d = None
         if self.itab is not None and self.i2d.n:
             i2d = {"median": self.i2d.median()}

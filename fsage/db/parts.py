@@ -42,7 +42,7 @@ U64 = npt.NDArray[np.uint64]
 #: Files of one chunk in one part (at most).
 PART_ROWS = 1 << 16
 #: Names of a chunk read at a time by ``names()``.
-NAME_ROWS = 1 << 18
+NAME_ROWS = 1 << 16
 #: Bytes of a column checksummed at a time.
 CRC_PIECE = 1 << 22
 
@@ -80,20 +80,41 @@ class _Column:
         self.blob = reader.blob
         a, _ = reader.spans[i]
         head = bytes(self.blob[a : a + _HEADER.size])
-        self.n, _first, _base, self.width, flags = _HEADER.unpack(head)
-        if flags & 1:
-            raise ValueError(f"column {name} is stored as differences")
-        self.head = head
+        self.n, self.first, _base, self.width, flags = _HEADER.unpack(head)
+        self.delta = bool(flags & 1)
+        # as a column of values (the differences themselves, for a column of differences)
+        self.head = head[:25] + bytes([flags & ~1])
         self.start = a + _HEADER.size
 
     def rows(self, lo: int, hi: int) -> npt.NDArray[Any]:
+        if self.delta:
+            raise ValueError("a column of differences is read in order (differences)")
+        return self._raw(lo, hi, self.dtype)
+
+    def _raw(self, lo: int, hi: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         if not 0 <= lo <= hi <= self.n:
             raise ValueError("rows outside the column")
         w = self.width
         raw = bytes(self.blob[self.start + lo * w : self.start + hi * w])
         head = struct.pack("<Q", hi - lo) + self.head[8:]
-        (out,) = _ext2fs.unpack_columns(head + raw, [self.dtype.itemsize])
-        return np.frombuffer(out, self.dtype)
+        (out,) = _ext2fs.unpack_columns(head + raw, [dtype.itemsize])
+        return np.frombuffer(out, dtype)
+
+    def differences(self, step: int) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        """(first row, values) of a column of differences, ``step`` rows at a time: each
+        value the previous one plus its stored difference, the first one stored whole (as
+        ``_columns.c`` decodes them, modulo 2**64)."""
+        prev = np.uint64(0)
+        for lo in range(0, self.n, step):
+            hi = min(lo + step, self.n)
+            d = self._raw(lo, hi, np.dtype(np.uint64)).copy()
+            if lo == 0:
+                d[0] = np.uint64(self.first % (1 << 64))
+            else:
+                d[0] += prev
+            values = np.cumsum(d, dtype=np.uint64)
+            prev = values[-1]
+            yield lo, values.astype(self.dtype)
 
 
 def _verify(
@@ -283,37 +304,48 @@ class SnapshotParts:
                 files, gen, digest = files.take(order), gen[order], digest[order]
             yield k, Part(files, gen, digest)
 
+    def parents(self) -> Iterator[U64]:
+        """The directory of every name of a valid version, a piece at a time."""
+        for c in self.chunks:
+            with _decoding(c.first_snap):
+                parents = c.col("link_parents")
+                for lo, rows in c.col("link_rows").differences(NAME_ROWS):
+                    rows = rows.astype(np.int64)
+                    if rows.size and int(rows.max()) >= c.n:
+                        raise ValueError("a name of a version the chunk does not hold")
+                    yield parents.rows(lo, lo + rows.size)[c.valid[rows]]
+
     def names(self) -> Iterator[Names]:
         """The snapshot's names in link order (a chunk's, ``NAME_ROWS`` at a time): every
         name of a valid version, reserved inodes' included, as a rebuilt layout has them."""
         seq = 0
         for c in self.chunks:
             with _decoding(c.first_snap):
-                link_row = c.body["link_rows"].astype(np.int64)
-                if link_row.size and int(link_row.max()) >= c.n:
-                    raise ValueError("a name of a version the chunk does not hold")
                 ino = c.keys["ino"].astype(np.uint64, copy=False)
                 lens, parents = c.col("name_lens"), c.col("link_parents")
                 names = c.col("names")
-                if lens.n != link_row.size or parents.n != link_row.size:
+                link_rows = c.col("link_rows")
+                if lens.n != link_rows.n or parents.n != link_rows.n:
                     raise ValueError("name columns disagree")
                 pos = 0
-                step = NAME_ROWS
-                for lo in range(0, max(link_row.size, 1), step):
-                    hi = min(lo + step, link_row.size)
-                    if hi <= lo:
-                        break
-                    rows = link_row[lo:hi]
+                for lo, rows_u in link_rows.differences(NAME_ROWS):
+                    rows = rows_u.astype(np.int64)
+                    hi = lo + rows.size
+                    if rows.size and int(rows.max()) >= c.n:
+                        raise ValueError("a name of a version the chunk does not hold")
                     ln = lens.rows(lo, hi).astype(np.uint64)
-                    off = np.zeros(ln.size + 1, np.uint64)
-                    np.cumsum(ln, out=off[1:])
-                    end = pos + int(off[-1])
+                    end = pos + int(ln.sum())
                     if end > names.n:
                         raise ValueError("name columns disagree")
                     raw = names.rows(pos, end)
                     pos = end
                     keep = c.valid[rows]
-                    part = Names(
+                    if not keep.all():
+                        raw = raw[np.repeat(keep, ln.astype(np.int64))]
+                        ln = ln[keep]
+                    off = np.zeros(ln.size + 1, np.uint64)
+                    np.cumsum(ln, out=off[1:])
+                    yield Names(
                         seq=np.arange(seq + lo, seq + hi, dtype=np.int64)[keep],
                         parent=parents.rows(lo, hi).astype(np.uint64)[keep],
                         ino=ino[rows[keep]],
@@ -321,16 +353,10 @@ class SnapshotParts:
                         name_off=off,
                         names=raw.tobytes(),
                     )
-                    if not keep.all():
-                        ln_k = ln[keep]
-                        part.name_off = np.zeros(ln_k.size + 1, np.uint64)
-                        np.cumsum(ln_k, out=part.name_off[1:])
-                        part.names = raw[np.repeat(keep, ln.astype(np.int64))].tobytes()
-                    yield part
                 if pos != names.n:
                     raise ValueError("name columns disagree")
-                seq += int(link_row.size)
-                del link_row, ino
+                seq += link_rows.n
+                del ino
 
 
 @contextlib.contextmanager

@@ -312,10 +312,10 @@ def _export_fs(
             for n, row in enumerate(rows):
                 ended_at = last_valid(prev_id, row.id, out, host, fs, pq)
                 cur = Keys(tmp / f"keys-{n + 1}")
-                with store.snapshot_parts(row.id) as (head, sp):
+                with store.snapshot_parts(row.id) as (held, sp):
                     if sp is not None:
                         snap, (m, buckets, free), added = export_snapshot(
-                            pa, sch, large, host, row, head, sp, prev, cur, ended_at, tmp, tick
+                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, tick, trim_heap
                         )
                 if sp is None:  # a chunk older than per-column checksums: read whole
                     snap, (m, buckets, free), added = _export_whole(

@@ -9,6 +9,8 @@ live in a file (``Keys``), read back a window at a time as the parts come in ino
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,17 +20,19 @@ import numpy.typing as npt
 
 from fsage.analyzer import spill
 from fsage.analyzer.spill import Buckets
-from fsage.analyzer.streamed import StreamedFigures
+from fsage.analyzer.streamed import StreamedFigures, free_figures
 from fsage.db.parts import Names, SnapshotParts
 from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
 from fsage.fleet.export_rows import diff_keys, files_table, prefixes_of
-from fsage.layout import Layout, LinkTable
+from fsage.layout import FreeExtents, Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
 
 KEY = np.dtype([("ino", "<i8"), ("generation", "<i8"), ("digest", "<i8"), ("first", "<i8")])
 LINK = np.dtype([("seq", "<i8"), ("ino", "<i8"), ("parent", "<i8"), ("valid", "u1")])
+# Parts between two heap trims (a trim costs a walk over the heap: not after every part).
+TRIM_PARTS = 4
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
 
@@ -113,9 +117,9 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
     """Every inode that names an entry (sorted), and whether the snapshot has any name."""
     seen: list[I64] = []
     any_name = False
-    for n in sp.names():
-        any_name = any_name or n.parent.size > 0
-        seen.append(np.unique(n.parent.astype(np.int64)))
+    for parent in sp.parents():
+        any_name = any_name or parent.size > 0
+        seen.append(np.unique(parent.astype(np.int64)))
         if len(seen) > 8:
             seen = [np.unique(np.concatenate(seen))]
     return (np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)), any_name
@@ -177,18 +181,27 @@ def export_snapshot(
     large: dict[str, Any],
     host: str,
     row: SnapshotRow,
-    head: Layout,
+    held: list[Layout],
     sp: SnapshotParts,
     prev: Keys,
     cur: Keys,
     ended_at: int,
     tmp: Path,
     tick: Callable[[], None],
+    trim: Callable[[], None],
 ) -> tuple[dict[str, Any], Any, int]:
     """Write one snapshot's file versions and their ends, keep its keys in ``cur``; return
     its snapshot row, its figures' rows and how many versions it added."""
     fs = row.fs_name
+    head = held.pop()
+    # the free map first, and let go: it is as large as the free extents are many
+    free = free_figures(head)
+    _write_free(pa, sch, large, host, fs, row.id, head)
+    snap = snapshot_row(host, row, head)
+    head = dataclasses.replace(head, free=FreeExtents(np.zeros(0, np.uint64), np.zeros(0, np.uint64)))
+    trim()
     parents, any_name = _parents(sp)
+    trim()  # freed memory given back between phases: the heap of one is not the next one's
     root_ino = head.root_ino
     links, dirs, named, entries = _names_by_part(sp, tmp, parents)
     prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
@@ -202,11 +215,14 @@ def export_snapshot(
         if tops.size == 1 and sp.exists(tops.astype(np.uint64))[0]:
             root = int(tops[0])
     del dirs, named
+    trim()
     tick()
-    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp)
+    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp, free)
     bounds = sp.bounds.tolist()
     versions = 0
-    for k, part in sp.parts():
+    for n, (k, part) in enumerate(sp.parts()):
+        if n % TRIM_PARTS == TRIM_PARTS - 1:
+            trim()
         files = part.files
         ino = files.ino.astype(np.int64)
         rec, off, names = links.load(k + 1)
@@ -251,11 +267,11 @@ def export_snapshot(
         del layout, files, part, rec, names
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
-    _write_free(pa, sch, large, host, fs, row.id, head)
+    trim()
     tick()
-    found = figures.finish()
+    found = figures.finish(trim)
     tick()
-    return snapshot_row(host, row, head), rows_of_figures(host, row, found), versions
+    return snap, rows_of_figures(host, row, found), versions
 
 
 def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
@@ -276,16 +292,18 @@ def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
 
 def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
                 snap_id: int, layout: Layout) -> None:  # fmt: skip
-    free_start = layout.free.start.astype(np.int64)
-    large["free_extents"].write_table(
-        pa.table(
-            {
-                "host": pa.array([host] * free_start.size, pa.string()),
-                "fs": pa.array([fs] * free_start.size, pa.string()),
-                "snapshot_id": np.full(free_start.size, snap_id, np.int64),
-                "start": free_start,
-                "length": layout.free.length.astype(np.int64),
-            },
-            schema=sch["free_extents"],
+    free = layout.free
+    for lo in range(0, max(len(free.start), 1), FILES_CHUNK):  # a slice at a time
+        start = free.start[lo : lo + FILES_CHUNK].astype(np.int64)
+        large["free_extents"].write_table(
+            pa.table(
+                {
+                    "host": pa.array([host] * start.size, pa.string()),
+                    "fs": pa.array([fs] * start.size, pa.string()),
+                    "snapshot_id": np.full(start.size, snap_id, np.int64),
+                    "start": start,
+                    "length": free.length[lo : lo + FILES_CHUNK].astype(np.int64),
+                },
+                schema=sch["free_extents"],
+            )
         )
-    )
