@@ -40,7 +40,7 @@ I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
 #: Files of one chunk in one part (at most).
-PART_ROWS = 1 << 16
+PART_ROWS = 1 << 15
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
 #: Bytes of a column checksummed at a time.

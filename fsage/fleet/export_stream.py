@@ -32,7 +32,7 @@ I64 = npt.NDArray[np.int64]
 KEY = np.dtype([("ino", "<i8"), ("generation", "<i8"), ("digest", "<i8"), ("first", "<i8")])
 LINK = np.dtype([("seq", "<i8"), ("ino", "<i8"), ("parent", "<i8"), ("valid", "u1")])
 # Parts between two heap trims (a trim costs a walk over the heap: not after every part).
-TRIM_PARTS = 4
+TRIM_PARTS = 8
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
 
