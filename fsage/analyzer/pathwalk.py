@@ -54,7 +54,7 @@ class PathWalk:
         # window's entries each (``entries``: the names each of ``parents`` holds); one
         # directory's entries are sorted together, however many
         total = np.cumsum(entries)
-        cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0)) if total.size else total
+        cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0))
         self.cuts = parents[cut]
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,

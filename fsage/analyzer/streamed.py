@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage.analyzer.analysis import bucket_fields, size_bucket
 from fsage.analyzer import spill
+from fsage.analyzer.analysis import bucket_fields, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, FreeSpace, _log2_floor, free_space
 from fsage.analyzer.locality import (
     GAP_BUCKETS,
@@ -119,7 +119,8 @@ class StreamedFigures:
         self.i2d = Values(tmp / "i2d", np.int64)
         self.inode_scan = Scan.new(self.tabs)
         self.inode_disc = self.inode_blocks = 0
-        self.walk = PathWalk(tmp, self.tabs, root, self.bs, blocks_per_group(head), parents, entries)
+        group_blocks = blocks_per_group(head)
+        self.walk = PathWalk(tmp, self.tabs, root, self.bs, group_blocks, parents, entries)
         self.ipg = inodes_per_group(head)
         tables = [g.get("inode_table") for g in head.facts.groups]
         isize = fact(head, "inode_size", "s_inode_size")

@@ -44,7 +44,7 @@ PART_ROWS = 1 << 15
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
 #: Bytes of a column checksummed at a time.
-CRC_PIECE = 1 << 22
+CRC_PIECE = 1 << 20
 
 _HEADER = struct.Struct("<QqqBB")
 

@@ -54,6 +54,7 @@ from fsage.fleet.export_stream import (
     FILES_CHUNK,
     KEY,
     Keys,
+    RowGroups,
     _write_ends,
     _write_free,
     export_snapshot,
@@ -295,10 +296,13 @@ def _export_fs(
     sch = schemas()
     tag = f"s{rows[0].id:010d}-{rows[-1].id:010d}.parquet"
     large = {
-        name: pq.ParquetWriter(
-            writer.path(partition_dir(out, name, host, fs) / tag),
-            sch[name].with_metadata(table_metadata(name)),
-            compression="zstd",
+        name: RowGroups(
+            pa,
+            pq.ParquetWriter(
+                writer.path(partition_dir(out, name, host, fs) / tag),
+                sch[name].with_metadata(table_metadata(name)),
+                compression="zstd",
+            ),
         )
         for name in ("files", "file_ends", "free_extents")
     }
@@ -315,8 +319,9 @@ def _export_fs(
                 with store.snapshot_parts(row.id) as (held, sp):
                     if sp is not None:
                         snap, (m, buckets, free), added = export_snapshot(
-                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, tick, trim_heap
-                        )
+                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, tick,
+                            trim_heap,
+                        )  # fmt: skip
                 if sp is None:  # a chunk older than per-column checksums: read whole
                     snap, (m, buckets, free), added = _export_whole(
                         pa, sch, large, host, store, row, prev, cur, ended_at, tick
@@ -326,6 +331,8 @@ def _export_fs(
                 small["metrics"].append(m)
                 small["size_buckets"].extend(buckets)
                 small["free_buckets"].extend(free)
+                for w in large.values():  # a snapshot's rows in row groups of their own
+                    w.flush()
                 prev.path.unlink()
                 prev, prev_id = cur, row.id
                 trim_heap()

@@ -10,7 +10,6 @@ live in a file (``Keys``), read back a window at a time as the parts come in ino
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,34 @@ LINK = np.dtype([("seq", "<i8"), ("ino", "<i8"), ("parent", "<i8"), ("valid", "u
 TRIM_PARTS = 8
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
+
+
+class RowGroups:
+    """A Parquet writer fed tables of any size: rows are written in row groups of about
+    ``FILES_CHUNK`` (tables of a part each would make many small ones, a larger file)."""
+
+    def __init__(self, pa: Any, writer: Any) -> None:
+        self.pa = pa
+        self.writer = writer
+        self.pending: list[Any] = []
+        self.rows = 0
+
+    def write_table(self, table: Any) -> None:
+        self.pending.append(table)
+        self.rows += table.num_rows
+        if self.rows >= FILES_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(self.pa.concat_tables(self.pending))
+        self.pending, self.rows = [], 0
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.writer.close()
 
 
 class Keys:
@@ -198,7 +225,8 @@ def export_snapshot(
     free = free_figures(head)
     _write_free(pa, sch, large, host, fs, row.id, head)
     snap = snapshot_row(host, row, head)
-    head = dataclasses.replace(head, free=FreeExtents(np.zeros(0, np.uint64), np.zeros(0, np.uint64)))
+    none = np.zeros(0, np.uint64)
+    head = dataclasses.replace(head, free=FreeExtents(none, none))
     trim()
     parents, any_name = _parents(sp)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
