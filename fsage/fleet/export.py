@@ -303,6 +303,7 @@ def _export_fs(
                 sch[name].with_metadata(table_metadata(name)),
                 compression="zstd",
             ),
+            FILES_CHUNK,
         )
         for name in ("files", "file_ends", "free_extents")
     }

@@ -37,24 +37,30 @@ FILES_CHUNK = 65536
 
 
 class RowGroups:
-    """A Parquet writer fed tables of any size: rows are written in row groups of about
-    ``FILES_CHUNK`` (tables of a part each would make many small ones, a larger file)."""
+    """A Parquet writer fed tables of any size: rows are written in row groups of ``size``
+    (tables of a part each would make many small ones, a larger file), the last one of a
+    ``flush`` smaller."""
 
-    def __init__(self, pa: Any, writer: Any) -> None:
+    def __init__(self, pa: Any, writer: Any, size: int = FILES_CHUNK) -> None:
         self.pa = pa
         self.writer = writer
+        self.size = size
         self.pending: list[Any] = []
         self.rows = 0
 
     def write_table(self, table: Any) -> None:
         self.pending.append(table)
         self.rows += table.num_rows
-        if self.rows >= FILES_CHUNK:
-            self.flush()
+        if self.rows >= self.size:
+            joined = self.pa.concat_tables(self.pending)
+            whole = self.rows - self.rows % self.size
+            self.writer.write_table(joined.slice(0, whole), row_group_size=self.size)
+            self.pending = [joined.slice(whole)] if whole < self.rows else []
+            self.rows -= whole
 
     def flush(self) -> None:
         if self.pending:
-            self.writer.write_table(self.pa.concat_tables(self.pending))
+            self.writer.write_table(self.pa.concat_tables(self.pending), row_group_size=self.size)
         self.pending, self.rows = [], 0
 
     def close(self) -> None:
