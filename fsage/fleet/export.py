@@ -52,6 +52,7 @@ from fsage.fleet.export_schema import schemas as schemas
 from fsage.fleet.export_schema import table_metadata
 from fsage.fleet.export_stream import (
     FILES_CHUNK,
+    FREE_ROWS,
     KEY,
     Keys,
     RowGroups,
@@ -303,7 +304,7 @@ def _export_fs(
                 sch[name].with_metadata(table_metadata(name)),
                 compression="zstd",
             ),
-            FILES_CHUNK,
+            FREE_ROWS if name == "free_extents" else FILES_CHUNK,
         )
         for name in ("files", "file_ends", "free_extents")
     }

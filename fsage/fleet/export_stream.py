@@ -32,6 +32,9 @@ KEY = np.dtype([("ino", "<i8"), ("generation", "<i8"), ("digest", "<i8"), ("firs
 LINK = np.dtype([("seq", "<i8"), ("ino", "<i8"), ("parent", "<i8"), ("valid", "u1")])
 # Parts between two heap trims (a trim costs a walk over the heap: not after every part).
 TRIM_PARTS = 8
+# Free extents written at a time, in a row group each (Parquet's default of 1M compresses
+# better, by a quarter of the table's bytes, but holds 60 MB more at 1.25M free extents).
+FREE_ROWS = 1 << 16
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
 
@@ -327,16 +330,16 @@ def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
 def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
                 snap_id: int, layout: Layout) -> None:  # fmt: skip
     free = layout.free
-    for lo in range(0, max(len(free.start), 1), FILES_CHUNK):  # a slice at a time
-        start = free.start[lo : lo + FILES_CHUNK].astype(np.int64)
+    for lo in range(0, max(len(free.start), 1), FREE_ROWS):  # a slice at a time
+        start = free.start[lo : lo + FREE_ROWS].astype(np.int64)
         large["free_extents"].write_table(
             pa.table(
                 {
-                    "host": pa.array([host] * start.size, pa.string()),
-                    "fs": pa.array([fs] * start.size, pa.string()),
+                    "host": pa.repeat(pa.scalar(host, pa.string()), start.size),
+                    "fs": pa.repeat(pa.scalar(fs, pa.string()), start.size),
                     "snapshot_id": np.full(start.size, snap_id, np.int64),
                     "start": start,
-                    "length": free.length[lo : lo + FILES_CHUNK].astype(np.int64),
+                    "length": free.length[lo : lo + FREE_ROWS].astype(np.int64),
                 },
                 schema=sch["free_extents"],
             )

@@ -121,12 +121,13 @@ from pathlib import Path
 from fsage.db.store import Store
 from fsage.fleet.export import export_parquet
 from fsage.fleet.synth import synthetic_history
-import fsage.db.parts, fsage.analyzer.spill
+import fsage.db.parts, fsage.analyzer.spill, fsage.fleet.export
 import pyarrow.parquet, fsage.fleet.compact  # imported before the count starts
 db, out, files = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 with Store.open(db, create=True) as store:
     synthetic_history(store, "big", files=files, snapshots=2, seed=3)
 fsage.db.parts.PART_ROWS = fsage.db.parts.NAME_ROWS = fsage.analyzer.spill.WINDOW = 4096
+fsage.fleet.export.FILES_CHUNK = 4096  # row groups too: their rows are held until written
 tracemalloc.start()
 with Store.open(db) as store:
     base = tracemalloc.get_traced_memory()[0]
@@ -145,11 +146,11 @@ print(json.dumps({"snapshot": snapshot, "free": free, "files": files, "peak": pe
 @pytest.mark.slow
 def test_export_holds_a_part_not_a_snapshot(tmp_path: Path) -> None:
     """Every allocation numpy and Python make is traced (deterministic, unlike the resident
-    set on a shared machine). With parts of 4096 files, the export holds per file only the
-    inode and row of each (12 bytes), and the free map (one blob in the store, up to four
-    times its extents' 16 bytes while it is decoded): its peak stays below a quarter of one
-    loaded snapshot beside that, so that loading a snapshot whole, or a copy of any whole
-    column but those, fails."""
+    set on a shared machine). With parts and row groups of 4096 files, the export holds per
+    file only the inode and row of each (12 bytes), and the free map (one blob in the store,
+    up to four times its extents' 16 bytes while it is decoded and written): its peak stays
+    below a quarter of one loaded snapshot beside that, so that loading a snapshot whole, or
+    a copy of any whole column but those, fails."""
     pytest.importorskip("pyarrow")
     argv = [sys.executable, "-c", PROBE, str(tmp_path / "m.db"), str(tmp_path / "out"), "120000"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
