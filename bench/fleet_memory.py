@@ -7,6 +7,9 @@ For each size in --files: one synthetic file system (fsage.fleet.synth) of that 
   compact   `fsage fleet compact DIR` of that export
 and a fleet of many small partitions (--fleet file systems of --fleet-files files x
 --snapshots snapshots, one export), compacted: DuckDB reading many small files at once.
+--baseline TREE also runs TREE's `fsage export` (another checkout of fsage, its extension
+built) on the same databases in the same run, right before this tree's, for a comparison on
+one machine at one load.
 
 Peak memory is each process's maximum resident set (wait4), in MiB; times are wall and CPU
 seconds (user + system). The load average is printed beside each row: on a loaded machine
@@ -15,6 +18,7 @@ wall seconds stretch, peaks do not. Last, each command's largest peak against th
 
 Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
+                                     [--baseline /path/to/other/fsage]
 """
 
 from __future__ import annotations
@@ -37,12 +41,12 @@ MIB = 1 << 20
 TARGET_MB = 200  # peak resident set of export and compact, whatever the database's size
 
 
-def measured(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[str, float]:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one process, the load at its start."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     # run from the tree measured: ``python -m`` looks in the working directory first
-    p = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert p.stderr is not None
     err = p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -80,10 +84,19 @@ def du(path: Path) -> int:
 
 
 def measure(
-    label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str]
-) -> dict[str, Any]:
+    label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str],
+    baseline: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
     out = work / f"{label}-export"
     row: dict[str, Any] = {"case": label, "database_mib": db.stat().st_size / MIB}
+    if baseline is not None:
+        other = work / f"{label}-baseline"
+        row["baseline_export"] = measured(
+            [*fsage, "export", "--db", str(db), "--host", "h", str(other)],
+            {**env, "PYTHONPATH": str(baseline)},
+            baseline,
+        )
+        shutil.rmtree(other, ignore_errors=True)
     row["export"] = measured([*fsage, "export", "--db", str(db), "--host", "h", str(out)], env)
     row["dataset_files"] = sum(1 for _ in out.rglob("*.parquet"))
     row["dataset_mib"] = du(out) / MIB
@@ -99,6 +112,7 @@ def main() -> None:
     ap.add_argument("--fleet-files", type=int, default=2000)
     ap.add_argument("--keep", type=Path, help="work here and keep the data")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--baseline", type=Path, help="another fsage tree whose export to compare")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     fsage = [sys.executable, "-m", "fsage"]
@@ -110,7 +124,7 @@ def main() -> None:
             db = work / f"f{n}.db"
             if not db.exists():
                 build(db, [f"fs{n}"], n, args.snapshots, env)
-            rows.append(measure(f"{n} files", db, work, env, fsage))
+            rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline))
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
         if args.fleet:
             db = work / "fleet.db"
@@ -134,7 +148,10 @@ def main() -> None:
         e, c = r["export"], r["compact"]
         print(f"  {r['case']:>26}: database {r['database_mib']:7.1f} MiB,"
               f" dataset {r['dataset_mib']:6.1f} MiB in {r['dataset_files']} files")  # fmt: skip
-        for name, m in (("export", e), ("fleet compact", c)):
+        runs = [("export", e), ("fleet compact", c)]
+        if "baseline_export" in r:
+            runs.insert(0, ("baseline exp.", r["baseline_export"]))
+        for name, m in runs:
             print(f"  {'':>26}  {name:<13} {m['wall_s']:6.1f} s / {m['cpu_s']:6.1f} s,"
                   f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})")  # fmt: skip
     for v in verdicts:

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import functools
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,16 @@ from fsage.fleet.export_schema import partition_dir as partition_dir
 from fsage.fleet.export_schema import require_pyarrow as require_pyarrow
 from fsage.fleet.export_schema import schemas as schemas
 from fsage.fleet.export_schema import table_metadata
+from fsage.fleet.export_stream import (
+    FILES_CHUNK,
+    FREE_ROWS,
+    KEY,
+    Keys,
+    RowGroups,
+    _write_ends,
+    _write_free,
+    export_snapshot,
+)
 from fsage.fleet.export_study import export_studies
 from fsage.private import private_mkdir
 
@@ -58,8 +69,6 @@ I64 = npt.NDArray[np.int64]
 # Progress steps of one snapshot: its layout read, its versions and free extents written, its
 # figures.
 STEPS = 3
-# File versions converted to Arrow and written at a time.
-FILES_CHUNK = 65536
 
 
 @dataclass
@@ -222,6 +231,58 @@ def _export_locked(
     return summary
 
 
+def _export_whole(
+    pa: Any,
+    sch: dict[str, Any],
+    large: dict[str, Any],
+    host: str,
+    store: Store,
+    row: SnapshotRow,
+    prev_keys: Keys,
+    cur_keys: Keys,
+    ended_at: int,
+    tick: Callable[[], None],
+) -> tuple[dict[str, Any], Any, int]:
+    """One snapshot exported from its layout rebuilt whole (``export_stream`` does it a part
+    at a time): the path of chunks written before per-column checksums."""
+    fs = row.fs_name
+    layout = store.load_layout(row.id, by_column=True)
+    trim_heap()  # the stored chunks it was assembled from
+    tick()
+    snap = snapshot_row(host, row, layout)
+    prev = prev_keys.upto(None)
+    new_rows, cur, ended = diff_versions(prev, layout)
+    _write_ends(pa, sch, large, host, fs, prev, ended, ended_at)
+    # in chunks, their paths too: the Arrow columns or the path strings of a first
+    # snapshot's every file at once would each be as large again as the snapshot
+    paths = FirstPaths(layout.links, layout.root_ino)
+    for lo in range(0, new_rows.size, FILES_CHUNK):
+        table = files_table(
+            pa, sch["files"], host, fs, row.id, layout,
+            new_rows[lo : lo + FILES_CHUNK], cur["digest"], paths,
+        )  # fmt: skip
+        large["files"].write_table(table)
+        del table
+    del paths
+    _write_free(pa, sch, large, host, fs, row.id, layout)
+    cur["first"] = np.where(new_rows_mask(new_rows, len(cur["ino"])), row.id, cur["first"])
+    rec = np.zeros(cur["ino"].size, KEY)
+    for name in KEY.names or ():
+        rec[name] = cur[name]
+    cur_keys.add(rec)
+    added = int(new_rows.size)
+    del cur, new_rows, rec
+    # the figures last, with only the columns they read: the analyzer's arrays and
+    # the snapshot's other columns are not held at once
+    held = [without_unread(layout)]
+    del layout  # the figures take the one reference left (held)
+    trim_heap()
+    tick()
+    figures = metric_rows_taking(host, row, held, trim_heap)
+    tick()
+    return snap, figures, added
+
+
 def _export_fs(
     pa: Any,
     pq: Any,
@@ -236,81 +297,50 @@ def _export_fs(
     sch = schemas()
     tag = f"s{rows[0].id:010d}-{rows[-1].id:010d}.parquet"
     large = {
-        name: pq.ParquetWriter(
-            writer.path(partition_dir(out, name, host, fs) / tag),
-            sch[name].with_metadata(table_metadata(name)),
-            compression="zstd",
+        name: RowGroups(
+            pa,
+            pq.ParquetWriter(
+                writer.path(partition_dir(out, name, host, fs) / tag),
+                sch[name].with_metadata(table_metadata(name)),
+                compression="zstd",
+            ),
+            FREE_ROWS if name == "free_extents" else FILES_CHUNK,
         )
         for name in ("files", "file_ends", "free_extents")
     }
     small: dict[str, list[dict[str, Any]]] = {name: [] for name in SMALL_TABLES}
-    prev = open_versions(pq, out, host, fs)
-    prev_id = -1
     versions = 0
-    try:
-        for row in rows:
-            layout = store.load_layout(row.id, by_column=True)
-            trim_heap()  # the stored chunks it was assembled from
-            tick()
-            small["snapshots"].append(snapshot_row(host, row, layout))
-            new_rows, cur, ended = diff_versions(prev, layout)
-            ended_at = last_valid(prev_id, row.id, out, host, fs, pq)
-            large["file_ends"].write_table(
-                pa.table(
-                    {
-                        "host": pa.array([host] * ended.size, pa.string()),
-                        "fs": pa.array([fs] * ended.size, pa.string()),
-                        "ino": prev["ino"][ended],
-                        "first_snapshot": prev["first"][ended],
-                        "last_snapshot": np.full(ended.size, ended_at, np.int64),
-                    },
-                    schema=sch["file_ends"],
-                )
-            )
-            # in chunks, their paths too: the Arrow columns or the path strings of a first
-            # snapshot's every file at once would each be as large again as the snapshot
-            paths = FirstPaths(layout.links, layout.root_ino)
-            for lo in range(0, new_rows.size, FILES_CHUNK):
-                table = files_table(
-                    pa, sch["files"], host, fs, row.id, layout,
-                    new_rows[lo : lo + FILES_CHUNK], cur["digest"], paths,
-                )  # fmt: skip
-                large["files"].write_table(table)
-                del table
-            del paths
-            versions += int(new_rows.size)
-            free_start = layout.free.start.astype(np.int64)
-            large["free_extents"].write_table(
-                pa.table(
-                    {
-                        "host": pa.array([host] * free_start.size, pa.string()),
-                        "fs": pa.array([fs] * free_start.size, pa.string()),
-                        "snapshot_id": np.full(free_start.size, row.id, np.int64),
-                        "start": free_start,
-                        "length": layout.free.length.astype(np.int64),
-                    },
-                    schema=sch["free_extents"],
-                )
-            )
-            first = np.where(new_rows_mask(new_rows, len(cur["ino"])), row.id, cur["first"])
-            prev = {**cur, "first": first}
-            prev_id = row.id
-            del cur, new_rows, first
-            # the figures last, with only the columns they read: the analyzer's arrays and
-            # the snapshot's other columns are not held at once
-            held = [without_unread(layout)]
-            del layout, free_start  # the figures take the one reference left (held)
-            trim_heap()
-            tick()
-            m, buckets, free = metric_rows_taking(host, row, held, trim_heap)
-            small["metrics"].append(m)
-            small["size_buckets"].extend(buckets)
-            small["free_buckets"].extend(free)
-            trim_heap()
-            tick()
-    finally:
-        for w in large.values():
-            w.close()
+    with tempfile.TemporaryDirectory(prefix="fsage-export-") as scratch:
+        tmp = Path(scratch)
+        prev = Keys.of(tmp / "keys-0", open_versions(pq, out, host, fs))
+        prev_id = -1
+        try:
+            for n, row in enumerate(rows):
+                ended_at = last_valid(prev_id, row.id, out, host, fs, pq)
+                cur = Keys(tmp / f"keys-{n + 1}")
+                with store.snapshot_parts(row.id) as (held, sp):
+                    if sp is not None:
+                        snap, (m, buckets, free), added = export_snapshot(
+                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, tick,
+                            trim_heap,
+                        )  # fmt: skip
+                if sp is None:  # a chunk older than per-column checksums: read whole
+                    snap, (m, buckets, free), added = _export_whole(
+                        pa, sch, large, host, store, row, prev, cur, ended_at, tick
+                    )
+                versions += added
+                small["snapshots"].append(snap)
+                small["metrics"].append(m)
+                small["size_buckets"].extend(buckets)
+                small["free_buckets"].extend(free)
+                for w in large.values():  # a snapshot's rows in row groups of their own
+                    w.flush()
+                prev.path.unlink()
+                prev, prev_id = cur, row.id
+                trim_heap()
+        finally:
+            for w in large.values():
+                w.close()
     for name, new in small.items():
         final = partition_dir(out, name, host, fs) / "part.parquet"
         table = pa.Table.from_pylist(new, schema=sch[name])

@@ -127,6 +127,21 @@ def metric_rows_taking(
     an.preorder()
     an.layout = dataclasses.replace(an.layout, links=LinkTable.empty())
     dyn = an.model(models=(), paths=True)["dynamic_layout_score"]
+    found = {
+        "summary": summ,
+        "by_size": by_size,
+        "free": free,
+        "dynamic": dyn,
+        "locality": an.locality(meta=False),
+    }
+    return rows_of_figures(host, row, found)
+
+
+def rows_of_figures(host: str, row: SnapshotRow, found: dict[str, Any]) -> Rows:
+    """The rows of a snapshot's figures: ``summary``, ``by_size``, ``free``, ``dynamic``
+    (by order) and ``locality`` as ``SnapshotAnalyzer`` gives them."""
+    summ, by_size, free = found["summary"], found["by_size"], found["free"]
+    dyn = found["dynamic"]
     key = {"host": host, "fs": row.fs_name, "snapshot_id": row.id}
     metrics = {
         **key,
@@ -156,7 +171,7 @@ def metric_rows_taking(
         "chunk_bytes": free["chunk_bytes"],
         "dynamic_layout_score_inode": dyn.get("inode"),
         "dynamic_layout_score_path": dyn.get("path"),
-        **_locality_columns(an.locality(meta=False)),
+        **_locality_columns(found["locality"]),
     }
     buckets = []
     for b in by_size:

@@ -3,7 +3,8 @@ their Arrow tables (file versions with their extents and first path, ends, free 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +34,13 @@ def diff_versions(prev: dict[str, I64], layout: Layout) -> tuple[I64, dict[str, 
     # would be two more arrays of every file)
     if ino.size > 1 and bool(np.any(ino[1:] < ino[:-1])):
         raise ExportError("file table not in inode order")
-    gen = files.generation.astype(np.int64)
+    return diff_keys(prev, ino, files.generation.astype(np.int64), digest)
+
+
+def diff_keys(
+    prev: dict[str, I64], ino: I64, gen: I64, digest: I64
+) -> tuple[I64, dict[str, I64], I64]:
+    """``diff_versions`` of files given by their keys (inode, generation, digest)."""
     n_prev = prev["ino"].size
     first = np.full(ino.size, -1, np.int64)
     if n_prev:
@@ -65,7 +72,7 @@ def files_table(
     layout: Layout,
     rows: I64,
     digest: I64,
-    paths: FirstPaths,
+    paths: PathSource,
 ) -> Any:
     sub = layout.files.take(rows)
     n = len(sub)
@@ -115,6 +122,10 @@ def files_table(
     return pa.table(cols, schema=schema)
 
 
+class PathSource(Protocol):
+    def first(self, inos: I64) -> list[str | None]: ...
+
+
 class FirstPaths:
     """The first (smallest) path of inodes, resolved a chunk at a time: the same as
     ``min(Layout.paths()[ino])`` without holding every file's path strings at once (at 700k
@@ -155,20 +166,32 @@ def _directory_prefixes(links: LinkTable, root_ino: int) -> dict[int, str]:
     visited, so a directory reached by two names takes the same one."""
     parents = np.unique(links.parent.astype(np.int64))
     rows = np.flatnonzero(np.isin(links.ino.astype(np.int64), parents))
-    children: dict[int, list[tuple[int, int]]] = {}
-    for r, parent, ino in zip(
-        rows.tolist(), links.parent[rows].tolist(), links.ino[rows].tolist(), strict=True
-    ):
-        children.setdefault(parent, []).append((ino, r))
+    return prefixes_of(
+        zip(
+            links.parent[rows].tolist(),
+            links.ino[rows].tolist(),
+            (_name(links, r) for r in rows.tolist()),
+            strict=True,
+        ),
+        root_ino,
+    )
+
+
+def prefixes_of(entries: Iterable[tuple[int, int, str]], root_ino: int) -> dict[int, str]:
+    """``_directory_prefixes`` of the names (parent, inode, name) whose inode names entries,
+    in link order."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for parent, ino, name in entries:
+        children.setdefault(parent, []).append((ino, name))
     prefix = {root_ino: ""}
     stack = [(root_ino, "")]
     visited = {root_ino}
     while stack:
         dir_ino, head = stack.pop()
-        for ino, r in children.get(dir_ino, ()):
+        for ino, name in children.get(dir_ino, ()):
             if ino not in visited:
                 visited.add(ino)
-                path = f"{head}/{_name(links, r)}"
+                path = f"{head}/{name}"
                 prefix[ino] = path
                 stack.append((ino, path))
     return prefix

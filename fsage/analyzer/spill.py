@@ -1,0 +1,166 @@
+"""Numbers of every file kept on disk, not in memory: bucket files of fixed-size records
+(optionally with a name each), and the two statistics the figures take over every file, a
+float mean summed as numpy sums it and an exact order statistic, read back a window at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Values read back at a time.
+WINDOW = 1 << 16
+
+
+class Buckets:
+    """Records of ``dtype`` appended to numbered bucket files (each with its records' names
+    when ``names``), read back one bucket at a time."""
+
+    def __init__(
+        self, directory: Path, tag: str, dtype: np.dtype[Any], names: bool = False
+    ) -> None:
+        self.dir = directory
+        self.tag = tag
+        self.dtype = dtype
+        self.names = names
+        self.used: set[int] = set()
+
+    def _path(self, k: int, what: str) -> Path:
+        return self.dir / f"{self.tag}-{k}.{what}"
+
+    def add(
+        self,
+        bucket: npt.NDArray[np.int64],
+        records: npt.NDArray[Any],
+        name_off: npt.NDArray[np.uint64] | None = None,
+        names: bytes = b"",
+    ) -> None:
+        """Append ``records`` (and the names ``names[name_off[i]:name_off[i+1]]``) to the
+        bucket each names."""
+        if records.size == 0:
+            return
+        order = np.argsort(bucket, kind="stable")
+        b = bucket[order]
+        cut = np.flatnonzero(np.diff(b)) + 1
+        starts = np.concatenate([[0], cut])
+        ends = np.concatenate([cut, [b.size]])
+        raw = np.frombuffer(names, np.uint8) if self.names else None
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            k = int(b[s])
+            idx = order[s:e]
+            self.used.add(k)
+            with open(self._path(k, "rec"), "ab") as f:
+                records[idx].tofile(f)
+            if raw is not None and name_off is not None:
+                lo = name_off[:-1][idx].astype(np.int64)
+                hi = name_off[1:][idx].astype(np.int64)
+                from fsage.analyzer.dynamic import ranges
+
+                with open(self._path(k, "len"), "ab") as f:
+                    (hi - lo).astype("<u4").tofile(f)
+                with open(self._path(k, "nam"), "ab") as f:
+                    raw[ranges(lo, hi)].tofile(f)
+
+    def load(self, k: int) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint64], bytes]:
+        """Bucket ``k``'s records, and its names' offsets and bytes (removed once read)."""
+        if k not in self.used:
+            return np.zeros(0, self.dtype), np.zeros(1, np.uint64), b""
+        rec = np.fromfile(self._path(k, "rec"), self.dtype)
+        os.unlink(self._path(k, "rec"))
+        off = np.zeros(rec.size + 1, np.uint64)
+        names = b""
+        if self.names:
+            lens = np.fromfile(self._path(k, "len"), "<u4")
+            np.cumsum(lens, out=off[1:])
+            names = self._path(k, "nam").read_bytes()
+            os.unlink(self._path(k, "len"))
+            os.unlink(self._path(k, "nam"))
+        self.used.discard(k)
+        return rec, off, names
+
+
+class Values:
+    """Values of one dtype appended in order to one file."""
+
+    def __init__(self, path: Path, dtype: type[np.generic]) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.n = 0
+        path.write_bytes(b"")
+
+    def add(self, values: npt.NDArray[Any]) -> None:
+        if values.size:
+            with open(self.path, "ab") as f:
+                np.ascontiguousarray(values, self.dtype).tofile(f)
+            self.n += int(values.size)
+
+    def read(self, lo: int, hi: int) -> npt.NDArray[Any]:
+        size = self.dtype.itemsize
+        with open(self.path, "rb") as f:
+            f.seek(lo * size)
+            return np.fromfile(f, self.dtype, hi - lo)
+
+    def windows(self) -> Any:
+        for lo in range(0, self.n, WINDOW):
+            yield self.read(lo, min(lo + WINDOW, self.n))
+
+    def pairwise_sum(self) -> np.float64:
+        """``np.add.reduce`` of the values as one float64 array: numpy sums an array by
+        halves (at a multiple of 8) down to blocks, so a window that is one of those halves
+        sums as it would inside the whole."""
+
+        def total(lo: int, n: int) -> np.float64:
+            if n <= WINDOW:
+                return np.float64(np.add.reduce(self.read(lo, lo + n)))
+            half = n // 2
+            half -= half % 8
+            return np.float64(total(lo, half) + total(lo + half, n - half))
+
+        return total(0, self.n)
+
+    def median(self) -> float:
+        """``float(np.median(values))`` of integer values, found a window at a time."""
+        n = self.n
+        ks = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+        middle = np.array([self._kth(k) for k in ks], self.dtype)
+        return float(np.median(middle))
+
+    def _kth(self, k: int) -> int:
+        """The k-th smallest value (0-based): a histogram of the values narrows their range
+        until the candidates fit in a window."""
+        lo, hi = None, None
+        for w in self.windows():
+            if w.size:
+                lo = int(w.min()) if lo is None else min(lo, int(w.min()))
+                hi = int(w.max()) if hi is None else max(hi, int(w.max()))
+        assert lo is not None and hi is not None
+        below = 0  # values smaller than lo
+        while True:
+            inside: list[npt.NDArray[Any]] = []
+            count = 0
+            for w in self.windows():
+                m = w[(w >= lo) & (w <= hi)]
+                count += int(m.size)
+                if count <= WINDOW:
+                    inside.append(m)
+            if count <= WINDOW or lo == hi:
+                if lo == hi:
+                    return lo
+                vals = np.sort(np.concatenate(inside))
+                return int(vals[k - below])
+            bins = 4096
+            width = max((hi - lo + 1 + bins - 1) // bins, 1)
+            hist = np.zeros(bins + 1, np.int64)
+            for w in self.windows():
+                m = w[(w >= lo) & (w <= hi)]
+                hist += np.bincount(((m - lo) // width).astype(np.int64), minlength=bins + 1)[
+                    : bins + 1
+                ]
+            cum = np.cumsum(hist)
+            b = int(np.searchsorted(cum, k - below, side="right"))
+            below += int(cum[b - 1]) if b else 0
+            lo, hi = lo + b * width, min(lo + (b + 1) * width - 1, hi)

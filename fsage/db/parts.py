@@ -1,0 +1,397 @@
+"""A snapshot read in bounded parts: its files in inode ranges, its names chunk by chunk.
+
+``versions.valid_versions`` rebuilds a whole snapshot at once; a reader that only needs to
+go over the files once (``fsage export``) holds far less reading it a part at a time. The
+chunks' columns are fixed-width (``fsage/_columns.c``), so a range of rows of a column is read
+from SQLite without the rest; each column is checked against its checksum once, in pieces,
+before any part is handed out (a damaged chunk fails before anything is made of it).
+
+What is held for the whole read: each chunk's valid user files as (inode, row) pairs, sorted
+(12 bytes a file), and the part boundaries. A part holds at most ``rows`` files of each chunk
+that has files in its inode range.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage import _ext2fs
+from fsage.db import codec
+from fsage.db.checksum import DamagedError, blob_crc, matches
+from fsage.db.versions import (
+    _CHUNKS_OF_SNAPSHOT,
+    _ENDED_BEFORE,
+    _damaged,
+    _decoding,
+    _ended_rows,
+)
+from fsage.layout import FILE_COLUMNS, FileTable, concat_offsets, csr_take
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+#: Files of one chunk in one part (at most).
+PART_ROWS = 1 << 15
+#: Names of a chunk read at a time by ``names()``.
+NAME_ROWS = 1 << 16
+#: Bytes of a column checksummed at a time.
+CRC_PIECE = 1 << 20
+
+_HEADER = struct.Struct("<QqqBB")
+
+
+@dataclass
+class Part:
+    """User files of one inode range, in inode order, with the keys the store recorded."""
+
+    files: FileTable
+    generation: I64
+    digest: I64
+
+
+@dataclass
+class Names:
+    """Some of a snapshot's names in link order (``seq``: the place in it) and the rows of
+    the files they name: ``ino`` the inode, ``user`` False for reserved inodes."""
+
+    seq: I64
+    parent: U64
+    ino: U64
+    user: npt.NDArray[np.bool_]
+    name_off: U64
+    names: bytes
+
+
+class _Column:
+    """Ranges of rows of one fixed-width column of a chunk blob."""
+
+    def __init__(self, reader: codec.ColumnReader, name: str) -> None:
+        dtype, i = reader.columns[name]
+        self.dtype = np.dtype(dtype)
+        self.blob = reader.blob
+        a, _ = reader.spans[i]
+        head = bytes(self.blob[a : a + _HEADER.size])
+        self.n, self.first, _base, self.width, flags = _HEADER.unpack(head)
+        self.delta = bool(flags & 1)
+        # as a column of values (the differences themselves, for a column of differences)
+        self.head = head[:25] + bytes([flags & ~1])
+        self.start = a + _HEADER.size
+
+    def rows(self, lo: int, hi: int) -> npt.NDArray[Any]:
+        if self.delta:
+            raise ValueError("a column of differences is read in order (differences)")
+        return self._raw(lo, hi, self.dtype)
+
+    def _raw(self, lo: int, hi: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        if not 0 <= lo <= hi <= self.n:
+            raise ValueError("rows outside the column")
+        w = self.width
+        raw = bytes(self.blob[self.start + lo * w : self.start + hi * w])
+        head = struct.pack("<Q", hi - lo) + self.head[8:]
+        (out,) = _ext2fs.unpack_columns(head + raw, [dtype.itemsize])
+        return np.frombuffer(out, dtype)
+
+    def differences(self, step: int) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        """(first row, values) of a column of differences, ``step`` rows at a time: each
+        value the previous one plus its stored difference, the first one stored whole (as
+        ``_columns.c`` decodes them, modulo 2**64)."""
+        prev = np.uint64(0)
+        for lo in range(0, self.n, step):
+            hi = min(lo + step, self.n)
+            d = self._raw(lo, hi, np.dtype(np.uint64)).copy()
+            if lo == 0:
+                d[0] = np.uint64(self.first % (1 << 64))
+            else:
+                d[0] += prev
+            values = np.cumsum(d, dtype=np.uint64)
+            prev = values[-1]
+            yield lo, values.astype(self.dtype)
+
+
+def _verify(
+    blob: Any, spans: list[tuple[int, int]], crcs: npt.NDArray[np.uint32], what: str
+) -> None:
+    for (a, b), want in zip(spans, crcs.tolist(), strict=True):
+        crc = 0
+        for lo in range(a, b, CRC_PIECE):
+            crc = zlib.crc32(bytes(blob[lo : min(lo + CRC_PIECE, b)]), crc)
+        if crc != want:
+            raise DamagedError(f"{what} are damaged (a column does not match its checksum)")
+
+
+def _blob_crc(blob: Any) -> int:
+    crc = 0
+    for lo in range(0, len(blob), CRC_PIECE):
+        crc = zlib.crc32(bytes(blob[lo : lo + CRC_PIECE]), crc)
+    return crc
+
+
+class _Chunk:
+    def __init__(
+        self,
+        con: sqlite3.Connection,
+        stack: contextlib.ExitStack,
+        row: tuple[int, int, int],
+        gone: I64 | None,
+    ) -> None:
+        chunk_id, first_snap, n = row
+        self.first_snap, self.n = first_snap, n
+        what = f"the file versions recorded by snapshot {first_snap}"
+        found = con.execute(
+            "SELECT keys_crc, body_column_crcs FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
+        ).fetchone()
+        if found is None:
+            raise _damaged(first_snap, "the chunk's blobs are missing")
+        keys_crc, body_crcs = found
+        if keys_crc is None or not isinstance(body_crcs, bytes):
+            raise _Unsupported  # written before per-column checksums
+        keys = stack.enter_context(con.blobopen("chunk_blobs", "keys", chunk_id, readonly=True))
+        body = stack.enter_context(con.blobopen("chunk_blobs", "body", chunk_id, readonly=True))
+        if not matches(keys_crc, _blob_crc(keys) & 0xFFFFFFFF):
+            raise _damaged(first_snap, "the chunk's keys do not match their checksum")
+        with _decoding(first_snap):
+            self.keys = codec.ColumnReader(keys, codec.KEY_COLUMNS, what=what)
+            self.body = codec.ColumnReader(body, codec.BODY_COLUMNS, body_crcs, what)
+            codec.check_count(self.keys, n)
+            codec.check_count(self.body, n)
+            assert self.body.crcs is not None
+            _verify(body, self.body.spans, self.body.crcs, what)
+            self.valid = np.ones(n, bool)
+            if gone is not None:
+                self.valid[gone] = False
+            ino = self.keys["ino"].astype(np.uint64, copy=False)
+            special = self.body["special"] != 0
+            rows = np.flatnonzero(self.valid & ~special)
+            sel = ino[rows]
+            if sel.size > 1 and bool(np.any(sel[1:] < sel[:-1])):
+                by = np.argsort(sel, kind="stable")
+                rows, sel = rows[by], sel[by]
+            self.sel_ino: U64 = sel
+            self.sel_rows = rows.astype(np.int32 if n < 2**31 else np.int64)
+            self.user = np.zeros(n, bool)
+            self.user[rows] = True
+        self.cols: dict[str, _Column] = {}
+        self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
+
+    def col(self, name: str) -> _Column:
+        if name not in self.cols:
+            reader = self.keys if name in ("generation", "digest") else self.body
+            self.cols[name] = _Column(reader, name)
+        return self.cols[name]
+
+    def _offsets_at(self, row: int) -> tuple[int, int]:
+        at, e, m = self.cursor
+        if row < at:
+            at, e, m = 0, 0, 0
+        if row > at:
+            e += int(self.col("ext_counts").rows(at, row).sum(dtype=np.uint64))
+            m += int(self.col("meta_counts").rows(at, row).sum(dtype=np.uint64))
+        self.cursor = (row, e, m)
+        return e, m
+
+    def piece(self, rows: I64) -> tuple[FileTable, I64, I64]:
+        """The files at ``rows`` (in that order), their generations and digests."""
+        with _decoding(self.first_snap):
+            r0, r1 = int(rows.min()), int(rows.max()) + 1
+            local = rows - r0
+            cols: dict[str, Any] = {}
+            for name, dtype in FILE_COLUMNS.items():
+                if name == "ino":
+                    continue
+                cols[name] = self.col(name).rows(r0, r1).astype(dtype, copy=False)[local]
+            e0, m0 = self._offsets_at(r0)
+            ext_counts = self.col("ext_counts").rows(r0, r1).astype(np.uint64)
+            meta_counts = self.col("meta_counts").rows(r0, r1).astype(np.uint64)
+            self.cursor = (r1, e0 + int(ext_counts.sum()), m0 + int(meta_counts.sum()))
+            out: dict[str, Any] = {}
+            extents = ("ext_logical", "ext_physical", "ext_length", "ext_flags")
+            for off_name, counts, base, children in (
+                ("ext_off", ext_counts, e0, extents),
+                ("meta_off", meta_counts, m0, ("meta_physical", "meta_kind")),
+            ):
+                off = np.zeros(counts.size + 1, np.uint64)
+                np.cumsum(counts, out=off[1:])
+                idx, out[off_name] = csr_take(off, local)
+                for child in children:
+                    values = self.col(child).rows(base, base + int(off[-1]))
+                    out[child] = values.astype(_CHILD_TYPES[child], copy=False)[idx]
+            gen = self.col("generation").rows(r0, r1).astype(np.int64)[local]
+            digest = self.col("digest").rows(r0, r1).astype(np.int64)[local]
+        return FileTable(ino=np.zeros(0, np.uint64), **cols, **out), gen, digest
+
+
+_CHILD_TYPES: dict[str, type[np.generic]] = {
+    "ext_logical": np.uint64, "ext_physical": np.uint64, "ext_length": np.uint64,
+    "ext_flags": np.uint32, "meta_physical": np.uint64, "meta_kind": np.uint8,
+}  # fmt: skip
+
+
+class _Unsupported(Exception):
+    """A chunk written before per-column checksums: read the snapshot whole instead."""
+
+
+class SnapshotParts:
+    """A snapshot's files a part at a time (``parts``) and its names (``names``); open with
+    ``open_parts`` (None when the snapshot has a chunk older than per-column checksums)."""
+
+    def __init__(self, chunks: list[_Chunk], rows: int) -> None:
+        self.chunks = chunks
+        every = [c.sel_ino for c in chunks if c.sel_ino.size]
+        self.files = sum(int(c.sel_ino.size) for c in chunks)
+        # part boundaries: every ``rows``-th inode of each chunk, so that a part holds at most
+        # ``rows`` files of any chunk
+        marks = (
+            np.unique(np.concatenate([x[::rows] for x in every]))
+            if every
+            else np.zeros(0, np.uint64)
+        )
+        self.bounds: U64 = marks
+
+    def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
+        """Which of ``ino`` are user files of the snapshot."""
+        out = np.zeros(ino.size, bool)
+        for c in self.chunks:
+            if c.sel_ino.size == 0:
+                continue
+            at = np.minimum(np.searchsorted(c.sel_ino, ino), c.sel_ino.size - 1)
+            out |= c.sel_ino[at] == ino
+        return out
+
+    def part_of(self, ino: U64) -> I64:
+        """The part whose inode range holds each of ``ino`` (-1: before the first)."""
+        return (np.searchsorted(self.bounds, ino, side="right") - 1).astype(np.int64)
+
+    def all_inos(self) -> Iterator[U64]:
+        """Every user file's inode, a chunk at a time (not in order across chunks)."""
+        for c in self.chunks:
+            yield c.sel_ino
+
+    def parts(self) -> Iterator[tuple[int, Part]]:
+        """(k, the files of the k-th inode range) for every range that has any."""
+        bounds = self.bounds.tolist()
+        for k, lo in enumerate(bounds):
+            hi = bounds[k + 1] if k + 1 < len(bounds) else None
+            tables, gens, digests, inos = [], [], [], []
+            for c in self.chunks:
+                i0 = int(np.searchsorted(c.sel_ino, np.uint64(lo)))
+                i1 = (
+                    c.sel_ino.size if hi is None else int(np.searchsorted(c.sel_ino, np.uint64(hi)))
+                )
+                if i1 <= i0:
+                    continue
+                t, g, d = c.piece(c.sel_rows[i0:i1].astype(np.int64))
+                t.ino = c.sel_ino[i0:i1]
+                tables.append(t)
+                gens.append(g)
+                digests.append(d)
+                inos.append(t.ino)
+            if not tables:
+                continue
+            files = FileTable.concat(tables) if len(tables) > 1 else tables[0]
+            gen = np.concatenate(gens)
+            digest = np.concatenate(digests)
+            if len(tables) > 1:
+                order = np.argsort(files.ino, kind="stable")
+                files, gen, digest = files.take(order), gen[order], digest[order]
+            yield k, Part(files, gen, digest)
+
+    def parents(self) -> Iterator[U64]:
+        """The directory of every name of a valid version, a piece at a time."""
+        for c in self.chunks:
+            with _decoding(c.first_snap):
+                parents = c.col("link_parents")
+                for lo, rows in c.col("link_rows").differences(NAME_ROWS):
+                    rows = rows.astype(np.int64)
+                    if rows.size and int(rows.max()) >= c.n:
+                        raise ValueError("a name of a version the chunk does not hold")
+                    yield parents.rows(lo, lo + rows.size)[c.valid[rows]]
+
+    def names(self) -> Iterator[Names]:
+        """The snapshot's names in link order (a chunk's, ``NAME_ROWS`` at a time): every
+        name of a valid version, reserved inodes' included, as a rebuilt layout has them."""
+        seq = 0
+        for c in self.chunks:
+            with _decoding(c.first_snap):
+                ino = c.keys["ino"].astype(np.uint64, copy=False)
+                lens, parents = c.col("name_lens"), c.col("link_parents")
+                names = c.col("names")
+                link_rows = c.col("link_rows")
+                if lens.n != link_rows.n or parents.n != link_rows.n:
+                    raise ValueError("name columns disagree")
+                pos = 0
+                for lo, rows_u in link_rows.differences(NAME_ROWS):
+                    rows = rows_u.astype(np.int64)
+                    hi = lo + rows.size
+                    if rows.size and int(rows.max()) >= c.n:
+                        raise ValueError("a name of a version the chunk does not hold")
+                    ln = lens.rows(lo, hi).astype(np.uint64)
+                    end = pos + int(ln.sum())
+                    if end > names.n:
+                        raise ValueError("name columns disagree")
+                    raw = names.rows(pos, end)
+                    pos = end
+                    keep = c.valid[rows]
+                    if not keep.all():
+                        raw = raw[np.repeat(keep, ln.astype(np.int64))]
+                        ln = ln[keep]
+                    off = np.zeros(ln.size + 1, np.uint64)
+                    np.cumsum(ln, out=off[1:])
+                    yield Names(
+                        seq=np.arange(seq + lo, seq + hi, dtype=np.int64)[keep],
+                        parent=parents.rows(lo, hi).astype(np.uint64)[keep],
+                        ino=ino[rows[keep]],
+                        user=c.user[rows[keep]],
+                        name_off=off,
+                        names=raw.tobytes(),
+                    )
+                if pos != names.n:
+                    raise ValueError("name columns disagree")
+                seq += link_rows.n
+                del ino
+
+
+@contextlib.contextmanager
+def open_parts(
+    con: sqlite3.Connection, fs_id: int, snap_id: int, rows: int | None = None
+) -> Iterator[SnapshotParts | None]:
+    """The snapshot's parts, its chunks' blobs held open (the caller holds a read
+    transaction for as long as it reads them)."""
+    chunk_rows = con.execute(_CHUNKS_OF_SNAPSHOT, (fs_id, snap_id, snap_id)).fetchall()
+    ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
+    with contextlib.ExitStack() as stack:
+        try:
+            chunks = [_Chunk(con, stack, tuple(r), ended.get(int(r[0]))) for r in chunk_rows]
+        except _Unsupported:
+            yield None
+            return
+        yield SnapshotParts(chunks, rows or PART_ROWS)
+
+
+def join_names(parts: list[Names]) -> Names:
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        empty = np.zeros(0, np.uint64)
+        return Names(
+            np.zeros(0, np.int64), empty, empty, np.zeros(0, bool), np.zeros(1, np.uint64), b""
+        )
+    return Names(
+        np.concatenate([p.seq for p in parts]),
+        np.concatenate([p.parent for p in parts]),
+        np.concatenate([p.ino for p in parts]),
+        np.concatenate([p.user for p in parts]),
+        concat_offsets([p.name_off for p in parts]),
+        b"".join(p.names for p in parts),
+    )
+
+
+__all__ = ["PART_ROWS", "Names", "Part", "SnapshotParts", "blob_crc", "join_names", "open_parts"]

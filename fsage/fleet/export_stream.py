@@ -1,0 +1,346 @@
+"""One snapshot exported a part at a time (``fsage.db.parts``): its file versions, their
+ends and its figures, with memory bounded by a part and per-directory state, not by the
+snapshot. The rows are those of the whole-snapshot path (``export._export_snapshot``), in the
+same order.
+
+Between snapshots the keys of the open versions (inode, generation, digest, first snapshot)
+live in a file (``Keys``), read back a window at a time as the parts come in inode order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fsage.analyzer import spill
+from fsage.analyzer.spill import Buckets
+from fsage.analyzer.streamed import StreamedFigures, free_figures
+from fsage.db.parts import Names, SnapshotParts
+from fsage.db.store import SnapshotRow
+from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
+from fsage.fleet.export_rows import diff_keys, files_table, prefixes_of
+from fsage.layout import FreeExtents, Layout, LinkTable
+
+I64 = npt.NDArray[np.int64]
+
+KEY = np.dtype([("ino", "<i8"), ("generation", "<i8"), ("digest", "<i8"), ("first", "<i8")])
+LINK = np.dtype([("seq", "<i8"), ("ino", "<i8"), ("parent", "<i8"), ("valid", "u1")])
+# Parts between two heap trims (a trim costs a walk over the heap: not after every part).
+TRIM_PARTS = 8
+# Free extents written at a time, in a row group each (Parquet's default of 1M compresses
+# better, by a quarter of the table's bytes, but holds 60 MB more at 1.25M free extents).
+FREE_ROWS = 1 << 16
+# File versions converted to Arrow and written at a time.
+FILES_CHUNK = 65536
+
+
+class RowGroups:
+    """A Parquet writer fed tables of any size: rows are written in row groups of ``size``
+    (tables of a part each would make many small ones, a larger file), the last one of a
+    ``flush`` smaller."""
+
+    def __init__(self, pa: Any, writer: Any, size: int = FILES_CHUNK) -> None:
+        self.pa = pa
+        self.writer = writer
+        self.size = size
+        self.pending: list[Any] = []
+        self.rows = 0
+
+    def write_table(self, table: Any) -> None:
+        self.pending.append(table)
+        self.rows += table.num_rows
+        if self.rows >= self.size:
+            joined = self.pa.concat_tables(self.pending)
+            whole = self.rows - self.rows % self.size
+            self.writer.write_table(joined.slice(0, whole), row_group_size=self.size)
+            self.pending = [joined.slice(whole)] if whole < self.rows else []
+            self.rows -= whole
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(self.pa.concat_tables(self.pending), row_group_size=self.size)
+        self.pending, self.rows = [], 0
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.writer.close()
+
+
+class Keys:
+    """The open versions' keys in inode order, in a file: written in order, read in order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.n = 0
+        path.write_bytes(b"")
+        self.at = 0
+        self.buf = np.zeros(0, KEY)
+
+    @classmethod
+    def of(cls, path: Path, keys: dict[str, I64]) -> Keys:
+        k = cls(path)
+        rec = np.zeros(keys["ino"].size, KEY)
+        for name in KEY.names or ():
+            rec[name] = keys[name]
+        k.add(rec)
+        return k
+
+    def add(self, rec: npt.NDArray[Any]) -> None:
+        if rec.size:
+            with open(self.path, "ab") as f:
+                rec.tofile(f)
+            self.n += int(rec.size)
+
+    def upto(self, hi: int | None) -> dict[str, I64]:
+        """The next records whose inode is below ``hi`` (None: all that are left)."""
+        parts = []
+        while True:
+            if self.buf.size == 0:
+                if self.at >= self.n:
+                    break
+                with open(self.path, "rb") as f:
+                    f.seek(self.at * KEY.itemsize)
+                    self.buf = np.fromfile(f, KEY, min(spill.WINDOW, self.n - self.at))
+                self.at += int(self.buf.size)
+            cut = self.buf.size if hi is None else int(np.searchsorted(self.buf["ino"], hi))
+            parts.append(self.buf[:cut])
+            self.buf = self.buf[cut:]
+            if self.buf.size:
+                break
+        rec = np.concatenate(parts) if parts else np.zeros(0, KEY)
+        return {
+            "ino": rec["ino"].copy(),
+            "generation": rec["generation"].copy(),
+            "digest": rec["digest"].copy(),
+            "first": rec["first"].copy(),
+        }
+
+
+class _PartPaths:
+    """``FirstPaths`` of a part's files from its names (sorted by inode, then link order)."""
+
+    def __init__(self, links: npt.NDArray[Any], off: Any, names: bytes, prefix: dict[int, str],
+                 root_ino: int) -> None:  # fmt: skip
+        self.links, self.off, self.names = links, off, names
+        self.prefix, self.root_ino = prefix, root_ino
+
+    def first(self, inos: I64) -> list[str | None]:
+        ino = self.links["ino"]
+        lo = np.searchsorted(ino, inos, side="left").tolist()
+        hi = np.searchsorted(ino, inos, side="right").tolist()
+        parent = self.links["parent"].tolist()
+        off = self.off.tolist()
+        out: list[str | None] = []
+        for i, a, b in zip(inos.tolist(), lo, hi, strict=True):
+            found = ["/"] if i == self.root_ino else []
+            for r in range(a, b):
+                head = self.prefix.get(parent[r])
+                if head is not None:
+                    name = self.names[off[r] : off[r + 1]].decode("utf-8", "surrogateescape")
+                    found.append(f"{head}/{name}")
+            out.append(min(found) if found else None)
+        return out
+
+
+def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
+    """Every inode that names an entry (sorted), and whether the snapshot has any name."""
+    seen: list[I64] = []
+    any_name = False
+    for parent in sp.parents():
+        any_name = any_name or parent.size > 0
+        seen.append(np.unique(parent.astype(np.int64)))
+        if len(seen) > 8:
+            seen = [np.unique(np.concatenate(seen))]
+    return (np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)), any_name
+
+
+def _names_by_part(
+    sp: SnapshotParts, tmp: Path, parents: I64
+) -> tuple[Buckets, list[tuple[int, int, int, str]], I64, I64]:
+    """The user files' names bucketed by part (``LINK`` records), the names whose inode
+    names entries (seq, parent, inode, name), of those the inodes some other name names,
+    and how many names each of ``parents`` holds."""
+    out = Buckets(tmp, "links", LINK, names=True)
+    counts = np.zeros(parents.size, np.int64)
+    dirs: list[tuple[int, int, int, str]] = []
+    named: list[I64] = []
+    for n in sp.names():
+        ino = n.ino.astype(np.int64)
+        parent = n.parent.astype(np.int64)
+        if parents.size:
+            at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
+            hit = np.flatnonzero(parents[at] == ino)
+            off = n.name_off.tolist()
+            for r in hit.tolist():
+                name = n.names[off[r] : off[r + 1]].decode("utf-8", "surrogateescape")
+                dirs.append((int(n.seq[r]), int(parent[r]), int(ino[r]), name))
+            named.append(np.unique(ino[hit][ino[hit] != parent[hit]]))
+        user = np.flatnonzero(n.user)
+        rec = np.zeros(user.size, LINK)
+        rec["seq"] = n.seq[user]
+        rec["ino"] = ino[user]
+        rec["parent"] = parent[user]
+        rec["valid"] = (parent[user] != ino[user]) & sp.exists(n.parent[user])
+        if parents.size:  # the entries of each directory, for the walk's buckets
+            named_by = np.searchsorted(parents, parent[user][rec["valid"] != 0])
+            counts += np.bincount(named_by, minlength=parents.size)[: parents.size]
+        sub = _subset(n, user)
+        out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
+    dirs.sort()
+    seen = np.unique(np.concatenate(named)) if named else np.zeros(0, np.int64)
+    return out, dirs, seen, counts
+
+
+def _subset(n: Names, rows: I64) -> Names:
+    if rows.size == n.seq.size:
+        return n
+    lens = (n.name_off[1:] - n.name_off[:-1])[rows]
+    off = np.zeros(rows.size + 1, np.uint64)
+    np.cumsum(lens, out=off[1:])
+    from fsage.analyzer.dynamic import ranges
+
+    raw = np.frombuffer(n.names, np.uint8)
+    sub = raw[ranges(n.name_off[:-1][rows].astype(np.int64), n.name_off[1:][rows].astype(np.int64))]
+    return Names(n.seq[rows], n.parent[rows], n.ino[rows], n.user[rows], off, sub.tobytes())
+
+
+def export_snapshot(
+    pa: Any,
+    sch: dict[str, Any],
+    large: dict[str, Any],
+    host: str,
+    row: SnapshotRow,
+    held: list[Layout],
+    sp: SnapshotParts,
+    prev: Keys,
+    cur: Keys,
+    ended_at: int,
+    tmp: Path,
+    tick: Callable[[], None],
+    trim: Callable[[], None],
+) -> tuple[dict[str, Any], Any, int]:
+    """Write one snapshot's file versions and their ends, keep its keys in ``cur``; return
+    its snapshot row, its figures' rows and how many versions it added."""
+    fs = row.fs_name
+    head = held.pop()
+    # the free map first, and let go: it is as large as the free extents are many
+    free = free_figures(head)
+    _write_free(pa, sch, large, host, fs, row.id, head)
+    snap = snapshot_row(host, row, head)
+    none = np.zeros(0, np.uint64)
+    head = dataclasses.replace(head, free=FreeExtents(none, none))
+    trim()
+    parents, any_name = _parents(sp)
+    trim()  # freed memory given back between phases: the heap of one is not the next one's
+    root_ino = head.root_ino
+    links, dirs, named, entries = _names_by_part(sp, tmp, parents)
+    prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
+    root = -1
+    if sp.exists(np.array([root_ino], np.uint64))[0] and (
+        not any_name or np.isin(root_ino, parents)
+    ):
+        root = root_ino
+    else:  # the one directory with entries that no other one names
+        tops = parents[~np.isin(parents, named)]
+        if tops.size == 1 and sp.exists(tops.astype(np.uint64))[0]:
+            root = int(tops[0])
+    del dirs, named
+    trim()
+    tick()
+    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp, free)
+    bounds = sp.bounds.tolist()
+    versions = 0
+    for n, (k, part) in enumerate(sp.parts()):
+        if n % TRIM_PARTS == TRIM_PARTS - 1:
+            trim()
+        files = part.files
+        ino = files.ino.astype(np.int64)
+        rec, off, names = links.load(k + 1)
+        by = np.argsort(rec["ino"], kind="stable")
+        rec = rec[by]
+        lens = (off[1:] - off[:-1])[by]
+        raw = np.frombuffer(names, np.uint8)
+        from fsage.analyzer.dynamic import ranges
+
+        names = raw[ranges(off[:-1][by].astype(np.int64), off[1:][by].astype(np.int64))].tobytes()
+        off = np.zeros(by.size + 1, np.uint64)
+        np.cumsum(lens, out=off[1:])
+        # each file's first name whose directory is a file of the snapshot
+        cand = np.flatnonzero(rec["valid"] != 0)
+        c_ino, at = np.unique(rec["ino"][cand], return_index=True)
+        first_name = cand[at]
+        parent = np.full(ino.size, -1, np.int64)
+        name_row = np.zeros(ino.size, np.int64)
+        where = np.searchsorted(ino, c_ino)
+        parent[where] = rec["parent"][first_name]
+        name_row[where] = first_name
+        layout = Layout(facts=head.facts, files=files, links=LinkTable.empty(), free=head.free)
+        hi = bounds[k + 1] if k + 1 < len(bounds) else None
+        old = prev.upto(hi)
+        new_rows, keys, ended = diff_keys(old, ino, part.generation, part.digest)
+        _write_ends(pa, sch, large, host, fs, old, ended, ended_at)
+        paths = _PartPaths(rec, off, names, prefix, root_ino)
+        for lo in range(0, new_rows.size, FILES_CHUNK):
+            table = files_table(
+                pa, sch["files"], host, fs, row.id, layout,
+                new_rows[lo : lo + FILES_CHUNK], part.digest, paths,
+            )  # fmt: skip
+            large["files"].write_table(table)
+            del table
+        versions += int(new_rows.size)
+        keys["first"][new_rows] = row.id
+        out = np.zeros(ino.size, KEY)
+        for name in KEY.names or ():
+            out[name] = keys[name]
+        cur.add(out)
+        figures.add(layout, parent, name_row, off, names)
+        del layout, files, part, rec, names
+    old = prev.upto(None)
+    _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
+    trim()
+    tick()
+    found = figures.finish(trim)
+    tick()
+    return snap, rows_of_figures(host, row, found), versions
+
+
+def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
+                prev: dict[str, I64], ended: I64, ended_at: int) -> None:  # fmt: skip
+    large["file_ends"].write_table(
+        pa.table(
+            {
+                "host": pa.array([host] * ended.size, pa.string()),
+                "fs": pa.array([fs] * ended.size, pa.string()),
+                "ino": prev["ino"][ended],
+                "first_snapshot": prev["first"][ended],
+                "last_snapshot": np.full(ended.size, ended_at, np.int64),
+            },
+            schema=sch["file_ends"],
+        )
+    )
+
+
+def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
+                snap_id: int, layout: Layout) -> None:  # fmt: skip
+    free = layout.free
+    for lo in range(0, max(len(free.start), 1), FREE_ROWS):  # a slice at a time
+        start = free.start[lo : lo + FREE_ROWS].astype(np.int64)
+        large["free_extents"].write_table(
+            pa.table(
+                {
+                    "host": pa.repeat(pa.scalar(host, pa.string()), start.size),
+                    "fs": pa.repeat(pa.scalar(fs, pa.string()), start.size),
+                    "snapshot_id": np.full(start.size, snap_id, np.int64),
+                    "start": start,
+                    "length": free.length[lo : lo + FREE_ROWS].astype(np.int64),
+                },
+                schema=sch["free_extents"],
+            )
+        )
