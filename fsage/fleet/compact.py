@@ -25,7 +25,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +326,12 @@ def _compact(
     if progress is not None and not keep and consumed:
         progress("clean", f"removing {len(consumed):,} merged files")
     summary.removed = _clean(root, new, [] if keep else consumed)
+    gone = [rel for rel in new.absorbed if not (root / rel).exists()]
+    if gone:
+        # a removed file's inode may be given to the next file an export writes at its path:
+        # the manifest names only absorbed files that are still there
+        kept = {k: v for k, v in new.absorbed.items() if k not in gone}
+        _commit(root, replace(new, absorbed=kept))
     return summary
 
 

@@ -8,8 +8,8 @@ the compacted files only; its per-partition files add what is newer:
 
 * small tables (one ``part.parquet`` per partition): the rows with ``snapshot_id`` above the
   watermark (a ``part.parquet`` collected again, for instance by rsync, still holds older rows);
-  a ``part.parquet`` the compaction absorbed, of the same size and modification time, is not
-  opened at all;
+  a ``part.parquet`` the compaction absorbed, of the same size, modification time and inode,
+  is not opened at all;
 * large tables (one ``s<first>-<last>.parquet`` per export run): the files whose ``last`` is
   above the watermark (a compaction absorbs whole runs only).
 
@@ -45,7 +45,7 @@ class Manifest:
     tables: dict[str, list[str]] = field(default_factory=dict)
     # (host, fs) -> (watermark snapshot id, UUID of the file system)
     covered: dict[tuple[str, str], tuple[int, str | None]] = field(default_factory=dict)
-    # relative path of an absorbed part.parquet -> [size, mtime in whole seconds]
+    # relative path of an absorbed part.parquet -> [size, mtime in whole seconds, inode]
     absorbed: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -132,8 +132,13 @@ def run_range(path: Path) -> tuple[int, int] | None:
 
 
 def stamp(path: Path) -> list[int]:
+    """What tells an absorbed ``part.parquet`` from a later one written at its path: size and
+    mtime in whole seconds (what any copy keeps) are not enough, since an export that writes
+    the same number of rows within the same second gives both again; the inode is new for
+    every file written there while the absorbed one exists (an export replaces by rename,
+    rsync too)."""
     st = path.stat()
-    return [st.st_size, st.st_mtime_ns // 1_000_000_000]
+    return [st.st_size, st.st_mtime_ns // 1_000_000_000, st.st_ino]
 
 
 @dataclass
