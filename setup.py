@@ -67,7 +67,7 @@ posixexec = Extension(
         "fsage/_posixexec_worker.c",
         "fsage/_posixexec_undo.c",
     ],
-    depends=["fsage/_posixexec.h", "fsage/_posixexec_undo.h"],
+    depends=["fsage/_posixexec.h", "fsage/_posixexec_sys.h", "fsage/_posixexec_undo.h"],
     extra_compile_args=["-O2", "-Wall", "-pthread"],
     extra_link_args=["-pthread"],
 )

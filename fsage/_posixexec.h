@@ -32,14 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "_posixexec_sys.h"
 #include "_posixexec_undo.h"
 
-#ifndef FALLOC_FL_KEEP_SIZE
-#define FALLOC_FL_KEEP_SIZE 0x01
-#endif
-#ifndef FALLOC_FL_PUNCH_HOLE
-#define FALLOC_FL_PUNCH_HOLE 0x02
-#endif
 
 #define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 #define NEW_FLAGS (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
@@ -54,14 +49,6 @@
 #define ERR_UNSAFE (-2)
 #define ERR_NOTREG (-3)
 #define ERR_NOMEM (-4)
-
-#define RETRY(call)                                                                            \
-    ({                                                                                         \
-        long r_;                                                                               \
-        do r_ = (long)(call);                                                                  \
-        while (r_ < 0 && errno == EINTR);                                                      \
-        r_;                                                                                    \
-    })
 
 enum kind {
     K_CREATE,
@@ -170,8 +157,6 @@ static inline double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-static inline int is_nospace(int err) { return err == ENOSPC || err == EDQUOT; }
 
 /* Interned attribute names of an Op (and of a journal), set by PyInit__posixexec. */
 POSIXEXEC_INTERNAL extern PyObject *S_op, *S_path, *S_dest, *S_size, *S_offset, *S_label, *S_fd,

@@ -13,28 +13,13 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "_posixexec_sys.h"
 #include "_posixexec_undo.h"
 
-#ifndef FALLOC_FL_KEEP_SIZE
-#define FALLOC_FL_KEEP_SIZE 0x01
-#endif
-#ifndef FALLOC_FL_PUNCH_HOLE
-#define FALLOC_FL_PUNCH_HOLE 0x02
-#endif
-
-#define RETRY(call)                                                                            \
-    ({                                                                                         \
-        long r_;                                                                               \
-        do r_ = (long)(call);                                                                  \
-        while (r_ < 0 && errno == EINTR);                                                      \
-        r_;                                                                                    \
-    })
 
 /* Old bytes of an overwrite up to this size go to the UndoBuf, kept for the next; larger ones
  * to anonymous memory of their own (touched only where the range holds data). */
 #define SAVE_KEEP ((size_t)64 << 20)
-
-static int is_nospace(int err) { return err == ENOSPC || err == EDQUOT; }
 
 void undo_buf_free(UndoBuf *ub) {
     free(ub->buf);
