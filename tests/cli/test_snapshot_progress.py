@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from fsage import _ext2fs
 from fsage.cli.common import CountProgress
 from tests.conftest import require_tools, root_and_loop
 from tests.images import dumpe2fs_header, make_ext_image
+from tests.terminal import run_on_terminal
 
 # Modules `fsage snapshot` has no use for: the report, fleet and LFS stacks, the listing, the
 # analyzer, and numpy's masked arrays (which numpy 2's np.unique imports on first use).
@@ -60,29 +59,6 @@ def _in_use(image: Path) -> int:
     return int(head["Inode count"]) - int(head["Free inodes"])
 
 
-def _run_on_pty(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """Run with stderr on a pseudo-terminal; (status, stdout, what the terminal got)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=slave, env=env)
-    os.close(slave)
-    got = bytearray()
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            proc.kill()
-            raise AssertionError("no output on the terminal for 60 s")
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: every writer has closed the terminal
-            break
-        if not chunk:
-            break
-        got += chunk
-    os.close(master)
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    return proc.wait(), out, got.decode()
-
-
 def _summary(out: str) -> dict[str, int]:
     doc: dict[str, int] = json.loads(out)
     return doc
@@ -100,7 +76,7 @@ def test_ext_image_progress_on_a_terminal(
     ext_image: Path, tmp_path: Path, fsage_env: dict[str, str]
 ) -> None:
     argv = [sys.executable, "-m", "fsage", "snapshot", str(ext_image), "--format", "json"]
-    status, out, term = _run_on_pty([*argv, "--db", str(tmp_path / "a.db")], fsage_env)
+    status, out, term = run_on_terminal([*argv, "--db", str(tmp_path / "a.db")], fsage_env)
     assert status == 0, term
     lines = PROGRESS_LINE.findall(term)
     assert lines, f"no progress line on the terminal: {term!r}"
@@ -242,7 +218,7 @@ def test_snapshot_of_a_mounted_tree_progress_and_imports(
         os.sync()
         vfs = os.statvfs(mnt)
         in_use = vfs.f_files - vfs.f_ffree
-        status, out, term = _run_on_pty(
+        status, out, term = run_on_terminal(
             [sys.executable, "-m", "fsage", "snapshot", str(mnt), "--format", "json",
              "--db", str(tmp_path / "d.db")],
             fsage_env,
@@ -297,14 +273,14 @@ def test_progress_of_a_subtree_counts_the_subtree(
         walked = 2 + sum(len(dirs) + len(files) for _, dirs, files in os.walk(sub))
         argv = [sys.executable, "-m", "fsage", "snapshot", str(sub), "--format", "json",
                 "--db", str(tmp_path / "s.db")]  # fmt: skip
-        status, out, term = _run_on_pty(argv, fsage_env)
+        status, out, term = run_on_terminal(argv, fsage_env)
         assert status == 0, term
         assert _summary(out)["inodes"] == walked
         unknown = re.findall(r"reading inodes  ([\d,]+)  \(of a number not known ahead\)", term)
         assert unknown and all(0 < int(n.replace(",", "")) < walked for n in unknown)
         lines = PROGRESS_LINE.findall(term)
         assert [(d, t) for d, t, _p, _tail in lines] == [(f"{walked:,}", f"{walked:,}")]
-        status, out, term = _run_on_pty(argv, fsage_env)
+        status, out, term = run_on_terminal(argv, fsage_env)
         assert status == 0, term
         lines = PROGRESS_LINE.findall(term)
         assert len(lines) >= 2 and {t for _d, t, _p, _tail in lines} == {f"{walked:,}"}

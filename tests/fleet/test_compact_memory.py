@@ -4,10 +4,8 @@ does not grow with the file system it compacts; on a terminal it says what it do
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +21,7 @@ import fsage.fleet.export as export_mod  # noqa: E402
 from fsage.db.store import Store  # noqa: E402
 from fsage.fleet import LARGE_TABLES, TABLES  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
+from tests.terminal import run_on_terminal  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ["b", "a", "c2", "c10"]  # the output order is not the order of creation
@@ -102,22 +101,12 @@ def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
     subprocess.run(["cp", "-a", str(ds), str(piped)], check=True)
     parquet = [p for p in ds.rglob("*") if p.suffix == ".parquet"]
     rows = {t: sum(pq.read_table(p).num_rows for p in (ds / t).rglob("*.parquet")) for t in TABLES}
-    primary, secondary = pty.openpty()
     argv = [sys.executable, "-m", "fsage", "fleet", "compact"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = subprocess.run(
-        [*argv, str(ds)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary,
-        cwd=REPO, env=env, timeout=120,
-    )  # fmt: skip
-    os.close(secondary)
-    seen = b""
-    with contextlib.suppress(OSError):  # EIO once the terminal's writer is gone
-        while chunk := os.read(primary, 4096):
-            seen += chunk
-    os.close(primary)
-    assert run.returncode == 0
+    status, _, term = run_on_terminal([*argv, str(ds)], env=env, cwd=REPO)
+    assert status == 0
     # a line per stage, each redrawn after a carriage return: the last drawing of each
-    redrawn = seen.decode().replace("\r\n", "\n").split("\n")
+    redrawn = term.replace("\r\n", "\n").split("\n")
     lines = [x.split("\r")[-1] for x in redrawn if x.split("\r")[-1]]
     assert lines[0] == f"checking {len(parquet)} files", lines
     for t in TABLES:
