@@ -41,6 +41,7 @@ from fsage.ager.match_target import (
     DYNAMIC_TOL,
     FREE_TV,
     SCORE_TOL,
+    LayoutTarget,
     MeasuredState,
     compare,
     distance,
@@ -190,6 +191,40 @@ def changed_files(prev: Layout | None, now: Layout, prev_ns: int | None) -> list
     return out
 
 
+def count_distance(want: LayoutTarget, have: LayoutTarget) -> float:
+    """How far two free spaces are by the count of their free extents per bucket: the
+    extents that would have to appear or go over all extents of both (Bray-Curtis, as
+    ``fsage.replay.fidelity`` judges a recreation by extents)."""
+    keys = set(want.free_counts) | set(have.free_counts)
+    total = sum(want.free_counts.values()) + sum(have.free_counts.values())
+    diff = sum(abs(want.free_counts.get(k, 0) - have.free_counts.get(k, 0)) for k in keys)
+    return diff / total if total else 0.0
+
+
+def judge(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
+    """The matcher's comparison (``compare``), with the free space judged by the count of
+    free extents per bucket as well as by blocks (``free_count``): the blocks' histogram
+    is decided by the few largest extents, and a recreation in twice the pieces passed it."""
+    rep = compare(target, now)
+    rep["free_count"] = count_distance(target, now)
+    rep["free_ok"] = bool(rep["free_ok"] and rep["free_count"] <= FREE_TV)
+    rep["matched"] = bool(rep["matched"] and rep["free_ok"])
+    return rep
+
+
+def _free_excess(rep: dict[str, Any]) -> float:
+    """The free space's distance beyond its tolerance: the worse of by blocks and by counts."""
+    tv = rep["free_tv"]
+    if tv is None:
+        return 0.0
+    return max(0.0, tv - FREE_TV, rep.get("free_count", 0.0) - FREE_TV)
+
+
+def _distance(rep: dict[str, Any]) -> float:
+    """The matcher's distance, the free space's by counts included."""
+    return float(max(distance(rep), _free_excess(rep)))
+
+
 def _gap(rep: dict[str, Any]) -> float:
     """Every dimension's excess over its tolerance, summed: progress in one bucket counts
     even while another decides the matcher's distance."""
@@ -198,8 +233,7 @@ def _gap(rep: dict[str, Any]) -> float:
         if r["judged"]:
             d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
             gap += max(0.0, d - SCORE_TOL)
-    if rep["free_tv"] is not None:
-        gap += max(0.0, rep["free_tv"] - FREE_TV)
+    gap += _free_excess(rep)
     want = rep["target_locality"].get("dynamic_score")
     have = rep["locality"].get("dynamic_score")
     if want is not None and have is not None and not rep["dynamic_ok"]:
@@ -210,7 +244,7 @@ def _gap(rep: dict[str, Any]) -> float:
 def _point(churn: IntervalChurn, rep: dict[str, Any], gap: float) -> dict[str, float]:
     tv = rep["free_tv"]
     return {"bytes": churn.inferred_bytes, "free_tv": -1.0 if tv is None else round(tv, 4),
-            "gap": round(gap, 4)}  # fmt: skip
+            "free_count": round(rep.get("free_count", 0.0), 4), "gap": round(gap, 4)}  # fmt: skip
 
 
 def _off(rep: dict[str, Any]) -> list[str]:
@@ -248,6 +282,8 @@ class Steerer:
         self._state: MeasuredState | None = None
         #: The last round moved files and left the free space to the next.
         self._free_turn = False
+        #: Temporaries a full disk refused (deleted; never renamed over their file).
+        self._lost: set[str] = set()
 
     # ------------------------------------------------------------------ one interval
 
@@ -270,8 +306,8 @@ class Steerer:
         everyone = changed_files(None, snap, None)
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
-        rep = compare(target, state.target)
-        churn.distance_before = distance(rep)
+        rep = judge(target, state.target)
+        churn.distance_before = _distance(rep)
         gap = _gap(rep)
         churn.trace.append(_point(churn, rep, gap))
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
@@ -310,7 +346,7 @@ class Steerer:
                         rng, churn, allowed)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
-            rep = compare(target, state.target)
+            rep = judge(target, state.target)
             new_gap = _gap(rep)
             churn.trace.append(_point(churn, rep, new_gap))
             if new_gap < gap - 1e-4:
@@ -324,7 +360,7 @@ class Steerer:
                     churn.stopped = "no progress"
                     break
             gap = new_gap
-        churn.distance_after = distance(rep)
+        churn.distance_after = _distance(rep)
         churn.matched = churn.stopped == "matched"
         churn.off = _off(rep)
         churn.seconds = time.perf_counter() - t0
@@ -419,7 +455,7 @@ class Steerer:
                 pairs += [pool[i : i + 2] for i in range(0, len(pool) - 1, 2)]
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
-        self._interleaved(pairs, bs, churn)
+        self._interleaved(pairs, bs, churn, int(state.free_len.sum()) * bs // 4)
         if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
@@ -543,9 +579,7 @@ class Steerer:
         # each: a journal commit costs milliseconds.
         self._op(Op("sync", inferred=True), churn)
         for f in pending:
-            self._op(Op("rename", _temp_name(f.path), dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
+            self._replace(f, churn)
         for path in spacers:
             self._op(Op("delete", path, inferred=True), churn)
 
@@ -566,15 +600,16 @@ class Steerer:
             if mended >= breaks or by_path.get(f.path, 0) <= 1:
                 break
             tmp = _temp_name(f.path)
-            self._op(Op("create", tmp, f.size, inferred=True), churn)
-            self._op(Op("fsync", tmp, inferred=True), churn)
-            self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
+            if self._op(Op("create", tmp, f.size, inferred=True), churn):
+                self._op(Op("fsync", tmp, inferred=True), churn)
+            self._replace(f, churn)
             self._count(churn, "mend")
             mended += int(by_path[f.path]) - 1
 
-    def _op(self, op: Op, churn: IntervalChurn) -> None:
+    def _op(self, op: Op, churn: IntervalChurn) -> bool:
+        """Run ``op``; False if it failed. An inferred file a full disk refused is deleted and
+        remembered (``_lost``): its rename over the file it stands for is never run, so a
+        short temporary never replaces a file of the snapshot."""
         self.remounted = False
         churn.inferred_ops += 1
         churn.inferred_bytes += op.size if op.op in ("create", "append") else 0
@@ -583,22 +618,36 @@ class Steerer:
             self.run(op)
         except NoSpaceError:
             if op.op in ("create", "append"):
+                self._lost.add(op.path)
                 # No part of an inferred file is left behind (the recreation would hold a
-                # file the snapshot does not); the renames and setattrs after it fail alike.
+                # file the snapshot does not).
                 with contextlib.suppress(NoSpaceError, OpFailedError):
                     self.run(Op("delete", op.path, inferred=True))
+            return False
         except OpFailedError:
-            pass
+            return False
+        return True
+
+    def _replace(self, f: _File, churn: IntervalChurn) -> bool:
+        """The temporary of ``f`` renamed over it and given its mode and time back, unless a
+        full disk refused part of it (then it is gone already)."""
+        tmp = _temp_name(f.path)
+        if tmp in self._lost:
+            self._lost.discard(tmp)
+            return False
+        if self._op(Op("rename", tmp, dest=f.path, inferred=True), churn):
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
+            return True
+        return False
 
     def _count(self, churn: IntervalChurn, kind: str) -> None:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
 
     def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
         """``f`` written whole under a temporary name and renamed over the old one."""
-        tmp = _temp_name(f.path)
-        self._op(Op("create", tmp, f.size, inferred=True), churn)
-        self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
-        self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
+        self._op(Op("create", _temp_name(f.path), f.size, inferred=True), churn)
+        self._replace(f, churn)
         self._count(churn, "rewrite")
 
     def _write_temp(self, f: _File, churn: IntervalChurn, kind: str) -> _File:
@@ -607,33 +656,47 @@ class Steerer:
         self._count(churn, kind)
         return f
 
-    def _interleaved(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
+    def _interleaved(
+        self, pairs: list[list[_File]], bs: int, churn: IntervalChurn, room: int | None = None
+    ) -> None:
         """Each pair's two files rewritten in alternating pieces, so that their blocks
         alternate as two writers' do. The pieces go to disk in layers: every file's first
         piece, in pair order, then one sync, then every file's second piece, and so on.
         Writeback allocates the files of a layer one after another in the order written, so
         each file's next piece finds the blocks after its last taken by its partner's; one
-        sync per layer, not one fsync per piece (a journal commit each)."""
-        if not pairs:
-            return
+        sync per layer, not one fsync per piece (a journal commit each). Every temporary of a
+        batch exists until the batch is renamed: batches hold at most ``room`` bytes (a
+        nearly full disk refused the pieces of hundreds of pairs written at once)."""
+        batch: list[list[_File]] = []
+        held = 0
+        for pair in pairs:
+            size = sum(f.size for f in pair)
+            if batch and room is not None and held + size > room:
+                self._interleave_batch(batch, bs, churn)
+                batch, held = [], 0
+            batch.append(pair)
+            held += size
+        if batch:
+            self._interleave_batch(batch, bs, churn)
+
+    def _interleave_batch(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
         files = [f for pair in pairs for f in pair]
         tmps = [_temp_name(f.path) for f in files]
         for t in tmps:
             self._op(Op("create", t, 0, inferred=True), churn)
         pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in files]
         done = [0] * len(files)
-        while any(d < f.size for d, f in zip(done, files, strict=True)):
+        while any(d < f.size and t not in self._lost
+                  for d, f, t in zip(done, files, tmps, strict=True)):  # fmt: skip
             for i, f in enumerate(files):
-                if done[i] < f.size:
+                if done[i] < f.size and tmps[i] not in self._lost:
                     n = min(pieces[i], f.size - done[i])
                     self._op(Op("append", tmps[i], n, inferred=True), churn)
                     done[i] += n
             self._op(Op("sync", inferred=True), churn)
-        for t, f in zip(tmps, files, strict=True):
-            self._op(Op("rename", t, dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
-            self._count(churn, "interleaved")
+        for f in files:
+            if self._replace(f, churn):
+                self._count(churn, "interleaved")
 
     # ------------------------------------------------------------------ summary
 

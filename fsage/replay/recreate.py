@@ -584,7 +584,14 @@ def _replay(
             def run(op: Op) -> int:
                 if journal is not None:
                     journal.append(op)
+                # Counted as any op, and raised on: the steerer must not rename a temporary
+                # that a full disk left short over the file it stands for.
+                nospace, failed = res.nospace, res.failed
                 _apply(sess.ex, op, res)
+                if res.nospace != nospace:
+                    raise NoSpaceError(f"{op.op} {op.path}: no space left")
+                if res.failed != failed:
+                    raise OpFailedError(f"{op.op} {op.path}: failed")
                 return 0
 
             steerer = Steerer(run, sess.read_unmounted, opts.budget, opts.seed)
