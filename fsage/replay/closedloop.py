@@ -14,8 +14,15 @@ elsewhere to join them, and spacers of the lacking sizes (short-lived temporarie
 changed directories) are written between rewritten files and deleted, leaving holes; where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
-A round that moved files for the buckets or the locality leaves the free space to the next
-round, which shapes it from a fresh measurement. So on until every dimension is within the
+The free space is judged by blocks and by the count of free extents per bucket (the blocks'
+histogram is decided by the few largest extents). Where the recreation has too many small
+free extents — the original, fuller while its unseen temporaries lived, filled them with
+pieces of the files it wrote — a round is pressed: a short-lived plug takes the free space
+but what ext4 keeps back and what the round moves, and the files between small free extents
+(``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one
+free extent for several; the plug is deleted at the round's end. A round that moved files
+for the buckets or the locality leaves the free space to the next round, which shapes it
+from a fresh measurement. So on until every dimension is within the
 matcher's tolerances, or the buckets and the free space are and the locality's excess is
 smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
 seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
@@ -48,8 +55,9 @@ from fsage.ager.match_target import (
     measure,
     target_from_layout,
 )
-from fsage.analyzer.freespace import MAX_BUCKET
 from fsage.layout import Layout
+from fsage.replay.changed import _File, changed_files, evidence
+from fsage.replay.freeshape import bucket_of_length, count_distance, join_windows, merge_windows
 from fsage.workload import NoSpaceError, Op, OpFailedError
 
 #: A gap (summed excess over the tolerances) this large or larger gets a full first round.
@@ -67,6 +75,9 @@ STALE_ROUNDS = 3
 #: 0.03-0.1 and the excess by 0.01-0.05 (14 MiB ext4, measured round by round), so another
 #: round is as likely to lose the free space as to mend the locality.
 SETTLE_GAP = 0.02
+#: Files may fill this share of a window whose small free extents are joined in a pressed
+#: round (``merge_windows``): their new versions fill small free extents elsewhere.
+MERGE_SHARE = 0.85
 #: Spacers per round at most.
 MAX_SPACERS = 64
 
@@ -81,7 +92,7 @@ class Budget:
     min_bytes: int = 1 << 20
     ops: int = 50_000
     seconds: float = 120.0
-    rounds: int = 10
+    rounds: int = 20
 
     def bytes_for(self, visible: int) -> int:
         return max(int(self.bytes_factor * visible), self.min_bytes)
@@ -126,81 +137,6 @@ class IntervalChurn:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def evidence(prev: Layout | None, now: Layout, prev_ns: int | None) -> dict[str, int]:
-    """What in snapshot ``now`` says files were rewritten since ``prev``: paths that hold a new
-    inode with the old size and modification time, and files modified after ``prev``."""
-    f = now.files
-    reg = f.is_regular()
-    out = {"files": int(reg.sum()), "modified_since": 0, "renewed_unchanged": 0, "new_inodes": 0}
-    if prev is None or prev_ns is None:
-        out["modified_since"] = out["new_inodes"] = out["files"]
-        return out
-    out["modified_since"] = int(np.count_nonzero(reg & (f.mtime > prev_ns)))
-    old: dict[str, tuple[int, int, int]] = {}
-    pf = prev.files
-    pidx = {int(i): k for k, i in enumerate(pf.ino.tolist())}
-    for ino, paths in prev.paths().items():
-        k = pidx.get(ino)
-        if k is not None and pf.is_regular()[k]:
-            for p in paths:
-                old[p] = (ino, int(pf.size[k]), int(pf.mtime[k]))
-    nidx = {int(i): k for k, i in enumerate(f.ino.tolist())}
-    for ino, paths in now.paths().items():
-        k = nidx.get(ino)
-        if k is None or not reg[k]:
-            continue
-        for p in paths:
-            was = old.get(p)
-            if was is None:
-                continue
-            if was[0] != ino:
-                out["new_inodes"] += 1
-                if was[1] == int(f.size[k]) and was[2] == int(f.mtime[k]):
-                    out["renewed_unchanged"] += 1
-    return out
-
-
-@dataclass
-class _File:
-    path: str
-    size: int
-    mode: int
-    mtime_ns: int
-
-
-def changed_files(prev: Layout | None, now: Layout, prev_ns: int | None) -> list[_File]:
-    """Regular files of one link in ``now`` that the interval wrote: a new inode (or
-    generation), or a modification time after ``prev``."""
-    f = now.files
-    seen: set[tuple[int, int]] = set()
-    if prev is not None:
-        seen = set(zip(prev.files.ino.tolist(), prev.files.generation.tolist(), strict=True))
-    paths = now.paths()
-    out = []
-    reg = f.is_regular()
-    for k, (ino, gen) in enumerate(zip(f.ino.tolist(), f.generation.tolist(), strict=True)):
-        if not reg[k] or int(f.nlink[k]) != 1 or not int(f.size[k]):
-            continue
-        new = (ino, gen) not in seen or prev_ns is None or int(f.mtime[k]) > prev_ns
-        names = paths.get(ino)
-        if new and names and len(names) == 1:
-            out.append(
-                _File(names[0].lstrip("/"), int(f.size[k]), int(f.mode[k]) & 0o7777,
-                      int(f.mtime[k]))
-            )  # fmt: skip
-    return out
-
-
-def count_distance(want: LayoutTarget, have: LayoutTarget) -> float:
-    """How far two free spaces are by the count of their free extents per bucket: the
-    extents that would have to appear or go over all extents of both (Bray-Curtis, as
-    ``fsage.replay.fidelity`` judges a recreation by extents)."""
-    keys = set(want.free_counts) | set(have.free_counts)
-    total = sum(want.free_counts.values()) + sum(have.free_counts.values())
-    diff = sum(abs(want.free_counts.get(k, 0) - have.free_counts.get(k, 0)) for k in keys)
-    return diff / total if total else 0.0
-
-
 def judge(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
     """The matcher's comparison (``compare``), with the free space judged by the count of
     free extents per bucket as well as by blocks (``free_count``): the blocks' histogram
@@ -217,7 +153,7 @@ def _free_excess(rep: dict[str, Any]) -> float:
     tv = rep["free_tv"]
     if tv is None:
         return 0.0
-    return max(0.0, tv - FREE_TV, rep.get("free_count", 0.0) - FREE_TV)
+    return float(max(0.0, tv - FREE_TV, rep.get("free_count", 0.0) - FREE_TV))
 
 
 def _distance(rep: dict[str, Any]) -> float:
@@ -279,6 +215,9 @@ class Steerer:
         #: The snapshot's free-space histogram (fractions of its free blocks) and the
         #: recreation's last measured state.
         self._want: dict[int, float] = {}
+        self._target = LayoutTarget(0, 0, 0.0, {}, {})
+        self._target_free: dict[int, int] = {}
+        self._target_free_counts: dict[int, int] = {}
         self._state: MeasuredState | None = None
         #: The last round moved files and left the free space to the next.
         self._free_turn = False
@@ -299,6 +238,8 @@ class Steerer:
         rng = random.Random(self.seed * 1_000_003 + snapshot_id)
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
         self._want = target.free_fractions()
+        self._target = target
+        self._target_free, self._target_free_counts = target.free, target.free_counts
         churn = IntervalChurn(snapshot_id, visible_bytes)
         self._free_turn = False
         churn.evidence = evidence(prev, snap, prev_ns)
@@ -387,7 +328,10 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             return True
-        return not rep["free_ok"] and bool(self._short(self._state))
+        state = self._state
+        if rep["free_ok"] or state is None:
+            return False
+        return bool(self._short(state)) or bool(self._excess(state))
 
     def _short(self, state: MeasuredState | None) -> dict[int, int]:
         """Free blocks the recreation lacks per free-extent bucket (log2 of the extent's
@@ -401,7 +345,32 @@ class Steerer:
             lack = (w - have.get(k, 0.0)) * total
             if w - have.get(k, 0.0) > FREE_TV / 8 and lack >= 1 << k:
                 out[k] = int(lack)
+        if self._counts_off(state):
+            # In pieces of other sizes than the snapshot's: the extents of the sizes it
+            # lacks by count (as long as the snapshot's are).
+            want_n = self._target_free_counts
+            have_n = state.target.free_counts
+            for k, n in want_n.items():
+                lack_n = n - have_n.get(k, 0)
+                if lack_n > 0:
+                    mean = self._target_free.get(k, 0) / n
+                    out[k] = max(out.get(k, 0), int(lack_n * mean))
         return out
+
+    def _counts_off(self, state: MeasuredState) -> bool:
+        """The recreation's free extents per bucket are farther from the snapshot's by count
+        than the tolerance."""
+        return count_distance(self._target, state.target) > FREE_TV
+
+    def _excess(self, state: MeasuredState) -> dict[int, int]:
+        """Free extents per bucket the recreation has more of than the snapshot, where its
+        counts are off ({} where they are not, or the excess is a few extents)."""
+        if not self._counts_off(state):
+            return {}
+        want_n = self._target_free_counts
+        out = {k: n - want_n.get(k, 0) for k, n in state.target.free_counts.items()
+               if n > want_n.get(k, 0)}  # fmt: skip
+        return out if sum(out.values()) >= max(sum(want_n.values()) // 50, 2) else {}
 
     _last: Layout | None = None
 
@@ -443,12 +412,18 @@ class Steerer:
         # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
         ops_before = churn.inferred_ops
         pairs: list[list[_File]] = []
+        # Free space in more pieces than the snapshot's goes first: the files its pressed
+        # rounds move break as they fill the small free extents (as the original's did while
+        # it was that full), where rewrites in alternating pieces free small extents more.
+        # Only while far (twice the tolerance): a bucket the presses leave too contiguous
+        # is then broken by rewrites in pieces.
+        press = rep["free_count"] > 2 * FREE_TV and bool(self._excess(state))
         for r in rep["buckets"]:
             k = r["bucket"]
             if not (self._hi(r) or self._lo(r)):
                 continue
             breaks = int(np.ceil(abs(r["score"] - r["target_score"]) * state.den_k.get(k, 0)))
-            if self._hi(r):
+            if self._hi(r) and not press:
                 pool = [f for f in files if bucket_of(f) == k and f.size > bs]
                 # Each file of a pair gets one break (two pieces).
                 pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
@@ -501,7 +476,8 @@ class Steerer:
         deleted at the round's end, their blocks left as holes of their size. No more than
         the interval's ``allowed`` bytes are written."""
         short = self._short(state)
-        if not short or self._last is None:
+        excess = self._excess(state)
+        if not (short or excess) or self._last is None:
             return
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
@@ -518,6 +494,33 @@ class Steerer:
                 spans.append((a, a + int(state.blocks[k_i]), f.path))
         #: Rewrites written under their temporary name, renamed once all are on disk.
         pending: list[_File] = []
+        spacers: list[str] = []
+        if excess:
+            # Too many free extents of some sizes: windows that join several of them, their
+            # files moved while a plug holds the larger free extents (a pressed round).
+            longest = (2 << max(self._target_free_counts, default=0)) - 1
+            # The blocks of the small extents in excess: what the movers can fill, no more.
+            fill = sum(n * state.target.free.get(k, 0) // max(state.target.free_counts[k], 1)
+                       for k, n in excess.items())  # fmt: skip
+            windows = merge_windows(state.free_start, state.free_len, spans, excess, longest,
+                                    MERGE_SHARE)  # fmt: skip
+            movers = []
+            for f in (by_path[p] for w in windows for p in w):
+                if fill <= 0:
+                    break
+                movers.append(f)
+                fill -= -(-f.size // bs)
+            plug = self._plug(state, movers, files or everyone, rng, churn)
+            for f in movers:
+                if churn.inferred_bytes >= allowed:
+                    break
+                pending.append(self._write_temp(f, churn, "merge"))
+            if plug:
+                # Nothing else this round: what it would write finds no room but the plug's.
+                self._finish(pending, [plug], churn)
+                return
+            moved_now = {f.path for f in pending}
+            spans = [t for t in spans if t[2] not in moved_now]
         for window in join_windows(state.free_start, state.free_len, spans, short):
             if churn.inferred_bytes >= allowed:
                 break
@@ -538,7 +541,7 @@ class Steerer:
             left, right = ends.get(a, 0), starts.get(b, 0)
             if not (left or right) or (a - left) in taken or b in taken:
                 continue
-            k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
+            k = bucket_of_length(left + b - a + right)
             if short.get(k, 0) <= 0:
                 continue
             pending.append(self._write_temp(by_path[path], churn, "join"))
@@ -548,7 +551,6 @@ class Steerer:
         spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
         small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
         large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
-        spacers: list[str] = []
         for k in sorted(short, reverse=True):
             if not any(j > k for j in spare):
                 continue
@@ -571,6 +573,9 @@ class Steerer:
                 g = neighbours.pop()
                 pending.append(self._write_temp(by_path.get(g.path, g), churn, "neighbour"))
                 need -= n
+        self._finish(pending, spacers, churn)
+
+    def _finish(self, pending: list[_File], spacers: list[str], churn: IntervalChurn) -> None:
         if not pending and not spacers:
             return
         # One sync puts them all on disk, allocated in the order written (writeback takes
@@ -582,6 +587,34 @@ class Steerer:
             self._replace(f, churn)
         for path in spacers:
             self._op(Op("delete", path, inferred=True), churn)
+
+    def _plug(
+        self,
+        state: MeasuredState,
+        movers: list[_File],
+        hosts: list[_File],
+        rng: random.Random,
+        churn: IntervalChurn,
+    ) -> str | None:
+        """A short-lived file that takes the free space but what ``movers`` need and what
+        ext4 keeps back (2% of the blocks, 4096 at most), put on disk before them: as the
+        original's temporaries did while it was that full, it leaves the movers the small
+        free extents (the allocator takes the largest first). Deleted at the round's end."""
+        bs = state.target.block_size
+        free = int(state.free_len.sum())
+        keep = min(state.target.blocks_total // 50, 4096)
+        need = sum(-(-f.size // bs) for f in movers)
+        n = free - keep - need - max(free // 50, 64)
+        if n <= 0 or not movers:
+            return None
+        head = rng.choice(hosts).path.rpartition("/")[0]
+        name = f".plug{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
+        path = f"{head}/{name}" if head else name
+        if not self._op(Op("create", path, n * bs, inferred=True), churn):
+            return None
+        self._count(churn, "plug")
+        self._op(Op("sync", inferred=True), churn)
+        return path
 
     def _mend(
         self, files: list[_File], state: MeasuredState, breaks: int, churn: IntervalChurn
@@ -708,56 +741,6 @@ class Steerer:
             "inferred_bytes": sum(c.inferred_bytes for c in self.intervals),
             "inferred_ops": sum(c.inferred_ops for c in self.intervals),
         }
-
-
-def join_windows(
-    free_start: np.ndarray,
-    free_len: np.ndarray,
-    spans: list[tuple[int, int, str]],
-    short: dict[int, int],
-) -> list[list[str]]:
-    """Windows of the disk that start and end with a free extent and hold between them only
-    free extents and whole files of one extent each (``spans``: start, end, path), whose
-    length falls in a free-extent bucket (log2 of blocks) that ``short`` lacks blocks of:
-    the files of each, moved away, leave the window one free extent. Largest buckets first;
-    windows do not overlap; at most a quarter of a window's blocks are files' (moving more
-    costs more writes than the hole is worth). ``short`` is decreased by what they give."""
-    items = sorted([(int(a), int(a + n), "") for a, n in zip(free_start, free_len, strict=True)]
-                   + spans)  # fmt: skip
-    chains: list[list[tuple[int, int, str]]] = []
-    for it in items:
-        if chains and chains[-1][-1][1] == it[0]:
-            chains[-1].append(it)
-        else:
-            chains.append([it])
-    out: list[list[str]] = []
-    used: set[tuple[int, int]] = set()  # (chain, item) taken
-    for k in sorted(short, reverse=True):
-        lo, hi = 1 << k, (2 << k) - 1 if k < MAX_BUCKET else 1 << 62
-        for c, chain in enumerate(chains):
-            free = [i for i, it in enumerate(chain) if not it[2]]
-            i = 0
-            while i < len(free) and short.get(k, 0) > 0:
-                got = None
-                for j in range(i + 1, len(free)):
-                    if (c, free[j]) in used:
-                        break
-                    length = chain[free[j]][1] - chain[free[i]][0]
-                    if length > hi:
-                        break
-                    moved = sum(it[1] - it[0] for it in chain[free[i] : free[j]] if it[2])
-                    if length >= lo and 4 * moved <= length:
-                        got = j, length
-                        break
-                if got is None or (c, free[i]) in used:
-                    i += 1
-                    continue
-                j, length = got
-                out.append([it[2] for it in chain[free[i] : free[j]] if it[2]])
-                used.update((c, m) for m in range(free[i], free[j] + 1))
-                short[k] -= length
-                i = j + 1
-    return out
 
 
 def _temp_name(path: str) -> str:
