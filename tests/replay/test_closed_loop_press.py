@@ -62,7 +62,8 @@ def test_a_rewrite_refused_for_lack_of_space_leaves_its_file_whole(tmp_path: Pat
     the refused ones are dropped, every file keeps its size (stat) and no temporary is left;
     e2fsck finds the file system clean."""
     from fsage.ager.posix import PosixExecutor
-    from fsage.replay.closedloop import TEMP_SUFFIX, IntervalChurn, Steerer, _File
+    from fsage.replay.changed import _File
+    from fsage.replay.closedloop import TEMP_SUFFIX, IntervalChurn, Steerer
 
     img = make_image(tmp_path / "i.img", "ext4", 32 * MIB)
     names = [f"d/f{i:02d}" for i in range(16)]
