@@ -86,13 +86,21 @@ MAX_SPACERS = 64
 class Budget:
     """What one interval's steering may spend: inferred bytes up to ``bytes_factor`` times the
     bytes its visible ops wrote (at least ``min_bytes``), ``ops`` ops, ``seconds`` of wall
-    time and ``rounds`` measurements."""
+    time and ``rounds`` measurements; the last interval (the snapshot a recreation is judged
+    at) ``rounds`` times ``last_factor`` of them, and as many more rounds without progress
+    before it gives up, every other interval ``rounds`` over that factor (a round costs a
+    remount and an offline read: the time goes where the verdict is taken)."""
 
     bytes_factor: float = 3.0
     min_bytes: int = 1 << 20
     ops: int = 50_000
     seconds: float = 120.0
-    rounds: int = 20
+    rounds: int = 10
+    last_factor: int = 2
+
+    def rounds_for(self, last: bool) -> int:
+        f = max(self.last_factor, 1)
+        return self.rounds * f if last else max(self.rounds // f, 1)
 
     def bytes_for(self, visible: int) -> int:
         return max(int(self.bytes_factor * visible), self.min_bytes)
@@ -104,6 +112,7 @@ class Budget:
             "ops": self.ops,
             "seconds": self.seconds,
             "rounds": self.rounds,
+            "last_factor": self.last_factor,
         }
 
 
@@ -233,8 +242,13 @@ class Steerer:
         prev: Layout | None,
         prev_ns: int | None,
         visible_bytes: int,
+        last: bool = False,
     ) -> IntervalChurn:
+        """Steer the recreation toward snapshot ``snapshot_id`` (``snap``) after its interval's
+        visible ops; ``last``: the snapshot the recreation ends at (see ``Budget``)."""
         t0 = time.perf_counter()
+        rounds = self.budget.rounds_for(last)
+        stale_rounds = STALE_ROUNDS * (max(self.budget.last_factor, 1) if last else 1)
         rng = random.Random(self.seed * 1_000_003 + snapshot_id)
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
         self._want = target.free_fractions()
@@ -254,7 +268,7 @@ class Steerer:
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
-        step = max(int(allowed / max(2 * self.budget.rounds, 1) * near), 1)
+        step = max(int(allowed / max(2 * rounds, 1) * near), 1)
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
@@ -272,7 +286,7 @@ class Steerer:
             if churn.inferred_ops >= self.budget.ops:
                 churn.stopped = "ops budget spent"
                 break
-            if churn.rounds >= self.budget.rounds:
+            if churn.rounds >= rounds:
                 churn.stopped = "rounds budget spent"
                 break
             if time.perf_counter() - t0 >= self.budget.seconds:
@@ -297,7 +311,7 @@ class Steerer:
                 stale = 0
             else:
                 stale += 1
-                if stale >= STALE_ROUNDS:
+                if stale >= stale_rounds:
                     churn.stopped = "no progress"
                     break
             gap = new_gap

@@ -632,7 +632,12 @@ def _replay(
                 spent["ops"] += t_end - t_ops
                 if steerer is not None:
                     churn = steerer.steer(
-                        iv.snapshot.id, iv.layout, prev, prev_ns, res.bytes_written - before
+                        iv.snapshot.id,
+                        iv.layout,
+                        prev,
+                        prev_ns,
+                        res.bytes_written - before,
+                        last=iv.index + 1 == len(chain),
                     )
                     say(_churn_line(churn))
                     t_steered = time.perf_counter()
