@@ -232,6 +232,7 @@ class Steerer:
         self._free_turn = False
         #: Temporaries a full disk refused (deleted; never renamed over their file).
         self._lost: set[str] = set()
+        self._path_cache: list[tuple[Layout, dict[int, list[str]]]] = []
 
     # ------------------------------------------------------------------ one interval
 
@@ -256,9 +257,9 @@ class Steerer:
         self._target_free, self._target_free_counts = target.free, target.free_counts
         churn = IntervalChurn(snapshot_id, visible_bytes)
         self._free_turn = False
-        churn.evidence = evidence(prev, snap, prev_ns)
-        files = changed_files(prev, snap, prev_ns)
-        everyone = changed_files(None, snap, None)
+        churn.evidence = evidence(prev, snap, prev_ns, self._paths)
+        files = changed_files(prev, snap, prev_ns, self._paths)
+        everyone = changed_files(None, snap, None, self._paths)
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
         rep = judge(target, state.target)
@@ -388,6 +389,16 @@ class Steerer:
 
     _last: Layout | None = None
 
+    def _paths(self, layout: Layout) -> dict[int, list[str]]:
+        """``layout.paths()``, kept for the layouts in use (the snapshot, the one before, the
+        last measurement): each is asked for several times an interval or round."""
+        for lay, paths in self._path_cache:
+            if lay is layout:
+                return paths
+        paths = layout.paths()
+        self._path_cache = [*self._path_cache[-2:], (layout, paths)]
+        return paths
+
     def _measure(self) -> MeasuredState:
         # Measured as the snapshot was taken: unmounted, read offline (the live reader counts
         # ext4's preallocations as used). The marker makes a rerun remount at the same point.
@@ -496,7 +507,7 @@ class Steerer:
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
         ino_of: dict[str, int] = {}
-        for ino, ps in self._last.paths().items():
+        for ino, ps in self._paths(self._last).items():
             for p in ps:
                 ino_of[p.lstrip("/")] = ino
         idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
@@ -643,7 +654,7 @@ class Steerer:
         if self._last is None:
             return
         frags = dict(zip(state.ino.tolist(), state.frags.tolist(), strict=True))
-        by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._last.paths().items()
+        by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._paths(self._last).items()
                    for p in ps}  # fmt: skip
         worst = sorted(files, key=lambda f: -int(by_path.get(f.path, 0)))
         mended = 0
