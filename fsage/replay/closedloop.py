@@ -379,10 +379,12 @@ class Steerer:
 
     def _excess(self, state: MeasuredState) -> dict[int, int]:
         """Free extents per bucket the recreation has more of than the snapshot, where its
-        counts are off ({} where they are not, or the excess is a few extents)."""
-        if not self._counts_off(state):
-            return {}
+        counts are off and it is in more pieces in all ({} where not, or the excess is a few
+        extents): joining them would take a free space in fewer pieces farther."""
         want_n = self._target_free_counts
+        have = sum(state.target.free_counts.values())
+        if not self._counts_off(state) or have <= sum(want_n.values()):
+            return {}
         out = {k: n - want_n.get(k, 0) for k, n in state.target.free_counts.items()
                if n > want_n.get(k, 0)}  # fmt: skip
         return out if sum(out.values()) >= max(sum(want_n.values()) // 50, 2) else {}
