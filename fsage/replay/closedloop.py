@@ -613,6 +613,9 @@ class Steerer:
         for f in pending:
             self._replace(f, churn)
         for path in spacers:
+            if path in self._lost:  # refused by a full disk: already gone
+                self._lost.discard(path)
+                continue
             self._op(Op("delete", path, inferred=True), churn)
 
     def _plug(
