@@ -93,11 +93,10 @@ def merge_windows(
     share: float = 0.5,
 ) -> list[list[str]]:
     """Windows (as ``join_windows``'s) of at most ``longest`` blocks, files at most ``share``
-    of each, that hold two or more free extents, one or more of the buckets ``excess``
-    counts too many of: the files moved away, each leaves one free extent, larger than any
-    of its pieces, for several. From each start in a run of the disk the window holding the
-    most of the excess ones is taken; no more than ``excess`` asks (each piece of an excess
-    bucket taken decreases it)."""
+    of each, that hold two or more free extents of the buckets ``excess`` counts too many
+    of: the files moved away, each leaves one free extent for several. From each start in a
+    run of the disk the window holding the most of them is taken; no more than ``excess``
+    asks (decreased by what they take)."""
     out: list[list[str]] = []
     for chain in _chains(free_start, free_len, spans):
         free = [i for i, it in enumerate(chain) if not it[2]]
@@ -116,14 +115,14 @@ def merge_windows(
                 if moved > share * length:
                     continue
                 many = [k for k in ks if excess.get(k, 0) > 0]
-                if many and j > i and (best is None or len(many) > len(best[1])):
+                if len(many) >= 2 and (best is None or len(many) > len(best[1])):
                     best = j, many
             if best is None:
                 i += 1
                 continue
             j, many = best
             out.append([it[2] for it in chain[free[i] : free[j]] if it[2]])
-            for k in many:
+            for k in many[1:]:
                 excess[k] -= 1
             i = j + 1
     return out

@@ -30,10 +30,10 @@ def test_a_merge_window_takes_the_files_between_small_free_extents() -> None:
     windows = merge_windows(free_start, free_len, spans, excess, longest=15, share=0.85)
     # One window over the three free extents: both files move, one extent for three.
     assert windows == [["a", "b"]]
-    assert excess == {1: 0}
-    # One small free extent in excess beside one that is not: joined too (two become one).
+    assert excess == {1: 1}
+    # One small free extent in excess beside one that is not: not worth a window.
     lone = merge_windows(np.array([0, 5]), np.array([2, 8]), [(2, 5, "a")], {1: 1}, longest=15)
-    assert lone == [["a"]]
+    assert lone == []
     # Files at most 0.45 of a window: not the three (6 of 12 blocks would move), the first
     # two (3 of 7).
     assert merge_windows(free_start, free_len, spans, {1: 3}, longest=15, share=0.45) == [["a"]]
