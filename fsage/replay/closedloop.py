@@ -14,8 +14,15 @@ elsewhere to join them, and spacers of the lacking sizes (short-lived temporarie
 changed directories) are written between rewritten files and deleted, leaving holes; where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
-A round that moved files for the buckets or the locality leaves the free space to the next
-round, which shapes it from a fresh measurement. So on until every dimension is within the
+The free space is judged by blocks and by the count of free extents per bucket (the blocks'
+histogram is decided by the few largest extents). Where the recreation has too many small
+free extents — the original, fuller while its unseen temporaries lived, filled them with
+pieces of the files it wrote — a round is pressed: a short-lived plug takes the free space
+but what ext4 keeps back and what the round moves, and the files between small free extents
+(``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one
+free extent for several; the plug is deleted at the round's end. A round that moved files
+for the buckets or the locality leaves the free space to the next round, which shapes it
+from a fresh measurement. So on until every dimension is within the
 matcher's tolerances, or the buckets and the free space are and the locality's excess is
 smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
 seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
@@ -41,14 +48,16 @@ from fsage.ager.match_target import (
     DYNAMIC_TOL,
     FREE_TV,
     SCORE_TOL,
+    LayoutTarget,
     MeasuredState,
     compare,
     distance,
     measure,
     target_from_layout,
 )
-from fsage.analyzer.freespace import MAX_BUCKET
 from fsage.layout import Layout
+from fsage.replay.changed import _File, changed_files, evidence
+from fsage.replay.freeshape import bucket_of_length, count_distance, join_windows, merge_windows
 from fsage.workload import NoSpaceError, Op, OpFailedError
 
 #: A gap (summed excess over the tolerances) this large or larger gets a full first round.
@@ -66,6 +75,9 @@ STALE_ROUNDS = 3
 #: 0.03-0.1 and the excess by 0.01-0.05 (14 MiB ext4, measured round by round), so another
 #: round is as likely to lose the free space as to mend the locality.
 SETTLE_GAP = 0.02
+#: Files may fill this share of a window whose small free extents are joined in a pressed
+#: round (``merge_windows``): their new versions fill small free extents elsewhere.
+MERGE_SHARE = 0.85
 #: Spacers per round at most.
 MAX_SPACERS = 64
 
@@ -74,13 +86,21 @@ MAX_SPACERS = 64
 class Budget:
     """What one interval's steering may spend: inferred bytes up to ``bytes_factor`` times the
     bytes its visible ops wrote (at least ``min_bytes``), ``ops`` ops, ``seconds`` of wall
-    time and ``rounds`` measurements."""
+    time and ``rounds`` measurements; the last interval (the snapshot a recreation is judged
+    at) ``rounds`` times ``last_factor`` of them, and as many more rounds without progress
+    before it gives up, every other interval ``rounds`` over that factor (a round costs a
+    remount and an offline read: the time goes where the verdict is taken)."""
 
     bytes_factor: float = 3.0
     min_bytes: int = 1 << 20
     ops: int = 50_000
     seconds: float = 120.0
     rounds: int = 10
+    last_factor: int = 2
+
+    def rounds_for(self, last: bool) -> int:
+        f = max(self.last_factor, 1)
+        return self.rounds * f if last else max(self.rounds // f, 1)
 
     def bytes_for(self, visible: int) -> int:
         return max(int(self.bytes_factor * visible), self.min_bytes)
@@ -92,6 +112,7 @@ class Budget:
             "ops": self.ops,
             "seconds": self.seconds,
             "rounds": self.rounds,
+            "last_factor": self.last_factor,
         }
 
 
@@ -125,69 +146,28 @@ class IntervalChurn:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def evidence(prev: Layout | None, now: Layout, prev_ns: int | None) -> dict[str, int]:
-    """What in snapshot ``now`` says files were rewritten since ``prev``: paths that hold a new
-    inode with the old size and modification time, and files modified after ``prev``."""
-    f = now.files
-    reg = f.is_regular()
-    out = {"files": int(reg.sum()), "modified_since": 0, "renewed_unchanged": 0, "new_inodes": 0}
-    if prev is None or prev_ns is None:
-        out["modified_since"] = out["new_inodes"] = out["files"]
-        return out
-    out["modified_since"] = int(np.count_nonzero(reg & (f.mtime > prev_ns)))
-    old: dict[str, tuple[int, int, int]] = {}
-    pf = prev.files
-    pidx = {int(i): k for k, i in enumerate(pf.ino.tolist())}
-    for ino, paths in prev.paths().items():
-        k = pidx.get(ino)
-        if k is not None and pf.is_regular()[k]:
-            for p in paths:
-                old[p] = (ino, int(pf.size[k]), int(pf.mtime[k]))
-    nidx = {int(i): k for k, i in enumerate(f.ino.tolist())}
-    for ino, paths in now.paths().items():
-        k = nidx.get(ino)
-        if k is None or not reg[k]:
-            continue
-        for p in paths:
-            was = old.get(p)
-            if was is None:
-                continue
-            if was[0] != ino:
-                out["new_inodes"] += 1
-                if was[1] == int(f.size[k]) and was[2] == int(f.mtime[k]):
-                    out["renewed_unchanged"] += 1
-    return out
+def judge(target: LayoutTarget, now: LayoutTarget) -> dict[str, Any]:
+    """The matcher's comparison (``compare``), with the free space judged by the count of
+    free extents per bucket as well as by blocks (``free_count``): the blocks' histogram
+    is decided by the few largest extents, and a recreation in twice the pieces passed it."""
+    rep = compare(target, now)
+    rep["free_count"] = count_distance(target, now)
+    rep["free_ok"] = bool(rep["free_ok"] and rep["free_count"] <= FREE_TV)
+    rep["matched"] = bool(rep["matched"] and rep["free_ok"])
+    return rep
 
 
-@dataclass
-class _File:
-    path: str
-    size: int
-    mode: int
-    mtime_ns: int
+def _free_excess(rep: dict[str, Any]) -> float:
+    """The free space's distance beyond its tolerance: the worse of by blocks and by counts."""
+    tv = rep["free_tv"]
+    if tv is None:
+        return 0.0
+    return float(max(0.0, tv - FREE_TV, rep.get("free_count", 0.0) - FREE_TV))
 
 
-def changed_files(prev: Layout | None, now: Layout, prev_ns: int | None) -> list[_File]:
-    """Regular files of one link in ``now`` that the interval wrote: a new inode (or
-    generation), or a modification time after ``prev``."""
-    f = now.files
-    seen: set[tuple[int, int]] = set()
-    if prev is not None:
-        seen = set(zip(prev.files.ino.tolist(), prev.files.generation.tolist(), strict=True))
-    paths = now.paths()
-    out = []
-    reg = f.is_regular()
-    for k, (ino, gen) in enumerate(zip(f.ino.tolist(), f.generation.tolist(), strict=True)):
-        if not reg[k] or int(f.nlink[k]) != 1 or not int(f.size[k]):
-            continue
-        new = (ino, gen) not in seen or prev_ns is None or int(f.mtime[k]) > prev_ns
-        names = paths.get(ino)
-        if new and names and len(names) == 1:
-            out.append(
-                _File(names[0].lstrip("/"), int(f.size[k]), int(f.mode[k]) & 0o7777,
-                      int(f.mtime[k]))
-            )  # fmt: skip
-    return out
+def _distance(rep: dict[str, Any]) -> float:
+    """The matcher's distance, the free space's by counts included."""
+    return float(max(distance(rep), _free_excess(rep)))
 
 
 def _gap(rep: dict[str, Any]) -> float:
@@ -198,8 +178,7 @@ def _gap(rep: dict[str, Any]) -> float:
         if r["judged"]:
             d = 1.0 if r["score"] is None else abs(r["score"] - r["target_score"])
             gap += max(0.0, d - SCORE_TOL)
-    if rep["free_tv"] is not None:
-        gap += max(0.0, rep["free_tv"] - FREE_TV)
+    gap += _free_excess(rep)
     want = rep["target_locality"].get("dynamic_score")
     have = rep["locality"].get("dynamic_score")
     if want is not None and have is not None and not rep["dynamic_ok"]:
@@ -210,7 +189,7 @@ def _gap(rep: dict[str, Any]) -> float:
 def _point(churn: IntervalChurn, rep: dict[str, Any], gap: float) -> dict[str, float]:
     tv = rep["free_tv"]
     return {"bytes": churn.inferred_bytes, "free_tv": -1.0 if tv is None else round(tv, 4),
-            "gap": round(gap, 4)}  # fmt: skip
+            "free_count": round(rep.get("free_count", 0.0), 4), "gap": round(gap, 4)}  # fmt: skip
 
 
 def _off(rep: dict[str, Any]) -> list[str]:
@@ -245,9 +224,15 @@ class Steerer:
         #: The snapshot's free-space histogram (fractions of its free blocks) and the
         #: recreation's last measured state.
         self._want: dict[int, float] = {}
+        self._target = LayoutTarget(0, 0, 0.0, {}, {})
+        self._target_free: dict[int, int] = {}
+        self._target_free_counts: dict[int, int] = {}
         self._state: MeasuredState | None = None
         #: The last round moved files and left the free space to the next.
         self._free_turn = False
+        #: Temporaries a full disk refused (deleted; never renamed over their file).
+        self._lost: set[str] = set()
+        self._path_cache: list[tuple[Layout, dict[int, list[str]]]] = []
 
     # ------------------------------------------------------------------ one interval
 
@@ -258,26 +243,33 @@ class Steerer:
         prev: Layout | None,
         prev_ns: int | None,
         visible_bytes: int,
+        last: bool = False,
     ) -> IntervalChurn:
+        """Steer the recreation toward snapshot ``snapshot_id`` (``snap``) after its interval's
+        visible ops; ``last``: the snapshot the recreation ends at (see ``Budget``)."""
         t0 = time.perf_counter()
+        rounds = self.budget.rounds_for(last)
+        stale_rounds = STALE_ROUNDS * (max(self.budget.last_factor, 1) if last else 1)
         rng = random.Random(self.seed * 1_000_003 + snapshot_id)
         target = target_from_layout(snap, f"snapshot {snapshot_id}")
         self._want = target.free_fractions()
+        self._target = target
+        self._target_free, self._target_free_counts = target.free, target.free_counts
         churn = IntervalChurn(snapshot_id, visible_bytes)
         self._free_turn = False
-        churn.evidence = evidence(prev, snap, prev_ns)
-        files = changed_files(prev, snap, prev_ns)
-        everyone = changed_files(None, snap, None)
+        churn.evidence = evidence(prev, snap, prev_ns, self._paths)
+        files = changed_files(prev, snap, prev_ns, self._paths)
+        everyone = changed_files(None, snap, None, self._paths)
         allowed = self.budget.bytes_for(visible_bytes)
         state = self._measure()
-        rep = compare(target, state.target)
-        churn.distance_before = distance(rep)
+        rep = judge(target, state.target)
+        churn.distance_before = _distance(rep)
         gap = _gap(rep)
         churn.trace.append(_point(churn, rep, gap))
         # Small first, and smaller the nearer the snapshot: added churn cannot be taken back,
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
-        step = max(int(allowed / max(2 * self.budget.rounds, 1) * near), 1)
+        step = max(int(allowed / max(2 * rounds, 1) * near), 1)
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
@@ -295,7 +287,7 @@ class Steerer:
             if churn.inferred_ops >= self.budget.ops:
                 churn.stopped = "ops budget spent"
                 break
-            if churn.rounds >= self.budget.rounds:
+            if churn.rounds >= rounds:
                 churn.stopped = "rounds budget spent"
                 break
             if time.perf_counter() - t0 >= self.budget.seconds:
@@ -310,7 +302,7 @@ class Steerer:
                         rng, churn, allowed)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
-            rep = compare(target, state.target)
+            rep = judge(target, state.target)
             new_gap = _gap(rep)
             churn.trace.append(_point(churn, rep, new_gap))
             if new_gap < gap - 1e-4:
@@ -320,11 +312,11 @@ class Steerer:
                 stale = 0
             else:
                 stale += 1
-                if stale >= STALE_ROUNDS:
+                if stale >= stale_rounds:
                     churn.stopped = "no progress"
                     break
             gap = new_gap
-        churn.distance_after = distance(rep)
+        churn.distance_after = _distance(rep)
         churn.matched = churn.stopped == "matched"
         churn.off = _off(rep)
         churn.seconds = time.perf_counter() - t0
@@ -351,7 +343,10 @@ class Steerer:
         have = rep["locality"].get("dynamic_score")
         if not rep["dynamic_ok"] and want is not None and have is not None and have > want:
             return True
-        return not rep["free_ok"] and bool(self._short(self._state))
+        state = self._state
+        if rep["free_ok"] or state is None:
+            return False
+        return bool(self._short(state)) or bool(self._excess(state))
 
     def _short(self, state: MeasuredState | None) -> dict[int, int]:
         """Free blocks the recreation lacks per free-extent bucket (log2 of the extent's
@@ -365,9 +360,46 @@ class Steerer:
             lack = (w - have.get(k, 0.0)) * total
             if w - have.get(k, 0.0) > FREE_TV / 8 and lack >= 1 << k:
                 out[k] = int(lack)
+        if self._counts_off(state):
+            # In pieces of other sizes than the snapshot's: the extents of the sizes it
+            # lacks by count (as long as the snapshot's are).
+            want_n = self._target_free_counts
+            have_n = state.target.free_counts
+            for k, n in want_n.items():
+                lack_n = n - have_n.get(k, 0)
+                if lack_n > 0:
+                    mean = self._target_free.get(k, 0) / n
+                    out[k] = max(out.get(k, 0), int(lack_n * mean))
         return out
 
+    def _counts_off(self, state: MeasuredState) -> bool:
+        """The recreation's free extents per bucket are farther from the snapshot's by count
+        than the tolerance."""
+        return count_distance(self._target, state.target) > FREE_TV
+
+    def _excess(self, state: MeasuredState) -> dict[int, int]:
+        """Free extents per bucket the recreation has more of than the snapshot, where its
+        counts are off and it is in more pieces in all ({} where not, or the excess is a few
+        extents): joining them would take a free space in fewer pieces farther."""
+        want_n = self._target_free_counts
+        have = sum(state.target.free_counts.values())
+        if not self._counts_off(state) or have <= sum(want_n.values()):
+            return {}
+        out = {k: n - want_n.get(k, 0) for k, n in state.target.free_counts.items()
+               if n > want_n.get(k, 0)}  # fmt: skip
+        return out if sum(out.values()) >= max(sum(want_n.values()) // 50, 2) else {}
+
     _last: Layout | None = None
+
+    def _paths(self, layout: Layout) -> dict[int, list[str]]:
+        """``layout.paths()``, kept for the layouts in use (the snapshot, the one before, the
+        last measurement): each is asked for several times an interval or round."""
+        for lay, paths in self._path_cache:
+            if lay is layout:
+                return paths
+        paths = layout.paths()
+        self._path_cache = [*self._path_cache[-2:], (layout, paths)]
+        return paths
 
     def _measure(self) -> MeasuredState:
         # Measured as the snapshot was taken: unmounted, read offline (the live reader counts
@@ -407,19 +439,25 @@ class Steerer:
         # bucket: as many breaks as the gap needs, no more (added churn cannot be taken back).
         ops_before = churn.inferred_ops
         pairs: list[list[_File]] = []
+        # Free space in more pieces than the snapshot's goes first: the files its pressed
+        # rounds move break as they fill the small free extents (as the original's did while
+        # it was that full), where rewrites in alternating pieces free small extents more.
+        # Only while far (twice the tolerance): a bucket the presses leave too contiguous
+        # is then broken by rewrites in pieces.
+        press = rep["free_count"] > 2 * FREE_TV and bool(self._excess(state))
         for r in rep["buckets"]:
             k = r["bucket"]
             if not (self._hi(r) or self._lo(r)):
                 continue
             breaks = int(np.ceil(abs(r["score"] - r["target_score"]) * state.den_k.get(k, 0)))
-            if self._hi(r):
+            if self._hi(r) and not press:
                 pool = [f for f in files if bucket_of(f) == k and f.size > bs]
                 # Each file of a pair gets one break (two pieces).
                 pool = rng.sample(pool, min(len(pool), breaks + breaks % 2))
                 pairs += [pool[i : i + 2] for i in range(0, len(pool) - 1, 2)]
             elif self._lo(r):
                 self._mend([f for f in everyone if bucket_of(f) == k], state, breaks, churn)
-        self._interleaved(pairs, bs, churn)
+        self._interleaved(pairs, bs, churn, int(state.free_len.sum()) * bs // 4)
         if any(self._lo(r) for r in rep["buckets"]):
             # A bucket already more fragmented than the snapshot's: whole rewrites into this
             # free space would break it further.
@@ -465,12 +503,13 @@ class Steerer:
         deleted at the round's end, their blocks left as holes of their size. No more than
         the interval's ``allowed`` bytes are written."""
         short = self._short(state)
-        if not short or self._last is None:
+        excess = self._excess(state)
+        if not (short or excess) or self._last is None:
             return
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
         ino_of: dict[str, int] = {}
-        for ino, ps in self._last.paths().items():
+        for ino, ps in self._paths(self._last).items():
             for p in ps:
                 ino_of[p.lstrip("/")] = ino
         idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
@@ -482,6 +521,33 @@ class Steerer:
                 spans.append((a, a + int(state.blocks[k_i]), f.path))
         #: Rewrites written under their temporary name, renamed once all are on disk.
         pending: list[_File] = []
+        spacers: list[str] = []
+        if excess:
+            # Too many free extents of some sizes: windows that join several of them, their
+            # files moved while a plug holds the larger free extents (a pressed round).
+            longest = (2 << max(self._target_free_counts, default=0)) - 1
+            # The blocks of the small extents in excess: what the movers can fill, no more.
+            fill = sum(n * state.target.free.get(k, 0) // max(state.target.free_counts[k], 1)
+                       for k, n in excess.items())  # fmt: skip
+            windows = merge_windows(state.free_start, state.free_len, spans, excess, longest,
+                                    MERGE_SHARE)  # fmt: skip
+            movers = []
+            for f in (by_path[p] for w in windows for p in w):
+                if fill <= 0:
+                    break
+                movers.append(f)
+                fill -= -(-f.size // bs)
+            plug = self._plug(state, movers, files or everyone, rng, churn)
+            for f in movers:
+                if churn.inferred_bytes >= allowed:
+                    break
+                pending.append(self._write_temp(f, churn, "merge"))
+            if plug:
+                # Nothing else this round: what it would write finds no room but the plug's.
+                self._finish(pending, [plug], churn)
+                return
+            moved_now = {f.path for f in pending}
+            spans = [t for t in spans if t[2] not in moved_now]
         for window in join_windows(state.free_start, state.free_len, spans, short):
             if churn.inferred_bytes >= allowed:
                 break
@@ -502,7 +568,7 @@ class Steerer:
             left, right = ends.get(a, 0), starts.get(b, 0)
             if not (left or right) or (a - left) in taken or b in taken:
                 continue
-            k = min((left + b - a + right).bit_length() - 1, MAX_BUCKET)
+            k = bucket_of_length(left + b - a + right)
             if short.get(k, 0) <= 0:
                 continue
             pending.append(self._write_temp(by_path[path], churn, "join"))
@@ -512,7 +578,6 @@ class Steerer:
         spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
         small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
         large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
-        spacers: list[str] = []
         for k in sorted(short, reverse=True):
             if not any(j > k for j in spare):
                 continue
@@ -535,6 +600,9 @@ class Steerer:
                 g = neighbours.pop()
                 pending.append(self._write_temp(by_path.get(g.path, g), churn, "neighbour"))
                 need -= n
+        self._finish(pending, spacers, churn)
+
+    def _finish(self, pending: list[_File], spacers: list[str], churn: IntervalChurn) -> None:
         if not pending and not spacers:
             return
         # One sync puts them all on disk, allocated in the order written (writeback takes
@@ -543,11 +611,44 @@ class Steerer:
         # each: a journal commit costs milliseconds.
         self._op(Op("sync", inferred=True), churn)
         for f in pending:
-            self._op(Op("rename", _temp_name(f.path), dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
+            self._replace(f, churn)
         for path in spacers:
+            if path in self._lost:  # refused by a full disk: already gone
+                self._lost.discard(path)
+                continue
             self._op(Op("delete", path, inferred=True), churn)
+
+    def _plug(
+        self,
+        state: MeasuredState,
+        movers: list[_File],
+        hosts: list[_File],
+        rng: random.Random,
+        churn: IntervalChurn,
+    ) -> str | None:
+        """A short-lived file that takes the free space but what ``movers`` need and what
+        ext4 keeps back (2% of the blocks, 4096 at most), allocated before them: as the
+        original's temporaries did while it was that full, it leaves the movers the small
+        free extents (the allocator takes the largest first). Deleted at the round's end."""
+        bs = state.target.block_size
+        free = int(state.free_len.sum())
+        keep = min(state.target.blocks_total // 50, 4096)
+        need = sum(-(-f.size // bs) for f in movers)
+        n = free - keep - need - max(free // 50, 64)
+        if n <= 0 or not movers:
+            return None
+        head = rng.choice(hosts).path.rpartition("/")[0]
+        name = f".plug{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"
+        path = f"{head}/{name}" if head else name
+        # Allocated, not written (fallocate takes its blocks at once, as writeback would):
+        # space held for a moment is not churn, and megabytes a round cost time.
+        if not self._op(Op("create", path, 0, inferred=True), churn):
+            return None
+        self._count(churn, "plug")
+        if not self._op(Op("fallocate", path, n * bs, offset=0, inferred=True), churn):
+            self._op(Op("delete", path, inferred=True), churn)
+            return None
+        return path
 
     def _mend(
         self, files: list[_File], state: MeasuredState, breaks: int, churn: IntervalChurn
@@ -558,7 +659,7 @@ class Steerer:
         if self._last is None:
             return
         frags = dict(zip(state.ino.tolist(), state.frags.tolist(), strict=True))
-        by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._last.paths().items()
+        by_path = {p.lstrip("/"): frags.get(ino, 0) for ino, ps in self._paths(self._last).items()
                    for p in ps}  # fmt: skip
         worst = sorted(files, key=lambda f: -int(by_path.get(f.path, 0)))
         mended = 0
@@ -566,15 +667,16 @@ class Steerer:
             if mended >= breaks or by_path.get(f.path, 0) <= 1:
                 break
             tmp = _temp_name(f.path)
-            self._op(Op("create", tmp, f.size, inferred=True), churn)
-            self._op(Op("fsync", tmp, inferred=True), churn)
-            self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
+            if self._op(Op("create", tmp, f.size, inferred=True), churn):
+                self._op(Op("fsync", tmp, inferred=True), churn)
+            self._replace(f, churn)
             self._count(churn, "mend")
             mended += int(by_path[f.path]) - 1
 
-    def _op(self, op: Op, churn: IntervalChurn) -> None:
+    def _op(self, op: Op, churn: IntervalChurn) -> bool:
+        """Run ``op``; False if it failed. An inferred file a full disk refused is deleted and
+        remembered (``_lost``): its rename over the file it stands for is never run, so a
+        short temporary never replaces a file of the snapshot."""
         self.remounted = False
         churn.inferred_ops += 1
         churn.inferred_bytes += op.size if op.op in ("create", "append") else 0
@@ -583,22 +685,36 @@ class Steerer:
             self.run(op)
         except NoSpaceError:
             if op.op in ("create", "append"):
+                self._lost.add(op.path)
                 # No part of an inferred file is left behind (the recreation would hold a
-                # file the snapshot does not); the renames and setattrs after it fail alike.
+                # file the snapshot does not).
                 with contextlib.suppress(NoSpaceError, OpFailedError):
                     self.run(Op("delete", op.path, inferred=True))
+            return False
         except OpFailedError:
-            pass
+            return False
+        return True
+
+    def _replace(self, f: _File, churn: IntervalChurn) -> bool:
+        """The temporary of ``f`` renamed over it and given its mode and time back, unless a
+        full disk refused part of it (then it is gone already)."""
+        tmp = _temp_name(f.path)
+        if tmp in self._lost:
+            self._lost.discard(tmp)
+            return False
+        if self._op(Op("rename", tmp, dest=f.path, inferred=True), churn):
+            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
+                     churn)  # fmt: skip
+            return True
+        return False
 
     def _count(self, churn: IntervalChurn, kind: str) -> None:
         churn.kinds[kind] = churn.kinds.get(kind, 0) + 1
 
     def _rewrite(self, f: _File, churn: IntervalChurn) -> None:
         """``f`` written whole under a temporary name and renamed over the old one."""
-        tmp = _temp_name(f.path)
-        self._op(Op("create", tmp, f.size, inferred=True), churn)
-        self._op(Op("rename", tmp, dest=f.path, inferred=True), churn)
-        self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True), churn)
+        self._op(Op("create", _temp_name(f.path), f.size, inferred=True), churn)
+        self._replace(f, churn)
         self._count(churn, "rewrite")
 
     def _write_temp(self, f: _File, churn: IntervalChurn, kind: str) -> _File:
@@ -607,33 +723,47 @@ class Steerer:
         self._count(churn, kind)
         return f
 
-    def _interleaved(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
+    def _interleaved(
+        self, pairs: list[list[_File]], bs: int, churn: IntervalChurn, room: int | None = None
+    ) -> None:
         """Each pair's two files rewritten in alternating pieces, so that their blocks
         alternate as two writers' do. The pieces go to disk in layers: every file's first
         piece, in pair order, then one sync, then every file's second piece, and so on.
         Writeback allocates the files of a layer one after another in the order written, so
         each file's next piece finds the blocks after its last taken by its partner's; one
-        sync per layer, not one fsync per piece (a journal commit each)."""
-        if not pairs:
-            return
+        sync per layer, not one fsync per piece (a journal commit each). Every temporary of a
+        batch exists until the batch is renamed: batches hold at most ``room`` bytes (a
+        nearly full disk refused the pieces of hundreds of pairs written at once)."""
+        batch: list[list[_File]] = []
+        held = 0
+        for pair in pairs:
+            size = sum(f.size for f in pair)
+            if batch and room is not None and held + size > room:
+                self._interleave_batch(batch, bs, churn)
+                batch, held = [], 0
+            batch.append(pair)
+            held += size
+        if batch:
+            self._interleave_batch(batch, bs, churn)
+
+    def _interleave_batch(self, pairs: list[list[_File]], bs: int, churn: IntervalChurn) -> None:
         files = [f for pair in pairs for f in pair]
         tmps = [_temp_name(f.path) for f in files]
         for t in tmps:
             self._op(Op("create", t, 0, inferred=True), churn)
         pieces = [max(-(-f.size // bs) // 2, 1) * bs for f in files]
         done = [0] * len(files)
-        while any(d < f.size for d, f in zip(done, files, strict=True)):
+        while any(d < f.size and t not in self._lost
+                  for d, f, t in zip(done, files, tmps, strict=True)):  # fmt: skip
             for i, f in enumerate(files):
-                if done[i] < f.size:
+                if done[i] < f.size and tmps[i] not in self._lost:
                     n = min(pieces[i], f.size - done[i])
                     self._op(Op("append", tmps[i], n, inferred=True), churn)
                     done[i] += n
             self._op(Op("sync", inferred=True), churn)
-        for t, f in zip(tmps, files, strict=True):
-            self._op(Op("rename", t, dest=f.path, inferred=True), churn)
-            self._op(Op("setattr", f.path, mode=f.mode, mtime_ns=f.mtime_ns, inferred=True),
-                     churn)  # fmt: skip
-            self._count(churn, "interleaved")
+        for f in files:
+            if self._replace(f, churn):
+                self._count(churn, "interleaved")
 
     # ------------------------------------------------------------------ summary
 
@@ -645,56 +775,6 @@ class Steerer:
             "inferred_bytes": sum(c.inferred_bytes for c in self.intervals),
             "inferred_ops": sum(c.inferred_ops for c in self.intervals),
         }
-
-
-def join_windows(
-    free_start: np.ndarray,
-    free_len: np.ndarray,
-    spans: list[tuple[int, int, str]],
-    short: dict[int, int],
-) -> list[list[str]]:
-    """Windows of the disk that start and end with a free extent and hold between them only
-    free extents and whole files of one extent each (``spans``: start, end, path), whose
-    length falls in a free-extent bucket (log2 of blocks) that ``short`` lacks blocks of:
-    the files of each, moved away, leave the window one free extent. Largest buckets first;
-    windows do not overlap; at most a quarter of a window's blocks are files' (moving more
-    costs more writes than the hole is worth). ``short`` is decreased by what they give."""
-    items = sorted([(int(a), int(a + n), "") for a, n in zip(free_start, free_len, strict=True)]
-                   + spans)  # fmt: skip
-    chains: list[list[tuple[int, int, str]]] = []
-    for it in items:
-        if chains and chains[-1][-1][1] == it[0]:
-            chains[-1].append(it)
-        else:
-            chains.append([it])
-    out: list[list[str]] = []
-    used: set[tuple[int, int]] = set()  # (chain, item) taken
-    for k in sorted(short, reverse=True):
-        lo, hi = 1 << k, (2 << k) - 1 if k < MAX_BUCKET else 1 << 62
-        for c, chain in enumerate(chains):
-            free = [i for i, it in enumerate(chain) if not it[2]]
-            i = 0
-            while i < len(free) and short.get(k, 0) > 0:
-                got = None
-                for j in range(i + 1, len(free)):
-                    if (c, free[j]) in used:
-                        break
-                    length = chain[free[j]][1] - chain[free[i]][0]
-                    if length > hi:
-                        break
-                    moved = sum(it[1] - it[0] for it in chain[free[i] : free[j]] if it[2])
-                    if length >= lo and 4 * moved <= length:
-                        got = j, length
-                        break
-                if got is None or (c, free[i]) in used:
-                    i += 1
-                    continue
-                j, length = got
-                out.append([it[2] for it in chain[free[i] : free[j]] if it[2]])
-                used.update((c, m) for m in range(free[i], free[j] + 1))
-                short[k] -= length
-                i = j + 1
-    return out
 
 
 def _temp_name(path: str) -> str:

@@ -584,7 +584,14 @@ def _replay(
             def run(op: Op) -> int:
                 if journal is not None:
                     journal.append(op)
+                # Counted as any op, and raised on: the steerer must not rename a temporary
+                # that a full disk left short over the file it stands for.
+                nospace, failed = res.nospace, res.failed
                 _apply(sess.ex, op, res)
+                if res.nospace != nospace:
+                    raise NoSpaceError(f"{op.op} {op.path}: no space left")
+                if res.failed != failed:
+                    raise OpFailedError(f"{op.op} {op.path}: failed")
                 return 0
 
             steerer = Steerer(run, sess.read_unmounted, opts.budget, opts.seed)
@@ -625,7 +632,12 @@ def _replay(
                 spent["ops"] += t_end - t_ops
                 if steerer is not None:
                     churn = steerer.steer(
-                        iv.snapshot.id, iv.layout, prev, prev_ns, res.bytes_written - before
+                        iv.snapshot.id,
+                        iv.layout,
+                        prev,
+                        prev_ns,
+                        res.bytes_written - before,
+                        last=iv.index + 1 == len(chain),
                     )
                     say(_churn_line(churn))
                     t_steered = time.perf_counter()

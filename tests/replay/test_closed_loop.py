@@ -71,7 +71,8 @@ def test_interleaved_rewrites_in_layers_break_every_file_of_a_pair(tmp_path: Pat
     layers with one sync each: filefrag finds each new version in two extents, not
     adjacent on disk (its partner's half lies between them)."""
     from fsage.ager.posix import PosixExecutor
-    from fsage.replay.closedloop import IntervalChurn, Steerer, _File
+    from fsage.replay.changed import _File
+    from fsage.replay.closedloop import IntervalChurn, Steerer
 
     img = make_image(tmp_path / "i.img", "ext4", 32 * MIB)
     names = [f"d/f{i}" for i in range(8)]
