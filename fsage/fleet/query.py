@@ -62,9 +62,11 @@ DEFAULT_TABLES = ("filesystems", "size", "free", "outliers")
 ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 # DuckDB's own memory: beyond it, joins, sorts and aggregates spill to a private temporary
 # directory, so that a query's peak does not grow with the dataset. One thread: each would
-# hold its own row groups and partial aggregates beside the limit (files_by_size over 1.4M
-# files peaked at 250 MiB with two threads and no limit, 155 MiB with this).
-MEMORY_LIMIT = "64MB"
+# hold its own row groups and partial aggregates beside the limit, and the order in which
+# threads merge partial sums changed the last digits of averages and slopes from run to run.
+# (files_by_size over 1.4M files: 174 MiB with two threads and no limit, 153 with this; the
+# trend of 1000 file systems x 365 snapshots 185 MiB at 64 MB, 178 at 32 MB.)
+MEMORY_LIMIT = "32MB"
 THREADS = 1
 SPILL_PREFIX = "fsage-fleet-"
 
@@ -488,15 +490,25 @@ def outliers_rows(con: Any, threshold: float = 2.0) -> Rows:
     )
 
 
-def trend_rows(con: Any) -> Rows:
+def trend_rows(con: Any, only: list[tuple[str, str]] | None = None) -> Rows:
+    """Every snapshot's scores, by host, file system and snapshot (``only``: of these
+    (host, fs) alone)."""
+    where = (
+        " SEMI JOIN (SELECT unnest(?::VARCHAR[]) AS host, unnest(?::VARCHAR[]) AS fs) k"
+        " ON metrics.host = k.host AND metrics.fs = k.fs"
+        if only is not None
+        else ""
+    )
+    params = [[h for h, _ in only], [f for _, f in only]] if only is not None else []
     yield from _stream(
         con,
-        """
+        f"""
         SELECT host, fs, snapshot_id, taken_at::TIMESTAMP AS taken_at, layout_score,
                dynamic_layout_score_inode AS dynamic_layout_score,
                blocks_free::DOUBLE / blocks_total AS free_fraction, free_extent_count
-        FROM metrics ORDER BY host, fs, snapshot_id
+        FROM metrics{where} ORDER BY host, fs, snapshot_id
         """,
+        params,
     )
 
 
