@@ -66,7 +66,7 @@ ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 # threads merge partial sums changed the last digits of averages and slopes from run to run.
 # (files_by_size over 1.4M files: 174 MiB with two threads and no limit, 153 with this; the
 # trend of 1000 file systems x 365 snapshots 185 MiB at 64 MB, 178 at 32 MB.)
-MEMORY_LIMIT = "32MB"
+MEMORY_LIMIT = "48MB"
 THREADS = 1
 SPILL_PREFIX = "fsage-fleet-"
 
