@@ -11,11 +11,11 @@ temporary file on the first pass, and are read back a chunk at a time. The bytes
 from __future__ import annotations
 
 import csv
-import json
 import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import IO, Any
 
@@ -76,18 +76,44 @@ def write_tables(
     out.flush()
 
 
+def _scalar(v: Any) -> str:
+    """One value as ``json.dumps`` writes it (``default=str`` for other types)."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return float.__repr__(v)
+    if isinstance(v, int):
+        return int.__repr__(v)
+    return encode_basestring_ascii(v if isinstance(v, str) else str(v))
+
+
 def _json(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str]) -> None:
-    """``json.dumps(tables, indent=2, default=str)`` and a newline, a row at a time."""
+    """``json.dumps(tables, indent=2, default=str)`` and a newline, a row at a time (the rows
+    are flat: their values are numbers, strings and nulls)."""
     if not streams:
         buf.write("{}\n")
         return
     buf.write("{")
     for i, (name, rows) in enumerate(streams.items()):
-        buf.write(("," if i else "") + "\n  " + json.dumps(name) + ": [")
+        buf.write(("," if i else "") + "\n  " + encode_basestring_ascii(name) + ": [")
         n = 0
+        keys: dict[str, str] = {}  # a key as written, once per table
         for row in rows:
-            text = json.dumps(row, indent=2, default=str).replace("\n", "\n    ")
-            buf.write(("," if n else "") + "\n    " + text)
+            fields = []
+            for k, v in row.items():
+                if k not in keys:
+                    keys[k] = "\n      " + encode_basestring_ascii(k) + ": "
+                fields.append(keys[k] + _scalar(v))
+            body = ",".join(fields)
+            buf.write(("," if n else "") + ("\n    {" + body + "\n    }" if fields else "\n    {}"))
             n += 1
         buf.write("\n  ]" if n else "]")
     buf.write("\n}\n")

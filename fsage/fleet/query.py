@@ -64,8 +64,8 @@ ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 # directory, so that a query's peak does not grow with the dataset. One thread: each would
 # hold its own row groups and partial aggregates beside the limit, and the order in which
 # threads merge partial sums changed the last digits of averages and slopes from run to run.
-# (files_by_size over 1.4M files: 174 MiB with two threads and no limit, 153 with this; the
-# trend of 1000 file systems x 365 snapshots 185 MiB at 64 MB, 178 at 32 MB.)
+# (files_by_size over 1.4M files: 174 MiB with two threads and no limit, 153 with this.) A
+# hash aggregate of a million groups needs 48 MB to spill at all: at 32 MB it ran out.
 MEMORY_LIMIT = "48MB"
 THREADS = 1
 SPILL_PREFIX = "fsage-fleet-"
