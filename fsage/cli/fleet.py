@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -14,7 +12,6 @@ from fsage.cli.common import (
     count_progress,
     db_option,
     echo_json,
-    echo_table,
     format_option,
     progress_enabled,
 )
@@ -145,63 +142,16 @@ Examples:
 def summary(
     directory: Path, tables: tuple[str, ...], threshold: float, on_damage: str, fmt: str
 ) -> None:
-    from fsage.fleet.query import DEFAULT_TABLES, fleet_tables
+    from fsage.fleet.output import write_tables
+    from fsage.fleet.query import DEFAULT_TABLES
 
     if fmt == "csv" and len(tables) > 1:
         raise UsageError("--format csv prints one table: give one --table")
     want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
-    result = fleet_tables(directory, tuple(want), threshold, on_damage=on_damage, warn=_warn)
-    if fmt == "json":
-        echo_json(result)
-    elif fmt == "csv":
-        rows = result[want[0]]
-        if rows:
-            w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
-    else:
-        _text(result)
-
-
-_TEXT_COLUMNS = {
-    "filesystems": (
-        "file systems, fastest decline first",
-        ["host", "fs", "snapshots", "span_days", "layout_score", "total_change",
-         "change_per_month", "free_fraction", "free_extent_count"],
-    ),
-    "size": (
-        "layout score by file size, latest snapshots",
-        ["label", "filesystems", "files", "layout_score", "worst_layout_score",
-         "mean_change_per_month"],
-    ),
-    "free": (
-        "free space across the fleet by free-extent size, latest snapshot of each device",
-        ["label", "filesystems", "free_extents", "free_bytes", "share_of_free_space"],
-    ),
-    "outliers": ("outliers", ["host", "fs", "metric", "value", "fleet_mean", "z", "direction"]),
-    "trend": ("layout score over time", ["host", "fs", "snapshot_id", "taken_at",
-                                          "layout_score", "free_fraction"]),
-    "files_by_size": (
-        "layout score by size bucket from the exported extents",
-        ["host", "fs", "snapshot_id", "bucket", "label", "files", "blocks", "layout_score"],
-    ),
-}  # fmt: skip
-
-
-def _text(result: dict[str, list[dict[str, Any]]]) -> None:
-    first = True
-    for name, rows in result.items():
-        title, cols = _TEXT_COLUMNS[name]
-        if not first:
-            click.echo()
-        first = False
-        click.echo(f"{title}:")
-        if not rows:
-            click.echo("  (none)")
-            continue
-        echo_table(cols, [[r[c] for c in cols] for r in rows])
-    if "filesystems" in result and any(r["no_rate_reason"] for r in result["filesystems"]):
-        click.echo("change_per_month '-': the history spans under 7 days (total_change given)")
+    # streamed a chunk of rows at a time, printed once every query has succeeded
+    write_tables(
+        directory, tuple(want), fmt, sys.stdout, threshold, on_damage=on_damage, warn=_warn
+    )
 
 
 @fleet.command()

@@ -28,9 +28,13 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,15 @@ MIN_SPAN_DAYS = 7
 DAYS_PER_MONTH = 30.436875
 DEFAULT_TABLES = ("filesystems", "size", "free", "outliers")
 ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
+# DuckDB's own memory: beyond it, joins, sorts and aggregates spill to a private temporary
+# directory, so that a query's peak does not grow with the dataset. One thread: each would
+# hold its own row groups and partial aggregates beside the limit, and the order in which
+# threads merge partial sums changed the last digits of averages and slopes from run to run.
+# (files_by_size over 1.4M files: 174 MiB with two threads and no limit, 153 with this.) A
+# hash aggregate of a million groups needs 48 MB to spill at all: at 32 MB it ran out.
+MEMORY_LIMIT = "48MB"
+THREADS = 1
+SPILL_PREFIX = "fsage-fleet-"
 
 
 class FleetError(FsageError):
@@ -104,23 +117,70 @@ def connect(
     root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
 ) -> Any:
     """A DuckDB connection with one view per exported table of ``root`` (damaged files:
-    see ``_check_damage``)."""
+    see ``_check_damage``). Its spill directory is removed when the connection is collected
+    or the interpreter exits; ``opened`` removes it at once."""
+    con, spill = _open(root, on_damage, warn)
+    weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
+    return con
+
+
+@contextlib.contextmanager
+def opened(
+    root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
+) -> Iterator[Any]:
+    """``connect``, closed and its spill directory removed on leaving, after an error too;
+    a DuckDB error inside is one line (FleetError)."""
+    import duckdb
+
+    con, spill = _open(root, on_damage, warn)
+    try:
+        yield con
+    except duckdb.Error as exc:
+        raise _duck_error(root, exc) from None
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _open(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> tuple[Any, Path]:
+    """A connection and its spill directory: made private (0700) by mkdtemp under the
+    system's temporary directory (DuckDB's default is ``.tmp`` in the working directory),
+    removed again if the connection cannot be made."""
     try:
         import duckdb
     except ImportError:
         raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
+    spill = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX))
     try:
-        return _connect(root, on_damage, warn)
+        return _connect(root, on_damage, warn, spill), spill
     except duckdb.Error as exc:
+        shutil.rmtree(spill, ignore_errors=True)
         raise _duck_error(root, exc) from None
+    except BaseException:
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
 
 
-def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> Any:
+def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None, spill: Path) -> Any:
     import duckdb
 
     if not root.is_dir():
         raise FleetError(f"{root} is not a directory (export one: fsage export DIR)")
     con = duckdb.connect()
+    try:
+        _views(con, root, on_damage, warn, spill)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _views(
+    con: Any, root: Path, on_damage: str, warn: Callable[[str], None] | None, spill: Path
+) -> None:
+    con.execute(f"SET temp_directory = '{_sql_str(str(spill))}'")
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"SET threads = {THREADS}")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # it would write to stdout
     con.execute("SET parquet_metadata_cache = true")  # every query reads the same footers
@@ -158,7 +218,10 @@ def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> 
         con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS SELECT * FROM {_file_list(paths)}")
     else:
         con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS {SIZE_SUMMARY}")
-    return con
+
+
+def _sql_str(s: str) -> str:
+    return s.replace("'", "''")
 
 
 def _file_list(paths: list[Path]) -> str:
@@ -195,10 +258,18 @@ def _schema_version(con: Any, path: Path) -> int | None:
         return None
 
 
-def _rows(con: Any, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+Rows = Iterator[dict[str, Any]]
+# Rows fetched from DuckDB at a time: a table is streamed, never held whole (the trend of 1000
+# file systems x 365 snapshots as Python rows was 500 MB and more).
+CHUNK = 4096
+
+
+def _stream(con: Any, sql: str, params: list[Any] | None = None) -> Rows:
     cur = con.execute(sql, params or [])
     names = [d[0] for d in cur.description]
-    return [{k: _plain(v) for k, v in zip(names, r, strict=True)} for r in cur.fetchall()]
+    while chunk := cur.fetchmany(CHUNK):
+        for r in chunk:
+            yield {k: _plain(v) for k, v in zip(names, r, strict=True)}
 
 
 def _plain(v: Any) -> Any:
@@ -230,8 +301,8 @@ _SLOPES = f"""
 """
 
 
-def filesystems(con: Any) -> list[dict[str, Any]]:
-    return _rows(
+def filesystems_rows(con: Any) -> Rows:
+    yield from _stream(
         con,
         f"""
         WITH {_LATEST}, {_SLOPES}
@@ -308,11 +379,11 @@ def free_bucket_fields(min_bytes: int, max_bytes: int | None) -> dict[str, Any]:
             "label": free_extent_label(min_bytes, top, 1)}  # fmt: skip
 
 
-def by_size(con: Any) -> list[dict[str, Any]]:
+def by_size_rows(con: Any) -> Rows:
     """Per size bucket in bytes (``bucket``: files of more than 2**(bucket-1) and at most
     2**bucket bytes, ``min_bytes``..``max_bytes``, ``label``; the first bucket of a file
     system holds every scored file of two blocks), scores weighted by bytes."""
-    rows = _rows(
+    rows = _stream(
         con,
         f"""
         WITH {_LATEST}, {_BLOCK_SIZES},
@@ -335,7 +406,8 @@ def by_size(con: Any) -> list[dict[str, Any]]:
         GROUP BY c.byte_bucket ORDER BY c.byte_bucket
         """,
     )
-    return [{"bucket": r["bucket"], **size_bucket_fields(r["bucket"]), **r} for r in rows]
+    for r in rows:
+        yield {"bucket": r["bucket"], **size_bucket_fields(r["bucket"]), **r}
 
 
 # One file system per device in the free-space figures: /, /usr and /usr/share snapshot as
@@ -350,11 +422,11 @@ _DEVICES = """
 """
 
 
-def free_histogram(con: Any) -> list[dict[str, Any]]:
+def free_histogram_rows(con: Any) -> Rows:
     """e2freefrag's buckets in bytes (free extents of at least ``min_bytes`` and at most
     ``max_bytes``, ``label``), over the latest snapshot of each device (a device mounted as
     several file systems counts once); shares of the free space in bytes."""
-    rows = _rows(
+    rows = _stream(
         con,
         f"""
         WITH {_LATEST}, {_BLOCK_SIZES}, {_DEVICES},
@@ -375,7 +447,8 @@ def free_histogram(con: Any) -> list[dict[str, Any]]:
         FROM cur GROUP BY min_bytes ORDER BY min_bytes
         """,
     )
-    return [{**r, **free_bucket_fields(r["min_bytes"], r["max_bytes"])} for r in rows]
+    for r in rows:
+        yield {**r, **free_bucket_fields(r["min_bytes"], r["max_bytes"])}
 
 
 # Which way an outlier lies, in words: a z of -3 on the layout score and on its change per
@@ -390,8 +463,8 @@ _DIRECTION = """
 """
 
 
-def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
-    return _rows(
+def outliers_rows(con: Any, threshold: float = 2.0) -> Rows:
+    yield from _stream(
         con,
         f"""
         WITH {_LATEST}, {_SLOPES},
@@ -417,19 +490,29 @@ def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
     )
 
 
-def trend(con: Any) -> list[dict[str, Any]]:
-    return _rows(
+def trend_rows(con: Any, only: list[tuple[str, str]] | None = None) -> Rows:
+    """Every snapshot's scores, by host, file system and snapshot (``only``: of these
+    (host, fs) alone)."""
+    where = (
+        " SEMI JOIN (SELECT unnest(?::VARCHAR[]) AS host, unnest(?::VARCHAR[]) AS fs) k"
+        " ON metrics.host = k.host AND metrics.fs = k.fs"
+        if only is not None
+        else ""
+    )
+    params = [[h for h, _ in only], [f for _, f in only]] if only is not None else []
+    yield from _stream(
         con,
-        """
+        f"""
         SELECT host, fs, snapshot_id, taken_at::TIMESTAMP AS taken_at, layout_score,
                dynamic_layout_score_inode AS dynamic_layout_score,
                blocks_free::DOUBLE / blocks_total AS free_fraction, free_extent_count
-        FROM metrics ORDER BY host, fs, snapshot_id
+        FROM metrics{where} ORDER BY host, fs, snapshot_id
         """,
+        params,
     )
 
 
-def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]]:
+def files_by_size_rows(con: Any, every_snapshot: bool = False) -> Rows:
     """Per file system and size bucket, the layout score computed from the exported extents
     of the regular files valid in the latest snapshot (or in every snapshot)."""
     snaps = (
@@ -437,7 +520,7 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         if every_snapshot
         else "SELECT host, fs, max(snapshot_id) AS sid FROM snapshots GROUP BY host, fs"
     )
-    rows = _rows(
+    rows = _stream(
         con,
         f"""
         WITH want AS ({snaps}),
@@ -453,27 +536,29 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
             ON e.host = v.host AND e.fs = v.fs AND e.sid = w.sid AND e.ino = v.ino
                AND e.first_snapshot = v.first_snapshot
             WHERE (v.mode & 61440) = 32768),
-        one AS (
-            SELECT host, fs, sid, x[1].length AS blocks, x[1].length - 1 AS contiguous
-            FROM live WHERE len(x) = 1 AND (x[1].flags & 6) = 0),
-        many AS (
+        -- one pass over the files (a CTE read twice would be materialized whole): a file
+        -- of one extent directly, the others' data extents sorted by logical block
+        sorted AS (
+            SELECT host, fs, sid, x, CASE WHEN len(x) > 1 THEN list_sort(list_filter(
+                       x, lambda y: (y.flags & 6) = 0 AND y.length > 0)) END AS e
+            FROM live),
+        per_file AS (
             SELECT host, fs, sid,
-                   list_sort(list_filter(x, lambda y: (y.flags & 6) = 0 AND y.length > 0)) AS e
-            FROM live WHERE len(x) > 1),
-        many_files AS (
-            SELECT host, fs, sid, list_sum(list_transform(e, lambda y: y.length)) AS blocks,
-                   list_sum(list_transform(e, lambda y: y.length)) - len(e)
-                   + len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
-                                     lambda p: p[2].physical = p[1].physical + p[1].length))
-                   AS contiguous
-            FROM many),
+                   CASE WHEN len(x) = 1 THEN CASE WHEN (x[1].flags & 6) = 0 THEN x[1].length END
+                        ELSE list_sum(list_transform(e, lambda y: y.length)) END AS blocks,
+                   CASE WHEN len(x) = 1 THEN x[1].length - 1
+                        ELSE list_sum(list_transform(e, lambda y: y.length)) - len(e)
+                             + len(list_filter(list_zip(e[1:len(e) - 1], e[2:len(e)]),
+                                   lambda p: p[2].physical = p[1].physical + p[1].length))
+                   END AS contiguous
+            FROM sorted WHERE len(x) >= 1),
         bs AS (
             SELECT DISTINCT host, fs, snapshot_id AS sid,
                    CAST(round(log2(block_size)) AS INTEGER) AS log2_block_size FROM snapshots),
         bucketed AS (
             SELECT f.host, f.fs, f.sid, f.blocks, f.contiguous,
                    CAST(ceil(log2(f.blocks)) AS INTEGER) + b.log2_block_size AS bucket
-            FROM (SELECT * FROM one UNION ALL SELECT * FROM many_files) f
+            FROM per_file f
             JOIN bs b ON f.host = b.host AND f.fs = b.fs AND f.sid = b.sid
             WHERE f.blocks >= 2)
         SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
@@ -483,7 +568,8 @@ def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]
         FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
         """,
     )
-    return [{**r, **size_bucket_fields(r["bucket"])} for r in rows]
+    for r in rows:
+        yield {**r, **size_bucket_fields(r["bucket"])}
 
 
 def fleet_tables(
@@ -495,32 +581,51 @@ def fleet_tables(
     warn: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The named tables of the fleet analysis of the dataset at ``root``."""
-    import duckdb
-
-    con = connect(root, on_damage, warn)
-    try:
+    with opened(root, on_damage, warn) as con:
         return _tables(con, tables, threshold)
-    except duckdb.Error as exc:
-        raise _duck_error(root, exc) from None
-    finally:
-        con.close()
+
+
+def filesystems(con: Any) -> list[dict[str, Any]]:
+    return list(filesystems_rows(con))
+
+
+def by_size(con: Any) -> list[dict[str, Any]]:
+    return list(by_size_rows(con))
+
+
+def free_histogram(con: Any) -> list[dict[str, Any]]:
+    return list(free_histogram_rows(con))
+
+
+def outliers(con: Any, threshold: float = 2.0) -> list[dict[str, Any]]:
+    return list(outliers_rows(con, threshold))
+
+
+def trend(con: Any) -> list[dict[str, Any]]:
+    return list(trend_rows(con))
+
+
+def files_by_size(con: Any, every_snapshot: bool = False) -> list[dict[str, Any]]:
+    return list(files_by_size_rows(con, every_snapshot))
+
+
+def table_rows(con: Any, table: str, threshold: float = 2.0) -> Rows:
+    """The rows of one fleet table, fetched a chunk at a time (one table at a time per
+    connection: a query ends the previous one's rows)."""
+    if table == "filesystems":
+        return filesystems_rows(con)
+    if table == "size":
+        return by_size_rows(con)
+    if table == "free":
+        return free_histogram_rows(con)
+    if table == "outliers":
+        return outliers_rows(con, threshold)
+    if table == "trend":
+        return trend_rows(con)
+    if table == "files_by_size":
+        return files_by_size_rows(con)
+    raise FleetError(f"unknown fleet table {table!r} (one of {', '.join(ALL_TABLES)})")
 
 
 def _tables(con: Any, tables: tuple[str, ...], threshold: float) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for t in tables:
-        if t == "filesystems":
-            out[t] = filesystems(con)
-        elif t == "size":
-            out[t] = by_size(con)
-        elif t == "free":
-            out[t] = free_histogram(con)
-        elif t == "outliers":
-            out[t] = outliers(con, threshold)
-        elif t == "trend":
-            out[t] = trend(con)
-        elif t == "files_by_size":
-            out[t] = files_by_size(con)
-        else:
-            raise FleetError(f"unknown fleet table {t!r} (one of {', '.join(ALL_TABLES)})")
-    return out
+    return {t: list(table_rows(con, t, threshold)) for t in tables}

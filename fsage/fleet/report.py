@@ -4,13 +4,23 @@ rendered by ``fsage.reports.html`` like the snapshot report)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fsage.fleet.query import MIN_SPAN_DAYS, fleet_tables
+from fsage.fleet.query import (
+    MIN_SPAN_DAYS,
+    Rows,
+    by_size,
+    filesystems,
+    free_histogram,
+    opened,
+    outliers,
+    trend_rows,
+)
 from fsage.reports.html import ReportData, Section, Table, render, write_html
 from fsage.reports.sections import _fig, esc, score_axis
 
@@ -52,21 +62,27 @@ def _scatter(pts: list[dict[str, Any]]) -> float:
     return float(np.std(y - (slope * (xs - xs[0]) + icept), ddof=2) if len(ys) > 3 else 0.0)
 
 
+def _measured(r: dict[str, Any]) -> bool:
+    """Whether a file system's history has a change to measure (two snapshots or more)."""
+    return r["total_change"] is not None and (r["snapshots"] or 0) >= 2
+
+
+Noise = dict[tuple[str, str], float]
+
+
 def _declines(
-    fss: list[dict[str, Any]], by_fs: dict[tuple[str, str], list[dict[str, Any]]]
-) -> tuple[list[dict[str, Any]], dict[str, int], dict[tuple[str, str], float]]:
+    fss: list[dict[str, Any]], noise: Noise
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The file systems whose layout score fell by a measurable amount, biggest loss first;
-    how many others were left out, by reason; each one's scatter."""
+    how many others were left out, by reason (``noise``: each measured one's scatter)."""
     shown: list[dict[str, Any]] = []
     left = {"one snapshot": 0, "rising": 0, "within noise": 0}
-    noise: dict[tuple[str, str], float] = {}
     for r in fss:
         key = (r["host"], r["fs"])
         change = r["total_change"]
-        if change is None or (r["snapshots"] or 0) < 2:
+        if not _measured(r):
             left["one snapshot"] += 1
             continue
-        noise[key] = _scatter(by_fs.get(key, []))
         if abs(change) < max(MIN_LOSS, 2 * noise[key]):
             left["within noise"] += 1
         elif change > 0:
@@ -74,15 +90,42 @@ def _declines(
         else:
             shown.append(r)
     shown.sort(key=lambda r: (r["total_change"], r["host"], r["fs"]))
-    return shown, left, noise
+    return shown, left
 
 
-def _trend_section(t: dict[str, list[dict[str, Any]]]) -> Section:
+def _noise(fss: list[dict[str, Any]], trend: Rows) -> tuple[Noise, dict[str, int]]:
+    """The scatter of every measured history (``_scatter``) and the snapshots of each file
+    system, from the trend's rows in their order (by host and file system): one history
+    is held at a time."""
+    want = {(r["host"], r["fs"]) for r in fss if _measured(r)}
+    noise: Noise = {}
+    counts: dict[str, int] = {}
+    key: tuple[str, str] | None = None
+    pts: list[dict[str, Any]] = []
+    for p in itertools.chain(trend, [None]):
+        k = None if p is None else (p["host"], p["fs"])
+        if k != key:
+            if key in want:
+                noise[key] = _scatter(pts)
+            key, pts = k, []
+        if p is not None:
+            counts[_label(p)] = counts.get(_label(p), 0) + 1
+            if k in want:
+                pts.append(p)
+    for k in want - noise.keys():  # no trend rows at all
+        noise[k] = 0.0
+    return noise, counts
+
+
+def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> Section:
     fss = t["filesystems"]
     by_fs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in t["trend"]:
         by_fs.setdefault((p["host"], p["fs"]), []).append(p)
-    declining, left, noise = _declines(fss, by_fs)
+    if noise is None:
+        noise = {(r["host"], r["fs"]): _scatter(by_fs.get((r["host"], r["fs"]), []))
+                 for r in fss if _measured(r)}  # fmt: skip
+    declining, left = _declines(fss, noise)
     shown = declining[:MAX_TRACES]
     traces = []
     ys: list[float] = []
@@ -169,9 +212,11 @@ def _trend_section(t: dict[str, list[dict[str, Any]]]) -> Section:
     )
 
 
-def sections(t: dict[str, list[dict[str, Any]]]) -> list[Section]:
+def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> list[Section]:
+    """The report's sections; ``t["trend"]`` holds every history, or (with ``noise``, the
+    scatter of each: ``_noise``) those of the file systems the trend figure draws."""
     fss = t["filesystems"]
-    out = [_trend_section(t)]
+    out = [_trend_section(t, noise)]
     rated = [r for r in fss if r["change_per_month"] is not None and r["layout_score"] is not None]
     out.append(
         Section(
@@ -361,13 +406,21 @@ def write_fleet_report(
         if warn is not None:
             warn(line)
 
-    tables = ("filesystems", "trend", "size", "free", "outliers")
-    t = fleet_tables(root, tables, on_damage=on_damage, warn=note)
-    secs = sections(t)
+    with opened(root, on_damage, note) as con:
+        fss = filesystems(con)
+        t = {"filesystems": fss, "size": by_size(con), "free": free_histogram(con),
+             "outliers": outliers(con)}  # fmt: skip
+        # the histories a chunk at a time, then those of the file systems drawn
+        noise, counts = _noise(fss, trend_rows(con))
+        drawn = [(r["host"], r["fs"]) for r in _declines(fss, noise)[0][:MAX_TRACES]]
+        t["trend"] = list(trend_rows(con, drawn))
+    secs = sections(t, noise)
     if skipped:
         secs.insert(0, Section("Damaged files left out", notes=skipped, id="fleet-damaged"))
+    # the page counts snapshots and file systems: one shared entry per file system's snapshot
+    per_fs = {label: {"fs": label} for label in counts}
     data = ReportData(
-        analyses=[{"fs": _label(p), "snapshot_id": p["snapshot_id"]} for p in t["trend"]],
+        analyses=[per_fs[label] for label, n in counts.items() for _ in range(n)],
         trends={},
         title="fsage fleet report",
     )
