@@ -16,12 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO
 from images import TreeSpec, build_tree, make_ext_image
 
 import fsage.snapshotter.ext as ext_mod
+import fsage.snapshotter.sources as sources_mod
 from fsage.errors import SourceError
 from fsage.snapshotter import read_source
 
@@ -60,24 +62,38 @@ def _overwrite(path: Path) -> None:
 
 def _read_while(path: Path, delay: float, change: Callable[[Path], None]) -> tuple[str, bool]:
     """Read ``path`` while another thread changes it after ``delay`` seconds: the error (""
-    if the read succeeded) and whether the change came before the read returned."""
-    changed_at: list[float] = []
+    if the read succeeded) and whether the whole change came after the reader's first look
+    at the source and before the read returned (on a loaded machine the thread can run
+    before the reader has begun: a change the reader never saw the source without)."""
+    changed: list[tuple[float, float]] = []
+    looked: list[float] = []
+    real_unchanged = sources_mod._unchanged
+
+    def unchanged(*args: Any) -> Any:
+        looked.append(time.monotonic())  # the source's stat was taken just before
+        return real_unchanged(*args)
 
     def later() -> None:
         time.sleep(delay)
+        t0 = time.monotonic()
         change(path)
-        changed_at.append(time.monotonic())
+        changed.append((t0, time.monotonic()))
 
+    sources_mod._unchanged = unchanged  # type: ignore[assignment]
     t = threading.Thread(target=later)
-    t.start()
-    error = ""
     try:
-        read_source(path)
-    except SourceError as exc:
-        error = str(exc)
-    returned = time.monotonic()
-    t.join()
-    return error, changed_at[0] < returned
+        t.start()
+        error = ""
+        try:
+            read_source(path)
+        except SourceError as exc:
+            error = str(exc)
+        returned = time.monotonic()
+        t.join()
+    finally:
+        sources_mod._unchanged = real_unchanged  # type: ignore[assignment]
+    start, end = changed[0]
+    return error, bool(looked) and looked[0] < start and end < returned
 
 
 @pytest.mark.slow
