@@ -195,8 +195,13 @@ class StreamedFigures:
             rec[key] = own[key]
         self.walk.add(rec, name_row, name_off, names, self.parents)
 
-    def finish(self, trim: Callable[[], None] | None = None) -> dict[str, Any]:
-        """The figures (``trim``: gives freed memory back between the walk's steps)."""
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """The figures (``trim``: gives freed memory back between the walk's steps;
+        ``progress(share)``: how much of the walk is done)."""
         c = self.count
         head, bs = self.head, self.bs
         f = head.facts
@@ -232,7 +237,7 @@ class StreamedFigures:
                 }
             )
         free = self.free[0]
-        walk = self.walk.finish(trim)
+        walk = self.walk.finish(trim, progress)
         i2d = None
         if self.itab is not None and self.i2d.n:
             i2d = {"median": self.i2d.median()}

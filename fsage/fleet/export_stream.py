@@ -35,6 +35,10 @@ TRIM_PARTS = 8
 # Free extents written at a time, in a row group each (Parquet's default of 1M compresses
 # better, by a quarter of the table's bytes, but holds 60 MB more at 1.25M free extents).
 FREE_ROWS = 1 << 16
+# Progress: the share of a snapshot's time its names take, and its names and parts together
+# (the path-order walk the rest).
+NAMES_SHARE = 0.15
+PARTS_SHARE = 0.7
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
 
@@ -223,11 +227,12 @@ def export_snapshot(
     cur: Keys,
     ended_at: int,
     tmp: Path,
-    tick: Callable[[], None],
+    tick: Callable[[float], None],
     trim: Callable[[], None],
 ) -> tuple[dict[str, Any], Any, int]:
     """Write one snapshot's file versions and their ends, keep its keys in ``cur``; return
-    its snapshot row, its figures' rows and how many versions it added."""
+    its snapshot row, its figures' rows and how many versions it added. ``tick(share)``: the
+    share of the snapshot done, after its names, after each part and along the walk."""
     fs = row.fs_name
     head = held.pop()
     # the free map first, and let go: it is as large as the free extents are many
@@ -253,13 +258,15 @@ def export_snapshot(
             root = int(tops[0])
     del dirs, named
     trim()
-    tick()
+    tick(NAMES_SHARE)
     figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp, free)
     bounds = sp.bounds.tolist()
     versions = 0
+    nparts = max(len(bounds), 1)
     for n, (k, part) in enumerate(sp.parts()):
         if n % TRIM_PARTS == TRIM_PARTS - 1:
             trim()
+        tick(NAMES_SHARE + (PARTS_SHARE - NAMES_SHARE) * n / nparts)
         files = part.files
         ino = files.ino.astype(np.int64)
         rec, off, names = links.load(k + 1)
@@ -305,9 +312,9 @@ def export_snapshot(
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
     trim()
-    tick()
-    found = figures.finish(trim)
-    tick()
+    tick(PARTS_SHARE)
+    found = figures.finish(trim, lambda done: tick(PARTS_SHARE + (1 - PARTS_SHARE) * done))
+    tick(1.0)
     return snap, rows_of_figures(host, row, found), versions
 
 
