@@ -10,7 +10,7 @@ at a time. What stays in memory: per-bucket totals, one record per directory, an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def _free_by_window(layout: Layout) -> FreeSpace | None:
 class StreamedFigures:
     """Fed the parts of one snapshot in inode order (``add``), then ``finish``."""
 
-    def __init__(self, head: Layout, all_ino: list[npt.NDArray[np.uint64]], root: int,
+    def __init__(self, head: Layout, all_ino: Iterable[npt.NDArray[np.uint64]], root: int,
                  parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
                  tmp: Path, free: tuple[dict[str, Any], int] | None = None) -> None:  # fmt: skip
         """``free``: ``free_figures(head)``, when the caller has let go of the free map."""

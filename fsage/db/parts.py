@@ -43,6 +43,9 @@ U64 = npt.NDArray[np.uint64]
 PART_ROWS = 1 << 15
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
+#: Rows between two values of a column of differences kept for reading it from anywhere,
+#: and the rows of a chunk read at a time when its files are gone over.
+MARK_ROWS = 1 << 16
 #: Bytes of a column checksummed at a time.
 CRC_PIECE = 1 << 20
 
@@ -85,6 +88,7 @@ class _Column:
         # as a column of values (the differences themselves, for a column of differences)
         self.head = head[:25] + bytes([flags & ~1])
         self.start = a + _HEADER.size
+        self.marks: U64 | None = None
 
     def rows(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if self.delta:
@@ -116,6 +120,23 @@ class _Column:
             prev = values[-1]
             yield lo, values.astype(self.dtype)
 
+    def values(self, lo: int, hi: int) -> npt.NDArray[Any]:
+        """Rows ``lo``..``hi`` of any column: one of differences is summed from the value
+        remembered at the last multiple of ``MARK_ROWS`` before ``lo``."""
+        if not self.delta:
+            return self.rows(lo, hi)
+        if lo >= hi:
+            return np.zeros(0, self.dtype)
+        if self.marks is None:  # one pass, a value every MARK_ROWS rows
+            self.marks = np.array([v[0] for _, v in self.differences(MARK_ROWS)], np.uint64).astype(
+                np.uint64
+            )
+        k = lo // MARK_ROWS
+        base = k * MARK_ROWS
+        d = self._raw(base, hi, np.dtype(np.uint64)).copy()
+        d[0] = self.marks[k]
+        return np.cumsum(d, dtype=np.uint64)[lo - base :].astype(self.dtype)
+
 
 def _verify(
     blob: Any, spans: list[tuple[int, int]], crcs: npt.NDArray[np.uint32], what: str
@@ -142,9 +163,11 @@ class _Chunk:
         stack: contextlib.ExitStack,
         row: tuple[int, int, int],
         gone: I64 | None,
+        rows: int,
     ) -> None:
         chunk_id, first_snap, n = row
         self.first_snap, self.n = first_snap, n
+        self.cols: dict[str, _Column] = {}
         what = f"the file versions recorded by snapshot {first_snap}"
         found = con.execute(
             "SELECT keys_crc, body_column_crcs FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
@@ -168,23 +191,79 @@ class _Chunk:
             self.valid = np.ones(n, bool)
             if gone is not None:
                 self.valid[gone] = False
-            ino = self.keys["ino"].astype(np.uint64, copy=False)
-            special = self.body["special"] != 0
-            rows = np.flatnonzero(self.valid & ~special)
-            sel = ino[rows]
-            if sel.size > 1 and bool(np.any(sel[1:] < sel[:-1])):
-                by = np.argsort(sel, kind="stable")
-                rows, sel = rows[by], sel[by]
-            self.sel_ino: U64 = sel
-            self.sel_rows = rows.astype(np.int32 if n < 2**31 else np.int64)
+            # one pass a window at a time: which rows are user files, every ``rows``-th
+            # one's inode (part boundaries) and which inodes are there (a bit each)
             self.user = np.zeros(n, bool)
-            self.user[rows] = True
-        self.cols: dict[str, _Column] = {}
+            inos, special = self.col("ino"), self.col("special")
+            marks: list[U64] = []
+            seen = np.zeros(0, bool)
+            count, last = 0, -1
+            for lo in range(0, n, MARK_ROWS):
+                hi = min(lo + MARK_ROWS, n)
+                ino = inos.values(lo, hi).astype(np.uint64, copy=False)
+                u = self.valid[lo:hi] & (special.values(lo, hi) == 0)
+                self.user[lo:hi] = u
+                sel = ino[u]
+                if sel.size and (int(sel[0]) <= last or bool(np.any(sel[1:] <= sel[:-1]))):
+                    raise _Unsupported  # files not in inode order: read the snapshot whole
+                last = int(sel[-1]) if sel.size else last
+                marks.append(sel[(-count) % rows :: rows])
+                count += int(sel.size)
+                if sel.size:
+                    top = int(sel[-1]) + 1
+                    if top > seen.size:
+                        seen = np.concatenate(
+                            [seen, np.zeros(max(top, 2 * seen.size) - seen.size, bool)]
+                        )
+                    seen[sel.astype(np.int64)] = True
+            self.count = count
+            self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
+            self.bits = np.packbits(seen)
+            self.bit_count = int(seen.size)
+            del seen
         self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
+        self.at = 0  # the first row not yet handed out in a part
+
+    def has(self, ino: U64) -> npt.NDArray[np.bool_]:
+        """Which of ``ino`` are this chunk's user files."""
+        i = ino.astype(np.int64)
+        ok = (i >= 0) & (i < self.bit_count)
+        j = np.where(ok, i, 0)
+        return ok & (((self.bits[j >> 3] >> (7 - (j & 7))) & 1) != 0)
+
+    def selected(self) -> Iterator[U64]:
+        """The user files' inodes in order, a window at a time."""
+        inos = self.col("ino")
+        for lo in range(0, self.n, MARK_ROWS):
+            hi = min(lo + MARK_ROWS, self.n)
+            yield inos.values(lo, hi).astype(np.uint64, copy=False)[self.user[lo:hi]]
+
+    def take(self, hi: int | None) -> tuple[I64, U64]:
+        """The rows and inodes of the user files from where the last part ended up to inode
+        ``hi`` (None: to the end); rows in inode order, so a part is a range of rows."""
+        inos = self.col("ino")
+        rows: list[I64] = []
+        found: list[U64] = []
+        while self.at < self.n:
+            end = min((self.at // MARK_ROWS + 1) * MARK_ROWS, self.n)
+            ino = inos.values(self.at, end).astype(np.uint64, copy=False)
+            # the user files are in inode order (the others, reserved inodes, need not be)
+            u = np.flatnonzero(self.user[self.at : end])
+            j = u.size if hi is None else int(np.searchsorted(ino[u], np.uint64(hi)))
+            keep = u[:j]
+            cut = ino.size if j == u.size else int(u[j])
+            rows.append(keep + self.at)
+            found.append(ino[keep])
+            self.at += cut
+            if cut < ino.size:
+                break
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        return np.concatenate(rows).astype(np.int64), np.concatenate(found)
 
     def col(self, name: str) -> _Column:
         if name not in self.cols:
-            reader = self.keys if name in ("generation", "digest") else self.body
+            reader = self.keys if name in ("ino", "generation", "digest") else self.body
             self.cols[name] = _Column(reader, name)
         return self.cols[name]
 
@@ -229,6 +308,14 @@ class _Chunk:
         return FileTable(ino=np.zeros(0, np.uint64), **cols, **out), gen, digest
 
 
+def _at_rows(col: _Column, rows: I64) -> U64:
+    """``col``'s values at ``rows``, reading only the rows between the first and the last."""
+    if rows.size == 0:
+        return np.zeros(0, np.uint64)
+    r0 = int(rows.min())
+    return col.values(r0, int(rows.max()) + 1).astype(np.uint64, copy=False)[rows - r0]
+
+
 _CHILD_TYPES: dict[str, type[np.generic]] = {
     "ext_logical": np.uint64, "ext_physical": np.uint64, "ext_length": np.uint64,
     "ext_flags": np.uint32, "meta_physical": np.uint64, "meta_kind": np.uint8,
@@ -245,25 +332,17 @@ class SnapshotParts:
 
     def __init__(self, chunks: list[_Chunk], rows: int) -> None:
         self.chunks = chunks
-        every = [c.sel_ino for c in chunks if c.sel_ino.size]
-        self.files = sum(int(c.sel_ino.size) for c in chunks)
+        self.files = sum(c.count for c in chunks)
         # part boundaries: every ``rows``-th inode of each chunk, so that a part holds at most
         # ``rows`` files of any chunk
-        marks = (
-            np.unique(np.concatenate([x[::rows] for x in every]))
-            if every
-            else np.zeros(0, np.uint64)
-        )
-        self.bounds: U64 = marks
+        every = [c.marks for c in chunks if c.marks.size]
+        self.bounds: U64 = np.unique(np.concatenate(every)) if every else np.zeros(0, np.uint64)
 
     def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are user files of the snapshot."""
         out = np.zeros(ino.size, bool)
         for c in self.chunks:
-            if c.sel_ino.size == 0:
-                continue
-            at = np.minimum(np.searchsorted(c.sel_ino, ino), c.sel_ino.size - 1)
-            out |= c.sel_ino[at] == ino
+            out |= c.has(ino)
         return out
 
     def part_of(self, ino: U64) -> I64:
@@ -271,29 +350,28 @@ class SnapshotParts:
         return (np.searchsorted(self.bounds, ino, side="right") - 1).astype(np.int64)
 
     def all_inos(self) -> Iterator[U64]:
-        """Every user file's inode, a chunk at a time (not in order across chunks)."""
+        """Every user file's inode, a window of a chunk at a time (not in order across
+        chunks)."""
         for c in self.chunks:
-            yield c.sel_ino
+            yield from c.selected()
 
     def parts(self) -> Iterator[tuple[int, Part]]:
         """(k, the files of the k-th inode range) for every range that has any."""
         bounds = self.bounds.tolist()
-        for k, lo in enumerate(bounds):
+        for c in self.chunks:
+            c.at = 0
+        for k in range(len(bounds)):
             hi = bounds[k + 1] if k + 1 < len(bounds) else None
-            tables, gens, digests, inos = [], [], [], []
+            tables, gens, digests = [], [], []
             for c in self.chunks:
-                i0 = int(np.searchsorted(c.sel_ino, np.uint64(lo)))
-                i1 = (
-                    c.sel_ino.size if hi is None else int(np.searchsorted(c.sel_ino, np.uint64(hi)))
-                )
-                if i1 <= i0:
+                rows, ino = c.take(hi)
+                if rows.size == 0:
                     continue
-                t, g, d = c.piece(c.sel_rows[i0:i1].astype(np.int64))
-                t.ino = c.sel_ino[i0:i1]
+                t, g, d = c.piece(rows)
+                t.ino = ino
                 tables.append(t)
                 gens.append(g)
                 digests.append(d)
-                inos.append(t.ino)
             if not tables:
                 continue
             files = FileTable.concat(tables) if len(tables) > 1 else tables[0]
@@ -321,7 +399,7 @@ class SnapshotParts:
         seq = 0
         for c in self.chunks:
             with _decoding(c.first_snap):
-                ino = c.keys["ino"].astype(np.uint64, copy=False)
+                inos = c.col("ino")
                 lens, parents = c.col("name_lens"), c.col("link_parents")
                 names = c.col("names")
                 link_rows = c.col("link_rows")
@@ -348,7 +426,7 @@ class SnapshotParts:
                     yield Names(
                         seq=np.arange(seq + lo, seq + hi, dtype=np.int64)[keep],
                         parent=parents.rows(lo, hi).astype(np.uint64)[keep],
-                        ino=ino[rows[keep]],
+                        ino=_at_rows(inos, rows[keep]),
                         user=c.user[rows[keep]],
                         name_off=off,
                         names=raw.tobytes(),
@@ -356,7 +434,6 @@ class SnapshotParts:
                 if pos != names.n:
                     raise ValueError("name columns disagree")
                 seq += link_rows.n
-                del ino
 
 
 @contextlib.contextmanager
@@ -369,7 +446,10 @@ def open_parts(
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
         try:
-            chunks = [_Chunk(con, stack, tuple(r), ended.get(int(r[0]))) for r in chunk_rows]
+            chunks = [
+                _Chunk(con, stack, tuple(r), ended.get(int(r[0])), rows or PART_ROWS)
+                for r in chunk_rows
+            ]
         except _Unsupported:
             yield None
             return

@@ -259,7 +259,7 @@ def export_snapshot(
     del dirs, named
     trim()
     tick(NAMES_SHARE)
-    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp, free)
+    figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, tmp, free)
     bounds = sp.bounds.tolist()
     versions = 0
     nparts = max(len(bounds), 1)
