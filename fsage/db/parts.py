@@ -229,7 +229,9 @@ class _Chunk:
         i = ino.astype(np.int64)
         ok = (i >= 0) & (i < self.bit_count)
         j = np.where(ok, i, 0)
-        return ok & (((self.bits[j >> 3] >> (7 - (j & 7))) & 1) != 0)
+        bit = (self.bits[j >> 3] >> (7 - (j & 7))) & np.uint8(1)
+        out: npt.NDArray[np.bool_] = ok & (bit != 0)
+        return out
 
     def selected(self) -> Iterator[U64]:
         """The user files' inodes in order, a window at a time."""
@@ -322,6 +324,42 @@ _CHILD_TYPES: dict[str, type[np.generic]] = {
 }  # fmt: skip
 
 
+class _FreeMap:
+    """A snapshot's free map (zlib of u64 (start, length) pairs), inflated a piece at a time
+    from its blob: as large as its free extents are many, it is never held whole."""
+
+    def __init__(self, con: sqlite3.Connection, stack: contextlib.ExitStack, snap_id: int,
+                 crc: int | None) -> None:  # fmt: skip
+        self.blob = stack.enter_context(
+            con.blobopen("snapshots", "free_map", snap_id, readonly=True)
+        )
+        if not matches(crc, _blob_crc(self.blob) & 0xFFFFFFFF):
+            raise DamagedError("its free map does not match its checksum")
+
+    def windows(self) -> Iterator[tuple[U64, U64]]:
+        inflate = zlib.decompressobj()
+        rest = b""
+        size = len(self.blob)
+        for lo in range(0, size, CRC_PIECE):
+            data = bytes(self.blob[lo : min(lo + CRC_PIECE, size)])
+            while data:  # inflated a piece of at most CRC_PIECE bytes at a time
+                raw = rest + inflate.decompress(data, CRC_PIECE)
+                data = inflate.unconsumed_tail
+                whole = len(raw) - len(raw) % 16
+                rest = raw[whole:]
+                if whole:
+                    pairs = np.frombuffer(raw[:whole], "<u8").reshape(-1, 2)
+                    yield pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+                del raw
+        rest += inflate.flush()
+        whole = len(rest) - len(rest) % 16
+        if whole:
+            pairs = np.frombuffer(rest[:whole], "<u8").reshape(-1, 2)
+            yield pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+        if len(rest) % 16 or not inflate.eof:
+            raise DamagedError("its free map is damaged (not whole pairs)")
+
+
 class _Unsupported(Exception):
     """A chunk written before per-column checksums: read the snapshot whole instead."""
 
@@ -330,8 +368,9 @@ class SnapshotParts:
     """A snapshot's files a part at a time (``parts``) and its names (``names``); open with
     ``open_parts`` (None when the snapshot has a chunk older than per-column checksums)."""
 
-    def __init__(self, chunks: list[_Chunk], rows: int) -> None:
+    def __init__(self, chunks: list[_Chunk], rows: int, free: _FreeMap | None = None) -> None:
         self.chunks = chunks
+        self.free = free
         self.files = sum(c.count for c in chunks)
         # part boundaries: every ``rows``-th inode of each chunk, so that a part holds at most
         # ``rows`` files of any chunk
@@ -344,6 +383,11 @@ class SnapshotParts:
         for c in self.chunks:
             out |= c.has(ino)
         return out
+
+    def free_windows(self) -> Iterator[tuple[U64, U64]]:
+        """The free map's (start, length) pairs in stored order, a window at a time."""
+        if self.free is not None:
+            yield from self.free.windows()
 
     def part_of(self, ino: U64) -> I64:
         """The part whose inode range holds each of ``ino`` (-1: before the first)."""
@@ -443,6 +487,7 @@ def open_parts(
     """The snapshot's parts, its chunks' blobs held open (the caller holds a read
     transaction for as long as it reads them)."""
     chunk_rows = con.execute(_CHUNKS_OF_SNAPSHOT, (fs_id, snap_id, snap_id)).fetchall()
+    (free_crc,) = con.execute("SELECT free_crc FROM snapshots WHERE id = ?", (snap_id,)).fetchone()
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
         try:
@@ -453,7 +498,8 @@ def open_parts(
         except _Unsupported:
             yield None
             return
-        yield SnapshotParts(chunks, rows or PART_ROWS)
+        free = _FreeMap(con, stack, snap_id, free_crc)
+        yield SnapshotParts(chunks, rows or PART_ROWS, free)
 
 
 def join_names(parts: list[Names]) -> Names:

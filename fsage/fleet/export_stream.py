@@ -9,8 +9,7 @@ live in a file (``Keys``), read back a window at a time as the parts come in ino
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from fsage.db.parts import Names, SnapshotParts
 from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
 from fsage.fleet.export_rows import diff_keys, files_table, prefixes_of
-from fsage.layout import FreeExtents, Layout, LinkTable
+from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
 
@@ -235,12 +234,10 @@ def export_snapshot(
     share of the snapshot done, after its names, after each part and along the walk."""
     fs = row.fs_name
     head = held.pop()
-    # the free map first, and let go: it is as large as the free extents are many
-    free = free_figures(head)
-    _write_free(pa, sch, large, host, fs, row.id, head)
+    # the free map first, a window at a time: it is as large as the free extents are many
+    free = free_figures(head, sp.free_windows)
+    _write_free_windows(pa, sch, large, host, fs, row.id, sp.free_windows())
     snap = snapshot_row(host, row, head)
-    none = np.zeros(0, np.uint64)
-    head = dataclasses.replace(head, free=FreeExtents(none, none))
     trim()
     parents, any_name = _parents(sp)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
@@ -337,8 +334,21 @@ def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
 def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
                 snap_id: int, layout: Layout) -> None:  # fmt: skip
     free = layout.free
-    for lo in range(0, max(len(free.start), 1), FREE_ROWS):  # a slice at a time
-        start = free.start[lo : lo + FREE_ROWS].astype(np.int64)
+    _write_free_windows(pa, sch, large, host, fs, snap_id, (
+        (free.start[lo : lo + FREE_ROWS], free.length[lo : lo + FREE_ROWS])
+        for lo in range(0, max(len(free.start), 1), FREE_ROWS)
+    ))  # fmt: skip
+
+
+def _write_free_windows(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str,
+                        fs: str, snap_id: int,
+                        windows: Iterable[tuple[Any, Any]]) -> None:  # fmt: skip
+    wrote = False
+    for w_start, w_length in windows:
+        if w_start.size == 0 and wrote:
+            continue
+        wrote = True
+        start = w_start.astype(np.int64)
         large["free_extents"].write_table(
             pa.table(
                 {
@@ -346,8 +356,10 @@ def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
                     "fs": pa.repeat(pa.scalar(fs, pa.string()), start.size),
                     "snapshot_id": np.full(start.size, snap_id, np.int64),
                     "start": start,
-                    "length": free.length[lo : lo + FREE_ROWS].astype(np.int64),
+                    "length": w_length.astype(np.int64),
                 },
                 schema=sch["free_extents"],
             )
         )
+    if not wrote:  # an empty free map writes an empty table, as the whole path does
+        _write_free_windows(pa, sch, large, host, fs, snap_id, [(np.zeros(0), np.zeros(0))])

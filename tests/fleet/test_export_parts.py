@@ -43,11 +43,13 @@ def test_parts_hold_the_snapshot_and_what_debugfs_reads(history: tuple[Path, Pat
                 assert sp is not None
                 got = [p for _, p in sp.parts()]
                 names = list(sp.names())
+                free = list(sp.free_windows())
             assert len(got) > 3  # parts of 37 files of a chunk: many of them
             files = FileTable.concat([p.files for p in got])
             for f in FileTable.__dataclass_fields__:
                 assert np.array_equal(getattr(files, f), getattr(whole.files, f)), f
-            assert held[0].free.start.size == whole.free.start.size
+            assert np.array_equal(np.concatenate([w[0] for w in free]), whole.free.start)
+            assert np.array_equal(np.concatenate([w[1] for w in free]), whole.free.length)
             assert np.array_equal(np.concatenate([n.parent for n in names]), whole.links.parent)
             assert b"".join(n.names for n in names) == whole.links.names
     reg = np.flatnonzero(files.is_regular() & (np.diff(files.ext_off.astype(np.int64)) > 0))
