@@ -239,8 +239,10 @@ def export_snapshot(
     _write_free_windows(pa, sch, large, host, fs, row.id, sp.free_windows())
     snap = snapshot_row(host, row, head)
     trim()
+    tick(NAMES_SHARE / 3)
     parents, any_name = _parents(sp)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
+    tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
     links, dirs, named, entries = _names_by_part(sp, tmp, parents)
     prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
