@@ -160,6 +160,53 @@ def _blob_crc(blob: Any) -> int:
     return crc
 
 
+class _Bits:
+    """A bit per row (or per inode number), packed: a byte holds eight."""
+
+    def __init__(self, bits: npt.NDArray[np.uint8], n: int) -> None:
+        self.bits, self.n = bits, n
+
+    @classmethod
+    def ones(cls, n: int) -> _Bits:
+        return cls(np.full((n + 7) >> 3, 0xFF, np.uint8), n)
+
+    def clear(self, at: I64) -> None:
+        np.bitwise_and.at(self.bits, at >> 3, ~(np.uint8(0x80) >> (at & 7).astype(np.uint8)))
+
+    def get(self, lo: int, hi: int) -> npt.NDArray[np.bool_]:
+        """Bits ``lo``..``hi``."""
+        got = np.unpackbits(self.bits[lo >> 3 : (hi + 7) >> 3])[lo & 7 : (lo & 7) + hi - lo]
+        return got.astype(bool)
+
+    def put(self, lo: int, values: npt.NDArray[np.bool_]) -> None:
+        """Bits from ``lo`` (a multiple of 8) on."""
+        self.bits[lo >> 3 : (lo >> 3) + ((values.size + 7) >> 3)] = np.packbits(values)
+
+    def at(self, i: I64) -> npt.NDArray[np.bool_]:
+        """Bits ``i`` (False outside)."""
+        ok = (i >= 0) & (i < self.n)
+        if self.n == 0:
+            return ok
+        j = np.where(ok, i, 0)
+        bit = (self.bits[j >> 3] >> (7 - (j & 7)).astype(np.uint8)) & np.uint8(1)
+        out: npt.NDArray[np.bool_] = ok & (bit != 0)
+        return out
+
+    def add(self, i: I64) -> None:
+        """Set the bits ``i`` (ascending), growing to hold them (cleared bits between)."""
+        if i.size == 0:
+            return
+        top = int(i[-1]) + 1
+        if top > self.n:
+            size = max(top, 2 * self.n)
+            grown = np.zeros((size + 7) >> 3, np.uint8)
+            grown[: self.bits.size] = self.bits
+            if self.n & 7:  # the bits past the old end are not set
+                grown[self.n >> 3] &= np.uint8((0xFF << (8 - (self.n & 7))) & 0xFF)
+            self.bits, self.n = grown, size
+        np.bitwise_or.at(self.bits, i >> 3, np.uint8(0x80) >> (i & 7).astype(np.uint8))
+
+
 class _Chunk:
     def __init__(
         self,
@@ -192,57 +239,42 @@ class _Chunk:
             codec.check_count(self.body, n)
             assert self.body.crcs is not None
             _verify(body, self.body.spans, self.body.crcs, what)
-            self.valid = np.ones(n, bool)
-            if gone is not None:
-                self.valid[gone] = False
-            # one pass a window at a time: which rows are user files, every ``rows``-th
-            # one's inode (part boundaries) and which inodes are there (a bit each)
-            self.user = np.zeros(n, bool)
+            # per row: valid, and a user file (a bit each); per inode number: a user file
+            self.valid = _Bits.ones(n)
+            if gone is not None and gone.size:
+                self.valid.clear(gone.astype(np.int64))
+            self.user = _Bits.ones(n)
+            self.inos = _Bits.ones(0)
             inos, special = self.col("ino"), self.col("special")
             marks: list[U64] = []
-            seen = np.zeros(0, bool)
             count, last = 0, -1
             for lo in range(0, n, MARK_ROWS):
                 hi = min(lo + MARK_ROWS, n)
                 ino = inos.values(lo, hi).astype(np.uint64, copy=False)
-                u = self.valid[lo:hi] & (special.values(lo, hi) == 0)
-                self.user[lo:hi] = u
+                u = self.valid.get(lo, hi) & (special.values(lo, hi) == 0)
+                self.user.put(lo, u)
                 sel = ino[u]
                 if sel.size and (int(sel[0]) <= last or bool(np.any(sel[1:] <= sel[:-1]))):
                     raise _Unsupported  # files not in inode order: read the snapshot whole
                 last = int(sel[-1]) if sel.size else last
                 marks.append(sel[(-count) % rows :: rows])
                 count += int(sel.size)
-                if sel.size:
-                    top = int(sel[-1]) + 1
-                    if top > seen.size:
-                        seen = np.concatenate(
-                            [seen, np.zeros(max(top, 2 * seen.size) - seen.size, bool)]
-                        )
-                    seen[sel.astype(np.int64)] = True
+                self.inos.add(sel.astype(np.int64))
             self.count = count
             self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
-            self.bits = np.packbits(seen)
-            self.bit_count = int(seen.size)
-            del seen
         self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
         self.at = 0  # the first row not yet handed out in a part
 
     def has(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are this chunk's user files."""
-        i = ino.astype(np.int64)
-        ok = (i >= 0) & (i < self.bit_count)
-        j = np.where(ok, i, 0)
-        bit = (self.bits[j >> 3] >> (7 - (j & 7))) & np.uint8(1)
-        out: npt.NDArray[np.bool_] = ok & (bit != 0)
-        return out
+        return self.inos.at(ino.astype(np.int64))
 
     def selected(self) -> Iterator[U64]:
         """The user files' inodes in order, a window at a time."""
         inos = self.col("ino")
         for lo in range(0, self.n, MARK_ROWS):
             hi = min(lo + MARK_ROWS, self.n)
-            yield inos.values(lo, hi).astype(np.uint64, copy=False)[self.user[lo:hi]]
+            yield inos.values(lo, hi).astype(np.uint64, copy=False)[self.user.get(lo, hi)]
 
     def take(self, hi: int | None) -> tuple[I64, U64]:
         """The rows and inodes of the user files from where the last part ended up to inode
@@ -254,7 +286,7 @@ class _Chunk:
             end = min((self.at // MARK_ROWS + 1) * MARK_ROWS, self.n)
             ino = inos.values(self.at, end).astype(np.uint64, copy=False)
             # the user files are in inode order (the others, reserved inodes, need not be)
-            u = np.flatnonzero(self.user[self.at : end])
+            u = np.flatnonzero(self.user.get(self.at, end))
             j = u.size if hi is None else int(np.searchsorted(ino[u], np.uint64(hi)))
             keep = u[:j]
             cut = ino.size if j == u.size else int(u[j])
@@ -439,7 +471,7 @@ class SnapshotParts:
                     rows = rows.astype(np.int64)
                     if rows.size and int(rows.max()) >= c.n:
                         raise ValueError("a name of a version the chunk does not hold")
-                    yield parents.rows(lo, lo + rows.size)[c.valid[rows]]
+                    yield parents.rows(lo, lo + rows.size)[c.valid.at(rows)]
 
     def names(self) -> Iterator[Names]:
         """The snapshot's names in link order (a chunk's, ``NAME_ROWS`` at a time): every
@@ -465,7 +497,7 @@ class SnapshotParts:
                         raise ValueError("name columns disagree")
                     raw = names.rows(pos, end)
                     pos = end
-                    keep = c.valid[rows]
+                    keep = c.valid.at(rows)
                     if not keep.all():
                         raw = raw[np.repeat(keep, ln.astype(np.int64))]
                         ln = ln[keep]
@@ -475,7 +507,7 @@ class SnapshotParts:
                         seq=np.arange(seq + lo, seq + hi, dtype=np.int64)[keep],
                         parent=parents.rows(lo, hi).astype(np.uint64)[keep],
                         ino=_at_rows(inos, rows[keep]),
-                        user=c.user[rows[keep]],
+                        user=c.user.at(rows[keep]),
                         name_off=off,
                         names=raw.tobytes(),
                     )
