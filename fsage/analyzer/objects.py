@@ -10,6 +10,7 @@ inside objects plus those between one object's last request and the next one's f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ def own_requests(layout: Layout, scores: FileScores, objs: I64) -> dict[str, I64
     return {"nown": per, "head": head, "tail": tail, "disc": disc, "blocks": blocks}
 
 
-def geometry(layout: Layout, all_ino: list[npt.NDArray[np.uint64]]) -> _InodeTables | None:
+def geometry(layout: Layout, all_ino: Iterable[npt.NDArray[np.uint64]]) -> _InodeTables | None:
     """The inode-table geometry of ``dynamic._inode_tables`` for a snapshot whose files'
     inodes come in pieces (``all_ino``): the used end of each group's table from every one."""
     probe = Layout(

@@ -83,7 +83,17 @@ class PathWalk:
                          name_off[1:][name_row[named]].astype(np.int64))]  # fmt: skip
         self.kids.add(bucket, rec[named], sub_off, sub.tobytes())
 
-    def finish(self, trim: Callable[[], None] | None = None) -> dict[str, Any]:
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+
+        def done(step: int, at: int, of: int) -> None:
+            if progress is not None:
+                progress((step + at / max(of, 1)) / 3)
+
         dirs = np.concatenate(self.dirs) if self.dirs else np.zeros(0, REC)
         self.dirs = []
         order = np.argsort(dirs["ino"], kind="stable")
@@ -94,7 +104,8 @@ class PathWalk:
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
         count = np.zeros(nd, np.int64)
         edges: list[tuple[I64, I64]] = []  # (directory, index among its entries) of each
-        for k in sorted(self.kids.used):
+        for i, k in enumerate(sorted(self.kids.used)):
+            done(0, i, len(self.kids.used))
             rec, off, names = self.kids.load(k)
             by = np.frombuffer(
                 _kernels.argsort_names(
@@ -159,7 +170,8 @@ class PathWalk:
         carry = (-1, 0, 0)  # the last directory, its next entry index, the extra before it
         last_file: tuple[int, int] | None = None  # (directory, last block) of a regular file
         opened = -1  # the directory whose own scan has begun
-        for rec in walked.windows():
+        for i, rec in enumerate(walked.windows()):
+            done(1, i * spill.WINDOW, walked.n)
             n = rec.size
             par = rec["parent"]
             p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
@@ -240,7 +252,8 @@ class PathWalk:
             disc, blocks, _ = path.add(root_rec["ino"].astype(np.int64), _own(root_rec))
             p_disc += int(disc.sum())
             p_blocks += int(blocks.sum())
-        for k in sorted(by_pos.used):
+        for i, k in enumerate(sorted(by_pos.used)):
+            done(2, i, len(by_pos.used))
             rec, _, _ = by_pos.load(k)
             rec = rec[np.argsort(rec["pos"], kind="stable")]
             disc, blocks, _ = path.add(rec["ino"].astype(np.int64), _own(rec))

@@ -10,7 +10,7 @@ at a time. What stays in memory: per-bucket totals, one record per directory, an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,43 +32,65 @@ from fsage.analyzer.objects import OWN, Scan, geometry, own_requests, reads_scor
 from fsage.analyzer.pathwalk import REC, PathWalk
 from fsage.analyzer.scores import file_scores
 from fsage.analyzer.spill import Values
-from fsage.layout import Layout
+from fsage.layout import FreeExtents, Layout
 
 I64 = npt.NDArray[np.int64]
 
 MAX_BUCKETS = 65
 
 
-def free_figures(layout: Layout) -> tuple[dict[str, Any], int]:
+Windows = Callable[[], Iterable[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]]]
+
+
+def free_figures(layout: Layout, windows: Windows | None = None) -> tuple[dict[str, Any], int]:
     """The free-space figures of ``SnapshotAnalyzer.free`` the export reads, and the free
     blocks of its summary: a window of extents at a time where they come sorted and apart
-    (as readers give them, nothing to merge), else by ``free_space``."""
+    (as readers give them, nothing to merge), else by ``free_space``. ``windows()``: the
+    free map's (start, length) pairs a window at a time (default: ``layout.free``'s)."""
     f = layout.facts
-    fs = _free_by_window(layout)
-    if fs is None:
-        fs = free_space(layout.free, f.block_size, f.blocks_total, f.first_data_block)
-    return fs.to_json(), layout.blocks_free
+    if windows is None:
+        free = layout.free
+
+        def whole() -> Iterable[tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]]:
+            for lo in range(0, len(free.start), spill.WINDOW):
+                yield free.start[lo : lo + spill.WINDOW], free.length[lo : lo + spill.WINDOW]
+
+        windows = whole
+    fs, blocks = _free_by_window(layout, windows)
+    if fs is None:  # gathered whole to be merged
+        got = list(windows())
+        start = np.concatenate([w[0] for w in got]) if got else np.zeros(0, np.uint64)
+        length = np.concatenate([w[1] for w in got]) if got else np.zeros(0, np.uint64)
+        fs = free_space(FreeExtents(start, length), f.block_size, f.blocks_total,
+                        f.first_data_block)  # fmt: skip
+    return fs.to_json(), blocks if f.free_space_known else int(f.blocks_free)
 
 
-def _free_by_window(layout: Layout) -> FreeSpace | None:
+def _free_by_window(layout: Layout, windows: Windows) -> tuple[FreeSpace | None, int]:
+    """The figures (None: extents out of order or touching) and the free map's blocks."""
     f = layout.facts
-    free = layout.free
     chunk_blocks = max((1 << 20) // f.block_size, 1)
     counts = np.zeros(MAX_BUCKET + 1, np.int64)
     blocks = np.zeros(MAX_BUCKET + 1, np.int64)
     total = extents = chunks = 0
     largest, smallest = 0, None
     prev_end = -1
-    for lo in range(0, len(free.start), spill.WINDOW):
-        start = free.start[lo : lo + spill.WINDOW].astype(np.int64)
-        length = free.length[lo : lo + spill.WINDOW].astype(np.int64)
+    every = 0
+    merged = False
+    for w_start, w_length in windows():
+        every += int(w_length.sum())
+        if merged:
+            continue
+        start = w_start.astype(np.int64)
+        length = w_length.astype(np.int64)
         keep = length > 0
         start, length = start[keep], length[keep]
         if start.size == 0:
             continue
         end = start + length
         if int(start[0]) <= prev_end or bool(np.any(start[1:] <= end[:-1])):
-            return None  # out of order or touching: merged whole
+            merged = True  # out of order or touching: merged whole
+            continue
         prev_end = int(end[-1])
         k = np.minimum(_log2_floor(length), MAX_BUCKET)
         counts += np.bincount(k, minlength=MAX_BUCKET + 1)
@@ -81,6 +103,8 @@ def _free_by_window(layout: Layout) -> FreeSpace | None:
         extents += int(length.size)
         largest = max(largest, int(length.max()))
         smallest = int(length.min()) if smallest is None else min(smallest, int(length.min()))
+    if merged:
+        return None, every
     return FreeSpace(
         block_size=f.block_size,
         blocks_total=f.blocks_total,
@@ -92,13 +116,13 @@ def _free_by_window(layout: Layout) -> FreeSpace | None:
         chunks_total=(f.blocks_total + chunk_blocks) // chunk_blocks,
         chunks_free=chunks,
         buckets=[(int(i), int(counts[i]), int(blocks[i])) for i in np.flatnonzero(counts)],
-    )
+    ), every
 
 
 class StreamedFigures:
     """Fed the parts of one snapshot in inode order (``add``), then ``finish``."""
 
-    def __init__(self, head: Layout, all_ino: list[npt.NDArray[np.uint64]], root: int,
+    def __init__(self, head: Layout, all_ino: Iterable[npt.NDArray[np.uint64]], root: int,
                  parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
                  tmp: Path, free: tuple[dict[str, Any], int] | None = None) -> None:  # fmt: skip
         """``free``: ``free_figures(head)``, when the caller has let go of the free map."""
@@ -195,8 +219,13 @@ class StreamedFigures:
             rec[key] = own[key]
         self.walk.add(rec, name_row, name_off, names, self.parents)
 
-    def finish(self, trim: Callable[[], None] | None = None) -> dict[str, Any]:
-        """The figures (``trim``: gives freed memory back between the walk's steps)."""
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """The figures (``trim``: gives freed memory back between the walk's steps;
+        ``progress(share)``: how much of the walk is done)."""
         c = self.count
         head, bs = self.head, self.bs
         f = head.facts
@@ -232,7 +261,7 @@ class StreamedFigures:
                 }
             )
         free = self.free[0]
-        walk = self.walk.finish(trim)
+        walk = self.walk.finish(trim, progress)
         i2d = None
         if self.itab is not None and self.i2d.n:
             i2d = {"median": self.i2d.median()}

@@ -53,8 +53,8 @@ def export(
     """
     from fsage.fleet.export import export_parquet
 
-    # on a terminal: a line at once, then read, analyzed and written, snapshot by snapshot
-    with count_progress("exporting (3 steps a snapshot)") as progress:
+    # on a terminal: a line at once, then a snapshot in 100 units, moved by its parts
+    with count_progress("exporting (100 a snapshot)") as progress:
         summary = export_parquet(
             db, directory, host=host, fs_names=list(fs_names) or None, progress=progress
         )

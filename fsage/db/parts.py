@@ -6,9 +6,13 @@ chunks' columns are fixed-width (``fsage/_columns.c``), so a range of rows of a 
 from SQLite without the rest; each column is checked against its checksum once, in pieces,
 before any part is handed out (a damaged chunk fails before anything is made of it).
 
-What is held for the whole read: each chunk's valid user files as (inode, row) pairs, sorted
-(12 bytes a file), and the part boundaries. A part holds at most ``rows`` files of each chunk
-that has files in its inode range.
+What is held for the whole read: per chunk row, whether it is valid and a user file (a byte
+each); per inode number, a bit (is it a user file); every ``rows``-th user file's inode (the
+part boundaries) and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's
+user files come in inode order, so a part is found again from its rows a window at a time; a
+chunk whose user files are not in inode order is read whole (``load_layout``). A part holds at
+most ``rows`` files of each chunk that has files in its inode range. The free map is inflated
+a piece at a time (``free_windows``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ U64 = npt.NDArray[np.uint64]
 PART_ROWS = 1 << 15
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
+#: Rows between two values of a column of differences kept for reading it from anywhere,
+#: and the rows of a chunk read at a time when its files are gone over.
+MARK_ROWS = 1 << 16
 #: Bytes of a column checksummed at a time.
 CRC_PIECE = 1 << 20
 
@@ -85,6 +92,7 @@ class _Column:
         # as a column of values (the differences themselves, for a column of differences)
         self.head = head[:25] + bytes([flags & ~1])
         self.start = a + _HEADER.size
+        self.marks: U64 | None = None
 
     def rows(self, lo: int, hi: int) -> npt.NDArray[Any]:
         if self.delta:
@@ -116,6 +124,23 @@ class _Column:
             prev = values[-1]
             yield lo, values.astype(self.dtype)
 
+    def values(self, lo: int, hi: int) -> npt.NDArray[Any]:
+        """Rows ``lo``..``hi`` of any column: one of differences is summed from the value
+        remembered at the last multiple of ``MARK_ROWS`` before ``lo``."""
+        if not self.delta:
+            return self.rows(lo, hi)
+        if lo >= hi:
+            return np.zeros(0, self.dtype)
+        if self.marks is None:  # one pass, a value every MARK_ROWS rows
+            self.marks = np.array([v[0] for _, v in self.differences(MARK_ROWS)], np.uint64).astype(
+                np.uint64
+            )
+        k = lo // MARK_ROWS
+        base = k * MARK_ROWS
+        d = self._raw(base, hi, np.dtype(np.uint64)).copy()
+        d[0] = self.marks[k]
+        return np.cumsum(d, dtype=np.uint64)[lo - base :].astype(self.dtype)
+
 
 def _verify(
     blob: Any, spans: list[tuple[int, int]], crcs: npt.NDArray[np.uint32], what: str
@@ -135,6 +160,53 @@ def _blob_crc(blob: Any) -> int:
     return crc
 
 
+class _Bits:
+    """A bit per row (or per inode number), packed: a byte holds eight."""
+
+    def __init__(self, bits: npt.NDArray[np.uint8], n: int) -> None:
+        self.bits, self.n = bits, n
+
+    @classmethod
+    def ones(cls, n: int) -> _Bits:
+        return cls(np.full((n + 7) >> 3, 0xFF, np.uint8), n)
+
+    def clear(self, at: I64) -> None:
+        np.bitwise_and.at(self.bits, at >> 3, ~(np.uint8(0x80) >> (at & 7).astype(np.uint8)))
+
+    def get(self, lo: int, hi: int) -> npt.NDArray[np.bool_]:
+        """Bits ``lo``..``hi``."""
+        got = np.unpackbits(self.bits[lo >> 3 : (hi + 7) >> 3])[lo & 7 : (lo & 7) + hi - lo]
+        return got.astype(bool)
+
+    def put(self, lo: int, values: npt.NDArray[np.bool_]) -> None:
+        """Bits from ``lo`` (a multiple of 8) on."""
+        self.bits[lo >> 3 : (lo >> 3) + ((values.size + 7) >> 3)] = np.packbits(values)
+
+    def at(self, i: I64) -> npt.NDArray[np.bool_]:
+        """Bits ``i`` (False outside)."""
+        ok = (i >= 0) & (i < self.n)
+        if self.n == 0:
+            return ok
+        j = np.where(ok, i, 0)
+        bit = (self.bits[j >> 3] >> (7 - (j & 7)).astype(np.uint8)) & np.uint8(1)
+        out: npt.NDArray[np.bool_] = ok & (bit != 0)
+        return out
+
+    def add(self, i: I64) -> None:
+        """Set the bits ``i`` (ascending), growing to hold them (cleared bits between)."""
+        if i.size == 0:
+            return
+        top = int(i[-1]) + 1
+        if top > self.n:
+            size = max(top, 2 * self.n)
+            grown = np.zeros((size + 7) >> 3, np.uint8)
+            grown[: self.bits.size] = self.bits
+            if self.n & 7:  # the bits past the old end are not set
+                grown[self.n >> 3] &= np.uint8((0xFF << (8 - (self.n & 7))) & 0xFF)
+            self.bits, self.n = grown, size
+        np.bitwise_or.at(self.bits, i >> 3, np.uint8(0x80) >> (i & 7).astype(np.uint8))
+
+
 class _Chunk:
     def __init__(
         self,
@@ -142,9 +214,11 @@ class _Chunk:
         stack: contextlib.ExitStack,
         row: tuple[int, int, int],
         gone: I64 | None,
+        rows: int,
     ) -> None:
         chunk_id, first_snap, n = row
         self.first_snap, self.n = first_snap, n
+        self.cols: dict[str, _Column] = {}
         what = f"the file versions recorded by snapshot {first_snap}"
         found = con.execute(
             "SELECT keys_crc, body_column_crcs FROM chunk_blobs WHERE chunk_id = ?", (chunk_id,)
@@ -165,26 +239,69 @@ class _Chunk:
             codec.check_count(self.body, n)
             assert self.body.crcs is not None
             _verify(body, self.body.spans, self.body.crcs, what)
-            self.valid = np.ones(n, bool)
-            if gone is not None:
-                self.valid[gone] = False
-            ino = self.keys["ino"].astype(np.uint64, copy=False)
-            special = self.body["special"] != 0
-            rows = np.flatnonzero(self.valid & ~special)
-            sel = ino[rows]
-            if sel.size > 1 and bool(np.any(sel[1:] < sel[:-1])):
-                by = np.argsort(sel, kind="stable")
-                rows, sel = rows[by], sel[by]
-            self.sel_ino: U64 = sel
-            self.sel_rows = rows.astype(np.int32 if n < 2**31 else np.int64)
-            self.user = np.zeros(n, bool)
-            self.user[rows] = True
-        self.cols: dict[str, _Column] = {}
+            # per row: valid, and a user file (a bit each); per inode number: a user file
+            self.valid = _Bits.ones(n)
+            if gone is not None and gone.size:
+                self.valid.clear(gone.astype(np.int64))
+            self.user = _Bits.ones(n)
+            self.inos = _Bits.ones(0)
+            inos, special = self.col("ino"), self.col("special")
+            marks: list[U64] = []
+            count, last = 0, -1
+            for lo in range(0, n, MARK_ROWS):
+                hi = min(lo + MARK_ROWS, n)
+                ino = inos.values(lo, hi).astype(np.uint64, copy=False)
+                u = self.valid.get(lo, hi) & (special.values(lo, hi) == 0)
+                self.user.put(lo, u)
+                sel = ino[u]
+                if sel.size and (int(sel[0]) <= last or bool(np.any(sel[1:] <= sel[:-1]))):
+                    raise _Unsupported  # files not in inode order: read the snapshot whole
+                last = int(sel[-1]) if sel.size else last
+                marks.append(sel[(-count) % rows :: rows])
+                count += int(sel.size)
+                self.inos.add(sel.astype(np.int64))
+            self.count = count
+            self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
         self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
+        self.at = 0  # the first row not yet handed out in a part
+
+    def has(self, ino: U64) -> npt.NDArray[np.bool_]:
+        """Which of ``ino`` are this chunk's user files."""
+        return self.inos.at(ino.astype(np.int64))
+
+    def selected(self) -> Iterator[U64]:
+        """The user files' inodes in order, a window at a time."""
+        inos = self.col("ino")
+        for lo in range(0, self.n, MARK_ROWS):
+            hi = min(lo + MARK_ROWS, self.n)
+            yield inos.values(lo, hi).astype(np.uint64, copy=False)[self.user.get(lo, hi)]
+
+    def take(self, hi: int | None) -> tuple[I64, U64]:
+        """The rows and inodes of the user files from where the last part ended up to inode
+        ``hi`` (None: to the end); rows in inode order, so a part is a range of rows."""
+        inos = self.col("ino")
+        rows: list[I64] = []
+        found: list[U64] = []
+        while self.at < self.n:
+            end = min((self.at // MARK_ROWS + 1) * MARK_ROWS, self.n)
+            ino = inos.values(self.at, end).astype(np.uint64, copy=False)
+            # the user files are in inode order (the others, reserved inodes, need not be)
+            u = np.flatnonzero(self.user.get(self.at, end))
+            j = u.size if hi is None else int(np.searchsorted(ino[u], np.uint64(hi)))
+            keep = u[:j]
+            cut = ino.size if j == u.size else int(u[j])
+            rows.append(keep + self.at)
+            found.append(ino[keep])
+            self.at += cut
+            if cut < ino.size:
+                break
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        return np.concatenate(rows).astype(np.int64), np.concatenate(found)
 
     def col(self, name: str) -> _Column:
         if name not in self.cols:
-            reader = self.keys if name in ("generation", "digest") else self.body
+            reader = self.keys if name in ("ino", "generation", "digest") else self.body
             self.cols[name] = _Column(reader, name)
         return self.cols[name]
 
@@ -229,10 +346,54 @@ class _Chunk:
         return FileTable(ino=np.zeros(0, np.uint64), **cols, **out), gen, digest
 
 
+def _at_rows(col: _Column, rows: I64) -> U64:
+    """``col``'s values at ``rows``, reading only the rows between the first and the last."""
+    if rows.size == 0:
+        return np.zeros(0, np.uint64)
+    r0 = int(rows.min())
+    return col.values(r0, int(rows.max()) + 1).astype(np.uint64, copy=False)[rows - r0]
+
+
 _CHILD_TYPES: dict[str, type[np.generic]] = {
     "ext_logical": np.uint64, "ext_physical": np.uint64, "ext_length": np.uint64,
     "ext_flags": np.uint32, "meta_physical": np.uint64, "meta_kind": np.uint8,
 }  # fmt: skip
+
+
+class _FreeMap:
+    """A snapshot's free map (zlib of u64 (start, length) pairs), inflated a piece at a time
+    from its blob: as large as its free extents are many, it is never held whole."""
+
+    def __init__(self, con: sqlite3.Connection, stack: contextlib.ExitStack, snap_id: int,
+                 crc: int | None) -> None:  # fmt: skip
+        self.blob = stack.enter_context(
+            con.blobopen("snapshots", "free_map", snap_id, readonly=True)
+        )
+        if not matches(crc, _blob_crc(self.blob) & 0xFFFFFFFF):
+            raise DamagedError("its free map does not match its checksum")
+
+    def windows(self) -> Iterator[tuple[U64, U64]]:
+        inflate = zlib.decompressobj()
+        rest = b""
+        size = len(self.blob)
+        for lo in range(0, size, CRC_PIECE):
+            data = bytes(self.blob[lo : min(lo + CRC_PIECE, size)])
+            while data:  # inflated a piece of at most CRC_PIECE bytes at a time
+                raw = rest + inflate.decompress(data, CRC_PIECE)
+                data = inflate.unconsumed_tail
+                whole = len(raw) - len(raw) % 16
+                rest = raw[whole:]
+                if whole:
+                    pairs = np.frombuffer(raw[:whole], "<u8").reshape(-1, 2)
+                    yield pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+                del raw
+        rest += inflate.flush()
+        whole = len(rest) - len(rest) % 16
+        if whole:
+            pairs = np.frombuffer(rest[:whole], "<u8").reshape(-1, 2)
+            yield pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
+        if len(rest) % 16 or not inflate.eof:
+            raise DamagedError("its free map is damaged (not whole pairs)")
 
 
 class _Unsupported(Exception):
@@ -243,57 +404,54 @@ class SnapshotParts:
     """A snapshot's files a part at a time (``parts``) and its names (``names``); open with
     ``open_parts`` (None when the snapshot has a chunk older than per-column checksums)."""
 
-    def __init__(self, chunks: list[_Chunk], rows: int) -> None:
+    def __init__(self, chunks: list[_Chunk], rows: int, free: _FreeMap | None = None) -> None:
         self.chunks = chunks
-        every = [c.sel_ino for c in chunks if c.sel_ino.size]
-        self.files = sum(int(c.sel_ino.size) for c in chunks)
+        self.free = free
+        self.files = sum(c.count for c in chunks)
         # part boundaries: every ``rows``-th inode of each chunk, so that a part holds at most
         # ``rows`` files of any chunk
-        marks = (
-            np.unique(np.concatenate([x[::rows] for x in every]))
-            if every
-            else np.zeros(0, np.uint64)
-        )
-        self.bounds: U64 = marks
+        every = [c.marks for c in chunks if c.marks.size]
+        self.bounds: U64 = np.unique(np.concatenate(every)) if every else np.zeros(0, np.uint64)
 
     def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are user files of the snapshot."""
         out = np.zeros(ino.size, bool)
         for c in self.chunks:
-            if c.sel_ino.size == 0:
-                continue
-            at = np.minimum(np.searchsorted(c.sel_ino, ino), c.sel_ino.size - 1)
-            out |= c.sel_ino[at] == ino
+            out |= c.has(ino)
         return out
+
+    def free_windows(self) -> Iterator[tuple[U64, U64]]:
+        """The free map's (start, length) pairs in stored order, a window at a time."""
+        if self.free is not None:
+            yield from self.free.windows()
 
     def part_of(self, ino: U64) -> I64:
         """The part whose inode range holds each of ``ino`` (-1: before the first)."""
         return (np.searchsorted(self.bounds, ino, side="right") - 1).astype(np.int64)
 
     def all_inos(self) -> Iterator[U64]:
-        """Every user file's inode, a chunk at a time (not in order across chunks)."""
+        """Every user file's inode, a window of a chunk at a time (not in order across
+        chunks)."""
         for c in self.chunks:
-            yield c.sel_ino
+            yield from c.selected()
 
     def parts(self) -> Iterator[tuple[int, Part]]:
         """(k, the files of the k-th inode range) for every range that has any."""
         bounds = self.bounds.tolist()
-        for k, lo in enumerate(bounds):
+        for c in self.chunks:
+            c.at = 0
+        for k in range(len(bounds)):
             hi = bounds[k + 1] if k + 1 < len(bounds) else None
-            tables, gens, digests, inos = [], [], [], []
+            tables, gens, digests = [], [], []
             for c in self.chunks:
-                i0 = int(np.searchsorted(c.sel_ino, np.uint64(lo)))
-                i1 = (
-                    c.sel_ino.size if hi is None else int(np.searchsorted(c.sel_ino, np.uint64(hi)))
-                )
-                if i1 <= i0:
+                rows, ino = c.take(hi)
+                if rows.size == 0:
                     continue
-                t, g, d = c.piece(c.sel_rows[i0:i1].astype(np.int64))
-                t.ino = c.sel_ino[i0:i1]
+                t, g, d = c.piece(rows)
+                t.ino = ino
                 tables.append(t)
                 gens.append(g)
                 digests.append(d)
-                inos.append(t.ino)
             if not tables:
                 continue
             files = FileTable.concat(tables) if len(tables) > 1 else tables[0]
@@ -313,7 +471,7 @@ class SnapshotParts:
                     rows = rows.astype(np.int64)
                     if rows.size and int(rows.max()) >= c.n:
                         raise ValueError("a name of a version the chunk does not hold")
-                    yield parents.rows(lo, lo + rows.size)[c.valid[rows]]
+                    yield parents.rows(lo, lo + rows.size)[c.valid.at(rows)]
 
     def names(self) -> Iterator[Names]:
         """The snapshot's names in link order (a chunk's, ``NAME_ROWS`` at a time): every
@@ -321,7 +479,7 @@ class SnapshotParts:
         seq = 0
         for c in self.chunks:
             with _decoding(c.first_snap):
-                ino = c.keys["ino"].astype(np.uint64, copy=False)
+                inos = c.col("ino")
                 lens, parents = c.col("name_lens"), c.col("link_parents")
                 names = c.col("names")
                 link_rows = c.col("link_rows")
@@ -339,7 +497,7 @@ class SnapshotParts:
                         raise ValueError("name columns disagree")
                     raw = names.rows(pos, end)
                     pos = end
-                    keep = c.valid[rows]
+                    keep = c.valid.at(rows)
                     if not keep.all():
                         raw = raw[np.repeat(keep, ln.astype(np.int64))]
                         ln = ln[keep]
@@ -348,15 +506,14 @@ class SnapshotParts:
                     yield Names(
                         seq=np.arange(seq + lo, seq + hi, dtype=np.int64)[keep],
                         parent=parents.rows(lo, hi).astype(np.uint64)[keep],
-                        ino=ino[rows[keep]],
-                        user=c.user[rows[keep]],
+                        ino=_at_rows(inos, rows[keep]),
+                        user=c.user.at(rows[keep]),
                         name_off=off,
                         names=raw.tobytes(),
                     )
                 if pos != names.n:
                     raise ValueError("name columns disagree")
                 seq += link_rows.n
-                del ino
 
 
 @contextlib.contextmanager
@@ -366,14 +523,19 @@ def open_parts(
     """The snapshot's parts, its chunks' blobs held open (the caller holds a read
     transaction for as long as it reads them)."""
     chunk_rows = con.execute(_CHUNKS_OF_SNAPSHOT, (fs_id, snap_id, snap_id)).fetchall()
+    (free_crc,) = con.execute("SELECT free_crc FROM snapshots WHERE id = ?", (snap_id,)).fetchone()
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
         try:
-            chunks = [_Chunk(con, stack, tuple(r), ended.get(int(r[0]))) for r in chunk_rows]
+            chunks = [
+                _Chunk(con, stack, tuple(r), ended.get(int(r[0])), rows or PART_ROWS)
+                for r in chunk_rows
+            ]
         except _Unsupported:
             yield None
             return
-        yield SnapshotParts(chunks, rows or PART_ROWS)
+        free = _FreeMap(con, stack, snap_id, free_crc)
+        yield SnapshotParts(chunks, rows or PART_ROWS, free)
 
 
 def join_names(parts: list[Names]) -> Names:

@@ -552,22 +552,20 @@ class Store:
         self, snapshot_id: int, rows: int | None = None
     ) -> Iterator[tuple[list[Layout], parts.SnapshotParts | None]]:
         """A snapshot read a part at a time (``fsage.db.parts``), in one read transaction:
-        its layout without files or names (facts, free space, notes; in a list the caller
-        takes it out of, so that nothing here holds its free map) and its parts; None for
+        its layout without files, names or free map (facts, notes; the parts give the free
+        map a window at a time) and its parts; None for
         the parts when a chunk predates per-column checksums (``load_layout`` reads it)."""
         what = f"{self.path}: snapshot {snapshot_id}"
         with self._reading(), contextlib.ExitStack() as stack:
             with self._naming_damage(snapshot_id):
                 self.snapshot(snapshot_id)  # its row checked
-                fs_id, facts_json, free_blob, notes, free_crc = self.con.execute(
-                    "SELECT fs_id, facts, free_map, notes, free_crc FROM snapshots WHERE id = ?",
-                    (snapshot_id,),
+                fs_id, facts_json, notes = self.con.execute(
+                    "SELECT fs_id, facts, notes FROM snapshots WHERE id = ?", (snapshot_id,)
                 ).fetchone()
-                if not isinstance(free_blob, bytes) or not matches(free_crc, blob_crc(free_blob)):
-                    raise DamagedError("its free map does not match its checksum")
                 empty = codec.concat_versions([])
-                head = self._layout_of(empty, np.zeros(0, bool), facts_json, free_blob, notes)
-                del free_blob
+                # no free map here: the parts read it a piece at a time (``free_windows``)
+                no_free = zlib.compress(b"")
+                head = self._layout_of(empty, np.zeros(0, bool), facts_json, no_free, notes)
                 found = stack.enter_context(parts.open_parts(self.con, fs_id, snapshot_id, rows))
             held = [head]
             del head

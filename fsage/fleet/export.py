@@ -66,9 +66,9 @@ from fsage.private import private_mkdir
 I64 = npt.NDArray[np.int64]
 
 
-# Progress steps of one snapshot: its layout read, its versions and free extents written, its
-# figures.
-STEPS = 3
+# Progress units of one snapshot: a share of it done is shown as a share of these, so that the
+# parts of a large snapshot move the line while they are read.
+STEPS = 100
 
 
 @dataclass
@@ -215,9 +215,9 @@ def _export_locked(
                 if not rows:
                     continue
 
-                def tick() -> None:
+                def tick(units: int) -> None:
                     nonlocal count
-                    count += 1
+                    count += units
                     if progress is not None:
                         progress(count, total)
 
@@ -241,14 +241,14 @@ def _export_whole(
     prev_keys: Keys,
     cur_keys: Keys,
     ended_at: int,
-    tick: Callable[[], None],
+    tick: Callable[[float], None],
 ) -> tuple[dict[str, Any], Any, int]:
     """One snapshot exported from its layout rebuilt whole (``export_stream`` does it a part
     at a time): the path of chunks written before per-column checksums."""
     fs = row.fs_name
     layout = store.load_layout(row.id, by_column=True)
     trim_heap()  # the stored chunks it was assembled from
-    tick()
+    tick(1 / 3)
     snap = snapshot_row(host, row, layout)
     prev = prev_keys.upto(None)
     new_rows, cur, ended = diff_versions(prev, layout)
@@ -277,9 +277,9 @@ def _export_whole(
     held = [without_unread(layout)]
     del layout  # the figures take the one reference left (held)
     trim_heap()
-    tick()
+    tick(2 / 3)
     figures = metric_rows_taking(host, row, held, trim_heap)
-    tick()
+    tick(1.0)
     return snap, figures, added
 
 
@@ -292,8 +292,9 @@ def _export_fs(
     fs: str,
     rows: list[SnapshotRow],
     writer: PendingFiles,
-    tick: Callable[[], None],
+    tick: Callable[[int], None],
 ) -> int:
+    """``tick(units)``: so many more of the ``STEPS`` units of each snapshot are done."""
     sch = schemas()
     tag = f"s{rows[0].id:010d}-{rows[-1].id:010d}.parquet"
     large = {
@@ -318,16 +319,26 @@ def _export_fs(
             for n, row in enumerate(rows):
                 ended_at = last_valid(prev_id, row.id, out, host, fs, pq)
                 cur = Keys(tmp / f"keys-{n + 1}")
+                shown = 0
+
+                def share(done: float) -> None:
+                    nonlocal shown
+                    units = min(int(done * STEPS), STEPS)
+                    if units > shown:
+                        tick(units - shown)
+                        shown = units
+
                 with store.snapshot_parts(row.id) as (held, sp):
                     if sp is not None:
                         snap, (m, buckets, free), added = export_snapshot(
-                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, tick,
+                            pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, share,
                             trim_heap,
                         )  # fmt: skip
                 if sp is None:  # a chunk older than per-column checksums: read whole
                     snap, (m, buckets, free), added = _export_whole(
-                        pa, sch, large, host, store, row, prev, cur, ended_at, tick
+                        pa, sch, large, host, store, row, prev, cur, ended_at, share
                     )
+                share(1.0)
                 versions += added
                 small["snapshots"].append(snap)
                 small["metrics"].append(m)

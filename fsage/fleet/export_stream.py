@@ -9,8 +9,7 @@ live in a file (``Keys``), read back a window at a time as the parts come in ino
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from fsage.db.parts import Names, SnapshotParts
 from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
 from fsage.fleet.export_rows import diff_keys, files_table, prefixes_of
-from fsage.layout import FreeExtents, Layout, LinkTable
+from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
 
@@ -35,6 +34,10 @@ TRIM_PARTS = 8
 # Free extents written at a time, in a row group each (Parquet's default of 1M compresses
 # better, by a quarter of the table's bytes, but holds 60 MB more at 1.25M free extents).
 FREE_ROWS = 1 << 16
+# Progress: the share of a snapshot's time its names take, and its names and parts together
+# (the path-order walk the rest).
+NAMES_SHARE = 0.15
+PARTS_SHARE = 0.7
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
 
@@ -223,22 +226,23 @@ def export_snapshot(
     cur: Keys,
     ended_at: int,
     tmp: Path,
-    tick: Callable[[], None],
+    tick: Callable[[float], None],
     trim: Callable[[], None],
 ) -> tuple[dict[str, Any], Any, int]:
     """Write one snapshot's file versions and their ends, keep its keys in ``cur``; return
-    its snapshot row, its figures' rows and how many versions it added."""
+    its snapshot row, its figures' rows and how many versions it added. ``tick(share)``: the
+    share of the snapshot done, after its names, after each part and along the walk."""
     fs = row.fs_name
     head = held.pop()
-    # the free map first, and let go: it is as large as the free extents are many
-    free = free_figures(head)
-    _write_free(pa, sch, large, host, fs, row.id, head)
+    # the free map first, a window at a time: it is as large as the free extents are many
+    free = free_figures(head, sp.free_windows)
+    _write_free_windows(pa, sch, large, host, fs, row.id, sp.free_windows())
     snap = snapshot_row(host, row, head)
-    none = np.zeros(0, np.uint64)
-    head = dataclasses.replace(head, free=FreeExtents(none, none))
     trim()
+    tick(NAMES_SHARE / 3)
     parents, any_name = _parents(sp)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
+    tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
     links, dirs, named, entries = _names_by_part(sp, tmp, parents)
     prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
@@ -253,13 +257,15 @@ def export_snapshot(
             root = int(tops[0])
     del dirs, named
     trim()
-    tick()
-    figures = StreamedFigures(head, list(sp.all_inos()), root, parents, entries, tmp, free)
+    tick(NAMES_SHARE)
+    figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, tmp, free)
     bounds = sp.bounds.tolist()
     versions = 0
+    nparts = max(len(bounds), 1)
     for n, (k, part) in enumerate(sp.parts()):
         if n % TRIM_PARTS == TRIM_PARTS - 1:
             trim()
+        tick(NAMES_SHARE + (PARTS_SHARE - NAMES_SHARE) * n / nparts)
         files = part.files
         ino = files.ino.astype(np.int64)
         rec, off, names = links.load(k + 1)
@@ -305,9 +311,9 @@ def export_snapshot(
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
     trim()
-    tick()
-    found = figures.finish(trim)
-    tick()
+    tick(PARTS_SHARE)
+    found = figures.finish(trim, lambda done: tick(PARTS_SHARE + (1 - PARTS_SHARE) * done))
+    tick(1.0)
     return snap, rows_of_figures(host, row, found), versions
 
 
@@ -330,8 +336,21 @@ def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
 def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
                 snap_id: int, layout: Layout) -> None:  # fmt: skip
     free = layout.free
-    for lo in range(0, max(len(free.start), 1), FREE_ROWS):  # a slice at a time
-        start = free.start[lo : lo + FREE_ROWS].astype(np.int64)
+    _write_free_windows(pa, sch, large, host, fs, snap_id, (
+        (free.start[lo : lo + FREE_ROWS], free.length[lo : lo + FREE_ROWS])
+        for lo in range(0, max(len(free.start), 1), FREE_ROWS)
+    ))  # fmt: skip
+
+
+def _write_free_windows(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str,
+                        fs: str, snap_id: int,
+                        windows: Iterable[tuple[Any, Any]]) -> None:  # fmt: skip
+    wrote = False
+    for w_start, w_length in windows:
+        if w_start.size == 0 and wrote:
+            continue
+        wrote = True
+        start = w_start.astype(np.int64)
         large["free_extents"].write_table(
             pa.table(
                 {
@@ -339,8 +358,10 @@ def _write_free(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, 
                     "fs": pa.repeat(pa.scalar(fs, pa.string()), start.size),
                     "snapshot_id": np.full(start.size, snap_id, np.int64),
                     "start": start,
-                    "length": free.length[lo : lo + FREE_ROWS].astype(np.int64),
+                    "length": w_length.astype(np.int64),
                 },
                 schema=sch["free_extents"],
             )
         )
+    if not wrote:  # an empty free map writes an empty table, as the whole path does
+        _write_free_windows(pa, sch, large, host, fs, snap_id, [(np.zeros(0), np.zeros(0))])
