@@ -128,7 +128,7 @@ def _syncfs(fd: int) -> None:
 # dirty data reaches half the free space) run on any CPU, at times of their own. So a mounted
 # run keeps its threads on one CPU (the lowest it may use; the worker thread that runs ops
 # ahead inherits it), and writes back the files it dirtied from that thread, in the order it
-# dirtied them, waiting for the I/O: on every sync, and whenever what it wrote since reaches a
+# dirtied them, waiting for the I/O: on every sync, and before what it wrote since reaches a
 # quarter of the free space. What the kernel still decides on its own (data left dirty for
 # 30 s, one op larger than half the free space, commits of the journal that make freed blocks
 # free again) stays timing-dependent.
@@ -160,6 +160,8 @@ def _unpin() -> None:
 _SYNC_FILE_RANGE_WRITE_AND_WAIT = 7
 #: Ops whose data ext4 allocates only on writeback.
 _DIRTYING = frozenset({"create", "append", "overwrite"})
+#: Ops that allocate at once, taking free space from the dirty data's share.
+_ALLOCATING = frozenset({"fallocate", "allocate-near"})
 
 
 #: Ops that make an inode.
@@ -182,8 +184,8 @@ class PosixExecutor(Executor):
             raise UnsafeTargetError(f"cannot open target {root}: {exc.strerror}") from None
         #: Files dirtied since the last writeback (``_track``), in order, and their bytes.
         self._dirty: dict[str, None] = {}
-        self._dirty_bytes = 0
-        self._flush_at = 0
+        #: Bytes fallocated since, and the free space then.
+        self._dirty_bytes = self._allocated = self._free = 0
         # The ops and the directory descriptor cache are in C (fsage/_posixexec.c); kinds it
         # does not run come back to ``_apply_other``.
         self._c = _posixexec.Executor(
@@ -197,7 +199,7 @@ class PosixExecutor(Executor):
             self._check_inodes,
         )
         st = os.fstatvfs(self._root_fd)
-        self._flush_at = max(st.f_bfree * st.f_frsize // 4, _CHUNK)
+        self._free = st.f_bfree * st.f_frsize
         _pin()
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
@@ -223,15 +225,16 @@ class PosixExecutor(Executor):
         return n
 
     def _track(self, op: Op) -> None:
-        """Keep the files ``op`` left dirty, in order; write them back when they hold a
-        quarter of the free space."""
+        """Keep the files ``op`` left dirty, in order; write them back before what they hold
+        reaches a quarter of the free space (ext4 has its flusher threads write back once
+        the dirty data is half of it)."""
         kind = op.op
         if kind in _DIRTYING:
             self._dirty.pop(op.path, None)
             self._dirty[op.path] = None
             self._dirty_bytes += op.size
-            if self._dirty_bytes >= self._flush_at:
-                self._write_back()
+        elif kind in _ALLOCATING:
+            self._allocated += op.size
         elif kind == "delete":
             self._dirty.pop(op.path, None)
         elif kind == "rename" and self._dirty:
@@ -241,6 +244,8 @@ class PosixExecutor(Executor):
                  else p): None
                 for p in self._dirty
             }  # fmt: skip
+        if self._dirty and 4 * self._dirty_bytes + self._allocated >= self._free:
+            self._write_back()
 
     def _write_back(self) -> None:
         """Write back the files dirtied since the last writeback from this thread, so that
@@ -260,9 +265,9 @@ class PosixExecutor(Executor):
             finally:
                 os.close(fd)
         self._dirty.clear()
-        self._dirty_bytes = 0
+        self._dirty_bytes = self._allocated = 0
         st = os.fstatvfs(self._root_fd)
-        self._flush_at = max(st.f_bfree * st.f_frsize // 4, _CHUNK)
+        self._free = st.f_bfree * st.f_frsize
 
     def journaled(self, journal: OpJournal, *, ahead: bool = False) -> Callable[[Op], int]:
         """``apply`` that also appends the op's line to ``journal`` once the op took effect,
