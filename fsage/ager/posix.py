@@ -388,10 +388,11 @@ class PosixExecutor(Executor):
     def close(self) -> None:
         if self._root_fd >= 0:
             self._c.stop()
-            self._c.drop()
             try:
                 self.sync()
             finally:
+                # After the sync: its writeback opens directories through the cache.
+                self._c.drop()
                 os.close(self._root_fd)
                 self._root_fd = -1
                 _unpin()
