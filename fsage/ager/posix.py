@@ -133,17 +133,21 @@ def _syncfs(fd: int) -> None:
 # 30 s, one op larger than half the free space, commits of the journal that make freed blocks
 # free again) stays timing-dependent.
 
+
 _pins = 0
 _unpinned: set[int] | None = None
 
 
 def _pin() -> None:
+    """Keep the calling thread (and the threads it starts) on one CPU, the lowest it may use,
+    until every executor that pinned it is closed."""
     global _pins, _unpinned
     if not hasattr(os, "sched_setaffinity"):
         return
+    cpus = os.sched_getaffinity(0)
     if _pins == 0:
-        _unpinned = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {min(_unpinned)})
+        _unpinned = cpus
+    os.sched_setaffinity(0, {min(cpus)})
     _pins += 1
 
 
