@@ -119,6 +119,55 @@ def _syncfs(fd: int) -> None:
         os.sync()
 
 
+# ------------------------------------------------------------ one CPU, own writeback
+#
+# ext4 places small files (below mb_stream_req, 16 blocks) in the preallocation of a per-CPU
+# locality group, and with delayed allocation it places data when its pages are written back.
+# Run as it comes, the same op stream then gives other blocks each time: the executor's
+# threads move between CPUs, and the flusher threads that write back (on a sync, and when the
+# dirty data reaches half the free space) run on any CPU, at times of their own. So a mounted
+# run keeps its threads on one CPU (the lowest it may use; the worker thread that runs ops
+# ahead inherits it), and writes back the files it dirtied from that thread, in the order it
+# dirtied them, waiting for the I/O: on every sync, and before what it wrote since reaches a
+# quarter of the free space. What the kernel still decides on its own (data left dirty for
+# 30 s, one op larger than half the free space, commits of the journal that make freed blocks
+# free again) stays timing-dependent.
+
+
+_pins = 0
+_unpinned: set[int] | None = None
+
+
+def _pin() -> None:
+    """Keep the calling thread (and the threads it starts) on one CPU, the lowest it may use,
+    until every executor that pinned it is closed."""
+    global _pins, _unpinned
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = os.sched_getaffinity(0)
+    if _pins == 0:
+        _unpinned = cpus
+    os.sched_setaffinity(0, {min(cpus)})
+    _pins += 1
+
+
+def _unpin() -> None:
+    global _pins
+    if _pins == 0:
+        return
+    _pins -= 1
+    if _pins == 0 and _unpinned is not None:
+        os.sched_setaffinity(0, _unpinned)
+
+
+#: sync_file_range: wait for writeback under way, write, wait for it.
+_SYNC_FILE_RANGE_WRITE_AND_WAIT = 7
+#: Ops whose data ext4 allocates only on writeback.
+_DIRTYING = frozenset({"create", "append", "overwrite"})
+#: Ops that allocate at once, taking free space from the dirty data's share.
+_ALLOCATING = frozenset({"fallocate", "allocate-near"})
+
+
 #: Ops that make an inode.
 _INODE_OPS = frozenset({"create", "mkdir", "symlink", "mknod"})
 
@@ -137,6 +186,10 @@ class PosixExecutor(Executor):
             self._root_fd = os.open(self.root, _DIR_FLAGS)
         except OSError as exc:
             raise UnsafeTargetError(f"cannot open target {root}: {exc.strerror}") from None
+        #: Files dirtied since the last writeback (``_track``), in order, and their bytes.
+        self._dirty: dict[str, None] = {}
+        #: Bytes fallocated since, and the free space then.
+        self._dirty_bytes = self._allocated = self._free = 0
         # The ops and the directory descriptor cache are in C (fsage/_posixexec.c); kinds it
         # does not run come back to ``_apply_other``.
         self._c = _posixexec.Executor(
@@ -150,6 +203,8 @@ class PosixExecutor(Executor):
             self._check_inodes,
         )
         st = os.fstatvfs(self._root_fd)
+        self._free = st.f_bfree * st.f_frsize
+        _pin()
         self.description = (
             f"mounted directory {self.root} through POSIX calls"
             + (" (fsync after every op)" if fsync else "")
@@ -169,7 +224,54 @@ class PosixExecutor(Executor):
     # ------------------------------------------------------------------ ops
 
     def apply(self, op: Op) -> int:
-        return self._c.apply(op)
+        n = self._c.apply(op)
+        self._track(op)
+        return n
+
+    def _track(self, op: Op) -> None:
+        """Keep the files ``op`` left dirty, in order; write them back before what they hold
+        reaches a quarter of the free space (ext4 has its flusher threads write back once
+        the dirty data is half of it)."""
+        kind = op.op
+        if kind in _DIRTYING:
+            self._dirty.pop(op.path, None)
+            self._dirty[op.path] = None
+            self._dirty_bytes += op.size
+        elif kind in _ALLOCATING:
+            self._allocated += op.size
+        elif kind == "delete":
+            self._dirty.pop(op.path, None)
+        elif kind == "rename" and self._dirty:
+            head = op.path + "/"
+            self._dirty = {
+                (op.dest if p == op.path else op.dest + p[len(op.path) :] if p.startswith(head)
+                 else p): None
+                for p in self._dirty
+            }  # fmt: skip
+        if self._dirty and 4 * self._dirty_bytes + self._allocated >= self._free:
+            self._write_back()
+
+    def _write_back(self) -> None:
+        """Write back the files dirtied since the last writeback from this thread, so that
+        delayed allocation runs here, and wait for it (the unwritten extents an overwrite
+        filled are converted, merging extents and freeing extent blocks, when the I/O ends:
+        not waited for, that happens among the next ops, at times of the kernel's)."""
+        self._c.drain()
+        sfr = _libc_fn().sync_file_range
+        for path in self._dirty:
+            try:
+                dfd, name = self._split(path)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except (OSError, FsageError):
+                continue  # gone, or renamed with a directory above it
+            try:
+                sfr(fd, ctypes.c_int64(0), ctypes.c_int64(0), _SYNC_FILE_RANGE_WRITE_AND_WAIT)
+            finally:
+                os.close(fd)
+        self._dirty.clear()
+        self._dirty_bytes = self._allocated = 0
+        st = os.fstatvfs(self._root_fd)
+        self._free = st.f_bfree * st.f_frsize
 
     def journaled(self, journal: OpJournal, *, ahead: bool = False) -> Callable[[Op], int]:
         """``apply`` that also appends the op's line to ``journal`` once the op took effect,
@@ -192,8 +294,16 @@ class PosixExecutor(Executor):
             return step
         if ahead:
             self._c.start(journal)
-            return functools.partial(self._c.submit, journal)
-        return functools.partial(self._c.apply_logged, journal)
+            run = functools.partial(self._c.submit, journal)
+        else:
+            run = functools.partial(self._c.apply_logged, journal)
+
+        def tracked(op: Op) -> int:
+            n = run(op)
+            self._track(op)
+            return n
+
+        return tracked
 
     def drain(self) -> None:
         """Wait for the ops queued by a ``journaled(..., ahead=True)`` apply; raises
@@ -265,6 +375,7 @@ class PosixExecutor(Executor):
 
     def sync(self) -> None:
         self._c.drain()
+        self._write_back()
         _syncfs(self._root_fd)
 
     def capacity_blocks(self) -> tuple[int, int, int]:
@@ -281,12 +392,14 @@ class PosixExecutor(Executor):
     def close(self) -> None:
         if self._root_fd >= 0:
             self._c.stop()
-            self._c.drop()
             try:
                 self.sync()
             finally:
+                # After the sync: its writeback opens directories through the cache.
+                self._c.drop()
                 os.close(self._root_fd)
                 self._root_fd = -1
+                _unpin()
 
 
 _APPLY_IN_C = PosixExecutor.apply
