@@ -43,6 +43,16 @@ def shown(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def table_cell(v: object) -> str:
+    """A value as a text table shows it: "-" for none, floats to three places, text
+    :func:`shown` (a name with a newline must not forge a row)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return shown(str(v))
+
+
 def human_bytes(n: float | int | None) -> str:
     """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
     if n is None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from fsage.launch import progress_enabled as progress_enabled
-from fsage.text import shown
+from fsage.text import shown, table_cell
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +53,7 @@ def echo_json(data: Any) -> None:
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain aligned table; numbers right-aligned, text left-aligned."""
-    text = [[_cell(v) for v in row] for row in rows]
+    text = [[table_cell(v) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in text:
         for i, cell in enumerate(row):
@@ -71,14 +71,6 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     click.echo("  ".join("-" * w for w in widths))
     for row in text:
         click.echo(fmt(row))
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return shown(str(v))  # a name with a newline must not forge a row
 
 
 def echo_csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

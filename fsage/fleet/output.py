@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fsage.fleet.query import CHUNK, opened, table_rows
-from fsage.text import shown
+from fsage.text import shown, table_cell
 
 # The text tables: a title and the columns shown, per table.
 TEXT_COLUMNS = {
@@ -128,14 +128,6 @@ def _csv(rows: Iterable[dict[str, Any]], buf: IO[str]) -> None:
         w.writerow(row)
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return shown(str(v))  # a name with a newline must not forge a row
-
-
 def _line(cells: list[str], widths: list[int], numeric: list[bool]) -> str:
     """One row of a text table: numbers right-aligned, text left-aligned."""
     parts = zip(cells, widths, numeric, strict=True)
@@ -156,7 +148,7 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
             chunk: list[list[str]] = []
             for row in rows:
                 vals = [row[c] for c in cols]
-                text = [_cell(v) for v in vals]
+                text = [table_cell(v) for v in vals]
                 for j, (v, cell) in enumerate(zip(vals, text, strict=True)):
                     widths[j] = max(widths[j], len(cell))
                     if numeric[j] and not (isinstance(v, int | float) or v is None):

@@ -4,7 +4,6 @@ does not grow with the file system it compacts; on a terminal it says what it do
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import fsage.fleet.export as export_mod  # noqa: E402
 from fsage.db.store import Store  # noqa: E402
 from fsage.fleet import LARGE_TABLES, TABLES  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
+from tests.fleet.peaks import exported, peak_mib  # noqa: E402
 from tests.terminal import run_on_terminal  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,45 +117,6 @@ def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stderr == b"" and b"compacted" in done.stdout
 
 
-BUILD = """
-import sys
-from pathlib import Path
-from fsage.db.store import Store
-from fsage.fleet.export import export_parquet
-from fsage.fleet.synth import synthetic_history
-db, out, files = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-with Store.open(db, create=True) as store:
-    synthetic_history(store, "big", files=files, snapshots=2, seed=7)
-export_parquet(db, out, host="h")
-"""
-
-# The command as `fsage fleet compact DIR` runs it; its peak resident set from the kernel
-# (VmHWM: this process's own, where ru_maxrss would start from the forking parent's size).
-PROBE = """
-import json, sys
-from fsage.launch import run
-try:
-    run(["fleet", "compact", sys.argv[1]])
-finally:
-    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
-    print(json.dumps({"peak_kib": int(status["VmHWM"].split()[0])}), file=sys.stderr)
-"""
-
-
-def _peak_mib(directory: Path, env: dict[str, str]) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(directory)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "compacted" in done.stdout, done.stdout
-    return float(json.loads(done.stderr.splitlines()[-1])["peak_kib"]) / 1024
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 def test_the_peak_of_a_compaction_does_not_grow_with_the_file_system(tmp_path: Path) -> None:
@@ -164,13 +125,11 @@ def test_the_peak_of_a_compaction_does_not_grow_with_the_file_system(tmp_path: P
     compaction held dictionary-encoded column chunks and row groups of 32k file versions). A
     phase that holds rows in proportion to the file system (the 400k files' versions alone
     are about 80 MB in Arrow) fails."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     peaks = {}
     for files in (100_000, 400_000):
-        out = tmp_path / f"d{files}"
-        argv = [sys.executable, "-c", BUILD, str(tmp_path / f"{files}.db"), str(out), str(files)]
-        subprocess.run(argv, env=env, cwd=REPO, check=True, capture_output=True, timeout=300)
-        peaks[files] = _peak_mib(out, env)
+        peak, out = peak_mib(["fleet", "compact", str(exported(tmp_path, files))])
+        assert "compacted" in out, out
+        peaks[files] = peak
     assert peaks[400_000] - peaks[100_000] < 14, peaks
 
 

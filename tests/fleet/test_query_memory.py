@@ -3,11 +3,7 @@ always removes, and a query's peak resident set does not grow with the dataset."
 
 from __future__ import annotations
 
-import json
-import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +18,7 @@ from fsage.errors import FsageError  # noqa: E402
 from fsage.fleet.export import export_parquet  # noqa: E402
 from fsage.fleet.output import write_tables  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fleet.peaks import exported, peak_mib  # noqa: E402
 
 
 @pytest.fixture
@@ -115,47 +110,6 @@ def test_the_spill_directory_is_removed_after_an_error(
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
-BUILD = """
-import sys
-from pathlib import Path
-from fsage.db.store import Store
-from fsage.fleet.compact import compact
-from fsage.fleet.export import export_parquet
-from fsage.fleet.synth import synthetic_history
-db, out, files = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-with Store.open(db, create=True) as store:
-    synthetic_history(store, "big", files=files, snapshots=2, seed=7)
-export_parquet(db, out, host="h")
-compact(out)
-"""
-
-# The command as `fsage fleet ...` runs it; its peak resident set from the kernel (VmHWM:
-# this process's own, where ru_maxrss would start from the forking parent's size).
-PROBE = """
-import json, sys
-from fsage.launch import run
-try:
-    run(sys.argv[1:])
-finally:
-    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
-    print(json.dumps({"peak_kib": int(status["VmHWM"].split()[0])}), file=sys.stderr)
-"""
-
-
-def _peak_mib(args: list[str], env: dict[str, str]) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout, args
-    return float(json.loads(done.stderr.splitlines()[-1])["peak_kib"]) / 1024
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 def test_the_peak_of_a_query_does_not_grow_with_the_dataset(tmp_path: Path) -> None:
@@ -163,17 +117,13 @@ def test_the_peak_of_a_query_does_not_grow_with_the_dataset(tmp_path: Path) -> N
     and `fsage fleet report` over compacted datasets of 50k and of 300k files, each in a
     fresh process: the larger's peak within 8 MiB of the smaller's. A query that holds the
     files it reads (300k files' extents are about 25 MiB in DuckDB) fails."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     peaks: dict[str, dict[int, float]] = {"files_by_size": {}, "report": {}}
     for files in (50_000, 300_000):
-        out = tmp_path / f"d{files}"
-        argv = [sys.executable, "-c", BUILD, str(tmp_path / f"{files}.db"), str(out), str(files)]
-        subprocess.run(argv, env=env, cwd=REPO, check=True, capture_output=True, timeout=300)
-        peaks["files_by_size"][files] = _peak_mib(
-            ["fleet", str(out), "--table", "files_by_size", "--format", "json"], env
-        )
-        peaks["report"][files] = _peak_mib(
-            ["fleet", "report", str(out), "-o", str(tmp_path / f"r{files}.html")], env
-        )
+        out = exported(tmp_path, files, compacted=True)
+        peak, shown = peak_mib(["fleet", str(out), "--table", "files_by_size", "--format", "json"])
+        assert shown, files
+        peaks["files_by_size"][files] = peak
+        report = tmp_path / f"r{files}.html"
+        peaks["report"][files] = peak_mib(["fleet", "report", str(out), "-o", str(report)])[0]
     for p in peaks.values():
         assert p[300_000] - p[50_000] < 8, peaks
