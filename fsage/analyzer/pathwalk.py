@@ -48,7 +48,10 @@ class PathWalk:
         self.bs = bs
         self.group_blocks = group_blocks
         self.kids = Buckets(tmp, "kids", REC, names=True)
-        self.dirs: list[npt.NDArray[Any]] = []  # the records of files that name entries
+        # the records of files that name entries, on disk until the walk: kept as many small
+        # arrays they would pin the heap pages between a part's freed ones
+        self.dirs = tmp / "dirs.rec"
+        self.dirs.write_bytes(b"")
         self.root_rec: npt.NDArray[Any] | None = None
         # buckets by ranges of parents (their order is the parents' order) of about a
         # window's entries each (``entries``: the names each of ``parents`` holds); one
@@ -64,7 +67,8 @@ class PathWalk:
         ino = rec["ino"]
         if parents.size:
             at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
-            self.dirs.append(rec[parents[at] == ino].copy())
+            with open(self.dirs, "ab") as f:
+                rec[parents[at] == ino].tofile(f)
         if self.root >= 0:
             r = rec[ino == self.root]
             if r.size:
@@ -94,8 +98,8 @@ class PathWalk:
             if progress is not None:
                 progress((step + at / max(of, 1)) / 3)
 
-        dirs = np.concatenate(self.dirs) if self.dirs else np.zeros(0, REC)
-        self.dirs = []
+        dirs = np.fromfile(self.dirs, REC)
+        self.dirs.unlink()
         order = np.argsort(dirs["ino"], kind="stable")
         dirs = dirs[order]
         nd = dirs.size

@@ -307,7 +307,10 @@ def export_snapshot(
             out[name] = keys[name]
         cur.add(out)
         figures.add(layout, parent, name_row, off, names)
-        del layout, files, part, rec, names
+        # none of a part's arrays outlive it: the next part is read in while these would
+        # still be bound, and the peak would hold two parts
+        del layout, files, part, rec, names, ino, by, lens, raw, off, cand, c_ino, at
+        del first_name, parent, name_row, where, old, new_rows, keys, ended, paths, out
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
     trim()
