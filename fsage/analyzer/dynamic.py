@@ -375,6 +375,12 @@ def modeled_score(layout: Layout, scores: FileScores, order: I64) -> dict[str, A
         disc += int(np.count_nonzero(start[1:] != start[:-1] + length[:-1]))
         disc += int(prev_end is None or int(start[0]) != prev_end)
         prev_end = int(start[-1] + length[-1])
+    return score_of_totals(disc, blocks, requests)
+
+
+def score_of_totals(disc: int, blocks: int, requests: int) -> dict[str, Any]:
+    """A dynamic layout score's answer from its totals: discontiguous requests, blocks read
+    and requests (None for a read of nothing)."""
     if blocks == 0:
         return {"score": None, "requests": 0, "discontiguous": 0, "blocks": 0}
     return {

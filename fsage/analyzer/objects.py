@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage.analyzer.dynamic import _chunk_reads, _FirstWindows, _inode_tables, _InodeTables
+from fsage.analyzer.dynamic import (
+    _chunk_reads,
+    _FirstWindows,
+    _inode_tables,
+    _InodeTables,
+    ranges,
+)
 from fsage.analyzer.scores import FileScores
 from fsage.layout import FileTable, Layout
 
@@ -35,7 +41,6 @@ def own_requests(layout: Layout, scores: FileScores, objs: I64) -> dict[str, I64
     mo = files.meta_off.astype(np.int64)
     m_idx_count = np.zeros(n, np.int64)
     if files.meta_kind.size:
-        from fsage.analyzer.dynamic import ranges
         from fsage.layout import META_XATTR
 
         m_rows = np.repeat(np.arange(n), mo[objs + 1] - mo[objs])
@@ -139,15 +144,3 @@ class Scan:
             disc[idx] += seek
             self.prev = (int(sg[-1]), int(e[-1]))
         return disc, blocks, seg
-
-
-def reads_score(disc: int, blocks: int, requests: int) -> dict[str, Any]:
-    """``dynamic.request_score``'s answer from its totals."""
-    if blocks == 0:
-        return {"score": None, "requests": 0, "discontiguous": 0, "blocks": 0}
-    return {
-        "score": 1.0 - disc / blocks,
-        "requests": requests,
-        "discontiguous": disc,
-        "blocks": blocks,
-    }

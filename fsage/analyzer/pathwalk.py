@@ -21,9 +21,9 @@ import numpy.typing as npt
 
 from fsage import _kernels
 from fsage.analyzer import spill
-from fsage.analyzer.dynamic import _InodeTables, depths_below
+from fsage.analyzer.dynamic import _InodeTables, depths_below, score_of_totals
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
-from fsage.analyzer.objects import OWN, Scan, reads_score
+from fsage.analyzer.objects import OWN, Scan
 from fsage.analyzer.spill import Buckets, Values
 
 I64 = npt.NDArray[np.int64]
@@ -271,7 +271,7 @@ class PathWalk:
             known = name != "le_group" or self.group_blocks is not None
             nd_out[f"{name}_share"] = float(gaps[i]) / npairs if npairs and known else None
         return {
-            "path": reads_score(p_disc, p_blocks, path.requests),
+            "path": score_of_totals(p_disc, p_blocks, path.requests),
             "directory_scan": {
                 "aggregate": (
                     1.0 - int(seg_disc[ok].sum()) / int(seg_blocks[ok].sum()) if sc.size else None

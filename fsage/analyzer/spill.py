@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage.analyzer.dynamic import ranges
+
 #: Values read back at a time.
 WINDOW = 1 << 16
 
@@ -58,8 +60,6 @@ class Buckets:
             if raw is not None and name_off is not None:
                 lo = name_off[:-1][idx].astype(np.int64)
                 hi = name_off[1:][idx].astype(np.int64)
-                from fsage.analyzer.dynamic import ranges
-
                 with open(self._path(k, "len"), "ab") as f:
                     (hi - lo).astype("<u4").tofile(f)
                 with open(self._path(k, "nam"), "ab") as f:

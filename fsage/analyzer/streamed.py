@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from fsage.analyzer import spill
 from fsage.analyzer.analysis import bucket_fields, size_bucket
+from fsage.analyzer.dynamic import score_of_totals
 from fsage.analyzer.freespace import MAX_BUCKET, FreeSpace, _log2_floor, free_space
 from fsage.analyzer.locality import (
     GAP_BUCKETS,
@@ -28,7 +29,7 @@ from fsage.analyzer.locality import (
     inodes_per_group,
     last_block,
 )
-from fsage.analyzer.objects import OWN, Scan, geometry, own_requests, reads_score
+from fsage.analyzer.objects import OWN, Scan, geometry, own_requests
 from fsage.analyzer.pathwalk import REC, PathWalk
 from fsage.analyzer.scores import file_scores
 from fsage.analyzer.spill import Values
@@ -274,7 +275,7 @@ class StreamedFigures:
             "neighbour_distance": walk["neighbour_distance"],
         }
         dyn = {
-            "inode": reads_score(self.inode_disc, self.inode_blocks, self.inode_scan.requests)[
+            "inode": score_of_totals(self.inode_disc, self.inode_blocks, self.inode_scan.requests)[
                 "score"
             ],
             "path": walk["path"]["score"],
