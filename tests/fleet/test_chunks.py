@@ -3,10 +3,7 @@ and gathered a bounded number of rows at a time, the same rows whatever the chun
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +22,7 @@ from fsage.fleet import TABLES  # noqa: E402
 from fsage.fleet.export_rows import FirstPaths  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
 from fsage.layout import LinkTable  # noqa: E402
+from tests.terminal import run_on_terminal  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,24 +142,10 @@ def test_first_paths_resolve_a_chunk_of_inodes() -> None:
 def test_export_shows_progress_on_a_terminal(db: Path, tmp_path: Path) -> None:
     """On a terminal a progress line comes before the first snapshot is read; in a pipe
     nothing but the result."""
-    primary, secondary = pty.openpty()
     argv = [sys.executable, "-m", "fsage", "export", "--db", str(db), "--host", "h"]
-    run = subprocess.run(
-        [*argv, str(tmp_path / "tty")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=secondary,
-        cwd=REPO,
-        timeout=120,
-    )
-    os.close(secondary)
-    seen = b""
-    with contextlib.suppress(OSError):  # EIO once the terminal's writer is gone
-        while chunk := os.read(primary, 4096):
-            seen += chunk
-    os.close(primary)
-    assert run.returncode == 0
-    assert b"exporting (100 a snapshot)" in seen and b"500/500" in seen, seen
+    status, _, term = run_on_terminal([*argv, str(tmp_path / "tty")], cwd=REPO)
+    assert status == 0
+    assert "exporting (100 a snapshot)" in term and "500/500" in term, term
     piped = subprocess.run(
         [*argv, str(tmp_path / "pipe")], capture_output=True, cwd=REPO, timeout=120
     )
