@@ -142,6 +142,14 @@ class MatchWriter(PathOrder, SizeDraws, SpacerRoom, KeptFiles, SpacerOrder):
         for (rel, size), ino in zip(items, inos, strict=True):
             self._written(rel, ino, size)
 
+    def _write_large_class(self, rel: str, blocks: int) -> None:
+        """``rel`` of ``blocks`` blocks placed among the large files: written one block past
+        the small files' limit and the rest punched before writeback (a resumed fill's file
+        written whole before it stopped is kept as it is)."""
+        if not self._kept_whole(rel, (SMALL + 1) * self.bs):
+            self.write_whole(rel, (SMALL + 1) * self.bs)
+            self.disk.punch(rel, blocks * self.bs, (SMALL + 1 - blocks) * self.bs)
+
     def delete(self, ino: int) -> str | None:
         rel = self.paths.pop(ino, None)
         if rel is None:
@@ -364,9 +372,7 @@ class MatchWriter(PathOrder, SizeDraws, SpacerRoom, KeptFiles, SpacerOrder):
                     used = self.fullness() * self.total
                 if kind == "spacer+":
                     rel = self._spacer_path()
-                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
-                        self.write_whole(rel, (SMALL + 1) * self.bs)
-                        self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
+                    self._write_large_class(rel, v)
                     spacers.append(rel)
                     used += v
                     pending_spacers -= v
@@ -388,9 +394,7 @@ class MatchWriter(PathOrder, SizeDraws, SpacerRoom, KeptFiles, SpacerOrder):
                     continue
                 rel = self._path_at(next(places))
                 if kind == "wall+":
-                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
-                        self.write_whole(rel, (SMALL + 1) * self.bs)
-                        self.disk.punch(rel, self.bs, SMALL * self.bs)
+                    self._write_large_class(rel, 1)
                     self.sizes[rel] = self.bs
                     used += 1
                     self.walls += 1

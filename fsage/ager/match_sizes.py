@@ -31,11 +31,7 @@ class SizeDraws:
         lo, hi = bucket_range(k)
         n = self.target.buckets.get(k, (0, None))[0]
         held = self.target.bucket_blocks.get(k)
-        if not held or not n or hi == lo:
-            return self.rng.randint(lo, hi)
-        mean = min(max(held / n, lo + 0.01), hi - 0.01)
-        a = (hi - lo) / (mean - lo) - 1.0
-        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
+        return self._draw_between(lo, hi, held / n if held and n else None)
 
     def _draw_between(self, lo: int, hi: int, mean: float | None) -> int:
         """An integer in ``lo``-``hi`` drawn with mean about ``mean`` (even where not known):
