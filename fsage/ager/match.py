@@ -144,6 +144,13 @@ class Matcher(Steering):
         if self.on_phase is not None:
             self.on_phase(phase)
 
+    def _settled_report(self) -> dict[str, Any]:
+        """The state against the target once out of space: the fullness settled first (the
+        file that did not fit is gone, fillers may be due)."""
+        self.settle_fullness()
+        st = self.snapshot()
+        return compare(self.target, st.target, st.free_known)
+
     def run(self, adopted: bool = False) -> MatchResult:
         """``adopted``: the files on disk are a fill (``adopt``): the rounds go on from them."""
         t0 = time.perf_counter()
@@ -160,9 +167,7 @@ class Matcher(Steering):
             # The fill never plans past the target's fullness; a file system that still runs
             # out (its metadata grew more than counted) is said, and the rest left as it is.
             res.stop = f"the fill ran out of space ({exc})"
-            self.settle_fullness()
-            st = self.snapshot()
-            res.report = res.closest = compare(self.target, st.target, st.free_known)
+            res.report = res.closest = self._settled_report()
             res.reasons = _reasons(res.report, {}, self.locality_reason)
             res.elapsed = time.perf_counter() - t0
             res.files_written, res.bytes_written = self.files_written, self.bytes_written
@@ -233,9 +238,7 @@ class Matcher(Steering):
                     self._phase("rounds")
                 except NoSpaceError as exc:
                     res.stop = f"fill {fills} ran out of space ({exc})"
-                    self.settle_fullness()
-                    st = self.snapshot()
-                    rep = compare(self.target, st.target, st.free_known)
+                    rep = self._settled_report()
                     break
                 best, stalled = None, 0
                 continue
@@ -256,9 +259,7 @@ class Matcher(Steering):
                     last_actions["fullness"] = settled
             except NoSpaceError as exc:
                 res.stop = f"round {res.rounds} ran out of space: {exc}"
-                self.settle_fullness()
-                st = self.snapshot()
-                rep = compare(self.target, st.target, st.free_known)
+                rep = self._settled_report()
                 break
         assert best is not None and closest is not None
         res.report = rep

@@ -1,14 +1,16 @@
-"""The matcher's writes and its fill (``fsage age T --match``): the files it keeps track of,
-the paths it gives them, and the first fill of the target's files and spacer holes.
+"""The matcher's writes and its fill (``fsage age T --match``): the files it keeps track of
+and the first fill of the target's files and spacer holes.
 
-``match_steer`` steers from here in rounds; ``match`` runs the rounds.
+Its parts: the paths in ``match_paths``, the drawn sizes in ``match_sizes``, the room for the
+largest holes in ``match_room``, the files a resumed match keeps in ``match_kept``, the order
+of spacers and walls in ``match_holes``. ``match_steer`` steers from here in rounds;
+``match`` runs the rounds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import random
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -17,13 +19,14 @@ from typing import Any
 from fsage.ager.match_dirs import tree_shape
 from fsage.ager.match_disk import Disk
 from fsage.ager.match_holes import SMALL, Item, SpacerOrder
-from fsage.ager.match_locality import make_ahead
+from fsage.ager.match_kept import KeptFiles
+from fsage.ager.match_paths import PER_DIR, PathOrder
+from fsage.ager.match_room import SpacerRoom
+from fsage.ager.match_sizes import SizeDraws
 from fsage.ager.match_target import MIN_FILES, LayoutTarget, MeasuredState, measure
 from fsage.ager.match_xfs import expect_directories, files_per_directory, group_plan
-from fsage.analyzer.analysis import bucket_range
 from fsage.workload import NoSpaceError
 
-PER_DIR = 256
 #: Directories of the matcher's per parent directory, where the target is deeper than its.
 NEST = 8
 #: The matcher fills a file system to at most this (it needs room to rewrite files).
@@ -36,7 +39,7 @@ FILL_CEILING = 0.999
 WALL_JUMPS = 0.6
 
 
-class MatchWriter(SpacerOrder):
+class MatchWriter(PathOrder, SizeDraws, SpacerRoom, KeptFiles, SpacerOrder):
     """The matcher's files on ``disk`` and the fill that writes them."""
 
     def __init__(
@@ -105,126 +108,6 @@ class MatchWriter(SpacerOrder):
 
     # -- primitives
 
-    def _path_at(self, pos: int, prefix: str = "d") -> str:
-        """The path at place ``pos`` of the matcher's path order (its directory made on
-        first use)."""
-        j = int(pos // self.per_dir)
-        # Each level's index from the one below it, so that a directory has one parent
-        # (as j // nest**lv where nest is whole).
-        up = [j]
-        for _ in range(self.levels):
-            up.append(int(up[-1] // self.nest))
-        parts = [f"n{i:05d}" for i in reversed(up[1:])]
-        d = ""
-        for part in [*parts, f"{prefix}{j:05d}"]:
-            d = f"{d}/{part}" if d else part
-            if d not in self.dirs_made:
-                self._mkdir(d)
-        return f"{d}/f{pos:08d}"
-
-    def _mkdir(self, d: str) -> None:
-        try:
-            self.disk.mkdir(d)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise NoSpaceError(f"no space left for directory {d} of the matcher's") from None
-        self.dirs_made.add(d)
-
-    def _new_path(self) -> str:
-        i = self.serial
-        self.serial += 1
-        return self._path_at(i)
-
-    def _spacer_path(self) -> str:
-        """Spacers go to directories of their own (a few: they hold no files once the
-        fill is done)."""
-        self.spacer_serial += 1
-        i = self.spacer_serial
-        d = f"s{i // (PER_DIR * 4):05d}"
-        if self.groups_plan is not None and self._last_dir:
-            d = self._last_dir  # on xfs, beside the file it follows (see match_xfs)
-        if d not in self.dirs_made:
-            self._mkdir(d)
-        return f"{d}/s{i:08d}"
-
-    def _scattered_places(self, n: int, breaks: frozenset[int] = frozenset()) -> list[int]:
-        """Places in path order for ``n`` files about to be written one after the other, so
-        that a path-order read finds as many consecutive files adjacent as the target's: runs
-        of files written in turn keep their order (the allocator puts them side by side), a
-        new run starting with the odds of a target's pair not being adjacent; the runs are
-        then shuffled, which scatters a directory's files over the disk as the target's are:
-        the runs moved within about half a MiB of their place in write order stay near their
-        neighbours; a run moved farther makes the pairs on both of its sides distant, so that
-        a share ``d`` of runs moved leaves ``(1 - d) ** 2`` of the boundaries near: ``d`` is
-        chosen for the target's share of non-adjacent pairs within 1 MiB, and the runs moved
-        go within a group (between a MiB and a group away) or anywhere in the shares of the
-        target's pairs within a group and farther. A target without locality keeps write
-        order. ``breaks``: files (by write index) after which a spacer is written: a run ends
-        there (a spacer inside a run leaves a hole between two files read one after the
-        other), and the other ends are drawn fewer to make up for them."""
-        loc = self.target.locality
-        adjacent = float(loc.get("adjacent", 1.0))
-        # On xfs a spacer lies between the file before it and the next one of its run: the
-        # pairs it breaks, a hole apart, are near pairs the runs need not make.
-        p = min(1.0, adjacent / (1.0 - self._spacer_share))
-        rest = max(1.0 - p, 1e-9)
-        near = min(1.0, max(float(loc.get("within_mib", rest)) - (p - adjacent), 0.0) / rest)
-        in_group = float(loc.get("within_group", 0.0))
-        farther = float(loc.get("farther", 0.0))
-        moved = 1.0 - math.sqrt(near)
-        # A run moved anywhere lands within a group of its neighbour with the odds of two
-        # points of the disk being that close: the runs moved within a group make up the
-        # rest of the target's share.
-        gb = self.disk.group_blocks or 8 * self.bs
-        g = min(1.0, gb / max(self.total, 1))
-        by_chance = 2 * g - g * g
-        share = in_group / max(in_group + farther, 1e-9)
-        to_group = moved * max(0.0, (share - by_chance) / max(1.0 - by_chance, 1e-9))
-        forced = len(breaks)
-        if forced and n > forced:
-            p = 1.0 - max(0.0, ((1.0 - p) * n - forced) / (n - forced))
-        runs: list[list[int]] = []
-        cur: list[int] = []
-        for i in range(n):
-            if cur and (i - 1 in breaks or self.rng.random() >= p):
-                runs.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            runs.append(cur)
-        t = self.target
-        files = max(1, sum(c for c, _s in t.buckets.values()))
-        per_file = max(1.0, t.fullness * t.blocks_total / files)
-        per_run = per_file * n / max(len(runs), 1)
-        window = max(1.0, (1 << 20) / self.bs / per_run / 4)
-        group = max(4 * window, gb / per_run)
-        if self.groups_plan is not None:
-            # On xfs the writes go to all groups at once: a run moved by n places lands
-            # about n / groups runs from its neighbours in its group.
-            window, group = window * self.disk.groups, group * self.disk.groups
-        keys: list[float] = []
-        for i in range(len(runs)):
-            u = self.rng.random()
-            if u < to_group:
-                side = 1 if self.rng.random() < 0.5 else -1
-                keys.append(i + side * self.rng.uniform(4 * window, group))
-            elif u < moved:
-                keys.append(self.rng.uniform(0, len(runs)))
-            else:
-                keys.append(i + self.rng.uniform(-window, window))
-        runs = [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
-        place = [0] * n
-        for rank, i in enumerate(i for run in runs for i in run):
-            place[i] = self.serial + rank
-        # Directories made in path order, as a checkout makes them, each with its files
-        # (empty: their inodes in path order; see match_locality).
-        span = range(self.serial, self.serial + n)
-        if self._inputs is None:  # a resumed fill's directories and files are there
-            make_ahead(self.disk, self.target, span, self.per_dir, self._path_at, self.serial + n)
-        self.serial += n
-        return place
-
     def _written(self, rel: str, ino: int, size: int) -> None:
         self._last_dir = rel.rpartition("/")[0]
         self.paths[ino] = rel
@@ -259,6 +142,14 @@ class MatchWriter(SpacerOrder):
         for (rel, size), ino in zip(items, inos, strict=True):
             self._written(rel, ino, size)
 
+    def _write_large_class(self, rel: str, blocks: int) -> None:
+        """``rel`` of ``blocks`` blocks placed among the large files: written one block past
+        the small files' limit and the rest punched before writeback (a resumed fill's file
+        written whole before it stopped is kept as it is)."""
+        if not self._kept_whole(rel, (SMALL + 1) * self.bs):
+            self.write_whole(rel, (SMALL + 1) * self.bs)
+            self.disk.punch(rel, blocks * self.bs, (SMALL + 1 - blocks) * self.bs)
+
     def delete(self, ino: int) -> str | None:
         rel = self.paths.pop(ino, None)
         if rel is None:
@@ -287,125 +178,6 @@ class MatchWriter(SpacerOrder):
 
     # -- fill
 
-    def _draw_blocks(self, k: int) -> int:
-        """A size in bucket ``k``, drawn with the mean of the target's files of that bucket
-        where it is known: lo + (hi - lo) * u ** a has mean lo + (hi - lo) / (a + 1). Drawn
-        evenly instead, a bucket of mostly small files (source code) comes out larger, and
-        the fill reaches the target's fullness with fewer files than the target has (more
-        blocks read per seek in a path-order read)."""
-        lo, hi = bucket_range(k)
-        n = self.target.buckets.get(k, (0, None))[0]
-        held = self.target.bucket_blocks.get(k)
-        if not held or not n or hi == lo:
-            return self.rng.randint(lo, hi)
-        mean = min(max(held / n, lo + 0.01), hi - 0.01)
-        a = (hi - lo) / (mean - lo) - 1.0
-        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
-
-    def _draw_between(self, lo: int, hi: int, mean: float | None) -> int:
-        """An integer in ``lo``-``hi`` drawn with mean about ``mean`` (even where not known):
-        lo + (hi - lo) * u ** a has mean lo + (hi - lo) / (a + 1)."""
-        if mean is None or hi <= lo:
-            return self.rng.randint(lo, hi)
-        mean = min(max(mean, lo + 0.01), hi - 0.01)
-        a = (hi - lo) / (mean - lo) - 1.0
-        return lo + min(hi - lo, int((hi - lo + 1) * self.rng.random() ** a))
-
-    def _to_bucket_blocks(self, items: list[Item], scale: float) -> list[Item]:
-        """The drawn sizes nudged a block at a time, within their buckets, until each
-        bucket's files hold as many blocks as the target's (scaled): drawn sizes that come
-        out larger leave the fill's budget short, and the files it then leaves out make a
-        path-order read of fewer, larger files than the target's (fewer jumps, a higher
-        dynamic layout score)."""
-        by_k: dict[int, list[int]] = {}
-        for i, (kind, v, _b) in enumerate(items):
-            if kind != "spacer":
-                by_k.setdefault(v, []).append(i)
-        out = list(items)
-        for k, idx in by_k.items():
-            held = self.target.bucket_blocks.get(k)
-            lo, hi = bucket_range(k)
-            if not held or hi == lo:
-                continue
-            want = round(
-                held * scale * len(idx) / max(len(idx), round(self.target.buckets[k][0] * scale), 1)
-            )
-            sizes = [out[i][2] for i in idx]
-            diff = sum(sizes) - want
-            step = -1 if diff > 0 else 1
-            movable = [j for j, b in enumerate(sizes) if lo <= b + step <= hi]
-            while diff and movable:
-                j = movable[self.rng.randrange(len(movable))]
-                sizes[j] += step
-                diff += step
-                if not lo <= sizes[j] + step <= hi:
-                    movable.remove(j)
-            for i, b in zip(idx, sizes, strict=True):
-                out[i] = (out[i][0], out[i][1], b)
-        return out
-
-    def _size_of(self, blocks: int) -> int:
-        return (blocks - 1) * self.bs + self.rng.randint(1, self.bs)
-
-    def _keep_a_group_empty(self) -> None:
-        """Where free extents are bounded by regions (xfs allocation groups) and files are
-        spread over all of them, each region keeps a share of the free space: a target whose
-        largest free extents are larger than that share is reached only by keeping one region
-        free of new files (the last: the first holds the log)."""
-        d = self.disk
-        want = self.target.free_fractions()
-        if not d.groups or d.groups < 2 or not want:
-            return
-        free_after = (1.0 - self.target.fullness) * self.total
-        top = max(want)
-        if not (
-            want[top] * free_after >= 1 << top > free_after / d.groups
-            and 1 << top <= d.group_blocks
-        ):
-            return
-        d.keep_group_empty(d.groups - 1)
-
-    def _spacer_limit(self) -> int:
-        """The largest spacer (in blocks) the allocator keeps whole: written, a quarter of an
-        ext block group (8 x block size blocks; writeback splits more); allocated at once
-        (fallocate, on the kernel), half a group."""
-        if self.disk.can_fallocate and not self.disk.can_place:
-            return 4 * self.bs
-        return 2 * self.bs
-
-    def _top_as_spacer(self, k: int, blocks: float) -> bool:
-        """Whether the holes of the largest bucket ``k`` (``blocks`` in all) can be spacers:
-        where the allocator keeps a spacer of the bucket's largest size whole, or, allocated
-        at once (the large spacers first) on an empty disk of a few block groups, one of the
-        largest the plan draws (at most ``blocks``) fits in a group less a sixteenth (a
-        1 KiB-block target's one hole of 5,000 blocks, a 4 KiB one's of 30,600: the unwritten
-        rest of the disk is split among the groups the files go to, and no file of the
-        matcher's is large enough to punch such a hole into)."""
-        if 2 << k <= self._spacer_limit():
-            return True
-        largest = min((2 << k) - 1, round(blocks))
-        group = 8 * self.bs
-        if not (self.disk.can_fallocate and self.disk.can_punch and not self.disk.can_place):
-            return False
-        if self.total >= 3 * group:
-            # Or larger than a group, where the empty disk has a free extent across groups
-            # that holds it (a git-aged 1 GiB target's files in its first five groups, the
-            # next two one hole of 65,407 blocks: the files went to every group): fallocated
-            # first, the allocator gives it nearly whole (63,488 blocks, the rest nearby).
-            return largest <= group - group // 16 or group < largest <= self._largest_free()
-        # A disk of one or two groups (a 256 MiB ext4: its inode tables fill the start of the
-        # first, its journal the start of the second): a hole of more than half a group is
-        # left by the files going around it. The spacer is allocated first, whole, where the
-        # empty disk has a free extent that holds it and its wall block with room to spare.
-        return largest + 1 <= self._largest_free() - group // 16
-
-    def _largest_free(self) -> int:
-        """The disk's largest free extent when the fill began, in blocks."""
-        if self._largest is None:
-            free_len = self.snapshot().free_len
-            self._largest = int(free_len.max()) if len(free_len) else 0
-        return self._largest
-
     def _allocate_spacer(self, rel: str, blocks: int) -> bool:
         """On the kernel, a large spacer is allocated (fallocate) rather than written: the
         allocator serves it at once, whole, from the start of a free extent large enough,
@@ -428,63 +200,6 @@ class MatchWriter(SpacerOrder):
         self.walled[rel] = blocks
         self.files_written += 1
         return True
-
-    def _piece(self, key: int, group: list[tuple[str, int]]) -> int:
-        """Blocks per piece of files written in turn: 1 for a bucket's fragmented files
-        (``key`` >= 0, score about 0), else (``-key``: a bucket written in pieces) the length
-        that gives the bucket's score: ``n`` blocks in pieces of ``L`` have ``n - ceil(n / L)``
-        contiguous blocks of ``n - 1``, about ``1 - 1 / L``; ``L`` is drawn between the two
-        whole lengths around ``1 / (1 - score)`` with the odds that give that mean of
-        ``1 / L``."""
-        score = self.target.buckets.get(-key, (0, None))[1] if key < 0 else None
-        if score is None or score >= 1.0:
-            return 1
-        score += (1.0 - score) * self._piece_relief
-        n = sum(size for _rel, size in group) / len(group) / self.bs
-        # ceil(n / L) pieces for (1 - score) * (n - 1) + 1 extents.
-        pieces = max(1.0, (1.0 - score) * (n - 1) + 1)
-        x = max(1.0, n / pieces)
-        lo = int(x)
-        if lo >= x:
-            return lo
-        hi = lo + 1
-        p_lo = (1 / x - 1 / hi) / (1 / lo - 1 / hi)
-        return lo if self.rng.random() < p_lo else hi
-
-    def resume_fill(self, inputs: dict[str, Any]) -> None:
-        """Go on with a first fill stopped in its planned files (``inputs``: what its plan
-        was drawn from, as ``on_fill`` was told): the plan is drawn again from the same seed,
-        and the files on disk that it holds whole are kept rather than written again."""
-        self.adopt()
-        self._kept = dict(self.sizes)
-        self._kept_ino = {rel: ino for ino, rel in self.paths.items()}
-        self.paths.clear()
-        self.sizes.clear()
-        self.serial = self.spacer_serial = 0
-        # Made ahead and not written yet: written in place, keeping their inodes.
-        self.disk.made_ahead([rel for rel, size in self._kept.items() if size == 0])
-        self._inputs = inputs
-
-    def _kept_whole(self, rel: str, least: int) -> bool:
-        """Whether ``rel`` is a file of the resumed fill written whole (at least ``least``
-        bytes) before it stopped: then it is the matcher's again, as it is."""
-        size = self._kept.pop(rel, 0)
-        if size < least:
-            if size:
-                self._kept[rel] = size  # cut short: written again, or deleted after
-            return False
-        self.paths[self._kept_ino[rel]] = rel
-        self.sizes[rel] = size
-        return True
-
-    def _drop_unkept(self) -> None:
-        """The resumed fill's files it did not keep (cut short and then left out of the
-        plan) are deleted; those made ahead and never written go with ``drop_precreated``."""
-        for rel, size in self._kept.items():
-            if size and rel not in self.sizes:
-                self.disk.unlink(rel)
-        self._kept = {}
-        self._inputs = None
 
     def fill(self) -> None:
         """Write the target's files, a share ``1 - score`` of each bucket's files with their
@@ -657,9 +372,7 @@ class MatchWriter(SpacerOrder):
                     used = self.fullness() * self.total
                 if kind == "spacer+":
                     rel = self._spacer_path()
-                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
-                        self.write_whole(rel, (SMALL + 1) * self.bs)
-                        self.disk.punch(rel, v * self.bs, (SMALL + 1 - v) * self.bs)
+                    self._write_large_class(rel, v)
                     spacers.append(rel)
                     used += v
                     pending_spacers -= v
@@ -681,9 +394,7 @@ class MatchWriter(SpacerOrder):
                     continue
                 rel = self._path_at(next(places))
                 if kind == "wall+":
-                    if not self._kept_whole(rel, (SMALL + 1) * self.bs):
-                        self.write_whole(rel, (SMALL + 1) * self.bs)
-                        self.disk.punch(rel, self.bs, SMALL * self.bs)
+                    self._write_large_class(rel, 1)
                     self.sizes[rel] = self.bs
                     used += 1
                     self.walls += 1
@@ -754,32 +465,6 @@ class MatchWriter(SpacerOrder):
         self.paths = {ino: rel for ino, rel in self.paths.items() if rel in self.sizes}
         self.disk.drop_precreated()  # places the budget left out
         self.disk.commit()
-
-    def adopt(self) -> None:
-        """Take over the files in the matcher's area as its own (a match resumed in its
-        rounds): their inodes and sizes as the disk holds them, and the next paths after the
-        highest numbers taken."""
-        from fsage.ager.match_disk import AREA
-
-        layout = self.disk.layout()
-        isdir = layout.files.is_dir()
-        index = {int(ino): i for i, ino in enumerate(layout.files.ino)}
-        for ino, paths in layout.paths().items():
-            for p in paths:
-                rel = p.lstrip("/")
-                if not rel.startswith(AREA + "/"):
-                    continue
-                rel = rel[len(AREA) + 1 :]
-                if isdir[index[int(ino)]]:
-                    self.dirs_made.add(rel)
-                    continue
-                self.paths[int(ino)] = rel
-                self.sizes[rel] = int(layout.files.size[index[int(ino)]])
-                name = rel.rsplit("/", 1)[-1]
-                if name[1:].isdigit() and name[0] == "f":
-                    self.serial = max(self.serial, int(name[1:]) + 1)
-                elif name[1:].isdigit() and name[0] == "s":
-                    self.spacer_serial = max(self.spacer_serial, int(name[1:]))
 
     def clear(self) -> None:
         """Delete every file of the matcher's (its directories stay, emptied)."""

@@ -186,9 +186,8 @@ class PosixExecutor(Executor):
             self._root_fd = os.open(self.root, _DIR_FLAGS)
         except OSError as exc:
             raise UnsafeTargetError(f"cannot open target {root}: {exc.strerror}") from None
-        #: Files dirtied since the last writeback (``_track``), in order, and their bytes.
-        self._dirty: dict[str, None] = {}
-        #: Bytes fallocated since, and the free space then.
+        self._clear_dirty()
+        #: Bytes dirtied and fallocated since the last writeback, and the free space then.
         self._dirty_bytes = self._allocated = self._free = 0
         # The ops and the directory descriptor cache are in C (fsage/_posixexec.c); kinds it
         # does not run come back to ``_apply_other``.
@@ -228,28 +227,93 @@ class PosixExecutor(Executor):
         self._track(op)
         return n
 
+    def _clear_dirty(self) -> None:
+        #: Files dirtied since the last writeback (``_track``): path -> its place in the
+        #: writeback order, and place -> path (places only grow, so the dict keeps their
+        #: order); a rename or a delete changes one entry rather than rebuilding the order.
+        self._dirty: dict[str, int] = {}
+        self._order: dict[int, str] = {}
+        self._place = 0
+        #: Directory -> dirty files below it: a rename of one moves them all.
+        self._below: dict[str, int] = {}
+
     def _track(self, op: Op) -> None:
         """Keep the files ``op`` left dirty, in order; write them back before what they hold
         reaches a quarter of the free space (ext4 has its flusher threads write back once
         the dirty data is half of it)."""
         kind = op.op
         if kind in _DIRTYING:
-            self._dirty.pop(op.path, None)
-            self._dirty[op.path] = None
+            self._dirtied(op.path)
             self._dirty_bytes += op.size
         elif kind in _ALLOCATING:
             self._allocated += op.size
         elif kind == "delete":
-            self._dirty.pop(op.path, None)
+            place = self._dirty.pop(op.path, None)
+            if place is not None:
+                del self._order[place]
+                self._count_below(op.path, -1)
         elif kind == "rename" and self._dirty:
-            head = op.path + "/"
-            self._dirty = {
-                (op.dest if p == op.path else op.dest + p[len(op.path) :] if p.startswith(head)
-                 else p): None
-                for p in self._dirty
-            }  # fmt: skip
+            self._renamed(op.path, op.dest)
         if self._dirty and 4 * self._dirty_bytes + self._allocated >= self._free:
             self._write_back()
+
+    def _count_below(self, path: str, step: int) -> None:
+        """Count ``path`` in (or, ``step`` -1, out of) each directory above it."""
+        below = self._below
+        i = path.find("/")
+        while i >= 0:
+            d = path[:i]
+            below[d] = below.get(d, 0) + step
+            i = path.find("/", i + 1)
+
+    def _dirtied(self, path: str) -> None:
+        """``path`` goes last in the writeback order (written again: moved there)."""
+        place = self._dirty.pop(path, None)
+        if place is None:
+            self._count_below(path, 1)
+        else:
+            del self._order[place]
+        self._last(path)
+
+    def _last(self, path: str) -> None:
+        self._dirty[path] = self._place
+        self._order[self._place] = path
+        self._place += 1
+
+    def _renamed(self, src: str, dest: str) -> None:
+        """``src`` is ``dest`` now, at its place in the writeback order; renamed over a dirty
+        file, the one entry left takes the earlier of their places."""
+        if self._below.get(src):
+            self._renamed_tree(src, dest)
+            return
+        place = self._dirty.pop(src, None)
+        if place is None:
+            return
+        self._count_below(src, -1)
+        other = self._dirty.get(dest)
+        if other is None:
+            self._count_below(dest, 1)
+        elif other < place:
+            del self._order[place]
+            place = other
+        else:
+            del self._order[other]
+        self._dirty[dest] = place
+        self._order[place] = dest
+
+    def _renamed_tree(self, src: str, dest: str) -> None:
+        """A directory renamed with dirty files below it: every path under ``src`` moves to
+        ``dest``, the order rebuilt (a path met twice keeps its first place)."""
+        head = src + "/"
+        paths = [
+            dest if p == src else dest + p[len(src) :] if p.startswith(head) else p
+            for p in self._order.values()
+        ]
+        self._clear_dirty()
+        for p in paths:
+            if p not in self._dirty:
+                self._count_below(p, 1)
+                self._last(p)
 
     def _write_back(self) -> None:
         """Write back the files dirtied since the last writeback from this thread, so that
@@ -258,7 +322,7 @@ class PosixExecutor(Executor):
         not waited for, that happens among the next ops, at times of the kernel's)."""
         self._c.drain()
         sfr = _libc_fn().sync_file_range
-        for path in self._dirty:
+        for path in self._order.values():
             try:
                 dfd, name = self._split(path)
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
@@ -268,7 +332,7 @@ class PosixExecutor(Executor):
                 sfr(fd, ctypes.c_int64(0), ctypes.c_int64(0), _SYNC_FILE_RANGE_WRITE_AND_WAIT)
             finally:
                 os.close(fd)
-        self._dirty.clear()
+        self._clear_dirty()
         self._dirty_bytes = self._allocated = 0
         st = os.fstatvfs(self._root_fd)
         self._free = st.f_bfree * st.f_frsize

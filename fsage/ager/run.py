@@ -34,7 +34,7 @@ from typing import Any
 
 from fsage.ager.ageresult import AgeResult, _limit_notice
 from fsage.ager.agingruns import AgingRun, _finish_aging_run, _start_aging_run, aging_runs
-from fsage.ager.generator import PROBE_EVERY, Generator, meta_kind
+from fsage.ager.generator import PROBE_EVERY, Generator, Probe, meta_kind
 from fsage.ager.interrupt import _Interrupt
 from fsage.ager.posix import InFlightError, record_path_for
 from fsage.ager.reconcile import Difference, Tree, load_tree
@@ -227,17 +227,21 @@ def _run(
         anchored = meta_kind(tgt.kind)
         probe_every = None if anchored else PROBE_EVERY
         exact = not opts.resume or (old_journal is not None and ProbeLog.usable(plog_path))
-        if exact:
-            plog = ProbeLog(plog_path, probe, resume=opts.resume)
-            gen = Generator(
+
+        def new_generator(prober: Probe | None) -> Generator:
+            return Generator(
                 profile,
                 seed,
                 total * bs,
-                probe=plog,
+                probe=prober,
                 block_size=bs,
                 probe_every=probe_every,
                 meta=anchored,
             )
+
+        if exact:
+            plog = ProbeLog(plog_path, probe, resume=opts.resume)
+            gen = new_generator(plog)
             if opts.resume:
                 assert old_journal is not None and journal_keep is not None
                 _setup(gen, load_tree(_start_tree_path(old_journal)), adopt)
@@ -261,15 +265,7 @@ def _run(
         if not exact:
             # No probes kept (a run an older fsage began), or a journal the generator does not
             # make: it takes the tree on disk and the random state of the last record.
-            gen = Generator(
-                profile,
-                seed,
-                total * bs,
-                probe=probe,
-                block_size=bs,
-                probe_every=probe_every,
-                meta=anchored,
-            )
+            gen = new_generator(probe)
             gen.adopt(tgt.walk())
             st = record.get("gen", {})
             start += len(ran_after)
