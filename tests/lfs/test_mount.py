@@ -69,8 +69,18 @@ class Mounted:
             time.sleep(0.05)
 
     def unmount(self) -> None:
-        if os.path.ismount(self.mp):
-            subprocess.run(["fusermount3", "-u", str(self.mp)], check=True, timeout=30)
+        # Another process walking the tree (a du, an indexer) holds the mount for a moment:
+        # busy is retried for a while, anything else fails at once.
+        end = time.monotonic() + 15
+        while os.path.ismount(self.mp):
+            out = subprocess.run(
+                ["fusermount3", "-u", str(self.mp)], capture_output=True, text=True, timeout=30
+            )
+            if out.returncode == 0:
+                break
+            if "busy" not in out.stderr or time.monotonic() > end:
+                raise AssertionError(f"fusermount3 -u {self.mp}: {out.stderr.strip()}")
+            time.sleep(0.2)
         self.wait_gone()
 
     def kill9(self) -> None:
