@@ -41,6 +41,7 @@ from typing import Any
 from fsage.analyzer.freespace import free_extent_label
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
+from fsage.fleet.damage import damaged_files
 from fsage.fleet.dataset import (
     SUMMARY_TABLE,
     DamagedFileError,
@@ -48,7 +49,6 @@ from fsage.fleet.dataset import (
     ManifestError,
     TableFiles,
     cover_table,
-    damaged_files,
     dataset_files,
     drop_partitions,
     load_manifest,
@@ -79,6 +79,7 @@ ON_DAMAGE = ("refuse", "skip")
 
 
 def _check_damage(
+    con: Any,
     root: Path,
     manifest: Manifest,
     tables: dict[str, TableFiles],
@@ -88,7 +89,7 @@ def _check_damage(
     """Refuse a dataset with a file that cannot be read, or (``on_damage`` 'skip') leave the
     file systems of damaged per-partition files out, saying so for each file. A damaged
     compacted file holds many file systems: it is always refused."""
-    damaged = damaged_files(root, tables, manifest)
+    damaged = damaged_files(con, root, tables, manifest)
     if not damaged:
         return
     fresh = {p for tf in tables.values() for p in tf.fresh}
@@ -189,7 +190,7 @@ def _views(
     except ManifestError as exc:
         raise FleetError(str(exc)) from None
     tables = dataset_files(root, manifest)
-    _check_damage(root, manifest, tables, on_damage, warn)
+    _check_damage(con, root, manifest, tables, on_damage, warn)
     if any(f.filter_fresh for f in tables.values()):
         cover_table(con, "_covered", manifest.covered)
     found = False
