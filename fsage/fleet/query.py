@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fsage.analyzer.freespace import free_extent_label
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
 from fsage.fleet.damage import damaged_files
@@ -375,6 +374,9 @@ def size_bucket_fields(bucket: int) -> dict[str, Any]:
 def free_bucket_fields(min_bytes: int, max_bytes: int | None) -> dict[str, Any]:
     """A fleet free-extent bucket in bytes: extents of at least ``min_bytes`` and under twice
     that (``max_bytes``: the largest extent of the bucket, None when open above)."""
+    # here, not at the top: fsage.analyzer loads numpy, which the other tables do not need
+    from fsage.analyzer.freespace import free_extent_label
+
     top = None if max_bytes is None else 2 * min_bytes - 1
     return {"min_bytes": min_bytes, "max_bytes": max_bytes,
             "label": free_extent_label(min_bytes, top, 1)}  # fmt: skip
