@@ -493,25 +493,43 @@ def outliers_rows(con: Any, threshold: float = 2.0) -> Rows:
     )
 
 
+# Rows of the trend sorted at a time: sorting all of them (365k rows for 1000 file systems x
+# 365 snapshots) held 34 MiB more than the query's other work.
+TREND_BATCH_ROWS = 65536
+
+
 def trend_rows(con: Any, only: list[tuple[str, str]] | None = None) -> Rows:
     """Every snapshot's scores, by host, file system and snapshot (``only``: of these
-    (host, fs) alone)."""
-    where = (
-        " SEMI JOIN (SELECT unnest(?::VARCHAR[]) AS host, unnest(?::VARCHAR[]) AS fs) k"
-        " ON metrics.host = k.host AND metrics.fs = k.fs"
-        if only is not None
-        else ""
-    )
-    params = [[h for h, _ in only], [f for _, f in only]] if only is not None else []
+    (host, fs) alone). The file systems are sorted first, then their rows a batch of about
+    ``TREND_BATCH_ROWS`` at a time: the same order, in memory bounded by a batch."""
+    if only is not None:
+        yield from _trend_of(con, only)
+        return
+    keys = con.execute("SELECT host, fs, count(*) FROM metrics GROUP BY host, fs ORDER BY host, fs")
+    batch: list[tuple[str, str]] = []
+    rows = 0
+    for host, fs, n in keys.fetchall():
+        if batch and rows + n > TREND_BATCH_ROWS:
+            yield from _trend_of(con, batch)
+            batch, rows = [], 0
+        batch.append((host, fs))
+        rows += n
+    if batch:
+        yield from _trend_of(con, batch)
+
+
+def _trend_of(con: Any, only: list[tuple[str, str]]) -> Rows:
     yield from _stream(
         con,
-        f"""
+        """
         SELECT host, fs, snapshot_id, taken_at::TIMESTAMP AS taken_at, layout_score,
                dynamic_layout_score_inode AS dynamic_layout_score,
                blocks_free::DOUBLE / blocks_total AS free_fraction, free_extent_count
-        FROM metrics{where} ORDER BY host, fs, snapshot_id
+        FROM metrics
+        SEMI JOIN (SELECT unnest(?::VARCHAR[]) AS host, unnest(?::VARCHAR[]) AS fs) k
+        ON metrics.host = k.host AND metrics.fs = k.fs ORDER BY host, fs, snapshot_id
         """,
-        params,
+        [[h for h, _ in only], [f for _, f in only]],
     )
 
 
