@@ -178,7 +178,14 @@ def summary(
     want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
     # streamed a chunk of rows at a time, printed once every query has succeeded
     write_tables(
-        directory, tuple(want), fmt, sys.stdout, threshold, on_damage=on_damage, warn=_warn
+        directory,
+        tuple(want),
+        fmt,
+        sys.stdout,
+        threshold,
+        on_damage=on_damage,
+        warn=_warn,
+        advise=_warn,
     )
 
 
@@ -250,7 +257,7 @@ def report(directory: Path, output: Path, on_damage: str) -> None:
     from fsage.reports.html import check_output
 
     check_output(output)  # before the queries: a bad path is found at once
-    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn)
+    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn, advise=_warn)
     if str(output) == "-":
         click.echo(f"fleet report: {figures} figures", err=True)  # standard output holds the page
     else:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import shlex
 import shutil
 import tempfile
 import weakref
@@ -68,6 +69,10 @@ ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 MEMORY_LIMIT = "48MB"
 THREADS = 1
 SPILL_PREFIX = "fsage-fleet-"
+# Per-partition files from which a query suggests `fsage fleet compact`: every query opens each
+# of them (1000 file systems x 365 snapshots, 4003 files: 12 s of CPU for the summary, 0.9 s
+# compacted).
+ADVISE_COMPACT_FILES = 1000
 
 
 class FleetError(FsageError):
@@ -114,25 +119,33 @@ def _duck_error(root: Path, exc: Exception) -> FleetError:
 
 
 def connect(
-    root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
+    root: Path,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
+    *,
+    advise: Callable[[str], None] | None = None,
 ) -> Any:
     """A DuckDB connection with one view per exported table of ``root`` (damaged files:
     see ``_check_damage``). Its spill directory is removed when the connection is collected
     or the interpreter exits; ``opened`` removes it at once."""
-    con, spill = _open(root, on_damage, warn)
+    con, spill = _open(root, on_damage, warn, advise)
     weakref.finalize(con, shutil.rmtree, spill, ignore_errors=True)
     return con
 
 
 @contextlib.contextmanager
 def opened(
-    root: Path, on_damage: str = "refuse", warn: Callable[[str], None] | None = None
+    root: Path,
+    on_damage: str = "refuse",
+    warn: Callable[[str], None] | None = None,
+    *,
+    advise: Callable[[str], None] | None = None,
 ) -> Iterator[Any]:
     """``connect``, closed and its spill directory removed on leaving, after an error too;
     a DuckDB error inside is one line (FleetError)."""
     import duckdb
 
-    con, spill = _open(root, on_damage, warn)
+    con, spill = _open(root, on_damage, warn, advise)
     try:
         yield con
     except duckdb.Error as exc:
@@ -142,7 +155,10 @@ def opened(
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _open(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> tuple[Any, Path]:
+Say = Callable[[str], None] | None
+
+
+def _open(root: Path, on_damage: str, warn: Say, advise: Say) -> tuple[Any, Path]:
     """A connection and its spill directory: made private (0700) by mkdtemp under the
     system's temporary directory (DuckDB's default is ``.tmp`` in the working directory),
     removed again if the connection cannot be made."""
@@ -152,7 +168,7 @@ def _open(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> tup
         raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
     spill = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX))
     try:
-        return _connect(root, on_damage, warn, spill), spill
+        return _connect(root, on_damage, warn, advise, spill), spill
     except duckdb.Error as exc:
         shutil.rmtree(spill, ignore_errors=True)
         raise _duck_error(root, exc) from None
@@ -161,14 +177,19 @@ def _open(root: Path, on_damage: str, warn: Callable[[str], None] | None) -> tup
         raise
 
 
-def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None, spill: Path) -> Any:
+def _connect(root: Path, on_damage: str, warn: Say, advise: Say, spill: Path) -> Any:
     import duckdb
 
     if not root.is_dir():
         raise FleetError(f"{root} is not a directory (export one: fsage export DIR)")
     con = duckdb.connect()
     try:
-        _views(con, root, on_damage, warn, spill)
+        fresh = _views(con, root, on_damage, warn, spill)
+        if advise is not None and fresh >= ADVISE_COMPACT_FILES:
+            advise(
+                f"{root}: {fresh:,} files not compacted, each read by every query; "
+                f"`fsage fleet compact {shlex.quote(str(root))}` merges them into a few"
+            )
     except BaseException:
         con.close()
         raise
@@ -177,7 +198,8 @@ def _connect(root: Path, on_damage: str, warn: Callable[[str], None] | None, spi
 
 def _views(
     con: Any, root: Path, on_damage: str, warn: Callable[[str], None] | None, spill: Path
-) -> None:
+) -> int:
+    """Make the views; returns the number of per-partition files they read."""
     con.execute(f"SET temp_directory = '{_sql_str(str(spill))}'")
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     con.execute(f"SET threads = {THREADS}")
@@ -218,6 +240,7 @@ def _views(
         con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS SELECT * FROM {_file_list(paths)}")
     else:
         con.execute(f"CREATE VIEW {SUMMARY_TABLE} AS {SIZE_SUMMARY}")
+    return sum(len(tf.fresh) for tf in tables.values())
 
 
 def _sql_str(s: str) -> str:

@@ -41,10 +41,11 @@ def spills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, 
     seen: list[tuple[Path, int, str]] = []
     real = query_mod._views
 
-    def views(con: Any, root: Path, on_damage: str, warn: Any, spill: Path) -> None:
-        real(con, root, on_damage, warn, spill)
+    def views(con: Any, root: Path, on_damage: str, warn: Any, spill: Path) -> int:
+        fresh = real(con, root, on_damage, warn, spill)
         (setting,) = con.execute("SELECT current_setting('temp_directory')").fetchone()
         seen.append((spill, stat.S_IMODE(spill.stat().st_mode), setting))
+        return fresh
 
     monkeypatch.setattr(query_mod, "_views", views)
     return seen
