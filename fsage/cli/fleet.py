@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from fsage.analyzer.history import TREND_RULE
 from fsage.cli.common import (
     count_progress,
     db_option,
@@ -64,7 +63,35 @@ def export(
         click.echo(summary.line())
 
 
-class _DefaultGroup(click.Group):
+# Where the help text holds `fsage analyze`'s rule for trends (fsage.analyzer.history), read
+# only when help is shown: importing it loads the analyzer and numpy, which a fleet query does
+# not need (17 MiB of its peak).
+TREND_RULE = "\0TREND_RULE\0"
+
+
+class _TrendRuleHelp:
+    """Help text with ``TREND_RULE`` put in when it is read."""
+
+    _help: str | None
+
+    @property
+    def help(self) -> str | None:
+        if self._help is None or TREND_RULE not in self._help:
+            return self._help
+        from fsage.analyzer.history import TREND_RULE as rule
+
+        return self._help.replace(TREND_RULE, rule)
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._help = value
+
+
+class _Command(_TrendRuleHelp, click.Command):
+    pass
+
+
+class _DefaultGroup(_TrendRuleHelp, click.Group):
     """A group whose first argument, when it is not a subcommand, goes to ``summary``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -111,6 +138,7 @@ TABLE_CHOICES = ["filesystems", "size", "free", "outliers", "trend", "files_by_s
 
 
 @fleet.command(
+    cls=_Command,
     help="The fleet analysis of DIRECTORY (a dataset written by `fsage export`).\n\n"
     + TREND_RULE
     + """
@@ -150,7 +178,14 @@ def summary(
     want = tables or (("filesystems",) if fmt == "csv" else DEFAULT_TABLES)
     # streamed a chunk of rows at a time, printed once every query has succeeded
     write_tables(
-        directory, tuple(want), fmt, sys.stdout, threshold, on_damage=on_damage, warn=_warn
+        directory,
+        tuple(want),
+        fmt,
+        sys.stdout,
+        threshold,
+        on_damage=on_damage,
+        warn=_warn,
+        advise=_warn,
     )
 
 
@@ -222,7 +257,7 @@ def report(directory: Path, output: Path, on_damage: str) -> None:
     from fsage.reports.html import check_output
 
     check_output(output)  # before the queries: a bad path is found at once
-    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn)
+    figures = write_fleet_report(directory, output, on_damage=on_damage, warn=_warn, advise=_warn)
     if str(output) == "-":
         click.echo(f"fleet report: {figures} figures", err=True)  # standard output holds the page
     else:

@@ -31,6 +31,7 @@ from typing import Any
 
 from fsage.errors import FsageError
 from fsage.fleet import LARGE_TABLES, TABLES
+from fsage.fleet.damage import damaged_files
 from fsage.fleet.dataset import (
     COMPACTED,
     SUMMARY_TABLE,
@@ -38,7 +39,6 @@ from fsage.fleet.dataset import (
     ManifestError,
     TableFiles,
     cover_table,
-    damaged_files,
     dataset_files,
     fsync_dir,
     load_manifest,
@@ -179,7 +179,10 @@ def compact(
         files = dataset_files(root, old)
         if progress is not None:  # a footer read for each: seconds for thousands of files
             progress("check", f"checking {sum(len(tf.all) for tf in files.values()):,} files")
-        damaged = damaged_files(root, files, old)
+        with duckdb.connect() as check:
+            check.execute("SET threads = 1")
+            check.execute(f"SET memory_limit = '{memory_limit}'")
+            damaged = damaged_files(check, root, files, old)
         if damaged:
             p, why = damaged[0]
             more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""

@@ -238,24 +238,6 @@ def file_damage(path: Path, table: str) -> str | None:
     return None
 
 
-def damaged_files(
-    root: Path, files: dict[str, TableFiles], manifest: Manifest
-) -> list[tuple[Path, str]]:
-    """The files a reader of the dataset would open that it cannot read, with why."""
-    out = []
-    for table, tf in files.items():
-        for p in tf.all:
-            why = file_damage(p, table)
-            if why is not None:
-                out.append((p, why))
-    for rel in manifest.tables.get(SUMMARY_TABLE, []):
-        p = root / SUMMARY_TABLE / rel
-        why = file_damage(p, SUMMARY_TABLE)
-        if why is not None:
-            out.append((p, why))
-    return out
-
-
 def drop_partitions(files: dict[str, TableFiles], parts: set[tuple[str, str]]) -> None:
     """Leave the per-partition files of these (host, fs) out of every table."""
     for tf in files.values():

@@ -58,10 +58,11 @@ def write_tables(
     *,
     on_damage: str = "refuse",
     warn: Callable[[str], None] | None = None,
+    advise: Callable[[str], None] | None = None,
 ) -> None:
     """Write the fleet tables of ``root`` to ``out`` as ``fmt`` ('text', 'json', 'csv': the
     first table only)."""
-    with opened(root, on_damage, warn) as con:
+    with opened(root, on_damage, warn, advise=advise) as con:
         spill = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
         with tempfile.TemporaryFile("w+", dir=spill, encoding="utf-8", newline="") as buf:
             streams = {t: table_rows(con, t, threshold) for t in tables}

@@ -396,6 +396,7 @@ def write_fleet_report(
     *,
     on_damage: str = "refuse",
     warn: Callable[[str], None] | None = None,
+    advise: Callable[[str], None] | None = None,
 ) -> int:
     """Write the report atomically and private ('-': standard output); returns the number of
     figures."""
@@ -406,7 +407,7 @@ def write_fleet_report(
         if warn is not None:
             warn(line)
 
-    with opened(root, on_damage, note) as con:
+    with opened(root, on_damage, note, advise=advise) as con:
         fss = filesystems(con)
         t = {"filesystems": fss, "size": by_size(con), "free": free_histogram(con),
              "outliers": outliers(con)}  # fmt: skip

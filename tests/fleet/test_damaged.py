@@ -173,3 +173,76 @@ def test_files_from_before_added_columns_are_read(made: dict[str, Path], tmp_pat
     assert r.exit_code == 0, r.output
     r = cli("fleet", root, "--format", "json", "--damaged", "skip")
     assert r.exit_code == 0 and "damaged" not in r.stderr.lower(), r.stderr
+
+
+def test_the_checked_column_types_are_those_the_export_writes(tmp_path: Path) -> None:
+    """The types the check expects (fsage.fleet.damage.COLUMNS) are those DuckDB reads from a
+    file written with the export's Arrow schema of each table."""
+    import duckdb
+
+    from fsage.fleet.damage import COLUMNS
+    from fsage.fleet.export_schema import schemas
+
+    con = duckdb.connect()
+    for table, schema in schemas().items():
+        p = tmp_path / f"{table}.parquet"
+        pq.write_table(pa.table({f.name: pa.array([], f.type) for f in schema}, schema=schema), p)
+        got = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{p}')").fetchall()
+        assert COLUMNS[table] == {r[0]: r[1] for r in got}, table
+    assert set(COLUMNS) == set(schemas())
+
+
+def test_a_damaged_footer_inside_sound_ends_is_one_line(
+    made: dict[str, Path], tmp_path: Path
+) -> None:
+    """A file whose magic bytes and footer length are sound but whose footer is garbage (what
+    a look at its ends cannot see) is named in one line, and --damaged skip leaves its file
+    system out."""
+    ds = tmp_path / "ds"
+    shutil.copytree(made["plain"], ds)
+    victim = ds / "size_buckets" / "host=h1" / "fs=b" / "part.parquet"
+    data = bytearray(victim.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[-8 - footer : -8] = random.Random(5).randbytes(footer)
+    victim.write_bytes(bytes(data))
+    one_line(cli("fleet", ds), victim)
+    one_line(cli("fleet", "compact", ds), victim)
+    skipped = cli("fleet", ds, "--damaged", "skip", "--format", "json")
+    assert skipped.exit_code == 0, skipped.output
+    import json
+
+    shown = {(r["host"], r["fs"]) for r in json.loads(skipped.stdout)["filesystems"]}
+    assert shown == {("h1", "a"), ("h2", "c")}
+
+
+def test_a_fleet_query_does_not_load_arrow(made: dict[str, Path], tmp_path: Path) -> None:
+    """The damage check of `fsage fleet` and `fsage fleet report` reads the files with DuckDB:
+    neither command imports pyarrow (nor numpy, for the tables), damaged file or not."""
+    import subprocess
+    import sys
+
+    from tests.fleet.peaks import REPO, env
+
+    probe = (
+        "import sys\nfrom fsage.launch import run\n"
+        "try:\n    run(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('pyarrow', 'numpy') if m in sys.modules), file=sys.stderr)"
+    )
+    ds = tmp_path / "ds"
+    shutil.copytree(made["plain"], ds)
+    runs = {
+        "tables": ["fleet", str(ds), "--table", "trend", "--format", "csv"],
+        "report": ["fleet", "report", str(ds), "-o", str(tmp_path / "r.html")],
+    }
+    for what, args in runs.items():
+        done = subprocess.run([sys.executable, "-c", probe, *args], env=env(), cwd=REPO,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.stdout if what == "tables" else (tmp_path / "r.html").exists()
+        loaded = done.stderr.strip().splitlines()[-1]
+        assert loaded == ("[]" if what == "tables" else "['numpy']"), (what, done.stderr)
+    (ds / "metrics" / "host=h2" / "fs=c" / "part.parquet").write_bytes(b"PAR1 not parquet")
+    done = subprocess.run([sys.executable, "-c", probe, *runs["tables"]], env=env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    first, loaded = done.stderr.strip().splitlines()
+    assert first.startswith("fsage: error: ") and "not a readable Parquet file" in first
+    assert loaded == "[]"
