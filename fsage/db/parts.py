@@ -161,10 +161,12 @@ def _blob_crc(blob: Any) -> int:
 
 
 class _Bits:
-    """A bit per row (or per inode number), packed: a byte holds eight."""
+    """A bit per row (or per inode number), packed: a byte holds eight. Bit ``i`` is the
+    ``i - base``-th: a chunk's user files are a range of inode numbers, not all of them from 0
+    (the chunks of a large snapshot would each hold bits for every inode below theirs)."""
 
-    def __init__(self, bits: npt.NDArray[np.uint8], n: int) -> None:
-        self.bits, self.n = bits, n
+    def __init__(self, bits: npt.NDArray[np.uint8], n: int, base: int = 0) -> None:
+        self.bits, self.n, self.base = bits, n, base
 
     @classmethod
     def ones(cls, n: int) -> _Bits:
@@ -184,6 +186,7 @@ class _Bits:
 
     def at(self, i: I64) -> npt.NDArray[np.bool_]:
         """Bits ``i`` (False outside)."""
+        i = i - self.base
         ok = (i >= 0) & (i < self.n)
         if self.n == 0:
             return ok
@@ -196,6 +199,11 @@ class _Bits:
         """Set the bits ``i`` (ascending), growing to hold them (cleared bits between)."""
         if i.size == 0:
             return
+        if self.n == 0:  # the first bits set: counted from the byte that holds the lowest
+            self.base = int(i[0]) & ~7
+        i = i - self.base
+        if int(i[0]) < 0:
+            raise ValueError("bits below the first ones set")
         top = int(i[-1]) + 1
         if top > self.n:
             size = max(top, 2 * self.n)
