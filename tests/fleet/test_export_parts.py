@@ -171,3 +171,40 @@ def test_export_holds_a_part_not_a_snapshot(tmp_path: Path) -> None:
     assert big["peak"] < big["snapshot"] / 2, big
     grown = big["peak"] - small["peak"]
     assert grown < (big["snapshot"] - small["snapshot"]) / 6, (small, big)
+
+
+def test_held_rows_wait_on_disk_and_make_the_same_row_groups(tmp_path: Path) -> None:
+    """Tables of a few rows held over many parts (``hold``, ``settle`` between parts) make the
+    Parquet file that writing each at once makes: the same rows in the same row groups, as
+    pyarrow reads them back; between parts no held row is in memory, only on disk."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(11)
+    schema = pa.schema([("ino", pa.int64()), ("path", pa.string())])
+    tables = []
+    for _ in range(40):
+        n = int(rng.integers(0, 900))
+        ino = rng.integers(0, 1 << 40, n)
+        tables.append(pa.table({"ino": ino, "path": [f"/d/{i:x}" for i in ino]}, schema=schema))
+    files = {}
+    for how in ("write", "hold"):
+        path = tmp_path / f"{how}.parquet"
+        rg = export_stream.RowGroups(pa, pq.ParquetWriter(path, schema), size=4096)
+        for k, t in enumerate(tables):
+            if how == "write":
+                rg.write_table(t)
+                continue
+            rg.hold(t)
+            rg.settle(tmp_path / "waiting")
+            assert rg.pending == []  # what waits for a row group is on disk
+            assert (tmp_path / "waiting").exists() == (rg.rows > 0), k
+        rg.close()
+        files[how] = pq.ParquetFile(path)
+    md = [f.metadata for f in files.values()]
+    groups = [[m.row_group(i).num_rows for i in range(m.num_row_groups)] for m in md]
+    assert groups[0] == groups[1]
+    assert len(groups[0]) > 4 and set(groups[0][:-1]) == {4096}
+    expect = pa.concat_tables(tables)
+    for f in files.values():
+        assert f.read().equals(expect)
+    assert not (tmp_path / "waiting").exists()
