@@ -468,7 +468,11 @@ class SnapshotParts:
             if len(tables) > 1:
                 order = np.argsort(files.ino, kind="stable")
                 files, gen, digest = files.take(order), gen[order], digest[order]
-            yield k, Part(files, gen, digest)
+            # nothing of the part stays bound here while the caller has it: a suspended
+            # generator keeps its locals (the chunks' pieces too, a second copy of the part)
+            box = [Part(files, gen, digest)]
+            del tables, gens, digests, files, gen, digest
+            yield k, box.pop()
 
     def parents(self) -> Iterator[U64]:
         """The directory of every name of a valid version, a piece at a time."""
