@@ -6,13 +6,13 @@ chunks' columns are fixed-width (``fsage/_columns.c``), so a range of rows of a 
 from SQLite without the rest; each column is checked against its checksum once, in pieces,
 before any part is handed out (a damaged chunk fails before anything is made of it).
 
-What is held for the whole read: per chunk row, whether it is valid and a user file (a byte
-each); per inode number, a bit (is it a user file); every ``rows``-th user file's inode (the
-part boundaries) and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's
-user files come in inode order, so a part is found again from its rows a window at a time; a
-chunk whose user files are not in inode order is read whole (``load_layout``). A part holds at
-most ``rows`` files of each chunk that has files in its inode range. The free map is inflated
-a piece at a time (``free_windows``).
+What is held for the whole read: per chunk row, whether it is valid and a user file (a bit
+each); per inode number from the chunk's lowest, a bit (is it a user file); every
+``rows``-th user file's inode (the part boundaries) and a value of each column of differences
+every ``MARK_ROWS`` rows. A chunk's user files come in inode order, so a part is found again
+from its rows a window at a time; a chunk whose user files are not in inode order is read
+whole (``load_layout``). A part holds at most ``rows`` files of each chunk that has files in
+its inode range. The free map is inflated a piece at a time (``free_windows``).
 """
 
 from __future__ import annotations
