@@ -212,3 +212,17 @@ def test_held_rows_wait_on_disk_and_make_the_same_row_groups(tmp_path: Path) -> 
     for f in files.values():
         assert f.read().equals(expect)
     assert not (tmp_path / "waiting").exists()
+
+
+def test_inode_bits_count_from_the_lowest_inode_set() -> None:
+    """A chunk's bit per inode starts at its lowest user file: the bits answer as a set of the
+    inodes would (below the first, between, past the last), and hold about the range, not
+    every inode number from 0."""
+    rng = np.random.default_rng(5)
+    inos = np.unique(rng.integers(5_000_000, 5_100_000, 20_000)).astype(np.int64)
+    bits = parts._Bits.ones(0)
+    for lo in range(0, inos.size, 3000):  # a window at a time, as a chunk is read
+        bits.add(inos[lo : lo + 3000])
+    probe = np.concatenate([inos, rng.integers(0, 5_200_000, 50_000), [-1, 0, 4_999_999]])
+    assert bits.at(probe.astype(np.int64)).tolist() == np.isin(probe, inos).tolist()
+    assert bits.bits.nbytes < 2 * (100_000 // 8)
