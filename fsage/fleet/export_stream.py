@@ -60,6 +60,8 @@ class RowGroups:
         self.pending: list[Any] = []
         self.rows = 0
         self.waiting: Path | None = None  # rows written to disk by ``settle``
+        self.out: Any = None  # its writer, open until they are read back: each row is
+        # written once however many parts it waits over
         self.schema: Any = None
 
     def write_table(self, table: Any) -> None:
@@ -80,11 +82,11 @@ class RowGroups:
             self._write_whole()
         if not self.pending:
             return
-        tables = self._unwait()
-        with self.pa.ipc.new_stream(str(path), self.schema) as out:
-            for t in (*tables, *self.pending):
-                out.write_table(t)
-        self.waiting = path
+        if self.out is None:
+            self.out = self.pa.ipc.new_stream(str(path), self.schema)
+            self.waiting = path
+        for t in self.pending:
+            self.out.write_table(t)
         self.pending = []
 
     def _unwait(self) -> list[Any]:
@@ -92,6 +94,8 @@ class RowGroups:
         were freed: numpy's allocator, not Arrow's own pool), the file removed."""
         if self.waiting is None:
             return []
+        self.out.close()
+        self.out = None
         pool = self.pa.system_memory_pool()
         with self.pa.OSFile(str(self.waiting), memory_pool=pool) as f:
             table = self.pa.ipc.open_stream(f, memory_pool=pool).read_all()
