@@ -169,8 +169,11 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key=lambda r: int(r["case"].split()[0]),
     )
     out = []
-    for key, name in (("export", "export"), ("compact", "fleet compact")):
-        peak = max(r[key]["peak_mib"] for r in rows)
+    commands = [("export", "export"), ("compact", "fleet compact")]
+    if single and all("baseline_export" in r for r in single):  # the same sizes, the other tree
+        commands.insert(0, ("baseline_export", "baseline exp."))
+    for key, name in commands:
+        peak = max(r[key]["peak_mib"] for r in rows if key in r)
         out.append(
             {
                 "command": name,

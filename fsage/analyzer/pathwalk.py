@@ -87,24 +87,15 @@ class PathWalk:
                          name_off[1:][name_row[named]].astype(np.int64))]  # fmt: skip
         self.kids.add(bucket, rec[named], sub_off, sub.tobytes())
 
-    def finish(
-        self,
-        trim: Callable[[], None] | None = None,
-        progress: Callable[[float], None] | None = None,
-    ) -> dict[str, Any]:
-        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+    # The two passes over every entry are methods of their own: the arrays of their last
+    # window go when they return, before the next step allocates its own.
 
-        def done(step: int, at: int, of: int) -> None:
-            if progress is not None:
-                progress((step + at / max(of, 1)) / 3)
-
-        dirs = np.fromfile(self.dirs, REC)
-        self.dirs.unlink()
-        order = np.argsort(dirs["ino"], kind="stable")
-        dirs = dirs[order]
-        nd = dirs.size
-        d_ino = dirs["ino"]
-        # 1. every directory's entries in walk order, without their names
+    def _in_walk_order(
+        self, d_ino: I64, done: Callable[[int, int, int], None]
+    ) -> tuple[Values, I64, list[tuple[I64, I64]]]:
+        """Step 1: the entries, a bucket at a time, in walk order to ``walked``; how many
+        entries each directory holds; (directory, index among its entries) of each."""
+        nd = d_ino.size
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
         count = np.zeros(nd, np.int64)
         edges: list[tuple[I64, I64]] = []  # (directory, index among its entries) of each
@@ -130,47 +121,25 @@ class PathWalk:
             is_dir = (d_ino[q] == rec["ino"]) if nd else np.zeros(rec.size, bool)
             edges.append((q[is_dir], j[is_dir]))
             walked.add(rec)
-        if trim is not None:
-            trim()
-        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
-        dpar = np.full(nd, -1, np.int64)
-        if nd:
-            at = np.minimum(np.searchsorted(d_ino, dirs["parent"]), nd - 1)
-            ok = (dirs["parent"] >= 0) & (d_ino[at] == dirs["parent"])
-            dpar[ok] = at[ok]
-        roots = np.flatnonzero(d_ino == self.root)
-        dep = depths_below(dpar, roots) if nd else np.zeros(0, np.int64)
-        size = np.where(dep >= 0, 1 + count, 0).astype(np.int64)
-        e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, np.int64)
-        e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, np.int64)
-        maxdep = int(dep.max()) if nd and (dep >= 0).any() else 0
-        for d in range(maxdep, 0, -1):
-            at = e_q[dep[e_q] == d]
-            np.add.at(size, dpar[at], size[at] - 1)
-        offset = np.zeros(nd, np.int64)
-        if e_q.size:
-            by = np.lexsort((e_j, dpar[e_q]))
-            q, jj = e_q[by], e_j[by]
-            extra = size[q] - 1
-            grp = dpar[q]
-            csum = np.cumsum(extra) - extra
-            gs = np.ones(q.size, bool)
-            gs[1:] = grp[1:] != grp[:-1]
-            base = np.maximum.accumulate(np.where(gs, np.arange(q.size), 0))
-            offset[q] = jj + csum - csum[base]
-        pos = np.full(nd, -1, np.int64)
-        pos[roots] = 0
-        for d in range(1, maxdep + 1):
-            at = np.flatnonzero(dep == d)
-            pos[at] = pos[dpar[at]] + 1 + offset[at]
-        # 3. entries in walk order: positions, gaps, every directory's own scan
+        return walked, count, edges
+
+    def _walk_windows(
+        self,
+        walked: Values,
+        done: Callable[[int, int, int], None],
+        dirs: npt.NDArray[Any],
+        placed: tuple[I64, I64, I64],
+        by_pos: Buckets,
+        gaps: I64,
+        segs: tuple[I64, I64, npt.NDArray[np.bool_]],
+        scan: Scan,
+    ) -> None:
+        """Step 3: the entries in walk order, a window at a time: their positions (to
+        ``by_pos``), the gaps between neighbours, every directory's own scan (``segs``)."""
+        d_ino, nd = dirs["ino"], dirs.size
+        dep, size, pos = placed
+        seg_disc, seg_blocks, has_seg = segs
         width = max(spill.WINDOW, 1)
-        by_pos = Buckets(self.tmp, "pos", POS_REC)
-        gaps = np.zeros(len(GAP_BUCKETS), np.int64)
-        seg_disc = np.zeros(nd, np.int64)
-        seg_blocks = np.zeros(nd, np.int64)
-        has_seg = np.zeros(nd, bool)
-        scan = Scan.new(self.tabs)
         carry = (-1, 0, 0)  # the last directory, its next entry index, the extra before it
         last_file: tuple[int, int] | None = None  # (directory, last block) of a regular file
         opened = -1  # the directory whose own scan has begun
@@ -246,6 +215,68 @@ class PathWalk:
                 np.add.at(seg_disc, seg, disc)
                 np.add.at(seg_blocks, seg, blocks)
                 has_seg[kp] = True
+
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+
+        def done(step: int, at: int, of: int) -> None:
+            if progress is not None:
+                progress((step + at / max(of, 1)) / 3)
+
+        dirs = np.fromfile(self.dirs, REC)
+        self.dirs.unlink()
+        order = np.argsort(dirs["ino"], kind="stable")
+        dirs = dirs[order]
+        nd = dirs.size
+        d_ino = dirs["ino"]
+        # 1. every directory's entries in walk order, without their names
+        walked, count, edges = self._in_walk_order(d_ino, done)
+        if trim is not None:
+            trim()
+        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
+        dpar = np.full(nd, -1, np.int64)
+        if nd:
+            at = np.minimum(np.searchsorted(d_ino, dirs["parent"]), nd - 1)
+            ok = (dirs["parent"] >= 0) & (d_ino[at] == dirs["parent"])
+            dpar[ok] = at[ok]
+        roots = np.flatnonzero(d_ino == self.root)
+        dep = depths_below(dpar, roots) if nd else np.zeros(0, np.int64)
+        size = np.where(dep >= 0, 1 + count, 0).astype(np.int64)
+        e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, np.int64)
+        e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, np.int64)
+        maxdep = int(dep.max()) if nd and (dep >= 0).any() else 0
+        for d in range(maxdep, 0, -1):
+            at = e_q[dep[e_q] == d]
+            np.add.at(size, dpar[at], size[at] - 1)
+        offset = np.zeros(nd, np.int64)
+        if e_q.size:
+            by = np.lexsort((e_j, dpar[e_q]))
+            q, jj = e_q[by], e_j[by]
+            extra = size[q] - 1
+            grp = dpar[q]
+            csum = np.cumsum(extra) - extra
+            gs = np.ones(q.size, bool)
+            gs[1:] = grp[1:] != grp[:-1]
+            base = np.maximum.accumulate(np.where(gs, np.arange(q.size), 0))
+            offset[q] = jj + csum - csum[base]
+        pos = np.full(nd, -1, np.int64)
+        pos[roots] = 0
+        for d in range(1, maxdep + 1):
+            at = np.flatnonzero(dep == d)
+            pos[at] = pos[dpar[at]] + 1 + offset[at]
+        # 3. entries in walk order: positions, gaps, every directory's own scan
+        by_pos = Buckets(self.tmp, "pos", POS_REC)
+        gaps = np.zeros(len(GAP_BUCKETS), np.int64)
+        seg_disc = np.zeros(nd, np.int64)
+        seg_blocks = np.zeros(nd, np.int64)
+        has_seg = np.zeros(nd, bool)
+        scan = Scan.new(self.tabs)
+        self._walk_windows(walked, done, dirs, (dep, size, pos), by_pos, gaps,
+                           (seg_disc, seg_blocks, has_seg), scan)  # fmt: skip
         if trim is not None:
             trim()
         # 4. the objects in walk order, the root first

@@ -6,13 +6,13 @@ chunks' columns are fixed-width (``fsage/_columns.c``), so a range of rows of a 
 from SQLite without the rest; each column is checked against its checksum once, in pieces,
 before any part is handed out (a damaged chunk fails before anything is made of it).
 
-What is held for the whole read: per chunk row, whether it is valid and a user file (a byte
-each); per inode number, a bit (is it a user file); every ``rows``-th user file's inode (the
-part boundaries) and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's
-user files come in inode order, so a part is found again from its rows a window at a time; a
-chunk whose user files are not in inode order is read whole (``load_layout``). A part holds at
-most ``rows`` files of each chunk that has files in its inode range. The free map is inflated
-a piece at a time (``free_windows``).
+What is held for the whole read: per chunk row, whether it is valid and a user file (a bit
+each); per inode number from the chunk's lowest, a bit (is it a user file); every
+``rows``-th user file's inode (the part boundaries) and a value of each column of differences
+every ``MARK_ROWS`` rows. A chunk's user files come in inode order, so a part is found again
+from its rows a window at a time; a chunk whose user files are not in inode order is read
+whole (``load_layout``). A part holds at most ``rows`` files of each chunk that has files in
+its inode range. The free map is inflated a piece at a time (``free_windows``).
 """
 
 from __future__ import annotations
@@ -161,10 +161,12 @@ def _blob_crc(blob: Any) -> int:
 
 
 class _Bits:
-    """A bit per row (or per inode number), packed: a byte holds eight."""
+    """A bit per row (or per inode number), packed: a byte holds eight. Bit ``i`` is the
+    ``i - base``-th: a chunk's user files are a range of inode numbers, not all of them from 0
+    (the chunks of a large snapshot would each hold bits for every inode below theirs)."""
 
-    def __init__(self, bits: npt.NDArray[np.uint8], n: int) -> None:
-        self.bits, self.n = bits, n
+    def __init__(self, bits: npt.NDArray[np.uint8], n: int, base: int = 0) -> None:
+        self.bits, self.n, self.base = bits, n, base
 
     @classmethod
     def ones(cls, n: int) -> _Bits:
@@ -184,6 +186,7 @@ class _Bits:
 
     def at(self, i: I64) -> npt.NDArray[np.bool_]:
         """Bits ``i`` (False outside)."""
+        i = i - self.base
         ok = (i >= 0) & (i < self.n)
         if self.n == 0:
             return ok
@@ -196,6 +199,11 @@ class _Bits:
         """Set the bits ``i`` (ascending), growing to hold them (cleared bits between)."""
         if i.size == 0:
             return
+        if self.n == 0:  # the first bits set: counted from the byte that holds the lowest
+            self.base = int(i[0]) & ~7
+        i = i - self.base
+        if int(i[0]) < 0:
+            raise ValueError("bits below the first ones set")
         top = int(i[-1]) + 1
         if top > self.n:
             size = max(top, 2 * self.n)
@@ -460,7 +468,11 @@ class SnapshotParts:
             if len(tables) > 1:
                 order = np.argsort(files.ino, kind="stable")
                 files, gen, digest = files.take(order), gen[order], digest[order]
-            yield k, Part(files, gen, digest)
+            # nothing of the part stays bound here while the caller has it: a suspended
+            # generator keeps its locals (the chunks' pieces too, a second copy of the part)
+            box = [Part(files, gen, digest)]
+            del tables, gens, digests, files, gen, digest
+            yield k, box.pop()
 
     def parents(self) -> Iterator[U64]:
         """The directory of every name of a valid version, a piece at a time."""

@@ -45,7 +45,13 @@ FILES_CHUNK = 65536
 class RowGroups:
     """A Parquet writer fed tables of any size: rows are written in row groups of ``size``
     (tables of a part each would make many small ones, a larger file), the last one of a
-    ``flush`` smaller."""
+    ``flush`` smaller.
+
+    ``write_table`` writes whole row groups as soon as it has them. ``hold`` keeps the rows
+    until ``settle``, called between two parts: whole row groups are written then, when the
+    part's arrays are gone, and the rest waits in a file (Arrow IPC) for the next parts. A
+    later snapshot adds a few rows a part, so a row group's rows would otherwise stay in
+    memory over many parts, beside each one's arrays (18 MiB at 64k files)."""
 
     def __init__(self, pa: Any, writer: Any, size: int = FILES_CHUNK) -> None:
         self.pa = pa
@@ -53,20 +59,61 @@ class RowGroups:
         self.size = size
         self.pending: list[Any] = []
         self.rows = 0
+        self.waiting: Path | None = None  # rows written to disk by ``settle``
+        self.out: Any = None  # its writer, open until they are read back: each row is
+        # written once however many parts it waits over
+        self.schema: Any = None
 
     def write_table(self, table: Any) -> None:
+        self.hold(table)
+        if self.rows >= self.size:
+            self._write_whole()
+
+    def hold(self, table: Any) -> None:
         self.pending.append(table)
         self.rows += table.num_rows
+        self.schema = table.schema
+
+    def settle(self, path: Path) -> None:
+        """Write the whole row groups held, and the rows left over to ``path``."""
+        if not self.pending:
+            return
         if self.rows >= self.size:
-            joined = self.pa.concat_tables(self.pending)
-            whole = self.rows - self.rows % self.size
-            self.writer.write_table(joined.slice(0, whole), row_group_size=self.size)
-            self.pending = [joined.slice(whole)] if whole < self.rows else []
-            self.rows -= whole
+            self._write_whole()
+        if not self.pending:
+            return
+        if self.out is None:
+            self.out = self.pa.ipc.new_stream(str(path), self.schema)
+            self.waiting = path
+        for t in self.pending:
+            self.out.write_table(t)
+        self.pending = []
+
+    def _unwait(self) -> list[Any]:
+        """The rows waiting on disk, read into the C heap (where the last part's arrays
+        were freed: numpy's allocator, not Arrow's own pool), the file removed."""
+        if self.waiting is None:
+            return []
+        self.out.close()
+        self.out = None
+        pool = self.pa.system_memory_pool()
+        with self.pa.OSFile(str(self.waiting), memory_pool=pool) as f:
+            table = self.pa.ipc.open_stream(f, memory_pool=pool).read_all()
+        self.waiting.unlink()
+        self.waiting = None
+        return [table]
+
+    def _write_whole(self) -> None:
+        joined = self.pa.concat_tables([*self._unwait(), *self.pending])
+        whole = self.rows - self.rows % self.size
+        self.writer.write_table(joined.slice(0, whole), row_group_size=self.size)
+        self.pending = [joined.slice(whole)] if whole < self.rows else []
+        self.rows -= whole
 
     def flush(self) -> None:
-        if self.pending:
-            self.writer.write_table(self.pa.concat_tables(self.pending), row_group_size=self.size)
+        held = [*self._unwait(), *self.pending]
+        if held:
+            self.writer.write_table(self.pa.concat_tables(held), row_group_size=self.size)
         self.pending, self.rows = [], 0
 
     def close(self) -> None:
@@ -237,6 +284,7 @@ def export_snapshot(
     # the free map first, a window at a time: it is as large as the free extents are many
     free = free_figures(head, sp.free_windows)
     _write_free_windows(pa, sch, large, host, fs, row.id, sp.free_windows())
+    large["free_extents"].flush()  # its last row group now, not held over the parts
     snap = snapshot_row(host, row, head)
     trim()
     tick(NAMES_SHARE / 3)
@@ -291,14 +339,14 @@ def export_snapshot(
         hi = bounds[k + 1] if k + 1 < len(bounds) else None
         old = prev.upto(hi)
         new_rows, keys, ended = diff_keys(old, ino, part.generation, part.digest)
-        _write_ends(pa, sch, large, host, fs, old, ended, ended_at)
+        _write_ends(pa, sch, large, host, fs, old, ended, ended_at, hold=True)
         paths = _PartPaths(rec, off, names, prefix, root_ino)
         for lo in range(0, new_rows.size, FILES_CHUNK):
             table = files_table(
                 pa, sch["files"], host, fs, row.id, layout,
                 new_rows[lo : lo + FILES_CHUNK], part.digest, paths,
             )  # fmt: skip
-            large["files"].write_table(table)
+            large["files"].hold(table)
             del table
         versions += int(new_rows.size)
         keys["first"][new_rows] = row.id
@@ -311,8 +359,10 @@ def export_snapshot(
         # still be bound, and the peak would hold two parts
         del layout, files, part, rec, names, ino, by, lens, raw, off, cand, c_ino, at
         del first_name, parent, name_row, where, old, new_rows, keys, ended, paths, out
+        settle(large, tmp)
     old = prev.upto(None)
-    _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at)
+    _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at, hold=True)
+    settle(large, tmp)
     trim()
     tick(PARTS_SHARE)
     found = figures.finish(trim, lambda done: tick(PARTS_SHARE + (1 - PARTS_SHARE) * done))
@@ -320,9 +370,17 @@ def export_snapshot(
     return snap, rows_of_figures(host, row, found), versions
 
 
+def settle(large: dict[str, Any], tmp: Path) -> None:
+    """Between parts: the files' and their ends' whole row groups written, the rest on disk."""
+    for name in ("files", "file_ends"):
+        large[name].settle(tmp / f"waiting-{name}.arrows")
+
+
 def _write_ends(pa: Any, sch: dict[str, Any], large: dict[str, Any], host: str, fs: str,
-                prev: dict[str, I64], ended: I64, ended_at: int) -> None:  # fmt: skip
-    large["file_ends"].write_table(
+                prev: dict[str, I64], ended: I64, ended_at: int,
+                hold: bool = False) -> None:  # fmt: skip
+    ends = large["file_ends"]
+    (ends.hold if hold else ends.write_table)(
         pa.table(
             {
                 "host": pa.array([host] * ended.size, pa.string()),
