@@ -11,7 +11,10 @@ whole under a temporary name and renamed over the old one (as git, editors and p
 managers do), two at a time in alternating pieces where a size bucket is too contiguous;
 where the free space lacks extents of some sizes, files between free extents are rewritten
 elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
-changed directories) are written between rewritten files and deleted, leaving holes; where
+changed directories) are written between rewritten files and deleted, leaving holes (where
+the free space is in fewer pieces than the snapshot's, enclosed files of the lacking sizes are
+rewritten first: each leaves a hole of its length, its new version taking blocks of the larger
+free extents); where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
 The free space is judged by blocks and by the count of free extents per bucket (the blocks'
@@ -25,7 +28,8 @@ for the buckets or the locality leaves the free space to the next round, which s
 from a fresh measurement. So on until every dimension is within the
 matcher's tolerances, or the buckets and the free space are and the locality's excess is
 smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
-seconds, rounds) is spent. The added ops are marked ``inferred`` so that a journal of the
+seconds, rounds) is spent, or, in a fresh file system's first interval, a round leaves only
+the free space off and no nearer. The added ops are marked ``inferred`` so that a journal of the
 whole recreation can be rerun and its assumptions told apart from what was seen.
 
 The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
@@ -151,13 +155,14 @@ class Steerer(Mover):
                 # snapshot's: added churn only takes them farther.
                 churn.stopped = "recreation already past the snapshot"
                 break
+            kinds = dict(churn.kinds)
             self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
                         rng, churn, allowed)  # fmt: skip
             churn.rounds += 1
             state = self._measure()
             rep = judge(target, state.target)
             new_gap = _gap(rep)
-            churn.trace.append(_point(churn, rep, new_gap))
+            churn.trace.append(_point(churn, rep, new_gap, kinds))
             if new_gap < gap - 1e-4:
                 # Newton-like: as many bytes as the rest of the gap needs at this rate.
                 rate = (gap - new_gap) / max(step, 1)
@@ -167,6 +172,14 @@ class Steerer(Mover):
                 stale += 1
                 if stale >= stale_rounds:
                     churn.stopped = "no progress"
+                    break
+                if prev is None and not last and rep["buckets_ok"] and rep["dynamic_ok"]:
+                    # A fresh file system's first interval, only its free space off and a
+                    # round that did not bring it nearer: the rounds after it added more
+                    # churn than the interval's hidden writes, and the next interval's ops
+                    # reshape the free space anyway. Later intervals keep their rounds: one
+                    # left off makes the next harder to match.
+                    churn.stopped = "no progress on a fresh file system: only the free space off"
                     break
             gap = new_gap
         churn.distance_after = _distance(rep)

@@ -75,8 +75,9 @@ class IntervalChurn:
     #: What is still off after steering (bucket labels, "free space", "locality").
     off: list[str] = field(default_factory=list)
     #: Each measurement (before the first round, then after each): inferred bytes so far,
-    #: the free-space distance and the summed excess over the tolerances.
-    trace: list[dict[str, float]] = field(default_factory=list)
+    #: the free-space distance by blocks and by counts, the summed excess over the
+    #: tolerances and, after a round, the moves it made by kind (``moves``).
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -122,10 +123,19 @@ def _gap(rep: dict[str, Any]) -> float:
     return gap
 
 
-def _point(churn: IntervalChurn, rep: dict[str, Any], gap: float) -> dict[str, float]:
+def _point(
+    churn: IntervalChurn, rep: dict[str, Any], gap: float, before: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """One trace point; ``before``: the interval's moves by kind before the round measured."""
     tv = rep["free_tv"]
-    return {"bytes": churn.inferred_bytes, "free_tv": -1.0 if tv is None else round(tv, 4),
-            "free_count": round(rep.get("free_count", 0.0), 4), "gap": round(gap, 4)}  # fmt: skip
+    out: dict[str, Any] = {"bytes": churn.inferred_bytes,
+                           "free_tv": -1.0 if tv is None else round(tv, 4),
+                           "free_count": round(rep.get("free_count", 0.0), 4),
+                           "gap": round(gap, 4)}  # fmt: skip
+    if before is not None:
+        out["moves"] = {k: n - before.get(k, 0) for k, n in churn.kinds.items()
+                        if n != before.get(k, 0)}  # fmt: skip
+    return out
 
 
 def _off(rep: dict[str, Any]) -> list[str]:
