@@ -332,8 +332,11 @@ class Mover:
         except NoSpaceError:
             if op.op in ("create", "append"):
                 self._lost.add(op.path)
+            if op.op == "append":
                 # No part of an inferred file is left behind (the recreation would hold a
-                # file the snapshot does not).
+                # file the snapshot does not). A refused create left none: the executors
+                # remove what it made, and deleting it again only failed (a notice of as
+                # many failed ops as refused ones).
                 with contextlib.suppress(NoSpaceError, OpFailedError):
                     self.run(Op("delete", op.path, inferred=True))
             return False
