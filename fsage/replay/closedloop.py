@@ -11,10 +11,7 @@ whole under a temporary name and renamed over the old one (as git, editors and p
 managers do), two at a time in alternating pieces where a size bucket is too contiguous;
 where the free space lacks extents of some sizes, files between free extents are rewritten
 elsewhere to join them, and spacers of the lacking sizes (short-lived temporaries in the
-changed directories) are written between rewritten files and deleted, leaving holes (where
-the free space is in fewer pieces than the snapshot's, enclosed files of the lacking sizes are
-rewritten first: each leaves a hole of its length, its new version taking blocks of the larger
-free extents); where
+changed directories) are written between rewritten files and deleted, leaving holes; where
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
 The free space is judged by blocks and by the count of free extents per bucket (the blocks'

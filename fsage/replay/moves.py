@@ -197,41 +197,14 @@ class Mover:
         spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
         small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
         large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
-        # Files with allocated blocks on both sides: moved, each leaves a free extent of its
-        # own length; a file beside a free extent only lengthens that one.
-        enclosed = {p: b - a for a, b, p in spans if a not in ends and b not in starts}
-        # Free space in fewer pieces than the snapshot's, its blocks in larger extents: the
-        # extents it lacks are carved from files (below) and the rewrites that bound spacers
-        # are enclosed files; in more pieces, they are files beside a free extent (moving an
-        # enclosed one would add a piece for each spacer's hole).
-        whole = sum(state.target.free_counts.values()) < sum(self._target_free_counts.values())
-        carved = 0
         for k in sorted(short, reverse=True):
             if not any(j > k for j in spare):
                 continue
             lo, hi = 1 << k, (1 << (k + 1)) - 1
             done = {f.path for f in pending}
-            if whole:
-                # An enclosed file of the lacking size, rewritten: its old blocks become a
-                # free extent of that size, its new version takes blocks of the larger free
-                # extents (ext4 rounds a new file's request up to a power of two, found whole
-                # only in those).
-                fit = [p for p, n in enclosed.items() if lo <= n <= hi and p not in done]
-                rng.shuffle(fit)
-                while (short[k] >= lo and fit and carved < MAX_SPACERS
-                       and churn.inferred_bytes < allowed):  # fmt: skip
-                    path = fit.pop()
-                    pending.append(self._write_temp(by_path[path], churn, "carve"))
-                    short[k] -= enclosed[path]
-                    carved += 1
-                done = {f.path for f in pending}
             neighbours = [f for f in (small if hi < STREAM_BLOCKS else large)
                           if f.path not in done]  # fmt: skip
             rng.shuffle(neighbours)
-            # Popped first: the ones that fit how the free space is off, the smallest of them
-            # (a spacer needs blocks allocated after it, not megabytes: on a fresh file system
-            # files of megabytes once made the first round's churn more than the interval's).
-            neighbours.sort(key=lambda f: ((f.path in enclosed) == whole, -f.size))
             need = short[k]
             while (need >= lo and neighbours and len(spacers) < MAX_SPACERS
                    and churn.inferred_bytes < allowed):  # fmt: skip
