@@ -149,7 +149,7 @@ def _echo_churn(closed: dict[str, Any] | None) -> None:
                 f"{c['visible_bytes'] / 2**20:.2f}",
                 f"{c['inferred_bytes'] / 2**20:.2f}",
                 c["inferred_ops"],
-                # rewrites: for locality, beside a spacer, or mending a fragmented file
+                # rewrites: for locality, beside a spacer, mending a fragment
                 sum(c["kinds"].get(k, 0) for k in ("rewrite", "neighbour", "mend")),
                 c["kinds"].get("interleaved", 0),
                 c["kinds"].get("join", 0),
