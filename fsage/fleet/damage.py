@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsage.fleet.dataset import SUMMARY_TABLE, Manifest, TableFiles
+from fsage.fleet.dataset import SUMMARY_TABLE, Manifest, TableFiles, not_a_file
 from fsage.fleet.export_schema import ADDED_COLUMNS
 
 MAGIC = b"PAR1"
@@ -74,17 +74,11 @@ COLUMNS: dict[str, dict[str, str]] = {
 def unreadable(path: Path) -> str | None:
     """Why ``path`` is not a Parquet file, judged from its type, size and ends (None: it may
     be one)."""
-    if path.is_dir():
-        return "a directory, not a Parquet file"
+    why = not_a_file(path)
+    if why is not None:
+        return why
     try:
         size = path.stat().st_size
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    if not path.is_file():
-        return "not a regular file"
-    if size == 0:
-        return "an empty file"
-    try:
         with open(path, "rb") as fh:
             head = fh.read(4)
             fh.seek(max(size - 8, 0))

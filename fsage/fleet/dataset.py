@@ -200,14 +200,9 @@ class DamagedFileError(FsageError):
     """A file of the dataset is not the Parquet file its place says it is."""
 
 
-def file_damage(path: Path, table: str) -> str | None:
-    """Why the file at ``path`` cannot be read as a part of ``table`` (None: it can): not a
-    regular file, empty, not Parquet (truncated, garbage), or a column missing or of another
-    type than `fsage export` writes. Reads the footer only; extra columns are allowed, and so
-    are missing ones that later versions added (``ADDED_COLUMNS``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot hold a part of the dataset before its bytes are read: a directory,
+    unreadable, not a regular file, or empty (None: it may)."""
     if path.is_dir():
         return "a directory, not a Parquet file"
     try:
@@ -218,6 +213,20 @@ def file_damage(path: Path, table: str) -> str | None:
         return "not a regular file"
     if size == 0:
         return "an empty file"
+    return None
+
+
+def file_damage(path: Path, table: str) -> str | None:
+    """Why the file at ``path`` cannot be read as a part of ``table`` (None: it can): not a
+    regular file, empty, not Parquet (truncated, garbage), or a column missing or of another
+    type than `fsage export` writes. Reads the footer only; extra columns are allowed, and so
+    are missing ones that later versions added (``ADDED_COLUMNS``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    why = not_a_file(path)
+    if why is not None:
+        return why
     try:
         got = pq.read_schema(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
