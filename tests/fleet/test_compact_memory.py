@@ -92,6 +92,36 @@ def test_a_run_out_of_order_is_sorted(tmp_path: Path) -> None:
         assert pq.read_table(out).equals(want[table]), table
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_first_compaction_reads_small_tables_in_order_unless_a_file_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reverse: bool
+) -> None:
+    """A first compaction takes the small tables' files as they are, without DuckDB's sort;
+    a file whose rows are not in order (one reversed by hand) sends its table through the
+    sort. Either way each compacted table is its files' rows sorted by pyarrow."""
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    _history(db, 3)
+    export_mod.export_parquet(db, ds, host="h")
+    if reverse:
+        (part,) = (ds / "metrics" / "host=h" / "fs=a").glob("*.parquet")
+        t = pq.read_table(part)
+        pq.write_table(t.take(pa.array(range(t.num_rows - 1, -1, -1))), part)
+    want = {t: _sorted_rows(ds, t) for t in TABLES}
+    sorted_tables: list[str] = []
+    real = compact_mod._selects
+
+    def selects(con: object, table: str, *rest: object) -> object:
+        sorted_tables.append(table)
+        return real(con, table, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compact_mod, "_selects", selects)
+    assert compact_mod.compact(ds).changed
+    assert sorted_tables == (["metrics"] if reverse else []), sorted_tables
+    for table in TABLES:
+        (out,) = (ds / table / "compacted").glob("*.parquet")
+        assert pq.read_table(out).equals(want[table]), table
+
+
 def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal: the files it checks, each table's rows (of the large tables' total),
     the summary and the merged files it removes; in a pipe nothing but the result."""
