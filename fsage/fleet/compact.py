@@ -261,6 +261,8 @@ def _compact(
     progress: Progress | None,
     memory_limit: str,
 ) -> CompactSummary:
+    import duckdb
+
     from fsage.fleet.export_schema import schemas, table_metadata
 
     sch = schemas()
@@ -312,8 +314,8 @@ def _compact(
             _set_limit(con, STREAM_MEMORY_LIMIT)
             try:
                 rows = _write(con, pq, src, out, schema, table, step, check=True)
-            except _Unordered:
-                pass
+            except (_Unordered, duckdb.OutOfMemoryException):
+                pass  # the sort below, at the full limit
             finally:
                 _set_limit(con, memory_limit)
         if rows is None:
@@ -589,7 +591,7 @@ def _write(
     tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
     try:
         rows = _write_rows(con, pq, pa, queries, tmp, schema, table, progress, check)
-    except _Unordered:
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     with open(tmp, "rb") as fh:

@@ -122,6 +122,25 @@ def test_a_first_compaction_reads_small_tables_in_order_unless_a_file_is_not(
         assert pq.read_table(out).equals(want[table]), table
 
 
+def test_out_of_duckdbs_smaller_limit_a_compaction_sorts_at_the_full_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where DuckDB runs out of STREAM_MEMORY_LIMIT (forced with 256KB), the small tables go
+    through the sort and the size summary is computed at the full limit: the same rows, and
+    no temporary file left behind."""
+    monkeypatch.setattr(compact_mod, "STREAM_MEMORY_LIMIT", "256KB")
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    _history(db, 3)
+    export_mod.export_parquet(db, ds, host="h")
+    want = {t: _sorted_rows(ds, t) for t in TABLES}
+    assert compact_mod.compact(ds).changed
+    for table in TABLES:
+        (out,) = (ds / table / "compacted").glob("*.parquet")
+        assert pq.read_table(out).equals(want[table]), table
+    assert not list(ds.rglob("*.tmp")), list(ds.rglob("*.tmp"))
+    assert list((ds / "size_summary" / "compacted").glob("*.parquet"))
+
+
 def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal: the files it checks, each table's rows (of the large tables' total),
     the summary and the merged files it removes; in a pipe nothing but the result."""
