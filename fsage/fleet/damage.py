@@ -20,6 +20,7 @@ from fsage.fleet.dataset import SUMMARY_TABLE, Manifest, TableFiles, not_a_file
 from fsage.fleet.export_schema import ADDED_COLUMNS
 
 MAGIC = b"PAR1"
+CHUNK = 128
 _TYPES = {
     "s": "VARCHAR",
     "i": "BIGINT",
@@ -123,15 +124,22 @@ def _first_line(exc: Exception) -> str:
 
 
 def _schema_groups(con: Any, paths: list[Path]) -> list[list[Path]]:
-    """``paths`` grouped by their whole Parquet schema (one footer read each)."""
-    rows = con.execute(
-        "SELECT list(file_name ORDER BY file_name) FROM ("
-        " SELECT file_name, string_agg(concat_ws(':', name, type, type_length, repetition_type,"
-        "  num_children, converted_type, logical_type), ' ' ORDER BY pos) AS fp"
-        f" FROM (SELECT *, row_number() OVER () AS pos FROM parquet_schema({_list(paths)}))"
-        " GROUP BY file_name) GROUP BY fp"
-    ).fetchall()
-    return [[Path(p) for p in r[0]] for r in rows]
+    """``paths`` grouped by their whole Parquet schema (one footer read each), ``CHUNK`` files
+    a query: DuckDB's memory for one query grows with the files it reads (22 MiB more for
+    1000 files at once than for 128)."""
+    groups: dict[str, list[str]] = {}
+    for lo in range(0, len(paths), CHUNK):
+        rows = con.execute(
+            "SELECT fp, list(file_name) FROM ("
+            " SELECT file_name, string_agg(concat_ws(':', name, type, type_length,"
+            "  repetition_type, num_children, converted_type, logical_type), ' ' ORDER BY pos)"
+            "  AS fp FROM (SELECT *, row_number() OVER () AS pos FROM"
+            f"  parquet_schema({_list(paths[lo : lo + CHUNK])}))"
+            " GROUP BY file_name) GROUP BY fp"
+        ).fetchall()
+        for fp, names in rows:
+            groups.setdefault(fp, []).extend(names)
+    return [[Path(p) for p in sorted(names)] for names in groups.values()]
 
 
 def table_damage(con: Any, table: str, paths: list[Path]) -> list[tuple[Path, str]]:
