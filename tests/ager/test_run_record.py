@@ -186,7 +186,8 @@ def test_run_records_cpu_and_own_share(tmp_path: Path, stream: Path) -> None:
     with Store.open(db) as store:
         (run,) = aging_runs(store)
     m = run.metrics
-    assert m["cpu_user_s"] > 0 and m["cpu_system_s"] > 0
+    # CPU time is counted in clock ticks: a short run may spend under one in the kernel.
+    assert m["cpu_user_s"] > 0 and m["cpu_system_s"] >= 0
     assert 0.0 < m["own_share"] < 1.0 and m["executor_s"] < m["elapsed_s"]
     assert m["stopped_by"] == "end-of-stream" and run.params["journal"] == res.journal
     out = CliRunner().invoke(main, ["runs", "--db", str(db)])
