@@ -123,20 +123,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
-# Arrays at least this large are mapped on their own and unmapped when freed.
-MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-def fix_mmap_threshold() -> None:
-    """Keep glibc's mmap threshold at ``MMAP_THRESHOLD`` for the process. Left to itself it
-    rises to the largest array freed (up to 32 MiB), and the parts' arrays then come from
-    the heap, where what is freed between two trims stays resident: the peak grew with the
-    parts the snapshot has (+10 MiB from 1.4M to 5.6M files), not with one part."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
 def trim_heap() -> None:
     """Give the C library's freed memory back to the system. glibc keeps a freed heap whose
     top is still in use (and raises its mmap threshold after large frees, so that the next
@@ -163,7 +149,6 @@ def export_parquet(
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
-    fix_mmap_threshold()
     t0 = time.monotonic()
     host = host or socket.gethostname()
     if not host:
