@@ -9,10 +9,11 @@ before any part is handed out (a damaged chunk fails before anything is made of 
 What is held for the whole read: per chunk row, whether it is a user file (a bit), and the
 valid rows that are not (reserved inodes); per inode number from the snapshot's lowest user
 file, a bit (is it a user file); every ``rows``-th user file's inode (the part boundaries)
-and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's user files come in inode order, so a part is found again
-from its rows a window at a time; a chunk whose user files are not in inode order is read
-whole (``load_layout``). A part holds at most ``rows`` files of each chunk that has files in
-its inode range. The free map is inflated a piece at a time (``free_windows``).
+and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's user files come
+in inode order, so a part is found again from its rows a window at a time; a chunk whose user
+files are not in inode order is read whole (``load_layout``). A part holds at most ``rows``
+files of each chunk that has files in its inode range. The free map is inflated a piece at a
+time (``free_windows``).
 """
 
 from __future__ import annotations
