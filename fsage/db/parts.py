@@ -6,13 +6,14 @@ chunks' columns are fixed-width (``fsage/_columns.c``), so a range of rows of a 
 from SQLite without the rest; each column is checked against its checksum once, in pieces,
 before any part is handed out (a damaged chunk fails before anything is made of it).
 
-What is held for the whole read: per chunk row, whether it is valid and a user file (a bit
-each); per inode number from the chunk's lowest, a bit (is it a user file); every
-``rows``-th user file's inode (the part boundaries) and a value of each column of differences
-every ``MARK_ROWS`` rows. A chunk's user files come in inode order, so a part is found again
-from its rows a window at a time; a chunk whose user files are not in inode order is read
-whole (``load_layout``). A part holds at most ``rows`` files of each chunk that has files in
-its inode range. The free map is inflated a piece at a time (``free_windows``).
+What is held for the whole read: per chunk row, whether it is a user file (a bit), and the
+valid rows that are not (reserved inodes); per inode number from the snapshot's lowest user
+file, a bit (is it a user file); every ``rows``-th user file's inode (the part boundaries)
+and a value of each column of differences every ``MARK_ROWS`` rows. A chunk's user files come
+in inode order, so a part is found again from its rows a window at a time; a chunk whose user
+files are not in inode order is read whole (``load_layout``). A part holds at most ``rows``
+files of each chunk that has files in its inode range. The free map is inflated a piece at a
+time (``free_windows``).
 """
 
 from __future__ import annotations
@@ -214,6 +215,20 @@ class _Bits:
             self.bits, self.n = grown, size
         np.bitwise_or.at(self.bits, i >> 3, np.uint8(0x80) >> (i & 7).astype(np.uint8))
 
+    @classmethod
+    def union(cls, every: list[_Bits]) -> _Bits:
+        """The bits set in any of ``every`` (their bases are multiples of 8)."""
+        some = [b for b in every if b.n]
+        if not some:
+            return cls.ones(0)
+        base = min(b.base for b in some)
+        top = max(b.base + 8 * b.bits.size for b in some)
+        out = cls(np.zeros((top - base + 7) >> 3, np.uint8), top - base, base)
+        for b in some:
+            at = (b.base - base) >> 3
+            out.bits[at : at + b.bits.size] |= b.bits
+        return out
+
 
 class _Chunk:
     def __init__(
@@ -247,20 +262,27 @@ class _Chunk:
             codec.check_count(self.body, n)
             assert self.body.crcs is not None
             _verify(body, self.body.spans, self.body.crcs, what)
-            # per row: valid, and a user file (a bit each); per inode number: a user file
-            self.valid = _Bits.ones(n)
+            # per row: a user file (a bit); the valid rows that are not user files (reserved
+            # inodes, a few) apart; per inode number: a user file. Validity is known from
+            # those two, so no bit per row is kept for it (a bit per row per chunk grows with
+            # the files times the chunks).
+            valid = _Bits.ones(n)
             if gone is not None and gone.size:
-                self.valid.clear(gone.astype(np.int64))
+                valid.clear(gone.astype(np.int64))
             self.user = _Bits.ones(n)
             self.inos = _Bits.ones(0)
             inos, special = self.col("ino"), self.col("special")
             marks: list[U64] = []
+            others: list[I64] = []
             count, last = 0, -1
             for lo in range(0, n, MARK_ROWS):
                 hi = min(lo + MARK_ROWS, n)
                 ino = inos.values(lo, hi).astype(np.uint64, copy=False)
-                u = self.valid.get(lo, hi) & (special.values(lo, hi) == 0)
+                v = valid.get(lo, hi)
+                reserved = special.values(lo, hi) != 0
+                u = v & ~reserved
                 self.user.put(lo, u)
+                others.append(np.flatnonzero(v & reserved).astype(np.int64) + lo)
                 sel = ino[u]
                 if sel.size and (int(sel[0]) <= last or bool(np.any(sel[1:] <= sel[:-1]))):
                     raise _Unsupported  # files not in inode order: read the snapshot whole
@@ -268,14 +290,19 @@ class _Chunk:
                 marks.append(sel[(-count) % rows :: rows])
                 count += int(sel.size)
                 self.inos.add(sel.astype(np.int64))
+            del valid
             self.count = count
+            self.others: I64 = np.concatenate(others) if others else np.zeros(0, np.int64)
             self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
         self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
         self.at = 0  # the first row not yet handed out in a part
 
-    def has(self, ino: U64) -> npt.NDArray[np.bool_]:
-        """Which of ``ino`` are this chunk's user files."""
-        return self.inos.at(ino.astype(np.int64))
+    def valid_at(self, rows: I64) -> npt.NDArray[np.bool_]:
+        """Whether rows ``rows`` hold valid versions: user files, or the others kept."""
+        out = self.user.at(rows)
+        if self.others.size:
+            out |= np.isin(rows, self.others)
+        return out
 
     def selected(self) -> Iterator[U64]:
         """The user files' inodes in order, a window at a time."""
@@ -415,6 +442,11 @@ class SnapshotParts:
     def __init__(self, chunks: list[_Chunk], rows: int, free: _FreeMap | None = None) -> None:
         self.chunks = chunks
         self.free = free
+        # one bit per inode number for the snapshot, not one set per chunk: a later chunk's
+        # few files span the inode numbers as widely as the first chunk's many
+        self.inos = _Bits.union([c.inos for c in chunks])
+        for c in chunks:
+            c.inos = _Bits.ones(0)
         self.files = sum(c.count for c in chunks)
         # part boundaries: every ``rows``-th inode of each chunk, so that a part holds at most
         # ``rows`` files of any chunk
@@ -423,10 +455,7 @@ class SnapshotParts:
 
     def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are user files of the snapshot."""
-        out = np.zeros(ino.size, bool)
-        for c in self.chunks:
-            out |= c.has(ino)
-        return out
+        return self.inos.at(ino.astype(np.int64))
 
     def free_windows(self) -> Iterator[tuple[U64, U64]]:
         """The free map's (start, length) pairs in stored order, a window at a time."""
@@ -483,7 +512,7 @@ class SnapshotParts:
                     rows = rows.astype(np.int64)
                     if rows.size and int(rows.max()) >= c.n:
                         raise ValueError("a name of a version the chunk does not hold")
-                    yield parents.rows(lo, lo + rows.size)[c.valid.at(rows)]
+                    yield parents.rows(lo, lo + rows.size)[c.valid_at(rows)]
 
     def names(self) -> Iterator[Names]:
         """The snapshot's names in link order (a chunk's, ``NAME_ROWS`` at a time): every
@@ -509,7 +538,7 @@ class SnapshotParts:
                         raise ValueError("name columns disagree")
                     raw = names.rows(pos, end)
                     pos = end
-                    keep = c.valid.at(rows)
+                    keep = c.valid_at(rows)
                     if not keep.all():
                         raw = raw[np.repeat(keep, ln.astype(np.int64))]
                         ln = ln[keep]
@@ -539,10 +568,12 @@ def open_parts(
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
         try:
-            chunks = [
-                _Chunk(con, stack, tuple(r), ended.get(int(r[0])), rows or PART_ROWS)
-                for r in chunk_rows
-            ]
+            chunks = []
+            for r in chunk_rows:
+                # each chunk's ended rows let go once its bits are made: not held over the read
+                gone = ended.pop(int(r[0]), None)
+                chunks.append(_Chunk(con, stack, tuple(r), gone, rows or PART_ROWS))
+                del gone
         except _Unsupported:
             yield None
             return

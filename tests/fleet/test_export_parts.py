@@ -226,3 +226,22 @@ def test_inode_bits_count_from_the_lowest_inode_set() -> None:
     probe = np.concatenate([inos, rng.integers(0, 5_200_000, 50_000), [-1, 0, 4_999_999]])
     assert bits.at(probe.astype(np.int64)).tolist() == np.isin(probe, inos).tolist()
     assert bits.bits.nbytes < 2 * (100_000 // 8)
+
+
+def test_one_inode_bitmap_holds_every_chunks_files() -> None:
+    """A snapshot's chunks' inode bits merged into one: it answers as the set of all their
+    inodes does, and holds the span of the inodes once, not once per chunk."""
+    rng = np.random.default_rng(11)
+    first = np.arange(1000, 400_000, dtype=np.int64)  # the first chunk: most inodes
+    sets = [first] + [np.unique(rng.integers(1000, 420_000, 3000)) for _ in range(5)]
+    chunks = []
+    for inos in sets:
+        bits = parts._Bits.ones(0)
+        bits.add(inos.astype(np.int64))
+        chunks.append(bits)
+    union = parts._Bits.union(chunks)
+    every = np.unique(np.concatenate(sets))
+    probe = np.concatenate([every, rng.integers(0, 500_000, 50_000), [-1, 0, 999, 420_000]])
+    assert union.at(probe.astype(np.int64)).tolist() == np.isin(probe, every).tolist()
+    assert union.bits.nbytes < 2 * (420_000 // 8)
+    assert parts._Bits.union([parts._Bits.ones(0)]).at(np.array([0, 5])).tolist() == [0, 0]
