@@ -43,6 +43,19 @@ def _history(db: Path, snapshots: int, skip: int = 0) -> None:
             synthetic_history(store, name, files=150, snapshots=snapshots, seed=40 + i, skip=skip)
 
 
+def _record_sorts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tables a compaction sends through its sort, in order, as it runs."""
+    sorted_tables: list[str] = []
+    real = compact_mod._selects
+
+    def selects(con: object, table: str, *rest: object) -> object:
+        sorted_tables.append(table)
+        return real(con, table, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compact_mod, "_selects", selects)
+    return sorted_tables
+
+
 @pytest.mark.parametrize("sort_rows", [0, 200, 1 << 30])
 def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sort_rows: int
@@ -55,14 +68,7 @@ def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
     db, ds, plain = tmp_path / "h.db", tmp_path / "ds", tmp_path / "plain"
     _history(db, 2)
     export_mod.export_parquet(db, ds, host="h")
-    sorted_tables: list[str] = []
-    real = compact_mod._selects
-
-    def selects(con: object, table: str, *rest: object) -> object:
-        sorted_tables.append(table)
-        return real(con, table, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(compact_mod, "_selects", selects)
+    sorted_tables = _record_sorts(monkeypatch)
     assert compact_mod.compact(ds).changed
     _history(db, 4, skip=2)
     export_mod.export_parquet(db, ds, host="h")
@@ -107,14 +113,7 @@ def test_a_first_compaction_reads_small_tables_in_order_unless_a_file_is_not(
         t = pq.read_table(part)
         pq.write_table(t.take(pa.array(range(t.num_rows - 1, -1, -1))), part)
     want = {t: _sorted_rows(ds, t) for t in TABLES}
-    sorted_tables: list[str] = []
-    real = compact_mod._selects
-
-    def selects(con: object, table: str, *rest: object) -> object:
-        sorted_tables.append(table)
-        return real(con, table, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(compact_mod, "_selects", selects)
+    sorted_tables = _record_sorts(monkeypatch)
     assert compact_mod.compact(ds).changed
     assert sorted_tables == (["metrics"] if reverse else []), sorted_tables
     for table in TABLES:
