@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -267,19 +268,25 @@ def _small_files(root: Path, filesystems: int, snapshots: int = 365) -> None:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 def test_the_peak_of_a_compaction_does_not_grow_with_its_small_files(tmp_path: Path) -> None:
     """A fleet's first compaction of 200 and of 800 small per-partition files (50 and 200 file
-    systems of 365 snapshots), each in a fresh process (VmHWM): the larger's peak within 9 MiB
-    of the smaller's (4 to 5 MiB more today; 14 when each group of files went through a DuckDB
-    sort, row groups of 64k snapshot rows were gathered and every file's footer was read in
-    one query). The rows written are counted by pyarrow in the files the compaction read."""
+    systems of 365 snapshots), three times each in a fresh process (VmHWM; one run's peak
+    moves by up to 3 MiB): the larger's median peak within 10 MiB of the smaller's (6 to 7
+    MiB more today; 14 when each group of files went through a DuckDB sort, row groups of 64k
+    snapshot rows were gathered and every file's footer was read in one query). The rows
+    written are counted by pyarrow in the files the compaction read."""
     peaks = {}
     for filesystems in (50, 200):
-        root = tmp_path / f"fleet{filesystems}"
-        _small_files(root, filesystems)
-        files = sorted(root.rglob("*.parquet"))
+        source = tmp_path / f"fleet{filesystems}"
+        _small_files(source, filesystems)
+        files = sorted(source.rglob("*.parquet"))
         assert len(files) == 4 * filesystems
         rows = sum(pq.read_metadata(p).num_rows for p in files)
-        peak, out = peak_mib(["fleet", "compact", "--json", str(root)])
-        summary = json.loads(out)
-        assert sum(t["rows"] for t in summary["tables"].values()) == rows, summary
-        peaks[filesystems] = peak
-    assert peaks[200] - peaks[50] < 9, peaks
+        runs = []
+        for run in range(3):
+            root = tmp_path / f"run{filesystems}-{run}"
+            shutil.copytree(source, root)
+            peak, out = peak_mib(["fleet", "compact", "--json", str(root)])
+            summary = json.loads(out)
+            assert sum(t["rows"] for t in summary["tables"].values()) == rows, summary
+            runs.append(peak)
+        peaks[filesystems] = sorted(runs)[1]
+    assert peaks[200] - peaks[50] < 10, peaks
