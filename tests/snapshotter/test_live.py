@@ -30,6 +30,7 @@ from snapshotter.livefs import (
     mount,
     run,
     same_layout,
+    scratch_dir,
     umount,
 )
 
@@ -44,6 +45,12 @@ from fsage.layout import (
 from fsage.snapshotter.live import c_walker_available, read_live_layout, scope_of
 
 pytestmark = MARKS
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    with scratch_dir() as d:
+        yield d
 
 
 def _populate(root: Path, fstype: str) -> None:

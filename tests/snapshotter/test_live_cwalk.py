@@ -10,12 +10,13 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from snapshotter.livefs import MARKS, Mounted, file_extents, mount, same_layout, umount
+from snapshotter.livefs import MARKS, Mounted, file_extents, mount, same_layout, scratch_dir, umount
 
 from fsage.layout import (
     EXTENT_DELALLOC,
@@ -28,6 +29,12 @@ from fsage.layout import (
 from fsage.snapshotter.live import c_walker_available, read_live_layout
 
 pytestmark = MARKS
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    with scratch_dir() as d:
+        yield d
 
 
 def _scratch(workdir: Path, name: str) -> Mounted:

@@ -9,17 +9,24 @@ import os
 import random
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from snapshotter.livefs import MARKS, mount, run, umount
+from snapshotter.livefs import MARKS, mount, run, scratch_dir, umount
 
 from fsage.errors import SourceError
 from fsage.layout import EXTENT_INLINE, EXTENT_UNWRITTEN
 from fsage.snapshotter.live import merge_extents, read_live_layout, read_mountinfo
 
 pytestmark = MARKS
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    with scratch_dir() as d:
+        yield d
 
 
 def _e2freefrag(dev: str) -> tuple[int, int, int, dict[int, int]]:
