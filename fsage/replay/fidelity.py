@@ -14,6 +14,9 @@
   is in, and how many in each size;
 * locality: the path-order dynamic layout score of each (the modeled one of
   ``fsage.analyzer.dynamic``: a cold recursive read of the tree, inodes and metadata included);
+* the scan that layout stands for: that read's modeled time on a modern HDD and seed 000's
+  disk, the original's, the recreation's and a plain copy's, and the scan criterion
+  (``fsage.replay.fidelity_scan``);
 * the geometry: the mkfs parameters of both, and whether they agree;
 * symlinks (same path, same target length) and other inodes (device nodes, FIFOs, sockets:
   same path, same type) matched;
@@ -33,6 +36,7 @@ from fsage.analyzer.analysis import bucket_range, size_bucket
 from fsage.analyzer.freespace import MAX_BUCKET, free_space
 from fsage.analyzer.scores import aggregate_score, file_scores
 from fsage.layout import Layout
+from fsage.replay.fidelity_scan import COPY_FROM_FLOOR, ScanModel, path_reads, scan_model
 
 # The verdict's names, kept importable from here.
 from fsage.replay.verdict import (
@@ -44,6 +48,7 @@ from fsage.replay.verdict import (
     MIN_BUCKET_FILES,
     MIN_TOLERANCE,
     RULES,
+    SCAN_JUDGED,
     SOUND_RUNS,
     NoiseFloor,
     Verdict,
@@ -109,6 +114,8 @@ class Fidelity:
     free_extents_distance: float = 0.0
     dynamic_score_original: float | None = None
     dynamic_score_recreated: float | None = None
+    #: The modeled cold path-order scans and the scan criterion (None: not modeled).
+    scan: ScanModel | None = None
     verdict: Verdict | None = None
 
     def distances(self) -> dict[str, float]:
@@ -187,6 +194,13 @@ class Fidelity:
             )
         v = judge_distances(dist, judged, floor, rule, copy)
         v.reasons[:0] = reasons
+        if self.scan is not None:
+            if floor is not None and floor.copy_scan is not None:
+                self.scan.copy, self.scan.copy_source = floor.copy_scan, COPY_FROM_FLOOR
+            missed = self.scan.reason()
+            v.scan = self.scan.status()
+            if missed is not None and SCAN_JUDGED:
+                v.reasons.append(missed)
         v.faithful = not v.reasons
         self.verdict = v
         return v
@@ -201,6 +215,7 @@ class Fidelity:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["layout_score_difference"] = self.layout_score_difference
         out["verdict"] = self.verdict.to_json() if self.verdict else None
+        out["scan"] = self.scan.to_json() if self.scan else None
         return out
 
     def lines(self) -> list[str]:
@@ -226,6 +241,8 @@ class Fidelity:
             f"{self.free_recreated['free_extent_count']}",
             "geometry: " + ("same" if self.geometry_matches else "DIFFERS: " + self._geo_diff()),
         ]
+        if self.scan is not None:
+            out.append(self.scan.line())
         if self.verdict is not None:
             out.append(self.verdict.line())
         return out
@@ -337,12 +354,7 @@ def dynamic_score(layout: Layout) -> float | None:
     """The modeled path-order dynamic layout score (``fsage.analyzer.dynamic``): a cold
     recursive read of the whole tree, directories and regular files, inodes and metadata
     included; None when nothing would be read."""
-    from fsage.analyzer.analysis import SnapshotAnalyzer
-    from fsage.analyzer.dynamic import modeled_reads, walk_order
-
-    a = SnapshotAnalyzer(layout)
-    reads = modeled_reads(layout, a.scores, walk_order(layout, a.regular | a.dirs))
-    score = reads.score()["score"]
+    score = path_reads(layout).score()["score"]
     return None if score is None else float(score)
 
 
@@ -359,9 +371,11 @@ def fidelity(
     recreated: Layout,
     *,
     dynamic: tuple[float | None, float | None] | None = None,
+    scan: bool = True,
 ) -> Fidelity:
     """Compare a recorded snapshot with its recreation (see the module doc). ``dynamic``: their
-    path-order dynamic layout scores when already known."""
+    path-order dynamic layout scores when already known; ``scan``: model their scans (and a
+    contiguous copy's, until a floor's plain copy replaces it at ``Fidelity.judge``)."""
     names_a, names_b = _path_sizes(original), _path_sizes(recreated)
     fa, da, fb, db = names_a.regular, names_a.dirs, names_b.regular, names_b.dirs
     matched = [p for p, s in fa.items() if fb.get(p) == s]
@@ -389,7 +403,12 @@ def fidelity(
     ha, ca_, ja = _free_hist(original)
     hb, cb_, jb = _free_hist(recreated)
     tv, emd = _distances(ha, hb)
-    dyn_a, dyn_b = dynamic or (dynamic_score(original), dynamic_score(recreated))
+    reads = (path_reads(original), path_reads(recreated)) if scan or dynamic is None else None
+    if dynamic is not None:
+        dyn_a, dyn_b = dynamic
+    else:
+        assert reads is not None
+        dyn_a, dyn_b = (_score_of(r) for r in reads)
     ga, gb = geometry(original), geometry(recreated)
     geo = {k: [ga[k], gb[k]] for k in GEOMETRY_KEYS}
     return Fidelity(
@@ -425,7 +444,13 @@ def fidelity(
         free_extents_distance=_count_distance(ca_, cb_),
         dynamic_score_original=dyn_a,
         dynamic_score_recreated=dyn_b,
+        scan=scan_model(original, recreated, reads) if scan else None,
     )
+
+
+def _score_of(reads: Any) -> float | None:
+    score = reads.score()["score"]
+    return None if score is None else float(score)
 
 
 def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
@@ -434,7 +459,7 @@ def noise_between(layouts: list[Layout], note: str = "") -> NoiseFloor:
     free-space distances."""
     dyn = [dynamic_score(lay) for lay in layouts]
     pairs = [
-        fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j])).distances()
+        fidelity(layouts[i], layouts[j], dynamic=(dyn[i], dyn[j]), scan=False).distances()
         for i in range(len(layouts))
         for j in range(i + 1, len(layouts))
     ]
@@ -468,6 +493,7 @@ __all__ = [
     "MIN_BUCKET_FILES",
     "MIN_TOLERANCE",
     "RULES",
+    "SCAN_JUDGED",
     "SOUND_RUNS",
     "Fidelity",
     "NoiseFloor",

@@ -17,6 +17,10 @@ A floor measured at the judged snapshot also carries the yardstick of a plain co
 snapshot's files written in one go onto an empty file system, ``fsage.replay.unaged``): the
 verdict says where the recreation lies between a rerun and a copy (``Verdict.copy_relative``),
 and a floor whose tolerances would let the copy pass judges nothing faithful.
+
+The scan criterion (``fsage.replay.fidelity_scan``): where a plain copy's modeled cold
+path-order scan is outside ``SCAN_BAND`` of the original's, the recreation's must be within it.
+``SCAN_JUDGED`` says whether a miss fails the verdict or is only reported.
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ def free_tolerance(noise: float) -> float:
 #: not passed even when one recreation happens to land close.
 RULES = ("spread", "original")
 DEFAULT_RULE = "spread"
+
+#: Whether the scan criterion (``fsage.replay.fidelity_scan``) fails a verdict when it applies
+#: and is missed.
+SCAN_JUDGED = True
 
 #: The distances a verdict judges, besides the size buckets ("bucket:MIN_BLOCKS").
 FREE_BLOCKS = "free_blocks"
@@ -132,6 +140,8 @@ class NoiseFloor:
     to_original: list[dict[str, float]] = field(default_factory=list)
     #: A plain copy's distances to the original (None: not measured).
     copy: dict[str, float] | None = None
+    #: That copy's modeled cold path-order scan (``fsage.replay.fidelity_scan.scan_profile``).
+    copy_scan: dict[str, Any] | None = None
 
     def bucket(self, min_blocks: int) -> float:
         return self.by_bucket.get(int(min_blocks), 0.0)
@@ -153,21 +163,25 @@ class NoiseFloor:
         self.original_snapshot = int(snapshot_id)
         dyn = dynamic_score(original)
         self.to_original = [
-            fidelity(original, run, dynamic=(dyn, dynamic_score(run))).distances() for run in runs
+            fidelity(original, run, dynamic=(dyn, dynamic_score(run)), scan=False).distances()
+            for run in runs
         ]
 
     def add_copy(self, original: Layout, copy: Layout) -> None:
-        """Measure a plain copy's distances to ``original`` (the verdict's yardstick)."""
+        """Measure a plain copy's distances to ``original`` (the verdict's yardstick) and its
+        modeled scan."""
         from fsage.replay.fidelity import fidelity
 
-        self.copy = {k: abs(v) for k, v in fidelity(original, copy).distances().items()}
+        fid = fidelity(original, copy)
+        self.copy = {k: abs(v) for k, v in fid.distances().items()}
+        self.copy_scan = fid.scan.recreated if fid.scan is not None else None
 
     def for_snapshot(self, snapshot_id: int) -> NoiseFloor:
         """This floor as it applies to judging ``snapshot_id``: what was measured against
         another snapshot (runs' distances, the copy) left out."""
         if self.original_snapshot == snapshot_id:
             return self
-        return replace(self, original_snapshot=None, to_original=[], copy=None)
+        return replace(self, original_snapshot=None, to_original=[], copy=None, copy_scan=None)
 
     def bias(self, key: str) -> float | None:
         """The runs' mean distance ``key`` to the original (signed for scores)."""
@@ -236,6 +250,7 @@ class NoiseFloor:
             "original_snapshot": self.original_snapshot,
             "to_original": self.to_original,
             "copy": self.copy,
+            "copy_scan": self.copy_scan,
         }
 
     @classmethod
@@ -263,9 +278,21 @@ class NoiseFloor:
                 original_snapshot=None if orig is None or not to_original else int(orig),
                 to_original=to_original,
                 copy=None if copy is None else {str(k): float(v) for k, v in copy.items()},
+                copy_scan=_scan_profile(data.get("copy_scan")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise UsageError("not a noise floor (see fsage noise-floor)") from None
+
+
+def _scan_profile(data: Any) -> dict[str, Any] | None:
+    """A stored copy scan (``scan_profile``), checked; None where the floor has none."""
+    if data is None:
+        return None
+    return {
+        "seconds": {str(k): float(v) for k, v in data["seconds"].items()},
+        "seeks": int(data["seeks"]),
+        "blocks": int(data["blocks"]),
+    }
 
 
 @dataclass
@@ -282,6 +309,8 @@ class Verdict:
     copy_worst: str | None = None
     #: Whether the plain copy itself is within the tolerances (then they judge nothing).
     copy_passes: bool | None = None
+    #: The scan criterion's status (``ScanModel.status``; None: not modeled).
+    scan: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -293,6 +322,8 @@ class Verdict:
             "copy_relative": self.copy_relative,
             "copy_worst": self.copy_worst,
             "copy_passes": self.copy_passes,
+            "scan": self.scan,
+            "scan_judged": SCAN_JUDGED,
             "noise_floor": self.noise_floor.to_json() if self.noise_floor else None,
         }
 
@@ -410,6 +441,7 @@ __all__ = [
     "MIN_BUCKET_FILES",
     "MIN_TOLERANCE",
     "RULES",
+    "SCAN_JUDGED",
     "SOUND_RUNS",
     "SPREAD_CAP",
     "NoiseFloor",
