@@ -8,8 +8,9 @@ database are kept in ``--out``, and the commands that judge a recreation of the 
 last snapshot are printed (and run, with ``--judge``, then each replay's verdict under both
 rules summed up: the judged distances, the free extents, where the replay lies between a
 rerun and a plain copy, and what fails it; with ``--closed-loop`` a closed-loop replay of each
-snapshot too, beside the open loop: per size bucket, locality, free space, replay time and the
-churn it inferred):
+snapshot too, beside the open loop: per size bucket, locality, free space, the modeled cold
+path-order scan on a modern HDD and seed 000's DSP 3105 with the plain copy's beside it, replay
+time and the churn it inferred):
 
     python3 bench/replay_histories.py --sdists /work/cache/replay/sympy --out /tmp/h-sympy \\
         --block-size 1024 --fill 0.8 [--members '*/lib/*,*/test/*'] [--snapshots 30] [--judge]
@@ -60,6 +61,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -182,12 +184,8 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
     except (OSError, ValueError) as exc:
         return [f"  {which}: no open/closed comparison ({exc})"]
     from fsage.replay.fidelity import FREE_BLOCKS, FREE_EXTENTS
-    from fsage.replay.fidelity import Fidelity as Fid
 
-    fids = []
-    for r in runs:
-        data = r["fidelity"]
-        fids.append(Fid(**{k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}))
+    fids = [_fid(r["fidelity"]) for r in runs]
     from fsage.replay.fidelity import NoiseFloor
 
     spread: NoiseFloor | None = None
@@ -231,6 +229,7 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
         lines.append(
             f"    {'free TV, ' + key:<24} {'':>9} {d[0]:9.3f} {d[1]:9.3f}  {ok[0]}/{ok[1]}"
         )
+    lines += scan_rows(fids, spread)
     t = [r["elapsed"] for r in runs]
     lines.append(f"    {'replay seconds':<24} {'':>9} {t[0]:9.1f} {t[1]:9.1f} ({t[1] / t[0]:.1f}x)")
     true: dict[int, int] = {}
@@ -249,19 +248,58 @@ def open_vs_closed(out: Path, which: str) -> list[str]:
     return lines
 
 
+def _fid(data: dict[str, Any]) -> Any:
+    """A replay's fidelity read back from its JSON (a replay stored before the scan was
+    modeled has none)."""
+    from fsage.replay.fidelity import Fidelity as Fid
+    from fsage.replay.fidelity_scan import ScanModel
+
+    fields = {k: data[k] for k in Fid.__dataclass_fields__ if k not in ("verdict", "scan")}
+    return Fid(**fields, scan=ScanModel.from_json(data.get("scan")))
+
+
+def scan_rows(fids: list[Any], floor: Any) -> list[str]:
+    """The modeled cold path-order scan of the original, the open and the closed loop on each
+    disk model, the plain copy's beside them (the floor's, else -), and the criterion per
+    loop: met or MISSED where the copy is outside the band, else "n/a"."""
+    from fsage.replay.fidelity_scan import COPY_FROM_FLOOR, SCAN_MODELS
+
+    scans = [f.scan for f in fids]
+    if any(s is None for s in scans):
+        return ["    modeled scan: not in these replays' output (made before it was modeled)"]
+    if floor is not None and floor.copy_scan is not None:
+        for s in scans:
+            s.copy, s.copy_source = floor.copy_scan, COPY_FROM_FLOOR
+    word = {"met": "ok", "MISSED": "FAIL", "does not apply": "n/a", "unknown": "?"}
+    lines = []
+    for m in SCAN_MODELS:
+        orig = scans[0].original["seconds"][m]
+        got = [s.recreated["seconds"][m] for s in scans]
+        copy = scans[0].copy["seconds"][m] if scans[0].copy else None
+        ok = "/".join(word[s.status()] for s in scans) if m == SCAN_MODELS[0] else ""
+        lines.append(
+            f"    {'scan s, ' + m:<24} {orig:9.2f} {got[0]:9.2f} {got[1]:9.2f}  {ok}"
+            + ("" if copy is None else f"  (plain copy {copy:.2f})")
+        )
+    ratios = [s.ratio("recreated") for s in scans]
+    rc = scans[0].ratio("copy")
+    lines.append(
+        f"    {'scan / original, ' + SCAN_MODELS[0]:<24} {1:9.3f} {ratios[0] or 0:9.3f} "
+        f"{ratios[1] or 0:9.3f}  plain copy {'-' if rc is None else format(rc, '.3f')}"
+    )
+    return lines
+
+
 def verdict_summary(out: Path, which: str) -> list[str]:
     """The replay of the ``which`` snapshot judged under both rules against its floor."""
     from fsage.replay.fidelity import DYNAMIC, FREE_BLOCKS, FREE_EXTENTS, RULES, NoiseFloor
-    from fsage.replay.fidelity import Fidelity as Fid
 
     try:
         res = json.loads((out / f"replay-{which}.json").read_text())
         floor = NoiseFloor.from_json(json.loads((out / f"floor-{which}.json").read_text()))
     except (OSError, ValueError) as exc:
         return [f"  {which}: no verdict ({exc})"]
-    data = res["fidelity"]
-    fields = {k: data[k] for k in Fid.__dataclass_fields__ if k != "verdict"}
-    fid = Fid(**fields)
+    fid = _fid(res["fidelity"])
     d = fid.distances()
     lines = [
         f"  {which} (snapshot {res['snapshot_id']}): free space {d[FREE_BLOCKS]:.3f} by blocks, "
@@ -282,6 +320,15 @@ def verdict_summary(out: Path, which: str) -> list[str]:
             v = judge_distances(copy, fid.judged(), floor, rule)
             lines.append(f"    plain copy, {rule}: {'FAITHFUL' if v.faithful else 'NOT FAITHFUL'}"
                          f" ({'; '.join(v.reasons[:3])})")  # fmt: skip
+    if floor.copy_scan is not None and fid.scan is not None:
+        from fsage.replay.fidelity_scan import JUDGED_MODEL, SCAN_BAND
+
+        # the copy judged by the scan criterion: it misses wherever the criterion applies
+        rc = floor.copy_scan["seconds"][JUDGED_MODEL] / fid.scan.original["seconds"][JUDGED_MODEL]
+        out = abs(rc - 1) > SCAN_BAND
+        lines.append(f"    plain copy, modeled scan ({JUDGED_MODEL}): {rc:.3f} of the original's: "
+                     + ("MISSED (the criterion applies)" if out else "within the band: the "
+                        "criterion does not apply"))  # fmt: skip
     return lines
 
 

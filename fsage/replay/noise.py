@@ -14,7 +14,8 @@ mount(8) and umount(8) and read and stored a snapshot at every marker.
 The floor is measured at a snapshot: each run is compared with that snapshot too (what the
 ``original`` rule of a verdict judges the stream's bias by), and so is a plain copy of it (its
 files written in one go onto an empty file system, ``fsage.replay.unaged``), the yardstick a
-verdict places a recreation against.
+verdict places a recreation against; the copy's modeled cold path-order scan is kept as well
+(``NoiseFloor.copy_scan``), the one the scan criterion of ``fsage.replay.fidelity_scan`` needs.
 """
 
 from __future__ import annotations
