@@ -17,6 +17,7 @@ import pytest
 from fsage.ager.images import loop_mount, make_image
 from fsage.db.store import Store
 from fsage.replay.fidelity import RULES, fidelity
+from fsage.replay.fidelity_scan import COPY_FROM_FLOOR, SCAN_BAND
 from fsage.replay.noise import noise_floor
 from fsage.replay.recreate import RecreateOptions, recreate
 from fsage.replay.unaged import fresh_copy
@@ -119,6 +120,11 @@ def test_a_plain_copy_of_a_checkout_history_is_not_faithful(tmp_path: Path) -> N
         # As far from the original as the copy the floor measured (up to the allocator's
         # noise between two copies).
         assert v.copy_relative is not None and v.copy_relative > 0.8, v.line()
+        # a copy misses the scan criterion wherever it applies (the floor's copy is the band's
+        # yardstick, this copy another of the same tree)
+        assert fid.scan is not None and fid.scan.copy == floor.copy_scan
+        if fid.scan.applies() and abs((fid.scan.ratio("recreated") or 1) - 1) > 0.1:
+            assert v.scan == "MISSED" and not v.faithful
 
     rec = recreate(RecreateOptions(db=db, fs_name="co", target=tmp_path / "r.img", mode="mount"))
     assert rec.fidelity is not None
@@ -160,6 +166,8 @@ def test_noise_floor_and_replay_commands_carry_the_yardstick(tmp_path: Path) -> 
                                   "--workdir", str(tmp_path), "--format", "json"])  # fmt: skip
     floor = json.loads(r.stdout)["noise_floor"]
     assert floor["copy"]["free_extents"] > 0 and floor["original_snapshot"] == 2
+    # the copy's modeled scan reads every block of the tree's files and directories
+    assert floor["copy_scan"]["seeks"] > 0 and floor["copy_scan"]["seconds"]["hdd"] > 0
     path = tmp_path / "floor.json"
     path.write_text(r.stdout)
     rec, judge = str(tmp_path / "r.img"), ["--noise-floor", str(path)]
@@ -169,10 +177,18 @@ def test_noise_floor_and_replay_commands_carry_the_yardstick(tmp_path: Path) -> 
     v = json.loads(r.stdout)["fidelity"]["verdict"]
     assert v["rule"] == "original" and v["copy_relative"] is not None
     assert v["faithful"] == (not v["reasons"])
+    # the scan criterion takes the floor's copy; the original's blocks are the copy's
+    scan = json.loads(r.stdout)["fidelity"]["scan"]
+    assert scan["copy"] == floor["copy_scan"] and scan["copy_source"] == COPY_FROM_FLOOR
+    assert abs(scan["original"]["blocks"] - scan["copy"]["blocks"]) <= 0.05 * scan["copy"]["blocks"]
+    ratio = scan["ratio_copy"]
+    assert scan["applies"] == (abs(ratio - 1) > SCAN_BAND) and v["scan"] == scan["status"]
+    assert (scan["status"] == "MISSED") == any(x.startswith("modeled scan") for x in v["reasons"])
     # Judged at the first snapshot, a floor measured at the last has no yardstick and no runs'
     # distances to it.
     r = CliRunner().invoke(main, ["replay", *base, "--until", "1", *judge, "--force", rec])
     assert r.exit_code == 0 and "no plain-copy yardstick" in r.output, r.output
+    assert "criterion (hdd): unknown (no plain copy" in r.output
     r = CliRunner().invoke(main, ["replay", *base, "--until", "1", *judge, "--tolerance-from",
                                   "original", "--force", rec])  # fmt: skip
     assert r.exit_code != 0 and "compared with snapshot 2, not 1" in r.output
