@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.analysis import bucket_range, size_bucket
+from fsage.analyzer.dynamic import Requests
 from fsage.analyzer.freespace import MAX_BUCKET, free_space
 from fsage.analyzer.scores import aggregate_score, file_scores
 from fsage.layout import Layout
@@ -374,8 +375,9 @@ def fidelity(
     scan: bool = True,
 ) -> Fidelity:
     """Compare a recorded snapshot with its recreation (see the module doc). ``dynamic``: their
-    path-order dynamic layout scores when already known; ``scan``: model their scans (and a
-    contiguous copy's, until a floor's plain copy replaces it at ``Fidelity.judge``)."""
+    path-order dynamic layout scores when already known; ``scan``: model their scans and the
+    contiguous bound of the original's tree (a floor's plain copy joins them at
+    ``Fidelity.judge``)."""
     names_a, names_b = _path_sizes(original), _path_sizes(recreated)
     fa, da, fb, db = names_a.regular, names_a.dirs, names_b.regular, names_b.dirs
     matched = [p for p, s in fa.items() if fb.get(p) == s]
@@ -448,7 +450,7 @@ def fidelity(
     )
 
 
-def _score_of(reads: Any) -> float | None:
+def _score_of(reads: Requests) -> float | None:
     score = reads.score()["score"]
     return None if score is None else float(score)
 
