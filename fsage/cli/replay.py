@@ -542,6 +542,12 @@ def noise_floor_cmd(
             f"blocks, {c.get(FREE_EXTENTS, 0.0):.3f} by extents; dynamic layout score "
             f"{c.get(DYNAMIC, 0.0):.3f}"
         )
+    if floor.copy_scan is not None:
+        secs = ", ".join(f"{m} {t:.2f} s" for m, t in floor.copy_scan["seconds"].items())
+        click.echo(
+            f"  the plain copy's modeled cold path-order scan: {secs} "
+            f"({floor.copy_scan['seeks']:,} seeks)"
+        )
     if runs < SOUND_RUNS:
         click.echo(
             f"  note: a floor of {runs} runs is itself noisy (bench/verdict.py); "

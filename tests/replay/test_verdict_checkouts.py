@@ -156,6 +156,7 @@ def test_noise_floor_and_replay_commands_carry_the_yardstick(tmp_path: Path) -> 
     r = CliRunner().invoke(main, ["noise-floor", *base, "--runs", "2", "--workdir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "a plain copy to snapshot 2: free space" in r.output
+    assert "the plain copy's modeled cold path-order scan: hdd" in r.output
     assert "free-space distance of each run to snapshot 2:" in r.output
     r = CliRunner().invoke(main, ["noise-floor", *base, "--runs", "2", "--no-copy",
                                   "--workdir", str(tmp_path), "--format", "json"])  # fmt: skip
