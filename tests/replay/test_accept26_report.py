@@ -4,9 +4,14 @@ not call it a run without a baseline just because such files have no layout scor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from click.testing import CliRunner
+
+from fsage.cli import main
 from fsage.db.store import Store
 from fsage.replay.bench.run import BenchRun, store_run
 from fsage.replay.bench.suites import Result
@@ -54,3 +59,23 @@ def test_one_block_files_with_a_baseline_are_not_said_to_have_none(tmp_path: Pat
     assert drawn, section.notes
     assert not any("no baseline" in n or "no run on an empty" in n for n in drawn), drawn
     assert any("no layout score" in n and "1,024-byte" in n for n in drawn), drawn
+
+
+def test_predict_json_says_its_values_are_relative_to_an_empty_file_system(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    with Store.open(db, create=True) as store:
+        store_run(store, _seq_run())
+    r = CliRunner().invoke(main, ["bench", "predict", "--db", str(db), "--file-size", "1K",
+                                  "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    pred = json.loads(r.stdout)
+    (row,) = pred["rows"]
+    # bench printed read at half the empty file system's: so does predict, and its header
+    # flags agree with the row instead of saying there was no empty-fs run
+    assert row["actual_read"] == pytest.approx(0.5) and row["read_relative_to"] == "own baseline"
+    assert pred["baseline_empty_fs"] == {"read": True, "write": True}
+    r = CliRunner().invoke(main, ["bench", "predict", "--help"])
+    assert "best run on an empty file system;" not in r.output
+    assert "own" in r.output and "paired ratios" in r.output
