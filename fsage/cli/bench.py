@@ -381,9 +381,12 @@ def _open_store(db: Path) -> Any:
 def predict_cmd(db: Path, suite: str | None, file_size: str, fs_name: str | None, fmt: str) -> None:
     """Seed 002's table: bench and old layout scores, predicted vs actual relative performance.
 
-    Relative performance is a result over the best run on an empty file system; predicted
-    performance comes from a linear fit of relative performance against layout score over the
-    stored runs, evaluated at the old files' layout score.
+    Relative performance is a result over a baseline: its run's own where it
+    had one (the empty file system `fsage bench` ran in turn with it: the median of the rounds'
+    paired ratios, as bench printed it, marked "(inconclusive)" where its interval includes
+    1); else the best separate run on an empty file system, or, with none, the best run (the
+    output says so). Predicted performance comes from a linear fit of relative performance
+    against layout score over the stored runs, evaluated at the old files' layout score.
 
     \b
     Examples:

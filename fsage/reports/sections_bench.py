@@ -202,10 +202,15 @@ def bench_section(data: ReportData) -> Section | None:
             ]
             if not pts:
                 # relative to the best run, that run would sit at 1.000: nothing to draw
-                notes.append(
-                    f"{pred['suite']}: {metric}: no baseline (no run on an empty file system), "
-                    "so no relative performance is drawn"
-                )
+                if any(
+                    r[f"actual_{metric}"] is not None and _relative_to_empty(r, metric, has_base)
+                    for r in pred["rows"]
+                ):
+                    # the run had its baseline: its files had no layout score to draw against
+                    why = "its files have no layout score (a one-block file has none)"
+                else:
+                    why = "no baseline (no run on an empty file system)"
+                notes.append(f"{what}: {metric}: {why}, so no relative performance is drawn")
                 continue
             color = MARKERS[metric]["color"]
             traces.append(

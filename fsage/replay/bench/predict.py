@@ -176,8 +176,9 @@ class Prediction:
     write_fit: Fit | None
     baseline: dict[str, float | None]
     notes: list[str] = field(default_factory=list)
-    #: Per metric, whether its baseline is a run on an empty file system (else the best run,
-    #: and "relative" is relative to that run, not to an empty file system).
+    #: Per metric, whether every row's value is relative to a run on an empty file system (its
+    #: run's own baseline, or the best separate one); else some rows are relative to the best
+    #: run (``Row.read_base``/``write_base`` say which).
     baseline_empty_fs: dict[str, bool] = field(default_factory=dict)
 
     HEADERS = (
@@ -296,7 +297,8 @@ def predict(
         vals = [(m[metric], _old_files(m[metric])) for m in by_run.values() if metric in m]
         bare = [r for r, _ in vals if _own_relative(r) is None]
         empty = [r.value for r, n in vals if n == 0 and _own_relative(r) is None]
-        empty_fs[metric] = bool(empty)
+        # every value relative to an empty file system: its own baseline, or the separate run
+        empty_fs[metric] = bool(empty) or (bool(vals) and not bare)
         if empty:
             baseline[metric] = max(empty)
         elif bare:

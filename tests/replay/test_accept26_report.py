@@ -1,0 +1,81 @@
+"""One baseline, said the same way everywhere: a seq run of one-block files has its own
+empty-file-system baseline (bench printed its relative values against it), so the report must
+not call it a run without a baseline just because such files have no layout score to draw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from fsage.cli import main
+from fsage.db.store import Store
+from fsage.replay.bench.run import BenchRun, store_run
+from fsage.replay.bench.suites import Result
+from fsage.reports.sections_bench import bench_extra, bench_section
+
+
+def _seq_run() -> BenchRun:
+    """A seq run of 1 KiB files (one block each: no layout score) with its interleaved
+    baseline, its results' params as `fsage bench` leaves them: the baseline's median and the
+    median of the rounds' paired ratios with its verdict."""
+
+    def result(metric: str, value: float, base: float) -> Result:
+        params = {"file_size": 1024, "baseline": base, "relative": value / base,
+                  "relative_ci": [0.4, 0.6], "verdict": "lower"}  # fmt: skip
+        return Result(metric, value, "KB/s", params)
+
+    return BenchRun(
+        suite="seq",
+        target="aged.img",
+        via="",
+        fs_name="aged",
+        started_at="2026-11-28T00:00:00+00:00",
+        seconds=1.0,
+        cold=True,
+        params={"repeat": 8},
+        results=[result("read", 10_000.0, 20_000.0), result("write", 8_000.0, 16_000.0)],
+        layout=None,
+    )
+
+
+def test_one_block_files_with_a_baseline_are_not_said_to_have_none(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "b.db", create=True) as store:
+        store_run(store, _seq_run())
+        extra = bench_extra(store, None)
+    assert extra is not None
+    preds = [p for p in extra["predictions"] if p["file_size"] == 1024]
+    assert len(preds) == 1, extra["predictions"]
+    row = preds[0]["rows"][0]
+    # What predict found: the run's own baseline, no layout score for its one-block files.
+    assert row["bench_layout"] is None
+    assert row["read_relative_to"] == "own baseline", row
+    section = bench_section(SimpleNamespace(extra={"bench": extra}))  # type: ignore[arg-type]
+    assert section is not None
+    drawn = [n for n in section.notes if "no relative performance is drawn" in n]
+    assert drawn, section.notes
+    assert not any("no baseline" in n or "no run on an empty" in n for n in drawn), drawn
+    assert any("no layout score" in n and "1,024-byte" in n for n in drawn), drawn
+
+
+def test_predict_json_says_its_values_are_relative_to_an_empty_file_system(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    with Store.open(db, create=True) as store:
+        store_run(store, _seq_run())
+    r = CliRunner().invoke(main, ["bench", "predict", "--db", str(db), "--file-size", "1K",
+                                  "--format", "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    pred = json.loads(r.stdout)
+    (row,) = pred["rows"]
+    # bench printed read at half the empty file system's: so does predict, and its header
+    # flags agree with the row instead of saying there was no empty-fs run
+    assert row["actual_read"] == pytest.approx(0.5) and row["read_relative_to"] == "own baseline"
+    assert pred["baseline_empty_fs"] == {"read": True, "write": True}
+    r = CliRunner().invoke(main, ["bench", "predict", "--help"])
+    assert "best run on an empty file system;" not in r.output
+    assert "own" in r.output and "paired ratios" in r.output
