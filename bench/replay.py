@@ -203,13 +203,16 @@ def fit_size(need: int, inodes: int, bs: int, fill: float) -> int:
     from fsage.ager.images import run_tool
     from fsage.snapshotter import read_source
 
-    size = int(need / fill)
+    n = max(inodes, 16384)
+    # The first probe must hold the inode tables and a journal, or mkfs itself fails (a small
+    # history at 1 KiB blocks); later probes correct the size by what mkfs left usable.
+    size = int(need / fill) + n * 256 + (8 << 20)
     with tempfile.TemporaryDirectory() as t:
         img = Path(t) / "probe.img"
         for _ in range(3):
             with open(img, "wb") as fh:
                 fh.truncate(size)
-            run_tool(["mkfs.ext4", "-F", "-q", "-b", str(bs), "-N", str(max(inodes, 16384)),
+            run_tool(["mkfs.ext4", "-F", "-q", "-b", str(bs), "-N", str(n),
                       str(img)], "probe")  # fmt: skip
             f = read_source(img).facts
             usable = f.blocks_free * bs
