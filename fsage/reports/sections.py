@@ -309,16 +309,21 @@ def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
     return "<br>".join(parts)
 
 
+# Snapshots taken closer together than this (one snapshot, or file systems snapshot one after
+# the other) are drawn on an axis of a day: plotly would tick seconds or microseconds, and two
+# file systems read a second apart would look like a history.
+SHORT_SPAN = dt.timedelta(hours=1)
+
+
 def _one_instant(times: list[list[Any]], clock: str) -> dict[str, Any]:
-    """A time axis whose snapshots were all taken at one instant spans a day around it,
-    labelled by date and minute (plotly would tick microseconds around the lone point)."""
-    stamps = {str(t) for ts in times for t in ts if t is not None}
-    if clock != "time" or len(stamps) != 1:
+    """A time axis whose snapshots were all taken within ``SHORT_SPAN`` spans a day around
+    them, labelled by date and minute."""
+    stamps = [dt.datetime.fromisoformat(str(t)) for ts in times for t in ts if t is not None]
+    if clock != "time" or not stamps or max(stamps) - min(stamps) >= SHORT_SPAN:
         return {}
-    at = dt.datetime.fromisoformat(stamps.pop())
     day = dt.timedelta(hours=12)
     fmt = "%Y-%m-%d %H:%M:%S"
-    return {"range": [(at - day).strftime(fmt), (at + day).strftime(fmt)],
+    return {"range": [(min(stamps) - day).strftime(fmt), (max(stamps) + day).strftime(fmt)],
             "tickformat": "%b %d %H:%M"}  # fmt: skip
 
 
