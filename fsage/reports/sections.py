@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
-from fsage.analyzer.history import SEED000_TREND, change_text, trend_line
+from fsage.analyzer.history import SEED000_TREND, change_text, cumulative, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
 
@@ -254,24 +254,6 @@ def score_axis(values: list[float | None]) -> dict[str, Any]:
     step = (hi - lo) / 6
     digits = max(3, int(np.ceil(-np.log10(step))) if step > 0 else 3)
     return {"range": [lo, hi], "tickformat": f".{digits}f"}
-
-
-def cumulative(values: list[int | None]) -> list[int | None]:
-    """A run's own count (operations done, bytes written) as the file system's: each aging
-    run or replay counts from 0, so where a count falls below the one before, a new run began
-    and the earlier runs' totals are added to it. Snapshots without a count keep None."""
-    out: list[int | None] = []
-    offset = 0
-    last: int | None = None
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        if last is not None and v < last:
-            offset += last
-        last = v
-        out.append(offset + v)
-    return out
 
 
 def _clocks(snaps: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
