@@ -10,6 +10,7 @@ import datetime as dt
 import html as htmllib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,23 @@ def test_file_systems_read_seconds_apart_get_a_day_wide_time_axis(two: dict[str,
     assert lo < min(taken) and max(taken) < hi
 
 
+def test_free_space_figures_of_two_block_sizes_share_one_axis(two: dict[str, Any]) -> None:
+    page = two["work"] / "r2.html"
+    cli("report", "--db", two["db"], "-o", page)
+    held = {bs: e2freefrag_buckets(img) for bs, img in two["images"].items()}
+    every = set().union(*held.values())
+    want = [min(every) * 2**i for i in range((max(every) // min(every)).bit_length())]
+    assert len(want) > len(every), "the fixture's free space should leave a bucket empty"
+    figs = [f for f in figures(page) if f["layout"]["title"]["text"].startswith("Free space by")]
+    assert len(figs) == 2
+    for fig in figs:
+        bs = 1024 if fig["layout"]["title"]["text"].endswith("b1024") else 4096
+        space, extents = fig["data"]
+        assert [bucket_bytes(x) for x in space["x"]] == want
+        for x, s, e in zip(space["x"], space["y"], extents["y"], strict=True):
+            assert (s > 0 or e > 0) == (bucket_bytes(x) in held[bs]), (bs, x)
+
+
 def test_fleet_free_space_axis_has_every_e2freefrag_bucket(two: dict[str, Any]) -> None:
     page = two["work"] / "fleet.html"
     cli("fleet", "report", two["dataset"], "-o", page)
@@ -134,7 +152,8 @@ def test_fleet_free_space_axis_has_every_e2freefrag_bucket(two: dict[str, Any]) 
 def test_fleet_changes_do_not_round_to_zero(two: dict[str, Any], tmp_path: Path) -> None:
     # a history of one file system: the 1 KiB-block image, then the same with one more file
     # written into its broken-up free space (a loss of a few ten-thousandths)
-    img = two["images"][1024]
+    img = tmp_path / "h.img"
+    shutil.copyfile(two["images"][1024], img)
     db = tmp_path / "h.db"
     cli("snapshot", img, "--db", db, "--name", "hist", "--taken-at", "2025-01-01T00:00:00Z")
     extra = tmp_path / "extra.dat"
