@@ -309,6 +309,24 @@ def _one_instant(times: list[list[Any]], clock: str) -> dict[str, Any]:
             "tickformat": "%b %d %H:%M"}  # fmt: skip
 
 
+# A directory table lists the subtrees holding the most data, not every one: a tree such as
+# /usr/share/doc has hundreds of top-level directories, and the page would run for metres.
+MAX_DIR_ROWS = 40
+
+
+def largest_dirs(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The root and the ``MAX_DIR_ROWS`` subtrees of ``rows`` with the most data blocks (in
+    their order), and a caption's note of what was left out ("" if nothing)."""
+    if len(rows) <= MAX_DIR_ROWS + 1:
+        return rows, ""
+    keep = {id(r) for r in sorted(rows[1:], key=lambda r: -(r.get("blocks") or 0))[:MAX_DIR_ROWS]}
+    shown = [r for i, r in enumerate(rows) if i == 0 or id(r) in keep]
+    return shown, (
+        f" (the {MAX_DIR_ROWS} of {len(rows) - 1} subtrees holding the most data; "
+        "every one: fsage analyze --by dir)"
+    )
+
+
 def trend_note(fs: str, t: dict[str, Any]) -> str:
     return f"{fs}: {trend_line(t)}"
 

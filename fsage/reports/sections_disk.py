@@ -19,6 +19,7 @@ from fsage.reports.sections import (
     bytes_axis,
     count_axis,
     esc,
+    largest_dirs,
     log_axis,
 )
 from fsage.text import human_bytes, size_range
@@ -452,12 +453,13 @@ def by_directory(data: ReportData) -> Section | None:
     for a in data.latest():
         rows = a.get("by_dir")
         if rows:
+            rows, left_out = largest_dirs(rows)
             tables.append(
                 Table(
                     ["directory", "files", "data blocks", "layout score"],
                     [[r["path"], r["files"], r["blocks"], r["layout_score"]] for r in rows],
                     f"{a.get('fs')} snapshot {a['id']}: aggregate layout score of each "
-                    "directory subtree",
+                    f"directory subtree{left_out}",
                 )
             )
     if not tables:
