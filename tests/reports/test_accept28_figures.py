@@ -166,6 +166,11 @@ def test_fleet_changes_do_not_round_to_zero(two: dict[str, Any], tmp_path: Path)
     (row,) = rows
     change = row["total_change"]
     assert change != 0, "the fixture should change the layout score"
+    # one quantity in every command: analyze's change per month is the fleet's
+    hist = json.loads(cli("analyze", "--db", db, "--history", "--format", "json").stdout)
+    trend = hist["trends"]["hist"]
+    assert trend["total_change"] == pytest.approx(change, rel=1e-9)
+    assert trend["change_per_month"] == pytest.approx(row["change_per_month"], rel=1e-9)
     page = tmp_path / "fleet.html"
     cli("fleet", "report", ds, "-o", page)
     (trend,) = [t for t in tables(page) if "total change" in t[0]]
