@@ -158,6 +158,24 @@ def trends(analyses: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cumulative(values: list[int | None]) -> list[int | None]:
+    """A run's own count (operations done, bytes written) as the file system's: each aging
+    run or replay counts from 0, so where a count falls below the one before, a new run began
+    and the earlier runs' totals are added to it. Snapshots without a count keep None."""
+    out: list[int | None] = []
+    offset = 0
+    last: int | None = None
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        if last is not None and v < last:
+            offset += last
+        last = v
+        out.append(offset + v)
+    return out
+
+
 def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
     items = sorted(items, key=lambda a: (a["taken_at"] or "", a["id"] or 0))
     times = np.array([_days(a["taken_at"]) for a in items], np.float64)
@@ -233,8 +251,11 @@ def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
         "change_per_month": rate,
         "change_per_month_reason": reason,
         "clock": "ops" if has_ops else "time",
-        "change_per_kop": _slope(ops, scores, 1000.0) if has_ops else None,
-        "change_per_gib_written": _slope(written, scores, float(GIB)) if has_bytes else None,
+        # over the file system's life: each run counts from 0, the slope counts on
+        "change_per_kop": _slope(cumulative(ops), scores, 1000.0) if has_ops else None,
+        "change_per_gib_written": (
+            _slope(cumulative(written), scores, float(GIB)) if has_bytes else None
+        ),
         "activity": activity,
         "recreations": [],
     }

@@ -15,6 +15,7 @@ from fsage.analyzer.history import (
     SEED000_TREND,
     TREND_RULE,
     analyze_many,
+    cumulative,
     select_snapshots,
     trend_line,
     trends,
@@ -314,15 +315,21 @@ def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
                 [
                     s["id"],
                     str(s["taken_at"])[:19],
-                    s["op_count"],
-                    None if s["bytes_written"] is None else round(s["bytes_written"] / 2**30, 3),
+                    ops,
+                    None if written is None else round(written / 2**30, 3),
                     s["files"],
                     s["layout_score"],
                     s["blocks_free"],
                     sum(b["count"] for b in s["free_extents"] or []),
                     s["largest_free_extent"],
                 ]
-                for s in t["snapshots"]
+                # the file system's counts, as the report draws them: each run counts from 0
+                for s, ops, written in zip(
+                    t["snapshots"],
+                    cumulative([s["op_count"] for s in t["snapshots"]]),
+                    cumulative([s["bytes_written"] for s in t["snapshots"]]),
+                    strict=True,
+                )
             ],
         )
         rec = t.get("recreations") or []

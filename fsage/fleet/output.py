@@ -22,6 +22,10 @@ from typing import IO, Any
 from fsage.fleet.query import CHUNK, opened, table_rows
 from fsage.text import shown, table_cell
 
+# Changes of layout score read with two significant digits, as in analyze and the reports: a
+# loss of 0.0003 a month must not print as -0.000.
+CHANGES = frozenset({"total_change", "change_per_month", "mean_change_per_month"})
+
 # The text tables: a title and the columns shown, per table.
 TEXT_COLUMNS = {
     "filesystems": (
@@ -136,6 +140,9 @@ def _line(cells: list[str], widths: list[int], numeric: list[bool]) -> str:
 
 
 def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Path) -> None:
+    # here, not at the top: fsage.analyzer loads numpy, which the JSON and CSV do not need
+    from fsage.analyzer.history import change_text
+
     no_rate = False
     for i, (name, rows) in enumerate(streams.items()):
         title, cols = TEXT_COLUMNS[name]
@@ -149,7 +156,10 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
             chunk: list[list[str]] = []
             for row in rows:
                 vals = [row[c] for c in cols]
-                text = [table_cell(v) for v in vals]
+                text = [
+                    change_text(v) if c in CHANGES and isinstance(v, float) else table_cell(v)
+                    for c, v in zip(cols, vals, strict=True)
+                ]
                 for j, (v, cell) in enumerate(zip(vals, text, strict=True)):
                     widths[j] = max(widths[j], len(cell))
                     if numeric[j] and not (isinstance(v, int | float) or v is None):

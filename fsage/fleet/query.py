@@ -6,7 +6,8 @@ Every figure is defined once here (and once more, independently, in Spark SQL in
 * ``filesystems``: per file system, its latest layout score, dynamic layout score and free-space
   figures, the total change of the layout score over its history and — where the history spans
   at least ``MIN_SPAN_DAYS`` days — the change per month (least-squares slope of the score
-  against time, × 30.436875 days), else ``no_rate_reason`` says why not.
+  against time, × 365.25 / 12 days, the month of `fsage analyze`), else ``no_rate_reason``
+  says why not.
 * ``size``: per size bucket over the latest snapshot of every file system, buckets in bytes
   (file systems of different block sizes share them): the fleet's layout score weighted by
   bytes (Σ contiguous / Σ (blocks − 1), blocks counted in bytes), the worst file system's,
@@ -57,7 +58,8 @@ from fsage.fleet.dataset import (
 from fsage.text import size_range
 
 MIN_SPAN_DAYS = 7
-DAYS_PER_MONTH = 30.436875
+# The month of fsage.analyzer.history (not imported: it loads numpy): one change per month.
+DAYS_PER_MONTH = 365.25 / 12
 DEFAULT_TABLES = ("filesystems", "size", "free", "outliers")
 ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 # DuckDB's own memory: beyond it, joins, sorts and aggregates spill to a private temporary

@@ -11,14 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from fsage.analyzer.history import change_text
 from fsage.fleet.query import (
     MIN_SPAN_DAYS,
     Rows,
     by_size,
     filesystems,
+    free_bucket_fields,
     free_histogram,
     opened,
     outliers,
+    size_bucket_fields,
     trend_rows,
 )
 from fsage.reports.html import ReportData, Section, Table, render, write_html
@@ -60,6 +63,33 @@ def _scatter(pts: list[dict[str, Any]]) -> float:
         return float(y.std())
     slope, icept = np.polyfit(xs - xs[0], y, 1)
     return float(np.std(y - (slope * (xs - xs[0]) + icept), ddof=2) if len(ys) > 3 else 0.0)
+
+
+def _every_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The size buckets from the smallest to the largest with files, the empty ones too (no
+    files, no score): a categorical axis must not put 1-2 MiB next to 4-8 MiB."""
+    have = {r["bucket"]: r for r in rows}
+    if not have:
+        return []
+    return [have.get(b) or {"bucket": b, **size_bucket_fields(b), "filesystems": 0, "files": 0,
+                            "layout_score": None, "worst_layout_score": None,
+                            "mean_change_per_month": None}
+            for b in range(min(have), max(have) + 1)]  # fmt: skip
+
+
+def _every_free(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """e2freefrag's buckets from the smallest to the largest free extent, the empty ones too
+    (drawn as 0), so that the axis doubles at every step as e2freefrag's table does."""
+    have = {r["min_bytes"]: r for r in rows}
+    if not have:
+        return []
+    out, b = [], min(have)
+    while b <= max(have):
+        out.append(have.get(b) or {**free_bucket_fields(b, b), "filesystems": 0,
+                                   "free_extents": 0, "free_bytes": 0,
+                                   "share_of_free_space": 0.0})  # fmt: skip
+        b *= 2
+    return out
 
 
 def _measured(r: dict[str, Any]) -> bool:
@@ -144,9 +174,10 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
                 + "<br>%{x}<br>layout score %{y:.4f}<br>%{text}<extra></extra>",
             }
         )
+    plural = "" if len(shown) == 1 else "s"
     notes = [
-        f"The {len(shown)} file systems of {len(fss)} whose layout score fell the most from "
-        f"their first to their latest snapshot (the change is in the legend). A loss is drawn "
+        f"The {len(shown)} file system{plural} of {len(fss)} whose layout score fell the most "
+        f"from their first to their latest snapshot (the change is in the legend). A loss is drawn "
         f"when it is at least {MIN_LOSS} and twice the history's own scatter around its trend "
         f"line. Change per month (least-squares slope) is given for histories of "
         f"{MIN_SPAN_DAYS} days or more; shorter ones are ranked by their total change."
@@ -183,9 +214,11 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
     else:
         notes.append("No file system lost a measurable share of its layout score: nothing "
                      "to draw.")  # fmt: skip
+    # changes with two significant digits, as analyze and the report give them: a loss of
+    # 0.0003 must not read 0.000
     top50 = [
         [r["host"], r["fs"], r["snapshots"], r["span_days"], r["layout_score"],
-         r["total_change"], r["change_per_month"], r["free_fraction"]]
+         change_text(r["total_change"]), change_text(r["change_per_month"]), r["free_fraction"]]
         for r in fss[:50]
     ]  # fmt: skip
     return Section(
@@ -249,6 +282,7 @@ def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> 
                             "line": {"dash": "dot", "color": "#888"},
                         }
                     ],
+                    xaxis=score_axis([r["layout_score"] for r in rated]),
                     yaxis=_rate_axis([r["change_per_month"] for r in rated]),
                 )
             ]
@@ -258,7 +292,7 @@ def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> 
             id="fleet-scatter",
         )
     )
-    size = t["size"]
+    size = _every_size(t["size"])
     labels = [r["label"] for r in size]
     out.append(
         Section(
@@ -309,16 +343,17 @@ def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> 
                             r["files"],
                             r["layout_score"],
                             r["worst_layout_score"],
-                            r["mean_change_per_month"],
+                            change_text(r["mean_change_per_month"]),
                         ]
                         for lab, r in zip(labels, size, strict=True)
+                        if r["files"]
                     ],
                 )
             ],
             id="fleet-size",
         )
     )
-    free = t["free"]
+    free = _every_free(t["free"])
     flabels = [r["label"] for r in free]
     extents = sum(r["free_extents"] for r in free) or 1
     out.append(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
-from fsage.analyzer.history import SEED000_TREND, change_text, trend_line
+from fsage.analyzer.history import SEED000_TREND, change_text, cumulative, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
 
@@ -256,24 +256,6 @@ def score_axis(values: list[float | None]) -> dict[str, Any]:
     return {"range": [lo, hi], "tickformat": f".{digits}f"}
 
 
-def cumulative(values: list[int | None]) -> list[int | None]:
-    """A run's own count (operations done, bytes written) as the file system's: each aging
-    run or replay counts from 0, so where a count falls below the one before, a new run began
-    and the earlier runs' totals are added to it. Snapshots without a count keep None."""
-    out: list[int | None] = []
-    offset = 0
-    last: int | None = None
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        if last is not None and v < last:
-            offset += last
-        last = v
-        out.append(offset + v)
-    return out
-
-
 def _clocks(snaps: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per snapshot id, its x on each clock: the time, and the file system's cumulative
     operations and GiB written."""
@@ -309,17 +291,40 @@ def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
     return "<br>".join(parts)
 
 
+# Snapshots taken closer together than this (one snapshot, or file systems snapshot one after
+# the other) are drawn on an axis of a day: plotly would tick seconds or microseconds, and two
+# file systems read a second apart would look like a history.
+SHORT_SPAN = dt.timedelta(hours=1)
+
+
 def _one_instant(times: list[list[Any]], clock: str) -> dict[str, Any]:
-    """A time axis whose snapshots were all taken at one instant spans a day around it,
-    labelled by date and minute (plotly would tick microseconds around the lone point)."""
-    stamps = {str(t) for ts in times for t in ts if t is not None}
-    if clock != "time" or len(stamps) != 1:
+    """A time axis whose snapshots were all taken within ``SHORT_SPAN`` spans a day around
+    them, labelled by date and minute."""
+    stamps = [dt.datetime.fromisoformat(str(t)) for ts in times for t in ts if t is not None]
+    if clock != "time" or not stamps or max(stamps) - min(stamps) >= SHORT_SPAN:
         return {}
-    at = dt.datetime.fromisoformat(stamps.pop())
     day = dt.timedelta(hours=12)
     fmt = "%Y-%m-%d %H:%M:%S"
-    return {"range": [(at - day).strftime(fmt), (at + day).strftime(fmt)],
+    return {"range": [(min(stamps) - day).strftime(fmt), (max(stamps) + day).strftime(fmt)],
             "tickformat": "%b %d %H:%M"}  # fmt: skip
+
+
+# A directory table lists the subtrees holding the most data, not every one: a tree such as
+# /usr/share/doc has hundreds of top-level directories, and the page would run for metres.
+MAX_DIR_ROWS = 40
+
+
+def largest_dirs(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The root and the ``MAX_DIR_ROWS`` subtrees of ``rows`` with the most data blocks (in
+    their order), and a caption's note of what was left out ("" if nothing)."""
+    if len(rows) <= MAX_DIR_ROWS + 1:
+        return rows, ""
+    keep = {id(r) for r in sorted(rows[1:], key=lambda r: -(r.get("blocks") or 0))[:MAX_DIR_ROWS]}
+    shown = [r for i, r in enumerate(rows) if i == 0 or id(r) in keep]
+    return shown, (
+        f" (the {MAX_DIR_ROWS} of {len(rows) - 1} subtrees holding the most data; "
+        "every one: fsage analyze --by dir)"
+    )
 
 
 def trend_note(fs: str, t: dict[str, Any]) -> str:

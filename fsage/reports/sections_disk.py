@@ -9,6 +9,7 @@ import numpy as np
 
 from fsage.analyzer.dynamic import reads_text
 from fsage.analyzer.fit import SizeFit
+from fsage.analyzer.freespace import free_extent_label
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.reports.sections import (
     COLORWAY,
@@ -18,6 +19,7 @@ from fsage.reports.sections import (
     bytes_axis,
     count_axis,
     esc,
+    largest_dirs,
     log_axis,
 )
 from fsage.text import human_bytes, size_range
@@ -43,22 +45,38 @@ def _largest_share(data: ReportData) -> float:
     return top or 1.0
 
 
+def _byte_buckets(data: ReportData) -> list[int]:
+    """The free-extent buckets in bytes, every one from the smallest to the largest with
+    extents in any snapshot of any file system, empty ones too: a gap would put 1 MiB next to
+    16 MiB as if they were neighbours, and with one axis for every file system the figures of
+    file systems of other block sizes or free space line up."""
+    seen = {
+        b["min_blocks"] * int(s.get("block_size") or 4096)
+        for t in data.trends.values()
+        for s in t["snapshots"]
+        for b in s.get("free_extents") or []
+    }
+    if not seen:
+        return []
+    return [1 << e for e in range(min(seen).bit_length() - 1, max(seen).bit_length())]
+
+
 @register_section("free-space", order=40)
 def free_space(data: ReportData) -> Section | None:
     figs = []
     zmax = _largest_share(data)
+    buckets = _byte_buckets(data)
     for fs, t in data.trends.items():
         snaps = [s for s in t["snapshots"] if s.get("free_extents") is not None]
         if not snaps:
             continue
         bs = int(snaps[-1].get("block_size") or 4096)
-        seen = sorted({b["min_blocks"] for s in snaps for b in s["free_extents"]})
-        # every bucket from the smallest to the largest seen, empty ones too: a gap in the
-        # axis would put 1 MiB next to 16 MiB as if they were neighbours
-        ks = (
-            [1 << e for e in range(seen[0].bit_length() - 1, seen[-1].bit_length())] if seen else []
-        )
-        labels = [_free_label(k, bs) for k in ks]
+        # a bucket below this file system's block size has no extents (k 0) but keeps its place
+        ks = [b // bs for b in buckets]
+        labels = [
+            _free_label(k, bs) if k else free_extent_label(b, 2 * b - 1, 1)
+            for k, b in zip(ks, buckets, strict=True)
+        ]
         if len(snaps) == 1:
             # Shares of the free space and of the free extents side by side: one large extent
             # often holds nearly all the space, which alone would leave the other bars unseen.
@@ -435,12 +453,13 @@ def by_directory(data: ReportData) -> Section | None:
     for a in data.latest():
         rows = a.get("by_dir")
         if rows:
+            rows, left_out = largest_dirs(rows)
             tables.append(
                 Table(
                     ["directory", "files", "data blocks", "layout score"],
                     [[r["path"], r["files"], r["blocks"], r["layout_score"]] for r in rows],
                     f"{a.get('fs')} snapshot {a['id']}: aggregate layout score of each "
-                    "directory subtree",
+                    f"directory subtree{left_out}",
                 )
             )
     if not tables:

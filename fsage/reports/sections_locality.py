@@ -7,7 +7,7 @@ from typing import Any
 
 from fsage.analyzer.locality import GAP_BUCKETS
 from fsage.reports.html import ReportData, Section, Table, register_section
-from fsage.reports.sections import _fig, esc
+from fsage.reports.sections import _fig, esc, largest_dirs
 from fsage.text import human_bytes
 
 GAP_LABELS = {
@@ -149,6 +149,7 @@ def _whole_tree_traces(a: dict[str, Any]) -> list[float]:
 
 
 def _by_dir_table(a: dict[str, Any], by_dir: list[dict[str, Any]]) -> Table:
+    by_dir, left_out = largest_dirs(by_dir)
     return Table(
         [
             *("directory", "files", "subtree scan", "own scan", "file pairs"),
@@ -165,5 +166,5 @@ def _by_dir_table(a: dict[str, Any], by_dir: list[dict[str, Any]]) -> Table:
             ]
             for r in by_dir
         ],
-        caption=f"{a.get('fs')}: locality by directory",
+        caption=f"{a.get('fs')}: locality by directory{left_out}",
     )
