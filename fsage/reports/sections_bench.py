@@ -194,7 +194,12 @@ def bench_section(data: ReportData) -> Section | None:
         traces: list[dict[str, Any]] = []
         for metric in ("read", "write"):
             pts = [
-                (r["bench_layout"], r[f"actual_{metric}"], r["run_id"])
+                (
+                    r["bench_layout"],
+                    r[f"actual_{metric}"],
+                    r["run_id"],
+                    r.get(f"{metric}_verdict") == "inconclusive",
+                )
                 for r in pred["rows"]
                 if r["bench_layout"] is not None
                 and r[f"actual_{metric}"] is not None
@@ -213,17 +218,8 @@ def bench_section(data: ReportData) -> Section | None:
                 notes.append(f"{what}: {metric}: {why}, so no relative performance is drawn")
                 continue
             color = MARKERS[metric]["color"]
-            traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "name": esc(metric),
-                    "x": [p[0] for p in pts],
-                    "y": [p[1] for p in pts],
-                    "text": [esc(f"run {p[2]}") for p in pts],
-                    "marker": MARKERS[metric],
-                }
-            )
+            traces += _points(metric, [p for p in pts if not p[3]], decided=True)
+            traces += _points(metric, [p for p in pts if p[3]], decided=False)
             traces += _fit_line(pred.get(f"{metric}_fit"), metric, str(color))
         if not traces:
             continue
@@ -253,6 +249,29 @@ def bench_section(data: ReportData) -> Section | None:
 
 
 NO_BASELINE = "no baseline"
+
+
+def _points(
+    metric: str, pts: list[tuple[Any, Any, Any, bool]], decided: bool
+) -> list[dict[str, Any]]:
+    """One metric's runs as a marker trace; runs whose spread was wider than their effect are
+    drawn faded and named inconclusive, so a reader does not take them for measured points."""
+    if not pts:
+        return []
+    marker = dict(MARKERS[metric])
+    if not decided:
+        marker["opacity"] = 0.35
+    return [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": esc(metric if decided else f"{metric} (inconclusive)"),
+            "x": [p[0] for p in pts],
+            "y": [p[1] for p in pts],
+            "text": [esc(f"run {p[2]}" + ("" if decided else ", inconclusive")) for p in pts],
+            "marker": marker,
+        }
+    ]
 
 
 def _relative_to_empty(row: dict[str, Any], metric: str, has_base: dict[str, bool]) -> bool:

@@ -79,3 +79,33 @@ def test_predict_json_says_its_values_are_relative_to_an_empty_file_system(
     r = CliRunner().invoke(main, ["bench", "predict", "--help"])
     assert "best run on an empty file system;" not in r.output
     assert "own" in r.output and "paired ratios" in r.output
+
+
+def test_inconclusive_runs_are_drawn_apart_from_decided_ones() -> None:
+    """The figure of relative performance against layout score: a run whose spread was wider
+    than its effect is its own faded trace named inconclusive, never a point like a measured
+    one; the decided runs keep the plain trace."""
+
+    def row(run_id: int, layout: float, value: float, verdict: str) -> dict[str, object]:
+        return {"run_id": run_id, "fs": "aged", "date": "2026-11-28", "bench_layout": layout,
+                "old_layout": 0.9, "diff": 0.0, "pred_read": 0.9, "pred_write": 0.9,
+                "actual_read": value, "actual_write": value,
+                "read_relative_to": "own baseline", "write_relative_to": "own baseline",
+                "read_verdict": verdict, "write_verdict": verdict}  # fmt: skip
+
+    pred = {"suite": "seq", "file_size": 65536, "notes": [], "baseline": {},
+            "baseline_empty_fs": {"read": True, "write": True},
+            "rows": [row(1, 0.8, 0.5, "lower"), row(2, 0.7, 2.4, "inconclusive"),
+                     row(3, 0.6, 0.4, "lower")]}  # fmt: skip
+    run = {"suite": "seq", "date": "2026-11-28", "results": []}
+    extra = {"runs": [run], "predictions": [pred]}
+    section = bench_section(SimpleNamespace(extra={"bench": extra}))  # type: ignore[arg-type]
+    assert section is not None
+    (fig,) = [f for f in section.figures if "Relative performance" in f["layout"]["title"]["text"]]
+    markers = {t["name"]: t for t in fig["data"] if t["mode"] == "markers"}
+    assert set(markers) == {"read", "write", "read (inconclusive)", "write (inconclusive)"}
+    for metric in ("read", "write"):
+        assert markers[metric]["x"] == [0.8, 0.6] and markers[metric]["y"] == [0.5, 0.4]
+        faded = markers[f"{metric} (inconclusive)"]
+        assert faded["x"] == [0.7] and faded["y"] == [2.4]
+        assert faded["marker"]["opacity"] < 1 and "opacity" not in markers[metric]["marker"]
