@@ -73,7 +73,7 @@ class _Journal:
         self.path = path
         try:
             if header is not None:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
                 fd = private_opener(path, flags)
                 os.write(fd, (header.to_json() + "\n").encode())
             else:
@@ -308,5 +308,14 @@ def _describe(op: Op) -> str:
 
 
 def _journal_path(record_path: Path) -> Path:
+    """A new run's journal: named by the time it starts, and never an earlier run's (two
+    runs of one image started in the same second get ``STAMP.ops.jsonl`` and
+    ``STAMP-2.ops.jsonl``; the journal is then created exclusively, so not even a race
+    truncates one)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return record_path.with_name(f"{record_path.name}.{stamp}.ops.jsonl")
+    path = record_path.with_name(f"{record_path.name}.{stamp}.ops.jsonl")
+    n = 1
+    while os.path.lexists(path):
+        n += 1
+        path = record_path.with_name(f"{record_path.name}.{stamp}-{n}.ops.jsonl")
+    return path

@@ -3,8 +3,11 @@ keeps the op stream it ran (issue: the README example finishes)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import shutil
+from datetime import datetime, tzinfo
 from pathlib import Path
 
 import pytest
@@ -245,3 +248,34 @@ def test_op_is_a_frozen_dataclass_whatever_its_init() -> None:
         "Op(op='sync', path='', size=0, offset=0, dest='', label='', mode=None, mtime_ns=None,"
         " inferred=False)"
     )
+
+
+def test_two_runs_started_in_one_second_keep_their_own_journals(
+    tmp_path: Path, stream: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Journals are named by the second a run starts: a second run of the same target in that
+    second must not truncate the first one's (its record still points at it)."""
+    import fsage.ager.runjournal as runjournal
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: tzinfo | None = None) -> Frozen:
+            return cls(2026, 11, 28, 12, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr(runjournal, "datetime", Frozen)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    for path, n in ((first, 300), (second, 120)):
+        header, ops = read_workload(stream)
+        write_workload(path, header, list(itertools.islice(ops, n)))
+    target = tmp_path / "t"
+    target.mkdir()
+    rec_path = tmp_path / "t.fsage-age"
+    journals = []
+    for stream_file, n in ((first, 300), (second, 120)):
+        age(target, AgeOptions(ops_file=stream_file, force=True))
+        journals.append((Path(json.loads(rec_path.read_text())["journal"]), n))
+        shutil.rmtree(target)
+        target.mkdir()
+    assert journals[0][0] != journals[1][0]
+    for journal, n in journals:  # header + every op the run made, each run's own
+        assert len(journal.read_bytes().splitlines()) == 1 + n, journal
