@@ -53,6 +53,11 @@ def table_cell(v: object) -> str:
     return shown(str(v))
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` with its noun, singular for one: "1 file", "2,000 files"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def human_bytes(n: float | int | None) -> str:
     """Bytes in binary units (KiB, MiB, GiB, TiB), as a person reads them."""
     if n is None:

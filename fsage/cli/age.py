@@ -16,6 +16,7 @@ from fsage.cli.common import echo_json, format_option, progress_enabled
 from fsage.errors import Terminated, UsageError
 from fsage.imagelock import image_lock
 from fsage.lfs.cleaner import POLICIES
+from fsage.text import counted
 
 
 @click.command("age")
@@ -249,7 +250,8 @@ def change_lines(ch: dict[str, int]) -> list[str]:
     """What a run changed on disk, and why a run of many ops can change little."""
     net = ch["net_bytes"]
     out = [
-        f"changed on disk: {ch['files_created']:,} files created ({_mib(ch['bytes_created'])}),"
+        f"changed on disk: {counted(ch['files_created'], 'file')} created"
+        f" ({_mib(ch['bytes_created'])}),"
         f" {ch['files_deleted']:,} deleted ({_mib(ch['bytes_deleted'])}),"
         f" {ch['files_grown']:,} grown (+{_mib(ch['bytes_grown'])}),"
         f" {ch['files_shrunk']:,} shrunk (-{_mib(ch['bytes_shrunk'])}); directories"
