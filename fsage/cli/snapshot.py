@@ -116,11 +116,18 @@ def snapshot(
         if isinstance(store, Store):
             store.abandon()
         raise
-    store.close()
+    try:
+        from fsage.cli.readers import reader_notice  # after the counts, where they mislead
+
+        notice = reader_notice(store, summary.snapshot_id, layout)
+    finally:
+        store.close()
     if fmt == "json":
         echo_json(summary.to_json())
     else:
         click.echo(summary.line())
+    if notice:
+        click.echo(f"fsage: {notice}", err=True)
 
 
 def _last_count(store: Store | StoreError, source: Path) -> int | None:

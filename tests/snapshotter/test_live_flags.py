@@ -140,3 +140,42 @@ def test_device_and_mount_directory_record_the_same_files(
     assert sum(bool(told[i].extents) for i in links) == 8
     assert len(with_meta) >= 4 and all(told[i].meta for i in with_meta)
     assert {7, 8} <= {int(i) for i in live.special.ino}
+
+
+_NOTICE = re.compile(r"(\d+) of the (\d+) (changed|new|deleted)")
+
+
+def test_without_the_device_the_notice_names_every_change(
+    image: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the device cannot be read (no root), the mount's view is recorded as it is, and
+    a line after the counts says that every change is one the mount cannot see."""
+    from click.testing import CliRunner
+
+    import fsage.snapshotter.livedevice as livedevice
+    from fsage.cli import main
+
+    dev, mnt = image
+    db = tmp_path / "n.db"
+    monkeypatch.setattr(livedevice, "device_of", lambda _mount: None)
+    runner = CliRunner()
+    assert runner.invoke(main, ["snapshot", dev, "--db", str(db)]).exit_code == 0
+    res = runner.invoke(main, ["snapshot", str(mnt), "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    m = _COUNTS.search(res.stdout)
+    assert m is not None
+    new, changed, deleted = (int(x) for x in m.groups())
+    named = {what: (int(n), int(total)) for n, total, what in _NOTICE.findall(res.stderr)}
+    assert "cannot see" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert named.get("changed", (0, 0)) == (changed, changed)
+    assert named.get("deleted", (0, 0)) == (deleted, deleted)
+    assert new == 0 and "new" not in named
+    # The changes are those debugfs shows the mount cannot: symlinks with a block, inodes
+    # with extent-tree blocks; the deleted, the reserved inodes the offline read records.
+    with Store.open(db) as store:
+        files = store.load_layout(store.snapshots()[0].id).files
+    told = stat_inodes(Path(dev), [int(i) for i in files.ino])
+    links = {i for i, s in told.items() if s.kind == "symlink"}
+    unseen = {i for i in links if told[i].extents} | {i for i, s in told.items() if s.meta}
+    assert changed == len(unseen) > 0
+    assert deleted == 2  # the resize inode and the journal
