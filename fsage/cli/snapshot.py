@@ -120,6 +120,8 @@ def snapshot(
         from fsage.cli.readers import reader_notice  # after the counts, where they mislead
 
         notice = reader_notice(store, summary.snapshot_id, layout)
+    except StoreError:  # the snapshot is recorded; an earlier one that cannot be read
+        notice = None
     finally:
         store.close()
     if fmt == "json":
