@@ -104,4 +104,6 @@ def reader_notice(store: Store, snapshot_id: int, layout: Layout) -> str | None:
 
 
 def _how(kind: str) -> str:
-    return f"through the mount ({kind})" if kind.startswith("live:") else f"from the device ({kind})"
+    return (
+        f"through the mount ({kind})" if kind.startswith("live:") else f"from the device ({kind})"
+    )
