@@ -2,7 +2,7 @@
  * fsage._live: the tree walk of the live reader (fsage/snapshotter/live.py) in C.
  *
  * walk() reads a mounted tree relative to directory file descriptors: getdents64 on each
- * directory, openat + statx + FS_IOC_GETVERSION + FS_IOC_FIEMAP on each regular file, statx on
+ * directory, openat + statx + FS_IOC_GETVERSION + FS_IOC_GETFLAGS + FS_IOC_FIEMAP on each regular file, statx on
  * everything else. It runs on its own worker threads (without the GIL), which share one stack
  * of pending directories, so a wide or lopsided tree keeps every thread busy. Each worker
  * unshares its file-descriptor table: the kernel then neither locks a shared table on every
@@ -16,6 +16,7 @@
  *
  *   ino u64, generation u32, mode u32, nlink u32, uid u32, gid u32, size u64,
  *   atime, mtime, ctime, crtime i64 (ns; crtime from statx's btime, 0 where missing),
+ *   flags u32 (FS_IOC_GETFLAGS on the files opened: regular files and directories; else 0),
  *   ext_off u64[n+1], ext_logical, ext_physical, ext_length u64 (blocks), ext_flags u32
  *   l_parent, l_ino u64[m], name_off u64[m+1], names bytes: the link table
  *
@@ -30,7 +31,7 @@
 
 static const char *const col_names[N_COLS] = {
     "ino", "generation", "mode", "nlink", "uid", "gid", "size", "atime", "mtime", "ctime",
-    "crtime", "ext_off", "ext_logical", "ext_physical", "ext_length", "ext_flags",
+    "crtime", "flags", "ext_off", "ext_logical", "ext_physical", "ext_length", "ext_flags",
     "l_parent", "l_ino", "name_off",
 };
 

@@ -176,6 +176,7 @@ typedef struct {
     uint64_t ino, size, ext_start;
     int64_t atime, mtime, ctime, crtime;
     uint32_t gen, mode, nlink, uid, gid, ext_count;
+    uint32_t iflags; /* FS_IOC_GETFLAGS; 0 where not asked or refused */
 } rec_t;
 
 /* A merged extent, still in bytes, with its FIEMAP flags (LAST and MERGED cleared). */
@@ -217,6 +218,7 @@ typedef struct {
 typedef struct {
     shared_t *sh;
     int dir_fiemap, getversion; /* cleared when the file system refuses the call */
+    int getflags;               /* likewise for FS_IOC_GETFLAGS */
     struct fiemap *fm;
     buf_t recs, ext, lpar, lino, lend, names;
     uint64_t unflushed;
@@ -278,6 +280,7 @@ typedef struct {
 
 enum {
     C_INO, C_GEN, C_MODE, C_NLINK, C_UID, C_GID, C_SIZE, C_ATIME, C_MTIME, C_CTIME, C_CRTIME,
+    C_FLAGS,
     C_EXT_OFF, C_EXT_LOGICAL, C_EXT_PHYSICAL, C_EXT_LENGTH, C_EXT_FLAGS,
     C_L_PARENT, C_L_INO, C_NAME_OFF, N_COLS
 };

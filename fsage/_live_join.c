@@ -124,8 +124,8 @@ static const rec_t *rec_of(const join_t *j, size_t i) {
 /* ino .. crtime, in inode order */
 static void *join_records(void *arg) {
     join_t *j = arg;
-    static const size_t width[C_CRTIME + 1] = {8, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8};
-    for (int c = 0; c <= C_CRTIME; c++)
+    static const size_t width[C_FLAGS + 1] = {8, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 4};
+    for (int c = 0; c <= C_FLAGS; c++)
         if (alloc_col(&j->out->col[c], j->n * width[c])) {
             j->err = 1;
             return NULL;
@@ -137,6 +137,7 @@ static void *join_records(void *arg) {
     uint32_t *gid = (uint32_t *)col[C_GID].p;
     int64_t *atime = (int64_t *)col[C_ATIME].p, *mtime = (int64_t *)col[C_MTIME].p;
     int64_t *ctime_ = (int64_t *)col[C_CTIME].p, *crtime = (int64_t *)col[C_CRTIME].p;
+    uint32_t *iflags = (uint32_t *)col[C_FLAGS].p;
     for (size_t i = 0; i < j->n; i++) {
         const rec_t *r = rec_of(j, i);
         ino[i] = r->ino;
@@ -150,6 +151,7 @@ static void *join_records(void *arg) {
         mtime[i] = r->mtime;
         ctime_[i] = r->ctime;
         crtime[i] = r->crtime;
+        iflags[i] = r->iflags;
     }
     return NULL;
 }

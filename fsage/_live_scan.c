@@ -1,8 +1,8 @@
 /*
  * fsage._live: reading one directory of the walk (see _live.c for the whole): open and check
  * it, list it with getdents64, and record each entry (openat + statx + FS_IOC_GETVERSION +
- * FS_IOC_FIEMAP for a regular file, statx for anything else); subdirectories are handed back
- * to the worker (_live_workers.c) as tasks.
+ * FS_IOC_GETFLAGS + FS_IOC_FIEMAP for a regular file, statx for anything else);
+ * subdirectories are handed back to the worker (_live_workers.c) as tasks.
  */
 #include "_live.h"
 
@@ -124,8 +124,8 @@ static int open_rel(const shared_t *sh, const char *rel, size_t len, int flags) 
     return cur;
 }
 
-static void record(walker_t *w, const struct statx *sx, uint32_t gen, size_t ext_start,
-                   long n_ext) {
+static void record(walker_t *w, const struct statx *sx, uint32_t gen, uint32_t iflags,
+                   size_t ext_start, long n_ext) {
     rec_t r = {
         .ino = sx->stx_ino,
         .size = sx->stx_size,
@@ -137,6 +137,7 @@ static void record(walker_t *w, const struct statx *sx, uint32_t gen, size_t ext
                       ? sx->stx_btime.tv_sec * 1000000000LL + sx->stx_btime.tv_nsec
                       : 0,
         .gen = gen,
+        .iflags = iflags,
         .mode = sx->stx_mode,
         .nlink = sx->stx_nlink,
         .uid = sx->stx_uid,
@@ -167,6 +168,23 @@ static uint32_t generation(walker_t *w, int fd) {
     while (r < 0 && errno == EINTR);
     if (r < 0) {
         w->getversion = 0;
+        return 0;
+    }
+    return (uint32_t)v;
+}
+
+/* The inode flags (ext4's i_flags as FS_IOC_GETFLAGS shows them: EXTENTS_FL, INDEX_FL, ...),
+ * which the offline reader records too: one more ioctl on a descriptor already open. */
+static uint32_t inode_flags(walker_t *w, int fd) {
+    if (!w->getflags)
+        return 0;
+    int v = 0; /* the kernel writes an int, whatever the request's size says */
+    int r;
+    do
+        r = ioctl(fd, FS_IOC_GETFLAGS, &v);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        w->getflags = 0;
         return 0;
     }
     return (uint32_t)v;
@@ -276,6 +294,7 @@ static int open_dir(walker_t *w, const task_t *t, uint64_t *ino) {
         return -1;
     }
     uint32_t gen = generation(w, fd);
+    uint32_t iflags = inode_flags(w, fd);
     size_t first = ext_count(w);
     long n = 0;
     if (w->dir_fiemap) {
@@ -288,7 +307,7 @@ static int open_dir(walker_t *w, const task_t *t, uint64_t *ino) {
             n = 0;
         }
     }
-    record(w, &sx, gen, first, n);
+    record(w, &sx, gen, iflags, first, n);
     if (t->has_parent) {
         const char *name = t->rel + t->len;
         while (name > t->rel && name[-1] != '/')
@@ -337,6 +356,7 @@ static void regular_file(walker_t *w, int dfd, const task_t *t, uint64_t dino,
         claimed = 1;
     }
     uint32_t gen = generation(w, fd);
+    uint32_t iflags = inode_flags(w, fd);
     size_t first = ext_count(w);
     long n = 0;
     if (sx.stx_size || sx.stx_blocks) {
@@ -357,7 +377,7 @@ static void regular_file(walker_t *w, int dfd, const task_t *t, uint64_t dino,
         }
     }
     close_later(w, fd);
-    record(w, &sx, gen, first, n);
+    record(w, &sx, gen, iflags, first, n);
     link_name(w, dino, sx.stx_ino, name, nlen);
 }
 
@@ -380,7 +400,7 @@ static void other_entry(walker_t *w, int dfd, const task_t *t, uint64_t dino, co
             return;
         }
     }
-    record(w, &sx, 0, ext_count(w), 0);
+    record(w, &sx, 0, 0, ext_count(w), 0);
     link_name(w, dino, sx.stx_ino, name, nlen);
 }
 

@@ -207,6 +207,7 @@ int walker_init(walker_t *w, shared_t *sh, size_t expect, int dir_fiemap, int ge
     w->sh = sh;
     w->dir_fiemap = dir_fiemap;
     w->getversion = getversion;
+    w->getflags = 1;
     w->fm = calloc(1, sizeof(struct fiemap) + (size_t)sh->batch * sizeof(struct fiemap_extent));
     buf_init_cap(&w->listing, DENTS_SIZE);
     if (!w->fm || !w->listing.p)

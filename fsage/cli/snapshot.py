@@ -28,7 +28,9 @@ from fsage.snapshotter.livewalk import background_walk_started
 @click.option(
     "--name",
     help="Name of the file system in the database (default: the name it already has there,"
-    " else its label, else fs-<uuid>; fsage age names it the same way).",
+    " else its label, else fs-<uuid>; fsage age names it the same way). A directory below"
+    " a mount point is a history of its own, by default named after the file system and its"
+    " path: home:/alice/src.",
 )
 @click.option("--label", help="A note stored with this snapshot.")
 @click.option(
@@ -60,9 +62,19 @@ def snapshot(
     ETA while it reads. An ext source mounted read-write is read through its mount
     point (a line on stderr says so) and recorded as the device.
 
+    SOURCE may also be a directory of a mounted file system, read through the mount (FIEMAP).
+    The mount point of an ext file system whose device this process can read is recorded as
+    the device is (what only the inode table holds comes from there), under the same name.
+    A directory below the mount point is recorded as a file system of its own, with the same
+    default name each time: the file system's name in the database (else its label, else
+    fs-<uuid>), a colon and the directory's path from the file system's root
+    (home:/alice/src below), unless --name says otherwise.
+
     \b
     Examples:
       fsage snapshot /dev/sdb1 --name home
+      fsage snapshot /home                       # /dev/sdb1 mounted on /home: "home"
+      fsage snapshot /home/alice/src             # "home:/alice/src", night after night
       fsage snapshot disk.img --db /var/lib/fsage/fsage.db
       fsage snapshot /dev/sdb1 --freeze
       fsage snapshot v1.img --name src --taken-at 2024-03-01T02:30:00Z
@@ -104,11 +116,20 @@ def snapshot(
         if isinstance(store, Store):
             store.abandon()
         raise
-    store.close()
+    try:
+        from fsage.cli.readers import reader_notice  # after the counts, where they mislead
+
+        notice = reader_notice(store, summary.snapshot_id, layout)
+    except StoreError:  # the snapshot is recorded; an earlier one that cannot be read
+        notice = None
+    finally:
+        store.close()
     if fmt == "json":
         echo_json(summary.to_json())
     else:
         click.echo(summary.line())
+    if notice:
+        click.echo(f"fsage: {notice}", err=True)
 
 
 def _last_count(store: Store | StoreError, source: Path) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import sqlite3
 import time
 import zlib
@@ -81,8 +82,33 @@ _SNAPSHOT_REFERENCES = [
 def default_fs_name(facts: FsFacts) -> str:
     """The name a file system is recorded under when none is given and the database has none
     for its UUID: its label, else ``fs-`` and the first 8 digits of its UUID (numbered on
-    insert when another file system has it)."""
-    return shown(facts.label) or f"fs-{shown(facts.uuid)[:8]}"
+    insert when another file system has it); for a read of part of it (a directory below its
+    mount, a bind mount), that name (or the whole file system's name in the database), a
+    colon and the part's path: ``home:/alice/src``."""
+    base = shown(facts.label) or f"fs-{shown(facts.uuid)[:8]}"
+    scope = read_scope(facts)
+    return base if scope == "/" else f"{base}:{shown(scope)}"
+
+
+def read_scope(facts: FsFacts) -> str:
+    """The part of the file system a layout covers, as a path from its root: "/" for all of
+    it (any offline read, a mount of its root read from there)."""
+    return _scope_of_extra(facts.extra or {})
+
+
+def _scope_of_extra(extra: dict[str, Any]) -> str:
+    root = str(extra.get("mount_root") or "/")
+    sub = str(extra.get("subtree") or "/")
+    return posixpath.normpath(posixpath.join("/", root.lstrip("/"), sub.lstrip("/")))
+
+
+def _scope_of_facts(facts_json: str | None) -> str:
+    """``read_scope`` of a stored snapshot's facts; "/" for none or unreadable ones."""
+    try:
+        extra = json.loads(facts_json or "{}").get("extra")
+    except (ValueError, AttributeError):
+        return "/"
+    return _scope_of_extra(extra) if isinstance(extra, dict) else "/"
 
 
 def parse_taken_at(spec: str) -> datetime:
@@ -317,12 +343,21 @@ class Store:
                     )
                 return int(row[0]), name
         else:
-            row = con.execute(
-                "SELECT id, name FROM filesystems WHERE uuid = ? ORDER BY id", (uuid,)
-            ).fetchone()
-            if row is not None:
-                return int(row[0]), str(row[1])
-            name = default_fs_name(facts)
+            # A file system and each part of it read alone (a directory below its mount) are
+            # histories of their own: a record is the part its first snapshot covered.
+            scope = read_scope(facts)
+            whole: str | None = None  # the name of the whole file system, if recorded
+            for fs_id, fs_name, first in con.execute(
+                "SELECT f.id, f.name, (SELECT s.facts FROM snapshots s WHERE s.fs_id = f.id"
+                " ORDER BY s.id LIMIT 1) FROM filesystems f WHERE f.uuid = ? ORDER BY f.id",
+                (uuid,),
+            ).fetchall():
+                part = _scope_of_facts(first)
+                if part == scope:
+                    return int(fs_id), str(fs_name)
+                if part == "/" and whole is None:
+                    whole = str(fs_name)
+            name = default_fs_name(facts) if whole is None else f"{whole}:{shown(scope)}"
             base, n = name, 1
             while con.execute("SELECT 1 FROM filesystems WHERE name = ?", (name,)).fetchone():
                 n += 1
@@ -609,4 +644,5 @@ __all__ = [
     "default_fs_name",
     "failure_of_latest",
     "parse_taken_at",
+    "read_scope",
 ]

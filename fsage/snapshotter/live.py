@@ -60,7 +60,9 @@ walk itself, and the walk ``fsage snapshot DIR`` starts before its imports) is i
   (metadata included, as the offline readers and e2freefrag count it: statvfs on ext4 leaves
   out the space the file system keeps for its own metadata), else statvfs's; free blocks
   (as the file system reports them) and inode counts from ``statvfs``.
-* **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), mode, nlink,
+* **Per file.** ino, generation (``FS_IOC_GETVERSION`` where supported, else 0), inode flags
+  (``FS_IOC_GETFLAGS`` on the regular files and directories the walk opens anyway, as the
+  offline reader records them; 0 for what is not opened, such as symlinks), mode, nlink,
   uid, gid, size, times in nanoseconds; crtime from statx's birth time where the file system
   keeps one (C walk; ext4, xfs and btrfs do), else 0 (the Python walk has it only through
   ``st_birthtime``, which Python offers on Linux from 3.13). ``facts.extra["walk"]`` says
@@ -190,11 +192,10 @@ def _c_files(res: dict[str, Any]) -> FileTable:
     cols: dict[str, Any] = {
         name: np.frombuffer(res[name], dtype)
         for name, dtype in FILE_COLUMNS.items()
-        if name not in ("flags", "damaged")
+        if name != "damaged"
     }
     return FileTable(
         **cols,
-        flags=np.zeros(n, np.uint32),
         damaged=np.zeros(n, np.uint32),
         ext_off=np.frombuffer(res["ext_off"], np.uint64),
         ext_logical=np.frombuffer(res["ext_logical"], np.uint64),

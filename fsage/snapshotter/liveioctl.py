@@ -31,6 +31,7 @@ from fsage.snapshotter.livewalk import (
 FS_IOC_FIEMAP = 0xC020660B
 FS_IOC_GETFSMAP = 0xC0C0583B
 FS_IOC_GETVERSION = 0x80087601
+FS_IOC_GETFLAGS = 0x80086601  # _IOR('f', 1, long); the kernel writes an int
 FS_IOC_GETFSUUID = 0x80111500
 FS_IOC_GETFSLABEL = 0x81009431
 

@@ -1,6 +1,6 @@
 """The live reader's walk in Python, for where the C walk (``fsage._live``) is not built:
-``os.scandir`` on byte paths, entries in inode order, FIEMAP and GETVERSION per file, whole
-subtrees handed to forked workers; the parts they return merged into one FileTable.
+``os.scandir`` on byte paths, entries in inode order, FIEMAP, GETVERSION and GETFLAGS per
+file, whole subtrees handed to forked workers; the parts they return merged into one FileTable.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from fsage.snapshotter.liveioctl import (
     FIEMAP_HEAD,
     FIEMAP_MAX_OFFSET,
     FS_IOC_FIEMAP,
+    FS_IOC_GETFLAGS,
     FS_IOC_GETVERSION,
     fiemap_into,
     merge_extents,
@@ -46,7 +47,8 @@ def skip_reason(err: int | None) -> str:
 
 _HAS_BIRTHTIME = hasattr(os.stat_result, "st_birthtime_ns")
 DirTask = tuple[bytes, bytes, int | None, bytes | None]  # path, rel, parent ino, name
-_META_COLS = 11  # ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime, crtime
+# ino, generation, mode, nlink, uid, gid, size, atime, mtime, ctime, crtime, inode flags
+_META_COLS = 12
 
 
 @dataclass
@@ -71,11 +73,13 @@ class PyWalk:
     fiemap_ok: int = 0  # regular files FIEMAP answered
     dir_fiemap: bool = True
     getversion: bool = True
+    getflags: bool = True
     fiemap_checked: bool = False
 
     def __post_init__(self) -> None:
         self.buf = bytearray(FIEMAP_HEAD.size + FIEMAP_EXT_SIZE * self.batch)
         self.gbuf = bytearray(8)
+        self.fbuf = bytearray(8)
         self.fflags = FIEMAP_FLAG_SYNC if self.sync else 0
 
     def _generation(self, fd: int) -> int:
@@ -88,7 +92,17 @@ class PyWalk:
             return 0
         return int.from_bytes(self.gbuf[:4], "little")
 
-    def _record(self, st: os.stat_result, gen: int, nraw: int) -> None:
+    def _inode_flags(self, fd: int) -> int:
+        if not self.getflags:
+            return 0
+        try:
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, self.fbuf, True)
+        except OSError:
+            self.getflags = False
+            return 0
+        return int.from_bytes(self.fbuf[:4], "little")
+
+    def _record(self, st: os.stat_result, gen: int, iflags: int, nraw: int) -> None:
         self.meta += (
             st.st_ino,
             gen,
@@ -101,6 +115,7 @@ class PyWalk:
             st.st_mtime_ns,
             st.st_ctime_ns,
             getattr(st, "st_birthtime_ns", 0) if _HAS_BIRTHTIME else 0,
+            iflags,
         )
         self.counts.append(nraw)
         n = len(self.counts)
@@ -143,11 +158,12 @@ class PyWalk:
                 os.close(fd)
                 return None
             gen = self._generation(fd)
+            iflags = self._inode_flags(fd)
             n = self._fiemap(fd, st, True, rel)
         except BaseException:
             os.close(fd)
             raise
-        self._record(st, gen, n)
+        self._record(st, gen, iflags, n)
         if parent is not None and name is not None:
             self._link(parent, st.st_ino, name)
         return fd, st.st_ino
@@ -172,7 +188,7 @@ class PyWalk:
                 self._link(dino, st.st_ino, entry.name)
                 return
             self.seen.add(st.st_ino)
-        self._record(st, 0, 0)
+        self._record(st, 0, 0, 0)
         self._link(dino, st.st_ino, entry.name)
 
     def walk(
@@ -204,6 +220,7 @@ class PyWalk:
         raw = self.raw
         buf = self.buf
         gbuf = self.gbuf
+        fbuf = self.fbuf
         batch = self.batch
         fflags = self.fflags
         pack_head = FIEMAP_HEAD.pack_into
@@ -213,6 +230,7 @@ class PyWalk:
         max_off = FIEMAP_MAX_OFFSET
         req_fiemap = FS_IOC_FIEMAP
         req_version = FS_IOC_GETVERSION
+        req_flags = FS_IOC_GETFLAGS
         birth = _HAS_BIRTHTIME
         progress = self.progress
         while stack:
@@ -264,6 +282,13 @@ class PyWalk:
                                     gen = unpack_u32(gbuf)[0]
                                 except OSError:
                                     self.getversion = False
+                            iflags = 0
+                            if self.getflags:
+                                try:
+                                    ioctl(fd, req_flags, fbuf, True)
+                                    iflags = unpack_u32(fbuf)[0]
+                                except OSError:
+                                    self.getflags = False
                             if st.st_size or st.st_blocks:
                                 pack_head(buf, 0, 0, max_off, fflags, 0, batch, 0)
                                 try:
@@ -307,6 +332,7 @@ class PyWalk:
                                 st.st_mtime_ns,
                                 st.st_ctime_ns,
                                 st.st_birthtime_ns if birth else 0,  # type: ignore[attr-defined]
+                                iflags,
                             )
                         )
                         counts_append(n)
@@ -357,7 +383,7 @@ def _walk_tasks(tasks: list[DirTask]) -> WalkPart:
     tpl = _WORKER_WALK
     assert tpl is not None
     w = PyWalk(dev=tpl.dev, submounts=tpl.submounts, sync=tpl.sync, batch=tpl.batch)
-    w.dir_fiemap, w.getversion = tpl.dir_fiemap, tpl.getversion
+    w.dir_fiemap, w.getversion, w.getflags = tpl.dir_fiemap, tpl.getversion, tpl.getflags
     for task in tasks:
         w.walk(*task)
     return part_of(w)
@@ -454,7 +480,7 @@ def files_of(part: WalkPart, block_size: int) -> FileTable:
         mtime=meta[:, 8].copy(),
         ctime=meta[:, 9].copy(),
         crtime=meta[:, 10].copy(),
-        flags=np.zeros(n, np.uint32),
+        flags=meta[:, 11].astype(np.uint32),
         damaged=np.zeros(n, np.uint32),
         ext_off=ext_off,
         ext_logical=e_log,

@@ -119,7 +119,9 @@ def _read_directory(
 
         return read_mounted_lfs(str(path), os.fsdecode(mount.mount_point), mount.source)
     report = of_inodes_in_use(progress, path, expected) if progress else None
-    return read_live_layout(path, progress=report)
+    from fsage.snapshotter.livedevice import with_device
+
+    return with_device(path, read_live_layout(path, progress=report), mount)
 
 
 def _is_lfs_image(path: Path) -> bool:
