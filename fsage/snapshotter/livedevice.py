@@ -54,10 +54,10 @@ def with_device(path: Path, live: Layout, mount: MountInfo) -> Layout:
         f"{path} is the root of {device}: read through the mount, with the reserved inodes, "
         "inode flags, extent-tree blocks and symlinks' blocks from the device's inode table"
     )
-    from fsage.snapshotter.mounted import _as_device  # its imports only for an ext root
+    from fsage.snapshotter.mounted import joined_with_device  # its imports only for an ext root
 
     try:
-        return _as_device(Path(device), live, shown(line))
+        return joined_with_device(Path(device), live, shown(line))
     except SourceError as exc:  # a device it cannot make sense of: the mount's view alone
         live.notes.append(f"{device} not joined: {exc}")
         return live

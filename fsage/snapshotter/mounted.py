@@ -165,10 +165,10 @@ def read_mounted(
     say(shown(line))
     report = of_inodes_in_use(progress, where.mount_point) if progress else None
     live = read_live_layout(Path(mp), sync=True, progress=report)
-    return _as_device(path, live, line)
+    return joined_with_device(path, live, line)
 
 
-def _as_device(path: Path, live: Layout, line: str) -> Layout:
+def joined_with_device(path: Path, live: Layout, line: str) -> Layout:
     """The live layout under the device's identity: the superblock's facts, the reserved
     inodes of the inode table, the ext kind; files and names as read live, joined with what
     only the inode table holds (see ``_joined``). Free space is the block bitmap's, as an
