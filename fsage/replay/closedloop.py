@@ -124,6 +124,7 @@ class Steerer(Mover):
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
         step = max(int(allowed / max(2 * rounds, 1) * near), 1)
+        self.spacer_room = step
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
