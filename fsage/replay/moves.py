@@ -107,6 +107,23 @@ class Mover:
         self._path_cache = [*self._path_cache[-2:], (layout, paths)]
         return paths
 
+    def _spans(self, state: MeasuredState, everyone: list[_File]) -> list[tuple[int, int, str]]:
+        """(first block, end, path) of each file of ``everyone`` that is one extent on disk."""
+        if self._last is None:
+            return []
+        ino_of: dict[str, int] = {}
+        for ino, ps in self._paths(self._last).items():
+            for p in ps:
+                ino_of[p.lstrip("/")] = ino
+        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
+        spans = []
+        for f in everyone:
+            k_i = idx.get(ino_of.get(f.path, -1))
+            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
+                a = int(state.first[k_i])
+                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        return spans
+
     def _shape_free(
         self,
         state: MeasuredState,
@@ -133,17 +150,7 @@ class Mover:
             return
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
-        ino_of: dict[str, int] = {}
-        for ino, ps in self._paths(self._last).items():
-            for p in ps:
-                ino_of[p.lstrip("/")] = ino
-        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
-        spans = []
-        for f in everyone:
-            k_i = idx.get(ino_of.get(f.path, -1))
-            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
-                a = int(state.first[k_i])
-                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        spans = self._spans(state, everyone)
         #: Rewrites written under their temporary name, renamed once all are on disk.
         pending: list[_File] = []
         spacers: list[str] = []
