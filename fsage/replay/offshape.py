@@ -2,20 +2,19 @@
 hint where a file goes, libext2fs's does (an ``allocate-near`` op: its blocks are searched from
 a goal block on, so a file put at a free extent's start fills it from there).
 
-A recreation with more small free extents than the snapshot (the original, fuller while its
-unseen temporaries lived, filled them with pieces of the files it wrote) and fewer large ones
-gets plugs: files of one extent that lie between free extents are rewritten (under their
-temporary names, renamed over them) into surplus free extents of their length (or the shortest
-longer one), so those go and the window the files leave joins the free extents in and beside
-it into one. ``plan_plugs`` takes a window only where it brings the free space nearer the
-snapshot's by extent counts and blocks together. The closed loop runs a shaping round where a
-mounted round did not bring the free space nearer. The ops run offline
-(``fsage.replay.recreate`` unmounts the image for them and mounts it again at the next
-measurement); they are journaled as inferred ops like every other move, and a journal replays
-them offline at the same point. ``landed`` checks, on the next measurement, which plugs took
-their free extent.
+A recreation that ends a mounted round with its free space in other pieces than the snapshot's
+(too many small free extents where the original, fuller while its unseen temporaries lived,
+filled them with pieces of the files it wrote; too few of 64-128 KiB) gets plugs: files of one
+extent that lie between free extents are rewritten (under their temporary names, renamed over
+them) into free extents of their length or the shortest longer one of some bucket, so those
+go or shrink and the window the files leave joins the free extents in and beside it into one.
+``plan_plugs`` takes a window only where it brings the free space nearer the snapshot's by
+extent counts and blocks together. The closed loop runs a shaping round where a mounted round
+did not bring the free space nearer. The ops run offline (``fsage.replay.recreate`` unmounts
+the image for them and mounts it again at the next measurement); they are journaled as
+inferred ops like every other move, and a journal replays them offline at the same point.
+``landed`` checks, on the next measurement, which plugs took their free extent.
 """
-
 from __future__ import annotations
 
 import bisect
@@ -31,15 +30,13 @@ from fsage.replay.interval import IntervalChurn
 from fsage.replay.moves import Mover, _temp_name
 from fsage.workload import Op
 
-#: A shaping runs where free extents of at most this many blocks outnumber the snapshot's (the
-#: kernel's small-file allocation left too many of 2-8 blocks at the last snapshot measured).
-PLUG_MAX_BLOCKS = 15
 #: Files a window moves at most (each into a free extent of its own length).
 MAX_WINDOW_FILES = 8
 
 
 class OfflineShaper(Mover):
-    """Plugs surplus small free extents offline (see the module doc)."""
+    """Shapes the free space offline with files put at chosen free extents (see the module
+    doc)."""
 
     def __init__(self, run: Callable[[Op], int]) -> None:
         super().__init__(run)
@@ -54,13 +51,10 @@ class OfflineShaper(Mover):
         churn: IntervalChurn,
         allowed: int,
     ) -> int:
-        """Plug surplus small free extents while each plug brings the free space nearer the
-        snapshot's (``plan_plugs``), within the interval's ``allowed`` bytes; the number of
-        plugs made."""
+        """Put files of one extent at the start of free extents, window by window while each
+        brings the free space nearer the snapshot's (``plan_plugs``), within the interval's
+        ``allowed`` bytes; the number of files put."""
         self.plugs = []
-        excess = {k: n for k, n in self._excess(state).items() if (1 << k) <= PLUG_MAX_BLOCKS}
-        if not excess:
-            return 0
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
         # Only files the recreation holds as the snapshot does (as many blocks as its size).
@@ -122,11 +116,12 @@ def plan_plugs(
     most_files: int = MAX_WINDOW_FILES,
 ) -> list[tuple[str, int, int]]:
     """Moves (path, goal block, blocks) that put files of one extent (``spans``: start, end,
-    path) into free extents of exactly their length, where the free extents of that length
-    outnumber the snapshot's (``want_n`` extents and ``want_b`` blocks per bucket). Each move
-    empties a window of the disk: one or more files with the free extents between and beside
-    them, which become one free extent. A window is taken, windows and holes at random, when
-    it brings the free space nearer the snapshot's by counts and blocks together."""
+    path) at the start of free extents, toward the snapshot's free space (``want_n`` extents
+    and ``want_b`` blocks per bucket). Each window of the disk (one or more files with the
+    free extents between and beside them) emptied becomes one free extent; each file goes to
+    a free extent of its length or the shortest longer one of some bucket (what it leaves over
+    stays free), whichever brings the free space nearest. A window is taken, in random order,
+    when it brings the free space nearer by counts and blocks together."""
     have_n: dict[int, int] = {}
     have_b: dict[int, int] = {}
     by_len: dict[int, list[int]] = {}
@@ -156,52 +151,73 @@ def plan_plugs(
     moved: set[str] = set()
     out: list[tuple[str, int, int]] = []
     best = _objective(have_n, have_b, want_n, want_b)
+
+    def free_at(length: int, skip: set[int]) -> int | None:
+        return next((h for h in by_len[length] if h not in used and h not in skip), None)
+
+    def choices(n: int, skip: set[int]) -> list[tuple[int, int]]:
+        """Free extents a file of ``n`` blocks may go to: one of its length, and in each
+        bucket the shortest at least as long (what it leaves over stays free)."""
+        out_: list[tuple[int, int]] = []
+        i = bisect.bisect_left(lengths, n)
+        seen: set[int] = set()
+        while i < len(lengths):
+            length = lengths[i]
+            k = bucket_of_length(length)
+            h = None if k in seen else free_at(length, skip)
+            if h is None:
+                i += 1
+                continue
+            out_.append((h, length))
+            seen.add(k)
+            # on to the next bucket
+            i = bisect.bisect_left(lengths, 2 << k, lo=i)
+        return out_
+
+    def add(dn: dict[int, int], db: dict[int, int], length: int, sign: int) -> None:
+        k = bucket_of_length(length)
+        dn[k] = dn.get(k, 0) + sign
+        db[k] = db.get(k, 0) + sign * length
+
     for win in windows:
         frees = [it for it in win if not it[2]]
         movers = [it for it in win if it[2]]
         if any(it[0] in used for it in frees) or any(it[2] in moved for it in movers):
             continue
-        inside = {it[0] for it in frees}
+        skip = {it[0] for it in frees}
+        dn, db = dict(have_n), dict(have_b)
+        for it in frees:
+            add(dn, db, it[1] - it[0], -1)
+        add(dn, db, win[-1][1] - win[0][0], 1)
         holes: list[tuple[int, int]] = []  # (start, length) each mover is put at
         for it in movers:
             n = it[1] - it[0]
-            # The free extent of the mover's length or, failing one, the shortest longer:
-            # what it leaves over stays a free extent.
-            h = None
-            for length in lengths[bisect.bisect_left(lengths, n) :]:
-                h = next((h for h in by_len[length] if h not in used and h not in inside
-                          and all(h != g for g, _ in holes)), None)  # fmt: skip
-                if h is not None:
-                    holes.append((h, length))
-                    break
-            if h is None:
+            pick: tuple[float, int, int] | None = None
+            for h, length in choices(n, skip):
+                add(dn, db, length, -1)
+                if length > n:
+                    add(dn, db, length - n, 1)
+                score = _objective(dn, db, want_n, want_b)
+                if pick is None or score < pick[0]:
+                    pick = (score, h, length)
+                if length > n:
+                    add(dn, db, length - n, -1)
+                add(dn, db, length, 1)
+            if pick is None:
                 break
+            _, h, length = pick
+            add(dn, db, length, -1)
+            if length > n:
+                add(dn, db, length - n, 1)
+            holes.append((h, length))
+            skip.add(h)
         if len(holes) < len(movers):
             continue
-        dn, db = dict(have_n), dict(have_b)
-        for (_, length), it in zip(holes, movers, strict=True):
-            k = bucket_of_length(length)
-            dn[k] -= 1
-            db[k] -= length
-            rest = length - (it[1] - it[0])
-            if rest:
-                k = bucket_of_length(rest)
-                dn[k] = dn.get(k, 0) + 1
-                db[k] = db.get(k, 0) + rest
-        for it in frees:
-            k = bucket_of_length(it[1] - it[0])
-            dn[k] -= 1
-            db[k] -= it[1] - it[0]
-        union = win[-1][1] - win[0][0]
-        k = bucket_of_length(union)
-        dn[k] = dn.get(k, 0) + 1
-        db[k] = db.get(k, 0) + union
         now = _objective(dn, db, want_n, want_b)
         if now >= best - 1e-9:
             continue
         best, have_n, have_b = now, dn, db
-        used.update(inside)
-        used.update(h for h, _ in holes)
+        used.update(skip)
         for it, (h, _) in zip(movers, holes, strict=True):
             moved.add(it[2])
             out.append((it[2], h, it[1] - it[0]))
