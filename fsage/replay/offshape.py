@@ -15,6 +15,7 @@ the image for them and mounts it again at the next measurement); they are journa
 inferred ops like every other move, and a journal replays them offline at the same point.
 ``landed`` checks, on the next measurement, which plugs took their free extent.
 """
+
 from __future__ import annotations
 
 import bisect
