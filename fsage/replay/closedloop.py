@@ -22,7 +22,9 @@ but what ext4 keeps back and what the round moves, and the files between small f
 (``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one
 free extent for several; the plug is deleted at the round's end. A round that moved files
 for the buckets or the locality leaves the free space to the next round, which shapes it
-from a fresh measurement. So on until every dimension is within the
+from a fresh measurement. After a round that did not bring the free space nearer, the next
+shapes it offline where the kernel cannot: files put at chosen free extents through
+libext2fs's goal (``fsage.replay.offshape``). So on until every dimension is within the
 matcher's tolerances, or the buckets and the free space are and the locality's excess is
 smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
 seconds, rounds) is spent, or, in a fresh file system's first interval, a round leaves only
