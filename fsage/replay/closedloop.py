@@ -22,7 +22,9 @@ but what ext4 keeps back and what the round moves, and the files between small f
 (``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one
 free extent for several; the plug is deleted at the round's end. A round that moved files
 for the buckets or the locality leaves the free space to the next round, which shapes it
-from a fresh measurement. So on until every dimension is within the
+from a fresh measurement. After a round that did not bring the free space nearer, the next
+shapes it offline where the kernel cannot: files put at chosen free extents through
+libext2fs's goal (``fsage.replay.offshape``). So on until every dimension is within the
 matcher's tolerances, or the buckets and the free space are and the locality's excess is
 smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
 seconds, rounds) is spent, or, in a fresh file system's first interval, a round leaves only
@@ -53,7 +55,8 @@ from fsage.layout import Layout
 from fsage.replay.changed import _File, changed_files, evidence
 from fsage.replay.freeshape import join_windows
 from fsage.replay.interval import Budget, IntervalChurn, _distance, _gap, _off, _point, judge
-from fsage.replay.moves import TEMP_SUFFIX, Mover
+from fsage.replay.moves import TEMP_SUFFIX
+from fsage.replay.offshape import OfflineShaper
 from fsage.workload import Op
 
 #: A gap (summed excess over the tolerances) this large or larger gets a full first round.
@@ -67,7 +70,7 @@ STALE_ROUNDS = 3
 SETTLE_GAP = 0.02
 
 
-class Steerer(Mover):
+class Steerer(OfflineShaper):
     """Steers a recreation, interval by interval, toward each snapshot (see the module doc).
 
     ``run`` applies an op to the recreation (and journals it); ``read`` returns the
@@ -124,6 +127,7 @@ class Steerer(Mover):
         # so the first round probes the rate.
         near = min(1.0, gap / PROBE_GAP)
         step = max(int(allowed / max(2 * rounds, 1) * near), 1)
+        self.spacer_room = step
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
@@ -153,17 +157,29 @@ class Steerer(Mover):
                 churn.stopped = "recreation already past the snapshot"
                 break
             kinds = dict(churn.kinds)
-            self._round(rep, state, files, everyone, min(step, allowed - churn.inferred_bytes),
-                        rng, churn, allowed)  # fmt: skip
+            # A mounted round that did not bring the free space nearer: the small free extents
+            # the kernel's allocator leaves are plugged offline this round (``OfflineShaper``).
+            made = 0
+            if stale and not rep["free_ok"]:
+                made = self._shape_offline(state, everyone, rng, churn, allowed)
+            if not made:
+                nbytes = min(step, allowed - churn.inferred_bytes)
+                self._round(rep, state, files, everyone, nbytes, rng, churn, allowed)
             churn.rounds += 1
             state = self._measure()
             rep = judge(target, state.target)
             new_gap = _gap(rep)
             churn.trace.append(_point(churn, rep, new_gap, kinds))
+            if made:
+                off = churn.offline
+                off["plugs"] = off.get("plugs", 0) + made
+                off["landed"] = off.get("landed", 0) + self.landed()
+                off["rounds"] = off.get("rounds", 0) + 1
             if new_gap < gap - 1e-4:
-                # Newton-like: as many bytes as the rest of the gap needs at this rate.
-                rate = (gap - new_gap) / max(step, 1)
-                step = int(min(max(new_gap / rate, step / 2), step * 2))
+                if not made:
+                    # Newton-like: as many bytes as the rest of the gap needs at this rate.
+                    rate = (gap - new_gap) / max(step, 1)
+                    step = int(min(max(new_gap / rate, step / 2), step * 2))
                 stale = 0
             else:
                 stale += 1

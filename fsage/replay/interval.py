@@ -78,6 +78,10 @@ class IntervalChurn:
     #: the free-space distance by blocks and by counts, the summed excess over the
     #: tolerances and, after a round, the moves it made by kind (``moves``).
     trace: list[dict[str, Any]] = field(default_factory=list)
+    #: Free space shaped offline (``fsage.replay.offshape``) in rounds after a mounted round
+    #: that did not bring it nearer: files put (plugs), how many took the free extent they
+    #: were put at (landed), rounds ({} where none ran).
+    offline: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -50,6 +50,11 @@ class Mover:
         self._lost: set[str] = set()
         self._path_cache: list[tuple[Layout, dict[int, list[str]]]] = []
         self._last: Layout | None = None
+        #: Bytes the interval's spacers and their neighbours may still write (the steering
+        #: sets it to its first round's step): they stand for temporaries and rewrites the
+        #: interval hid, and a fresh file system's first interval, its free space one
+        #: extent, asked for 21 MiB of them in one round where it hid 15 MiB in all.
+        self.spacer_room = 1 << 62
 
     def _short(self, state: MeasuredState | None) -> dict[int, int]:
         """Free blocks the recreation lacks per free-extent bucket (log2 of the extent's
@@ -102,6 +107,23 @@ class Mover:
         self._path_cache = [*self._path_cache[-2:], (layout, paths)]
         return paths
 
+    def _spans(self, state: MeasuredState, everyone: list[_File]) -> list[tuple[int, int, str]]:
+        """(first block, end, path) of each file of ``everyone`` that is one extent on disk."""
+        if self._last is None:
+            return []
+        ino_of: dict[str, int] = {}
+        for ino, ps in self._paths(self._last).items():
+            for p in ps:
+                ino_of[p.lstrip("/")] = ino
+        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
+        spans = []
+        for f in everyone:
+            k_i = idx.get(ino_of.get(f.path, -1))
+            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
+                a = int(state.first[k_i])
+                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        return spans
+
     def _shape_free(
         self,
         state: MeasuredState,
@@ -120,24 +142,15 @@ class Mover:
         followed by a rewritten file of the same allocation class (ext4 packs small files
         apart from large ones) so that each spacer lies between allocated blocks, and all
         deleted at the round's end, their blocks left as holes of their size. No more than
-        the interval's ``allowed`` bytes are written."""
+        the interval's ``allowed`` bytes are written, and the spacers with their neighbours no
+        more than ``spacer_room`` over the interval."""
         short = self._short(state)
         excess = self._excess(state)
         if not (short or excess) or self._last is None:
             return
         bs = state.target.block_size
         by_path = {f.path: f for f in everyone}
-        ino_of: dict[str, int] = {}
-        for ino, ps in self._paths(self._last).items():
-            for p in ps:
-                ino_of[p.lstrip("/")] = ino
-        idx = {int(i): k for k, i in enumerate(state.ino.tolist())}
-        spans = []
-        for f in everyone:
-            k_i = idx.get(ino_of.get(f.path, -1))
-            if k_i is not None and int(state.frags[k_i]) == 1 and int(state.blocks[k_i]):
-                a = int(state.first[k_i])
-                spans.append((a, a + int(state.blocks[k_i]), f.path))
+        spans = self._spans(state, everyone)
         #: Rewrites written under their temporary name, renamed once all are on disk.
         pending: list[_File] = []
         spacers: list[str] = []
@@ -195,6 +208,7 @@ class Mover:
             taken.update({a - left, b})
         have = state.target.free_fractions()
         spare = [k for k, v in have.items() if v > self._want.get(k, 0.0)]
+        left = min(self.spacer_room, allowed - churn.inferred_bytes)
         small = [f for f in files if -(-f.size // bs) < STREAM_BLOCKS]
         large = [f for f in everyone if -(-f.size // bs) >= STREAM_BLOCKS]
         for k in sorted(short, reverse=True):
@@ -207,8 +221,10 @@ class Mover:
             rng.shuffle(neighbours)
             need = short[k]
             while (need >= lo and neighbours and len(spacers) < MAX_SPACERS
-                   and churn.inferred_bytes < allowed):  # fmt: skip
-                n = rng.randint(lo, max(lo, min(hi, need)))
+                   and left >= lo * bs + neighbours[-1].size):  # fmt: skip
+                n = rng.randint(lo, max(lo, min(hi, need, (left - neighbours[-1].size) // bs)))
+                left -= n * bs + neighbours[-1].size
+                self.spacer_room -= n * bs + neighbours[-1].size
                 host = rng.choice(files or neighbours)
                 head = host.path.rpartition("/")[0]
                 name = f".spc{rng.randrange(1 << 30):08x}{TEMP_SUFFIX}"

@@ -257,6 +257,8 @@ class _Session:
         self.mnt: Path | None = None
         self.loop: LoopDevice | None = None
         self.ex: Executor
+        #: Mounted, but unmounted for ops run offline (``executor_for``).
+        self.unmounted = False
         if mode == "mount" or (mode == "auto" and can_loop_mount()):
             if not can_loop_mount():
                 raise UsageError("--mount needs root and /dev/loop-control")
@@ -274,6 +276,32 @@ class _Session:
             self.mode = "offline"
             self._open()
 
+    def executor_for(self, op: Op) -> Executor:
+        """The executor ``op`` runs on. An op with a goal block (``allocate-near``) runs
+        offline (the kernel's allocator takes no goal): a mounted image is unmounted for it
+        and stays so for the ops after it, until the next interval end or read mounts it."""
+        if op.op == "allocate-near" and self.mnt is not None and not self.unmounted:
+            from fsage.ager.offline import OfflineExtExecutor
+
+            assert self.loop is not None
+            self.ex.close()
+            self.loop.umount(self.mnt)
+            self.unmounted = True
+            self.ex = OfflineExtExecutor(self.image)
+        return self.ex
+
+    def _remount_after_offline(self) -> bool:
+        """Close the offline executor of ``executor_for`` and mount the image again; False if
+        it was not unmounted for one."""
+        if not self.unmounted:
+            return False
+        assert self.loop is not None and self.mnt is not None
+        self.ex.close()
+        self.unmounted = False
+        self.loop.mount(self.mnt)
+        self._open()
+        return True
+
     def _open(self) -> None:
         if self.mnt is not None:
             from fsage.ager.posix import PosixExecutor
@@ -285,7 +313,7 @@ class _Session:
             self.ex = OfflineExtExecutor(self.image)
 
     def end_interval(self, how: str) -> None:
-        if how == "none":
+        if self._remount_after_offline() or how == "none":
             return
         if self.mnt is None:  # offline: the library writes everything at close
             if how == "remount":
@@ -324,6 +352,7 @@ class _Session:
                 self._open()
         assert self.loop is not None
         self.loop.umount(self.mnt)
+        self.unmounted = False
         try:
             return read_ext_layout(self.image)
         finally:
@@ -407,7 +436,7 @@ def run_op_stream(
                 if seen < marks:
                     sess.end_interval(interval_end)
                 continue
-            _apply(sess.ex, op, counts)
+            _apply(sess.executor_for(op), op, counts)
     return counts
 
 
@@ -587,7 +616,7 @@ def _replay(
                 # Counted as any op, and raised on: the steerer must not rename a temporary
                 # that a full disk left short over the file it stands for.
                 nospace, failed = res.nospace, res.failed
-                _apply(sess.ex, op, res)
+                _apply(sess.executor_for(op), op, res)
                 if res.nospace != nospace:
                     raise NoSpaceError(f"{op.op} {op.path}: no space left")
                 if res.failed != failed:

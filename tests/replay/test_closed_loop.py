@@ -132,15 +132,16 @@ def _history(tmp_path: Path, checkouts: int, every: int, size_mib: int) -> tuple
 
 
 def _inferred_bytes_per_interval(journal: Path) -> list[int]:
-    """Bytes of the inferred creates and appends between two interval markers, counted from
-    the journal's lines."""
+    """Bytes of the inferred creates, appends and overwrites (a file put offline at a chosen
+    free extent is allocated, then written) between two interval markers, counted from the
+    journal's lines."""
     out, cur = [], 0
     for line in journal.read_text().splitlines()[1:]:
         op = json.loads(line)
         if op["op"] == "snapshot" and not op.get("inferred"):
             out.append(cur)
             cur = 0
-        elif op.get("inferred") and op["op"] in ("create", "append"):
+        elif op.get("inferred") and op["op"] in ("create", "append", "overwrite"):
             cur += op.get("size", 0)
     return out
 
