@@ -715,7 +715,16 @@ def _churn_line(c: Any) -> str:
         f"fsage: snapshot {c.snapshot}: {c.inferred_bytes / 2**20:,.1f} MiB of unseen churn "
         f"inferred ({c.visible_bytes / 2**20:,.1f} MiB visible), distance "
         f"{c.distance_before:.3f} -> {c.distance_after:.3f}, {c.stopped}"
+        + _offline_part(c.offline)
     )
+
+
+def _offline_part(offline: dict[str, int] | None) -> str:
+    """The files the closed loop placed offline (where the kernel's rounds stalled), and how
+    many the next measurement found where they were put."""
+    if not offline or not offline.get("plugs"):
+        return ""
+    return f"; {offline['plugs']:,} files placed offline ({offline.get('landed', 0):,} landed)"
 
 
 def _apply(ex: Executor, op: Op, res: RecreateResult | OpCounts) -> None:

@@ -137,3 +137,18 @@ def test_a_mounted_replay_runs_an_op_with_a_goal_offline(tmp_path: Path) -> None
     assert "Uninit" not in _extents(img, "d/b")
     assert _first_block(img, "d/c") > 0
     subprocess.run(["e2fsck", "-fn", str(img)], capture_output=True, check=True)
+
+
+def test_the_interval_line_says_how_many_files_were_placed_offline() -> None:
+    """The per-snapshot line a closed-loop replay prints names the offline placements (and how
+    many landed) only for an interval where they ran."""
+    from fsage.replay.interval import IntervalChurn
+    from fsage.replay.recreate import _churn_line
+
+    mounted_only = IntervalChurn(snapshot=3, visible_bytes=1 << 20, stopped="matched")
+    assert "offline" not in _churn_line(mounted_only)
+    placed = IntervalChurn(snapshot=4, visible_bytes=1 << 20, stopped="matched",
+                           offline={"plugs": 1234, "landed": 1230, "rounds": 2})  # fmt: skip
+    line = _churn_line(placed)
+    assert line.startswith("fsage: snapshot 4: ")
+    assert "1,234 files placed offline (1,230 landed)" in line
