@@ -13,15 +13,15 @@ import os
 import random
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, require_tools
+from conftest import require_tools
 from images import debugfs, stat_inodes
 from snapshotter.loops import mounted_loop
+from snapshotter.snapcli import snapshot_cli
 
 from fsage.db.store import Store
 from fsage.snapshotter.live import c_walker_available, read_live_layout
@@ -103,19 +103,8 @@ def test_live_walk_reads_the_inode_flags(image: tuple[str, Path], engine: str) -
 
 
 def _snapshot(db: Path, source: str | Path) -> tuple[tuple[int, int, int], str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "fsage", "snapshot", str(source), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    m = _COUNTS.search(proc.stdout)
-    assert m is not None, proc.stdout
-    new, changed, deleted = (int(x) for x in m.groups())
-    return (new, changed, deleted), proc.stdout.split(" of ")[1].split(":")[0]
+    snap = snapshot_cli(db, source)
+    return snap.counts, snap.name
 
 
 def test_device_and_mount_directory_record_the_same_files(

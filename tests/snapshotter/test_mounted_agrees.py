@@ -14,16 +14,16 @@ import os
 import random
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, require_tools
+from conftest import require_tools
 from images import e2freefrag, stat_inodes
 from snapshotter.loops import mounted_loop
+from snapshotter.snapcli import snapshot_cli
 
 from fsage.db.store import Store
 from fsage.layout import Layout
@@ -133,19 +133,7 @@ def mounted(tmp_path: Path) -> Iterator[Mounted]:
 
 
 def _snapshot(db: Path, source: str, *extra: str) -> tuple[int, int, int]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, "-m", "fsage", "snapshot", source, "--db", str(db), *extra],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    m = _COUNTS.search(proc.stdout)
-    assert m is not None, proc.stdout
-    new, changed, deleted = (int(x) for x in m.groups())
-    return new, changed, deleted
+    return snapshot_cli(db, source, *extra).counts
 
 
 def _latest(db: Path) -> Layout:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_tools
+from conftest import require_tools
 from snapshotter.loops import mounted_loop
+from snapshotter.snapcli import snapshot_cli
 
 from fsage.db.store import Store
 
@@ -43,17 +43,8 @@ def mounted(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _snapshot(db: Path, source: Path | str) -> tuple[str, int, int, int]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "fsage", "snapshot", str(source), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    m = _LINE.search(proc.stdout)
-    assert m is not None, proc.stdout
-    return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    snap = snapshot_cli(db, source)
+    return (snap.name, *snap.counts)
 
 
 def _inodes_below(path: Path) -> int:
