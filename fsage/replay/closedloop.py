@@ -128,6 +128,10 @@ class Steerer(OfflineShaper):
         near = min(1.0, gap / PROBE_GAP)
         step = max(int(allowed / max(2 * rounds, 1) * near), 1)
         self.spacer_room = step
+        # Progress is judged against the nearest state reached, not the round before: rounds
+        # that each mend a little of what the one before lost would otherwise drift away
+        # from the snapshot for the whole budget.
+        best = gap
         stale = 0
         while True:
             if rep["buckets_ok"] and rep["free_ok"] and rep["dynamic_ok"]:
@@ -175,11 +179,12 @@ class Steerer(OfflineShaper):
                 off["plugs"] = off.get("plugs", 0) + made
                 off["landed"] = off.get("landed", 0) + self.landed()
                 off["rounds"] = off.get("rounds", 0) + 1
-            if new_gap < gap - 1e-4:
-                if not made:
-                    # Newton-like: as many bytes as the rest of the gap needs at this rate.
-                    rate = (gap - new_gap) / max(step, 1)
-                    step = int(min(max(new_gap / rate, step / 2), step * 2))
+            if new_gap < gap - 1e-4 and not made:
+                # Newton-like: as many bytes as the rest of the gap needs at this rate.
+                rate = (gap - new_gap) / max(step, 1)
+                step = int(min(max(new_gap / rate, step / 2), step * 2))
+            if new_gap < best - 1e-4:
+                best = new_gap
                 stale = 0
             else:
                 stale += 1
