@@ -99,8 +99,9 @@ class PathWalk:
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
         count = np.zeros(nd, np.int64)
         edges: list[tuple[I64, I64]] = []  # (directory, index among its entries) of each
-        for i, k in enumerate(sorted(self.kids.used)):
-            done(0, i, len(self.kids.used))
+        kids = sorted(self.kids.used)  # (``load`` takes each from ``used``)
+        for i, k in enumerate(kids):
+            done(0, i, len(kids))
             rec, off, names = self.kids.load(k)
             by = np.frombuffer(
                 _kernels.argsort_names(
@@ -287,8 +288,9 @@ class PathWalk:
             disc, blocks, _ = path.add(root_rec["ino"].astype(np.int64), _own(root_rec))
             p_disc += int(disc.sum())
             p_blocks += int(blocks.sum())
-        for i, k in enumerate(sorted(by_pos.used)):
-            done(2, i, len(by_pos.used))
+        used = sorted(by_pos.used)  # (``load`` takes each from ``used``)
+        for i, k in enumerate(used):
+            done(2, i, len(used))
             rec, _, _ = by_pos.load(k)
             rec = rec[np.argsort(rec["pos"], kind="stable")]
             disc, blocks, _ = path.add(rec["ino"].astype(np.int64), _own(rec))
