@@ -217,28 +217,13 @@ class PathWalk:
                 np.add.at(seg_blocks, seg, blocks)
                 has_seg[kp] = True
 
-    def finish(
-        self,
-        trim: Callable[[], None] | None = None,
-        progress: Callable[[float], None] | None = None,
-    ) -> dict[str, Any]:
-        """``progress(share)``: called as the buckets are read (a third of it a step)."""
-
-        def done(step: int, at: int, of: int) -> None:
-            if progress is not None:
-                progress((step + at / max(of, 1)) / 3)
-
-        dirs = np.fromfile(self.dirs, REC)
-        self.dirs.unlink()
-        order = np.argsort(dirs["ino"], kind="stable")
-        dirs = dirs[order]
+    def _placed(
+        self, dirs: npt.NDArray[Any], count: I64, edges: list[tuple[I64, I64]]
+    ) -> tuple[I64, I64, I64]:
+        """Step 2: each directory's depth, subtree size (bottom-up) and walk position
+        (top-down), one number each per directory; the rest goes when it returns."""
         nd = dirs.size
         d_ino = dirs["ino"]
-        # 1. every directory's entries in walk order, without their names
-        walked, count, edges = self._in_walk_order(d_ino, done)
-        if trim is not None:
-            trim()
-        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
         dpar = np.full(nd, -1, np.int64)
         if nd:
             at = np.minimum(np.searchsorted(d_ino, dirs["parent"]), nd - 1)
@@ -269,6 +254,35 @@ class PathWalk:
         for d in range(1, maxdep + 1):
             at = np.flatnonzero(dep == d)
             pos[at] = pos[dpar[at]] + 1 + offset[at]
+        return dep, size, pos
+
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+
+        def done(step: int, at: int, of: int) -> None:
+            if progress is not None:
+                progress((step + at / max(of, 1)) / 3)
+
+        dirs = np.fromfile(self.dirs, REC)
+        self.dirs.unlink()
+        # in place (a directory's record is written once, so no two share an inode and the
+        # order is the stable one): a sorted copy would hold the records twice
+        dirs.sort(order="ino")
+        nd = dirs.size
+        d_ino = dirs["ino"]
+        # 1. every directory's entries in walk order, without their names
+        walked, count, edges = self._in_walk_order(d_ino, done)
+        if trim is not None:
+            trim()
+        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
+        dep, size, pos = self._placed(dirs, count, edges)
+        del count, edges
+        if trim is not None:
+            trim()  # step 2's arrays: step 3 keeps three of them
         # 3. entries in walk order: positions, gaps, every directory's own scan
         by_pos = Buckets(self.tmp, "pos", POS_REC)
         gaps = np.zeros(len(GAP_BUCKETS), np.int64)
