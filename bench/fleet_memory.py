@@ -107,26 +107,35 @@ def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def same_dataset(a: Path, b: Path) -> str | None:
-    """None when the two exports hold the same Parquet files with equal tables and the same
-    row groups, else the first difference."""
-    import pyarrow.parquet as pq
+SAME = """
+import sys
+from pathlib import Path
+import pyarrow.parquet as pq
+a, b = Path(sys.argv[1]), Path(sys.argv[2])
+fa = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
+fb = sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
+if fa != fb:
+    sys.exit(f"different files: {sorted(set(fa) ^ set(fb))[:3]}")
+for rel in fa:
+    pa_, pb = pq.ParquetFile(a / rel), pq.ParquetFile(b / rel)
+    ma, mb = pa_.metadata, pb.metadata
+    ga = [ma.row_group(i).num_rows for i in range(ma.num_row_groups)]
+    gb = [mb.row_group(i).num_rows for i in range(mb.num_row_groups)]
+    if ga != gb:
+        sys.exit(f"{rel}: row groups {ga[:5]} against {gb[:5]}")
+    for i in range(len(ga)):  # a row group at a time: a whole table of files is GBs
+        if not pa_.read_row_group(i).equals(pb.read_row_group(i)):
+            sys.exit(f"{rel}: row group {i} differs")
+"""
 
-    fa = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
-    fb = sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
-    if fa != fb:
-        return f"different files: {sorted(set(fa) ^ set(fb))[:3]}"
-    for rel in fa:
-        ma, mb = pq.ParquetFile(a / rel).metadata, pq.ParquetFile(b / rel).metadata
-        ga = [ma.row_group(i).num_rows for i in range(ma.num_row_groups)]
-        gb = [mb.row_group(i).num_rows for i in range(mb.num_row_groups)]
-        if ga != gb:
-            return f"{rel}: row groups {ga[:5]} against {gb[:5]}"
-        pa_, pb = pq.ParquetFile(a / rel), pq.ParquetFile(b / rel)
-        for i in range(len(ga)):  # a row group at a time: a whole table of files is GBs
-            if not pa_.read_row_group(i).equals(pb.read_row_group(i)):
-                return f"{rel}: row group {i} differs"
-    return None
+
+def same_dataset(a: Path, b: Path, env: dict[str, str]) -> str | None:
+    """None when the two exports hold the same Parquet files with equal tables and the same
+    row groups, else the first difference. In a child: a process forked later starts its
+    peak resident set at this one's size, so this one reads no table itself."""
+    argv = [sys.executable, "-c", SAME, str(a), str(b)]
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
 
 
 def measure(
@@ -150,7 +159,7 @@ def measure(
     if theirs:
         row["baseline_export"] = median_run(theirs)
         if check:
-            row["same_as_baseline"] = same_dataset(out, other) or "yes"
+            row["same_as_baseline"] = same_dataset(out, other, env) or "yes"
     shutil.rmtree(other, ignore_errors=True)
     row["export"] = median_run(mine)
     row["dataset_files"] = sum(1 for _ in out.rglob("*.parquet"))
