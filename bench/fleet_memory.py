@@ -16,9 +16,15 @@ seconds (user + system). The load average is printed beside each row: on a loade
 wall seconds stretch, peaks do not. Last, each command's largest peak against the target
 (``TARGET_MB``, 200 MB) and how much its peak grew from the smallest size to the largest.
 
+--per-dir sets how many files a directory of the built file systems holds (a database of its
+own): the export keeps per-directory state, so its peak grows with directories, not files.
+
 Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
-                                     [--baseline /path/to/other/fsage]
+                                     [--baseline /path/to/other/fsage] [--repeat 3] [--check]
+                                     [--per-dir 20] [--no-compact]
+e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compact
+         --baseline /path/to/main --repeat 3 --check --keep /tmp/fleet-memory
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +46,7 @@ sys.path.insert(0, str(REPO))
 
 MIB = 1 << 20
 TARGET_MB = 200  # peak resident set of export and compact, whatever the database's size
+PER_DIR = 1000  # files per directory of the synthetic file systems (fsage.fleet.synth's)
 
 
 def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[str, float]:
@@ -64,18 +72,25 @@ def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[st
 BUILD = """
 import sys
 from fsage.db.store import Store
+from fsage.fleet import synth
 from fsage.fleet.synth import synthetic_history
-db, files, snapshots, *names = sys.argv[1:]
+db, files, snapshots, per_dir, *names = sys.argv[1:]
+synth.PER_DIR = int(per_dir)
 with Store.open(db, create=True) as store:
     for i, name in enumerate(names):
         synthetic_history(store, name, files=int(files), snapshots=int(snapshots), seed=100 + i)
 """
 
 
-def build(db: Path, names: list[str], files: int, snapshots: int, env: dict[str, str]) -> None:
+def build(
+    db: Path, names: list[str], files: int, snapshots: int, env: dict[str, str],
+    per_dir: int = PER_DIR,
+) -> None:  # fmt: skip
     """In a process of its own: a child's peak resident set starts at its parent's size when
-    it was forked, so this process stays small (no numpy, no database built in it)."""
-    argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), *names]
+    it was forked, so this process stays small (no numpy, no database built in it).
+    ``per_dir``: files a directory of the synthetic file system holds."""
+    argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), str(per_dir),
+            *names]  # fmt: skip
     subprocess.run(argv, env=env, cwd=REPO, check=True)
 
 
@@ -83,24 +98,74 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Runs of one command: the median of each figure (the load: the first run's)."""
+    out = {k: float(statistics.median(r[k] for r in runs)) for k in ("wall_s", "cpu_s", "peak_mib")}
+    out["load"] = runs[0]["load"]
+    if len(runs) > 1:
+        out["peaks_mib"] = [r["peak_mib"] for r in runs]  # type: ignore[assignment]
+    return out
+
+
+SAME = """
+import sys
+from pathlib import Path
+import pyarrow.parquet as pq
+a, b = Path(sys.argv[1]), Path(sys.argv[2])
+fa = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
+fb = sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
+if fa != fb:
+    sys.exit(f"different files: {sorted(set(fa) ^ set(fb))[:3]}")
+for rel in fa:
+    pa_, pb = pq.ParquetFile(a / rel), pq.ParquetFile(b / rel)
+    ma, mb = pa_.metadata, pb.metadata
+    ga = [ma.row_group(i).num_rows for i in range(ma.num_row_groups)]
+    gb = [mb.row_group(i).num_rows for i in range(mb.num_row_groups)]
+    if ga != gb:
+        sys.exit(f"{rel}: row groups {ga[:5]} against {gb[:5]}")
+    for i in range(len(ga)):  # a row group at a time: a whole table of files is GBs
+        if not pa_.read_row_group(i).equals(pb.read_row_group(i)):
+            sys.exit(f"{rel}: row group {i} differs")
+"""
+
+
+def same_dataset(a: Path, b: Path, env: dict[str, str]) -> str | None:
+    """None when the two exports hold the same Parquet files with equal tables and the same
+    row groups, else the first difference. In a child: a process forked later starts its
+    peak resident set at this one's size, so this one reads no table itself."""
+    argv = [sys.executable, "-c", SAME, str(a), str(b)]
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
 def measure(
     label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str],
-    baseline: Path | None = None,
+    baseline: Path | None = None, compact: bool = True, repeat: int = 1, check: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
+    """Export ``db`` (``repeat`` times, alternating with the baseline tree's when given:
+    the median of each figure), then compact the export once."""
     out = work / f"{label}-export"
+    other = work / f"{label}-baseline"
     row: dict[str, Any] = {"case": label, "database_mib": db.stat().st_size / MIB}
-    if baseline is not None:
-        other = work / f"{label}-baseline"
-        row["baseline_export"] = measured(
-            [*fsage, "export", "--db", str(db), "--host", "h", str(other)],
-            {**env, "PYTHONPATH": str(baseline)},
-            baseline,
-        )
-        shutil.rmtree(other, ignore_errors=True)
-    row["export"] = measured([*fsage, "export", "--db", str(db), "--host", "h", str(out)], env)
+    argv = [*fsage, "export", "--db", str(db), "--host", "h"]
+    mine, theirs = [], []
+    for _ in range(repeat):
+        if baseline is not None:
+            shutil.rmtree(other, ignore_errors=True)
+            theirs.append(measured([*argv, str(other)], {**env, "PYTHONPATH": str(baseline)},
+                                   baseline))  # fmt: skip
+        shutil.rmtree(out, ignore_errors=True)
+        mine.append(measured([*argv, str(out)], env))
+    if theirs:
+        row["baseline_export"] = median_run(theirs)
+        if check:
+            row["same_as_baseline"] = same_dataset(out, other, env) or "yes"
+    shutil.rmtree(other, ignore_errors=True)
+    row["export"] = median_run(mine)
     row["dataset_files"] = sum(1 for _ in out.rglob("*.parquet"))
     row["dataset_mib"] = du(out) / MIB
-    row["compact"] = measured([*fsage, "fleet", "compact", str(out)], env)
+    if compact:
+        row["compact"] = measured([*fsage, "fleet", "compact", str(out)], env)
     return row
 
 
@@ -113,6 +178,23 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work here and keep the data")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--baseline", type=Path, help="another fsage tree whose export to compare")
+    ap.add_argument("--per-dir", type=int, default=PER_DIR,
+                    help=f"files per directory of the file systems built (default {PER_DIR};"
+                         " a real tree has one directory per 10-30 files)")  # fmt: skip
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="exports of each database (alternating with --baseline's): medians",
+    )
+    ap.add_argument(
+        "--no-compact", dest="compact", action="store_false", help="measure the exports only"
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="with --baseline: require the same Parquet tables and row groups",
+    )
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     fsage = [sys.executable, "-m", "fsage"]
@@ -121,10 +203,12 @@ def main() -> None:
     rows = []
     try:
         for n in (int(x) for x in args.files.split(",") if x):
-            db = work / f"f{n}.db"
+            suffix = "" if args.per_dir == PER_DIR else f"-d{args.per_dir}"
+            db = work / f"f{n}{suffix}.db"
             if not db.exists():
-                build(db, [f"fs{n}"], n, args.snapshots, env)
-            rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline))
+                build(db, [f"fs{n}"], n, args.snapshots, env, args.per_dir)
+            rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline,
+                                args.compact, args.repeat, args.check))  # fmt: skip
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
         if args.fleet:
             db = work / "fleet.db"
@@ -132,7 +216,7 @@ def main() -> None:
                 names = [f"fs{i:04d}" for i in range(args.fleet)]
                 build(db, names, args.fleet_files, args.snapshots, env)
             label = f"{args.fleet} fs x {args.fleet_files} files"
-            rows.append(measure(label, db, work, env, fsage))
+            rows.append(measure(label, db, work, env, fsage, compact=args.compact))
             # a kept directory's next run exports every snapshot again, as a first export does
             shutil.rmtree(work / f"{label}-export", ignore_errors=True)
     finally:
@@ -142,18 +226,28 @@ def main() -> None:
     if args.json:
         print(json.dumps({"snapshots": args.snapshots, "rows": rows, "target": verdicts}, indent=2))
         return
-    print(f"{args.snapshots} snapshots each; wall s / CPU s (user + system), peak RSS;"
+    print(f"{args.snapshots} snapshots each, {args.per_dir} files a directory; wall s / CPU s"
+          f" (user + system), peak RSS (median of {args.repeat} run(s));"
           f" load average at each command's start, {os.cpu_count()} CPUs")  # fmt: skip
     for r in rows:
-        e, c = r["export"], r["compact"]
         print(f"  {r['case']:>26}: database {r['database_mib']:7.1f} MiB,"
               f" dataset {r['dataset_mib']:6.1f} MiB in {r['dataset_files']} files")  # fmt: skip
-        runs = [("export", e), ("fleet compact", c)]
+        runs = [("export", r["export"])]
+        if "compact" in r:
+            runs.append(("fleet compact", r["compact"]))
         if "baseline_export" in r:
             runs.insert(0, ("baseline exp.", r["baseline_export"]))
         for name, m in runs:
+            peaks = m.get("peaks_mib")
             print(f"  {'':>26}  {name:<13} {m['wall_s']:6.1f} s / {m['cpu_s']:6.1f} s,"
-                  f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})")  # fmt: skip
+                  f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})"
+                  + (f" runs {' '.join(f'{p:.0f}' for p in peaks)}" if peaks else ""))  # fmt: skip
+        if "baseline_export" in r:
+            b = r["baseline_export"]
+            print(f"  {'':>26}  export CPU {r['export']['cpu_s'] / b['cpu_s'] - 1:+.1%} and peak"
+                  f" {r['export']['peak_mib'] - b['peak_mib']:+.1f} MiB against the baseline"
+                  + (f"; same dataset: {r['same_as_baseline']}"
+                     if "same_as_baseline" in r else ""))  # fmt: skip
     for v in verdicts:
         print(f"  {v['command']:<13} largest peak {v['peak_mib']:.0f} MiB"
               f" ({v['peak_mib'] * MIB / 1e6:.0f} MB): target {TARGET_MB} MB"
@@ -173,6 +267,8 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if single and all("baseline_export" in r for r in single):  # the same sizes, the other tree
         commands.insert(0, ("baseline_export", "baseline exp."))
     for key, name in commands:
+        if not any(key in r for r in rows):
+            continue
         peak = max(r[key]["peak_mib"] for r in rows if key in r)
         out.append(
             {
@@ -182,7 +278,9 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "smallest": single[0]["case"] if single else None,
                 "largest": single[-1]["case"] if single else None,
                 "growth_mib": (
-                    single[-1][key]["peak_mib"] - single[0][key]["peak_mib"] if single else 0.0
+                    single[-1][key]["peak_mib"] - single[0][key]["peak_mib"]
+                    if single and key in single[0]
+                    else 0.0
                 ),
             }
         )

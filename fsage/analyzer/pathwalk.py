@@ -99,8 +99,9 @@ class PathWalk:
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
         count = np.zeros(nd, np.int64)
         edges: list[tuple[I64, I64]] = []  # (directory, index among its entries) of each
-        for i, k in enumerate(sorted(self.kids.used)):
-            done(0, i, len(self.kids.used))
+        kids = sorted(self.kids.used)  # (``load`` takes each from ``used``)
+        for i, k in enumerate(kids):
+            done(0, i, len(kids))
             rec, off, names = self.kids.load(k)
             by = np.frombuffer(
                 _kernels.argsort_names(
@@ -216,28 +217,13 @@ class PathWalk:
                 np.add.at(seg_blocks, seg, blocks)
                 has_seg[kp] = True
 
-    def finish(
-        self,
-        trim: Callable[[], None] | None = None,
-        progress: Callable[[float], None] | None = None,
-    ) -> dict[str, Any]:
-        """``progress(share)``: called as the buckets are read (a third of it a step)."""
-
-        def done(step: int, at: int, of: int) -> None:
-            if progress is not None:
-                progress((step + at / max(of, 1)) / 3)
-
-        dirs = np.fromfile(self.dirs, REC)
-        self.dirs.unlink()
-        order = np.argsort(dirs["ino"], kind="stable")
-        dirs = dirs[order]
+    def _placed(
+        self, dirs: npt.NDArray[Any], count: I64, edges: list[tuple[I64, I64]]
+    ) -> tuple[I64, I64, I64]:
+        """Step 2: each directory's depth, subtree size (bottom-up) and walk position
+        (top-down), one number each per directory; the rest goes when it returns."""
         nd = dirs.size
         d_ino = dirs["ino"]
-        # 1. every directory's entries in walk order, without their names
-        walked, count, edges = self._in_walk_order(d_ino, done)
-        if trim is not None:
-            trim()
-        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
         dpar = np.full(nd, -1, np.int64)
         if nd:
             at = np.minimum(np.searchsorted(d_ino, dirs["parent"]), nd - 1)
@@ -268,6 +254,35 @@ class PathWalk:
         for d in range(1, maxdep + 1):
             at = np.flatnonzero(dep == d)
             pos[at] = pos[dpar[at]] + 1 + offset[at]
+        return dep, size, pos
+
+    def finish(
+        self,
+        trim: Callable[[], None] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> dict[str, Any]:
+        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+
+        def done(step: int, at: int, of: int) -> None:
+            if progress is not None:
+                progress((step + at / max(of, 1)) / 3)
+
+        dirs = np.fromfile(self.dirs, REC)
+        self.dirs.unlink()
+        # in place (a directory's record is written once, so no two share an inode and the
+        # order is the stable one): a sorted copy would hold the records twice
+        dirs.sort(order="ino")
+        nd = dirs.size
+        d_ino = dirs["ino"]
+        # 1. every directory's entries in walk order, without their names
+        walked, count, edges = self._in_walk_order(d_ino, done)
+        if trim is not None:
+            trim()
+        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
+        dep, size, pos = self._placed(dirs, count, edges)
+        del count, edges
+        if trim is not None:
+            trim()  # step 2's arrays: step 3 keeps three of them
         # 3. entries in walk order: positions, gaps, every directory's own scan
         by_pos = Buckets(self.tmp, "pos", POS_REC)
         gaps = np.zeros(len(GAP_BUCKETS), np.int64)
@@ -287,8 +302,9 @@ class PathWalk:
             disc, blocks, _ = path.add(root_rec["ino"].astype(np.int64), _own(root_rec))
             p_disc += int(disc.sum())
             p_blocks += int(blocks.sum())
-        for i, k in enumerate(sorted(by_pos.used)):
-            done(2, i, len(by_pos.used))
+        used = sorted(by_pos.used)  # (``load`` takes each from ``used``)
+        for i, k in enumerate(used):
+            done(2, i, len(used))
             rec, _, _ = by_pos.load(k)
             rec = rec[np.argsort(rec["pos"], kind="stable")]
             disc, blocks, _ = path.add(rec["ino"].astype(np.int64), _own(rec))

@@ -3,13 +3,13 @@ their Arrow tables (file versions with their extents and first path, ends, free 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from fsage.db import codec
+from fsage.fleet.export_prefixes import Prefixes
 from fsage.fleet.export_schema import ExportError
 from fsage.layout import Layout, LinkTable
 
@@ -142,16 +142,21 @@ class FirstPaths:
         self.prefix = _directory_prefixes(links, root_ino)
 
     def first(self, inos: I64) -> list[str | None]:
-        lo = np.searchsorted(self.sorted_ino, inos, side="left").tolist()
-        hi = np.searchsorted(self.sorted_ino, inos, side="right").tolist()
+        from fsage.analyzer.dynamic import ranges
+
+        lo = np.searchsorted(self.sorted_ino, inos, side="left")
+        hi = np.searchsorted(self.sorted_ino, inos, side="right")
+        links = self.links
+        rows = self.by_ino[ranges(lo.astype(np.int64), hi.astype(np.int64))]
+        heads = self.prefix.heads(links.parent[rows].astype(np.int64))
         out: list[str | None] = []
-        links, prefix, by_ino = self.links, self.prefix, self.by_ino
-        for ino, a, b in zip(inos.tolist(), lo, hi, strict=True):
+        at = 0
+        for ino, n in zip(inos.tolist(), (hi - lo).tolist(), strict=True):
             found: list[str] = ["/"] if ino == self.root_ino else []
-            for r in by_ino[a:b].tolist():
-                head = prefix.get(int(links.parent[r]))
+            for r, head in zip(rows[at : at + n].tolist(), heads[at : at + n], strict=True):
                 if head is not None:
                     found.append(f"{head}/{_name(links, r)}")
+            at += n
             out.append(min(found) if found else None)
         return out
 
@@ -160,38 +165,14 @@ def _name(links: LinkTable, row: int) -> str:
     return links.name(row).decode("utf-8", "surrogateescape")
 
 
-def _directory_prefixes(links: LinkTable, root_ino: int) -> dict[int, str]:
+def _directory_prefixes(links: LinkTable, root_ino: int) -> Prefixes:
     """The path under which each reachable directory's entries are named (``""`` for the
     root), walked as ``derive_paths`` walks it: only entries that are themselves parents are
     visited, so a directory reached by two names takes the same one."""
     parents = np.unique(links.parent.astype(np.int64))
     rows = np.flatnonzero(np.isin(links.ino.astype(np.int64), parents))
-    return prefixes_of(
-        zip(
-            links.parent[rows].tolist(),
-            links.ino[rows].tolist(),
-            (_name(links, r) for r in rows.tolist()),
-            strict=True,
-        ),
-        root_ino,
-    )
-
-
-def prefixes_of(entries: Iterable[tuple[int, int, str]], root_ino: int) -> dict[int, str]:
-    """``_directory_prefixes`` of the names (parent, inode, name) whose inode names entries,
-    in link order."""
-    children: dict[int, list[tuple[int, str]]] = {}
-    for parent, ino, name in entries:
-        children.setdefault(parent, []).append((ino, name))
-    prefix = {root_ino: ""}
-    stack = [(root_ino, "")]
-    visited = {root_ino}
-    while stack:
-        dir_ino, head = stack.pop()
-        for ino, name in children.get(dir_ino, ()):
-            if ino not in visited:
-                visited.add(ino)
-                path = f"{head}/{name}"
-                prefix[ino] = path
-                stack.append((ino, path))
-    return prefix
+    off = links.name_off.astype(np.int64)
+    return Prefixes.walk(
+        links.parent[rows].astype(np.int64), links.ino[rows].astype(np.int64),
+        off[rows], off[rows + 1], links.names, root_ino,
+    )  # fmt: skip

@@ -22,7 +22,8 @@ from fsage.analyzer.streamed import StreamedFigures, free_figures
 from fsage.db.parts import Names, SnapshotParts
 from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
-from fsage.fleet.export_rows import diff_keys, files_table, prefixes_of
+from fsage.fleet.export_prefixes import Prefixes
+from fsage.fleet.export_rows import diff_keys, files_table
 from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
@@ -176,7 +177,7 @@ class Keys:
 class _PartPaths:
     """``FirstPaths`` of a part's files from its names (sorted by inode, then link order)."""
 
-    def __init__(self, links: npt.NDArray[Any], off: Any, names: bytes, prefix: dict[int, str],
+    def __init__(self, links: npt.NDArray[Any], off: Any, names: bytes, prefix: Prefixes,
                  root_ino: int) -> None:  # fmt: skip
         self.links, self.off, self.names = links, off, names
         self.prefix, self.root_ino = prefix, root_ino
@@ -185,13 +186,13 @@ class _PartPaths:
         ino = self.links["ino"]
         lo = np.searchsorted(ino, inos, side="left").tolist()
         hi = np.searchsorted(ino, inos, side="right").tolist()
-        parent = self.links["parent"].tolist()
+        heads = self.prefix.heads(self.links["parent"])
         off = self.off.tolist()
         out: list[str | None] = []
         for i, a, b in zip(inos.tolist(), lo, hi, strict=True):
             found = ["/"] if i == self.root_ino else []
             for r in range(a, b):
-                head = self.prefix.get(parent[r])
+                head = heads[r]
                 if head is not None:
                     name = self.names[off[r] : off[r + 1]].decode("utf-8", "surrogateescape")
                     found.append(f"{head}/{name}")
@@ -211,15 +212,13 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
     return (np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)), any_name
 
 
-def _names_by_part(
-    sp: SnapshotParts, tmp: Path, parents: I64
-) -> tuple[Buckets, list[tuple[int, int, int, str]], I64, I64]:
+def _names_by_part(sp: SnapshotParts, tmp: Path, parents: I64) -> tuple[Buckets, Names, I64, I64]:
     """The user files' names bucketed by part (``LINK`` records), the names whose inode
-    names entries (seq, parent, inode, name), of those the inodes some other name names,
-    and how many names each of ``parents`` holds."""
+    names entries (in link order), of those the inodes some other name names, and how many
+    names each of ``parents`` holds."""
     out = Buckets(tmp, "links", LINK, names=True)
     counts = np.zeros(parents.size, np.int64)
-    dirs: list[tuple[int, int, int, str]] = []
+    dirs: list[Names] = []
     named: list[I64] = []
     for n in sp.names():
         ino = n.ino.astype(np.int64)
@@ -227,10 +226,7 @@ def _names_by_part(
         if parents.size:
             at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
             hit = np.flatnonzero(parents[at] == ino)
-            off = n.name_off.tolist()
-            for r in hit.tolist():
-                name = n.names[off[r] : off[r + 1]].decode("utf-8", "surrogateescape")
-                dirs.append((int(n.seq[r]), int(parent[r]), int(ino[r]), name))
+            dirs.append(_subset(n, hit))
             named.append(np.unique(ino[hit][ino[hit] != parent[hit]]))
         user = np.flatnonzero(n.user)
         rec = np.zeros(user.size, LINK)
@@ -243,13 +239,34 @@ def _names_by_part(
             counts += np.bincount(named_by, minlength=parents.size)[: parents.size]
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
-    dirs.sort()
     seen = np.unique(np.concatenate(named)) if named else np.zeros(0, np.int64)
-    return out, dirs, seen, counts
+    return out, _in_link_order(dirs), seen, counts
 
 
-def _subset(n: Names, rows: I64) -> Names:
-    if rows.size == n.seq.size:
+def _in_link_order(pieces: list[Names]) -> Names:
+    """Names gathered from several pieces, as one, in link order."""
+    if not pieces:
+        z = np.zeros(0, np.uint64)
+        return Names(np.zeros(0, np.int64), z, z, np.zeros(0, bool), np.zeros(1, np.uint64), b"")
+    lens = np.concatenate([p.name_off[1:] - p.name_off[:-1] for p in pieces])
+    off = np.zeros(lens.size + 1, np.uint64)
+    np.cumsum(lens, out=off[1:])
+    joined = Names(
+        np.concatenate([p.seq for p in pieces]).astype(np.int64),
+        np.concatenate([p.parent for p in pieces]),
+        np.concatenate([p.ino for p in pieces]),
+        np.concatenate([p.user for p in pieces]),
+        off,
+        b"".join(p.names for p in pieces),
+    )
+    by = np.argsort(joined.seq, kind="stable")
+    return _subset(joined, by, always=True)
+
+
+def _subset(n: Names, rows: I64, always: bool = False) -> Names:
+    """The names of ``rows`` (in that order); ``n`` itself when those are all of them in
+    order (``always``: rows may be a reordering)."""
+    if rows.size == n.seq.size and not always:
         return n
     lens = (n.name_off[1:] - n.name_off[:-1])[rows]
     off = np.zeros(rows.size + 1, np.uint64)
@@ -293,7 +310,11 @@ def export_snapshot(
     tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
     links, dirs, named, entries = _names_by_part(sp, tmp, parents)
-    prefix = prefixes_of(((p, i, nm) for _, p, i, nm in dirs), root_ino)
+    prefix = Prefixes.walk(
+        dirs.parent.astype(np.int64), dirs.ino.astype(np.int64),
+        dirs.name_off[:-1].astype(np.int64), dirs.name_off[1:].astype(np.int64), dirs.names,
+        root_ino,
+    )  # fmt: skip
     root = -1
     if sp.exists(np.array([root_ino], np.uint64))[0] and (
         not any_name or np.isin(root_ino, parents)
