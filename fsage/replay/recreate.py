@@ -714,8 +714,7 @@ def _churn_line(c: Any) -> str:
     return (
         f"fsage: snapshot {c.snapshot}: {c.inferred_bytes / 2**20:,.1f} MiB of unseen churn "
         f"inferred ({c.visible_bytes / 2**20:,.1f} MiB visible), distance "
-        f"{c.distance_before:.3f} -> {c.distance_after:.3f}, {c.stopped}"
-        + _offline_part(c.offline)
+        f"{c.distance_before:.3f} -> {c.distance_after:.3f}, {c.stopped}" + _offline_part(c.offline)
     )
 
 
