@@ -23,7 +23,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 TABLES = ("snapshots", "metrics", "size_buckets", "free_buckets", "files", "file_ends")
 MIN_SPAN_DAYS = 7
-DAYS_PER_MONTH = 30.436875
+DAYS_PER_MONTH = 365.25 / 12  # the month fsage analyze and fsage fleet use
 
 
 SMALL = ("snapshots", "metrics", "size_buckets", "free_buckets")
