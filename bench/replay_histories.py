@@ -1,7 +1,7 @@
 """Rebuild a real history from a directory of release tarballs, for ``fsage replay`` to judge.
 
 The releases of each project (``NAME-VERSION.tar.gz``, as ``pip download --no-deps
---no-binary :all: NAME==VERSION`` leaves them) are unpacked in version order over one directory
+--no-binary NAME NAME==VERSION`` leaves them) are unpacked in version order over one directory
 per project on a loop-mounted ext4 (``fsage.replay.unpack``), with a snapshot after each
 batch; the file system is sized so the last state fills it to ``--fill``. The image and the
 database are kept in ``--out``, and the commands that judge a recreation of the middle and the
@@ -47,7 +47,9 @@ criterion applies where the copy is outside the band.
 ``--reuse`` judges the history already built in ``--out``.
 
 Needs root and loop devices. Fetch releases with, for instance,
-``pip download --no-deps --no-binary :all: --no-build-isolation sympy==1.12 -d DIR``.
+``pip download --no-deps --no-binary SQLAlchemy SQLAlchemy==2.0.20 -d DIR`` (``--no-binary``
+naming the project alone: with ``:all:`` pip also builds the project's build tools from
+source, which fails for projects that need Cython).
 """
 
 from __future__ import annotations
