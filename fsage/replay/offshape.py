@@ -33,6 +33,8 @@ from fsage.workload import Op
 
 #: Files a window moves at most (each into a free extent of its own length).
 MAX_WINDOW_FILES = 8
+#: Files a split shaping moves at most (each leaves two small free extents).
+MAX_SPLIT_FILES = 512
 
 
 class OfflineShaper(Mover):
@@ -61,8 +63,13 @@ class OfflineShaper(Mover):
         # Only files the recreation holds as the snapshot does (as many blocks as its size).
         spans = [s for s in self._spans(state, everyone)
                  if -(-by_path[s[2]].size // bs) == s[1] - s[0]]  # fmt: skip
-        plan = plan_plugs(state.free_start, state.free_len, spans, self._target_free_counts,
-                          self._target_free, rng)  # fmt: skip
+        want_n, want_b = self._target_free_counts, self._target_free
+        # Too few small free extents: split large ones (plugs only ever join extents).
+        plan = plan_splits(state.free_start, state.free_len, spans, want_n, want_b, rng)
+        kind = "split"
+        if not plan:
+            plan = plan_plugs(state.free_start, state.free_len, spans, want_n, want_b, rng)
+            kind = "plug"
         for path, goal, n in plan:
             if churn.inferred_bytes >= allowed:
                 break
@@ -79,7 +86,7 @@ class OfflineShaper(Mover):
                 continue
             churn.inferred_bytes += f.size
             self._replace(f, churn)
-            self._count(churn, "plug")
+            self._count(churn, kind)
             self.plugs.append((f.path, goal, n))
         return len(self.plugs)
 
@@ -105,6 +112,84 @@ def _objective(have_n: dict[int, int], have_b: dict[int, int], want_n: dict[int,
     by_n = sum(abs(have_n.get(k, 0) - want_n.get(k, 0)) for k in keys) / (tn or 1)
     by_b = 0.5 * sum(abs(have_b.get(k, 0) / hb - want_b.get(k, 0) / wb) for k in keys)
     return by_n + by_b
+
+
+def _histogram(free_len: np.ndarray) -> tuple[dict[int, int], dict[int, int]]:
+    """Free extents and free blocks per bucket."""
+    have_n: dict[int, int] = {}
+    have_b: dict[int, int] = {}
+    for n in free_len.tolist():
+        k = bucket_of_length(int(n))
+        have_n[k] = have_n.get(k, 0) + 1
+        have_b[k] = have_b.get(k, 0) + int(n)
+    return have_n, have_b
+
+
+def plan_splits(
+    free_start: np.ndarray,
+    free_len: np.ndarray,
+    spans: list[tuple[int, int, str]],
+    want_n: dict[int, int],
+    want_b: dict[int, int],
+    rng: random.Random,
+    most_files: int = MAX_SPLIT_FILES,
+) -> list[tuple[str, int, int]]:
+    """Moves (path, goal block, blocks) that make the small free extents the recreation lacks
+    by count: a file of one extent with used blocks on both sides (``spans``: start, end,
+    path), of a bucket the recreation lacks, is put inside a large free extent a hole's
+    length past the last file put there (or the extent's start), so that its old place and
+    the hole before its new one become two free extents of lacking sizes. An extent is split
+    while what is left of it stays in its bucket (the large extents' counts do not move).
+    Empty where the plan would not bring the free space nearer by counts and blocks."""
+    have_n, have_b = _histogram(free_len)
+    short = {k: n - have_n.get(k, 0) for k, n in want_n.items() if n > have_n.get(k, 0)}
+    if not short or not spans:
+        return []
+    ends = {int(a + n) for a, n in zip(free_start.tolist(), free_len.tolist(), strict=True)}
+    starts = {int(a) for a in free_start.tolist()}
+    # Only files whose place, left, becomes a free extent of their own length.
+    movers = [s for s in spans if s[0] not in ends and s[1] not in starts
+              and short.get(bucket_of_length(s[1] - s[0]), 0) > 0]  # fmt: skip
+    rng.shuffle(movers)
+    # Largest free extents first: cursor (next hole's start) and end of each.
+    order = np.argsort(-free_len, kind="stable")
+    large = [[int(free_start[i]), int(free_start[i] + free_len[i])] for i in order.tolist()]
+    dn, db = dict(have_n), dict(have_b)
+    taken: set[int] = set()  # blocks bordering a moved file's old place
+    out: list[tuple[str, int, int]] = []
+    li = 0
+    for a, e, path in movers:
+        if len(out) >= most_files or li >= len(large):
+            break
+        n = e - a
+        kn = bucket_of_length(n)
+        if short.get(kn, 0) <= 0 or a in taken or e in taken:
+            continue
+        holes = [k for k in sorted(short) if short[k] > 0 and (k != kn or short[k] > 1)]
+        if not holes:
+            continue
+        g = 1 << holes[0]
+        while li < len(large):
+            cur, end = large[li]
+            rest = end - cur - g - n
+            if rest > 0 and bucket_of_length(rest) == bucket_of_length(end - cur):
+                break
+            li += 1
+        else:
+            break
+        rest = end - cur - g - n
+        for length, sign in ((g, 1), (n, 1), (end - cur, -1), (rest, 1)):
+            k = bucket_of_length(length)
+            dn[k] = dn.get(k, 0) + sign
+            db[k] = db.get(k, 0) + sign * length
+        short[holes[0]] -= 1
+        short[kn] -= 1
+        large[li][0] = cur + g + n
+        taken.update((a - 1, a, e, e + 1))
+        out.append((path, cur + g, n))
+    if _objective(dn, db, want_n, want_b) >= _objective(have_n, have_b, want_n, want_b) - 1e-9:
+        return []
+    return out
 
 
 def plan_plugs(
