@@ -14,6 +14,15 @@ did not bring the free space nearer. The ops run offline (``fsage.replay.recreat
 the image for them and mounts it again at the next measurement); they are journaled as
 inferred ops like every other move, and a journal replays them offline at the same point.
 ``landed`` checks, on the next measurement, which plugs took their free extent.
+
+Plugs only ever join free extents. Where the recreation has too few small free extents (a
+git checkout's many small files, rewritten out of sight, left holes of a block or two among
+them; the kernel's allocator fills the spacers' holes again at the next round's rewrites),
+``plan_splits`` splits large free extents instead: a file of one block or a few, with used
+blocks on both sides, is put a hole's length past the start of a large free extent (or past
+the last file put there), so its old place and the hole before its new one become two small
+free extents, while what is left of the large extent stays in its bucket. A shaping round
+splits where that brings the free space nearer and plugs otherwise.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The closed loop's offline free-space shaping: surplus small free extents plugged by files put
 at their start through libext2fs's goal (``allocate-near``), checked with e2freefrag and
-debugfs; and a replay session that runs such ops offline between mounted ones."""
+debugfs; large free extents split into the small ones a recreation lacks; and a replay session
+that runs such ops offline between mounted ones."""
 
 from __future__ import annotations
 
@@ -152,3 +153,62 @@ def test_the_interval_line_says_how_many_files_were_placed_offline() -> None:
     line = _churn_line(placed)
     assert line.startswith("fsage: snapshot 4: ")
     assert "1,234 files placed offline (1,230 landed)" in line
+
+
+def test_offline_splits_make_the_small_free_extents_a_recreation_lacks(tmp_path: Path) -> None:
+    """A recreation of small files packed end to end and one large free extent, against a
+    snapshot with many more free extents of one block: the offline shaping moves files of one
+    block into the large free extent a block apart, each at its goal (debugfs), so that their
+    old places and the gaps become one-block free extents (e2freefrag counts them), and
+    e2fsck finds the file system clean."""
+    img = tmp_path / "s.img"
+    with open(img, "wb") as fh:
+        fh.truncate(16 << 20)
+    subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", str(img)],
+                   capture_output=True, check=True)  # fmt: skip
+    ex = OfflineExtExecutor(img)
+    ex.apply(Op("mkdir", "d"))
+    names = [f"d/f{i:03d}" for i in range(400)]
+    for n in names:
+        ex.apply(Op("create", n, 4 * KIB))
+    ex.close()
+    files = [_File(n, 4 * KIB, 0o644, 0) for n in names]
+    before = _small_free_extents(img)
+
+    cur = {"ex": OfflineExtExecutor(img)}
+
+    def run(op: Op) -> int:
+        return cur["ex"].apply(op)
+
+    def read() -> Layout:
+        cur["ex"].close()
+        try:
+            return read_source(img)
+        finally:
+            cur["ex"] = OfflineExtExecutor(img)
+
+    steer = Steerer(run, read)
+    state = steer._measure()
+    have = state.target.free_counts
+    lack = 120
+    want = dict(have)
+    want[0] = want.get(0, 0) + lack
+    steer._target = LayoutTarget(4 * KIB, state.target.blocks_total, 0.5, {},
+                                 dict(state.target.free), free_counts=want)  # fmt: skip
+    steer._target_free, steer._target_free_counts = steer._target.free, want
+    churn = IntervalChurn(1, 0)
+    made = steer._shape_offline(state, files, random.Random(3), churn, 1 << 30)
+    steer._measure()
+    landed = steer.landed()
+    cur["ex"].close()
+    assert churn.kinds.get("split") == made and "plug" not in churn.kinds, churn.kinds
+    assert made >= lack // 4
+    assert landed == made
+    for path, goal, _n in steer.plugs[:10]:
+        assert _first_block(img, path) == goal
+        assert "Uninit" not in _extents(img, path)
+    after = _small_free_extents(img)
+    # Each move leaves two one-block free extents: its old place and the gap before its new one.
+    assert after >= before + 2 * made - 2, (before, after, made)
+    assert after <= before + lack + 2, (before, after, made)
+    subprocess.run(["e2fsck", "-fn", str(img)], capture_output=True, check=True)
