@@ -15,21 +15,22 @@ changed directories) are written between rewritten files and deleted, leaving ho
 a size bucket is more fragmented than the snapshot's (the allocator overshot), its most
 fragmented files, changed in the interval or not, are rewritten whole and put on disk at once.
 The free space is judged by blocks and by the count of free extents per bucket (the blocks'
-histogram is decided by the few largest extents). Where the recreation has too many small
-free extents — the original, fuller while its unseen temporaries lived, filled them with
-pieces of the files it wrote — a round is pressed: a short-lived plug takes the free space
-but what ext4 keeps back and what the round moves, and the files between small free extents
-(``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one
-free extent for several; the plug is deleted at the round's end. A round that moved files
-for the buckets or the locality leaves the free space to the next round, which shapes it
-from a fresh measurement. After a round that did not bring the free space nearer, the next
-shapes it offline where the kernel cannot: files put at chosen free extents through
-libext2fs's goal (``fsage.replay.offshape``). So on until every dimension is within the
-matcher's tolerances, or the buckets and the free space are and the locality's excess is
-smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops,
-seconds, rounds) is spent, or, in a fresh file system's first interval, a round leaves only
-the free space off and no nearer. The added ops are marked ``inferred`` so that a journal of the
-whole recreation can be rerun and its assumptions told apart from what was seen.
+histogram is decided by the few largest extents). Where the recreation has too many small free
+extents — the original, fuller while its unseen temporaries lived, filled them with pieces of
+the files it wrote — a round is pressed: a short-lived plug takes the free space but what ext4
+keeps back and what the round moves, and the files between small free extents
+(``merge_windows``) are rewritten, filling small free extents elsewhere and leaving one free
+extent for several; the plug is deleted at the round's end. A round that moved files for the
+buckets or the locality leaves the free space to the next round, which shapes it from a fresh
+measurement. After a round that did not bring the free space nearer, the next shapes it offline
+where the kernel cannot: files put at chosen free extents through libext2fs's goal
+(``fsage.replay.offshape``), joining small free extents where there are too many, splitting
+large ones into the small ones lacking where there are too few. So on until every dimension is
+within the matcher's tolerances, or the buckets and the free space are and the locality's excess
+is smaller than a round's swing (``SETTLE_GAP``), or the interval's budget (bytes, ops, seconds,
+rounds) is spent, or, in a fresh file system's first interval, a round leaves only the free
+space off and no nearer. The added ops are marked ``inferred`` so that a journal of the whole
+recreation can be rerun and its assumptions told apart from what was seen.
 
 The evidence of hidden rewrites is reported with each interval: files renewed (a new inode)
 whose size and modification time are unchanged, modification times after the previous
