@@ -149,7 +149,8 @@ def plan_splits(
     length past the last file put there (or the extent's start), so that its old place and
     the hole before its new one become two free extents of lacking sizes. An extent is split
     while what is left of it stays in its bucket (the large extents' counts do not move).
-    Empty where the plan would not bring the free space nearer by counts and blocks."""
+    Cut where it brings the free space nearest by counts and blocks (empty where no move
+    brings it nearer)."""
     have_n, have_b = _histogram(free_len)
     short = {k: n - have_n.get(k, 0) for k, n in want_n.items() if n > have_n.get(k, 0)}
     if not short or not spans:
@@ -166,6 +167,9 @@ def plan_splits(
     dn, db = dict(have_n), dict(have_b)
     taken: set[int] = set()  # blocks bordering a moved file's old place
     out: list[tuple[str, int, int]] = []
+    # The plan is cut where it came nearest: the blocks the splits move may outweigh the
+    # extents they make.
+    best, keep = _objective(have_n, have_b, want_n, want_b) - 1e-9, 0
     li = 0
     for a, e, path in movers:
         if len(out) >= most_files or li >= len(large):
@@ -177,7 +181,9 @@ def plan_splits(
         holes = [k for k in sorted(short) if short[k] > 0 and (k != kn or short[k] > 1)]
         if not holes:
             continue
-        g = 1 << holes[0]
+        # As long as the snapshot's extents of that bucket are on average.
+        mean = want_b.get(holes[0], 0) // max(want_n.get(holes[0], 1), 1)
+        g = min(max(mean, 1 << holes[0]), (2 << holes[0]) - 1)
         while li < len(large):
             cur, end = large[li]
             rest = end - cur - g - n
@@ -196,9 +202,10 @@ def plan_splits(
         large[li][0] = cur + g + n
         taken.update((a - 1, a, e, e + 1))
         out.append((path, cur + g, n))
-    if _objective(dn, db, want_n, want_b) >= _objective(have_n, have_b, want_n, want_b) - 1e-9:
-        return []
-    return out
+        now = _objective(dn, db, want_n, want_b)
+        if now < best:
+            best, keep = now, len(out)
+    return out[:keep]
 
 
 def plan_plugs(
