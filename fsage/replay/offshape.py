@@ -74,7 +74,10 @@ class OfflineShaper(Mover):
                  if -(-by_path[s[2]].size // bs) == s[1] - s[0]]  # fmt: skip
         want_n, want_b = self._target_free_counts, self._target_free
         # Too few small free extents: split large ones (plugs only ever join extents).
-        plan = plan_splits(state.free_start, state.free_len, spans, want_n, want_b, rng)
+        # On a copy of the generator: where no split pays, the plugs draw as they did alone.
+        fork = random.Random()
+        fork.setstate(rng.getstate())
+        plan = plan_splits(state.free_start, state.free_len, spans, want_n, want_b, fork)
         kind = "split"
         if not plan:
             plan = plan_plugs(state.free_start, state.free_len, spans, want_n, want_b, rng)
