@@ -253,7 +253,7 @@ class PosixExecutor(Executor):
     def _track(self, op: Op) -> None:
         """Keep the files ``op`` left dirty, in order; write them back before what they hold
         reaches a quarter of the free space (ext4 has its flusher threads write back once
-        the dirty data is half of it)."""
+        the dirty data is half of it), or with ``writeback_share`` when ``_due`` says."""
         kind = op.op
         if kind in _DIRTYING:
             self._dirtied(op.path)
