@@ -162,6 +162,9 @@ def _unpin() -> None:
 
 #: sync_file_range: wait for writeback under way, write, wait for it.
 _SYNC_FILE_RANGE_WRITE_AND_WAIT = 7
+#: ext4's own rule (``ext4_nonda_switch``): its flusher threads start writing back once the
+#: dirty data is half of the free space, which counts the blocks reserved for it.
+EXT4_WRITEBACK_SHARE = 0.5
 #: Ops whose data ext4 allocates only on writeback.
 _DIRTYING = frozenset({"create", "append", "overwrite"})
 #: Ops that allocate at once, taking free space from the dirty data's share.
@@ -175,11 +178,21 @@ _INODE_OPS = frozenset({"create", "mkdir", "symlink", "mknod"})
 class PosixExecutor(Executor):
     """Runs ops below ``root`` (a directory, typically a mounted file system)."""
 
-    def __init__(self, root: Path, *, fsync: bool = False, data: str = "write") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        fsync: bool = False,
+        data: str = "write",
+        writeback_share: float | None = None,
+    ) -> None:
         if data not in DATA_MODES:
             raise WorkloadError(f"unknown data mode {data!r} (one of {', '.join(DATA_MODES)})")
         self.root = Path(root)
         self.fsync = fsync
+        #: None: write back at a quarter of the free space found at the last writeback;
+        #: a share: once the dirty data is that share of the free space now (``_due``).
+        self.writeback_share = writeback_share
         #: "fallocate": creates and appends allocate their blocks instead of writing them.
         self.allocate_only = data == "fallocate"
         try:
@@ -240,7 +253,7 @@ class PosixExecutor(Executor):
     def _track(self, op: Op) -> None:
         """Keep the files ``op`` left dirty, in order; write them back before what they hold
         reaches a quarter of the free space (ext4 has its flusher threads write back once
-        the dirty data is half of it)."""
+        the dirty data is half of it), or with ``writeback_share`` when ``_due`` says."""
         kind = op.op
         if kind in _DIRTYING:
             self._dirtied(op.path)
@@ -254,8 +267,19 @@ class PosixExecutor(Executor):
                 self._count_below(op.path, -1)
         elif kind == "rename" and self._dirty:
             self._renamed(op.path, op.dest)
-        if self._dirty and 4 * self._dirty_bytes + self._allocated >= self._free:
+        if self._dirty and 4 * self._dirty_bytes + self._allocated >= self._free and self._due():
             self._write_back()
+
+    def _due(self) -> bool:
+        """Under ``writeback_share``: whether the dirty data has reached that share of the
+        free space as it is now (the space deletes freed since the last writeback counted,
+        the dirty data's reserved blocks in it as in ext4's counter); else always."""
+        share = self.writeback_share
+        if share is None:
+            return True
+        st = os.fstatvfs(self._root_fd)
+        self._free = st.f_bfree * st.f_frsize + self._dirty_bytes
+        return self._dirty_bytes + share * self._allocated >= share * self._free
 
     def _count_below(self, path: str, step: int) -> None:
         """Count ``path`` in (or, ``step`` -1, out of) each directory above it."""

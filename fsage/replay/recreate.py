@@ -304,9 +304,11 @@ class _Session:
 
     def _open(self) -> None:
         if self.mnt is not None:
-            from fsage.ager.posix import PosixExecutor
+            from fsage.ager.posix import EXT4_WRITEBACK_SHARE, PosixExecutor
 
-            self.ex = PosixExecutor(self.mnt)
+            # Written back when ext4 would: earlier, each writeback allocates before the
+            # interval's later deletes free their blocks, and large files fragment.
+            self.ex = PosixExecutor(self.mnt, writeback_share=EXT4_WRITEBACK_SHARE)
         else:
             from fsage.ager.offline import OfflineExtExecutor
 
