@@ -90,6 +90,28 @@ class LoopDevice:
             time.sleep(0.1 * (attempt + 1))
         c.umount2(dst, _MNT_DETACH)
 
+    def wait_released(self, seconds: float = 15.0) -> None:
+        """Return once no file system holds the loop device (an exclusive open succeeds): a
+        lazy unmount leaves the file system alive until its last user goes, and libext2fs
+        opening the image before then finds a journal that needs recovery. Raises
+        FsageError (nothing written) if it is still held after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                fd = os.open(self.dev, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise FsageError(f"opening {self.dev}: {exc.strerror}") from None
+                if time.monotonic() >= deadline:
+                    raise FsageError(
+                        f"{self.image}: its file system is still in use {seconds:.0f} s after"
+                        f" unmounting it ({self.dev} busy); nothing was written offline"
+                    ) from None
+                time.sleep(0.1)
+            else:
+                os.close(fd)
+                return
+
     def detach(self) -> None:
         with contextlib.suppress(FsageError):
             _tool(["losetup", "-d", self.dev], f"detaching {self.dev}")

@@ -287,6 +287,7 @@ class _Session:
             self.ex.close()
             self.loop.umount(self.mnt)
             self.unmounted = True
+            self.loop.wait_released()  # a lazy unmount: not offline before it is gone
             self.ex = OfflineExtExecutor(self.image)
         return self.ex
 
