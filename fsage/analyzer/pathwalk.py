@@ -357,6 +357,8 @@ class PathWalk:
         d_ino, dpar, own_dirs = self._directories()
         nd = d_ino.size
         roots = np.flatnonzero(d_ino == self.root)
+        if trim is not None:
+            trim()  # the directories' whole records, read and sorted: step 1 holds a bucket
         # 1. every directory's entries in walk order, without their names
         walked, count, edges = self._in_walk_order(d_ino, done)
         if trim is not None:
