@@ -63,6 +63,25 @@ def _depths(parent: npt.NDArray[Any], roots: I64) -> npt.NDArray[Any]:
     return dep
 
 
+def _gather(path: Path, n: int, by: I64, out: Values) -> None:
+    """Appends to ``out`` the ``n`` records of ``path`` (``REC``) in the order ``by``: a slice
+    of ``by`` at a time (at most eight of them), its rows picked from one pass over the file
+    a window at a time; memory holds a slice's records, not the file's."""
+    width = max(spill.WINDOW, 1)
+    step = max(width, -(-n // 8))
+    for lo in range(0, n, step):
+        want = by[lo : lo + step]
+        order = np.argsort(want)
+        rows = want[order]
+        got = np.empty(want.size, REC)
+        with open(path, "rb") as f:
+            for at in range(0, n, width):
+                chunk = np.fromfile(f, REC, min(width, n - at))
+                a, b = np.searchsorted(rows, [at, at + chunk.size])
+                got[order[a:b]] = chunk[rows[a:b] - at]
+        out.add(got)
+
+
 def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
     """Rows ``at`` (ascending) of ``own``, read a window at a time from where they lie."""
     out = np.empty(at.size, own.dtype)
@@ -147,19 +166,28 @@ class PathWalk:
         for i, k in enumerate(kids):
             done(0, i, len(kids))
             rec, off, names = self.kids.load(k)
+            n = rec.size
+            par = rec["parent"].astype(np.int64)
+            ino = rec["ino"].astype(np.int64)
+            # a bucket of many windows (a directory of that many entries) waits on disk
+            # while its names are sorted, and is read back a window at a time
+            spilled = n > 2 * width
+            if spilled:
+                rec.tofile(self.tmp / "bucket.rec")
+                del rec
             by = np.frombuffer(
-                _kernels.argsort_names(
-                    rec["parent"].astype(np.int64), names, off, np.arange(rec.size, dtype=np.int64)
-                ),
-                np.int64,
+                _kernels.argsort_names(par, names, off, np.arange(n, dtype=np.int64)), np.int64
             )
             del names, off
-            # the records go out in order a window at a time: a sorted copy of a bucket
-            # would hold its records twice (the root's bucket holds every directory below it)
-            for lo in range(0, by.size, width):
-                walked.add(rec[by[lo : lo + width]])
-            par, ino = rec["parent"][by], rec["ino"][by]
-            del rec, by
+            if spilled:
+                _gather(self.tmp / "bucket.rec", n, by, walked)
+                (self.tmp / "bucket.rec").unlink()
+            else:  # a window at a time: a sorted copy would hold the records twice
+                for lo in range(0, n, width):
+                    walked.add(rec[by[lo : lo + width]])
+                del rec
+            par, ino = par[by], ino[by]
+            del by
             p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
             np.add.at(count, p, 1)
             del p
