@@ -6,8 +6,10 @@ consecutive files of a directory (``dynamic.preorder_sizes``, ``directory_scans`
 Each named file's record goes to a bucket file by its parent's inode range; a bucket at a time,
 records are put in (parent, name, inode) order (a directory's entries as the walk takes them)
 and written out without their names. Directory scans and gaps read that order straight; the
-walk positions follow from each directory's subtree size (one record per directory in
-memory), and the objects, bucketed again by position, are read back in walk order.
+walk positions follow from each directory's subtree size (a few numbers per directory in
+memory, 4-byte indices where they fit; the directories' own requests stay on disk), and the
+objects, bucketed again by position, are read back in walk order. A bucket of many windows
+(one directory of that many entries) is sorted with its records on disk.
 """
 
 from __future__ import annotations
