@@ -6,8 +6,10 @@ consecutive files of a directory (``dynamic.preorder_sizes``, ``directory_scans`
 Each named file's record goes to a bucket file by its parent's inode range; a bucket at a time,
 records are put in (parent, name, inode) order (a directory's entries as the walk takes them)
 and written out without their names. Directory scans and gaps read that order straight; the
-walk positions follow from each directory's subtree size (one record per directory in
-memory), and the objects, bucketed again by position, are read back in walk order.
+walk positions follow from each directory's subtree size (a few numbers per directory in
+memory, 4-byte indices where they fit; the directories' own requests stay on disk), and the
+objects, bucketed again by position, are read back in walk order. A bucket of many windows
+(one directory of that many entries) is sorted with its records on disk.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy.typing as npt
 
 from fsage import _kernels
 from fsage.analyzer import spill
-from fsage.analyzer.dynamic import _InodeTables, depths_below, score_of_totals
+from fsage.analyzer.dynamic import _InodeTables, ranges, score_of_totals
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
 from fsage.analyzer.objects import OWN, Scan
 from fsage.analyzer.spill import Buckets, Values
@@ -32,7 +34,67 @@ REC = np.dtype(
     [("parent", "<i8"), ("ino", "<i8"), ("kind", "u1"), ("first", "<i8"), ("last", "<i8"), *OWN]
 )
 POS_REC = np.dtype([("pos", "<i8"), ("ino", "<i8"), ("kind", "u1"), *OWN])
+OWN_REC = np.dtype(OWN)
 REGULAR, DIRECTORY = 1, 2
+
+
+def _narrow(n: int) -> np.dtype[Any]:
+    """The integer type of indices and counts below ``n``: 4 bytes a directory, not 8."""
+    return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
+
+
+def _depths(parent: npt.NDArray[Any], roots: I64) -> npt.NDArray[Any]:
+    """``dynamic.depths_below`` in ``parent``'s integer type (the same depths, level by
+    level), its temporaries as narrow as the directory indices."""
+    t = parent.dtype
+    dep = np.full(parent.size, -1, t)
+    dep[roots] = 0
+    has = np.flatnonzero(parent >= 0).astype(t)
+    by_parent = has[np.argsort(parent[has], kind="stable")]
+    del has
+    sorted_parent = parent[by_parent]
+    frontier, level = roots, 0
+    while frontier.size:
+        lo = np.searchsorted(sorted_parent, frontier, side="left")
+        hi = np.searchsorted(sorted_parent, frontier, side="right")
+        kids = by_parent[ranges(lo, hi)]
+        kids = kids[dep[kids] < 0]
+        level += 1
+        dep[kids] = level
+        frontier = kids
+    return dep
+
+
+def _gather(path: Path, n: int, by: I64, out: Values) -> None:
+    """Appends to ``out`` the ``n`` records of ``path`` (``REC``) in the order ``by``: a slice
+    of ``by`` at a time (at most eight of them), its rows picked from one pass over the file
+    a window at a time; memory holds a slice's records, not the file's."""
+    width = max(spill.WINDOW, 1)
+    step = max(width, -(-n // 8))
+    for lo in range(0, n, step):
+        want = by[lo : lo + step]
+        order = np.argsort(want)
+        rows = want[order]
+        got = np.empty(want.size, REC)
+        with open(path, "rb") as f:
+            for at in range(0, n, width):
+                chunk = np.fromfile(f, REC, min(width, n - at))
+                a, b = np.searchsorted(rows, [at, at + chunk.size])
+                got[order[a:b]] = chunk[rows[a:b] - at]
+        out.add(got)
+
+
+def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
+    """Rows ``at`` (ascending) of ``own``, read a window at a time from where they lie."""
+    out = np.empty(at.size, own.dtype)
+    i = 0
+    while i < at.size:
+        lo = int(at[i])
+        hi = min(lo + max(spill.WINDOW, 1), own.n)
+        j = int(np.searchsorted(at, hi, side="left"))
+        out[i:j] = own.read(lo, hi)[at[i:j] - lo]
+        i = j
+    return out
 
 
 def _own(rec: npt.NDArray[Any]) -> dict[str, I64]:
@@ -59,6 +121,8 @@ class PathWalk:
         total = np.cumsum(entries)
         cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0))
         self.cuts = parents[cut]
+        # names in the walk: they bound every count and index of step 1 and 2
+        self.names = int(total[-1]) if total.size else 0
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,
             parents: I64) -> None:  # fmt: skip
@@ -80,8 +144,6 @@ class PathWalk:
         sub_off = np.zeros(named.size + 1, np.uint64)
         lens = (name_off[1:] - name_off[:-1])[name_row[named]]
         np.cumsum(lens, out=sub_off[1:])
-        from fsage.analyzer.dynamic import ranges
-
         raw = np.frombuffer(names, np.uint8)
         sub = raw[ranges(name_off[:-1][name_row[named]].astype(np.int64),
                          name_off[1:][name_row[named]].astype(np.int64))]  # fmt: skip
@@ -92,53 +154,72 @@ class PathWalk:
 
     def _in_walk_order(
         self, d_ino: I64, done: Callable[[int, int, int], None]
-    ) -> tuple[Values, I64, list[tuple[I64, I64]]]:
+    ) -> tuple[Values, npt.NDArray[Any], list[tuple[npt.NDArray[Any], npt.NDArray[Any]]]]:
         """Step 1: the entries, a bucket at a time, in walk order to ``walked``; how many
-        entries each directory holds; (directory, index among its entries) of each."""
+        entries each directory holds; (directory, index among its entries) of each, in walk
+        order (so by parent, then index)."""
         nd = d_ino.size
+        t = _narrow(max(nd, self.names))
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
-        count = np.zeros(nd, np.int64)
-        edges: list[tuple[I64, I64]] = []  # (directory, index among its entries) of each
+        count = np.zeros(nd, t)
+        edges: list[tuple[npt.NDArray[Any], npt.NDArray[Any]]] = []
         kids = sorted(self.kids.used)  # (``load`` takes each from ``used``)
+        width = max(spill.WINDOW, 1)
         for i, k in enumerate(kids):
             done(0, i, len(kids))
             rec, off, names = self.kids.load(k)
+            n = rec.size
+            par = rec["parent"].astype(np.int64)
+            ino = rec["ino"].astype(np.int64)
+            # a bucket of many windows (a directory of that many entries) waits on disk
+            # while its names are sorted, and is read back a window at a time
+            spilled = n > 2 * width
+            if spilled:
+                rec.tofile(self.tmp / "bucket.rec")
+                del rec
             by = np.frombuffer(
-                _kernels.argsort_names(
-                    rec["parent"].astype(np.int64), names, off, np.arange(rec.size, dtype=np.int64)
-                ),
-                np.int64,
+                _kernels.argsort_names(par, names, off, np.arange(n, dtype=np.int64)), np.int64
             )
-            rec = rec[by]
             del names, off
-            p = np.searchsorted(d_ino, rec["parent"])
-            p = np.minimum(p, max(nd - 1, 0))
-            grp_start = np.ones(rec.size, bool)
-            grp_start[1:] = rec["parent"][1:] != rec["parent"][:-1]
-            first_of = np.maximum.accumulate(np.where(grp_start, np.arange(rec.size), 0))
-            j = np.arange(rec.size) - first_of
+            if spilled:
+                _gather(self.tmp / "bucket.rec", n, by, walked)
+                (self.tmp / "bucket.rec").unlink()
+            else:  # a window at a time: a sorted copy would hold the records twice
+                for lo in range(0, n, width):
+                    walked.add(rec[by[lo : lo + width]])
+                del rec
+            par, ino = par[by], ino[by]
+            del by
+            p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
             np.add.at(count, p, 1)
-            q = np.minimum(np.searchsorted(d_ino, rec["ino"]), max(nd - 1, 0))
-            is_dir = (d_ino[q] == rec["ino"]) if nd else np.zeros(rec.size, bool)
-            edges.append((q[is_dir], j[is_dir]))
-            walked.add(rec)
+            del p
+            q = np.minimum(np.searchsorted(d_ino, ino), max(nd - 1, 0))
+            is_dir = np.flatnonzero(d_ino[q] == ino) if nd else np.zeros(0, np.int64)
+            del ino
+            grp_start = np.ones(par.size, bool)
+            grp_start[1:] = par[1:] != par[:-1]
+            first_of = np.maximum.accumulate(np.where(grp_start, np.arange(par.size), 0))
+            edges.append((q[is_dir].astype(t), (is_dir - first_of[is_dir]).astype(t)))
         return walked, count, edges
 
     def _walk_windows(
         self,
         walked: Values,
         done: Callable[[int, int, int], None],
-        dirs: npt.NDArray[Any],
-        placed: tuple[I64, I64, I64],
+        d_ino: I64,
+        own_dirs: Values,
+        placed: tuple[npt.NDArray[np.bool_], I64, I64],
         by_pos: Buckets,
         gaps: I64,
         segs: tuple[I64, I64, npt.NDArray[np.bool_]],
         scan: Scan,
     ) -> None:
         """Step 3: the entries in walk order, a window at a time: their positions (to
-        ``by_pos``), the gaps between neighbours, every directory's own scan (``segs``)."""
-        d_ino, nd = dirs["ino"], dirs.size
-        dep, size, pos = placed
+        ``by_pos``), the gaps between neighbours, every directory's own scan (``segs``; its
+        directory's own requests are rows of ``own_dirs``, read as the scans begin: the walk
+        takes the parents in inode order)."""
+        nd = d_ino.size
+        reached, size, pos = placed
         seg_disc, seg_blocks, has_seg = segs
         width = max(spill.WINDOW, 1)
         carry = (-1, 0, 0)  # the last directory, its next entry index, the extra before it
@@ -149,7 +230,7 @@ class PathWalk:
             n = rec.size
             par = rec["parent"]
             p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
-            reach = dep[p] >= 0 if nd else np.zeros(n, bool)
+            reach = reached[p] if nd else np.zeros(n, bool)
             q = np.minimum(np.searchsorted(d_ino, rec["ino"]), max(nd - 1, 0))
             is_dir = (d_ino[q] == rec["ino"]) if nd else np.zeros(n, bool)
             extra = np.where(is_dir, size[q] - 1, 0)
@@ -209,52 +290,88 @@ class PathWalk:
                 seq_ino[is_head] = d_ino[kp[heads]]
                 seq_seg[~is_head] = kp
                 seq_seg[is_head] = kp[heads]
+                head_own = _rows(own_dirs, kp[heads])
                 for key, _ in OWN:
                     own[key][~is_head] = rec[key][kids]
-                    own[key][is_head] = dirs[key][kp[heads]]
+                    own[key][is_head] = head_own[key]
+                del head_own
                 disc, blocks, seg = scan.add(seq_ino, own, seq_seg)
                 np.add.at(seg_disc, seg, disc)
                 np.add.at(seg_blocks, seg, blocks)
                 has_seg[kp] = True
 
     def _placed(
-        self, dirs: npt.NDArray[Any], count: I64, edges: list[tuple[I64, I64]]
-    ) -> tuple[I64, I64, I64]:
-        """Step 2: each directory's depth, subtree size (bottom-up) and walk position
-        (top-down), one number each per directory; the rest goes when it returns."""
-        nd = dirs.size
-        d_ino = dirs["ino"]
-        dpar = np.full(nd, -1, np.int64)
-        if nd:
-            at = np.minimum(np.searchsorted(d_ino, dirs["parent"]), nd - 1)
-            ok = (dirs["parent"] >= 0) & (d_ino[at] == dirs["parent"])
-            dpar[ok] = at[ok]
-        roots = np.flatnonzero(d_ino == self.root)
-        dep = depths_below(dpar, roots) if nd else np.zeros(0, np.int64)
+        self,
+        dpar: npt.NDArray[Any],
+        roots: I64,
+        count: npt.NDArray[Any],
+        edges: list[tuple[npt.NDArray[Any], npt.NDArray[Any]]],
+    ) -> tuple[npt.NDArray[np.bool_], I64, I64]:
+        """Step 2: whether the walk reaches each directory, its subtree size (bottom-up) and
+        walk position (top-down), one number each per directory; the rest goes when it
+        returns (``edges`` is emptied as its pieces are joined)."""
+        nd = dpar.size
+        dep = _depths(dpar, roots) if nd else np.zeros(0, dpar.dtype)
         size = np.where(dep >= 0, 1 + count, 0).astype(np.int64)
-        e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, np.int64)
-        e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, np.int64)
+        e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, dpar.dtype)
+        e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, dpar.dtype)
+        edges.clear()
         maxdep = int(dep.max()) if nd and (dep >= 0).any() else 0
         for d in range(maxdep, 0, -1):
             at = e_q[dep[e_q] == d]
             np.add.at(size, dpar[at], size[at] - 1)
         offset = np.zeros(nd, np.int64)
         if e_q.size:
-            by = np.lexsort((e_j, dpar[e_q]))
-            q, jj = e_q[by], e_j[by]
-            extra = size[q] - 1
-            grp = dpar[q]
-            csum = np.cumsum(extra) - extra
-            gs = np.ones(q.size, bool)
-            gs[1:] = grp[1:] != grp[:-1]
-            base = np.maximum.accumulate(np.where(gs, np.arange(q.size), 0))
-            offset[q] = jj + csum - csum[base]
+            grp = dpar[e_q]
+            # step 1 gives the edges by parent, then index: sorting them again is the identity
+            # (lexsort is stable), and its index arrays would cost 8 bytes an edge each
+            step = grp[1:].astype(np.int64) - grp[:-1]
+            if not ((step > 0) | ((step == 0) & (e_j[1:] >= e_j[:-1]))).all():
+                by = np.lexsort((e_j, grp))
+                e_q, e_j, grp = e_q[by], e_j[by], grp[by]
+                del by
+            del step
+            csum = size[e_q] - 1
+            csum -= np.cumsum(csum)  # minus the exclusive sum (sign flipped below)
+            np.negative(csum, out=csum)
+            starts = np.flatnonzero(np.diff(grp, prepend=grp[0] - 1))
+            del grp
+            csum -= np.repeat(csum[starts], np.diff(starts, append=e_q.size))
+            csum += e_j
+            offset[e_q] = csum
+            del csum, starts
         pos = np.full(nd, -1, np.int64)
         pos[roots] = 0
         for d in range(1, maxdep + 1):
             at = np.flatnonzero(dep == d)
             pos[at] = pos[dpar[at]] + 1 + offset[at]
-        return dep, size, pos
+        return dep >= 0, size, pos
+
+    def _directories(self) -> tuple[I64, npt.NDArray[Any], Values]:
+        """The directories by inode: their inodes, each one's parent (its index, -1: none)
+        and, on disk, their own requests (read back as step 3 needs them)."""
+        dirs = np.fromfile(self.dirs, REC)
+        self.dirs.unlink()
+        # in place (a directory's record is written once, so no two share an inode and the
+        # order is the stable one): a sorted copy would hold the records twice
+        dirs.sort(order="ino")
+        nd = dirs.size
+        d_ino = dirs["ino"].copy()
+        dpar = np.full(nd, -1, _narrow(nd))
+        if nd:
+            parent = dirs["parent"]
+            at = np.minimum(np.searchsorted(d_ino, parent), nd - 1)
+            ok = (parent >= 0) & (d_ino[at] == parent)
+            dpar[ok] = at[ok]
+            del at, ok, parent
+        own_dirs = Values(self.tmp / "dirs-own", OWN_REC)  # type: ignore[arg-type]
+        width = max(spill.WINDOW, 1)
+        for lo in range(0, nd, width):
+            part = np.empty(min(width, nd - lo), OWN_REC)
+            for key, _ in OWN:
+                part[key] = dirs[key][lo : lo + width]
+            own_dirs.add(part)
+        return d_ino, dpar, own_dirs
 
     def finish(
         self,
@@ -267,20 +384,18 @@ class PathWalk:
             if progress is not None:
                 progress((step + at / max(of, 1)) / 3)
 
-        dirs = np.fromfile(self.dirs, REC)
-        self.dirs.unlink()
-        # in place (a directory's record is written once, so no two share an inode and the
-        # order is the stable one): a sorted copy would hold the records twice
-        dirs.sort(order="ino")
-        nd = dirs.size
-        d_ino = dirs["ino"]
+        d_ino, dpar, own_dirs = self._directories()
+        nd = d_ino.size
+        roots = np.flatnonzero(d_ino == self.root)
+        if trim is not None:
+            trim()  # the directories' whole records, read and sorted: step 1 holds a bucket
         # 1. every directory's entries in walk order, without their names
         walked, count, edges = self._in_walk_order(d_ino, done)
         if trim is not None:
             trim()
         # 2. subtree sizes bottom-up, positions top-down (one number per directory)
-        dep, size, pos = self._placed(dirs, count, edges)
-        del count, edges
+        placed = self._placed(dpar, roots, count, edges)
+        del count, edges, dpar
         if trim is not None:
             trim()  # step 2's arrays: step 3 keeps three of them
         # 3. entries in walk order: positions, gaps, every directory's own scan
@@ -290,8 +405,10 @@ class PathWalk:
         seg_blocks = np.zeros(nd, np.int64)
         has_seg = np.zeros(nd, bool)
         scan = Scan.new(self.tabs)
-        self._walk_windows(walked, done, dirs, (dep, size, pos), by_pos, gaps,
+        self._walk_windows(walked, done, d_ino, own_dirs, placed, by_pos, gaps,
                            (seg_disc, seg_blocks, has_seg), scan)  # fmt: skip
+        del placed, d_ino
+        own_dirs.path.unlink()
         if trim is not None:
             trim()
         # 4. the objects in walk order, the root first

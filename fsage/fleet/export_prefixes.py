@@ -40,9 +40,11 @@ class Prefixes:
         by_parent = parent[order]
         # the walk's nodes: every inode named, and the root
         nodes = np.unique(np.concatenate([ino, np.array([root_ino], np.int64)]))
-        child = np.searchsorted(nodes, ino[order])  # node of each name, in by_parent order
-        lo = np.searchsorted(by_parent, nodes, side="left")
-        hi = np.searchsorted(by_parent, nodes, side="right")
+        # indices of nodes and names: 4 bytes each where they fit, held over the whole walk
+        t = np.int32 if ino.size < 2**31 else np.int64
+        child = np.searchsorted(nodes, ino[order]).astype(t)  # node of each name, by parent
+        lo = np.searchsorted(by_parent, nodes, side="left").astype(t)
+        hi = np.searchsorted(by_parent, nodes, side="right").astype(t)
         name_lo = name_lo[order].astype(np.int64)
         name_hi = name_hi[order].astype(np.int64)
         del order, by_parent

@@ -244,13 +244,15 @@ def _names_by_part(sp: SnapshotParts, tmp: Path, parents: I64) -> tuple[Buckets,
 
 
 def _in_link_order(pieces: list[Names]) -> Names:
-    """Names gathered from several pieces, as one, in link order."""
+    """Names gathered from several pieces, as one, in link order (``pieces`` is emptied as
+    they are joined)."""
     if not pieces:
         z = np.zeros(0, np.uint64)
         return Names(np.zeros(0, np.int64), z, z, np.zeros(0, bool), np.zeros(1, np.uint64), b"")
     lens = np.concatenate([p.name_off[1:] - p.name_off[:-1] for p in pieces])
     off = np.zeros(lens.size + 1, np.uint64)
     np.cumsum(lens, out=off[1:])
+    del lens
     joined = Names(
         np.concatenate([p.seq for p in pieces]).astype(np.int64),
         np.concatenate([p.parent for p in pieces]),
@@ -259,7 +261,11 @@ def _in_link_order(pieces: list[Names]) -> Names:
         off,
         b"".join(p.names for p in pieces),
     )
-    by = np.argsort(joined.seq, kind="stable")
+    pieces.clear()  # one copy of every directory's name at a time, not two
+    seq = joined.seq
+    if seq.size < 2 or bool((seq[1:] >= seq[:-1]).all()):
+        return joined  # the parts come in link order: the stable sort would keep it
+    by = np.argsort(seq, kind="stable")
     return _subset(joined, by, always=True)
 
 
@@ -310,9 +316,10 @@ def export_snapshot(
     tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
     links, dirs, named, entries = _names_by_part(sp, tmp, parents)
+    # views, not copies (inodes and offsets are below 2^63): 32 bytes a directory less
     prefix = Prefixes.walk(
-        dirs.parent.astype(np.int64), dirs.ino.astype(np.int64),
-        dirs.name_off[:-1].astype(np.int64), dirs.name_off[1:].astype(np.int64), dirs.names,
+        dirs.parent.view(np.int64), dirs.ino.view(np.int64),
+        dirs.name_off[:-1].view(np.int64), dirs.name_off[1:].view(np.int64), dirs.names,
         root_ino,
     )  # fmt: skip
     root = -1

@@ -100,6 +100,51 @@ def test_export_by_parts_is_the_whole_snapshot_export(
     assert all(m["inode_to_data_median_blocks"] is not None for m in metrics)
 
 
+def test_a_flat_tree_walked_from_disk_is_the_whole_snapshot_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every directory under the root, hundreds of them: with windows of 16 the root's
+    walk bucket is sorted with its records on disk and read back in slices; the figures
+    are those of the snapshot read whole (the walk in memory)."""
+    pytest.importorskip("pyarrow")
+    from fsage.analyzer import pathwalk
+    from fsage.fleet import synth
+
+    db = tmp_path / "flat.db"
+    monkeypatch.setattr(synth, "PER_DIR", 4)
+    with Store.open(db, create=True) as store:
+        synth.synthetic_history(store, "flat", files=1600, snapshots=2, seed=5)
+    real_parts = Store.snapshot_parts
+
+    @contextlib.contextmanager
+    def whole(self: Store, snapshot_id: int, rows: int | None = None) -> Iterator[object]:
+        with real_parts(self, snapshot_id, rows) as (held, _):
+            yield held, None
+
+    monkeypatch.setattr(Store, "snapshot_parts", whole)
+    export_parquet(db, tmp_path / "whole", host="h")
+    monkeypatch.setattr(Store, "snapshot_parts", real_parts)
+    monkeypatch.setattr(parts, "PART_ROWS", 97)
+    monkeypatch.setattr(spill, "WINDOW", 16)
+    gathered = []
+    real_gather = pathwalk._gather
+
+    def counted(*a: object) -> None:
+        gathered.append(1)
+        real_gather(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pathwalk, "_gather", counted)
+    export_parquet(db, tmp_path / "parts", host="h")
+    assert gathered  # the root's bucket went through the disk
+    a, b = _tables(tmp_path / "whole"), _tables(tmp_path / "parts")
+    assert a.keys() == b.keys()
+    for name, table in a.items():
+        assert table.equals(b[name]), name  # type: ignore[attr-defined]
+    metrics = a[next(k for k in a if k.startswith("metrics/"))].to_pylist()  # type: ignore[attr-defined]
+    assert all(m["dynamic_layout_score_path"] is not None for m in metrics)
+    assert all(m["dir_scan_score_median"] is not None for m in metrics)
+
+
 def test_spilled_mean_and_median_are_numpy_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
