@@ -213,13 +213,15 @@ def root_index(layout: Layout) -> int:
     return at if at < n and ino[at] == tops[0] else -1
 
 
-def depths_below(parent: I64, roots: I64) -> I64:
+def depths_below(parent: npt.NDArray[Any], roots: I64) -> npt.NDArray[Any]:
     """Each file's depth below ``roots`` (0 for a root) through the ``parent`` array (-1:
-    none), found level by level; -1 for files no root reaches (cut off, or in a loop)."""
-    dep = np.full(parent.size, -1, np.int64)
+    none), found level by level; -1 for files no root reaches (cut off, or in a loop). In
+    ``parent``'s integer type, its temporaries too (the path walk's are 4 bytes a directory)."""
+    dep = np.full(parent.size, -1, parent.dtype)
     dep[roots] = 0
-    has = np.flatnonzero(parent >= 0)
+    has = np.flatnonzero(parent >= 0).astype(parent.dtype, copy=False)
     by_parent = has[np.argsort(parent[has], kind="stable")]
+    del has
     sorted_parent = parent[by_parent]
     frontier, level = roots, 0
     while frontier.size:

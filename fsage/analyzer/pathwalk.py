@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from fsage import _kernels
 from fsage.analyzer import spill
-from fsage.analyzer.dynamic import _InodeTables, ranges, score_of_totals
+from fsage.analyzer.dynamic import _InodeTables, depths_below, ranges, score_of_totals
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
 from fsage.analyzer.objects import OWN, Scan
 from fsage.analyzer.spill import Buckets, Values
@@ -41,28 +41,6 @@ REGULAR, DIRECTORY = 1, 2
 def _narrow(n: int) -> np.dtype[Any]:
     """The integer type of indices and counts below ``n``: 4 bytes a directory, not 8."""
     return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
-
-
-def _depths(parent: npt.NDArray[Any], roots: I64) -> npt.NDArray[Any]:
-    """``dynamic.depths_below`` in ``parent``'s integer type (the same depths, level by
-    level), its temporaries as narrow as the directory indices."""
-    t = parent.dtype
-    dep = np.full(parent.size, -1, t)
-    dep[roots] = 0
-    has = np.flatnonzero(parent >= 0).astype(t)
-    by_parent = has[np.argsort(parent[has], kind="stable")]
-    del has
-    sorted_parent = parent[by_parent]
-    frontier, level = roots, 0
-    while frontier.size:
-        lo = np.searchsorted(sorted_parent, frontier, side="left")
-        hi = np.searchsorted(sorted_parent, frontier, side="right")
-        kids = by_parent[ranges(lo, hi)]
-        kids = kids[dep[kids] < 0]
-        level += 1
-        dep[kids] = level
-        frontier = kids
-    return dep
 
 
 def _gather(path: Path, n: int, by: I64, out: Values) -> None:
@@ -311,7 +289,7 @@ class PathWalk:
         walk position (top-down), one number each per directory; the rest goes when it
         returns (``edges`` is emptied as its pieces are joined)."""
         nd = dpar.size
-        dep = _depths(dpar, roots) if nd else np.zeros(0, dpar.dtype)
+        dep = depths_below(dpar, roots) if nd else np.zeros(0, dpar.dtype)
         size = np.where(dep >= 0, 1 + count, 0).astype(np.int64)
         e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, dpar.dtype)
         e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, dpar.dtype)

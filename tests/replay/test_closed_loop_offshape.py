@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,25 @@ def _extents(image: Path, path: str) -> str:
     return out.stdout
 
 
+def _offline_steerer(img: Path) -> tuple[Steerer, Callable[[], None]]:
+    """A closed-loop steerer over ``img`` through libext2fs (its ops run offline, and each
+    measurement closes the executor, reads the image and opens it again), and what closes the
+    executor at the end."""
+    cur = {"ex": OfflineExtExecutor(img)}
+
+    def run(op: Op) -> int:
+        return cur["ex"].apply(op)
+
+    def read() -> Layout:
+        cur["ex"].close()
+        try:
+            return read_source(img)
+        finally:
+            cur["ex"] = OfflineExtExecutor(img)
+
+    return Steerer(run, read), lambda: cur["ex"].close()
+
+
 def test_offline_plugs_fill_surplus_small_free_extents(tmp_path: Path) -> None:
     """A recreation with a hole of a few blocks after every other small file (too many small
     free extents against a snapshot with a third of them): the offline shaping puts files into
@@ -75,19 +95,7 @@ def test_offline_plugs_fill_surplus_small_free_extents(tmp_path: Path) -> None:
     before = _small_free_extents(img)
     assert before >= 100
 
-    cur = {"ex": OfflineExtExecutor(img)}
-
-    def run(op: Op) -> int:
-        return cur["ex"].apply(op)
-
-    def read() -> Layout:
-        cur["ex"].close()
-        try:
-            return read_source(img)
-        finally:
-            cur["ex"] = OfflineExtExecutor(img)
-
-    steer = Steerer(run, read)
+    steer, close = _offline_steerer(img)
     state = steer._measure()
     have = state.target.free_counts
     # The snapshot: a third of the small free extents, the rest as measured.
@@ -99,7 +107,7 @@ def test_offline_plugs_fill_surplus_small_free_extents(tmp_path: Path) -> None:
     made = steer._shape_offline(state, kept, rng, churn, 1 << 30)
     steer._measure()
     landed = steer.landed()
-    cur["ex"].close()
+    close()
     assert made >= 20, churn.kinds
     assert landed == made
     # The oracles: each plug starts at its goal and is written (no unwritten extent left).
@@ -175,19 +183,7 @@ def test_offline_splits_make_the_small_free_extents_a_recreation_lacks(tmp_path:
     files = [_File(n, 4 * KIB, 0o644, 0) for n in names]
     before = _small_free_extents(img)
 
-    cur = {"ex": OfflineExtExecutor(img)}
-
-    def run(op: Op) -> int:
-        return cur["ex"].apply(op)
-
-    def read() -> Layout:
-        cur["ex"].close()
-        try:
-            return read_source(img)
-        finally:
-            cur["ex"] = OfflineExtExecutor(img)
-
-    steer = Steerer(run, read)
+    steer, close = _offline_steerer(img)
     state = steer._measure()
     have = state.target.free_counts
     lack = 120
@@ -200,7 +196,7 @@ def test_offline_splits_make_the_small_free_extents_a_recreation_lacks(tmp_path:
     made = steer._shape_offline(state, files, random.Random(3), churn, 1 << 30)
     steer._measure()
     landed = steer.landed()
-    cur["ex"].close()
+    close()
     assert churn.kinds.get("split") == made and "plug" not in churn.kinds, churn.kinds
     assert made >= lack // 4
     assert landed == made
