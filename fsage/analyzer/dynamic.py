@@ -183,12 +183,21 @@ def preorder_sizes(layout: Layout) -> tuple[I64, I64]:
     offset = np.empty(n, np.int64)
     offset[order] = csum
     del csum, order
-    pos = np.full(n, -1, np.int64)
-    pos[root] = 0
+    return preorder_positions(parent, dep, np.array([root], np.int64), offset, maxdep), size
+
+
+def preorder_positions(
+    parent: npt.NDArray[Any], dep: npt.NDArray[Any], roots: I64, offset: I64, maxdep: int
+) -> I64:
+    """Each file's place in a preorder walk from ``roots`` (-1: unreached): its parent's
+    place, one, and ``offset`` (the sizes of the subtrees of its siblings before it), found
+    level by level down to ``maxdep``."""
+    pos = np.full(parent.size, -1, np.int64)
+    pos[roots] = 0
     for d in range(1, maxdep + 1):
         at = np.flatnonzero(dep == d)
         pos[at] = pos[parent[at]] + 1 + offset[at]
-    return pos, size
+    return pos
 
 
 def root_index(layout: Layout) -> int:

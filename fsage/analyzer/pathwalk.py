@@ -23,7 +23,13 @@ import numpy.typing as npt
 
 from fsage import _kernels
 from fsage.analyzer import spill
-from fsage.analyzer.dynamic import _InodeTables, depths_below, ranges, score_of_totals
+from fsage.analyzer.dynamic import (
+    _InodeTables,
+    depths_below,
+    preorder_positions,
+    ranges,
+    score_of_totals,
+)
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
 from fsage.analyzer.objects import OWN, Scan
 from fsage.analyzer.spill import Buckets, Values
@@ -318,11 +324,7 @@ class PathWalk:
             csum += e_j
             offset[e_q] = csum
             del csum, starts
-        pos = np.full(nd, -1, np.int64)
-        pos[roots] = 0
-        for d in range(1, maxdep + 1):
-            at = np.flatnonzero(dep == d)
-            pos[at] = pos[dpar[at]] + 1 + offset[at]
+        pos = preorder_positions(dpar, dep, roots, offset, maxdep)
         return dep >= 0, size, pos
 
     def _directories(self) -> tuple[I64, npt.NDArray[Any], Values]:

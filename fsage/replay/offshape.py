@@ -227,13 +227,9 @@ def plan_plugs(
     a free extent of its length or the shortest longer one of some bucket (what it leaves over
     stays free), whichever brings the free space nearest. A window is taken, in random order,
     when it brings the free space nearer by counts and blocks together."""
-    have_n: dict[int, int] = {}
-    have_b: dict[int, int] = {}
+    have_n, have_b = _histogram(free_len)
     by_len: dict[int, list[int]] = {}
     for a, n in zip(free_start.tolist(), free_len.tolist(), strict=True):
-        k = bucket_of_length(int(n))
-        have_n[k] = have_n.get(k, 0) + 1
-        have_b[k] = have_b.get(k, 0) + int(n)
         by_len.setdefault(int(n), []).append(int(a))
     for starts in by_len.values():
         rng.shuffle(starts)
