@@ -117,7 +117,7 @@ def snapshot(
             store.abandon()
         raise
     try:
-        from fsage.cli.readers import reader_notice  # after the counts, where they mislead
+        from fsage.db.readers import reader_notice  # after the counts, where they mislead
 
         notice = reader_notice(store, summary.snapshot_id, layout)
     except StoreError:  # the snapshot is recorded; an earlier one that cannot be read
