@@ -18,11 +18,12 @@ wall seconds stretch, peaks do not. Last, each command's largest peak against th
 
 --per-dir sets how many files a directory of the built file systems holds (a database of its
 own): the export keeps per-directory state, so its peak grows with directories, not files.
+--fanout nests those directories (paths as long as a real tree's; default: all under the root).
 
 Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
                                      [--baseline /path/to/other/fsage] [--repeat 3] [--check]
-                                     [--per-dir 20] [--no-compact]
+                                     [--per-dir 20] [--fanout 8] [--no-compact]
 e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compact
          --baseline /path/to/main --repeat 3 --check --keep /tmp/fleet-memory
 """
@@ -74,8 +75,9 @@ import sys
 from fsage.db.store import Store
 from fsage.fleet import synth
 from fsage.fleet.synth import synthetic_history
-db, files, snapshots, per_dir, *names = sys.argv[1:]
+db, files, snapshots, per_dir, fanout, *names = sys.argv[1:]
 synth.PER_DIR = int(per_dir)
+synth.FANOUT = int(fanout)
 with Store.open(db, create=True) as store:
     for i, name in enumerate(names):
         synthetic_history(store, name, files=int(files), snapshots=int(snapshots), seed=100 + i)
@@ -84,13 +86,14 @@ with Store.open(db, create=True) as store:
 
 def build(
     db: Path, names: list[str], files: int, snapshots: int, env: dict[str, str],
-    per_dir: int = PER_DIR,
+    per_dir: int = PER_DIR, fanout: int = 0,
 ) -> None:  # fmt: skip
     """In a process of its own: a child's peak resident set starts at its parent's size when
     it was forked, so this process stays small (no numpy, no database built in it).
-    ``per_dir``: files a directory of the synthetic file system holds."""
+    ``per_dir``: files a directory of the synthetic file system holds; ``fanout``: the
+    subdirectories one holds (0: all under the root)."""
     argv = [sys.executable, "-c", BUILD, str(db), str(files), str(snapshots), str(per_dir),
-            *names]  # fmt: skip
+            str(fanout), *names]  # fmt: skip
     subprocess.run(argv, env=env, cwd=REPO, check=True)
 
 
@@ -181,6 +184,9 @@ def main() -> None:
     ap.add_argument("--per-dir", type=int, default=PER_DIR,
                     help=f"files per directory of the file systems built (default {PER_DIR};"
                          " a real tree has one directory per 10-30 files)")  # fmt: skip
+    ap.add_argument("--fanout", type=int, default=0,
+                    help="subdirectories a directory holds (default 0: every directory under"
+                         " the root; 8 gives paths as deep as a real tree's)")  # fmt: skip
     ap.add_argument(
         "--repeat",
         type=int,
@@ -204,9 +210,10 @@ def main() -> None:
     try:
         for n in (int(x) for x in args.files.split(",") if x):
             suffix = "" if args.per_dir == PER_DIR else f"-d{args.per_dir}"
+            suffix += f"-t{args.fanout}" if args.fanout else ""
             db = work / f"f{n}{suffix}.db"
             if not db.exists():
-                build(db, [f"fs{n}"], n, args.snapshots, env, args.per_dir)
+                build(db, [f"fs{n}"], n, args.snapshots, env, args.per_dir, args.fanout)
             rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline,
                                 args.compact, args.repeat, args.check))  # fmt: skip
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)

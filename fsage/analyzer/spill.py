@@ -16,6 +16,8 @@ from fsage.analyzer.dynamic import ranges
 
 #: Values read back at a time.
 WINDOW = 1 << 16
+# numpy's pairwise summation adds up to this many values in one unrolled loop
+PAIRWISE_BLOCK = 128
 
 
 class Buckets:
@@ -111,10 +113,11 @@ class Values:
     def pairwise_sum(self) -> np.float64:
         """``np.add.reduce`` of the values as one float64 array: numpy sums an array by
         halves (at a multiple of 8) down to blocks, so a window that is one of those halves
-        sums as it would inside the whole."""
+        sums as it would inside the whole. A block of up to ``PAIRWISE_BLOCK`` values is
+        summed in one piece, as numpy does (and a smaller window would never halve)."""
 
         def total(lo: int, n: int) -> np.float64:
-            if n <= WINDOW:
+            if n <= max(WINDOW, PAIRWISE_BLOCK):
                 return np.float64(np.add.reduce(self.read(lo, lo + n)))
             half = n // 2
             half -= half % 8

@@ -1,12 +1,18 @@
 """The path under which each reachable directory's entries are named, for the first paths of
-an export: every directory's path in one bytes buffer, found by inode in a sorted array.
+an export.
 
-A dict of path strings costs some 150 bytes a directory beside the strings themselves (at one
-directory per 20 files, tens of MB for a few million files, held over every part of a
-snapshot); here a directory takes its path's bytes and 24 more.
+``Prefixes``: every directory's path in one bytes buffer, found by inode in a sorted array (a
+directory takes its path's bytes and 24 more; a dict of path strings would cost some 150
+more). ``DiskPrefixes``: the same paths in a SQLite scratch file, derived there by one
+recursive query, so that a snapshot export's memory does not grow with its directories (at
+one directory per 20 files and real paths, over 50 MB for ten million files, with the walk
+that builds them twice that).
 """
 
 from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -97,3 +103,116 @@ class Prefixes:
                 s = seen[kk] = _decode(buf[int(start[kk]) : int(end[kk])])
             out.append(s)
         return out
+
+
+# Directories looked up in one query (SQLite's limit on parameters is 32,766).
+LOOKUP = 10_000
+# SQLite's page cache for the prefixes, in KiB: what the table holds beyond it stays on disk.
+CACHE_KIB = 4096
+
+
+class DiskPrefixes:
+    """The prefixes of ``Prefixes`` kept in a SQLite file, so that an export's memory does not
+    grow with the directories (some 100 bytes each in memory, more with long paths): the
+    names whose inode names entries are added as a snapshot's names are read (``add``), then
+    ``finish`` derives every reachable directory's path in one recursive query.
+
+    That query takes each directory's one name; where a directory has two names (or a name
+    loops back), which path it takes depends on the walk's order, and the names are walked
+    in memory by ``Prefixes.walk`` instead, as before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.unlink(missing_ok=True)
+        self.con = sqlite3.connect(path)
+        self.con.executescript(
+            f"""PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
+            PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;
+            CREATE TABLE name (seq INTEGER, parent INTEGER, ino INTEGER, name BLOB);"""
+        )
+        self.memory: Prefixes | None = None  # the walk in memory, for a tree that is not one
+        self.n = 0
+
+    def add(self, seq: I64, parent: I64, ino: I64, name_lo: I64, name_hi: I64,
+            names: bytes) -> None:  # fmt: skip
+        """Names ``names[name_lo[i]:name_hi[i]]`` of ``ino`` in ``parent`` (``seq``: the
+        place in link order)."""
+        view = memoryview(names)
+        rows = zip(seq.tolist(), parent.tolist(), ino.tolist(), name_lo.tolist(),
+                   name_hi.tolist(), strict=True)  # fmt: skip
+        self.con.executemany(
+            "INSERT INTO name VALUES (?, ?, ?, ?)",
+            ((s, p, i, bytes(view[lo:hi])) for s, p, i, lo, hi in rows),
+        )
+        self.n += int(seq.size)
+
+    def finish(self, root_ino: int) -> None:
+        """Every reachable directory's path, from ``root_ino`` (``""``)."""
+        con = self.con
+        twice = con.execute(
+            "SELECT 1 FROM name WHERE ino != ? AND ino != parent GROUP BY ino"
+            " HAVING count(*) > 1 LIMIT 1",
+            (root_ino,),
+        ).fetchone()
+        if twice is not None:
+            self.memory = self._walked(root_ino)
+            con.execute("DROP TABLE name")
+            return
+        # a tree: each directory but the root has one name, so no walk order to keep, and
+        # no loop (one through the root is cut: the root's own names are left out)
+        con.executescript(
+            "CREATE INDEX name_parent ON name (parent);"
+            "CREATE TABLE prefix (ino INTEGER PRIMARY KEY, path BLOB);"
+        )
+        con.execute(
+            """INSERT INTO prefix
+            WITH RECURSIVE p(ino, path) AS (
+                SELECT ?, CAST(x'' AS BLOB)
+                UNION ALL
+                SELECT n.ino, CAST(p.path || x'2f' || n.name AS BLOB)
+                FROM name AS n JOIN p ON n.parent = p.ino
+                WHERE n.ino != ? AND n.ino != n.parent
+            )
+            SELECT ino, path FROM p""",
+            (root_ino, root_ino),
+        )
+        con.execute("DROP TABLE name")
+
+    def _walked(self, root_ino: int) -> Prefixes:
+        rows = self.con.execute("SELECT parent, ino, name FROM name ORDER BY seq").fetchall()
+        parent = np.array([r[0] for r in rows], np.int64)
+        ino = np.array([r[1] for r in rows], np.int64)
+        lens = np.array([len(r[2]) for r in rows], np.int64)
+        off = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(lens, out=off[1:])
+        names = b"".join(r[2] for r in rows)
+        del rows
+        return Prefixes.walk(parent, ino, off[:-1], off[1:], names, root_ino)
+
+    def __len__(self) -> int:
+        if self.memory is not None:
+            return len(self.memory)
+        return int(self.con.execute("SELECT count(*) FROM prefix").fetchone()[0])
+
+    def get(self, ino: int) -> str | None:
+        return self.heads(np.array([ino], np.int64))[0]
+
+    def heads(self, parents: I64) -> list[str | None]:
+        """As ``Prefixes.heads``: the prefix of each of ``parents`` (None: not a reachable
+        directory)."""
+        if self.memory is not None:
+            return self.memory.heads(parents)
+        wanted = np.unique(parents).tolist()
+        found: dict[int, str] = {}
+        for lo in range(0, len(wanted), LOOKUP):
+            chunk = wanted[lo : lo + LOOKUP]
+            marks = ",".join("?" * len(chunk))
+            for ino, path in self.con.execute(
+                f"SELECT ino, path FROM prefix WHERE ino IN ({marks})", chunk
+            ):
+                found[ino] = _decode(path)
+        return [found.get(p) for p in parents.tolist()]
+
+    def close(self) -> None:
+        self.con.close()
+        self.path.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from fsage.analyzer.streamed import StreamedFigures, free_figures
 from fsage.db.parts import Names, SnapshotParts
 from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
-from fsage.fleet.export_prefixes import Prefixes
+from fsage.fleet.export_prefixes import DiskPrefixes
 from fsage.fleet.export_rows import diff_keys, files_table
 from fsage.layout import Layout, LinkTable
 
@@ -177,7 +177,7 @@ class Keys:
 class _PartPaths:
     """``FirstPaths`` of a part's files from its names (sorted by inode, then link order)."""
 
-    def __init__(self, links: npt.NDArray[Any], off: Any, names: bytes, prefix: Prefixes,
+    def __init__(self, links: npt.NDArray[Any], off: Any, names: bytes, prefix: DiskPrefixes,
                  root_ino: int) -> None:  # fmt: skip
         self.links, self.off, self.names = links, off, names
         self.prefix, self.root_ino = prefix, root_ino
@@ -212,13 +212,15 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
     return (np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)), any_name
 
 
-def _names_by_part(sp: SnapshotParts, tmp: Path, parents: I64) -> tuple[Buckets, Names, I64, I64]:
+def _names_by_part(
+    sp: SnapshotParts, tmp: Path, parents: I64
+) -> tuple[Buckets, DiskPrefixes, I64, I64]:
     """The user files' names bucketed by part (``LINK`` records), the names whose inode
-    names entries (in link order), of those the inodes some other name names, and how many
-    names each of ``parents`` holds."""
+    names entries (on disk, for their prefixes), of those the inodes some other name names,
+    and how many names each of ``parents`` holds."""
     out = Buckets(tmp, "links", LINK, names=True)
     counts = np.zeros(parents.size, np.int64)
-    dirs: list[Names] = []
+    dirs = DiskPrefixes(tmp / "prefixes.sqlite")
     named: list[I64] = []
     for n in sp.names():
         ino = n.ino.astype(np.int64)
@@ -226,7 +228,9 @@ def _names_by_part(sp: SnapshotParts, tmp: Path, parents: I64) -> tuple[Buckets,
         if parents.size:
             at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
             hit = np.flatnonzero(parents[at] == ino)
-            dirs.append(_subset(n, hit))
+            off = n.name_off.astype(np.int64)
+            dirs.add(n.seq[hit], parent[hit], ino[hit], off[:-1][hit], off[1:][hit], n.names)
+            del off
             named.append(np.unique(ino[hit][ino[hit] != parent[hit]]))
         user = np.flatnonzero(n.user)
         rec = np.zeros(user.size, LINK)
@@ -240,33 +244,7 @@ def _names_by_part(sp: SnapshotParts, tmp: Path, parents: I64) -> tuple[Buckets,
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
     seen = np.unique(np.concatenate(named)) if named else np.zeros(0, np.int64)
-    return out, _in_link_order(dirs), seen, counts
-
-
-def _in_link_order(pieces: list[Names]) -> Names:
-    """Names gathered from several pieces, as one, in link order (``pieces`` is emptied as
-    they are joined)."""
-    if not pieces:
-        z = np.zeros(0, np.uint64)
-        return Names(np.zeros(0, np.int64), z, z, np.zeros(0, bool), np.zeros(1, np.uint64), b"")
-    lens = np.concatenate([p.name_off[1:] - p.name_off[:-1] for p in pieces])
-    off = np.zeros(lens.size + 1, np.uint64)
-    np.cumsum(lens, out=off[1:])
-    del lens
-    joined = Names(
-        np.concatenate([p.seq for p in pieces]).astype(np.int64),
-        np.concatenate([p.parent for p in pieces]),
-        np.concatenate([p.ino for p in pieces]),
-        np.concatenate([p.user for p in pieces]),
-        off,
-        b"".join(p.names for p in pieces),
-    )
-    pieces.clear()  # one copy of every directory's name at a time, not two
-    seq = joined.seq
-    if seq.size < 2 or bool((seq[1:] >= seq[:-1]).all()):
-        return joined  # the parts come in link order: the stable sort would keep it
-    by = np.argsort(seq, kind="stable")
-    return _subset(joined, by, always=True)
+    return out, dirs, seen, counts
 
 
 def _subset(n: Names, rows: I64, always: bool = False) -> Names:
@@ -315,13 +293,9 @@ def export_snapshot(
     trim()  # freed memory given back between phases: the heap of one is not the next one's
     tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
-    links, dirs, named, entries = _names_by_part(sp, tmp, parents)
-    # views, not copies (inodes and offsets are below 2^63): 32 bytes a directory less
-    prefix = Prefixes.walk(
-        dirs.parent.view(np.int64), dirs.ino.view(np.int64),
-        dirs.name_off[:-1].view(np.int64), dirs.name_off[1:].view(np.int64), dirs.names,
-        root_ino,
-    )  # fmt: skip
+    links, prefix, named, entries = _names_by_part(sp, tmp, parents)
+    trim()  # the names' pieces, freed
+    prefix.finish(root_ino)
     root = -1
     if sp.exists(np.array([root_ino], np.uint64))[0] and (
         not any_name or np.isin(root_ino, parents)
@@ -331,10 +305,11 @@ def export_snapshot(
         tops = parents[~np.isin(parents, named)]
         if tops.size == 1 and sp.exists(tops.astype(np.uint64))[0]:
             root = int(tops[0])
-    del dirs, named
+    del named
     trim()
     tick(NAMES_SHARE)
     figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, tmp, free)
+    del entries  # the walk's buckets are cut: the counts are not needed again
     bounds = sp.bounds.tolist()
     versions = 0
     nparts = max(len(bounds), 1)
@@ -391,6 +366,11 @@ def export_snapshot(
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at, hold=True)
     settle(large, tmp)
+    # what only the parts needed goes before the walk, which holds its own per-directory
+    # arrays: the directories' paths and the inodes that name entries
+    prefix.close()
+    del prefix, parents, old
+    figures.parents = np.zeros(0, np.int64)
     trim()
     tick(PARTS_SHARE)
     found = figures.finish(trim, lambda done: tick(PARTS_SHARE + (1 - PARTS_SHARE) * done))

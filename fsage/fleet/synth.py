@@ -23,6 +23,9 @@ from fsage.layout import FileTable, FreeExtents, FsFacts, Layout, LinkTable
 I64 = npt.NDArray[np.int64]
 BLOCK = 4096
 PER_DIR = 1000
+# Subdirectories a directory holds (0: every directory under the root). A tree of them gives
+# paths as long as a real tree's (at 8, some 6 levels for 300k directories).
+FANOUT = 0
 
 
 class _Allocator:
@@ -196,6 +199,14 @@ def _dirs(ndirs: int, block: int = BLOCK) -> FileTable:
     )
 
 
+def _dir_parents(ndirs: int) -> list[int]:
+    """The parent inode of each directory (ino 3...): the root, or with ``FANOUT`` a tree in
+    which directory i holds directories ``FANOUT * (i + 1)`` to ``FANOUT * (i + 2) - 1``."""
+    if FANOUT <= 0:
+        return [2] * ndirs
+    return [2 if i < FANOUT else 3 + i // FANOUT - 1 for i in range(ndirs)]
+
+
 def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -> Layout:
     ndirs = len(dirs) - 1
     everything = FileTable.concat([dirs, files])
@@ -204,7 +215,9 @@ def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -
     names = [f"f{i}".encode() for i in fino.tolist()]
     dnames = [f"d{i}".encode() for i in range(ndirs)]
     links = LinkTable.from_lists(
-        [2] * ndirs + parent.tolist(), list(range(3, 3 + ndirs)) + fino.tolist(), dnames + names
+        _dir_parents(ndirs) + parent.tolist(),
+        list(range(3, 3 + ndirs)) + fino.tolist(),
+        dnames + names,
     )
     gap_start, gap_len = _free_extents(everything, facts.blocks_total)
     free = FreeExtents(gap_start.astype(np.uint64), gap_len.astype(np.uint64))

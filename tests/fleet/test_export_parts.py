@@ -162,6 +162,21 @@ def test_spilled_mean_and_median_are_numpy_s(
         assert w.median() == float(np.median(d))
 
 
+@pytest.mark.parametrize("window", [4, 9, 15, 100, 129])
+def test_a_spilled_sum_in_small_windows_is_numpy_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    # windows under 16 once halved to nothing and recursed without end
+    monkeypatch.setattr(spill, "WINDOW", window)
+    rng = np.random.default_rng(window)
+    for n in (1, 7, 8, 15, 16, 17, 127, 128, 129, 300, 5000):
+        x = rng.random(n) * 1e6 / rng.random(n)
+        v = spill.Values(tmp_path / f"w{window}-{n}", np.float64)
+        for lo in range(0, n, 3):
+            v.add(x[lo : lo + 3])
+        assert v.pairwise_sum() == np.add.reduce(x)
+
+
 PROBE = """
 import json, sys, tracemalloc
 from pathlib import Path
