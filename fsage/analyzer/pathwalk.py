@@ -9,7 +9,7 @@ and written out without their names. Directory scans and gaps read that order st
 walk positions follow from each directory's subtree size (a few numbers per directory in
 memory, 4-byte indices where they fit; the directories' own requests stay on disk), and the
 objects, bucketed again by position, are read back in walk order. A bucket of many windows
-(one directory of that many entries) is sorted with its records on disk.
+(one directory of that many entries) is sorted in runs on disk and merged (``namesort``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage import _kernels
 from fsage.analyzer import spill
 from fsage.analyzer.dynamic import (
     _InodeTables,
@@ -31,6 +30,7 @@ from fsage.analyzer.dynamic import (
     score_of_totals,
 )
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
+from fsage.analyzer.namesort import sorted_windows
 from fsage.analyzer.objects import OWN, Scan
 from fsage.analyzer.spill import Buckets, Values
 
@@ -47,25 +47,6 @@ REGULAR, DIRECTORY = 1, 2
 def _narrow(n: int) -> np.dtype[Any]:
     """The integer type of indices and counts below ``n``: 4 bytes a directory, not 8."""
     return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
-
-
-def _gather(path: Path, n: int, by: I64, out: Values) -> None:
-    """Appends to ``out`` the ``n`` records of ``path`` (``REC``) in the order ``by``: a slice
-    of ``by`` at a time (at most eight of them), its rows picked from one pass over the file
-    a window at a time; memory holds a slice's records, not the file's."""
-    width = max(spill.WINDOW, 1)
-    step = max(width, -(-n // 8))
-    for lo in range(0, n, step):
-        want = by[lo : lo + step]
-        order = np.argsort(want)
-        rows = want[order]
-        got = np.empty(want.size, REC)
-        with open(path, "rb") as f:
-            for at in range(0, n, width):
-                chunk = np.fromfile(f, REC, min(width, n - at))
-                a, b = np.searchsorted(rows, [at, at + chunk.size])
-                got[order[a:b]] = chunk[rows[a:b] - at]
-        out.add(got)
 
 
 def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
@@ -151,39 +132,28 @@ class PathWalk:
         width = max(spill.WINDOW, 1)
         for i, k in enumerate(kids):
             done(0, i, len(kids))
-            rec, off, names = self.kids.load(k)
-            n = rec.size
-            par = rec["parent"].astype(np.int64)
-            ino = rec["ino"].astype(np.int64)
-            # a bucket of many windows (a directory of that many entries) waits on disk
-            # while its names are sorted, and is read back a window at a time
-            spilled = n > 2 * width
-            if spilled:
-                rec.tofile(self.tmp / "bucket.rec")
+            # one directory's entries may run over windows: its index among them carries
+            carry = (-1, 0)  # the last window's last parent, and its entries so far
+            for rec in sorted_windows(self.kids, k, width):
+                walked.add(rec)
+                par = rec["parent"].astype(np.int64)
+                ino = rec["ino"].astype(np.int64)
                 del rec
-            by = np.frombuffer(
-                _kernels.argsort_names(par, names, off, np.arange(n, dtype=np.int64)), np.int64
-            )
-            del names, off
-            if spilled:
-                _gather(self.tmp / "bucket.rec", n, by, walked)
-                (self.tmp / "bucket.rec").unlink()
-            else:  # a window at a time: a sorted copy would hold the records twice
-                for lo in range(0, n, width):
-                    walked.add(rec[by[lo : lo + width]])
-                del rec
-            par, ino = par[by], ino[by]
-            del by
-            p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
-            np.add.at(count, p, 1)
-            del p
-            q = np.minimum(np.searchsorted(d_ino, ino), max(nd - 1, 0))
-            is_dir = np.flatnonzero(d_ino[q] == ino) if nd else np.zeros(0, np.int64)
-            del ino
-            grp_start = np.ones(par.size, bool)
-            grp_start[1:] = par[1:] != par[:-1]
-            first_of = np.maximum.accumulate(np.where(grp_start, np.arange(par.size), 0))
-            edges.append((q[is_dir].astype(t), (is_dir - first_of[is_dir]).astype(t)))
+                p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
+                np.add.at(count, p, 1)
+                del p
+                q = np.minimum(np.searchsorted(d_ino, ino), max(nd - 1, 0))
+                is_dir = np.flatnonzero(d_ino[q] == ino) if nd else np.zeros(0, np.int64)
+                del ino
+                grp_start = np.ones(par.size, bool)
+                grp_start[1:] = par[1:] != par[:-1]
+                first_of = np.maximum.accumulate(np.where(grp_start, np.arange(par.size), 0))
+                index = np.arange(par.size) - first_of
+                if int(par[0]) == carry[0]:
+                    index[first_of == 0] += carry[1]
+                last = int(par[-1])
+                carry = (last, int(index[-1]) + 1)
+                edges.append((q[is_dir].astype(t), index[is_dir].astype(t)))
         return walked, count, edges
 
     def _walk_windows(

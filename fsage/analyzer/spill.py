@@ -5,7 +5,9 @@ float mean summed as numpy sums it and an exact order statistic, read back a win
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,38 @@ class Buckets:
             os.unlink(self._path(k, "nam"))
         self.used.discard(k)
         return rec, off, names
+
+    def count(self, k: int) -> int:
+        """Records in bucket ``k``."""
+        if k not in self.used:
+            return 0
+        return self._path(k, "rec").stat().st_size // self.dtype.itemsize
+
+    def windows(
+        self, k: int, width: int
+    ) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[np.uint64], bytes]]:
+        """Bucket ``k`` as ``load`` gives it, ``width`` records at a time (removed once
+        read)."""
+        if k not in self.used:
+            return
+        paths = [self._path(k, what) for what in ("rec", "len", "nam")]
+        with contextlib.ExitStack() as stack:
+            fr = stack.enter_context(open(paths[0], "rb"))
+            fl = stack.enter_context(open(paths[1], "rb")) if self.names else None
+            fn = stack.enter_context(open(paths[2], "rb")) if self.names else None
+            while True:
+                rec = np.fromfile(fr, self.dtype, width)
+                if rec.size == 0:
+                    break
+                off = np.zeros(rec.size + 1, np.uint64)
+                names = b""
+                if fl is not None and fn is not None:
+                    np.cumsum(np.fromfile(fl, "<u4", rec.size), out=off[1:])
+                    names = fn.read(int(off[-1]))
+                yield rec, off, names
+        for path in paths if self.names else paths[:1]:
+            path.unlink()
+        self.used.discard(k)
 
 
 class Values:

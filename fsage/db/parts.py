@@ -44,8 +44,11 @@ from fsage.layout import FILE_COLUMNS, FileTable, concat_offsets, csr_take
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
-#: Files of one chunk in one part (at most).
+#: Rows of one part (at most, about): its files and the gone versions between them, over all
+#: chunks (a part reads each chunk's rows from its first file to its last).
 PART_ROWS = 1 << 15
+#: Extents of one part (about, at most): a part of very fragmented files is cut smaller.
+PART_EXTENTS = 1 << 17
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
 #: Rows between two values of a column of differences kept for reading it from anywhere,
@@ -452,6 +455,48 @@ class SnapshotParts:
         # ``rows`` files of any chunk
         every = [c.marks for c in chunks if c.marks.size]
         self.bounds: U64 = np.unique(np.concatenate(every)) if every else np.zeros(0, np.uint64)
+        # ... and cut again where the chunks together would give a part more rows or extents
+        # (a later snapshot's many chunks, gone versions between files, fragmented files)
+        self.bounds = self._refined(rows)
+
+    def _refined(self, rows: int) -> U64:
+        """The bounds, with more inside any range whose rows over every chunk (the files
+        and the gone versions between them, which a part reads) are over ``rows`` or whose
+        extents are over ``PART_EXTENTS``: each file weighs the rows and extents from the
+        chunk's previous file to it, and a range is cut where the weights add up to one."""
+        bounds = self.bounds.tolist()
+        out: list[U64] = [self.bounds]
+        for c in self.chunks:
+            c.at = 0
+        for k in range(len(bounds)):
+            hi = bounds[k + 1] if k + 1 < len(bounds) else None
+            inos, weights = [], []
+            for c in self.chunks:
+                taken, ino = c.take(hi)
+                if taken.size == 0:
+                    continue
+                # a part reads a chunk's rows from its first file to its last
+                first = int(taken[0])
+                ext = c.col("ext_counts").rows(first, int(taken[-1]) + 1).astype(np.int64)
+                ext_upto = np.cumsum(ext)[taken - first]
+                span = np.diff(taken, prepend=first - 1)
+                span_ext = np.diff(ext_upto, prepend=0)
+                inos.append(ino)
+                weights.append(span / rows + span_ext / PART_EXTENTS)
+            if not inos:
+                continue
+            ino = np.concatenate(inos)
+            order = np.argsort(ino, kind="stable")
+            total = np.cumsum(np.concatenate(weights)[order])
+            if total[-1] <= 1:
+                continue
+            step = np.floor(total).astype(np.int64)
+            cut = np.flatnonzero(np.diff(step, prepend=0) > 0)
+            out.append(ino[order][cut[cut > 0]])
+        for c in self.chunks:
+            c.at = 0
+            c.cursor = (0, 0, 0)
+        return np.unique(np.concatenate(out))
 
     def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are user files of the snapshot."""

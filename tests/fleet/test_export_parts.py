@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,6 +60,36 @@ def test_parts_hold_the_snapshot_and_what_debugfs_reads(history: tuple[Path, Pat
         assert extents_of(files, i) == want[int(files.ino[i])], int(files.ino[i])
 
 
+def test_a_part_is_bounded_over_many_chunks_and_fragmented_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history of 20 nights (a chunk each, its files spread over every inode range, older
+    versions gone between them; files more fragmented every night): every part of the last
+    snapshot reads at most about ``PART_ROWS`` rows and ``PART_EXTENTS`` extents over all
+    chunks (bounds taken from each chunk alone gave parts of several chunks' rows), and the
+    parts together are the snapshot read whole."""
+    from fsage.fleet import synth
+
+    db = tmp_path / "long.db"
+    with Store.open(db, create=True) as store:
+        ids = synth.synthetic_history(store, "long", files=3000, snapshots=20, seed=9,
+                                      churn=0.05)  # fmt: skip
+    monkeypatch.setattr(parts, "PART_ROWS", 64)
+    monkeypatch.setattr(parts, "PART_EXTENTS", 160)
+    with Store.open(db) as store:
+        whole = store.load_layout(ids[-1])
+        with store.snapshot_parts(ids[-1], rows=64) as (_held, sp):
+            assert sp is not None and len(sp.chunks) > 10
+            got = [p.files for _, p in sp.parts()]
+    files = FileTable.concat(got)
+    for f in FileTable.__dataclass_fields__:
+        assert np.array_equal(getattr(files, f), getattr(whole.files, f)), f
+    for part in got:
+        per_file = np.diff(part.ext_off.astype(np.int64))
+        assert len(part) <= 64 + 1
+        assert per_file.sum() <= 160 + per_file.max(), (len(part), per_file.sum())
+
+
 def test_export_by_parts_is_the_whole_snapshot_export(
     history: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,10 +135,10 @@ def test_a_flat_tree_walked_from_disk_is_the_whole_snapshot_export(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every directory under the root, hundreds of them: with windows of 16 the root's
-    walk bucket is sorted with its records on disk and read back in slices; the figures
+    walk bucket is sorted in runs on disk and merged; the figures
     are those of the snapshot read whole (the walk in memory)."""
     pytest.importorskip("pyarrow")
-    from fsage.analyzer import pathwalk
+    from fsage.analyzer import namesort
     from fsage.fleet import synth
 
     db = tmp_path / "flat.db"
@@ -126,16 +157,16 @@ def test_a_flat_tree_walked_from_disk_is_the_whole_snapshot_export(
     monkeypatch.setattr(Store, "snapshot_parts", real_parts)
     monkeypatch.setattr(parts, "PART_ROWS", 97)
     monkeypatch.setattr(spill, "WINDOW", 16)
-    gathered = []
-    real_gather = pathwalk._gather
+    merged = []
+    real_merged = namesort._merged
 
-    def counted(*a: object) -> None:
-        gathered.append(1)
-        real_gather(*a)  # type: ignore[arg-type]
+    def counted(*a: Any) -> Iterator[Any]:
+        merged.append(1)
+        return real_merged(*a)
 
-    monkeypatch.setattr(pathwalk, "_gather", counted)
+    monkeypatch.setattr(namesort, "_merged", counted)
     export_parquet(db, tmp_path / "parts", host="h")
-    assert gathered  # the root's bucket went through the disk
+    assert merged  # the root's bucket was sorted in runs on disk
     a, b = _tables(tmp_path / "whole"), _tables(tmp_path / "parts")
     assert a.keys() == b.keys()
     for name, table in a.items():
@@ -160,6 +191,38 @@ def test_spilled_mean_and_median_are_numpy_s(
         w = spill.Values(tmp_path / f"d{n}", np.int64)
         w.add(d)
         assert w.median() == float(np.median(d))
+
+
+@pytest.mark.parametrize("width", [1, 3, 50])
+def test_a_large_bucket_sorted_in_runs_is_the_kernel_s_order(tmp_path: Path, width: int) -> None:
+    """A bucket of many windows, merged from sorted runs: the order ``argsort_names`` gives
+    the whole bucket, ties (one name twice in a directory) in the order they were added,
+    names that are not UTF-8 or empty too."""
+    from fsage import _kernels
+    from fsage.analyzer import namesort
+    from fsage.analyzer.pathwalk import REC
+
+    rng = random.Random(width)
+    n = 400
+    rec = np.zeros(n, REC)
+    rec["parent"] = [rng.choice([7, 9, 2**40]) for _ in range(n)]
+    rec["ino"] = np.arange(n)
+    raw = [rng.choice([b"", b"a", b"ab", b"\xff", b"b\x00", b"z" * rng.randrange(1, 4)])
+           for _ in range(n)]  # fmt: skip
+    off = np.cumsum([0, *map(len, raw)]).astype(np.uint64)
+    names = b"".join(raw)
+    kids = spill.Buckets(tmp_path, "kids", REC, names=True)
+    for lo in range(0, n, 37):  # added in pieces, as the parts come
+        hi = min(lo + 37, n)
+        piece = names[int(off[lo]) : int(off[hi])]
+        kids.add(np.zeros(hi - lo, np.int64), rec[lo:hi], off[lo : hi + 1] - off[lo], piece)
+    want = np.frombuffer(
+        _kernels.argsort_names(rec["parent"].astype(np.int64), names, off,
+                               np.arange(n, dtype=np.int64)), np.int64,
+    )  # fmt: skip
+    got = np.concatenate(list(namesort.sorted_windows(kids, 0, width)))
+    assert got["ino"].tolist() == rec["ino"][want].tolist()
+    assert sorted(os.listdir(tmp_path)) == []  # runs and the bucket removed
 
 
 @pytest.mark.parametrize("window", [4, 9, 15, 100, 129])
