@@ -49,6 +49,8 @@ U64 = npt.NDArray[np.uint64]
 PART_ROWS = 1 << 15
 #: Extents of one part (about, at most): a part of very fragmented files is cut smaller.
 PART_EXTENTS = 1 << 17
+#: How far a part may pass those before it is cut in two (its rows count gone versions too).
+SLACK = 1.25
 #: Names of a chunk read at a time by ``names()``.
 NAME_ROWS = 1 << 16
 #: Rows between two values of a column of differences kept for reading it from anywhere,
@@ -460,43 +462,64 @@ class SnapshotParts:
         self.bounds = self._refined(rows)
 
     def _refined(self, rows: int) -> U64:
-        """The bounds, with more inside any range whose rows over every chunk (the files
-        and the gone versions between them, which a part reads) are over ``rows`` or whose
-        extents are over ``PART_EXTENTS``: each file weighs the rows and extents from the
-        chunk's previous file to it, and a range is cut where the weights add up to one."""
+        """The bounds again, so that a part's rows over every chunk (its files and the gone
+        versions between them, which it reads) stay near ``rows`` and its extents near
+        ``PART_EXTENTS``. Each file weighs the larger of its rows' and its extents' share
+        (from the chunk's previous file to it); a range of weight over ``SLACK`` is cut into
+        parts of equal weight, and ranges are merged into the part before them while it
+        stays at most one (with the gone rows between: the bounds of many chunks make
+        ranges of a few files)."""
         bounds = self.bounds.tolist()
-        out: list[U64] = [self.bounds]
+        out: list[int] = []
+        cuts: list[U64] = []
+        acc: float | None = None  # the weight of the part being built
         for c in self.chunks:
             c.at = 0
         for k in range(len(bounds)):
             hi = bounds[k + 1] if k + 1 < len(bounds) else None
-            inos, weights = [], []
+            inos, weights, lead = [], [], 0.0
             for c in self.chunks:
+                at = c.at
                 taken, ino = c.take(hi)
                 if taken.size == 0:
                     continue
-                # a part reads a chunk's rows from its first file to its last
-                first = int(taken[0])
-                ext = c.col("ext_counts").rows(first, int(taken[-1]) + 1).astype(np.int64)
-                ext_upto = np.cumsum(ext)[taken - first]
-                span = np.diff(taken, prepend=first - 1)
-                span_ext = np.diff(ext_upto, prepend=0)
+                ext = c.col("ext_counts").rows(at, int(taken[-1]) + 1).astype(np.int64)
+                upto = np.cumsum(ext)  # extents of the rows from the cursor, inclusive
+                first = int(taken[0]) - at
+                before = int(upto[first] - ext[first])  # extents of the rows before it
+                # the rows before the first file are read only by a part merged with the last
+                lead += max(first / rows, before / PART_EXTENTS)
+                span = np.diff(taken, prepend=taken[0] - 1)
+                span_ext = np.diff(upto[taken - at], prepend=before)
                 inos.append(ino)
-                weights.append(span / rows + span_ext / PART_EXTENTS)
+                # the larger share: a range of ordinary files is cut by rows alone
+                weights.append(np.maximum(span / rows, span_ext / PART_EXTENTS))
             if not inos:
+                continue  # nothing in the range: it goes with the part before
+            w = np.concatenate(weights)
+            whole = float(w.sum())
+            if acc is not None and acc + lead + whole <= 1:
+                acc += lead + whole  # one part with the ranges before it
                 continue
+            out.append(bounds[k])
+            acc = whole
+            if whole <= SLACK:
+                continue
+            # ceil(whole) parts of equal weight: a file begins the next one where the weight
+            # before it passes the next share (no sliver of a part at the range's end)
             ino = np.concatenate(inos)
             order = np.argsort(ino, kind="stable")
-            total = np.cumsum(np.concatenate(weights)[order])
-            if total[-1] <= 1:
-                continue
-            step = np.floor(total).astype(np.int64)
-            cut = np.flatnonzero(np.diff(step, prepend=0) > 0)
-            out.append(ino[order][cut[cut > 0]])
+            w = w[order]
+            pieces = np.ceil(whole)
+            piece = np.floor((np.cumsum(w) - w) * (pieces / whole)).astype(np.int64)
+            cuts.append(ino[order][np.flatnonzero(np.diff(piece, prepend=0) > 0)])
+            acc = whole / pieces
         for c in self.chunks:
             c.at = 0
             c.cursor = (0, 0, 0)
-        return np.unique(np.concatenate(out))
+        if not out:
+            return self.bounds
+        return np.unique(np.concatenate([np.array(out, np.uint64), *cuts]))
 
     def exists(self, ino: U64) -> npt.NDArray[np.bool_]:
         """Which of ``ino`` are user files of the snapshot."""
