@@ -1,7 +1,8 @@
 """One snapshot exported a part at a time (``fsage.db.parts``): its file versions, their
-ends and its figures, with memory bounded by a part and per-directory state, not by the
-snapshot. The rows are those of the whole-snapshot path (``export._export_snapshot``), in the
-same order.
+ends and its figures, with memory bounded by a part (its rows and extents over all chunks)
+and a few numbers a directory (the path walk's; the directories' paths are in a SQLite
+scratch file), not by the snapshot. The rows are those of the whole-snapshot path
+(``export._export_snapshot``), in the same order.
 
 Between snapshots the keys of the open versions (inode, generation, digest, first snapshot)
 live in a file (``Keys``), read back a window at a time as the parts come in inode order.
