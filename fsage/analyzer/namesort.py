@@ -100,10 +100,13 @@ def _merged(runs: list[str], dtype: np.dtype[Any], width: int) -> Iterator[npt.N
             which = np.fromiter((key[2] for key in itertools.islice(merge, width)), np.int64)
             if which.size == 0:
                 return
+            # the window's places by run (stably: each run's in order), filled run by run
+            at = np.argsort(which, kind="stable")
+            counts = np.bincount(which, minlength=len(runs)).tolist()
             out = np.empty(which.size, dtype)
-            for r in np.unique(which).tolist():
-                at = which == r
-                out[at] = np.fromfile(files[r], dtype, int(np.count_nonzero(at)))
+            out[at] = np.concatenate(
+                [np.fromfile(files[r], dtype, c) for r, c in enumerate(counts) if c]
+            )
             yield out
     finally:
         for f in files:
