@@ -248,10 +248,9 @@ def _names_by_part(
     return out, dirs, seen, counts
 
 
-def _subset(n: Names, rows: I64, always: bool = False) -> Names:
-    """The names of ``rows`` (in that order); ``n`` itself when those are all of them in
-    order (``always``: rows may be a reordering)."""
-    if rows.size == n.seq.size and not always:
+def _subset(n: Names, rows: I64) -> Names:
+    """The names of ``rows`` (ascending); ``n`` itself when those are all of them."""
+    if rows.size == n.seq.size:
         return n
     lens = (n.name_off[1:] - n.name_off[:-1])[rows]
     off = np.zeros(rows.size + 1, np.uint64)
