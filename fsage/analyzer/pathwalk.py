@@ -6,10 +6,12 @@ consecutive files of a directory (``dynamic.preorder_sizes``, ``directory_scans`
 Each named file's record goes to a bucket file by its parent's inode range; a bucket at a time,
 records are put in (parent, name, inode) order (a directory's entries as the walk takes them)
 and written out without their names. Directory scans and gaps read that order straight; the
-walk positions follow from each directory's subtree size (a few numbers per directory in
-memory, 4-byte indices where they fit; the directories' own requests stay on disk), and the
-objects, bucketed again by position, are read back in walk order. A bucket of many windows
-(one directory of that many entries) is sorted in runs on disk and merged (``namesort``).
+walk positions follow from each directory's subtree size, found in a scratch file
+(``walktree``), and the objects, bucketed again by position, are read back in walk order. A
+bucket of many windows (one directory of that many entries) is sorted in runs on disk and
+merged (``namesort``). Nothing is kept a directory in memory: the directories' inodes, own
+requests, entry counts and scan scores are files read a window at a time in inode order,
+which is the order the walk takes the parents in.
 """
 
 from __future__ import annotations
@@ -22,17 +24,12 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer import spill
-from fsage.analyzer.dynamic import (
-    _InodeTables,
-    depths_below,
-    preorder_positions,
-    ranges,
-    score_of_totals,
-)
+from fsage.analyzer.dynamic import _InodeTables, ranges, score_of_totals
 from fsage.analyzer.locality import GAP_BUCKETS, gap_buckets
 from fsage.analyzer.namesort import sorted_windows
 from fsage.analyzer.objects import OWN, Scan
-from fsage.analyzer.spill import Buckets, Values
+from fsage.analyzer.spill import AscendingLookup, Buckets, Values
+from fsage.analyzer.walktree import DirTree
 
 I64 = npt.NDArray[np.int64]
 
@@ -41,12 +38,8 @@ REC = np.dtype(
 )
 POS_REC = np.dtype([("pos", "<i8"), ("ino", "<i8"), ("kind", "u1"), *OWN])
 OWN_REC = np.dtype(OWN)
+COUNT = np.dtype([("idx", "<i8"), ("n", "<i8")])  # entries of a directory (by index)
 REGULAR, DIRECTORY = 1, 2
-
-
-def _narrow(n: int) -> np.dtype[Any]:
-    """The integer type of indices and counts below ``n``: 4 bytes a directory, not 8."""
-    return np.dtype(np.int32) if n < 2**31 else np.dtype(np.int64)
 
 
 def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
@@ -64,6 +57,93 @@ def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
 
 def _own(rec: npt.NDArray[Any]) -> dict[str, I64]:
     return {k: rec[k].astype(np.int64) for k, _ in OWN}
+
+
+def _sort_by_ino(path: Path) -> None:
+    """The directories' records in inode order. The parts come in inode order, so they are
+    (a window at a time checked); were they not, they are sorted in memory."""
+    last = -1
+    width = max(spill.WINDOW, 1)
+    with open(path, "rb") as f:
+        while (w := np.fromfile(f, REC, width)).size:
+            ino = w["ino"]
+            if int(ino[0]) <= last or (ino[1:] <= ino[:-1]).any():
+                break
+            last = int(ino[-1])
+        else:
+            return
+    dirs = np.fromfile(path, REC)
+    dirs.sort(order="ino")
+    dirs.tofile(path)
+
+
+def _fill(tree: DirTree, d_ino: Values, d_parent: Values, counts: Values) -> None:
+    """The directories to ``tree`` a window at a time, with their entries (``counts``: by
+    directory, ascending)."""
+    pending = np.zeros(0, COUNT)
+    pieces = counts.windows()
+    width = max(spill.WINDOW, 1)
+    for lo in range(0, d_ino.n, width):
+        hi = min(lo + width, d_ino.n)
+        cnt = np.zeros(hi - lo, np.int64)
+        while True:
+            below = int(np.searchsorted(pending["idx"], hi))
+            np.add.at(cnt, pending["idx"][:below] - lo, pending["n"][:below])
+            pending = pending[below:]
+            if pending.size:
+                break
+            pending = next(pieces, np.zeros(0, COUNT))
+            if pending.size == 0:
+                break
+        tree.add_dirs(d_ino.read(lo, hi), d_parent.read(lo, hi), cnt)
+    tree.link_parents()
+
+
+class _DirScans:
+    """Each directory's own scan, from its objects' seeks and blocks fed in directory order
+    (a directory's may run over windows): the scores go to disk for their median."""
+
+    def __init__(self, path: Path) -> None:
+        self.scores = Values(path, np.float64)
+        self.open: tuple[int, int, int] | None = None  # a directory, its seeks and blocks
+        self.disc = 0  # over directories with blocks
+        self.blocks = 0
+
+    def add(self, disc: I64, blocks: I64, seg: I64) -> None:
+        if seg.size == 0:
+            return
+        heads = np.flatnonzero(np.diff(seg, prepend=seg[0] - 1))
+        d = np.add.reduceat(disc, heads)
+        b = np.add.reduceat(blocks, heads)
+        u = seg[heads]
+        if self.open is not None:
+            if int(u[0]) == self.open[0]:
+                d[0] += self.open[1]
+                b[0] += self.open[2]
+            else:
+                self._close(np.array([self.open[1]]), np.array([self.open[2]]))
+        self.open = (int(u[-1]), int(d[-1]), int(b[-1]))
+        self._close(d[:-1], b[:-1])
+
+    def _close(self, disc: I64, blocks: I64) -> None:
+        ok = blocks > 0
+        self.disc += int(disc[ok].sum())
+        self.blocks += int(blocks[ok].sum())
+        self.scores.add(1.0 - disc[ok] / blocks[ok])
+
+    def flush(self) -> None:
+        if self.open is not None:
+            self._close(np.array([self.open[1]]), np.array([self.open[2]]))
+            self.open = None
+
+    def figures(self) -> dict[str, float | None]:
+        n = self.scores.n
+        out = {
+            "aggregate": 1.0 - self.disc / self.blocks if n else None,
+            "median": self.scores.median() if n else None,
+        }
+        self.scores.path.unlink()
+        return out
 
 
 class PathWalk:
@@ -86,8 +166,6 @@ class PathWalk:
         total = np.cumsum(entries)
         cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0))
         self.cuts = parents[cut]
-        # names in the walk: they bound every count and index of step 1 and 2
-        self.names = int(total[-1]) if total.size else 0
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,
             parents: I64) -> None:  # fmt: skip
@@ -114,20 +192,16 @@ class PathWalk:
                          name_off[1:][name_row[named]].astype(np.int64))]  # fmt: skip
         self.kids.add(bucket, rec[named], sub_off, sub.tobytes())
 
-    # The two passes over every entry are methods of their own: the arrays of their last
-    # window go when they return, before the next step allocates its own.
-
     def _in_walk_order(
-        self, d_ino: I64, done: Callable[[int, int, int], None]
-    ) -> tuple[Values, npt.NDArray[Any], list[tuple[npt.NDArray[Any], npt.NDArray[Any]]]]:
-        """Step 1: the entries, a bucket at a time, in walk order to ``walked``; how many
-        entries each directory holds; (directory, index among its entries) of each, in walk
-        order (so by parent, then index)."""
-        nd = d_ino.size
-        t = _narrow(max(nd, self.names))
+        self, d_ino: Values, kinds: list[int], tree: DirTree, done: Callable[[int, int, int], None]
+    ) -> tuple[Values, Values]:
+        """Step 1: the entries, a bucket at a time, in walk order to ``walked``; the entries
+        that may name a directory (of a kind the directories are) to ``tree``; how many
+        entries each directory holds (``COUNT`` records by directory, a directory's entries
+        in pieces where they run over windows)."""
         walked = Values(self.tmp / "walked", REC)  # type: ignore[arg-type]
-        count = np.zeros(nd, t)
-        edges: list[tuple[npt.NDArray[Any], npt.NDArray[Any]]] = []
+        counts = Values(self.tmp / "dirs-count", COUNT)  # type: ignore[arg-type]
+        find = AscendingLookup(d_ino)  # the walk takes the parents in inode order
         kids = sorted(self.kids.used)  # (``load`` takes each from ``used``)
         width = max(spill.WINDOW, 1)
         for i, k in enumerate(kids):
@@ -135,59 +209,62 @@ class PathWalk:
             # one directory's entries may run over windows: its index among them carries
             carry = (-1, 0)  # the last window's last parent, and its entries so far
             for rec in sorted_windows(self.kids, k, width):
+                seq = walked.n + np.arange(rec.size, dtype=np.int64)
                 walked.add(rec)
                 par = rec["parent"].astype(np.int64)
-                ino = rec["ino"].astype(np.int64)
-                del rec
-                p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
-                np.add.at(count, p, 1)
-                del p
-                q = np.minimum(np.searchsorted(d_ino, ino), max(nd - 1, 0))
-                is_dir = np.flatnonzero(d_ino[q] == ino) if nd else np.zeros(0, np.int64)
-                del ino
+                p = find.find(par)
                 grp_start = np.ones(par.size, bool)
                 grp_start[1:] = par[1:] != par[:-1]
+                heads = np.flatnonzero(grp_start)
+                got = np.zeros(heads.size, COUNT)
+                got["idx"], got["n"] = p[heads], np.diff(heads, append=par.size)
+                counts.add(got)
                 first_of = np.maximum.accumulate(np.where(grp_start, np.arange(par.size), 0))
                 index = np.arange(par.size) - first_of
                 if int(par[0]) == carry[0]:
                     index[first_of == 0] += carry[1]
-                last = int(par[-1])
-                carry = (last, int(index[-1]) + 1)
-                edges.append((q[is_dir].astype(t), index[is_dir].astype(t)))
-        return walked, count, edges
+                carry = (int(par[-1]), int(index[-1]) + 1)
+                may = np.flatnonzero(np.isin(rec["kind"], kinds))
+                tree.add_candidates(seq[may], rec["ino"][may].astype(np.int64), p[may],
+                                    index[may])  # fmt: skip
+        return walked, counts
 
     def _walk_windows(
         self,
         walked: Values,
         done: Callable[[int, int, int], None],
-        d_ino: I64,
+        d_ino: Values,
         own_dirs: Values,
-        placed: tuple[npt.NDArray[np.bool_], I64, I64],
+        tree: DirTree,
         by_pos: Buckets,
         gaps: I64,
-        segs: tuple[I64, I64, npt.NDArray[np.bool_]],
+        scans: _DirScans,
         scan: Scan,
     ) -> None:
         """Step 3: the entries in walk order, a window at a time: their positions (to
-        ``by_pos``), the gaps between neighbours, every directory's own scan (``segs``; its
-        directory's own requests are rows of ``own_dirs``, read as the scans begin: the walk
-        takes the parents in inode order)."""
-        nd = d_ino.size
-        reached, size, pos = placed
-        seg_disc, seg_blocks, has_seg = segs
+        ``by_pos``), the gaps between neighbours, every directory's own scan (to ``scans``;
+        its directory's own requests are rows of ``own_dirs``, read as the scans begin: the
+        walk takes the parents in inode order)."""
         width = max(spill.WINDOW, 1)
+        find = AscendingLookup(d_ino)
         carry = (-1, 0, 0)  # the last directory, its next entry index, the extra before it
         last_file: tuple[int, int] | None = None  # (directory, last block) of a regular file
         opened = -1  # the directory whose own scan has begun
         for i, rec in enumerate(walked.windows()):
             done(1, i * spill.WINDOW, walked.n)
             n = rec.size
+            lo = i * spill.WINDOW
             par = rec["parent"]
-            p = np.minimum(np.searchsorted(d_ino, par), max(nd - 1, 0))
-            reach = reached[p] if nd else np.zeros(n, bool)
-            q = np.minimum(np.searchsorted(d_ino, rec["ino"]), max(nd - 1, 0))
-            is_dir = (d_ino[q] == rec["ino"]) if nd else np.zeros(n, bool)
-            extra = np.where(is_dir, size[q] - 1, 0)
+            p = find.find(par.astype(np.int64))
+            first_p = int(p[0])
+            reached_at, pos_at = tree.placed(first_p, int(p[-1]))
+            if reached_at.size == 0:  # no directory: nothing is reached
+                reached_at, pos_at = np.zeros(1, bool), np.zeros(1, np.int64)
+                p = np.full(n, first_p)
+            reach = reached_at[p - first_p]
+            extra = np.zeros(n, np.int64)
+            e_seq, e_size = tree.edge_sizes(lo, lo + n)
+            extra[e_seq - lo] = e_size - 1
             gs = np.ones(n, bool)
             gs[1:] = par[1:] != par[:-1]
             cont = par[0] == carry[0] if n else False
@@ -200,10 +277,8 @@ class PathWalk:
                 j[head] += carry[1]
                 ex[head] += carry[2]
             if n:
-                last_grp = start == start[-1]
                 carry = (int(par[-1]), int(j[-1]) + 1, int(ex[-1] + extra[-1]))
-                del last_grp
-            rpos = pos[p] + 1 + j + ex
+            rpos = pos_at[p - first_p] + 1 + j + ex
             objs = np.flatnonzero(reach & ((rec["kind"] == REGULAR) | (rec["kind"] == DIRECTORY)))
             out = np.zeros(objs.size, POS_REC)
             out["pos"] = rpos[objs]
@@ -241,7 +316,7 @@ class PathWalk:
                 seq_seg = np.zeros(n_obj, np.int64)
                 own = {key: np.zeros(n_obj, np.int64) for key, _ in OWN}
                 seq_ino[~is_head] = rec["ino"][kids]
-                seq_ino[is_head] = d_ino[kp[heads]]
+                seq_ino[is_head] = par[kids][heads]  # the directory: its entries' parent
                 seq_seg[~is_head] = kp
                 seq_seg[is_head] = kp[heads]
                 head_own = _rows(own_dirs, kp[heads])
@@ -249,79 +324,28 @@ class PathWalk:
                     own[key][~is_head] = rec[key][kids]
                     own[key][is_head] = head_own[key]
                 del head_own
-                disc, blocks, seg = scan.add(seq_ino, own, seq_seg)
-                np.add.at(seg_disc, seg, disc)
-                np.add.at(seg_blocks, seg, blocks)
-                has_seg[kp] = True
+                scans.add(*scan.add(seq_ino, own, seq_seg))
 
-    def _placed(
-        self,
-        dpar: npt.NDArray[Any],
-        roots: I64,
-        count: npt.NDArray[Any],
-        edges: list[tuple[npt.NDArray[Any], npt.NDArray[Any]]],
-    ) -> tuple[npt.NDArray[np.bool_], I64, I64]:
-        """Step 2: whether the walk reaches each directory, its subtree size (bottom-up) and
-        walk position (top-down), one number each per directory; the rest goes when it
-        returns (``edges`` is emptied as its pieces are joined)."""
-        nd = dpar.size
-        dep = depths_below(dpar, roots) if nd else np.zeros(0, dpar.dtype)
-        size = np.where(dep >= 0, 1 + count, 0).astype(np.int64)
-        e_q = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, dpar.dtype)
-        e_j = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, dpar.dtype)
-        edges.clear()
-        maxdep = int(dep.max()) if nd and (dep >= 0).any() else 0
-        for d in range(maxdep, 0, -1):
-            at = e_q[dep[e_q] == d]
-            np.add.at(size, dpar[at], size[at] - 1)
-        offset = np.zeros(nd, np.int64)
-        if e_q.size:
-            grp = dpar[e_q]
-            # step 1 gives the edges by parent, then index: sorting them again is the identity
-            # (lexsort is stable), and its index arrays would cost 8 bytes an edge each
-            step = grp[1:].astype(np.int64) - grp[:-1]
-            if not ((step > 0) | ((step == 0) & (e_j[1:] >= e_j[:-1]))).all():
-                by = np.lexsort((e_j, grp))
-                e_q, e_j, grp = e_q[by], e_j[by], grp[by]
-                del by
-            del step
-            csum = size[e_q] - 1
-            csum -= np.cumsum(csum)  # minus the exclusive sum (sign flipped below)
-            np.negative(csum, out=csum)
-            starts = np.flatnonzero(np.diff(grp, prepend=grp[0] - 1))
-            del grp
-            csum -= np.repeat(csum[starts], np.diff(starts, append=e_q.size))
-            csum += e_j
-            offset[e_q] = csum
-            del csum, starts
-        pos = preorder_positions(dpar, dep, roots, offset, maxdep)
-        return dep >= 0, size, pos
-
-    def _directories(self) -> tuple[I64, npt.NDArray[Any], Values]:
-        """The directories by inode: their inodes, each one's parent (its index, -1: none)
-        and, on disk, their own requests (read back as step 3 needs them)."""
-        dirs = np.fromfile(self.dirs, REC)
-        self.dirs.unlink()
-        # in place (a directory's record is written once, so no two share an inode and the
-        # order is the stable one): a sorted copy would hold the records twice
-        dirs.sort(order="ino")
-        nd = dirs.size
-        d_ino = dirs["ino"].copy()
-        dpar = np.full(nd, -1, _narrow(nd))
-        if nd:
-            parent = dirs["parent"]
-            at = np.minimum(np.searchsorted(d_ino, parent), nd - 1)
-            ok = (parent >= 0) & (d_ino[at] == parent)
-            dpar[ok] = at[ok]
-            del at, ok, parent
+    def _directories(self) -> tuple[Values, Values, Values, list[int]]:
+        """The directories by inode: their inodes, their parents' inodes and, on disk, their
+        own requests (read back as step 3 needs them); the kinds they are of."""
+        _sort_by_ino(self.dirs)
+        d_ino = Values(self.tmp / "dirs-ino", np.int64)
+        d_parent = Values(self.tmp / "dirs-parent", np.int64)
         own_dirs = Values(self.tmp / "dirs-own", OWN_REC)  # type: ignore[arg-type]
+        kinds: set[int] = set()
         width = max(spill.WINDOW, 1)
-        for lo in range(0, nd, width):
-            part = np.empty(min(width, nd - lo), OWN_REC)
-            for key, _ in OWN:
-                part[key] = dirs[key][lo : lo + width]
-            own_dirs.add(part)
-        return d_ino, dpar, own_dirs
+        with open(self.dirs, "rb") as f:
+            while (dirs := np.fromfile(f, REC, width)).size:
+                d_ino.add(dirs["ino"])
+                d_parent.add(dirs["parent"])
+                kinds.update(np.unique(dirs["kind"]).tolist())
+                part = np.empty(dirs.size, OWN_REC)
+                for key, _ in OWN:
+                    part[key] = dirs[key]
+                own_dirs.add(part)
+        self.dirs.unlink()
+        return d_ino, d_parent, own_dirs, sorted(kinds)
 
     def finish(
         self,
@@ -334,31 +358,27 @@ class PathWalk:
             if progress is not None:
                 progress((step + at / max(of, 1)) / 3)
 
-        d_ino, dpar, own_dirs = self._directories()
-        nd = d_ino.size
-        roots = np.flatnonzero(d_ino == self.root)
-        if trim is not None:
-            trim()  # the directories' whole records, read and sorted: step 1 holds a bucket
-        # 1. every directory's entries in walk order, without their names
-        walked, count, edges = self._in_walk_order(d_ino, done)
-        if trim is not None:
-            trim()
-        # 2. subtree sizes bottom-up, positions top-down (one number per directory)
-        placed = self._placed(dpar, roots, count, edges)
-        del count, edges, dpar
-        if trim is not None:
-            trim()  # step 2's arrays: step 3 keeps three of them
-        # 3. entries in walk order: positions, gaps, every directory's own scan
-        by_pos = Buckets(self.tmp, "pos", POS_REC)
-        gaps = np.zeros(len(GAP_BUCKETS), np.int64)
-        seg_disc = np.zeros(nd, np.int64)
-        seg_blocks = np.zeros(nd, np.int64)
-        has_seg = np.zeros(nd, bool)
-        scan = Scan.new(self.tabs)
-        self._walk_windows(walked, done, d_ino, own_dirs, placed, by_pos, gaps,
-                           (seg_disc, seg_blocks, has_seg), scan)  # fmt: skip
-        del placed, d_ino
-        own_dirs.path.unlink()
+        tree = DirTree(self.tmp / "tree.db")
+        try:
+            d_ino, d_parent, own_dirs, kinds = self._directories()
+            # 1. every directory's entries in walk order, without their names
+            walked, counts = self._in_walk_order(d_ino, kinds, tree, done)
+            if trim is not None:
+                trim()
+            # 2. subtree sizes bottom-up, positions top-down (in the tree's file)
+            _fill(tree, d_ino, d_parent, counts)
+            tree.place(self.root)
+            # 3. entries in walk order: positions, gaps, every directory's own scan
+            by_pos = Buckets(self.tmp, "pos", POS_REC)
+            gaps = np.zeros(len(GAP_BUCKETS), np.int64)
+            scans = _DirScans(self.tmp / "dir-scans")
+            scan = Scan.new(self.tabs)
+            self._walk_windows(walked, done, d_ino, own_dirs, tree, by_pos, gaps, scans, scan)
+            scans.flush()
+        finally:
+            tree.close()
+        for values in (d_ino, d_parent, counts, own_dirs, walked):
+            values.path.unlink()
         if trim is not None:
             trim()
         # 4. the objects in walk order, the root first
@@ -377,8 +397,6 @@ class PathWalk:
             disc, blocks, _ = path.add(rec["ino"].astype(np.int64), _own(rec))
             p_disc += int(disc.sum())
             p_blocks += int(blocks.sum())
-        ok = has_seg & (seg_blocks > 0)
-        sc = 1.0 - seg_disc[ok] / seg_blocks[ok]
         npairs = int(gaps.sum())
         nd_out: dict[str, Any] = {"pairs": npairs}
         for i, name in enumerate(GAP_BUCKETS):
@@ -386,11 +404,6 @@ class PathWalk:
             nd_out[f"{name}_share"] = float(gaps[i]) / npairs if npairs and known else None
         return {
             "path": score_of_totals(p_disc, p_blocks, path.requests),
-            "directory_scan": {
-                "aggregate": (
-                    1.0 - int(seg_disc[ok].sum()) / int(seg_blocks[ok].sum()) if sc.size else None
-                ),
-                "median": float(np.median(sc)) if sc.size else None,
-            },
+            "directory_scan": scans.figures(),
             "neighbour_distance": nd_out,
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,20 @@ from fsage.analyzer.dynamic import ranges
 WINDOW = 1 << 16
 # numpy's pairwise summation adds up to this many values in one unrolled loop
 PAIRWISE_BLOCK = 128
+# flips a negative float's magnitude bits, so that its bits as an integer sort as it does
+_MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def scratch_db(path: Path, cache_kib: int) -> sqlite3.Connection:
+    """A SQLite file for scratch tables: no journal, no syncs, a page cache of ``cache_kib``
+    (what the tables hold beyond it stays on disk, sorts and temporary tables too)."""
+    path.unlink(missing_ok=True)
+    con = sqlite3.connect(path)
+    con.executescript(
+        f"""PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
+        PRAGMA cache_size = -{cache_kib}; PRAGMA temp_store = FILE;"""
+    )
+    return con
 
 
 class Buckets:
@@ -160,17 +175,27 @@ class Values:
         return total(0, self.n)
 
     def median(self) -> float:
-        """``float(np.median(values))`` of integer values, found a window at a time."""
+        """``float(np.median(values))`` of integer or float values (not NaN), found a window
+        at a time."""
         n = self.n
         ks = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
-        middle = np.array([self._kth(k) for k in ks], self.dtype)
+        keys = np.array([self._kth(k) for k in ks], np.int64)
+        if self.dtype.kind == "f":
+            middle = _float_keys(keys).view(np.float64)
+        else:
+            middle = keys.astype(self.dtype)
         return float(np.median(middle))
 
-    def _kth(self, k: int) -> int:
-        """The k-th smallest value (0-based): a histogram of the values narrows their range
-        until the candidates fit in a window."""
-        lo, hi = None, None
+    def _keys(self) -> Iterator[npt.NDArray[np.int64]]:
+        """The values a window at a time as integers in the values' order."""
         for w in self.windows():
+            yield _float_keys(w.astype(np.float64).view(np.int64)) if self.dtype.kind == "f" else w
+
+    def _kth(self, k: int) -> int:
+        """The k-th smallest key (0-based): a histogram of the keys narrows their range until
+        the candidates fit in a window."""
+        lo, hi = None, None
+        for w in self._keys():
             if w.size:
                 lo = int(w.min()) if lo is None else min(lo, int(w.min()))
                 hi = int(w.max()) if hi is None else max(hi, int(w.max()))
@@ -179,7 +204,7 @@ class Values:
         while True:
             inside: list[npt.NDArray[Any]] = []
             count = 0
-            for w in self.windows():
+            for w in self._keys():
                 m = w[(w >= lo) & (w <= hi)]
                 count += int(m.size)
                 if count <= WINDOW:
@@ -192,12 +217,45 @@ class Values:
             bins = 4096
             width = max((hi - lo + 1 + bins - 1) // bins, 1)
             hist = np.zeros(bins + 1, np.int64)
-            for w in self.windows():
+            for w in self._keys():
                 m = w[(w >= lo) & (w <= hi)]
-                hist += np.bincount(((m - lo) // width).astype(np.int64), minlength=bins + 1)[
-                    : bins + 1
-                ]
+                # in unsigned integers: a float's keys can span more than an int64 holds
+                at = (m.astype(np.uint64) - np.uint64(lo % (1 << 64))) // np.uint64(width)
+                hist += np.bincount(at.astype(np.int64), minlength=bins + 1)[: bins + 1]
             cum = np.cumsum(hist)
             b = int(np.searchsorted(cum, k - below, side="right"))
             below += int(cum[b - 1]) if b else 0
             lo, hi = lo + b * width, min(lo + (b + 1) * width - 1, hi)
+
+
+def _float_keys(bits: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """A float64's bits (as int64) to an integer that sorts as the float does, and back."""
+    return np.where(bits < 0, bits ^ _MAGNITUDE, bits)
+
+
+class AscendingLookup:
+    """``np.searchsorted(values, q)`` (clipped to the last index) in ascending ``values`` on
+    disk, for queries that ascend from call to call: a few windows of them in memory."""
+
+    def __init__(self, values: Values) -> None:
+        self.values = values
+        self.lo = 0  # the index of ``buf[0]``
+        self.buf = np.zeros(0, values.dtype)
+
+    def find(self, q: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        n = self.values.n
+        if q.size == 0 or n == 0:
+            return np.zeros(q.size, np.int64)
+        first, last = int(q.min()), int(q.max())
+        if self.buf.size and first <= int(self.buf[0]) and self.lo > 0:
+            self.lo, self.buf = 0, np.zeros(0, self.values.dtype)  # a query went back
+        # drop what lies below the queries, then read on until past them
+        keep = max(int(np.searchsorted(self.buf, first, side="left")) - 1, 0)
+        self.lo += keep
+        self.buf = self.buf[keep:]
+        while self.lo + self.buf.size < n and (not self.buf.size or int(self.buf[-1]) < last):
+            end = self.lo + self.buf.size
+            more = self.values.read(end, min(end + max(WINDOW, 1), n))
+            self.buf = np.concatenate([self.buf, more])
+        at = np.searchsorted(self.buf, q, side="left") + self.lo
+        return np.minimum(at, n - 1).astype(np.int64)

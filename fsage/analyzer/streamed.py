@@ -5,7 +5,8 @@ Per part (files of an inode range, ``fsage.db.parts``): the files are scored and
 added to per-bucket totals; what needs every file in another order is written to disk: the
 per-file numbers of a mean and a median (``spill.Values``), and one record per named file for
 the path-order walk (``pathwalk``), which puts each directory's entries in name order a bucket
-at a time. What stays in memory: per-bucket totals, one record per directory, and a part.
+at a time. What stays in memory: per-bucket totals, the inodes that name entries (8 bytes a
+directory, until the walk), and a part.
 """
 
 from __future__ import annotations

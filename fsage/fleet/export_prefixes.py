@@ -11,11 +11,12 @@ that builds them twice that).
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from fsage.analyzer.spill import scratch_db
 
 I64 = npt.NDArray[np.int64]
 
@@ -123,13 +124,8 @@ class DiskPrefixes:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.unlink(missing_ok=True)
-        self.con = sqlite3.connect(path)
-        self.con.executescript(
-            f"""PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
-            PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;
-            CREATE TABLE name (seq INTEGER, parent INTEGER, ino INTEGER, name BLOB);"""
-        )
+        self.con = scratch_db(path, CACHE_KIB)
+        self.con.execute("CREATE TABLE name (seq INTEGER, parent INTEGER, ino INTEGER, name BLOB)")
         self.memory: Prefixes | None = None  # the walk in memory, for a tree that is not one
         self.n = 0
 
