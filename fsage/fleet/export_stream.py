@@ -202,27 +202,53 @@ class _PartPaths:
 
 
 def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
-    """Every inode that names an entry (sorted), and whether the snapshot has any name."""
-    seen: list[I64] = []
+    """Every inode that names an entry (sorted), and whether the snapshot has any name.
+
+    Those among the user files' inode numbers are marked a bit a number, as ``sp.exists``
+    marks the files (the pieces' inodes gathered and made unique took three to four times
+    eight bytes a directory at once); the few others (reserved inodes, names in directories
+    the snapshot does not hold) are gathered."""
+    base, n = sp.inode_span()
+    bits = np.zeros((n + 7) >> 3, np.uint8)
+    other: list[I64] = []
     any_name = False
     for parent in sp.parents():
         any_name = any_name or parent.size > 0
-        seen.append(np.unique(parent.astype(np.int64)))
-        if len(seen) > 8:
-            seen = [np.unique(np.concatenate(seen))]
-    return (np.unique(np.concatenate(seen)) if seen else np.zeros(0, np.int64)), any_name
+        p = parent.astype(np.int64) - base
+        inside = (p >= 0) & (p < n)
+        q = np.unique(p[inside])
+        np.bitwise_or.at(bits, q >> 3, np.uint8(0x80) >> (q & 7).astype(np.uint8))
+        if not inside.all():
+            other.append(np.unique(p[~inside] + base))
+            if len(other) > 8:
+                other = [np.unique(np.concatenate(other))]
+    outside = np.unique(np.concatenate(other)) if other else np.zeros(0, np.int64)
+    low, high = outside[outside < base], outside[outside >= base]
+    step = max(spill.WINDOW, 1)
+    marked = sum(int(np.unpackbits(bits[lo : lo + step]).sum()) for lo in range(0, bits.size, step))
+    out = np.empty(low.size + marked + high.size, np.int64)
+    out[: low.size] = low
+    at = low.size
+    for lo in range(0, bits.size, step):
+        got = np.flatnonzero(np.unpackbits(bits[lo : lo + step])) + base + 8 * lo
+        out[at : at + got.size] = got
+        at += got.size
+    out[at:] = high
+    return out, any_name
 
 
 def _names_by_part(
     sp: SnapshotParts, tmp: Path, parents: I64
-) -> tuple[Buckets, DiskPrefixes, I64, I64]:
+) -> tuple[Buckets, DiskPrefixes, npt.NDArray[np.bool_], I64]:
     """The user files' names bucketed by part (``LINK`` records), the names whose inode
-    names entries (on disk, for their prefixes), of those the inodes some other name names,
+    names entries (on disk, for their prefixes), which of ``parents`` some other name names,
     and how many names each of ``parents`` holds."""
     out = Buckets(tmp, "links", LINK, names=True)
     counts = np.zeros(parents.size, np.int64)
     dirs = DiskPrefixes(tmp / "prefixes.sqlite")
-    named: list[I64] = []
+    # a byte a directory: the inodes themselves, gathered and made unique at the end, took
+    # four times eight
+    named = np.zeros(parents.size, bool)
     for n in sp.names():
         ino = n.ino.astype(np.int64)
         parent = n.parent.astype(np.int64)
@@ -232,7 +258,7 @@ def _names_by_part(
             off = n.name_off.astype(np.int64)
             dirs.add(n.seq[hit], parent[hit], ino[hit], off[:-1][hit], off[1:][hit], n.names)
             del off
-            named.append(np.unique(ino[hit][ino[hit] != parent[hit]]))
+            named[at[hit][ino[hit] != parent[hit]]] = True
         user = np.flatnonzero(n.user)
         rec = np.zeros(user.size, LINK)
         rec["seq"] = n.seq[user]
@@ -244,8 +270,7 @@ def _names_by_part(
             counts += np.bincount(named_by, minlength=parents.size)[: parents.size]
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
-    seen = np.unique(np.concatenate(named)) if named else np.zeros(0, np.int64)
-    return out, dirs, seen, counts
+    return out, dirs, named, counts
 
 
 def _subset(n: Names, rows: I64) -> Names:
@@ -302,7 +327,7 @@ def export_snapshot(
     ):
         root = root_ino
     else:  # the one directory with entries that no other one names
-        tops = parents[~np.isin(parents, named)]
+        tops = parents[~named]
         if tops.size == 1 and sp.exists(tops.astype(np.uint64))[0]:
             root = int(tops[0])
     del named

@@ -235,6 +235,35 @@ def test_an_ascending_lookup_is_searchsorted(
     assert len(find.buf) < keys.size  # the windows behind the queries were let go
 
 
+def test_the_inodes_that_name_entries_are_every_piece_s_made_unique(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Marked a bit each among the user files' inode numbers, gathered outside them (below,
+    above, reserved): the sorted unique parents of every piece, whatever the window."""
+
+    class Pieces:
+        def __init__(self, base: int, n: int, pieces: list[np.ndarray]) -> None:
+            self.span, self.pieces = (base, n), pieces
+
+        def inode_span(self) -> tuple[int, int]:
+            return self.span
+
+        def parents(self) -> Iterator[np.ndarray]:
+            yield from self.pieces
+
+    monkeypatch.setattr(spill, "WINDOW", 3)
+    rng = np.random.default_rng(8)
+    for base, n in ((0, 0), (8, 1), (16, 100), (1024, 5000)):
+        pieces = [rng.integers(0, base + n + 60, rng.integers(0, 40)).astype(np.uint64)
+                  for _ in range(23)]  # fmt: skip
+        pieces.append(np.zeros(0, np.uint64))
+        got, any_name = export_stream._parents(Pieces(base, n, pieces))  # type: ignore[arg-type]
+        want = np.unique(np.concatenate(pieces).astype(np.int64))
+        assert got.tolist() == want.tolist() and any_name == (want.size > 0)
+    got, any_name = export_stream._parents(Pieces(8, 8, []))  # type: ignore[arg-type]
+    assert got.size == 0 and not any_name
+
+
 @pytest.mark.parametrize("width", [1, 3, 50])
 def test_a_large_bucket_sorted_in_runs_is_the_kernel_s_order(tmp_path: Path, width: int) -> None:
     """A bucket of many windows, merged from sorted runs: the order ``argsort_names`` gives
