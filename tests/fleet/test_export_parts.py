@@ -131,14 +131,15 @@ def test_export_by_parts_is_the_whole_snapshot_export(
     assert all(m["inode_to_data_median_blocks"] is not None for m in metrics)
 
 
-@pytest.mark.parametrize("fanout", [0, 3])
+@pytest.mark.parametrize("fanout", [0, 3, 1])
 def test_a_flat_tree_walked_from_disk_is_the_whole_snapshot_export(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fanout: int
 ) -> None:
-    """Hundreds of directories, every one under the root (``fanout`` 0) or nested some six
-    levels deep: with windows of 16 the root's walk bucket is sorted in runs on disk and
-    merged, and the directories' depths, sizes and positions are found in the tree's
-    scratch file; the figures are those of the snapshot read whole (the walk in memory)."""
+    """Hundreds of directories, every one under the root (``fanout`` 0), nested some six
+    levels deep (3) or in one chain 400 deep (1): with windows of 16 the root's walk bucket
+    is sorted in runs on disk and merged, and the directories' depths, sizes and positions
+    are found in the tree's scratch file; the figures are those of the snapshot read whole
+    (the walk in memory)."""
     pytest.importorskip("pyarrow")
     from fsage.analyzer import namesort
     from fsage.fleet import synth
