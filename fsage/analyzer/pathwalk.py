@@ -316,7 +316,7 @@ class PathWalk:
                 seq_seg = np.zeros(n_obj, np.int64)
                 own = {key: np.zeros(n_obj, np.int64) for key, _ in OWN}
                 seq_ino[~is_head] = rec["ino"][kids]
-                seq_ino[is_head] = par[kids][heads]  # the directory: its entries' parent
+                seq_ino[is_head] = _rows(d_ino, kp[heads])
                 seq_seg[~is_head] = kp
                 seq_seg[is_head] = kp[heads]
                 head_own = _rows(own_dirs, kp[heads])

@@ -57,9 +57,10 @@ class DirTree:
     def link_parents(self) -> None:
         """Each directory's parent as an index (-1: its parent is not a directory here)."""
         self.con.executescript(
-            """CREATE UNIQUE INDEX dir_ino ON dir (ino);
-            UPDATE dir SET par = coalesce((SELECT p.idx FROM dir AS p WHERE p.ino = dir.pino), -1)
-            WHERE pino >= 0;"""
+            """CREATE INDEX dir_ino ON dir (ino);
+            UPDATE dir SET par = coalesce(
+                (SELECT min(p.idx) FROM dir AS p WHERE p.ino = dir.pino), -1
+            ) WHERE pino >= 0;"""
         )
 
     def add_candidates(self, seq: I64, ino: I64, parent: I64, j: I64) -> None:
@@ -76,16 +77,19 @@ class DirTree:
         con = self.con
         con.executescript(
             """CREATE TABLE edge (seq INTEGER PRIMARY KEY, q INTEGER, j INTEGER);
-            INSERT INTO edge SELECT c.seq, d.idx, c.j FROM cand AS c JOIN dir AS d ON d.ino = c.ino
-                ORDER BY c.seq;
+            INSERT INTO edge SELECT seq, q, j FROM (
+                SELECT c.seq, (SELECT min(d.idx) FROM dir AS d WHERE d.ino = c.ino) AS q, c.j
+                FROM cand AS c) WHERE q IS NOT NULL ORDER BY seq;
             DROP TABLE cand;
             CREATE INDEX edge_q ON edge (q);
             CREATE INDEX dir_par ON dir (par);"""
         )
-        root = con.execute("SELECT idx FROM dir WHERE ino = ?", (root_ino,)).fetchone()
-        if root is None:
+        root = con.execute("SELECT min(idx) FROM dir WHERE ino = ?", (root_ino,)).fetchone()
+        if root[0] is None:
             return
-        # the root's own parent was cut when it was added: no path returns to it
+        # the root's parent cut, so that no path returns to it (the queries below follow the
+        # one parent of each directory from it: a tree, so no loop)
+        con.execute("UPDATE dir SET par = -1 WHERE idx = ?", (root[0],))
         con.execute(
             """WITH RECURSIVE r(idx, dep) AS (
                 SELECT ?, 0 UNION ALL SELECT c.idx, r.dep + 1 FROM r JOIN dir AS c ON c.par = r.idx
@@ -128,7 +132,9 @@ class DirTree:
     def placed(self, lo: int, hi: int) -> tuple[npt.NDArray[np.bool_], I64]:
         """Whether the walk reaches directories ``lo``..``hi`` (inclusive), and their
         positions."""
-        rows = con_rows(self.con, "SELECT dep, pos FROM dir WHERE idx BETWEEN ? AND ?", lo, hi)
+        rows = con_rows(
+            self.con, "SELECT dep, pos FROM dir WHERE idx BETWEEN ? AND ? ORDER BY idx", lo, hi
+        )
         return _column(rows, 0) >= 0, _column(rows, 1)
 
     def edge_sizes(self, lo: int, hi: int) -> tuple[I64, I64]:

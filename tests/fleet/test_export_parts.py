@@ -265,6 +265,43 @@ def test_the_inodes_that_name_entries_are_every_piece_s_made_unique(
     assert got.size == 0 and not any_name
 
 
+LOOP_SECONDS = 60
+
+
+def test_a_walk_whose_root_lies_in_a_loop_ends(tmp_path: Path) -> None:
+    """The root's own record names a parent below it: the walk follows each directory's one
+    parent from the root, so the root's is cut (its queries would loop for ever), and the
+    figures are those of the same tree with no parent for the root."""
+    import faulthandler
+
+    from fsage.analyzer.pathwalk import REC, PathWalk
+
+    def walked(root_parent: int, tmp: Path) -> dict[str, Any]:
+        rec = np.zeros(4, REC)
+        rec["ino"] = [100, 200, 300, 301]
+        rec["parent"] = [root_parent, 100, 200, 200]
+        rec["kind"] = [2, 2, 1, 1]
+        rec["first"] = [-1, -1, 5000, 5010]
+        rec["last"] = [-1, -1, 5003, 5011]
+        rec["nown"], rec["blocks"] = [0, 0, 1, 1], [0, 0, 4, 2]
+        rec["head"], rec["tail"] = [0, 0, 5000, 5010], [0, 0, 5004, 5012]
+        parents = np.array([100, 200], np.int64)
+        tmp.mkdir()
+        walk = PathWalk(tmp, None, 100, 4096, None, parents, np.array([1, 3], np.int64))
+        walk.add(rec, np.arange(4), np.arange(5, dtype=np.uint64), b"abcd", parents)
+        return walk.finish()
+
+    # a query that loops holds the interpreter in SQLite: no signal handler runs, so the
+    # whole run is ended with the stacks printed, not left to fill the disk
+    faulthandler.dump_traceback_later(LOOP_SECONDS, exit=True)
+    try:
+        looped = walked(200, tmp_path / "loop")
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    tree = walked(-1, tmp_path / "tree")
+    assert looped == tree and tree["path"]["blocks"] == 6
+
+
 @pytest.mark.parametrize("width", [1, 3, 50])
 def test_a_large_bucket_sorted_in_runs_is_the_kernel_s_order(tmp_path: Path, width: int) -> None:
     """A bucket of many windows, merged from sorted runs: the order ``argsort_names`` gives
