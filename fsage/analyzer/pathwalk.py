@@ -225,8 +225,7 @@ class PathWalk:
                     index[first_of == 0] += carry[1]
                 carry = (int(par[-1]), int(index[-1]) + 1)
                 may = np.flatnonzero(np.isin(rec["kind"], kinds))
-                tree.add_candidates(seq[may], rec["ino"][may].astype(np.int64), p[may],
-                                    index[may])  # fmt: skip
+                tree.add_candidates(seq[may], rec["ino"][may].astype(np.int64), index[may])
         return walked, counts
 
     def _walk_windows(

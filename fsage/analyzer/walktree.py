@@ -28,8 +28,11 @@ I64 = npt.NDArray[np.int64]
 CACHE_KIB = 8192
 
 
-def _column(rows: list[Any], i: int) -> I64:
-    return np.fromiter((r[i] for r in rows), np.int64, len(rows))
+def _pairs(con: Any, sql: str, lo: int, hi: int) -> tuple[I64, I64]:
+    """The two integer columns of ``sql``'s rows for the range ``lo``, ``hi``."""
+    rows = con.execute(sql, (lo, hi)).fetchall()
+    both = np.array(rows, np.int64).reshape(len(rows), 2)
+    return both[:, 0].copy(), both[:, 1].copy()
 
 
 class DirTree:
@@ -40,7 +43,7 @@ class DirTree:
             """CREATE TABLE dir (idx INTEGER PRIMARY KEY, ino INTEGER, pino INTEGER,
                 par INTEGER DEFAULT -1, cnt INTEGER DEFAULT 0, dep INTEGER DEFAULT -1,
                 size INTEGER DEFAULT 0, off INTEGER DEFAULT 0, pos INTEGER DEFAULT -1);
-            CREATE TABLE cand (seq INTEGER PRIMARY KEY, ino INTEGER, p INTEGER, j INTEGER);"""
+            CREATE TABLE cand (seq INTEGER PRIMARY KEY, ino INTEGER, j INTEGER);"""
         )
         self.n = 0
 
@@ -63,12 +66,12 @@ class DirTree:
             ) WHERE pino >= 0;"""
         )
 
-    def add_candidates(self, seq: I64, ino: I64, parent: I64, j: I64) -> None:
-        """Entries that may name a directory: their place in the walk, inode, parent's index
-        and index among its entries (those whose inode is no directory here are dropped)."""
+    def add_candidates(self, seq: I64, ino: I64, j: I64) -> None:
+        """Entries that may name a directory: their place in the walk, inode and index among
+        their parent's entries (those whose inode is no directory here are dropped)."""
         self.con.executemany(
-            "INSERT INTO cand VALUES (?, ?, ?, ?)",
-            zip(seq.tolist(), ino.tolist(), parent.tolist(), j.tolist(), strict=True),
+            "INSERT INTO cand VALUES (?, ?, ?)",
+            zip(seq.tolist(), ino.tolist(), j.tolist(), strict=True),
         )
 
     def place(self, root_ino: int) -> None:
@@ -132,27 +135,22 @@ class DirTree:
     def placed(self, lo: int, hi: int) -> tuple[npt.NDArray[np.bool_], I64]:
         """Whether the walk reaches directories ``lo``..``hi`` (inclusive), and their
         positions."""
-        rows = con_rows(
+        dep, pos = _pairs(
             self.con, "SELECT dep, pos FROM dir WHERE idx BETWEEN ? AND ? ORDER BY idx", lo, hi
         )
-        return _column(rows, 0) >= 0, _column(rows, 1)
+        return dep >= 0, pos
 
     def edge_sizes(self, lo: int, hi: int) -> tuple[I64, I64]:
         """The entries of walk places ``lo``..``hi``-1 that name a directory: their places
         and the directories' subtree sizes."""
-        rows = con_rows(
+        return _pairs(
             self.con,
             "SELECT e.seq, d.size FROM edge AS e JOIN dir AS d ON d.idx = e.q"
             " WHERE e.seq >= ? AND e.seq < ? ORDER BY e.seq",
             lo,
             hi,
         )
-        return _column(rows, 0), _column(rows, 1)
 
     def close(self) -> None:
         self.con.close()
         self.path.unlink(missing_ok=True)
-
-
-def con_rows(con: Any, sql: str, lo: int, hi: int) -> list[Any]:
-    return list(con.execute(sql, (lo, hi)).fetchall())
