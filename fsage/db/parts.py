@@ -525,10 +525,10 @@ class SnapshotParts:
         """Which of ``ino`` are user files of the snapshot."""
         return self.inos.at(ino.astype(np.int64))
 
-    def inode_span(self) -> tuple[int, int]:
-        """(the lowest, the count of) the inode numbers the user files lie among: a bitmap
-        of them is a bit a number, as ``exists``'s own."""
-        return self.inos.base, self.inos.n
+    def inode_bits(self) -> _Bits:
+        """No bit set, one for each of the inode numbers the user files lie among (``base``
+        the lowest, ``n`` of them), as ``exists`` keeps its own."""
+        return _Bits(np.zeros_like(self.inos.bits), self.inos.n, self.inos.base)
 
     def free_windows(self) -> Iterator[tuple[U64, U64]]:
         """The free map's (start, length) pairs in stored order, a window at a time."""

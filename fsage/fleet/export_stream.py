@@ -208,29 +208,29 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
     marks the files (the pieces' inodes gathered and made unique took three to four times
     eight bytes a directory at once); the few others (reserved inodes, names in directories
     the snapshot does not hold) are gathered."""
-    base, n = sp.inode_span()
-    bits = np.zeros((n + 7) >> 3, np.uint8)
+    bits = sp.inode_bits()
+    base, n = bits.base, bits.n
     other: list[I64] = []
     any_name = False
     for parent in sp.parents():
         any_name = any_name or parent.size > 0
-        p = parent.astype(np.int64) - base
-        inside = (p >= 0) & (p < n)
-        q = np.unique(p[inside])
-        np.bitwise_or.at(bits, q >> 3, np.uint8(0x80) >> (q & 7).astype(np.uint8))
+        p = parent.astype(np.int64)
+        inside = (p >= base) & (p < base + n)
+        bits.add(np.unique(p[inside]))
         if not inside.all():
-            other.append(np.unique(p[~inside] + base))
+            other.append(np.unique(p[~inside]))
             if len(other) > 8:
                 other = [np.unique(np.concatenate(other))]
     outside = np.unique(np.concatenate(other)) if other else np.zeros(0, np.int64)
     low, high = outside[outside < base], outside[outside >= base]
-    step = max(spill.WINDOW, 1)
-    marked = sum(int(np.unpackbits(bits[lo : lo + step]).sum()) for lo in range(0, bits.size, step))
+    step = 8 * max(spill.WINDOW, 1)
+    windows = range(0, n, step)
+    marked = sum(int(bits.get(lo, min(lo + step, n)).sum()) for lo in windows)
     out = np.empty(low.size + marked + high.size, np.int64)
     out[: low.size] = low
     at = low.size
-    for lo in range(0, bits.size, step):
-        got = np.flatnonzero(np.unpackbits(bits[lo : lo + step])) + base + 8 * lo
+    for lo in windows:
+        got = np.flatnonzero(bits.get(lo, min(lo + step, n))) + base + lo
         out[at : at + got.size] = got
         at += got.size
     out[at:] = high

@@ -246,8 +246,9 @@ def test_the_inodes_that_name_entries_are_every_piece_s_made_unique(
         def __init__(self, base: int, n: int, pieces: list[np.ndarray]) -> None:
             self.span, self.pieces = (base, n), pieces
 
-        def inode_span(self) -> tuple[int, int]:
-            return self.span
+        def inode_bits(self) -> parts._Bits:
+            base, n = self.span
+            return parts._Bits(np.zeros((n + 7) >> 3, np.uint8), n, base)
 
         def parents(self) -> Iterator[np.ndarray]:
             yield from self.pieces
