@@ -168,14 +168,13 @@ class PathWalk:
         self.cuts = parents[cut]
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,
-            parents: I64) -> None:  # fmt: skip
+            holds: npt.NDArray[np.bool_]) -> None:  # fmt: skip
         """Records of a part's files (``parent`` -1: not named in the walk), with the row of
-        each one's first name; ``parents``: the sorted inodes that name entries."""
+        each one's first name; ``holds``: which of them name entries."""
         ino = rec["ino"]
-        if parents.size:
-            at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
+        if holds.any():
             with open(self.dirs, "ab") as f:
-                rec[parents[at] == ino].tofile(f)
+                rec[holds].tofile(f)
         if self.root >= 0:
             r = rec[ino == self.root]
             if r.size:

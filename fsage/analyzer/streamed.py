@@ -5,8 +5,8 @@ Per part (files of an inode range, ``fsage.db.parts``): the files are scored and
 added to per-bucket totals; what needs every file in another order is written to disk: the
 per-file numbers of a mean and a median (``spill.Values``), and one record per named file for
 the path-order walk (``pathwalk``), which puts each directory's entries in name order a bucket
-at a time. What stays in memory: per-bucket totals, the inodes that name entries (8 bytes a
-directory, until the walk), and a part.
+at a time. What stays in memory: per-bucket totals and a part (the caller tells which files
+name entries: ``names_entries``).
 """
 
 from __future__ import annotations
@@ -126,14 +126,19 @@ class StreamedFigures:
 
     def __init__(self, head: Layout, all_ino: Iterable[npt.NDArray[np.uint64]], root: int,
                  parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
+                 names_entries: Callable[[I64], npt.NDArray[np.bool_]],
                  tmp: Path, free: tuple[dict[str, Any], int] | None = None) -> None:  # fmt: skip
-        """``free``: ``free_figures(head)``, when the caller has let go of the free map."""
+        """``parents``: the sorted inodes that name entries, ``entries`` how many each (for
+        the walk's buckets; neither is kept); ``names_entries(ino)``: which of ``ino`` are
+        among ``parents``, asked a part at a time (a bit an inode number takes an eighth of
+        what the sorted inodes do); ``free``: ``free_figures(head)``, when the caller has
+        let go of the free map."""
         self.head = head
         self.free = free if free is not None else free_figures(head)
         self.bs = head.facts.block_size
         self.tabs = geometry(head, all_ino)
         self.root = root  # the walk's root inode (-1: none)
-        self.parents = parents  # sorted inodes that name entries
+        self.names_entries: Callable[[I64], npt.NDArray[np.bool_]] | None = names_entries
         n = MAX_BUCKETS
         self.by_size = np.zeros((4, n), np.int64)  # files, blocks, contiguous, denominator
         self.count = dict.fromkeys(
@@ -219,7 +224,12 @@ class StreamedFigures:
         rec["last"] = last
         for key, _ in OWN:
             rec[key] = own[key]
-        self.walk.add(rec, name_row, name_off, names, self.parents)
+        assert self.names_entries is not None, "a part after parts_done"
+        self.walk.add(rec, name_row, name_off, names, self.names_entries(ino))
+
+    def parts_done(self) -> None:
+        """No more parts: what only they ask is let go before the walk."""
+        self.names_entries = None
 
     def finish(
         self,

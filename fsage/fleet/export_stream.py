@@ -201,8 +201,23 @@ class _PartPaths:
         return out
 
 
-def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
-    """Every inode that names an entry (sorted), and whether the snapshot has any name.
+class _InodeSet:
+    """Which inodes belong to a set: a bit an inode number over the span the snapshot's
+    files lie in (``SnapshotParts.inode_bits``), the few outside it sorted."""
+
+    def __init__(self, bits: Any, outside: I64) -> None:
+        self.bits, self.outside = bits, outside
+
+    def __call__(self, ino: I64) -> npt.NDArray[np.bool_]:
+        out: npt.NDArray[np.bool_] = self.bits.at(ino)
+        if self.outside.size:
+            out |= np.isin(ino, self.outside)
+        return out
+
+
+def _parents(sp: SnapshotParts) -> tuple[I64, _InodeSet, bool]:
+    """Every inode that names an entry (sorted), the same as a set (a bit a number: what
+    the parts ask), and whether the snapshot has any name.
 
     Those among the user files' inode numbers are marked a bit a number, as ``sp.exists``
     marks the files (the pieces' inodes gathered and made unique took three to four times
@@ -234,7 +249,7 @@ def _parents(sp: SnapshotParts) -> tuple[I64, bool]:
         out[at : at + got.size] = got
         at += got.size
     out[at:] = high
-    return out, any_name
+    return out, _InodeSet(bits, outside), any_name
 
 
 def _names_by_part(
@@ -267,7 +282,10 @@ def _names_by_part(
         rec["valid"] = (parent[user] != ino[user]) & sp.exists(n.parent[user])
         if parents.size:  # the entries of each directory, for the walk's buckets
             named_by = np.searchsorted(parents, parent[user][rec["valid"] != 0])
-            counts += np.bincount(named_by, minlength=parents.size)[: parents.size]
+            # the piece's own directories (a count for every directory would be allocated
+            # and cleared again for each piece)
+            at, times = np.unique(named_by[named_by < parents.size], return_counts=True)
+            counts[at] += times
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
     return out, dirs, named, counts
@@ -314,7 +332,7 @@ def export_snapshot(
     snap = snapshot_row(host, row, head)
     trim()
     tick(NAMES_SHARE / 3)
-    parents, any_name = _parents(sp)
+    parents, names_entries, any_name = _parents(sp)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
     tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
@@ -333,8 +351,12 @@ def export_snapshot(
     del named
     trim()
     tick(NAMES_SHARE)
-    figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, tmp, free)
-    del entries  # the walk's buckets are cut: the counts are not needed again
+    figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, names_entries, tmp,
+                              free)  # fmt: skip
+    # the walk's buckets are cut: the parts ask ``names_entries``, a bit an inode number,
+    # not the sorted inodes (eight bytes a directory)
+    del entries, parents
+    trim()
     bounds = sp.bounds.tolist()
     versions = 0
     nparts = max(len(bounds), 1)
@@ -391,11 +413,11 @@ def export_snapshot(
     old = prev.upto(None)
     _write_ends(pa, sch, large, host, fs, old, np.arange(old["ino"].size), ended_at, hold=True)
     settle(large, tmp)
-    # what only the parts needed goes before the walk, which holds its own per-directory
-    # arrays: the directories' paths and the inodes that name entries
+    # what only the parts needed goes before the walk: the directories' paths and which
+    # inodes name entries
     prefix.close()
-    del prefix, parents, old
-    figures.parents = np.zeros(0, np.int64)
+    del prefix, old, names_entries
+    figures.parts_done()
     trim()
     tick(PARTS_SHARE)
     found = figures.finish(trim, lambda done: tick(PARTS_SHARE + (1 - PARTS_SHARE) * done))

@@ -240,7 +240,8 @@ def test_the_inodes_that_name_entries_are_every_piece_s_made_unique(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Marked a bit each among the user files' inode numbers, gathered outside them (below,
-    above, reserved): the sorted unique parents of every piece, whatever the window."""
+    above, reserved): the sorted unique parents of every piece, whatever the window; the set
+    the parts ask holds those and no other inode."""
 
     class Pieces:
         def __init__(self, base: int, n: int, pieces: list[np.ndarray]) -> None:
@@ -259,11 +260,14 @@ def test_the_inodes_that_name_entries_are_every_piece_s_made_unique(
         pieces = [rng.integers(0, base + n + 60, rng.integers(0, 40)).astype(np.uint64)
                   for _ in range(23)]  # fmt: skip
         pieces.append(np.zeros(0, np.uint64))
-        got, any_name = export_stream._parents(Pieces(base, n, pieces))  # type: ignore[arg-type]
+        got, holds, any_name = export_stream._parents(Pieces(base, n, pieces))  # type: ignore[arg-type]
         want = np.unique(np.concatenate(pieces).astype(np.int64))
         assert got.tolist() == want.tolist() and any_name == (want.size > 0)
-    got, any_name = export_stream._parents(Pieces(8, 8, []))  # type: ignore[arg-type]
+        asked = np.arange(-3, base + n + 70, dtype=np.int64)
+        assert holds(asked).tolist() == np.isin(asked, want).tolist()
+    got, holds, any_name = export_stream._parents(Pieces(8, 8, []))  # type: ignore[arg-type]
     assert got.size == 0 and not any_name
+    assert not holds(np.arange(0, 40, dtype=np.int64)).any()
 
 
 LOOP_SECONDS = 60
@@ -289,7 +293,8 @@ def test_a_walk_whose_root_lies_in_a_loop_ends(tmp_path: Path) -> None:
         parents = np.array([100, 200], np.int64)
         tmp.mkdir()
         walk = PathWalk(tmp, None, 100, 4096, None, parents, np.array([1, 3], np.int64))
-        walk.add(rec, np.arange(4), np.arange(5, dtype=np.uint64), b"abcd", parents)
+        walk.add(rec, np.arange(4), np.arange(5, dtype=np.uint64), b"abcd",
+                 np.isin(rec["ino"], parents))  # fmt: skip
         return walk.finish()
 
     # a query that loops holds the interpreter in SQLite: no signal handler runs, so the
