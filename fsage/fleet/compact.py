@@ -49,6 +49,7 @@ from fsage.fleet.dataset import (
     save_manifest,
     stamp,
 )
+from fsage.fleet.export_schema import DICTIONARY
 from fsage.private import private_file, private_mkdir, private_opener
 
 # Rows a compacted file's row groups hold: the row group being gathered comes on top of the
@@ -68,11 +69,6 @@ BATCH = 8 * 1024
 # gathered stays a few MB. At 64k rows a compaction of 1000 file systems x 365 snapshots held
 # 12 MiB of snapshot rows in Arrow and peaked 20 MiB higher.
 ROW_GROUPS = {"files": 16 * 1024, "snapshots": 16 * 1024, "metrics": 16 * 1024}
-# Columns written with a dictionary. A dictionary-encoded column chunk is held in memory
-# until the row group ends (its dictionary page comes first), and a column of distinct values
-# (paths, inode numbers) gains nothing from one: plain pages compressed by zstd made the
-# compacted files a third smaller and the compaction's peak 20 MiB lower at 1.4M files.
-DICTIONARY = ["host", "fs"]
 MAX_LARGE_FILES = 8
 # A rewrite of a large table sorts the rows of small file systems a group of up to this many
 # rows at a time; a larger file system streams in order. A rewrite of 100 file systems of 2000

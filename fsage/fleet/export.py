@@ -45,11 +45,11 @@ from fsage.fleet.export_dataset import (
 from fsage.fleet.export_metrics import metric_rows_taking, snapshot_row, without_unread
 from fsage.fleet.export_rows import FirstPaths, diff_versions, files_table, new_rows_mask
 from fsage.fleet.export_schema import ADDED_COLUMNS as ADDED_COLUMNS
+from fsage.fleet.export_schema import DICTIONARY, table_metadata
 from fsage.fleet.export_schema import ExportError as ExportError
 from fsage.fleet.export_schema import partition_dir as partition_dir
 from fsage.fleet.export_schema import require_pyarrow as require_pyarrow
 from fsage.fleet.export_schema import schemas as schemas
-from fsage.fleet.export_schema import table_metadata
 from fsage.fleet.export_stream import (
     FILES_CHUNK,
     FREE_ROWS,
@@ -304,6 +304,7 @@ def _export_fs(
                 writer.path(partition_dir(out, name, host, fs) / tag),
                 sch[name].with_metadata(table_metadata(name)),
                 compression="zstd",
+                use_dictionary=DICTIONARY,
             ),
             FREE_ROWS if name == "free_extents" else FILES_CHUNK,
         )

@@ -41,6 +41,13 @@ ADDED_COLUMNS: dict[str, frozenset[str]] = {
     ),
 }
 
+# Columns of the large tables written with a dictionary (the export's and the compaction's
+# writers). A dictionary-encoded column chunk is held in memory until the row group ends (its
+# dictionary page comes first), and a column of distinct values (paths, inode numbers) gains
+# nothing from one: plain pages compressed by zstd made the compacted files a third smaller
+# and the compaction's peak 20 MiB lower at 1.4M files.
+DICTIONARY = ["host", "fs"]
+
 
 def schemas() -> dict[str, Any]:
     """The Arrow schema of every table (without the schema-version metadata)."""
