@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,55 @@ def test_prefixes_of_a_tree_are_derived_on_disk_and_of_others_in_memory(tmp_path
     assert twice.get(12) == "/b\udcff/e"
     assert twice.get(12) == Prefixes.walk(parent2, ino2, off[:-1], off[1:], names, 2).get(12)
     twice.close()
+
+
+def _sqlite_memory() -> Callable[[], int] | None:
+    """SQLite's own count of the memory it holds (the library Python's sqlite3 uses)."""
+    import ctypes
+    import ctypes.util
+    import sqlite3
+
+    name = ctypes.util.find_library("sqlite3")
+    if name is None:
+        return None
+    lib = ctypes.CDLL(name)
+    if lib.sqlite3_libversion_number() != sqlite3.sqlite_version_info[0] * 1_000_000 + (
+        sqlite3.sqlite_version_info[1] * 1000 + sqlite3.sqlite_version_info[2]
+    ):
+        return None  # another copy of SQLite than the one the module links
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    return lambda: int(lib.sqlite3_memory_used())
+
+
+def test_looking_up_prefixes_keeps_no_statement_a_length(tmp_path: Path) -> None:
+    """Each part looks up a different number of directories: SQLite's memory stays where
+    the first lookups left it (a statement per number of parameters, cached by sqlite3 up
+    to 128 of them, grew by 9 MiB over one snapshot's parts)."""
+    memory = _sqlite_memory()
+    if memory is None:
+        pytest.skip("SQLite's memory count is not reachable through ctypes")
+    n = 40_000
+    i = np.arange(n, dtype=np.int64)
+    raw = [b"d%d" % k for k in i.tolist()]
+    off = np.cumsum([0, *map(len, raw)]).astype(np.int64)
+    disk = DiskPrefixes(tmp_path / "p.sqlite")
+    disk.add(i, np.where(i < 8, 2, 10 + i // 8 - 1), 10 + i, off[:-1], off[1:], b"".join(raw))
+    disk.finish(2)
+    rng = np.random.default_rng(3)
+
+    def lookups(times: int) -> None:
+        for _ in range(times):
+            asked = 10 + rng.choice(n, int(rng.integers(2000, 9000)), replace=False)
+            heads = disk.heads(asked.astype(np.int64))
+            assert all(h is not None and h.endswith(f"/d{a - 10}") for h, a in
+                       zip(heads, asked.tolist(), strict=True))  # fmt: skip
+
+    lookups(5)
+    before = memory()
+    lookups(60)
+    grown = memory() - before
+    disk.close()
+    assert grown < 2 << 20, f"SQLite holds {grown >> 10} KiB more after 60 lookups"
 
 
 DISK_PROBE = """
