@@ -115,27 +115,34 @@ import sys
 from pathlib import Path
 import pyarrow.parquet as pq
 a, b = Path(sys.argv[1]), Path(sys.argv[2])
-fa = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
-fb = sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
-if fa != fb:
-    sys.exit(f"different files: {sorted(set(fa) ^ set(fb))[:3]}")
-for rel in fa:
-    pa_, pb = pq.ParquetFile(a / rel), pq.ParquetFile(b / rel)
-    ma, mb = pa_.metadata, pb.metadata
-    ga = [ma.row_group(i).num_rows for i in range(ma.num_row_groups)]
-    gb = [mb.row_group(i).num_rows for i in range(mb.num_row_groups)]
-    if ga != gb:
-        sys.exit(f"{rel}: row groups {ga[:5]} against {gb[:5]}")
-    for i in range(len(ga)):  # a row group at a time: a whole table of files is GBs
-        if not pa_.read_row_group(i).equals(pb.read_row_group(i)):
-            sys.exit(f"{rel}: row group {i} differs")
+def groups(root):
+    # each directory's row groups in file order: a run's rows may lie in more files on one
+    # side (a run is cut into files of FILE_GROUPS row groups) and still be the same rows
+    out = {}
+    for p in sorted(root.rglob("*.parquet")):
+        f = pq.ParquetFile(p)
+        md = f.metadata
+        out.setdefault(p.parent.relative_to(root), []).extend(
+            (f, i, md.row_group(i).num_rows) for i in range(md.num_row_groups))
+    return out
+ga, gb = groups(a), groups(b)
+if ga.keys() != gb.keys():
+    sys.exit(f"different directories: {sorted(set(ga) ^ set(gb))[:3]}")
+for rel in sorted(ga):
+    na, nb = [g[2] for g in ga[rel]], [g[2] for g in gb[rel]]
+    if na != nb:
+        sys.exit(f"{rel}: row groups {na[:5]} against {nb[:5]}")
+    for k, ((fa, i, _), (fb, j, _)) in enumerate(zip(ga[rel], gb[rel])):  # a group at a time
+        if not fa.read_row_group(i).equals(fb.read_row_group(j)):
+            sys.exit(f"{rel}: row group {k} differs")
 """
 
 
 def same_dataset(a: Path, b: Path, env: dict[str, str]) -> str | None:
-    """None when the two exports hold the same Parquet files with equal tables and the same
-    row groups, else the first difference. In a child: a process forked later starts its
-    peak resident set at this one's size, so this one reads no table itself."""
+    """None when the two exports hold the same rows in the same row groups in every
+    directory (however a run's rows are cut into files), else the first difference. In a
+    child: a process forked later starts its peak resident set at this one's size, so this
+    one reads no table itself."""
     argv = [sys.executable, "-c", SAME, str(a), str(b)]
     done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]

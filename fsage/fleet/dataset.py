@@ -10,8 +10,9 @@ the compacted files only; its per-partition files add what is newer:
   watermark (a ``part.parquet`` collected again, for instance by rsync, still holds older rows);
   a ``part.parquet`` the compaction absorbed, of the same size, modification time and inode,
   is not opened at all;
-* large tables (one ``s<first>-<last>.parquet`` per export run): the files whose ``last`` is
-  above the watermark (a compaction absorbs whole runs only).
+* large tables (``s<first>-<last>.parquet`` per export run, and ``s<first>-<last>_<k>.parquet``
+  after it where a run's rows fill more than one file): the files whose ``last`` is above the
+  watermark (a compaction absorbs whole runs only).
 
 Compacted files not named in the manifest (left by an interrupted compaction) are never read.
 Without a manifest every per-partition file is read, as `fsage export` wrote it.
@@ -34,7 +35,7 @@ from fsage.private import private_opener
 MANIFEST = "_compacted.json"
 SUMMARY_TABLE = "size_summary"  # derived by the compaction (fsage.fleet.query.SIZE_SUMMARY)
 COMPACTED = "compacted"
-_RUN = re.compile(r"^s(\d+)-(\d+)\.parquet$")
+_RUN = re.compile(r"^s(\d+)-(\d+)(?:_\d+)?\.parquet$")
 
 
 @dataclass
@@ -123,6 +124,12 @@ def fsync_dir(path: Path) -> None:
 def partition_of(path: Path) -> tuple[str, str]:
     """(host, fs) of a per-partition file ``<table>/host=H/fs=F/<name>``."""
     return unquote(path.parent.parent.name[5:]), unquote(path.parent.name[3:])
+
+
+def run_file(first: int, last: int, k: int = 0) -> str:
+    """The name of the ``k``-th file of the export run of snapshots ``first``..``last`` of a
+    large table (the pieces sort in order after the first one: ``_`` comes after ``.``)."""
+    return f"s{first:010d}-{last:010d}" + (f"_{k:04d}" if k else "") + ".parquet"
 
 
 def run_range(path: Path) -> tuple[int, int] | None:

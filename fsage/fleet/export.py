@@ -3,7 +3,8 @@
 Incremental: for each file system, only snapshots newer than the newest one already in the
 dataset are exported. The small per-snapshot tables keep one file per partition (rewritten with
 the old rows plus the new ones, so that a fleet query opens one file per file system); file
-versions, their ends and free extents get one new file per run. Every file is written under a
+versions, their ends and free extents get one new file per run (more for a large run, one per
+``FILE_GROUPS`` row groups: see ``fsage.fleet.dataset``). Every file is written under a
 temporary name and renamed into place, the ``snapshots`` table last: a run that fails leaves the
 dataset as it was (a half-written run's files are replaced by the next run, whose names are the
 same).
@@ -33,7 +34,7 @@ import numpy.typing as npt
 
 from fsage.db.store import SnapshotRow, Store
 from fsage.fleet import SMALL_TABLES, TABLES
-from fsage.fleet.dataset import remove_stale_temporaries
+from fsage.fleet.dataset import remove_stale_temporaries, run_file
 from fsage.fleet.export_dataset import (
     PendingFiles,
     export_lock,
@@ -296,18 +297,21 @@ def _export_fs(
 ) -> int:
     """``tick(units)``: so many more of the ``STEPS`` units of each snapshot are done."""
     sch = schemas()
-    tag = f"s{rows[0].id:010d}-{rows[-1].id:010d}.parquet"
-    large = {
-        name: RowGroups(
-            pa,
-            pq.ParquetWriter(
-                writer.path(partition_dir(out, name, host, fs) / tag),
+
+    def opener(name: str) -> Callable[[int], Any]:
+        def open_file(k: int) -> Any:
+            file = run_file(rows[0].id, rows[-1].id, k)
+            return pq.ParquetWriter(
+                writer.path(partition_dir(out, name, host, fs) / file),
                 sch[name].with_metadata(table_metadata(name)),
                 compression="zstd",
                 use_dictionary=DICTIONARY,
-            ),
-            FREE_ROWS if name == "free_extents" else FILES_CHUNK,
-        )
+            )
+
+        return open_file
+
+    large = {
+        name: RowGroups(pa, opener(name), FREE_ROWS if name == "free_extents" else FILES_CHUNK)
         for name in ("files", "file_ends", "free_extents")
     }
     small: dict[str, list[dict[str, Any]]] = {name: [] for name in SMALL_TABLES}

@@ -110,6 +110,43 @@ def test_compaction_keeps_every_answer_and_merges_the_files(tmp_path: Path) -> N
     assert "nothing to compact" in again.line()
 
 
+def test_a_run_in_many_files_reads_and_compacts_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose file versions fill several files (a large file system's, made here by
+    row groups of 16 rows, 3 a file): its pieces are named after the run, in order, none
+    empty; the dataset answers as one file a run does, after the next run (which reads the
+    open versions from every piece) and after a compaction."""
+    from fsage.fleet import export as export_mod
+    from fsage.fleet import export_stream
+    from fsage.fleet.dataset import run_range
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    dbs = make_dbs(tmp_path)
+    whole, ds = tmp_path / "whole", tmp_path / "ds"
+    export_all(dbs, whole)
+    with monkeypatch.context() as m:
+        m.setattr(export_mod, "FILES_CHUNK", 16)
+        m.setattr(export_stream, "FILE_GROUPS", 3)
+        export_all(dbs, ds)
+        pieces = sorted((ds / "files" / "host=h1" / "fs=home").glob("*.parquet"))
+        assert len(pieces) > 4
+        (one,) = (whole / "files" / "host=h1" / "fs=home").glob("*.parquet")
+        assert pieces[0].name == one.name and {run_range(p) for p in pieces} == {run_range(one)}
+        assert [p.name[-13:] for p in pieces[1:4]] == ["_0001.parquet", "_0002.parquet",
+                                                       "_0003.parquet"]  # fmt: skip
+        groups = [pq.ParquetFile(p).metadata.num_row_groups for p in pieces]
+        assert max(groups) == 3 and min(groups) >= 1, groups
+        assert same(answers(ds), answers(whole))
+        make_dbs(tmp_path, extra=2)  # two more nights: the next run's open versions
+        export_all(dbs, ds)
+    export_all(dbs, whole)
+    want = answers(whole)
+    assert same(answers(ds), want)
+    compact(ds)
+    assert same(answers(ds), want)
+
+
 def test_export_after_compaction_adds_beside_it_and_recompacts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

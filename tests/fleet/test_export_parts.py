@@ -431,7 +431,7 @@ def test_held_rows_wait_on_disk_and_make_the_same_row_groups(tmp_path: Path) -> 
     files = {}
     for how in ("write", "hold"):
         path = tmp_path / f"{how}.parquet"
-        rg = export_stream.RowGroups(pa, pq.ParquetWriter(path, schema), size=4096)
+        rg = export_stream.RowGroups(pa, lambda k, p=path: pq.ParquetWriter(p, schema), size=4096)
         for k, t in enumerate(tables):
             if how == "write":
                 rg.write_table(t)
