@@ -10,8 +10,9 @@ groups of ``ROW_GROUP`` rows. See ``fsage.fleet.dataset`` for how readers combin
 Atomic: the new files get names no manifest names yet, then the manifest is replaced (the
 commit), then the files it no longer needs are removed. Interrupted anywhere, the dataset reads
 as before or as after, and the next run finishes the job. Idempotent: with nothing new, nothing
-is written. Small tables are rewritten whole; a large table gets one new file per run until it
-has ``MAX_LARGE_FILES``, then it is rewritten whole. `fsage export` into a compacted directory
+is written. Small tables are rewritten whole; a large table gets new files per run (one, or
+more of ``FILE_GROUPS`` row groups each) until it has ``MAX_LARGE_GENERATIONS`` runs' files,
+then it is rewritten whole. `fsage export` into a compacted directory
 adds per-partition files beside the compacted ones, as before.
 """
 
@@ -69,7 +70,12 @@ BATCH = 8 * 1024
 # gathered stays a few MB. At 64k rows a compaction of 1000 file systems x 365 snapshots held
 # 12 MiB of snapshot rows in Arrow and peaked 20 MiB higher.
 ROW_GROUPS = {"files": 16 * 1024, "snapshots": 16 * 1024, "metrics": 16 * 1024}
-MAX_LARGE_FILES = 8
+# Row groups of one compacted file: a Parquet writer keeps each row group's column metadata
+# until it closes (22 KB a row group of file versions), so a table's rows of a generation go
+# to files of this many row groups (``c<generation>.parquet``, then ``..._<k>.parquet``).
+FILE_GROUPS = 256
+# Generations of compacted files a large table may have before it is rewritten whole.
+MAX_LARGE_GENERATIONS = 8
 # A rewrite of a large table sorts the rows of small file systems a group of up to this many
 # rows at a time; a larger file system streams in order. A rewrite of 100 file systems of 2000
 # files x 5 snapshots peaked at 163 MiB with groups of 16k rows, 172 with 32k, 182 with 64k;
@@ -286,7 +292,7 @@ def _compact(
         take, absorb = _absorbable(con, table, tf, new_cover)
         if not take:
             continue
-        whole = table not in LARGE_TABLES or len(tf.compacted) + 1 > MAX_LARGE_FILES
+        whole = table not in LARGE_TABLES or _generations(tf.compacted) + 1 > MAX_LARGE_GENERATIONS
         inputs = (tf.compacted if whole else []) + take
         out = root / table / COMPACTED / f"c{gen:06d}.parquet"
         step = None
@@ -297,30 +303,35 @@ def _compact(
             step = functools.partial(_table_progress, progress, table, total)
             step(0)
         schema = sch[table].with_metadata(table_metadata(table))
-        rows = None
+        wrote: tuple[int, list[Path]] | None = None  # rows, files
         if table in LARGE_TABLES:
             # an export writes each run in the compacted order, and each compaction appends
             # later runs: read in that order, no sort
             src = _in_order(con, pq, table, tf.compacted if whole else [], take)
             with contextlib.suppress(_Unordered):
-                rows = _write(con, pq, src, out, schema, table, step, check=True)
-        if rows is None and _unfiltered(table, tf, take, absorb, whole, old):
+                wrote = _write(con, pq, src, out, schema, table, step, check=True)
+        if wrote is None and _unfiltered(table, tf, take, absorb, whole, old):
             # each file is sorted and taken whole: read in (host, fs) order, no sort
             src = _concatenated(take)
             _set_limit(con, STREAM_MEMORY_LIMIT)
             try:
-                rows = _write(con, pq, src, out, schema, table, step, check=True)
+                wrote = _write(con, pq, src, out, schema, table, step, check=True)
             except (_Unordered, duckdb.OutOfMemoryException):
                 pass  # the sort below, at the full limit
             finally:
                 _set_limit(con, memory_limit)
-        if rows is None:
+        if wrote is None:
             src = _selects(con, table, tf, take, whole)
-            rows = _write(con, pq, src, out, schema, table, step)
-        written.append(out)
-        rel = f"{COMPACTED}/{out.name}"
-        tables[table] = [rel] if whole else [*tables[table], rel]
-        summary.tables[table] = {"input_files": len(inputs), "output_files": 1, "rows": rows}
+            wrote = _write(con, pq, src, out, schema, table, step)
+        rows, outs = wrote
+        written.extend(outs)
+        rels = [f"{COMPACTED}/{o.name}" for o in outs]
+        tables[table] = rels if whole else [*tables[table], *rels]
+        summary.tables[table] = {
+            "input_files": len(inputs),
+            "output_files": len(outs),
+            "rows": rows,
+        }
         consumed.extend(absorb)
         for p in absorb:
             if table not in LARGE_TABLES:
@@ -567,6 +578,16 @@ def _select(table: str, compacted: list[Path], take: list[Path], within: str) ->
     return f"SELECT * FROM ({src}) ORDER BY host, fs, {ORDER[table]}"
 
 
+def _generations(files: list[Path]) -> int:
+    """How many compactions wrote ``files`` (a generation's pieces count once)."""
+    return len({f.name.split(".")[0].split("_")[0] for f in files})
+
+
+def _piece(out: Path, k: int) -> Path:
+    """The ``k``-th file of the rows going to ``out`` (``out`` itself first)."""
+    return out if k == 0 else out.with_name(f"{out.stem}_{k:04d}{out.suffix}")
+
+
 def _write(
     con: Any,
     pq: Any,
@@ -576,24 +597,35 @@ def _write(
     table: str,
     progress: Callable[[int], None] | None = None,
     check: bool = False,
-) -> int:
-    """Stream the queries' rows, one query after the other, into ``out`` (written under a
-    hidden name, fsynced, renamed), in batches of ``BATCH`` rows gathered into row groups of
-    ``ROW_GROUP``. ``check``: the rows of each list of queries must come in ``ORDER`` (else
-    _Unordered, and nothing is left behind)."""
+) -> tuple[int, list[Path]]:
+    """Stream the queries' rows, one query after the other, into ``out`` and, past
+    ``FILE_GROUPS`` row groups, its next pieces (each written under a hidden name, fsynced,
+    renamed once all are written), in batches of ``BATCH`` rows gathered into row groups of
+    ``ROW_GROUP``; the rows and the files. ``check``: the rows of each list of queries must
+    come in ``ORDER`` (else _Unordered, and nothing is left behind)."""
     import pyarrow as pa
 
     private_mkdir(out.parent, parents=True, exist_ok=True)
-    tmp = private_file(out.with_name(f".{out.name}.{os.getpid()}.tmp"))
+    tmps: list[Path] = []
+
+    def open_piece(k: int) -> Any:
+        final = _piece(out, k)
+        tmps.append(private_file(final.with_name(f".{final.name}.{os.getpid()}.tmp")))
+        return pq.ParquetWriter(tmps[-1], schema, compression="zstd", use_dictionary=DICTIONARY)
+
     try:
-        rows = _write_rows(con, pq, pa, queries, tmp, schema, table, progress, check)
+        rows = _write_rows(con, pa, queries, open_piece, schema, table, progress, check)
+        for tmp in tmps:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
         raise
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, out)
-    return rows
+    outs = [_piece(out, k) for k in range(len(tmps))]
+    for tmp, final in zip(tmps, outs, strict=True):
+        os.replace(tmp, final)
+    return rows, outs
 
 
 def _query_batches(
@@ -612,10 +644,9 @@ def _query_batches(
 
 def _write_rows(
     con: Any,
-    pq: Any,
     pa: Any,
     queries: Iterable[list[str]],
-    tmp: Path,
+    open_piece: Callable[[int], Any],
     schema: Any,
     table: str,
     progress: Callable[[int], None] | None,
@@ -626,23 +657,35 @@ def _write_rows(
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
-    with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=DICTIONARY) as w:
+    pieces = [open_piece(0)]
+    try:
+
+        def write(t: Any) -> None:
+            """``t``'s rows, a row group at a time (each but the last whole)."""
+            nonlocal rows
+            for lo in range(0, t.num_rows, group):
+                if rows and rows % (group * FILE_GROUPS) == 0:  # the piece is full
+                    pieces[-1].close()
+                    pieces.append(open_piece(len(pieces)))
+                g = t.slice(lo, group)
+                pieces[-1].write_table(g, row_group_size=group)
+                rows += g.num_rows
+            if progress is not None:
+                progress(rows)
+
         for batch in _query_batches(con, queries, order if check else None):
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
             if pending_rows >= group:
                 t = pa.concat_tables(pending)
-                w.write_table(t.slice(0, group), row_group_size=group)
-                rest = t.slice(group)
+                whole = pending_rows - pending_rows % group
+                write(t.slice(0, whole))
+                rest = t.slice(whole)
                 pending, pending_rows = [rest], rest.num_rows
-                rows += group
-                if progress is not None:
-                    progress(rows)
         if pending_rows:
-            w.write_table(pa.concat_tables(pending), row_group_size=group)
-            rows += pending_rows
-            if progress is not None:
-                progress(rows)
+            write(pa.concat_tables(pending))
+    finally:
+        pieces[-1].close()
     return rows
 
 

@@ -178,7 +178,7 @@ def test_compaction_in_groups_of_partitions_keeps_rows_and_order(
             synthetic_history(store, name, files=150, snapshots=4, seed=20 + i, skip=2)
     export_mod.export_parquet(db, ds, host="h")
     monkeypatch.setattr(compact_mod, "FILES_PER_QUERY", 2)
-    monkeypatch.setattr(compact_mod, "MAX_LARGE_FILES", 1)  # the large tables rewritten too
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the large tables rewritten too
     assert compact_mod.compact(ds).changed
     plain = tmp_path / "plain"
     export_mod.export_parquet(db, plain, host="h")

@@ -147,10 +147,43 @@ def test_a_run_in_many_files_reads_and_compacts_as_one(
     assert same(answers(ds), want)
 
 
+def test_a_compaction_in_many_files_answers_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's rows of one compaction fill several files (a large fleet's, made here by
+    row groups of 16 rows, 2 a file): named after the generation, in order, all in the
+    manifest, the same answers; the next compaction adds beside them (they count as one
+    generation, not as many files) and still answers as one export of everything."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(compact_mod, "ROW_GROUPS", {"files": 16, "snapshots": 16, "metrics": 16})
+    monkeypatch.setattr(compact_mod, "FILE_GROUPS", 2)
+    dbs = make_dbs(tmp_path)
+    ds, whole = tmp_path / "ds", tmp_path / "whole"
+    export_all(dbs, ds)
+    before = answers(ds)
+    s = compact(ds)
+    pieces = sorted(p.name for p in (ds / "files" / "compacted").glob("*.parquet"))
+    assert len(pieces) > 3 and pieces[:2] == ["c000001.parquet", "c000001_0001.parquet"]
+    assert s.tables["files"]["output_files"] == len(pieces)
+    assert load_manifest(ds).tables["files"] == [f"compacted/{n}" for n in pieces]
+    groups = [pq.ParquetFile(ds / "files" / "compacted" / n).metadata.num_row_groups
+              for n in pieces]  # fmt: skip
+    assert max(groups) == 2 and min(groups) >= 1, groups
+    assert same(answers(ds), before)
+    make_dbs(tmp_path, extra=2)
+    export_all(dbs, ds)
+    s2 = compact(ds)
+    assert s2.tables["files"]["input_files"] == 3  # the new runs only: nothing rewritten
+    export_all(dbs, whole)
+    assert same(answers(ds), answers(whole))
+    files = load_manifest(ds).tables["files"]
+    assert files[: len(pieces)] == [f"compacted/{n}" for n in pieces] and len(files) > len(pieces)
+
+
 def test_export_after_compaction_adds_beside_it_and_recompacts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compact_mod, "MAX_LARGE_FILES", 1)  # the second run rewrites them too
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the second run rewrites them too
     dbs = make_dbs(tmp_path)
     ds, whole = tmp_path / "ds", tmp_path / "whole"
     export_all(dbs, ds)

@@ -73,7 +73,7 @@ def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
     assert compact_mod.compact(ds).changed
     _history(db, 4, skip=2)
     export_mod.export_parquet(db, ds, host="h")
-    monkeypatch.setattr(compact_mod, "MAX_LARGE_FILES", 1)  # the large tables rewritten
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the large tables rewritten
     summary = compact_mod.compact(ds)
     assert all(summary.tables[t]["input_files"] == 3 for t in LARGE_TABLES), summary.tables
     assert not set(sorted_tables) & set(LARGE_TABLES), sorted_tables
