@@ -302,25 +302,37 @@ def _file_order_keys(path: Path, table: str) -> list[tuple[Any, ...]]:
     return list(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
 
 
+@pytest.mark.parametrize("pieces", [False, True])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_large_tables_come_out_sorted_read_in_file_order_or_not(
-    tmp_path: Path, shuffle: bool
+    tmp_path: Path, shuffle: bool, pieces: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The large tables are streamed in file order when their runs are sorted (no sort in
-    DuckDB); a run whose rows are not is noticed and the table sorted instead."""
+    DuckDB); a run whose rows are not is noticed and the table sorted instead. ``pieces``:
+    a row group of 16 rows a file, so that the disorder is found after some files are
+    written: none of them is left behind."""
     import pyarrow.parquet as pq
 
+    if pieces:
+        monkeypatch.setattr(compact_mod, "ROW_GROUP", 16)
+        monkeypatch.setattr(compact_mod, "ROW_GROUPS", {})
+        monkeypatch.setattr(compact_mod, "FILE_GROUPS", 1)
+        monkeypatch.setattr(compact_mod, "BATCH", 16)
     dbs = make_dbs(tmp_path)
     ds = tmp_path / "ds"
     export_all(dbs, ds)
     if shuffle:  # one run of free extents written backwards
-        run = sorted((ds / "free_extents").rglob("s*.parquet"))[0]
+        run = sorted((ds / "free_extents").rglob("s*.parquet"))[-1]
         t = pq.read_table(run)
         pq.write_table(t.take(list(range(t.num_rows - 1, -1, -1))), run)
     before = answers(ds)
     compact(ds)
     assert same(answers(ds), before)
+    manifest = load_manifest(ds)
     for table in ("files", "file_ends", "free_extents"):
-        (out,) = list((ds / table / "compacted").glob("*.parquet"))
-        keys = _file_order_keys(out, table)
+        outs = sorted((ds / table / "compacted").glob("*.parquet"))
+        assert [f"compacted/{o.name}" for o in outs] == manifest.tables[table]
+        assert (len(outs) > 2) == pieces
+        keys = [k for out in outs for k in _file_order_keys(out, table)]
         assert keys and keys == sorted(keys)
+    assert not [p for p in ds.rglob("*") if p.name.endswith(".tmp")]
