@@ -133,7 +133,11 @@ class RowGroups:
         self.rows -= whole
 
     def _write(self, table: Any) -> None:
-        """``table`` in row groups of ``size``, a new file begun where one is full."""
+        """``table`` in row groups of ``size``, a new file begun where one is full (an empty
+        table an empty row group, as one writer was always given)."""
+        if table.num_rows == 0:
+            self.writer.write_table(table)
+            return
         at = 0
         while at < table.num_rows:
             if self.groups == self.per_file:
