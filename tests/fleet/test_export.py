@@ -19,7 +19,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("duckdb")
 
 from fsage.db.store import Store  # noqa: E402
-from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES  # noqa: E402
+from fsage.fleet import LARGE_TABLES, METADATA_KEY, SCHEMA_VERSION, TABLES  # noqa: E402
 from fsage.fleet.export import export_parquet  # noqa: E402
 from fsage.fleet.query import connect, files_by_size, fleet_tables  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
@@ -179,6 +179,15 @@ def test_dataset_metadata_and_schema_version(tmp_path: Path) -> None:
         assert part.parent.name == "fs=a%20b%2Fc" and part.parent.parent.name == "host=host-1"
         meta = json.loads(pq.read_schema(part).metadata[METADATA_KEY])
         assert meta == {"schema_version": SCHEMA_VERSION, "table": table}
+        if table in LARGE_TABLES:  # a dictionary only where values repeat (host and fs)
+            md = pq.ParquetFile(part).metadata
+            dictionary = {
+                md.schema.column(i).path
+                for g in range(md.num_row_groups)
+                for i in range(md.num_columns)
+                if md.row_group(g).column(i).has_dictionary_page
+            }
+            assert dictionary == ({"host", "fs"} if md.num_rows else set()), table
     con = connect(ds)
     assert con.execute("SELECT DISTINCT host, fs FROM files").fetchall() == [("host-1", "a b/c")]
     # a newer schema is refused with one clear error
