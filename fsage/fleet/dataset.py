@@ -2,7 +2,8 @@
 writes and the compacted files `fsage fleet compact` merges them into.
 
 After a compaction, ``DIR/_compacted.json`` (the manifest) names the compacted files of every
-table (``DIR/<table>/compacted/c<generation>-<n>.parquet``) and, per file system, the newest
+table (``DIR/<table>/compacted/c<generation>.parquet``, then ``c<generation>_<k>.parquet`` where
+a compaction's rows of a table fill more than one file) and, per file system, the newest
 snapshot they cover (its watermark). The rows of a file system up to its watermark are read from
 the compacted files only; its per-partition files add what is newer:
 
