@@ -51,6 +51,7 @@ from fsage.fleet.dataset import (
     stamp,
 )
 from fsage.fleet.export_schema import DICTIONARY
+from fsage.fleet.pieces import PieceWriter, first_piece, piece_name
 from fsage.private import private_file, private_mkdir, private_opener
 
 # Rows a compacted file's row groups hold: the row group being gathered comes on top of the
@@ -581,12 +582,12 @@ def _select(table: str, compacted: list[Path], take: list[Path], within: str) ->
 
 def _generations(files: list[Path]) -> int:
     """How many compactions wrote ``files`` (a generation's pieces count once)."""
-    return len({f.name.split(".")[0].split("_")[0] for f in files})
+    return len({first_piece(f.name) for f in files})
 
 
 def _piece(out: Path, k: int) -> Path:
     """The ``k``-th file of the rows going to ``out`` (``out`` itself first)."""
-    return out if k == 0 else out.with_name(f"{out.stem}_{k:04d}{out.suffix}")
+    return out.with_name(piece_name(out.name, k))
 
 
 def _write(
@@ -658,37 +659,27 @@ def _write_rows(
     rows = 0
     pending: list[Any] = []
     pending_rows = 0
-    # the open piece only: a closed writer still holds its file's metadata
-    piece, opened = open_piece(0), 1
+    out = PieceWriter(open_piece, group, FILE_GROUPS)
     try:
-
-        def write(t: Any) -> None:
-            """``t``'s rows, a row group at a time (each but the last whole)."""
-            nonlocal rows, piece, opened
-            for lo in range(0, t.num_rows, group):
-                if rows and rows % (group * FILE_GROUPS) == 0:  # the piece is full
-                    piece.close()
-                    piece = open_piece(opened)
-                    opened += 1
-                g = t.slice(lo, group)
-                piece.write_table(g, row_group_size=group)
-                rows += g.num_rows
-            if progress is not None:
-                progress(rows)
-
         for batch in _query_batches(con, queries, order if check else None):
             pending.append(pa.Table.from_batches([batch]).cast(schema))
             pending_rows += batch.num_rows
             if pending_rows >= group:
                 t = pa.concat_tables(pending)
                 whole = pending_rows - pending_rows % group
-                write(t.slice(0, whole))
+                out.write(t.slice(0, whole))
+                rows += whole
+                if progress is not None:
+                    progress(rows)
                 rest = t.slice(whole)
                 pending, pending_rows = [rest], rest.num_rows
         if pending_rows:
-            write(pa.concat_tables(pending))
+            out.write(pa.concat_tables(pending))
+            rows += pending_rows
+            if progress is not None:
+                progress(rows)
     finally:
-        piece.close()
+        out.close()
     return rows
 
 

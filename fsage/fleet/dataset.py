@@ -31,6 +31,7 @@ from urllib.parse import unquote
 
 from fsage.errors import FsageError
 from fsage.fleet import LARGE_TABLES, SCHEMA_VERSION, TABLES
+from fsage.fleet.pieces import piece_name
 from fsage.private import private_opener
 
 MANIFEST = "_compacted.json"
@@ -129,8 +130,8 @@ def partition_of(path: Path) -> tuple[str, str]:
 
 def run_file(first: int, last: int, k: int = 0) -> str:
     """The name of the ``k``-th file of the export run of snapshots ``first``..``last`` of a
-    large table (the pieces sort in order after the first one: ``_`` comes after ``.``)."""
-    return f"s{first:010d}-{last:010d}" + (f"_{k:04d}" if k else "") + ".parquet"
+    large table (``fsage.fleet.pieces``)."""
+    return piece_name(f"s{first:010d}-{last:010d}.parquet", k)
 
 
 def run_range(path: Path) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ from fsage.db.store import SnapshotRow
 from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
 from fsage.fleet.export_prefixes import DiskPrefixes
 from fsage.fleet.export_rows import diff_keys, files_table
+from fsage.fleet.pieces import PieceWriter
 from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
@@ -50,11 +51,9 @@ NAMES_SHARE = 0.15
 PARTS_SHARE = 0.7
 # File versions converted to Arrow and written at a time.
 FILES_CHUNK = 65536
-# Row groups of one file of a run. A Parquet writer keeps every row group's column metadata
-# until it closes (some 870 bytes a column, 22 KB a row group of file versions, in many small
-# pieces): kept for a whole run, they grew with the file system, and the parts' arrays came
-# and went around them (at 22.4M files the peak rose by 28 MiB over the first snapshot's parts;
-# 64 row groups a file kept it at 11).
+# Row groups of one file of a run (``fsage.fleet.pieces``): a whole run's row-group metadata,
+# in many small pieces between the parts' arrays, raised the peak by 28 MiB over the first
+# snapshot's parts at 22.4M files; 64 row groups a file kept it at 11.
 FILE_GROUPS = 64
 
 
@@ -73,11 +72,7 @@ class RowGroups:
     def __init__(self, pa: Any, open_file: Callable[[int], Any], size: int = FILES_CHUNK,
                  per_file: int | None = None) -> None:  # fmt: skip
         self.pa = pa
-        self.open_file = open_file
-        self.writer = open_file(0)
-        self.files = 1
-        self.groups = 0  # in the open file
-        self.per_file = per_file or FILE_GROUPS
+        self.files = PieceWriter(open_file, size, per_file or FILE_GROUPS)
         self.size = size
         self.pending: list[Any] = []
         self.rows = 0
@@ -128,39 +123,21 @@ class RowGroups:
     def _write_whole(self) -> None:
         joined = self.pa.concat_tables([*self._unwait(), *self.pending])
         whole = self.rows - self.rows % self.size
-        self._write(joined.slice(0, whole))
+        self.files.write(joined.slice(0, whole))
         self.pending = [joined.slice(whole)] if whole < self.rows else []
         self.rows -= whole
-
-    def _write(self, table: Any) -> None:
-        """``table`` in row groups of ``size``, a new file begun where one is full (an empty
-        table an empty row group, as one writer was always given)."""
-        if table.num_rows == 0:
-            self.writer.write_table(table)
-            return
-        at = 0
-        while at < table.num_rows:
-            if self.groups == self.per_file:
-                self.writer.close()
-                self.writer = self.open_file(self.files)
-                self.files += 1
-                self.groups = 0
-            rows = min(table.num_rows - at, (self.per_file - self.groups) * self.size)
-            self.writer.write_table(table.slice(at, rows), row_group_size=self.size)
-            self.groups += -(-rows // self.size)
-            at += rows
 
     def flush(self) -> None:
         held = [*self._unwait(), *self.pending]
         if held:
-            self._write(self.pa.concat_tables(held))
+            self.files.write(self.pa.concat_tables(held))
         self.pending, self.rows = [], 0
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            self.writer.close()
+            self.files.close()
 
 
 class Keys:
