@@ -146,9 +146,25 @@ class _DirScans:
         return out
 
 
+def bucket_starts(entries: npt.NDArray[Any]) -> I64:
+    """Where the walk's buckets start among the sorted inodes that name entries, given how
+    many names each holds: about a window's entries a bucket (one directory's entries are
+    sorted together, however many). Counted a window of directories at a time: the running
+    totals of all would take eight bytes a directory."""
+    window = max(spill.WINDOW, 1)
+    out: list[I64] = []
+    carry = 0
+    for lo in range(0, entries.size, window):
+        total = carry + np.cumsum(entries[lo : lo + window], dtype=np.int64)
+        crossed = np.diff(total // window, prepend=carry // window)
+        out.append(lo + np.flatnonzero(crossed))
+        carry = int(total[-1])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
 class PathWalk:
     def __init__(self, tmp: Path, tabs: _InodeTables | None, root: int, bs: int,
-                 group_blocks: int | None, parents: I64, entries: I64) -> None:  # fmt: skip
+                 group_blocks: int | None, cuts: I64) -> None:  # fmt: skip
         self.tmp = tmp
         self.tabs = tabs
         self.root = root
@@ -160,12 +176,9 @@ class PathWalk:
         self.dirs = tmp / "dirs.rec"
         self.dirs.write_bytes(b"")
         self.root_rec: npt.NDArray[Any] | None = None
-        # buckets by ranges of parents (their order is the parents' order) of about a
-        # window's entries each (``entries``: the names each of ``parents`` holds); one
-        # directory's entries are sorted together, however many
-        total = np.cumsum(entries)
-        cut = np.flatnonzero(np.diff(total // max(spill.WINDOW, 1), prepend=0))
-        self.cuts = parents[cut]
+        # buckets by ranges of parents (their order is the parents' order), from each of
+        # ``cuts`` on (``bucket_starts``)
+        self.cuts = cuts
 
     def add(self, rec: npt.NDArray[Any], name_row: I64, name_off: Any, names: bytes,
             holds: npt.NDArray[np.bool_]) -> None:  # fmt: skip

@@ -125,14 +125,12 @@ class StreamedFigures:
     """Fed the parts of one snapshot in inode order (``add``), then ``finish``."""
 
     def __init__(self, head: Layout, all_ino: Iterable[npt.NDArray[np.uint64]], root: int,
-                 parents: npt.NDArray[np.int64], entries: npt.NDArray[np.int64],
-                 names_entries: Callable[[I64], npt.NDArray[np.bool_]],
+                 cuts: I64, names_entries: Callable[[I64], npt.NDArray[np.bool_]],
                  tmp: Path, free: tuple[dict[str, Any], int] | None = None) -> None:  # fmt: skip
-        """``parents``: the sorted inodes that name entries, ``entries`` how many each (for
-        the walk's buckets; neither is kept); ``names_entries(ino)``: which of ``ino`` are
-        among ``parents``, asked a part at a time (a bit an inode number takes an eighth of
-        what the sorted inodes do); ``free``: ``free_figures(head)``, when the caller has
-        let go of the free map."""
+        """``cuts``: where the walk's buckets start among the inodes that name entries
+        (``pathwalk.bucket_starts``); ``names_entries(ino)``: which of ``ino`` name entries,
+        asked a part at a time; ``free``: ``free_figures(head)``, when the caller has let go
+        of the free map."""
         self.head = head
         self.free = free if free is not None else free_figures(head)
         self.bs = head.facts.block_size
@@ -151,7 +149,7 @@ class StreamedFigures:
         self.inode_scan = Scan.new(self.tabs)
         self.inode_disc = self.inode_blocks = 0
         group_blocks = blocks_per_group(head)
-        self.walk = PathWalk(tmp, self.tabs, root, self.bs, group_blocks, parents, entries)
+        self.walk = PathWalk(tmp, self.tabs, root, self.bs, group_blocks, cuts)
         self.ipg = inodes_per_group(head)
         tables = [g.get("inode_table") for g in head.facts.groups]
         isize = fact(head, "inode_size", "s_inode_size")

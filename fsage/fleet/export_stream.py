@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer import spill
+from fsage.analyzer.pathwalk import bucket_starts
 from fsage.analyzer.spill import Buckets
 from fsage.analyzer.streamed import StreamedFigures, free_figures
 from fsage.db.parts import Names, SnapshotParts
@@ -26,6 +27,7 @@ from fsage.fleet.export_metrics import rows_of_figures, snapshot_row
 from fsage.fleet.export_prefixes import DiskPrefixes
 from fsage.fleet.export_rows import diff_keys, files_table
 from fsage.fleet.pieces import PieceWriter
+from fsage.fleet.ranked import RankedInodes
 from fsage.layout import Layout, LinkTable
 
 I64 = npt.NDArray[np.int64]
@@ -216,23 +218,9 @@ class _PartPaths:
         return out
 
 
-class _InodeSet:
-    """Which inodes belong to a set: a bit an inode number over the span the snapshot's
-    files lie in (``SnapshotParts.inode_bits``), the few outside it sorted."""
-
-    def __init__(self, bits: Any, outside: I64) -> None:
-        self.bits, self.outside = bits, outside
-
-    def __call__(self, ino: I64) -> npt.NDArray[np.bool_]:
-        out: npt.NDArray[np.bool_] = self.bits.at(ino)
-        if self.outside.size:
-            out |= np.isin(ino, self.outside)
-        return out
-
-
-def _parents(sp: SnapshotParts, trim: Callable[[], None] = _no_trim) -> tuple[I64, _InodeSet, bool]:
-    """Every inode that names an entry (sorted), the same as a set (a bit a number: what
-    the parts ask), and whether the snapshot has any name.
+def _parents(sp: SnapshotParts, trim: Callable[[], None] = _no_trim) -> tuple[RankedInodes, bool]:
+    """Every inode that names an entry, as a set that ranks its members, and whether the
+    snapshot has any name.
 
     Those among the user files' inode numbers are marked a bit a number, as ``sp.exists``
     marks the files (the pieces' inodes gathered and made unique took three to four times
@@ -254,29 +242,17 @@ def _parents(sp: SnapshotParts, trim: Callable[[], None] = _no_trim) -> tuple[I6
             if len(other) > 8:
                 other = [np.unique(np.concatenate(other))]
     outside = np.unique(np.concatenate(other)) if other else np.zeros(0, np.int64)
-    low, high = outside[outside < base], outside[outside >= base]
-    step = 8 * max(spill.WINDOW, 1)
-    windows = range(0, n, step)
-    marked = sum(int(bits.get(lo, min(lo + step, n)).sum()) for lo in windows)
-    out = np.empty(low.size + marked + high.size, np.int64)
-    out[: low.size] = low
-    at = low.size
-    for lo in windows:
-        got = np.flatnonzero(bits.get(lo, min(lo + step, n))) + base + lo
-        out[at : at + got.size] = got
-        at += got.size
-    out[at:] = high
-    return out, _InodeSet(bits, outside), any_name
+    return RankedInodes(bits, outside), any_name
 
 
 def _names_by_part(
-    sp: SnapshotParts, tmp: Path, parents: I64, trim: Callable[[], None] = _no_trim
-) -> tuple[Buckets, DiskPrefixes, npt.NDArray[np.bool_], I64]:
+    sp: SnapshotParts, tmp: Path, parents: RankedInodes, trim: Callable[[], None] = _no_trim
+) -> tuple[Buckets, DiskPrefixes, npt.NDArray[np.bool_], npt.NDArray[np.uint32]]:
     """The user files' names bucketed by part (``LINK`` records), the names whose inode
-    names entries (on disk, for their prefixes), which of ``parents`` some other name names,
-    and how many names each of ``parents`` holds."""
+    names entries (on disk, for their prefixes), which of ``parents`` (by rank) some other
+    name names, and how many names each of them holds."""
     out = Buckets(tmp, "links", LINK, names=True)
-    counts = np.zeros(parents.size, np.int64)
+    counts = np.zeros(parents.size, np.uint32)
     dirs = DiskPrefixes(tmp / "prefixes.sqlite")
     # a byte a directory: the inodes themselves, gathered and made unique at the end, took
     # four times eight
@@ -287,12 +263,12 @@ def _names_by_part(
         ino = n.ino.astype(np.int64)
         parent = n.parent.astype(np.int64)
         if parents.size:
-            at = np.minimum(np.searchsorted(parents, ino), parents.size - 1)
-            hit = np.flatnonzero(parents[at] == ino)
+            hit = np.flatnonzero(parents(ino))
             off = n.name_off.astype(np.int64)
             dirs.add(n.seq[hit], parent[hit], ino[hit], off[:-1][hit], off[1:][hit], n.names)
             del off
-            named[at[hit][ino[hit] != parent[hit]]] = True
+            other = ino[hit] != parent[hit]
+            named[parents.rank(ino[hit][other])] = True
         user = np.flatnonzero(n.user)
         rec = np.zeros(user.size, LINK)
         rec["seq"] = n.seq[user]
@@ -300,11 +276,12 @@ def _names_by_part(
         rec["parent"] = parent[user]
         rec["valid"] = (parent[user] != ino[user]) & sp.exists(n.parent[user])
         if parents.size:  # the entries of each directory, for the walk's buckets
-            named_by = np.searchsorted(parents, parent[user][rec["valid"] != 0])
+            by = parent[user][rec["valid"] != 0]
+            by = by[parents(by)]
             # the piece's own directories (a count for every directory would be allocated
             # and cleared again for each piece)
-            at, times = np.unique(named_by[named_by < parents.size], return_counts=True)
-            counts[at] += times
+            at, times = np.unique(parents.rank(by), return_counts=True)
+            counts[at] += times.astype(np.uint32)
         sub = _subset(n, user)
         out.add(sp.part_of(n.ino[user]) + 1, rec, sub.name_off, sub.names)
     return out, dirs, named, counts
@@ -351,7 +328,7 @@ def export_snapshot(
     snap = snapshot_row(host, row, head)
     trim()
     tick(NAMES_SHARE / 3)
-    parents, names_entries, any_name = _parents(sp, trim)
+    parents, any_name = _parents(sp, trim)
     trim()  # freed memory given back between phases: the heap of one is not the next one's
     tick(NAMES_SHARE / 2)
     root_ino = head.root_ino
@@ -360,21 +337,19 @@ def export_snapshot(
     prefix.finish(root_ino)
     root = -1
     if sp.exists(np.array([root_ino], np.uint64))[0] and (
-        not any_name or np.isin(root_ino, parents)
+        not any_name or parents(np.array([root_ino], np.int64))[0]
     ):
         root = root_ino
     else:  # the one directory with entries that no other one names
-        tops = parents[~named]
+        tops = parents.select(np.flatnonzero(~named))
         if tops.size == 1 and sp.exists(tops.astype(np.uint64))[0]:
             root = int(tops[0])
     del named
     trim()
     tick(NAMES_SHARE)
-    figures = StreamedFigures(head, sp.all_inos(), root, parents, entries, names_entries, tmp,
-                              free)  # fmt: skip
-    # the walk's buckets are cut: the parts ask ``names_entries``, a bit an inode number,
-    # not the sorted inodes (eight bytes a directory)
-    del entries, parents
+    cuts = parents.select(bucket_starts(entries))
+    del entries
+    figures = StreamedFigures(head, sp.all_inos(), root, cuts, parents, tmp, free)
     trim()
     bounds = sp.bounds.tolist()
     versions = 0
@@ -435,7 +410,7 @@ def export_snapshot(
     # what only the parts needed goes before the walk: the directories' paths and which
     # inodes name entries
     prefix.close()
-    del prefix, old, names_entries
+    del prefix, old, parents
     figures.parts_done()
     trim()
     tick(PARTS_SHARE)
