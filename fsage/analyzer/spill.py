@@ -16,11 +16,15 @@ import numpy as np
 import numpy.typing as npt
 
 from fsage.analyzer.dynamic import ranges
+from fsage.errors import FsageError
 
 #: Values read back at a time.
 WINDOW = 1 << 16
 # numpy's pairwise summation adds up to this many values in one unrolled loop
 PAIRWISE_BLOCK = 128
+#: The oldest SQLite the scratch tables' statements run on (``UPDATE ... FROM``: 3.33), with
+#: its JSON functions (``json_each``), built in by default from 3.38 on.
+SQLITE_MIN = (3, 33, 0)
 # flips a negative float's magnitude bits, so that its bits as an integer sort as it does
 _MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 
@@ -28,8 +32,24 @@ _MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 def scratch_db(path: Path, cache_kib: int) -> sqlite3.Connection:
     """A SQLite file for scratch tables: no journal, no syncs, a page cache of ``cache_kib``
     (what the tables hold beyond it stays on disk, sorts and temporary tables too)."""
+    have = sqlite3.sqlite_version_info
+    if have < SQLITE_MIN:
+        raise FsageError(
+            f"the path walk and the export need SQLite {'.'.join(map(str, SQLITE_MIN))} or "
+            f"newer; this Python's sqlite3 module has {sqlite3.sqlite_version}: use a Python "
+            "built against a newer SQLite (Debian 12's is 3.40)"
+        )
     path.unlink(missing_ok=True)
     con = sqlite3.connect(path)
+    try:
+        con.execute("SELECT count(*) FROM json_each('[1]')").fetchone()
+    except sqlite3.OperationalError:
+        con.close()
+        raise FsageError(
+            f"this Python's SQLite ({sqlite3.sqlite_version}) was built without its JSON "
+            "functions, which the export needs: use a Python built against SQLite 3.38 or "
+            "newer, or one with JSON1"
+        ) from None
     con.executescript(
         f"""PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
         PRAGMA cache_size = -{cache_kib}; PRAGMA temp_store = FILE;"""

@@ -312,3 +312,28 @@ def test_path_walk_holds_a_few_numbers_a_directory(tmp_path: Path) -> None:
     few, many = _peaks(tmp_path, files, 1000)["walk"], _peaks(tmp_path, files, 3)["walk"]
     dirs = files // 3
     assert many - few < 40 * dirs, (few, many, (many - few) / dirs)
+
+
+def test_an_older_sqlite_is_refused_with_what_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SQLite before ``UPDATE ... FROM`` is named in a one-line error before any scratch
+    file is made; the machine's own runs the scratch tables' statements."""
+    import sqlite3
+
+    from fsage.analyzer import spill
+    from fsage.errors import FsageError
+
+    con = spill.scratch_db(tmp_path / "ok.sqlite", 1024)
+    con.executescript(
+        "CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER); INSERT INTO t VALUES (1, 0);"
+        "UPDATE t SET b = s.v FROM (SELECT 1 AS k, 7 AS v) AS s WHERE t.a = s.k;"
+    )
+    assert con.execute("SELECT b FROM t").fetchone() == (7,)
+    assert con.execute("SELECT sum(value) FROM json_each('[2, 3]')").fetchone() == (5,)
+    con.close()
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    with pytest.raises(FsageError, match=r"SQLite 3\.33\.0 or newer.*has 3\.31\.1"):
+        spill.scratch_db(tmp_path / "old.sqlite", 1024)
+    assert not (tmp_path / "old.sqlite").exists()
