@@ -32,6 +32,7 @@ from typing import Any
 
 from fsage.errors import FsageError
 from fsage.fleet import LARGE_TABLES, TABLES
+from fsage.fleet.allocator import map_large_buffers, system_memory_pool
 from fsage.fleet.damage import damaged_files
 from fsage.fleet.dataset import (
     COMPACTED,
@@ -169,6 +170,7 @@ def compact(
     absorbed per-partition files stay (so that rsync does not copy them again); readers skip
     them."""
     try:
+        map_large_buffers()
         system_memory_pool()
         import duckdb
         import pyarrow.parquet as pq
@@ -219,16 +221,6 @@ def compact(
             shutil.rmtree(tmpdir, ignore_errors=True)
     summary.seconds = time.monotonic() - t0
     return summary
-
-
-def system_memory_pool() -> None:
-    """Arrow's buffers from the C library's allocator: Arrow's default keeps what it freed,
-    so the peak of a long run would be the sum of its phases, not the largest of them. The
-    environment reaches Arrow's own C++ allocations too, if Arrow is not loaded yet."""
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def _remove_leftovers(root: Path) -> None:

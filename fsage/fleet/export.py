@@ -143,7 +143,7 @@ def export_parquet(
     progress: Callable[[int, int], None] | None = None,
 ) -> ExportSummary:
     """Export the snapshots of ``db`` not yet in ``out`` (see the module docstring)."""
-    from fsage.fleet.compact import system_memory_pool
+    from fsage.fleet.allocator import system_memory_pool
 
     with contextlib.suppress(ImportError):  # require_pyarrow says so
         system_memory_pool()
