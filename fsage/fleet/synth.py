@@ -199,12 +199,37 @@ def _dirs(ndirs: int, block: int = BLOCK) -> FileTable:
     )
 
 
-def _dir_parents(ndirs: int) -> list[int]:
+def _dir_parents(ndirs: int) -> I64:
     """The parent inode of each directory (ino 3...): the root, or with ``FANOUT`` a tree in
     which directory i holds directories ``FANOUT * (i + 1)`` to ``FANOUT * (i + 2) - 1``."""
+    i = np.arange(ndirs, dtype=np.int64)
     if FANOUT <= 0:
-        return [2] * ndirs
-    return [2 if i < FANOUT else 3 + i // FANOUT - 1 for i in range(ndirs)]
+        return np.full(ndirs, 2, np.int64)
+    return np.where(i < FANOUT, 2, 3 + i // FANOUT - 1)
+
+
+def _numbered(prefix: bytes, numbers: I64) -> tuple[npt.NDArray[np.uint64], bytes]:
+    """The names ``prefix`` + each number in decimal, as a LinkTable holds them (offsets and
+    the bytes one after the other), made without a Python object a name (a history of 45M
+    files took some 150 bytes a file in lists of names and numbers)."""
+    n = numbers.size
+    digits = np.ones(n, np.int64)
+    for k in range(1, 19):
+        digits += numbers >= 10**k
+    width = int(digits.max()) if n else 1
+    grid = np.empty((n, len(prefix) + width), np.uint8)
+    grid[:, : len(prefix)] = np.frombuffer(prefix, np.uint8)
+    rest = numbers.copy()
+    for col in range(len(prefix) + width - 1, len(prefix) - 1, -1):
+        grid[:, col] = ord("0") + rest % 10
+        rest //= 10
+    # the digits are right-aligned: each row keeps its prefix and its last ``digits`` columns
+    column = np.arange(grid.shape[1])
+    first = len(prefix) + width - digits
+    keep = (column < len(prefix))[None, :] | (column[None, :] >= first[:, None])
+    off = np.zeros(n + 1, np.uint64)
+    np.cumsum(len(prefix) + digits, out=off[1:])
+    return off, grid[keep].tobytes()
 
 
 def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -> Layout:
@@ -212,12 +237,13 @@ def _layout(dirs: FileTable, files: FileTable, facts: FsFacts, first_ino: int) -
     everything = FileTable.concat([dirs, files])
     fino = files.ino.astype(np.int64)
     parent = 3 + ((fino - first_ino) // PER_DIR) % max(ndirs, 1)
-    names = [f"f{i}".encode() for i in fino.tolist()]
-    dnames = [f"d{i}".encode() for i in range(ndirs)]
-    links = LinkTable.from_lists(
-        _dir_parents(ndirs) + parent.tolist(),
-        list(range(3, 3 + ndirs)) + fino.tolist(),
-        dnames + names,
+    d_off, d_names = _numbered(b"d", np.arange(ndirs, dtype=np.int64))
+    f_off, f_names = _numbered(b"f", fino)
+    links = LinkTable(
+        np.concatenate([_dir_parents(ndirs), parent]).astype(np.uint64),
+        np.concatenate([np.arange(3, 3 + ndirs, dtype=np.int64), fino]).astype(np.uint64),
+        np.concatenate([d_off, f_off[1:] + d_off[-1]]),
+        d_names + f_names,
     )
     gap_start, gap_len = _free_extents(everything, facts.blocks_total)
     free = FreeExtents(gap_start.astype(np.uint64), gap_len.astype(np.uint64))
