@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fsage import _ext2fs
+from fsage import _ext2fs, paged
 from fsage.db import codec
 from fsage.db.checksum import DamagedError, blob_crc, matches
 from fsage.db.versions import (
@@ -176,7 +176,7 @@ class _Bits:
 
     @classmethod
     def ones(cls, n: int) -> _Bits:
-        return cls(np.full((n + 7) >> 3, 0xFF, np.uint8), n)
+        return cls(paged.full((n + 7) >> 3, 0xFF), n)
 
     def clear(self, at: I64) -> None:
         np.bitwise_and.at(self.bits, at >> 3, ~(np.uint8(0x80) >> (at & 7).astype(np.uint8)))
@@ -213,7 +213,7 @@ class _Bits:
         top = int(i[-1]) + 1
         if top > self.n:
             size = max(top, 2 * self.n)
-            grown = np.zeros((size + 7) >> 3, np.uint8)
+            grown = paged.zeros((size + 7) >> 3)
             grown[: self.bits.size] = self.bits
             if self.n & 7:  # the bits past the old end are not set
                 grown[self.n >> 3] &= np.uint8((0xFF << (8 - (self.n & 7))) & 0xFF)
@@ -228,7 +228,7 @@ class _Bits:
             return cls.ones(0)
         base = min(b.base for b in some)
         top = max(b.base + 8 * b.bits.size for b in some)
-        out = cls(np.zeros((top - base + 7) >> 3, np.uint8), top - base, base)
+        out = cls(paged.zeros((top - base + 7) >> 3), top - base, base)
         for b in some:
             at = (b.base - base) >> 3
             out.bits[at : at + b.bits.size] |= b.bits
@@ -528,7 +528,7 @@ class SnapshotParts:
     def inode_bits(self) -> _Bits:
         """No bit set, one for each of the inode numbers the user files lie among (``base``
         the lowest, ``n`` of them), as ``exists`` keeps its own."""
-        return _Bits(np.zeros_like(self.inos.bits), self.inos.n, self.inos.base)
+        return _Bits(paged.zeros(self.inos.bits.size), self.inos.n, self.inos.base)
 
     def free_windows(self) -> Iterator[tuple[U64, U64]]:
         """The free map's (start, length) pairs in stored order, a window at a time."""

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from fsage import paged
 from fsage.db.store import SnapshotRow, Store
 from fsage.fleet import SMALL_TABLES, TABLES
 from fsage.fleet.dataset import remove_stale_temporaries, run_file
@@ -132,6 +133,7 @@ def trim_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    paged.release()
 
 
 def export_parquet(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage import paged
 from fsage.analyzer import spill
 from fsage.analyzer.pathwalk import bucket_starts
 from fsage.analyzer.spill import Buckets
@@ -252,11 +253,11 @@ def _names_by_part(
     names entries (on disk, for their prefixes), which of ``parents`` (by rank) some other
     name names, and how many names each of them holds."""
     out = Buckets(tmp, "links", LINK, names=True)
-    counts = np.zeros(parents.size, np.uint32)
+    counts = paged.zeros(parents.size, np.uint32)
     dirs = DiskPrefixes(tmp / "prefixes.sqlite")
     # a byte a directory: the inodes themselves, gathered and made unique at the end, took
     # four times eight
-    named = np.zeros(parents.size, bool)
+    named = paged.zeros(parents.size, bool)
     for k, n in enumerate(sp.names()):
         if k % TRIM_PARTS == TRIM_PARTS - 1:
             trim()

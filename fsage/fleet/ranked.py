@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage import paged
+
 I64 = npt.NDArray[np.int64]
 
 #: Ranks ``select`` looks up at once: each takes a row of 64 bytes while it is found.
@@ -34,12 +36,12 @@ class RankedInodes:
         self.high = outside[outside >= self.base]
         words = (self.n + 63) >> 6
         if bits.bits.size != 8 * words:
-            padded = np.zeros(8 * words, np.uint8)
+            padded = paged.zeros(8 * words)
             padded[: min(bits.bits.size, padded.size)] = bits.bits[: padded.size]
             bits.bits = padded
         # bit i of the span is bit 63 - (i & 63) of word i >> 6 read big-endian
         self.words = bits.bits.view(">u8")
-        self.before = np.zeros(words + 1, np.uint32)  # members in the words before each
+        self.before = paged.zeros(words + 1, np.uint32)  # members in the words before each
         np.cumsum(np.bitwise_count(self.words), dtype=np.uint32, out=self.before[1:])
         self.inside = int(self.before[-1])
         self.size = self.low.size + self.inside + self.high.size

@@ -484,3 +484,34 @@ def test_one_inode_bitmap_holds_every_chunks_files() -> None:
     assert union.at(probe.astype(np.int64)).tolist() == np.isin(probe, every).tolist()
     assert union.bits.nbytes < 2 * (420_000 // 8)
     assert parts._Bits.union([parts._Bits.ones(0)]).at(np.array([0, 5])).tolist() == [0, 0]
+
+
+def test_an_export_with_its_bits_paged_is_the_export_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every bit array and per-directory count of the export in a scratch file's pages, its
+    pages dropped at each trim (``paged.PAGED_BYTES`` 1): the same tables as with all of them
+    in memory."""
+    pytest.importorskip("pyarrow")
+    from fsage import paged
+    from fsage.fleet import synth
+
+    db = tmp_path / "paged.db"
+    monkeypatch.setattr(synth, "PER_DIR", 6)
+    monkeypatch.setattr(synth, "FANOUT", 3)
+    with Store.open(db, create=True) as store:
+        synth.synthetic_history(store, "p", files=2400, snapshots=3, seed=11, churn=0.05)
+    monkeypatch.setattr(parts, "PART_ROWS", 97)
+    monkeypatch.setattr(export_stream, "TRIM_PARTS", 2)
+    monkeypatch.setattr(paged, "PAGED_BYTES", 1 << 40)
+    export_parquet(db, tmp_path / "memory", host="h")
+    monkeypatch.setattr(paged, "PAGED_BYTES", 1)
+    released: list[int] = []
+    real_release = paged.release
+    monkeypatch.setattr(paged, "release", lambda: released.append(real_release()) or 0)
+    export_parquet(db, tmp_path / "paged", host="h")
+    assert max(released) >= 4  # the snapshot's bits, the parents' bits and counts, ...
+    a, b = _tables(tmp_path / "memory"), _tables(tmp_path / "paged")
+    assert a.keys() == b.keys()
+    for name, table in a.items():
+        assert table.equals(b[name]), name  # type: ignore[attr-defined]

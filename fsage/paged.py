@@ -1,0 +1,67 @@
+"""Large arrays held in a scratch file's pages instead of the process's own memory.
+
+A snapshot's bit a file or inode number grows with the file system (some 6 MiB a bit at 49M
+inode numbers, and the export keeps several); mapped from an unlinked scratch file, those
+pages are the page cache's, and ``release`` drops them from the resident set between pieces
+of work (the kernel writes them back or keeps them cached; the next touch maps them again).
+Arrays under ``PAGED_BYTES`` stay ordinary: a mapping costs a file and page faults.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import weakref
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Arrays of at least this many bytes are paged.
+PAGED_BYTES = 1 << 20
+
+_live: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+
+def zeros(count: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
+    """``count`` zeros of ``dtype``; paged when large and a scratch file can hold them
+    (its blocks reserved first: a page that finds the file system full would kill the
+    process when touched), else in memory."""
+    dt = np.dtype(dtype)
+    nbytes = count * dt.itemsize
+    if nbytes < PAGED_BYTES:
+        return np.zeros(count, dt)
+    try:
+        with tempfile.TemporaryFile(prefix="fsage-paged-") as f:
+            os.posix_fallocate(f.fileno(), 0, nbytes)
+            mm = mmap.mmap(f.fileno(), nbytes)
+    except OSError:  # no room in the scratch directory, or no mapping: memory will do
+        return np.zeros(count, dt)
+    _live.add(mm)
+    return np.frombuffer(mm, dt, count)
+
+
+def full(count: int, value: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
+    out = zeros(count, dtype)
+    out.fill(value)
+    return out
+
+
+def is_paged(array: npt.NDArray[Any]) -> bool:
+    """Whether ``array`` (or the array it views) lies in a scratch file's pages."""
+    base: Any = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap)
+
+
+def release() -> int:
+    """Drop every paged array's pages from the resident set (their contents stay); how many
+    arrays there were."""
+    live = list(_live)
+    for mm in live:
+        mm.madvise(mmap.MADV_DONTNEED)
+    return len(live)
