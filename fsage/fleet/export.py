@@ -129,7 +129,8 @@ def trim_heap() -> None:
     """Give the C library's freed memory back to the system. glibc keeps a freed heap whose
     top is still in use (and raises its mmap threshold after large frees, so that the next
     snapshot's arrays land in that heap): without this a run's resident memory grows by a
-    snapshot's worth of arrays after the first, and the peak is two snapshots, not one."""
+    snapshot's worth of arrays after the first, and the peak is two snapshots, not one. The
+    paged arrays' pages leave the resident set too (``paged.release``)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
