@@ -14,9 +14,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
+#: glibc's ``mallopt`` parameters (``malloc.h``).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 _HEAP_BLOCKS_UP_TO = 1 << 30
 
 
@@ -27,16 +28,16 @@ def keep_freed_memory(*, one_arena: bool = False) -> None:
     what a thread frees (the live walk's buffers) is reused by the main thread's arrays."""
     if not sys.platform.startswith("linux"):
         return
-    mallopt = _mallopt()
+    mallopt = glibc_mallopt()
     if mallopt is None:
         return
-    mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_UP_TO)
-    mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    mallopt(M_MMAP_THRESHOLD, _HEAP_BLOCKS_UP_TO)
+    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
     if one_arena:
-        mallopt(_M_ARENA_MAX, 1)
+        mallopt(M_ARENA_MAX, 1)
 
 
-def _mallopt() -> Callable[[int, int], int] | None:
+def glibc_mallopt() -> Callable[[int, int], int] | None:
     """glibc's mallopt: from fsage._live where it is built (no ctypes to import), else
     through ctypes; None without glibc."""
     try:

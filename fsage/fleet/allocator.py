@@ -3,12 +3,10 @@ that of its largest phase, not the sum of its phases nor what fragments between 
 
 from __future__ import annotations
 
-import ctypes
 import os
 
-#: glibc's ``mallopt`` parameters (``malloc.h``).
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+from fsage.heap import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, glibc_mallopt
+
 #: Buffers of at least this many bytes are mapped on their own and unmapped when freed.
 MMAP_THRESHOLD = 64 * 1024
 #: Free memory at the top of the heap past this is given back.
@@ -34,11 +32,8 @@ def map_large_buffers() -> bool:
     pieces left between longer-lived ones stayed: its peak grew 12 MiB from 2.8M to 22.4M
     files, 6 MiB of it less this way at 11.2M, in about the same time. Not for the export:
     its many short-lived arrays take half as long again when each is mapped."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    mallopt = glibc_mallopt()
+    if mallopt is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    took = [mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD), mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)]
+    took = [mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD), mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)]
     return took == [1, 1]
