@@ -8,6 +8,7 @@ reuse costs no more peak memory (the same arrays are alive at the peak either wa
 
 from __future__ import annotations
 
+import functools
 import sys
 
 TYPE_CHECKING = False
@@ -56,3 +57,22 @@ def glibc_mallopt() -> Callable[[int, int], int] | None:
     call.restype = ctypes.c_int
     result: Callable[[int, int], int] = call
     return result
+
+
+def give_back_freed() -> None:
+    """glibc's ``malloc_trim(0)``: the heap's free pages given back to the system, those
+    between live blocks too (nothing without glibc)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes
+
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim

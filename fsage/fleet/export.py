@@ -18,8 +18,6 @@ has no end before S. A version changes when the store would store a new one (sam
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import socket
 import tempfile
 import time
@@ -63,6 +61,7 @@ from fsage.fleet.export_stream import (
     export_snapshot,
 )
 from fsage.fleet.export_study import export_studies
+from fsage.heap import give_back_freed
 from fsage.private import private_mkdir
 
 I64 = npt.NDArray[np.int64]
@@ -117,23 +116,13 @@ class ExportSummary:
         )
 
 
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
 def trim_heap() -> None:
     """Give the C library's freed memory back to the system. glibc keeps a freed heap whose
     top is still in use (and raises its mmap threshold after large frees, so that the next
     snapshot's arrays land in that heap): without this a run's resident memory grows by a
     snapshot's worth of arrays after the first, and the peak is two snapshots, not one. The
     paged arrays' pages leave the resident set too (``paged.release``)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    give_back_freed()
     paged.release()
 
 
