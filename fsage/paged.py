@@ -48,20 +48,27 @@ def full(count: int, value: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
     return out
 
 
-def is_paged(array: npt.NDArray[Any]) -> bool:
-    """Whether ``array`` (or the array it views) lies in a scratch file's pages."""
+def _mapping(array: npt.NDArray[Any]) -> mmap.mmap | None:
     base: Any = array
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
-    return isinstance(base, mmap.mmap)
+    return base if isinstance(base, mmap.mmap) else None
 
 
-def release() -> int:
-    """Drop every paged array's pages from the resident set (their contents stay); how many
-    arrays there were."""
-    live = list(_live)
+def is_paged(array: npt.NDArray[Any]) -> bool:
+    """Whether ``array`` (or the array it views) lies in a scratch file's pages."""
+    return _mapping(array) is not None
+
+
+def release(*arrays: npt.NDArray[Any]) -> int:
+    """Drop the pages of ``arrays`` (those of them paged; with none given, every paged
+    array's) from the resident set, their contents kept; how many arrays were paged."""
+    if arrays:
+        live = [m for m in map(_mapping, arrays) if m is not None]
+    else:
+        live = list(_live)
     for mm in live:
         mm.madvise(mmap.MADV_DONTNEED)
     return len(live)

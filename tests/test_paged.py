@@ -34,6 +34,16 @@ def test_a_large_array_is_paged_and_keeps_its_values_when_released() -> None:
     assert np.array_equal(a[::4096], np.arange(0, a.size, 4096, dtype=np.uint32))
 
 
+def test_one_array_released_leaves_the_others_resident() -> None:
+    a = paged.full(8 << 20, 7, np.uint32)  # 32 MiB each
+    b = paged.full(8 << 20, 9, np.uint32)
+    held = _rss_mib()
+    assert paged.release(a, np.zeros(3)) == 1  # an ordinary array is left as it is
+    dropped = held - _rss_mib()
+    assert 24 < dropped < 40, dropped  # a's pages, not b's
+    assert int(a[-1]) == 7 and int(b[-1]) == 9
+
+
 def test_a_small_array_is_ordinary_memory() -> None:
     a = paged.zeros(1000, np.uint64)
     assert not paged.is_paged(a) and a.dtype == np.uint64 and a.size == 1000

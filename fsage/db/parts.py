@@ -232,6 +232,8 @@ class _Bits:
         for b in some:
             at = (b.base - base) >> 3
             out.bits[at : at + b.bits.size] |= b.bits
+            paged.release(b.bits)
+        paged.release(out.bits)
         return out
 
 
@@ -296,6 +298,9 @@ class _Chunk:
                 count += int(sel.size)
                 self.inos.add(sel.astype(np.int64))
             del valid
+            # out of the resident set until read: a snapshot of many chunks would hold every
+            # chunk's bits at once while the next ones are made
+            paged.release(self.user.bits, self.inos.bits)
             self.count = count
             self.others: I64 = np.concatenate(others) if others else np.zeros(0, np.int64)
             self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
