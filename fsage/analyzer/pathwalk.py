@@ -40,6 +40,10 @@ POS_REC = np.dtype([("pos", "<i8"), ("ino", "<i8"), ("kind", "u1"), *OWN])
 OWN_REC = np.dtype(OWN)
 COUNT = np.dtype([("idx", "<i8"), ("n", "<i8")])  # entries of a directory (by index)
 REGULAR, DIRECTORY = 1, 2
+# Windows (or buckets) of a step between two trims of the heap: a window's arrays, freed, left
+# pieces between longer-lived ones that the next window's did not fit, and the walk's peak
+# grew with the snapshot.
+TRIM_WINDOWS = 8
 
 
 def _rows(own: Values, at: I64) -> npt.NDArray[Any]:
@@ -363,9 +367,16 @@ class PathWalk:
         trim: Callable[[], None] | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> dict[str, Any]:
-        """``progress(share)``: called as the buckets are read (a third of it a step)."""
+        """``progress(share)``: called as the buckets are read (a third of it a step);
+        ``trim``: gives freed memory back, between the steps and every ``TRIM_WINDOWS``
+        windows or buckets of each."""
+        windows = 0
 
         def done(step: int, at: int, of: int) -> None:
+            nonlocal windows
+            windows += 1
+            if trim is not None and windows % TRIM_WINDOWS == 0:
+                trim()
             if progress is not None:
                 progress((step + at / max(of, 1)) / 3)
 

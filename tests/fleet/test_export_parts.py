@@ -309,6 +309,43 @@ def test_a_walk_whose_root_lies_in_a_loop_ends(tmp_path: Path) -> None:
     assert looped == tree and tree["path"]["blocks"] == 6
 
 
+def test_the_walk_gives_freed_memory_back_within_its_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walk of many windows trims the heap every ``TRIM_WINDOWS`` of them, in each step,
+    not only between steps (the pieces its windows left between longer-lived arrays made its
+    peak grow with the snapshot), and its figures are those of a walk not trimmed."""
+    from fsage.analyzer import pathwalk
+    from fsage.analyzer.pathwalk import REC, PathWalk, bucket_starts
+
+    monkeypatch.setattr(spill, "WINDOW", 4)
+    monkeypatch.setattr(pathwalk, "TRIM_WINDOWS", 2)
+    n = 60
+    rec = np.zeros(n + 1, REC)
+    rec["ino"] = np.arange(100, 101 + n)
+    rec["parent"] = [-1] + [100] * n
+    rec["kind"] = [2] + [1] * n
+    first = 5000 + 7 * np.arange(n)
+    rec["first"][1:], rec["last"][1:] = first, first + 2
+    rec["nown"][1:], rec["blocks"][1:] = 1, 3
+    rec["head"][1:], rec["tail"][1:] = first, first + 3
+    names = b"".join(b"f%03d" % i for i in range(n + 1))
+    off = np.arange(0, 4 * (n + 2), 4, dtype=np.uint64)
+
+    def walked(tmp: Path, trim: Any) -> dict[str, Any]:
+        tmp.mkdir()
+        walk = PathWalk(tmp, None, 100, 4096, None,
+                        np.array([100], np.int64)[bucket_starts(np.array([n]))])  # fmt: skip
+        walk.add(rec, np.arange(n + 1), off, names, rec["ino"] == 100)
+        return walk.finish(trim)
+
+    trims: list[int] = []
+    assert walked(tmp_path / "trimmed", lambda: trims.append(1)) == walked(tmp_path / "not", None)
+    # 15 windows in step 1 and 3 each (60 entries, 4 a window), buckets in step 4: a trim
+    # every 2 of them, and 2 between the steps
+    assert len(trims) >= 2 + 15, len(trims)
+
+
 @pytest.mark.parametrize("width", [1, 3, 50])
 def test_a_large_bucket_sorted_in_runs_is_the_kernel_s_order(tmp_path: Path, width: int) -> None:
     """A bucket of many windows, merged from sorted runs: the order ``argsort_names`` gives
@@ -508,7 +545,7 @@ def test_an_export_with_its_bits_paged_is_the_export_in_memory(
     monkeypatch.setattr(paged, "PAGED_BYTES", 1)
     released: list[int] = []
     real_release = paged.release
-    monkeypatch.setattr(paged, "release", lambda: released.append(real_release()) or 0)
+    monkeypatch.setattr(paged, "release", lambda *a: released.append(real_release(*a)) or 0)
     export_parquet(db, tmp_path / "paged", host="h")
     assert max(released) >= 4  # the snapshot's bits, the parents' bits and counts, ...
     a, b = _tables(tmp_path / "memory"), _tables(tmp_path / "paged")
