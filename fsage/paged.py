@@ -65,10 +65,7 @@ def is_paged(array: npt.NDArray[Any]) -> bool:
 def release(*arrays: npt.NDArray[Any]) -> int:
     """Drop the pages of ``arrays`` (those of them paged; with none given, every paged
     array's) from the resident set, their contents kept; how many arrays were paged."""
-    if arrays:
-        live = [m for m in map(_mapping, arrays) if m is not None]
-    else:
-        live = list(_live)
+    live = [m for m in map(_mapping, arrays) if m is not None] if arrays else list(_live)
     for mm in live:
         mm.madvise(mmap.MADV_DONTNEED)
     return len(live)
