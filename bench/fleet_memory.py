@@ -11,7 +11,9 @@ and a fleet of many small partitions (--fleet file systems of --fleet-files file
 built) on the same databases in the same run, right before this tree's, for a comparison on
 one machine at one load.
 
-Peak memory is each process's maximum resident set (wait4), in MiB; times are wall and CPU
+Peak memory is each process's maximum resident set (wait4), in MiB, and beside it the largest
+anonymous part of it sampled (``RssAnon``: the heap's; the rest is mapped files' pages, the
+libraries' and the export's paged arrays', which the kernel can drop); times are wall and CPU
 seconds (user + system). The load average is printed beside each row: on a loaded machine
 wall seconds stretch, peaks do not. Last, each command's largest peak against the target
 (``TARGET_MB``, 200 MB) and how much its peak grew from the smallest size to the largest.
@@ -38,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,18 +49,41 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 MIB = 1 << 20
+SAMPLE_S = 0.02  # how often a command's anonymous memory is read
 TARGET_MB = 200  # peak resident set of export and compact, whatever the database's size
 PER_DIR = 1000  # files per directory of the synthetic file systems (fsage.fleet.synth's)
 
 
+def _anonymous_peak(pid: int, stop: threading.Event, out: list[float]) -> None:
+    """The largest anonymous resident set (``RssAnon``, MiB) seen every ``SAMPLE_S`` seconds
+    in ``/proc/PID/status``; the rest of the peak is mapped files' pages (libraries, the
+    export's paged arrays), which the kernel can take back."""
+    status = Path(f"/proc/{pid}/status")
+    while not stop.wait(SAMPLE_S):
+        try:
+            text = status.read_text()
+        except OSError:
+            return
+        for line in text.splitlines():
+            if line.startswith("RssAnon:"):
+                out[0] = max(out[0], int(line.split()[1]) / 1024)
+
+
 def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[str, float]:
-    """Wall seconds, CPU seconds and peak RSS (MiB) of one process, the load at its start."""
+    """Wall seconds, CPU seconds and peak RSS (MiB) of one process, its sampled peak of
+    anonymous memory, the load at its start."""
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     # run from the tree measured: ``python -m`` looks in the working directory first
     p = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert p.stderr is not None
+    anon = [0.0]
+    stop = threading.Event()
+    sampler = threading.Thread(target=_anonymous_peak, args=(p.pid, stop, anon), daemon=True)
+    sampler.start()
     err = p.stderr.read()
+    stop.set()  # before the wait: /proc/PID goes (or is a zombie's) once it is reaped
+    sampler.join()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
@@ -66,6 +92,7 @@ def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[st
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_mib": usage.ru_maxrss / 1024,
+        "anon_mib": anon[0],
         "load": load,
     }
 
@@ -103,7 +130,8 @@ def du(path: Path) -> int:
 
 def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     """Runs of one command: the median of each figure (the load: the first run's)."""
-    out = {k: float(statistics.median(r[k] for r in runs)) for k in ("wall_s", "cpu_s", "peak_mib")}
+    keys = ("wall_s", "cpu_s", "peak_mib", "anon_mib")
+    out = {k: float(statistics.median(r[k] for r in runs)) for k in keys}
     out["load"] = runs[0]["load"]
     if len(runs) > 1:
         out["peaks_mib"] = [r["peak_mib"] for r in runs]  # type: ignore[assignment]
@@ -254,7 +282,8 @@ def main() -> None:
         for name, m in runs:
             peaks = m.get("peaks_mib")
             print(f"  {'':>26}  {name:<13} {m['wall_s']:6.1f} s / {m['cpu_s']:6.1f} s,"
-                  f" peak {m['peak_mib']:6.0f} MiB (load {m['load']:.1f})"
+                  f" peak {m['peak_mib']:6.0f} MiB, anon. {m['anon_mib']:4.0f}"
+                  f" (load {m['load']:.1f})"
                   + (f" runs {' '.join(f'{p:.0f}' for p in peaks)}" if peaks else ""))  # fmt: skip
         if "baseline_export" in r:
             b = r["baseline_export"]
@@ -266,7 +295,8 @@ def main() -> None:
         print(f"  {v['command']:<13} largest peak {v['peak_mib']:.0f} MiB"
               f" ({v['peak_mib'] * MIB / 1e6:.0f} MB): target {TARGET_MB} MB"
               f" {'met' if v['met'] else 'NOT met'};"
-              f" {v['growth_mib']:+.0f} MiB from {v['smallest']} to {v['largest']}")  # fmt: skip
+              f" {v['growth_mib']:+.0f} MiB (anon. {v['anon_growth_mib']:+.0f})"
+              f" from {v['smallest']} to {v['largest']}")  # fmt: skip
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,14 +321,17 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "met": peak * MIB <= TARGET_MB * 1e6,
                 "smallest": single[0]["case"] if single else None,
                 "largest": single[-1]["case"] if single else None,
-                "growth_mib": (
-                    single[-1][key]["peak_mib"] - single[0][key]["peak_mib"]
-                    if single and key in single[0]
-                    else 0.0
-                ),
+                "growth_mib": _growth(single, key, "peak_mib"),
+                "anon_growth_mib": _growth(single, key, "anon_mib"),
             }
         )
     return out
+
+
+def _growth(single: list[dict[str, Any]], key: str, figure: str) -> float:
+    if not single or key not in single[0]:
+        return 0.0
+    return float(single[-1][key][figure] - single[0][key][figure])
 
 
 if __name__ == "__main__":
