@@ -22,10 +22,17 @@ wall seconds stretch, peaks do not. Last, each command's largest peak against th
 own): the export keeps per-directory state, so its peak grows with directories, not files.
 --fanout nests those directories (paths as long as a real tree's; default: all under the root).
 
+--limit-mb N runs each command once more in a memory cgroup of N MiB (root; cgroup v2 or v1's
+memory controller) and prints whether it completed and in what time: the memory a command
+needs, where the peak resident set also counts file pages the kernel could take back. A
+cgroup is charged the anonymous memory and the file pages its processes bring in; the
+libraries' pages, already cached, are not.
+
 Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
                                      [--baseline /path/to/other/fsage] [--repeat 3] [--check]
                                      [--per-dir 20] [--fanout 8] [--no-compact]
+                                     [--limit-mb 100]
 e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compact
          --baseline /path/to/main --repeat 3 --check --keep /tmp/fleet-memory
 """
@@ -33,6 +40,7 @@ e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +78,59 @@ def _anonymous_peak(pid: int, stop: threading.Event, out: list[float]) -> None:
                 out[0] = max(out[0], int(line.split()[1]) / 1024)
 
 
-def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[str, float]:
+@contextlib.contextmanager
+def memory_cgroup(limit_mib: int) -> Iterator[Path]:
+    """A memory cgroup of ``limit_mib`` MiB without swap (v2 where its memory controller is
+    enabled, else v1's), removed afterwards: yields the file a process joins it through."""
+    v2 = Path("/sys/fs/cgroup")
+    enabled = v2 / "cgroup.controllers"
+    if enabled.exists() and "memory" in enabled.read_text().split():
+        group, limits = v2 / f"fsage-bench-{os.getpid()}", {"memory.max": limit_mib * MIB,
+                                                             "memory.swap.max": 0}  # fmt: skip
+    else:
+        group = Path("/sys/fs/cgroup/memory") / f"fsage-bench-{os.getpid()}"
+        limits = {"memory.limit_in_bytes": limit_mib * MIB}
+    try:
+        group.mkdir()
+    except OSError as exc:
+        raise SystemExit(f"--limit-mb: cannot make a memory cgroup ({exc}); run as root") from None
+    try:
+        for name, value in limits.items():
+            if (group / name).exists():
+                (group / name).write_text(str(value))
+        yield group / "cgroup.procs"
+    finally:
+        for _ in range(50):  # its last process may still be leaving
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def measured(
+    argv: list[str], env: dict[str, str], tree: Path = REPO, limit_mib: int | None = None
+) -> dict[str, float]:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one process, its sampled peak of
-    anonymous memory, the load at its start."""
+    anonymous memory, the load at its start. ``limit_mib``: run in a memory cgroup of that
+    size, and say whether it completed (``completed``: 1 or 0) instead of failing."""
+    with contextlib.ExitStack() as stack:
+        procs = stack.enter_context(memory_cgroup(limit_mib)) if limit_mib else None
+        return _measured(argv, env, tree, procs)
+
+
+def _measured(
+    argv: list[str], env: dict[str, str], tree: Path, procs: Path | None
+) -> dict[str, float]:
+    def join_cgroup() -> None:  # in the child, before it runs the command
+        if procs is not None:
+            procs.write_text(str(os.getpid()))
+
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     # run from the tree measured: ``python -m`` looks in the working directory first
-    p = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=join_cgroup if procs is not None else None)  # fmt: skip
     assert p.stderr is not None
     anon = [0.0]
     stop = threading.Event()
@@ -86,15 +141,19 @@ def measured(argv: list[str], env: dict[str, str], tree: Path = REPO) -> dict[st
     sampler.join()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0 and procs is None:
         raise SystemExit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
-    return {
+    out = {
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_mib": usage.ru_maxrss / 1024,
         "anon_mib": anon[0],
         "load": load,
     }
+    if procs is not None:
+        out["completed"] = float(code == 0)  # else killed by the cgroup's OOM killer (-9)
+    return out
 
 
 BUILD = """
@@ -179,9 +238,11 @@ def same_dataset(a: Path, b: Path, env: dict[str, str]) -> str | None:
 def measure(
     label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str],
     baseline: Path | None = None, compact: bool = True, repeat: int = 1, check: bool = False,
+    limit_mib: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Export ``db`` (``repeat`` times, alternating with the baseline tree's when given:
-    the median of each figure), then compact the export once."""
+    the median of each figure), then compact the export once; with ``limit_mib``, each once
+    more in a memory cgroup of that size (the compaction if the export completed)."""
     out = work / f"{label}-export"
     other = work / f"{label}-baseline"
     row: dict[str, Any] = {"case": label, "database_mib": db.stat().st_size / MIB}
@@ -202,8 +263,16 @@ def measure(
     row["export"] = median_run(mine)
     row["dataset_files"] = sum(1 for _ in out.rglob("*.parquet"))
     row["dataset_mib"] = du(out) / MIB
+    limited = work / f"{label}-limited"
+    if limit_mib:
+        shutil.rmtree(limited, ignore_errors=True)
+        row["export"]["limited"] = measured([*argv, str(limited)], env, limit_mib=limit_mib)
     if compact:
         row["compact"] = measured([*fsage, "fleet", "compact", str(out)], env)
+        if limit_mib and row["export"]["limited"]["completed"]:
+            compact_argv = [*fsage, "fleet", "compact", str(limited)]
+            row["compact"]["limited"] = measured(compact_argv, env, limit_mib=limit_mib)
+    shutil.rmtree(limited, ignore_errors=True)
     return row
 
 
@@ -232,6 +301,9 @@ def main() -> None:
         "--no-compact", dest="compact", action="store_false", help="measure the exports only"
     )
     ap.add_argument(
+        "--limit-mb", type=int, help="also run each command in a memory cgroup of so many MiB"
+    )
+    ap.add_argument(
         "--check",
         action="store_true",
         help="with --baseline: require the same Parquet tables and row groups",
@@ -250,7 +322,8 @@ def main() -> None:
             if not db.exists():
                 build(db, [f"fs{n}"], n, args.snapshots, env, args.per_dir, args.fanout)
             rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline,
-                                args.compact, args.repeat, args.check))  # fmt: skip
+                                args.compact, args.repeat, args.check,
+                                args.limit_mb))  # fmt: skip
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
         if args.fleet:
             db = work / "fleet.db"
@@ -285,6 +358,12 @@ def main() -> None:
                   f" peak {m['peak_mib']:6.0f} MiB, anon. {m['anon_mib']:4.0f}"
                   f" (load {m['load']:.1f})"
                   + (f" runs {' '.join(f'{p:.0f}' for p in peaks)}" if peaks else ""))  # fmt: skip
+            if "limited" in m:
+                lim = m["limited"]
+                done = "completed" if lim["completed"] else "KILLED (out of memory)"
+                print(f"  {'':>26}  {'':<13} in {args.limit_mb} MiB: {done} after"
+                      f" {lim['wall_s']:.1f} s / {lim['cpu_s']:.1f} s"
+                      f" (load {lim['load']:.1f})")  # fmt: skip
         if "baseline_export" in r:
             b = r["baseline_export"]
             print(f"  {'':>26}  export CPU {r['export']['cpu_s'] / b['cpu_s'] - 1:+.1%} and peak"
@@ -296,7 +375,9 @@ def main() -> None:
               f" ({v['peak_mib'] * MIB / 1e6:.0f} MB): target {TARGET_MB} MB"
               f" {'met' if v['met'] else 'NOT met'};"
               f" {v['growth_mib']:+.0f} MiB (anon. {v['anon_growth_mib']:+.0f})"
-              f" from {v['smallest']} to {v['largest']}")  # fmt: skip
+              f" from {v['smallest']} to {v['largest']}"
+              + (f"; in {args.limit_mb} MiB: {v['limited']}"
+                 if "limited" in v else ""))  # fmt: skip
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -325,6 +406,10 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "anon_growth_mib": _growth(single, key, "anon_mib"),
             }
         )
+        limited = [r[key]["limited"] for r in rows if key in r and "limited" in r[key]]
+        if limited:
+            done = sum(int(m["completed"]) for m in limited)
+            out[-1]["limited"] = f"{done} of {len(limited)} completed"
     return out
 
 
