@@ -631,8 +631,13 @@ class Store:
         except DamagedError as exc:
             raise StoreError(f"{what} cannot be read: {exc}") from None
         except (ValueError, IndexError, OverflowError, KeyError, TypeError, zlib.error) as exc:
-            # Rows written before checksums, damaged so that they no longer decode.
-            raise StoreError(f"{what} cannot be read: it is damaged ({exc!r})") from None
+            # What its checksums passed and still does not decode: damage sealed in when they
+            # were added to an older database, or a reader's fault; not called damage for sure
+            # (a user could throw away a sound database).
+            raise StoreError(
+                f"{what} cannot be read: it matches its checksums but does not decode ({exc!r});"
+                " damage from before they were kept, or a fault in fsage (please report it)"
+            ) from None
 
 
 __all__ = [

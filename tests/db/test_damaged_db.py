@@ -315,6 +315,29 @@ def test_a_damaged_chunk_names_its_snapshot(intact: Path, tmp_path: Path) -> Non
         assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_readers_fault_in_a_sound_database_is_not_called_damage(
+    intact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that fails on rows whose checksums match (here made to) is one line that
+    says so and asks for a report: told "damaged", a user could throw the database away."""
+    from fsage.db import versions
+
+    db = tmp_path / "x.db"
+    shutil.copy(intact, db)
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise TypeError("a reader's fault")
+
+    monkeypatch.setattr(versions, "valid_versions", failing)
+    result = CliRunner().invoke(main, ["analyze", "--snapshot", "3", "--db", str(db)])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    start = f"fsage: error: {db}: snapshot 3 cannot be read: it matches its checksums"
+    assert result.stderr.startswith(f"{start} but does not decode (TypeError("), result.stderr
+    assert "a fault in fsage (please report it)" in result.stderr
+    assert "is damaged" not in result.stderr
+
+
 def test_nothing_is_written_into_a_database_that_fails_its_quick_check(
     intact: Path, tmp_path: Path
 ) -> None:
