@@ -89,7 +89,9 @@ def memory_cgroup(limit_mib: int) -> Iterator[Path]:
                                                              "memory.swap.max": 0}  # fmt: skip
     else:
         group = Path("/sys/fs/cgroup/memory") / f"fsage-bench-{os.getpid()}"
-        limits = {"memory.limit_in_bytes": limit_mib * MIB}
+        # memory and swap together (the second only where swap is accounted), in this order
+        limits = {"memory.limit_in_bytes": limit_mib * MIB,
+                  "memory.memsw.limit_in_bytes": limit_mib * MIB}  # fmt: skip
     try:
         group.mkdir()
     except OSError as exc:
@@ -114,8 +116,9 @@ def measured(
     """Wall seconds, CPU seconds and peak RSS (MiB) of one process, its sampled peak of
     anonymous memory, the load at its start. ``limit_mib``: run in a memory cgroup of that
     size, and say whether it completed (``completed``: 1 or 0) instead of failing."""
-    with contextlib.ExitStack() as stack:
-        procs = stack.enter_context(memory_cgroup(limit_mib)) if limit_mib else None
+    if not limit_mib:
+        return _measured(argv, env, tree, None)
+    with memory_cgroup(limit_mib) as procs:
         return _measured(argv, env, tree, procs)
 
 
