@@ -174,11 +174,15 @@ def _metrics_fleet(root: Path, filesystems: int, snapshots: int) -> Path:
 def test_the_peak_of_the_trend_does_not_grow_with_its_rows(tmp_path: Path) -> None:
     """`fsage fleet DIR --table trend` over 72k and over 238k snapshots (both more than a
     sorted batch), each in a fresh process: the larger's peak within 6 MiB of the smaller's,
-    and every row printed. A trend sorted whole (166k rows more of eight columns) fails."""
+    and every row printed. A trend sorted whole (166k rows more of eight columns) fails.
+    Each peak is the lower of two runs: on a loaded machine one run's peak rose 6 MiB above
+    the other's (noise only adds)."""
     peaks = {}
     for filesystems in (100, 330):
         ds = _metrics_fleet(tmp_path / f"m{filesystems}", filesystems, 720)
-        peak, shown = peak_mib(["fleet", str(ds), "--table", "trend", "--format", "csv"])
-        assert shown.count("\n") == filesystems * 720 + 1
-        peaks[filesystems] = peak
+        runs = [peak_mib(["fleet", str(ds), "--table", "trend", "--format", "csv"])
+                for _ in range(2)]  # fmt: skip
+        for _, shown in runs:
+            assert shown.count("\n") == filesystems * 720 + 1
+        peaks[filesystems] = min(peak for peak, _ in runs)
     assert peaks[330] - peaks[100] < 6, peaks
