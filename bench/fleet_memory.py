@@ -125,15 +125,18 @@ def measured(
 def _measured(
     argv: list[str], env: dict[str, str], tree: Path, procs: Path | None
 ) -> dict[str, float]:
-    def join_cgroup() -> None:  # in the child, before it runs the command
-        if procs is not None:
-            procs.write_text(str(os.getpid()))
+    join_cgroup = None
+    if procs is not None:
+        cgroup_procs = procs
+
+        def join_cgroup() -> None:  # in the child, before it runs the command
+            cgroup_procs.write_text(str(os.getpid()))
 
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     # run from the tree measured: ``python -m`` looks in the working directory first
     p = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         preexec_fn=join_cgroup if procs is not None else None)  # fmt: skip
+                         preexec_fn=join_cgroup)  # fmt: skip
     assert p.stderr is not None
     anon = [0.0]
     stop = threading.Event()
@@ -145,7 +148,8 @@ def _measured(
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
-    if code != 0 and procs is None:
+    # in a cgroup, the OOM killer's SIGKILL is a result; any other failure is not
+    if code != 0 and (procs is None or code != -9):
         raise SystemExit(f"{' '.join(argv)} failed: {err.decode()[-2000:]}")
     out = {
         "wall_s": wall,
@@ -155,7 +159,7 @@ def _measured(
         "load": load,
     }
     if procs is not None:
-        out["completed"] = float(code == 0)  # else killed by the cgroup's OOM killer (-9)
+        out["completed"] = float(code == 0)  # else killed by the cgroup's OOM killer
     return out
 
 
