@@ -575,8 +575,11 @@ class SnapshotParts:
             if len(tables) > 1:
                 order = np.argsort(files.ino, kind="stable")
                 files, gen, digest = files.take(order), gen[order], digest[order]
-            # nothing of the part stays bound here while the caller has it: a suspended
-            # generator keeps its locals (the chunks' pieces too, a second copy of the part)
+            # a suspended generator keeps its locals: the concatenated lists go (a second
+            # copy of the part); the last chunk's piece (the part itself when it is one
+            # chunk's) stays bound until the next is read. Released here as well, the export's
+            # peak rose (93 against 89 MiB anonymous at 2.8M files) and it took 10 % more
+            # CPU: glibc placed the next part's arrays worse.
             box = [Part(files, gen, digest)]
             del tables, gens, digests, files, gen, digest
             yield k, box.pop()
