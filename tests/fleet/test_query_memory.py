@@ -117,15 +117,17 @@ def test_the_peak_of_a_query_does_not_grow_with_the_dataset(tmp_path: Path) -> N
     """`fsage fleet DIR --table files_by_size` (the query that reads every file's extents)
     and `fsage fleet report` over compacted datasets of 50k and of 300k files, each in a
     fresh process: the larger's peak within 8 MiB of the smaller's. A query that holds the
-    files it reads (300k files' extents are about 25 MiB in DuckDB) fails."""
+    files it reads (300k files' extents are about 25 MiB in DuckDB) fails. Each peak is the
+    lower of two runs: a loaded machine only adds to a peak."""
     peaks: dict[str, dict[int, float]] = {"files_by_size": {}, "report": {}}
     for files in (50_000, 300_000):
         out = exported(tmp_path, files, compacted=True)
-        peak, shown = peak_mib(["fleet", str(out), "--table", "files_by_size", "--format", "json"])
-        assert shown, files
-        peaks["files_by_size"][files] = peak
-        report = tmp_path / f"r{files}.html"
-        peaks["report"][files] = peak_mib(["fleet", "report", str(out), "-o", str(report)])[0]
+        query = ["fleet", str(out), "--table", "files_by_size", "--format", "json"]
+        runs = [peak_mib(query) for _ in range(2)]
+        assert all(shown for _, shown in runs), files
+        peaks["files_by_size"][files] = min(peak for peak, _ in runs)
+        report = ["fleet", "report", str(out), "-o", str(tmp_path / f"r{files}.html")]
+        peaks["report"][files] = min(peak_mib(report)[0] for _ in range(2))
     for p in peaks.values():
         assert p[300_000] - p[50_000] < 8, peaks
 
