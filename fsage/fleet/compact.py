@@ -494,7 +494,7 @@ def _in_order(
         files.setdefault(partition_of(p), []).append(p)
     if not compacted:
         for key in sorted(files):
-            yield [f"SELECT * FROM {_read(sorted(files[key], key=lambda p: p.name))}"]
+            yield _each_run(files[key])
         return
     rows: dict[Key, int] = {}
     for host, fs, n in con.execute(
@@ -519,11 +519,9 @@ def _in_order(
             group.append(key)
             count, nfiles = count + n, nfiles + mine
             continue
-        runs = sorted(files.get(key, []), key=lambda p: p.name)
         # the row groups of other file systems are skipped by their statistics
         this = f"host = '{_sql_str(key[0])}' AND fs = '{_sql_str(key[1])}'"
-        part = [f"SELECT * FROM {_read(compacted)} WHERE {this}"]
-        yield part + ([f"SELECT * FROM {_read(runs)}"] if runs else [])
+        yield [f"SELECT * FROM {_read(compacted)} WHERE {this}", *_each_run(files.get(key, []))]
     if group:
         yield sorted_group()
 
@@ -550,6 +548,14 @@ def _check_order(batch: Any, columns: list[str], last: Any) -> Any:
     if not pc.all(ok).as_py():
         raise _Unordered
     return batch.select(columns).slice(batch.num_rows - 1)
+
+
+def _each_run(runs: list[Path]) -> list[str]:
+    """A query per run file, in name order: DuckDB holds the metadata of every file a query
+    has opened until the query ends (1.4 MiB a file of 64 row groups of file versions), so a
+    query over every run of a file system grew with it (85 against 68 MiB anonymous for 12
+    files of 4M file versions against 3); read a file at a time, 68 for both."""
+    return [f"SELECT * FROM {_read([p])}" for p in sorted(runs, key=lambda p: p.name)]
 
 
 def _select(table: str, compacted: list[Path], take: list[Path], within: str) -> str:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,6 +82,49 @@ def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
     for table in TABLES:
         (out,) = (ds / table / "compacted").glob("*.parquet")
         assert pq.read_table(out).equals(_sorted_rows(plain, table)), table
+
+
+def test_a_file_system_s_runs_are_read_a_file_a_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs written in many files (row groups of 16 rows, one a file) are read a file a query,
+    in a first compaction and in a rewrite that streams each file system after its compacted
+    rows: DuckDB holds every opened
+    file's metadata until its query ends, so a query over all the runs grew with the file
+    system. Every large table still holds one export's rows in the compacted order."""
+    from fsage.fleet import export_stream
+
+    monkeypatch.setattr(export_mod, "FILES_CHUNK", 16)
+    monkeypatch.setattr(export_stream, "FILES_CHUNK", 16)
+    monkeypatch.setattr(export_stream, "FILE_GROUPS", 1)
+    db, ds, plain = tmp_path / "h.db", tmp_path / "ds", tmp_path / "plain"
+    _history(db, 2)
+    export_mod.export_parquet(db, ds, host="h")
+    runs = list((ds / "files" / "host=h" / "fs=a").glob("s*.parquet"))
+    assert len(runs) > 5, runs
+    queries: list[str] = []
+    real = compact_mod._query_batches
+
+    def recorded(con: object, parts: Any, order: Any) -> Any:
+        listed = [list(part) for part in parts]
+        queries.extend(q for part in listed for q in part)
+        return real(con, listed, order)
+
+    monkeypatch.setattr(compact_mod, "_query_batches", recorded)
+    assert compact_mod.compact(ds).changed
+    _history(db, 4, skip=2)
+    export_mod.export_parquet(db, ds, host="h")
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the large tables rewritten
+    monkeypatch.setattr(compact_mod, "SORT_ROWS", 0)  # each file system streamed, none sorted
+    assert compact_mod.compact(ds).changed
+    large = [q for q in queries if any(f"/{t}/" in q for t in LARGE_TABLES)]
+    fresh = [q.count(".parquet'") for q in large if "/compacted/" not in q]
+    assert len(fresh) > 10 and max(fresh) == 1, [q for q in large if q.count(".parquet'") > 1]
+    assert any("/compacted/" in q for q in large)  # the rewrite read its compacted files
+    export_mod.export_parquet(db, plain, host="h")
+    for table in LARGE_TABLES:
+        got = [pq.read_table(p) for p in sorted((ds / table / "compacted").glob("*.parquet"))]
+        assert pa.concat_tables(got).equals(_sorted_rows(plain, table)), table
 
 
 def test_a_run_out_of_order_is_sorted(tmp_path: Path) -> None:
