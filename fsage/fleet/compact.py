@@ -497,10 +497,11 @@ def _in_order(
             yield _each_run(files[key])
         return
     rows: dict[Key, int] = {}
-    for host, fs, n in con.execute(
-        f"SELECT host, fs, count(*) FROM {_read(compacted)} GROUP BY host, fs"
-    ).fetchall():
-        rows[(host, fs)] = int(n)
+    for f in compacted:  # a file a query, as the runs (``_each_run``)
+        for host, fs, n in con.execute(
+            f"SELECT host, fs, count(*) FROM {_read([f])} GROUP BY host, fs"
+        ).fetchall():
+            rows[(host, fs)] = rows.get((host, fs), 0) + int(n)
     for key, paths in files.items():
         rows[key] = rows.get(key, 0) + sum(pq.read_metadata(p).num_rows for p in paths)
     group: list[Key] = []
@@ -521,7 +522,8 @@ def _in_order(
             continue
         # the row groups of other file systems are skipped by their statistics
         this = f"host = '{_sql_str(key[0])}' AND fs = '{_sql_str(key[1])}'"
-        yield [f"SELECT * FROM {_read(compacted)} WHERE {this}", *_each_run(files.get(key, []))]
+        kept = [f"SELECT * FROM {_read([f])} WHERE {this}" for f in compacted]
+        yield kept + _each_run(files.get(key, []))
     if group:
         yield sorted_group()
 
