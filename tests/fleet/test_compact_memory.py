@@ -89,9 +89,9 @@ def test_a_file_system_s_runs_are_read_a_file_a_query(
 ) -> None:
     """Runs and compacted files written in many files (row groups of 16 rows, one a file) are
     read a file a query, in a first compaction and in a rewrite that streams each file system,
-    its compacted rows then its runs: DuckDB holds every opened
-    file's metadata until its query ends, so a query over all the runs grew with the file
-    system. Every large table still holds one export's rows in the compacted order."""
+    its compacted rows then its runs: DuckDB holds every opened file's metadata until its
+    query ends, so a query over all of them grew with the file system. Every large table
+    still holds one export's rows in the compacted order."""
     from fsage.fleet import export_stream
 
     monkeypatch.setattr(export_mod, "FILES_CHUNK", 16)
@@ -219,8 +219,9 @@ def test_compaction_shows_its_stages_on_a_terminal(tmp_path: Path) -> None:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 def test_the_peak_of_a_compaction_does_not_grow_with_the_file_system(tmp_path: Path) -> None:
     """Compactions of 100k and of 400k files (2 snapshots each), each in a fresh process: the
-    larger's peak within 14 MiB of the smaller's (5 to 10 MiB more in runs so far; 20 more when the
-    compaction held dictionary-encoded column chunks and row groups of 32k file versions). A
+    larger's peak within 14 MiB of the smaller's (5 to 10 MiB more in runs so far; 20 more
+    when the compaction held dictionary-encoded column chunks and row groups of 32k file
+    versions). A
     phase that holds rows in proportion to the file system (the 400k files' versions alone
     are about 80 MB in Arrow) fails. Each peak is the lower of two compactions of copies of
     the same export: a loaded machine only adds to a peak."""
