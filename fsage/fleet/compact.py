@@ -497,11 +497,13 @@ def _in_order(
             yield _each_run(files[key])
         return
     rows: dict[Key, int] = {}
+    held: dict[Key, list[Path]] = {}  # the compacted files holding each file system, in order
     for f in compacted:  # a file a query, as the runs (``_each_run``)
         for host, fs, n in con.execute(
             f"SELECT host, fs, count(*) FROM {_read([f])} GROUP BY host, fs"
         ).fetchall():
             rows[(host, fs)] = rows.get((host, fs), 0) + int(n)
+            held.setdefault((host, fs), []).append(f)
     for key, paths in files.items():
         rows[key] = rows.get(key, 0) + sum(pq.read_metadata(p).num_rows for p in paths)
     group: list[Key] = []
@@ -520,9 +522,9 @@ def _in_order(
             group.append(key)
             count, nfiles = count + n, nfiles + mine
             continue
-        # the row groups of other file systems are skipped by their statistics
+        # the row groups of other file systems in those files are skipped by their statistics
         this = f"host = '{_sql_str(key[0])}' AND fs = '{_sql_str(key[1])}'"
-        kept = [f"SELECT * FROM {_read([f])} WHERE {this}" for f in compacted]
+        kept = [f"SELECT * FROM {_read([f])} WHERE {this}" for f in held.get(key, [])]
         yield kept + _each_run(files.get(key, []))
     if group:
         yield sorted_group()
