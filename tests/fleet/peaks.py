@@ -64,3 +64,10 @@ def peak_mib(args: list[str]) -> tuple[float, str]:
     )
     assert done.returncode == 0, done.stderr
     return float(json.loads(done.stderr.splitlines()[-1])["peak_kib"]) / 1024, done.stdout
+
+
+def lowest_peak(runs: list[list[str]]) -> tuple[float, list[str]]:
+    """(the lowest peak MiB, each run's stdout) of ``fsage ARGS`` for each ARGS of ``runs``:
+    a loaded machine only adds to a peak, so the lowest of a few runs is the command's own."""
+    measured = [peak_mib(args) for args in runs]
+    return min(peak for peak, _ in measured), [out for _, out in measured]

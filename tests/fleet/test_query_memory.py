@@ -18,7 +18,7 @@ from fsage.errors import FsageError  # noqa: E402
 from fsage.fleet.export import export_parquet  # noqa: E402
 from fsage.fleet.output import write_tables  # noqa: E402
 from fsage.fleet.synth import synthetic_history  # noqa: E402
-from tests.fleet.peaks import exported, peak_mib  # noqa: E402
+from tests.fleet.peaks import exported, lowest_peak  # noqa: E402
 
 
 @pytest.fixture
@@ -123,11 +123,10 @@ def test_the_peak_of_a_query_does_not_grow_with_the_dataset(tmp_path: Path) -> N
     for files in (50_000, 300_000):
         out = exported(tmp_path, files, compacted=True)
         query = ["fleet", str(out), "--table", "files_by_size", "--format", "json"]
-        runs = [peak_mib(query) for _ in range(2)]
-        assert all(shown for _, shown in runs), files
-        peaks["files_by_size"][files] = min(peak for peak, _ in runs)
+        peaks["files_by_size"][files], shown = lowest_peak([query, query])
+        assert all(shown), files
         report = ["fleet", "report", str(out), "-o", str(tmp_path / f"r{files}.html")]
-        peaks["report"][files] = min(peak_mib(report)[0] for _ in range(2))
+        peaks["report"][files] = lowest_peak([report, report])[0]
     for p in peaks.values():
         assert p[300_000] - p[50_000] < 8, peaks
 
@@ -182,9 +181,8 @@ def test_the_peak_of_the_trend_does_not_grow_with_its_rows(tmp_path: Path) -> No
     peaks = {}
     for filesystems in (100, 330):
         ds = _metrics_fleet(tmp_path / f"m{filesystems}", filesystems, 720)
-        runs = [peak_mib(["fleet", str(ds), "--table", "trend", "--format", "csv"])
-                for _ in range(2)]  # fmt: skip
-        for _, shown in runs:
-            assert shown.count("\n") == filesystems * 720 + 1
-        peaks[filesystems] = min(peak for peak, _ in runs)
+        trend = ["fleet", str(ds), "--table", "trend", "--format", "csv"]
+        peaks[filesystems], shown = lowest_peak([trend, trend])
+        for out in shown:
+            assert out.count("\n") == filesystems * 720 + 1
     assert peaks[330] - peaks[100] < 6, peaks
