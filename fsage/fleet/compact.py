@@ -432,13 +432,34 @@ def _selects(
     files: dict[Key, list[Path]] = {}
     for p in take:
         files.setdefault(partition_of(p), []).append(p)
-    keys = set(files)
     compacted = tf.compacted if whole else []
-    if compacted:
-        keys.update(con.execute(f"SELECT DISTINCT host, fs FROM {_read(compacted)}").fetchall())
-    for group in _groups(sorted(keys), files):
+    _, held = _holding(con, compacted)
+    for group in _groups(sorted(set(files) | set(held)), files):
         paths = [p for key in group for p in files.get(key, [])]
-        yield [_select(table, compacted, paths, _within(group[0], group[-1]))]
+        yield [
+            _select(table, _held_by(group, held, compacted), paths, _within(group[0], group[-1]))
+        ]
+
+
+def _holding(con: Any, compacted: list[Path]) -> tuple[dict[Key, int], dict[Key, list[Path]]]:
+    """Each file system's rows in the compacted files, and the files that hold it (in their
+    order), a file a query as the runs are read (``_each_run``)."""
+    rows: dict[Key, int] = {}
+    held: dict[Key, list[Path]] = {}
+    for f in compacted:
+        for host, fs, n in con.execute(
+            f"SELECT host, fs, count(*) FROM {_read([f])} GROUP BY host, fs"
+        ).fetchall():
+            rows[(host, fs)] = rows.get((host, fs), 0) + int(n)
+            held.setdefault((host, fs), []).append(f)
+    return rows, held
+
+
+def _held_by(group: list[Key], held: dict[Key, list[Path]], compacted: list[Path]) -> list[Path]:
+    """The compacted files holding a row of ``group``'s file systems, in their order: a
+    query that names every compacted file holds the metadata of each until it ends."""
+    mine = {f for key in group for f in held.get(key, [])}
+    return [f for f in compacted if f in mine]
 
 
 def _unfiltered(
@@ -496,14 +517,7 @@ def _in_order(
         for key in sorted(files):
             yield _each_run(files[key])
         return
-    rows: dict[Key, int] = {}
-    held: dict[Key, list[Path]] = {}  # the compacted files holding each file system, in order
-    for f in compacted:  # a file a query, as the runs (``_each_run``)
-        for host, fs, n in con.execute(
-            f"SELECT host, fs, count(*) FROM {_read([f])} GROUP BY host, fs"
-        ).fetchall():
-            rows[(host, fs)] = rows.get((host, fs), 0) + int(n)
-            held.setdefault((host, fs), []).append(f)
+    rows, held = _holding(con, compacted)
     for key, paths in files.items():
         rows[key] = rows.get(key, 0) + sum(pq.read_metadata(p).num_rows for p in paths)
     group: list[Key] = []
@@ -511,7 +525,8 @@ def _in_order(
 
     def sorted_group() -> list[str]:
         paths = [p for key in group for p in files.get(key, [])]
-        return [_select(table, compacted, paths, _within(group[0], group[-1]))]
+        kept = _held_by(group, held, compacted)
+        return [_select(table, kept, paths, _within(group[0], group[-1]))]
 
     for key in sorted(rows):
         n, mine = rows[key], len(files.get(key, []))

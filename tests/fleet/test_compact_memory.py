@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 NAMES = ["b", "a", "c2", "c10"]  # the output order is not the order of creation
 
 
-def _sorted_rows(root: Path, table: str) -> object:
+def _sorted_rows(root: Path, table: str) -> Any:
     """Every row of a table in a dataset directory, sorted by pyarrow on the compacted order
     (a total order: the keys are unique)."""
     files = sorted(p for p in (root / table).rglob("*.parquet"))
@@ -92,14 +92,7 @@ def test_a_file_system_s_runs_are_read_a_file_a_query(
     its compacted rows then its runs: DuckDB holds every opened file's metadata until its
     query ends, so a query over all of them grew with the file system. Every large table
     still holds one export's rows in the compacted order."""
-    from fsage.fleet import export_stream
-
-    monkeypatch.setattr(export_mod, "FILES_CHUNK", 16)
-    monkeypatch.setattr(export_stream, "FILES_CHUNK", 16)
-    monkeypatch.setattr(export_stream, "FILE_GROUPS", 1)
-    monkeypatch.setattr(compact_mod, "ROW_GROUPS", {})
-    monkeypatch.setattr(compact_mod, "ROW_GROUP", 16)
-    monkeypatch.setattr(compact_mod, "FILE_GROUPS", 1)
+    _a_row_group_a_file(monkeypatch)
     db, ds, plain = tmp_path / "h.db", tmp_path / "ds", tmp_path / "plain"
     _history(db, 2)
     export_mod.export_parquet(db, ds, host="h")
@@ -125,6 +118,78 @@ def test_a_file_system_s_runs_are_read_a_file_a_query(
     assert len(fresh) > 10 and max(fresh) == 1, [q for q in large if q.count(".parquet'") > 1]
     old = [q.count(".parquet'") for q in large if "/compacted/" in q]
     assert len(old) > 10 and max(old) == 1  # the compacted files the rewrite streams
+    export_mod.export_parquet(db, plain, host="h")
+    for table in LARGE_TABLES:
+        got = [pq.read_table(p) for p in sorted((ds / table / "compacted").glob("*.parquet"))]
+        assert pa.concat_tables(got).equals(_sorted_rows(plain, table)), table
+
+
+def _a_row_group_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exports and compactions write one row group of 16 rows a file."""
+    from fsage.fleet import export_stream
+
+    monkeypatch.setattr(export_mod, "FILES_CHUNK", 16)
+    monkeypatch.setattr(export_stream, "FILES_CHUNK", 16)
+    monkeypatch.setattr(export_stream, "FILE_GROUPS", 1)
+    monkeypatch.setattr(compact_mod, "ROW_GROUPS", {})
+    monkeypatch.setattr(compact_mod, "ROW_GROUP", 16)
+    monkeypatch.setattr(compact_mod, "FILE_GROUPS", 1)
+
+
+def test_a_sorted_group_reads_only_the_compacted_files_holding_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that sorts small file systems a group at a time names, in each group's
+    query, the compacted files that hold a row of the group's file systems and no other (read
+    back with pyarrow): a query over every compacted file held the metadata of each. The
+    tables still hold one export's rows in the compacted order."""
+    _a_row_group_a_file(monkeypatch)
+    db, ds, plain = tmp_path / "h.db", tmp_path / "ds", tmp_path / "plain"
+    _history(db, 2)
+    export_mod.export_parquet(db, ds, host="h")
+    assert compact_mod.compact(ds).changed
+    holds: dict[str, set[tuple[str, str]]] = {}
+    for table in LARGE_TABLES:
+        for f in (ds / table / "compacted").glob("*.parquet"):
+            t = pq.read_table(f, columns=["host", "fs"])
+            holds[str(f)] = set(zip(t["host"].to_pylist(), t["fs"].to_pylist(), strict=True))
+    ranges: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+    real_within = compact_mod._within
+
+    def within(first: tuple[str, str], last: tuple[str, str]) -> str:
+        ranges[real_within(first, last)] = (first, last)
+        return real_within(first, last)
+
+    queries: list[str] = []
+    real = compact_mod._query_batches
+
+    def recorded(con: object, parts: Any, order: Any) -> Any:
+        listed = [list(part) for part in parts]
+        queries.extend(q for part in listed for q in part)
+        return real(con, listed, order)
+
+    monkeypatch.setattr(compact_mod, "_within", within)
+    monkeypatch.setattr(compact_mod, "_query_batches", recorded)
+    _history(db, 4, skip=2)
+    export_mod.export_parquet(db, ds, host="h")
+    monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the large tables rewritten
+    monkeypatch.setattr(compact_mod, "SORT_ROWS", 200)  # a file system or two a group
+    assert compact_mod.compact(ds).changed
+    checked: dict[str, int] = {}
+    fewer: dict[str, int] = {}
+    for q in queries:
+        if "ORDER BY" not in q or not any(f"/{t}/" in q for t in LARGE_TABLES):
+            continue
+        ((first, last),) = [r for w, r in ranges.items() if w in q]
+        named = {f for f in holds if f"'{f}'" in q}
+        table = next(t for t in LARGE_TABLES if f"/{t}/" in q)
+        mine = {f for f, keys in holds.items() if f"/{table}/" in f
+                and any(first <= k <= last for k in keys)}  # fmt: skip
+        assert named == mine, (first, last, sorted(named ^ mine))
+        checked[table] = checked.get(table, 0) + 1
+        fewer[table] = fewer.get(table, 0) + (len(mine) < sum(f"/{table}/" in f for f in holds))
+    # the file versions in several groups, each reading some of the table's compacted files
+    assert checked["files"] >= 3 and fewer["files"] == checked["files"], (checked, fewer)
     export_mod.export_parquet(db, plain, host="h")
     for table in LARGE_TABLES:
         got = [pq.read_table(p) for p in sorted((ds / table / "compacted").glob("*.parquet"))]
@@ -286,14 +351,14 @@ def _small_files(root: Path, filesystems: int, snapshots: int = 365) -> None:
         each = {"snapshot_id": ids, "taken_at": day, "block_size": np.full(snapshots, 4096)}
         each |= {
             "blocks_total": np.full(snapshots, total),
-            "files": rng.integers(1, 1e6, snapshots),
+            "files": rng.integers(1, 1_000_000, snapshots),
         }
         b = np.repeat(np.arange(snapshots), buckets)
         k = np.tile(np.arange(1, buckets + 1), snapshots)
         den = rng.integers(100, 100_000, b.size)
         f = np.repeat(np.arange(snapshots), free)
         j = np.tile(np.arange(free), snapshots)
-        cols = {
+        cols: dict[str, dict[str, Any]] = {
             "snapshots": {**each, "uuid": [f"u{i}"] * snapshots, "kind": ["ext4"] * snapshots},
             "metrics": {**each, "layout_score": score, "free_extent_count": ids % 977},
             "size_buckets": {
@@ -303,7 +368,8 @@ def _small_files(root: Path, filesystems: int, snapshots: int = 365) -> None:
             },
             "free_buckets": {
                 "snapshot_id": ids[f], "min_blocks": 1 << j, "max_blocks": (2 << j) - 1,
-                "count": rng.integers(1, 5000, f.size), "blocks": rng.integers(1, 1e6, f.size),
+                "count": rng.integers(1, 5000, f.size),
+                "blocks": rng.integers(1, 1_000_000, f.size),
             },
         }  # fmt: skip
         for name, c in cols.items():
