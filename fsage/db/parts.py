@@ -22,7 +22,7 @@ import contextlib
 import sqlite3
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,11 +417,15 @@ class _FreeMap:
         if not matches(crc, _blob_crc(self.blob) & 0xFFFFFFFF):
             raise DamagedError("its free map does not match its checksum")
 
-    def windows(self) -> Iterator[tuple[U64, U64]]:
+    def windows(self, done: Callable[[float], None] | None = None) -> Iterator[tuple[U64, U64]]:
+        """The pairs a window at a time; ``done(share)``: the share of the blob read, after
+        each piece of it (a large free map takes a while, before any file is read)."""
         inflate = zlib.decompressobj()
         rest = b""
         size = len(self.blob)
         for lo in range(0, size, CRC_PIECE):
+            if done is not None and lo:
+                done(lo / size)
             data = bytes(self.blob[lo : min(lo + CRC_PIECE, size)])
             while data:  # inflated a piece of at most CRC_PIECE bytes at a time
                 raw = rest + inflate.decompress(data, CRC_PIECE)
@@ -535,10 +539,13 @@ class SnapshotParts:
         the lowest, ``n`` of them), as ``exists`` keeps its own."""
         return _Bits(paged.zeros(self.inos.bits.size), self.inos.n, self.inos.base)
 
-    def free_windows(self) -> Iterator[tuple[U64, U64]]:
-        """The free map's (start, length) pairs in stored order, a window at a time."""
+    def free_windows(
+        self, done: Callable[[float], None] | None = None
+    ) -> Iterator[tuple[U64, U64]]:
+        """The free map's (start, length) pairs in stored order, a window at a time;
+        ``done(share)``: the share of it read, as it is read."""
         if self.free is not None:
-            yield from self.free.windows()
+            yield from self.free.windows(done)
 
     def part_of(self, ino: U64) -> I64:
         """The part whose inode range holds each of ``ino`` (-1: before the first)."""
