@@ -58,6 +58,20 @@ def _record_sorts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return sorted_tables
 
 
+def _record_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every query a compaction reads rows with, in order, as it runs."""
+    queries: list[str] = []
+    real = compact_mod._query_batches
+
+    def recorded(con: object, parts: Any, order: Any) -> Any:
+        listed = [list(part) for part in parts]
+        queries.extend(q for part in listed for q in part)
+        return real(con, listed, order)
+
+    monkeypatch.setattr(compact_mod, "_query_batches", recorded)
+    return queries
+
+
 @pytest.mark.parametrize("sort_rows", [0, 200, 1 << 30])
 def test_a_rewrite_of_the_large_tables_does_not_sort_them_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sort_rows: int
@@ -98,15 +112,7 @@ def test_a_file_system_s_runs_are_read_a_file_a_query(
     export_mod.export_parquet(db, ds, host="h")
     runs = list((ds / "files" / "host=h" / "fs=a").glob("s*.parquet"))
     assert len(runs) > 5, runs
-    queries: list[str] = []
-    real = compact_mod._query_batches
-
-    def recorded(con: object, parts: Any, order: Any) -> Any:
-        listed = [list(part) for part in parts]
-        queries.extend(q for part in listed for q in part)
-        return real(con, listed, order)
-
-    monkeypatch.setattr(compact_mod, "_query_batches", recorded)
+    queries = _record_queries(monkeypatch)
     assert compact_mod.compact(ds).changed
     _history(db, 4, skip=2)
     export_mod.export_parquet(db, ds, host="h")
@@ -160,16 +166,8 @@ def test_a_sorted_group_reads_only_the_compacted_files_holding_it(
         ranges[real_within(first, last)] = (first, last)
         return real_within(first, last)
 
-    queries: list[str] = []
-    real = compact_mod._query_batches
-
-    def recorded(con: object, parts: Any, order: Any) -> Any:
-        listed = [list(part) for part in parts]
-        queries.extend(q for part in listed for q in part)
-        return real(con, listed, order)
-
     monkeypatch.setattr(compact_mod, "_within", within)
-    monkeypatch.setattr(compact_mod, "_query_batches", recorded)
+    queries = _record_queries(monkeypatch)
     _history(db, 4, skip=2)
     export_mod.export_parquet(db, ds, host="h")
     monkeypatch.setattr(compact_mod, "MAX_LARGE_GENERATIONS", 1)  # the large tables rewritten
