@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet_memory import MIB, TARGET_MB, du, measured, same_dataset
 from fsage.fleet.compact import MAX_LARGE_GENERATIONS
+from fsage.fleet.pieces import first_piece
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def add_night(db: Path, night: int, files: int, fleet: int, env: dict[str, str])
 def generations(out: Path) -> int:
     """The compacted generations of the file versions' table (a generation's pieces once)."""
     names = (out / "files" / "compacted").glob("c*.parquet")
-    return len({p.stem.split("_")[0] for p in names})
+    return len({first_piece(p.name) for p in names})
 
 
 def main() -> None:
@@ -80,6 +81,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work here and keep the data")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if min(args.fleet, args.files, args.nights) < 1:
+        ap.error("--fleet, --files and --nights must be at least 1")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     fsage = [sys.executable, "-m", "fsage"]
     work = args.keep or Path(tempfile.mkdtemp(prefix="fsage-fleet-nights-"))

@@ -163,8 +163,9 @@ def test_a_sorted_group_reads_only_the_compacted_files_holding_it(
     real_within = compact_mod._within
 
     def within(first: tuple[str, str], last: tuple[str, str]) -> str:
-        ranges[real_within(first, last)] = (first, last)
-        return real_within(first, last)
+        clause = real_within(first, last)
+        ranges[clause] = (first, last)
+        return clause
 
     monkeypatch.setattr(compact_mod, "_within", within)
     queries = _record_queries(monkeypatch)
