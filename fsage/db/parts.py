@@ -307,8 +307,17 @@ class _Chunk:
             self.count = count
             self.others: I64 = np.concatenate(others) if others else np.zeros(0, np.int64)
             self.marks: U64 = np.concatenate(marks) if marks else np.zeros(0, np.uint64)
+        self.rewind()
+
+    def rewind(self) -> None:
+        """Back to the chunk's first row, for another pass over its parts."""
         self.cursor = (0, 0, 0)  # a row, and where its extents and metadata blocks start
         self.at = 0  # the first row not yet handed out in a part
+        # the inode of the first user file from ``at`` on, once a part has stopped before it
+        # (None: not known): a part below it takes nothing of the chunk without reading it
+        # (every part asked every chunk, each answer a window of its inodes decoded, so a
+        # part cost more the more chunks the snapshot had)
+        self.next_ino: int | None = None
 
     def valid_at(self, rows: I64) -> npt.NDArray[np.bool_]:
         """Whether rows ``rows`` hold valid versions: user files, or the others kept."""
@@ -327,6 +336,9 @@ class _Chunk:
     def take(self, hi: int | None) -> tuple[I64, U64]:
         """The rows and inodes of the user files from where the last part ended up to inode
         ``hi`` (None: to the end); rows in inode order, so a part is a range of rows."""
+        if hi is not None and self.next_ino is not None and self.next_ino >= hi:
+            return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+        self.next_ino = None
         inos = self.col("ino")
         rows: list[I64] = []
         found: list[U64] = []
@@ -342,6 +354,7 @@ class _Chunk:
             found.append(ino[keep])
             self.at += cut
             if cut < ino.size:
+                self.next_ino = int(ino[u[j]])
                 break
         if not rows:
             return np.zeros(0, np.int64), np.zeros(0, np.uint64)
@@ -486,7 +499,7 @@ class SnapshotParts:
         cuts: list[U64] = []
         acc: float | None = None  # the weight of the part being built
         for c in self.chunks:
-            c.at = 0
+            c.rewind()
         for k in range(len(bounds)):
             hi = bounds[k + 1] if k + 1 < len(bounds) else None
             inos, weights, lead = [], [], 0.0
@@ -527,8 +540,7 @@ class SnapshotParts:
             cuts.append(ino[order][np.flatnonzero(np.diff(piece, prepend=0) > 0)])
             acc = whole / pieces
         for c in self.chunks:
-            c.at = 0
-            c.cursor = (0, 0, 0)
+            c.rewind()
         if not out:
             return self.bounds
         return np.unique(np.concatenate([np.array(out, np.uint64), *cuts]))
@@ -564,7 +576,7 @@ class SnapshotParts:
         """(k, the files of the k-th inode range) for every range that has any."""
         bounds = self.bounds.tolist()
         for c in self.chunks:
-            c.at = 0
+            c.rewind()
         for k in range(len(bounds)):
             hi = bounds[k + 1] if k + 1 < len(bounds) else None
             tables, gens, digests = [], [], []

@@ -90,6 +90,46 @@ def test_a_part_is_bounded_over_many_chunks_and_fragmented_files(
         assert per_file.sum() <= parts.SLACK * 160 + per_file.max(), (len(part), per_file.sum())
 
 
+def test_a_part_reads_only_the_chunks_that_hold_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first snapshot stored in many chunks, each a range of inode numbers: cutting it into
+    parts and reading them decodes each chunk's inodes about once a part that holds its files
+    (a part asked every chunk, each answer a window of its inodes decoded: parts times
+    chunks), and the parts are the snapshot read whole."""
+    from fsage.db import versions
+    from fsage.fleet import synth
+
+    monkeypatch.setattr(versions, "CHUNK_MAX_ROWS", 500)
+    db = tmp_path / "wide.db"
+    with Store.open(db, create=True) as store:
+        (snap,) = synth.synthetic_history(store, "wide", files=20000, snapshots=1, seed=4)
+    reads = 0
+    real_values = parts._Column.values
+
+    def counted(self: Any, lo: int, hi: int) -> Any:
+        nonlocal reads
+        reads += 1
+        return real_values(self, lo, hi)
+
+    monkeypatch.setattr(parts._Column, "values", counted)
+    with Store.open(db) as store:
+        whole = store.load_layout(snap)
+        with store.snapshot_parts(snap, rows=100) as (_held, sp):
+            assert sp is not None
+            chunks = len(sp.chunks)
+            made = reads  # the chunks' bits and the parts' bounds
+            got = [p.files for _, p in sp.parts()]
+    assert chunks >= 40 and len(got) >= 150
+    files = FileTable.concat(got)
+    for f in FileTable.__dataclass_fields__:
+        assert np.array_equal(getattr(files, f), getattr(whole.files, f)), f
+    # every chunk's columns once to make its bits, then each bound and each part: a chunk
+    # read for the ones that hold its files, and once more where it stops
+    assert made <= 4 * chunks + 2 * len(sp.bounds) + 2 * chunks, (made, chunks, len(got))
+    assert reads - made <= 2 * len(got) + 2 * chunks, (reads - made, chunks, len(got))
+
+
 def test_export_by_parts_is_the_whole_snapshot_export(
     history: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
