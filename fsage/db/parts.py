@@ -662,11 +662,18 @@ class SnapshotParts:
 
 @contextlib.contextmanager
 def open_parts(
-    con: sqlite3.Connection, fs_id: int, snap_id: int, rows: int | None = None
+    con: sqlite3.Connection,
+    fs_id: int,
+    snap_id: int,
+    rows: int | None = None,
+    done: Callable[[float], None] | None = None,
 ) -> Iterator[SnapshotParts | None]:
     """The snapshot's parts, its chunks' blobs held open (the caller holds a read
-    transaction for as long as it reads them)."""
+    transaction for as long as it reads them); ``done(share)``: the share of the chunks'
+    rows checked, after each chunk (a snapshot of many takes a while before its first part)."""
     chunk_rows = con.execute(_CHUNKS_OF_SNAPSHOT, (fs_id, snap_id, snap_id)).fetchall()
+    every = sum(int(r[2]) for r in chunk_rows)
+    checked = 0
     (free_crc,) = con.execute("SELECT free_crc FROM snapshots WHERE id = ?", (snap_id,)).fetchone()
     ended = _ended_rows(con, _ENDED_BEFORE, (fs_id, snap_id, snap_id))
     with contextlib.ExitStack() as stack:
@@ -677,6 +684,9 @@ def open_parts(
                 gone = ended.pop(int(r[0]), None)
                 chunks.append(_Chunk(con, stack, tuple(r), gone, rows or PART_ROWS))
                 del gone
+                checked += int(r[2])
+                if done is not None and every:
+                    done(checked / every)
         except _Unsupported:
             yield None
             return

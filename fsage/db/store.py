@@ -584,12 +584,16 @@ class Store:
 
     @contextmanager
     def snapshot_parts(
-        self, snapshot_id: int, rows: int | None = None
+        self,
+        snapshot_id: int,
+        rows: int | None = None,
+        done: Callable[[float], None] | None = None,
     ) -> Iterator[tuple[list[Layout], parts.SnapshotParts | None]]:
         """A snapshot read a part at a time (``fsage.db.parts``), in one read transaction:
         its layout without files, names or free map (facts, notes; the parts give the free
-        map a window at a time) and its parts; None for
-        the parts when a chunk predates per-column checksums (``load_layout`` reads it)."""
+        map a window at a time) and its parts; None for the parts when a chunk predates
+        per-column checksums (``load_layout`` reads it). ``done(share)``: the share of its
+        chunks checked as they are opened."""
         what = f"{self.path}: snapshot {snapshot_id}"
         with self._reading(), contextlib.ExitStack() as stack:
             with self._naming_damage(snapshot_id):
@@ -601,7 +605,9 @@ class Store:
                 # no free map here: the parts read it a piece at a time (``free_windows``)
                 no_free = zlib.compress(b"")
                 head = self._layout_of(empty, np.zeros(0, bool), facts_json, no_free, notes)
-                found = stack.enter_context(parts.open_parts(self.con, fs_id, snapshot_id, rows))
+                found = stack.enter_context(
+                    parts.open_parts(self.con, fs_id, snapshot_id, rows, done)
+                )
             held = [head]
             del head
             try:

@@ -54,6 +54,7 @@ from fsage.fleet.export_stream import (
     FILES_CHUNK,
     FREE_ROWS,
     KEY,
+    OPEN_SHARE,
     Keys,
     RowGroups,
     _write_ends,
@@ -325,7 +326,10 @@ def _export_fs(
                         tick(units - shown)
                         shown = units
 
-                with store.snapshot_parts(row.id) as (held, sp):
+                def opening(done: float) -> None:
+                    share(OPEN_SHARE * done)
+
+                with store.snapshot_parts(row.id, done=opening) as (held, sp):
                     if sp is not None:
                         snap, (m, buckets, free), added = export_snapshot(
                             pa, sch, large, host, row, held, sp, prev, cur, ended_at, tmp, share,

@@ -98,6 +98,37 @@ def test_export_s_progress_moves_while_it_reads_a_free_map(
         assert _rows(small, table) == _rows(whole, table), table
 
 
+def test_export_s_progress_moves_while_it_opens_a_snapshot_of_many_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot of many chunks takes a while to open (each chunk's columns checked and its
+    bits made) before its free map is read: the line moves chunk by chunk up to the
+    opening's share of the snapshot."""
+    from fsage.analyzer import streamed
+    from fsage.db import versions
+    from fsage.fleet import export_stream
+
+    monkeypatch.setattr(versions, "CHUNK_MAX_ROWS", 300)
+    db = tmp_path / "wide.db"
+    with Store.open(db, create=True) as store:
+        synthetic_history(store, "w", files=3000, snapshots=1, seed=5)
+    calls: list[int] = []
+    at_free: list[int] = []  # the progress when the free map is first read
+    real = streamed.free_figures
+
+    def free_figures(*args: object, **kw: object) -> object:
+        at_free.append(calls[-1])
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(export_stream, "free_figures", free_figures)
+    export_mod.export_parquet(db, tmp_path / "out", host="h", progress=lambda d, t: calls.append(d))
+    opening = calls[: calls.index(at_free[0]) + 1]
+    assert at_free[0] == export_stream.OPEN_SHARE * export_mod.STEPS, opening
+    assert opening == sorted(opening), opening
+    assert set(opening) == set(range(int(export_stream.OPEN_SHARE * export_mod.STEPS) + 1))
+    assert calls[-1] == export_mod.STEPS
+
+
 def test_compaction_gathers_bounded_row_groups(
     db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
