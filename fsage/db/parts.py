@@ -47,8 +47,8 @@ U64 = npt.NDArray[np.uint64]
 #: Rows of one part (at most, about): its files and the gone versions between them, over all
 #: chunks (a part reads each chunk's rows from its first file to its last). The export's
 #: peak grows with the parts it has read (the C heap's free pieces between a part's arrays):
-#: with parts of 32k rows against 16k, 89 against 90 MiB anonymous at 2.8M files, 102 against
-#: 93 at 11.2M (3 % more CPU), 123 against 105 at 44.8M (17 % more CPU: 1,229 against 1,051 s).
+#: with parts of 32k rows against 16k, 107 against 95 MiB anonymous at 11.2M files for the
+#: same CPU time (196 against 199 s), 123 against 105 at 44.8M.
 PART_ROWS = 1 << 14
 #: Extents of one part (about, at most): a part of very fragmented files is cut smaller.
 PART_EXTENTS = 1 << 16
