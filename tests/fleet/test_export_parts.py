@@ -29,6 +29,20 @@ from tests.fleet.test_chunked import history as history  # the fixture, shared
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _read_whole(real_parts: Any) -> Any:
+    """``Store.snapshot_parts`` as for chunks older than per-column checksums: no parts, so
+    that the export reads each snapshot whole."""
+
+    @contextlib.contextmanager
+    def whole(
+        self: Store, snapshot_id: int, rows: int | None = None, done: Any = None
+    ) -> Iterator[object]:
+        with real_parts(self, snapshot_id, rows, done) as (held, _):
+            yield held, None
+
+    return whole
+
+
 def _tables(out: Path) -> dict[str, object]:
     import pyarrow.parquet as pq
 
@@ -136,13 +150,7 @@ def test_export_by_parts_is_the_whole_snapshot_export(
     pytest.importorskip("pyarrow")
     _, db = history
     real_parts = Store.snapshot_parts
-
-    @contextlib.contextmanager
-    def whole(self: Store, snapshot_id: int, rows: int | None = None) -> Iterator[object]:
-        with real_parts(self, snapshot_id, rows) as (held, _):
-            yield held, None  # as for chunks older than per-column checksums
-
-    monkeypatch.setattr(Store, "snapshot_parts", whole)
+    monkeypatch.setattr(Store, "snapshot_parts", _read_whole(real_parts))
     export_parquet(db, tmp_path / "whole", host="h")
     monkeypatch.setattr(Store, "snapshot_parts", real_parts)
     # parts, names and windows of a few dozen: every carried state crosses many boundaries
@@ -190,13 +198,7 @@ def test_a_flat_tree_walked_from_disk_is_the_whole_snapshot_export(
     with Store.open(db, create=True) as store:
         synth.synthetic_history(store, "flat", files=1600, snapshots=2, seed=5)
     real_parts = Store.snapshot_parts
-
-    @contextlib.contextmanager
-    def whole(self: Store, snapshot_id: int, rows: int | None = None) -> Iterator[object]:
-        with real_parts(self, snapshot_id, rows) as (held, _):
-            yield held, None
-
-    monkeypatch.setattr(Store, "snapshot_parts", whole)
+    monkeypatch.setattr(Store, "snapshot_parts", _read_whole(real_parts))
     export_parquet(db, tmp_path / "whole", host="h")
     monkeypatch.setattr(Store, "snapshot_parts", real_parts)
     monkeypatch.setattr(parts, "PART_ROWS", 97)
