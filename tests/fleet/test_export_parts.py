@@ -144,6 +144,29 @@ def test_a_part_reads_only_the_chunks_that_hold_its_files(
     assert reads - made <= 2 * len(got) + 2 * chunks, (reads - made, chunks, len(got))
 
 
+def test_a_large_chunk_s_bits_are_paged_a_small_one_s_held(tmp_path: Path) -> None:
+    """A chunk keeps a bit a row while a snapshot is read: summed over the chunks that grows
+    with the database, so a chunk of 600k rows (75 KiB of bits) keeps them in a scratch
+    file's pages, which the export's trims drop from memory; a small chunk's stay in the
+    heap (a mapping costs a file and its page faults)."""
+    from fsage import paged
+    from fsage.db import versions
+    from fsage.fleet import synth
+
+    db = tmp_path / "big.db"
+    with Store.open(db, create=True) as store:
+        (big,) = synth.synthetic_history(store, "big", files=600_000, snapshots=1, seed=5)
+        (small,) = synth.synthetic_history(store, "small", files=2000, snapshots=1, seed=6)
+    with Store.open(db) as store:
+        for snap, want in ((big, True), (small, False)):
+            with store.snapshot_parts(snap) as (_held, sp):
+                assert sp is not None and len(sp.chunks) == 1
+                (chunk,) = sp.chunks
+                assert chunk.n >= 2000 and (chunk.n >= 600_000) == want
+                assert paged.is_paged(chunk.user.bits) == want, (chunk.n, want)
+    assert (versions.CHUNK_MAX_ROWS + 7) // 8 >= paged.PAGED_BYTES  # the largest chunk's too
+
+
 def test_export_by_parts_is_the_whole_snapshot_export(
     history: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
