@@ -28,11 +28,15 @@ needs, where the peak resident set also counts file pages the kernel could take 
 cgroup is charged the anonymous memory and the file pages its processes bring in; the
 libraries' pages, already cached, are not.
 
+--tmpdir DIR sets the commands' TMPDIR: a tmpfs there stands for a machine whose /tmp is one
+(Fedora, Arch, Debian 13), whose pages are memory a cgroup is charged and cannot take back;
+the export's scratch should go to disk instead (fsage.scratch), and with --limit-mb complete.
+
 Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--snapshots 3]
                                      [--fleet 100] [--fleet-files 2000] [--json]
                                      [--baseline /path/to/other/fsage] [--repeat 3] [--check]
                                      [--per-dir 20] [--fanout 8] [--no-compact]
-                                     [--limit-mb 100]
+                                     [--limit-mb 100] [--tmpdir /mnt/tmpfs]
 e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compact
          --baseline /path/to/main --repeat 3 --check --keep /tmp/fleet-memory
 """
@@ -310,6 +314,7 @@ def main() -> None:
     ap.add_argument(
         "--limit-mb", type=int, help="also run each command in a memory cgroup of so many MiB"
     )
+    ap.add_argument("--tmpdir", type=Path, help="the commands' TMPDIR (a tmpfs, say)")
     ap.add_argument(
         "--check",
         action="store_true",
@@ -317,6 +322,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if args.tmpdir:
+        env["TMPDIR"] = str(args.tmpdir)
     fsage = [sys.executable, "-m", "fsage"]
     work = args.keep or Path(tempfile.mkdtemp(prefix="fsage-fleet-memory-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -351,6 +358,11 @@ def main() -> None:
     print(f"{args.snapshots} snapshots each, {args.per_dir} files a directory; wall s / CPU s"
           f" (user + system), peak RSS (median of {args.repeat} run(s));"
           f" load average at each command's start, {os.cpu_count()} CPUs")  # fmt: skip
+    if args.tmpdir:
+        from fsage.scratch import memory_fs
+
+        kind = memory_fs(args.tmpdir)
+        print(f"  TMPDIR {args.tmpdir}: " + (f"a {kind}" if kind else "on disk"))
     for r in rows:
         print(f"  {r['case']:>26}: database {r['database_mib']:7.1f} MiB,"
               f" dataset {r['dataset_mib']:6.1f} MiB in {r['dataset_files']} files")  # fmt: skip

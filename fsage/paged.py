@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage import scratch
+
 #: Arrays of at least this many bytes are paged: a chunk's bit a row (128 KiB at
 #: ``CHUNK_MAX_ROWS``) among them, as the chunks' bits together grow with the database (at
 #: 1 MiB, the 48 chunks of a first snapshot of 44.8M files kept 5.6 MiB of them in the heap).
@@ -29,13 +31,14 @@ _live: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
 def zeros(count: int, dtype: Any = np.uint8) -> npt.NDArray[Any]:
     """``count`` zeros of ``dtype``; paged when large and a scratch file can hold them
     (its blocks reserved first: a page that finds the file system full would kill the
-    process when touched), else in memory."""
+    process when touched), else in memory. The scratch file goes where ``fsage.scratch``
+    says: on disk, as a tmpfs's pages would be memory the kernel cannot reclaim."""
     dt = np.dtype(dtype)
     nbytes = count * dt.itemsize
     if nbytes < PAGED_BYTES:
         return np.zeros(count, dt)
     try:
-        with tempfile.TemporaryFile(prefix="fsage-paged-") as f:
+        with tempfile.TemporaryFile(prefix="fsage-paged-", dir=scratch.base()) as f:
             os.posix_fallocate(f.fileno(), 0, nbytes)
             mm = mmap.mmap(f.fileno(), nbytes)
     except OSError:  # no room in the scratch directory, or no mapping: memory will do

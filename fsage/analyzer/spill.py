@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage import scratch
 from fsage.analyzer.dynamic import ranges
 from fsage.errors import FsageError
 
@@ -54,6 +55,7 @@ def scratch_db(path: Path, cache_kib: int) -> sqlite3.Connection:
         f"""PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
         PRAGMA cache_size = -{cache_kib}; PRAGMA temp_store = FILE;"""
     )
+    scratch.sqlite_temp_files(con)
     return con
 
 

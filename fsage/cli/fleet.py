@@ -45,13 +45,23 @@ def export(
     taken since. Collect the directories of many hosts in one place (rsync, object storage)
     and ask `fsage fleet` about them.
 
+    Scratch files (some 200 bytes a file of a snapshot, removed at the end) go to the
+    system's temporary directory when it is on disk, else to /var/tmp: on a tmpfs they would
+    be memory. FSAGE_SCRATCH names another directory.
+
     \b
     Examples:
       fsage export --db /var/lib/fsage/fsage.db --format parquet /srv/fleet
+      FSAGE_SCRATCH=/srv/scratch fsage export --db big.db /srv/fleet
       rsync -a /srv/fleet/ central:/data/fleet/ && fsage fleet /data/fleet
     """
+    from fsage import scratch
     from fsage.fleet.export import export_parquet
 
+    # the directory is made by the export: its parent is on the same file system as it will be
+    warning = scratch.in_memory(near=directory if directory.is_dir() else directory.parent)
+    if warning:
+        _warn(warning)
     # on a terminal: a line at once, then a snapshot in 100 units, moved by its parts
     with count_progress("exporting (100 a snapshot)") as progress:
         summary = export_parquet(

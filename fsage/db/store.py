@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fsage import scratch
 from fsage.db import codec, parts, rowcheck, versions
 from fsage.db.checksum import (
     DamagedError,
@@ -182,6 +183,7 @@ class Store:
             rowcheck.register(con)  # the triggers that checksum record rows call it
             con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA foreign_keys=ON")
+            scratch.sqlite_temp_files(con)
             if new:
                 # Large pages: a snapshot writes tens of MB of blobs, and SQLite's cost goes
                 # with the number of pages (a new database only; it must precede WAL).

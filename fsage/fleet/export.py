@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
-from fsage import paged
+from fsage import paged, scratch
 from fsage.db.store import SnapshotRow, Store
 from fsage.fleet import SMALL_TABLES, TABLES
 from fsage.fleet.dataset import remove_stale_temporaries, run_file
@@ -309,8 +308,7 @@ def _export_fs(
     }
     small: dict[str, list[dict[str, Any]]] = {name: [] for name in SMALL_TABLES}
     versions = 0
-    with tempfile.TemporaryDirectory(prefix="fsage-export-") as scratch:
-        tmp = Path(scratch)
+    with scratch.directory("export", near=out) as tmp:
         prev = Keys.of(tmp / "keys-0", open_versions(pq, out, host, fs))
         prev_id = -1
         try:

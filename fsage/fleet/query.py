@@ -34,12 +34,12 @@ import datetime as dt
 import json
 import shlex
 import shutil
-import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fsage import scratch
 from fsage.errors import FsageError
 from fsage.fleet import METADATA_KEY, SCHEMA_VERSION, TABLES
 from fsage.fleet.damage import damaged_files
@@ -70,7 +70,7 @@ ALL_TABLES = (*DEFAULT_TABLES, "trend", "files_by_size")
 # hash aggregate of a million groups needs 48 MB to spill at all: at 32 MB it ran out.
 MEMORY_LIMIT = "48MB"
 THREADS = 1
-SPILL_PREFIX = "fsage-fleet-"
+SPILL_USE = "fleet"  # its spill directories: fsage-fleet-<pid>-<random> (fsage.scratch)
 # Per-partition files from which a query suggests `fsage fleet compact`: every query opens each
 # of them (1000 file systems x 365 snapshots, 4003 files: 12 s of CPU for the summary, 0.9 s
 # compacted).
@@ -161,14 +161,14 @@ Say = Callable[[str], None] | None
 
 
 def _open(root: Path, on_damage: str, warn: Say, advise: Say) -> tuple[Any, Path]:
-    """A connection and its spill directory: made private (0700) by mkdtemp under the
-    system's temporary directory (DuckDB's default is ``.tmp`` in the working directory),
+    """A connection and its spill directory: made private (0700) in ``fsage.scratch``'s
+    directory on disk (DuckDB's default is ``.tmp`` in the working directory),
     removed again if the connection cannot be made."""
     try:
         import duckdb
     except ImportError:
         raise FleetError("fleet queries need duckdb (pip install 'fsage[fleet]')") from None
-    spill = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX))
+    spill = scratch.make(SPILL_USE)
     try:
         return _connect(root, on_damage, warn, advise, spill), spill
     except duckdb.Error as exc:
