@@ -113,7 +113,11 @@ def _usable(path: Path) -> bool:
 
 
 def in_memory(near: Path | None = None) -> str | None:
-    """A warning when the scratch directory holds its files in memory, else None."""
+    """A warning when the scratch directory holds its files in memory, else None (also when
+    ``$FSAGE_SCRATCH`` chose it: the user's call)."""
+    if os.environ.get(ENV):
+        base(near)  # still refused if unusable
+        return None
     where = base(near)
     kind = memory_fs(where)
     if kind is None:

@@ -72,8 +72,8 @@ def test_scratch_leaves_a_temporary_directory_kept_in_memory(
     assert scratch.base() == shm  # nothing on disk: the system's, and a warning says so
     warning = scratch.in_memory()
     assert warning is not None and "tmpfs" in warning and scratch.ENV in warning
-    monkeypatch.setenv(scratch.ENV, str(shm))  # what the user names wins
-    assert scratch.base(near) == shm
+    monkeypatch.setenv(scratch.ENV, str(shm))  # what the user names wins, unwarned
+    assert scratch.base(near) == shm and scratch.in_memory(near) is None
     monkeypatch.setattr(tempfile, "tempdir", str(disk))
     monkeypatch.delenv(scratch.ENV)
     assert scratch.base(near) == disk  # a temporary directory on disk is used as it is
@@ -252,3 +252,40 @@ def test_a_scratch_directory_named_that_cannot_be_used_is_a_clear_error(
     res = CliRunner().invoke(main, ["export", "--db", str(db), str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fsage-")] == []
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.needs_root
+def test_a_full_scratch_disk_says_so_and_leaves_the_dataset_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, large = tmp_path / "small.db", tmp_path / "large.db"
+    with Store.open(small, create=True) as store:
+        synth.synthetic_history(store, "small", files=300, snapshots=2, seed=1)
+    with Store.open(large, create=True) as store:
+        synth.synthetic_history(store, "large", files=30000, snapshots=2, seed=2)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["export", "--db", str(small), "--host", "h", str(out)])
+    assert res.exit_code == 0, res.output
+    before = _tree(out)
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mem)], check=True)
+    try:
+        monkeypatch.setenv(scratch.ENV, str(mem))  # named, so used though it is a tmpfs
+        res = CliRunner().invoke(main, ["export", "--db", str(large), "--host", "h", str(out)])
+        left = list(mem.iterdir())
+    finally:
+        # lazily: a failed export may still map a scratch file there
+        subprocess.run(["umount", "-l", str(mem)], check=True)
+    assert res.exit_code == 1, res.output
+    message = res.stderr
+    # numpy's short write says "N requested and M written", without an errno
+    assert any(w in message for w in ("No space left", "is full", "requested and")), message
+    assert f"scratch in {mem}: " in message and "of 1 MiB free" in message, message
+    assert scratch.ENV in message.splitlines()[-1]
+    assert left == []  # its scratch directory removed on the way out
+    assert _tree(out) == before  # nothing of the failed export left in the dataset

@@ -18,7 +18,10 @@ has no end before S. A version changes when the store would store a new one (sam
 from __future__ import annotations
 
 import contextlib
+import errno
+import shutil
 import socket
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,9 +159,30 @@ def export_parquet(
             raise ExportError(f"{out}: {exc.strerror}") from None
         try:
             return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
-        except OSError as exc:  # a full disk, say: what was written is removed (abort)
-            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
-            raise ExportError(f"{out}: cannot write the dataset: {first}") from None
+        except (OSError, sqlite3.OperationalError) as exc:  # a full disk, say: what was
+            # written is removed (abort); SQLite's are its scratch databases'
+            raise ExportError(_write_failure(out, exc)) from None
+
+
+def _write_failure(out: Path, exc: BaseException) -> str:
+    """What went wrong writing the dataset or the scratch beside it; when a disk may be full,
+    how much room each of the two has."""
+    first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+    code = getattr(exc, "errno", None)
+    # a short write (numpy's: "N requested and M written") carries no errno
+    full = code in (errno.ENOSPC, errno.EDQUOT) or "is full" in first or code is None
+    if not full:
+        return f"{out}: cannot write the dataset: {first}"
+    where = scratch.base(out)
+    room = []
+    for name, path in (("the dataset", out), ("scratch", where)):
+        with contextlib.suppress(OSError):
+            use = shutil.disk_usage(path)
+            room.append(f"{name} in {path}: {use.free >> 20:,} of {use.total >> 20:,} MiB free")
+    return (
+        f"{out}: cannot write the dataset: {first} ({'; '.join(room)}; the export's scratch"
+        f" takes some 200 bytes a file of a snapshot, and {scratch.ENV} names another place)"
+    )
 
 
 def _export_locked(
