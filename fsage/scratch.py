@@ -84,7 +84,7 @@ def base(near: Path | None = None) -> Path:
 def sqlite_temp_files(con: sqlite3.Connection) -> None:
     """Keep SQLite's temporary files (sorts, temporary tables, VACUUM's copy) on disk: it puts
     them in ``$SQLITE_TMPDIR``, ``$TMPDIR`` or ``/var/tmp``, and a tmpfs there would hold them
-    in memory (the export's sorts: 22 MiB at 2.8M files). SQLite has one such setting for the
+    in memory (the export's sorts: 22 MiB at 11.2M files). SQLite has one such setting for the
     whole process, changed only when its own choice is in memory and then only once a place
     (changing it while another thread runs SQLite is not safe)."""
     global _sqlite_dir

@@ -289,3 +289,37 @@ def test_a_full_scratch_disk_says_so_and_leaves_the_dataset_as_it_was(
     assert scratch.ENV in message.splitlines()[-1]
     assert left == []  # its scratch directory removed on the way out
     assert _tree(out) == before  # nothing of the failed export left in the dataset
+
+
+def test_sqlite_s_full_disk_is_the_export_s_line_its_other_errors_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scratch database whose disk fills is the export's one line with the room left; any
+    other SQLite error (a damaged store) goes on to the store's reporting, which names the
+    database."""
+    import sqlite3
+
+    from fsage.fleet import export as export_module
+    from fsage.fleet.export_schema import ExportError
+
+    db = tmp_path / "h.db"
+    with Store.open(db, create=True) as store:
+        synth.synthetic_history(store, "a", files=100, snapshots=1, seed=1)
+    raised: list[BaseException] = []
+
+    def failing(*args: object) -> None:
+        raise raised[-1]
+
+    monkeypatch.setattr(export_module, "_export_locked", failing)
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
+    raised.append(full)
+    with pytest.raises(ExportError, match=r"is full \(the dataset in .* MiB free; scratch in "):
+        export_parquet(db, tmp_path / "out", host="h")
+    other = sqlite3.OperationalError("malformed JSON")
+    other.sqlite_errorcode = sqlite3.SQLITE_ERROR
+    raised.append(other)
+    with pytest.raises(Exception, match="malformed JSON") as caught:
+        export_parquet(db, tmp_path / "out", host="h")
+    assert not isinstance(caught.value, ExportError)
+    assert str(db) in str(caught.value)  # the store's reporting names the database

@@ -159,8 +159,12 @@ def export_parquet(
             raise ExportError(f"{out}: {exc.strerror}") from None
         try:
             return _export_locked(store, db, out, host, fs_names, progress, summary, pa, pq, t0)
-        except (OSError, sqlite3.OperationalError) as exc:  # a full disk, say: what was
-            # written is removed (abort); SQLite's are its scratch databases'
+        except OSError as exc:  # a full disk, say: what was written is removed (abort)
+            raise ExportError(_write_failure(out, exc)) from None
+        except sqlite3.OperationalError as exc:  # its scratch databases' disk full, say; the
+            # store's own errors (a damaged database) are the CLI's to name
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+                raise
             raise ExportError(_write_failure(out, exc)) from None
 
 
