@@ -55,7 +55,7 @@ def memory_fs(path: Path) -> str | None:
 @functools.cache
 def _statfs() -> Callable[[bytes, ctypes.Array[ctypes.c_char]], int] | None:
     try:
-        call = ctypes.CDLL(None, use_errno=True).statfs
+        call = ctypes.CDLL(None).statfs
     except (OSError, AttributeError):
         return None
     call.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
@@ -115,12 +115,9 @@ def _usable(path: Path) -> bool:
 def in_memory(near: Path | None = None) -> str | None:
     """A warning when the scratch directory holds its files in memory, else None (also when
     ``$FSAGE_SCRATCH`` chose it: the user's call)."""
-    if os.environ.get(ENV):
-        base(near)  # still refused if unusable
-        return None
-    where = base(near)
+    where = base(near)  # refused first if $FSAGE_SCRATCH is unusable
     kind = memory_fs(where)
-    if kind is None:
+    if kind is None or os.environ.get(ENV):
         return None
     return (
         f"scratch space {where} is a {kind}: the export's scratch files will take memory "
