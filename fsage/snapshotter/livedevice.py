@@ -1,15 +1,14 @@
 """A mount directory that is the root of an ext file system, read as its device is read.
 
 The mount shows neither the reserved inodes (journal, resize inode), nor the extent-tree
-blocks, nor a slow symlink's target block, generation and inode flags (a symlink cannot be
-opened for an ioctl). A snapshot of the mount directory taken under the same name as one of
-the device would then record all of those as changed or deleted although nothing changed.
-So, where the device can be read (root, as a device snapshot needs anyway), the walk's
-records are joined with the device's inode table as for a device mounted read-write
-(``fsage.snapshotter.mounted``): both commands then record the same file system the same
-way. A subtree (its own name), a bind mount, another file system type or a device that
-cannot be read keeps the plain live read.
-"""
+blocks, nor a slow symlink's target block, nor the generation and inode flags of what cannot
+be opened for an ioctl (symlinks, FIFOs, sockets, device nodes). A snapshot of the mount
+directory taken under the same name as one of the device would then record all of those as
+changed or deleted although nothing changed. So, where the device can be read (root, as a
+device snapshot needs anyway), the walk's records are joined with the device's inode table
+as for a device mounted read-write (``fsage.snapshotter.mounted``): both commands then
+record the same file system the same way. A subtree (its own name), a bind mount, another
+file system type or a device that cannot be read keeps the plain live read."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ read-write, fsage reads it one of two ways:
   reserved inodes come from the superblock and inode table, its kind is the ext kind, and the
   store records it under the same file system and name as an offline read. Its records are
   those an offline read of the same state yields: after a syncfs, what only the inode table
-  holds (inode flags, extent-tree, indirect and xattr blocks, a symlink's generation and
-  target block) is taken from it for every inode that is the same there, inline data has no
-  extent, and free space is the block bitmap's;
+  holds (inode flags, extent-tree, indirect and xattr blocks, the generation of a symlink,
+  FIFO, socket or device node, a symlink's target block) is taken from it for every inode
+  that is the same there, inline data has no extent, and free space is the block bitmap's;
 * with ``freeze=True``, by freezing the file system (FIFREEZE: the kernel writes everything out,
   checkpoints the journal and holds new writes) for the offline read, and thawing it
   (FITHAW) on every way out. SIGINT, SIGTERM and SIGHUP are held back while it is frozen and
@@ -262,10 +262,11 @@ def _without_inline(files: FileTable) -> FileTable:
 
 def _joined(files: FileTable, disk: FileTable) -> FileTable:
     """The live table with what only the inode table gives, for every inode that is the same
-    on disk (same number, type and mode, change time and, but for symlinks, generation):
-    inode flags, damage marks and metadata blocks (extent-tree, indirect and xattr blocks),
-    and for symlinks, which cannot be opened for an ioctl, the generation and the block of
-    a slow symlink's target. Other inodes keep flags 0 and no metadata blocks."""
+    on disk (same number, type and mode, change time and, but for the files the walk does not
+    open, generation): inode flags, damage marks and metadata blocks (extent-tree, indirect
+    and xattr blocks); for what cannot be opened for an ioctl (symlinks, FIFOs, sockets,
+    device nodes: opening a device can act on it) the generation, and the block of a slow
+    symlink's target. Other inodes keep flags 0 and no metadata blocks."""
     n = len(files)
     if n == 0 or len(disk) == 0:
         return replace(files, flags=np.zeros(n, np.uint32))
@@ -273,12 +274,14 @@ def _joined(files: FileTable, disk: FileTable) -> FileTable:
     ino = disk.ino[order]
     at = np.minimum(np.searchsorted(ino, files.ino), len(ino) - 1)
     pos = order[at]
-    symlink = (files.mode & 0o170000) == stat.S_IFLNK
+    kind = files.mode & 0o170000
+    symlink = kind == stat.S_IFLNK
+    unopened = (kind != stat.S_IFREG) & (kind != stat.S_IFDIR)
     same = (
         (ino[at] == files.ino)
         & (disk.mode[pos] == files.mode)
         & (disk.ctime[pos] == files.ctime)
-        & (symlink | (disk.generation[pos] == files.generation))
+        & (unopened | (disk.generation[pos] == files.generation))
     )
     both = FileTable.concat([files, disk])
     from_disk = np.where(same, n + pos, np.arange(n))

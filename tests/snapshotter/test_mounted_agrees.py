@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import random
 import re
+import socket
+import stat
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,6 +95,13 @@ def _kernel_writes(mnt: Path, rng: random.Random) -> None:
         os.symlink("z" * (1 + i * 13), mnt / "k" / f"sym{i}")
         (mnt / "k" / f"small{i}").write_text("q" * i)
     os.setxattr(mnt / "k" / "small3", "user.big", b"b" * 3000)
+    # special files the kernel makes get a generation of their own (mke2fs -d's have 0), and
+    # the mount's walk cannot open them for it
+    os.mkfifo(mnt / "k" / "fifo")
+    os.mknod(mnt / "k" / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    os.mknod(mnt / "k" / "loopdev", 0o600 | stat.S_IFBLK, os.makedev(7, 200))
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(mnt / "k" / "sock"))
     for i in range(0, 120, 9):
         for d in (mnt, mnt / "a", mnt / "a" / "b"):
             if (d / f"f{i}").exists():
@@ -163,9 +172,10 @@ def test_mounted_and_frozen_reads_record_the_same_files(mounted: Mounted, tmp_pa
     files = live.files
     kinds = files.mode & 0o170000
     links = [int(i) for i in files.ino[kinds == 0o120000]]
+    special = [int(i) for i in files.ino[np.isin(kinds, (0o010000, 0o020000, 0o060000, 0o140000))]]
     tiny = [int(i) for i, s in zip(files.ino, files.size, strict=True) if 0 < s < 55][:40]
     with_meta = [int(i) for i in files.ino[np.flatnonzero(np.diff(files.meta_off))]]
-    told = stat_inodes(Path(m.device), links + tiny + with_meta)
+    told = stat_inodes(Path(m.device), links + special + tiny + with_meta)
     row = {int(ino): i for i, ino in enumerate(files.ino)}
     slow = 0
     for ino in links + tiny + with_meta:
@@ -184,6 +194,10 @@ def test_mounted_and_frozen_reads_record_the_same_files(mounted: Mounted, tmp_pa
             [p for _k, p in want.meta] + ([want.file_acl] if want.file_acl else [])
         )
     assert slow >= 15  # the slow symlinks have their target's block
+    assert len(special) == 6  # mke2fs's FIFO and device, the kernel's four
+    for ino in special:
+        assert int(files.generation[row[ino]]) == told[ino].generation, ino
+    assert sum(told[i].generation != 0 for i in special) >= 4
     assert any(told[i].inline_size is not None for i in tiny)
     assert any(told[i].file_acl for i in with_meta) and any(told[i].meta for i in with_meta)
 
