@@ -28,6 +28,14 @@ needs, where the peak resident set also counts file pages the kernel could take 
 cgroup is charged the anonymous memory and the file pages its processes bring in; the
 libraries' pages, already cached, are not.
 
+--heaptrack runs the export once more under heaptrack (Debian's `heaptrack` package), which
+records every allocation of the C heap (numpy's arrays, SQLite's caches, Arrow's buffers,
+Python's objects) and prints its peak: the memory the command holds at once, without what the
+kernel counts beside it (freed pieces of the heap not yet given back, mapped files' pages).
+A peak that stays the same from the smallest size to the largest is a bound by a chunk, not by
+the database; the resident peak's growth is then the heap's fragments, not data held. Not the
+compaction: DuckDB allocates through its own allocator (jemalloc), which heaptrack does not see.
+
 --tmpdir DIR sets the commands' TMPDIR: a tmpfs there stands for a machine whose /tmp is one
 (Fedora, Arch, Debian 13), whose pages are memory a cgroup is charged and cannot take back;
 the export's scratch should go to disk instead (fsage.scratch), and with --limit-mb complete.
@@ -36,7 +44,7 @@ Usage: python3 bench/fleet_memory.py [--files 100000,350000,700000,1400000] [--s
                                      [--fleet 100] [--fleet-files 2000] [--json]
                                      [--baseline /path/to/other/fsage] [--repeat 3] [--check]
                                      [--per-dir 20] [--fanout 8] [--no-compact]
-                                     [--limit-mb 100] [--tmpdir /mnt/tmpfs]
+                                     [--limit-mb 100] [--tmpdir /mnt/tmpfs] [--heaptrack]
 e.g. python3 bench/fleet_memory.py --files 1400000,5600000 --fleet 0 --no-compact
          --baseline /path/to/main --repeat 3 --check --keep /tmp/fleet-memory
 """
@@ -167,6 +175,41 @@ def _measured(
     return out
 
 
+def heap_peak(argv: list[str], env: dict[str, str], out: Path) -> dict[str, float]:
+    """The peak of the C heap's live allocations (MiB) of one run of ``argv`` under heaptrack
+    (its record written beside ``out``, removed after), and the run's wall seconds."""
+    # heaptrack's script splits its output path at spaces
+    record = out.parent / (out.name.replace(" ", "-") + ".heaptrack")
+    t0 = time.perf_counter()
+    subprocess.run(["heaptrack", "-o", str(record), *argv], env=env, cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    wall = time.perf_counter() - t0
+    written = sorted(out.parent.glob(f"{record.name}*"))
+    if not written:
+        raise SystemExit(f"heaptrack wrote no record for {' '.join(argv)}")
+    try:
+        text = subprocess.run(
+            ["heaptrack_print", "-f", str(written[0]), "-p", "0", "-a", "0", "-T", "0", "-l", "0"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    finally:
+        for f in written:
+            f.unlink()
+    return {"heap_peak_mib": _heaptrack_bytes(text, "peak heap memory consumption") / MIB,
+            "wall_s": wall}  # fmt: skip
+
+
+def _heaptrack_bytes(text: str, label: str) -> float:
+    """A figure of heaptrack_print's summary in bytes: it writes them with decimal prefixes
+    (53.38M is 53,380,000 bytes; its massif output gives the same peak in bytes)."""
+    for line in text.splitlines():
+        if line.startswith(label + ":"):
+            figure = line.split(":", 1)[1].strip()
+            scale = {"K": 1e3, "M": 1e6, "G": 1e9}.get(figure[-1:], 1.0)
+            return float(figure.rstrip("BKMG")) * scale
+    raise SystemExit(f"heaptrack_print gave no {label!r}")
+
+
 BUILD = """
 import sys
 from fsage.db.store import Store
@@ -249,11 +292,12 @@ def same_dataset(a: Path, b: Path, env: dict[str, str]) -> str | None:
 def measure(
     label: str, db: Path, work: Path, env: dict[str, str], fsage: list[str],
     baseline: Path | None = None, compact: bool = True, repeat: int = 1, check: bool = False,
-    limit_mib: int | None = None,
+    limit_mib: int | None = None, heaptrack: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Export ``db`` (``repeat`` times, alternating with the baseline tree's when given:
     the median of each figure), then compact the export once; with ``limit_mib``, each once
-    more in a memory cgroup of that size (the compaction if the export completed)."""
+    more in a memory cgroup of that size (the compaction if the export completed); with
+    ``heaptrack``, the export once more under heaptrack, for its heap's peak."""
     out = work / f"{label}-export"
     other = work / f"{label}-baseline"
     row: dict[str, Any] = {"case": label, "database_mib": db.stat().st_size / MIB}
@@ -278,6 +322,11 @@ def measure(
     if limit_mib:
         shutil.rmtree(limited, ignore_errors=True)
         row["export"]["limited"] = measured([*argv, str(limited)], env, limit_mib=limit_mib)
+    if heaptrack:
+        traced = work / f"{label}-heaptrack"
+        shutil.rmtree(traced, ignore_errors=True)
+        row["export"]["heaptrack"] = heap_peak([*argv, str(traced)], env, traced)
+        shutil.rmtree(traced, ignore_errors=True)
     if compact:
         row["compact"] = measured([*fsage, "fleet", "compact", str(out)], env)
         if limit_mib and row["export"]["limited"]["completed"]:
@@ -315,12 +364,16 @@ def main() -> None:
         "--limit-mb", type=int, help="also run each command in a memory cgroup of so many MiB"
     )
     ap.add_argument("--tmpdir", type=Path, help="the commands' TMPDIR (a tmpfs, say)")
+    ap.add_argument("--heaptrack", action="store_true",
+                    help="the export once more under heaptrack: its C heap's peak")  # fmt: skip
     ap.add_argument(
         "--check",
         action="store_true",
         help="with --baseline: require the same Parquet tables and row groups",
     )
     args = ap.parse_args()
+    if args.heaptrack and shutil.which("heaptrack") is None:
+        raise SystemExit("--heaptrack: heaptrack is not installed (apt-get install heaptrack)")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if args.tmpdir:
         env["TMPDIR"] = str(args.tmpdir)
@@ -337,7 +390,7 @@ def main() -> None:
                 build(db, [f"fs{n}"], n, args.snapshots, env, args.per_dir, args.fanout)
             rows.append(measure(f"{n} files", db, work, env, fsage, args.baseline,
                                 args.compact, args.repeat, args.check,
-                                args.limit_mb))  # fmt: skip
+                                args.limit_mb, args.heaptrack))  # fmt: skip
             shutil.rmtree(work / f"{n} files-export", ignore_errors=True)
         if args.fleet:
             db = work / "fleet.db"
@@ -345,7 +398,8 @@ def main() -> None:
                 names = [f"fs{i:04d}" for i in range(args.fleet)]
                 build(db, names, args.fleet_files, args.snapshots, env)
             label = f"{args.fleet} fs x {args.fleet_files} files"
-            rows.append(measure(label, db, work, env, fsage, compact=args.compact))
+            rows.append(measure(label, db, work, env, fsage, compact=args.compact,
+                                heaptrack=args.heaptrack))  # fmt: skip
             # a kept directory's next run exports every snapshot again, as a first export does
             shutil.rmtree(work / f"{label}-export", ignore_errors=True)
     finally:
@@ -377,6 +431,9 @@ def main() -> None:
                   f" peak {m['peak_mib']:6.0f} MiB, anon. {m['anon_mib']:4.0f}"
                   f" (load {m['load']:.1f})"
                   + (f" runs {' '.join(f'{p:.0f}' for p in peaks)}" if peaks else ""))  # fmt: skip
+            if "heaptrack" in m:
+                print(f"  {'':>26}  {'':<13} heap peak {m['heaptrack']['heap_peak_mib']:6.1f} MiB"
+                      f" (heaptrack, {m['heaptrack']['wall_s']:.0f} s)")  # fmt: skip
             if "limited" in m:
                 lim = m["limited"]
                 done = "completed" if lim["completed"] else "KILLED (out of memory)"
@@ -396,7 +453,9 @@ def main() -> None:
               f" {v['growth_mib']:+.0f} MiB (anon. {v['anon_growth_mib']:+.0f})"
               f" from {v['smallest']} to {v['largest']}"
               + (f"; in {args.limit_mb} MiB: {v['limited']}"
-                 if "limited" in v else ""))  # fmt: skip
+                 if "limited" in v else "")
+              + (f"; heap peak {v['heap_growth_mib']:+.1f} MiB (largest {v['heap_peak_mib']:.1f})"
+                 if "heap_growth_mib" in v else ""))  # fmt: skip
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -425,6 +484,11 @@ def verdict(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "anon_growth_mib": _growth(single, key, "anon_mib"),
             }
         )
+        traced = [r for r in single if key in r and "heaptrack" in r[key]]
+        if traced:
+            heaps = [r[key]["heaptrack"]["heap_peak_mib"] for r in traced]
+            out[-1]["heap_peak_mib"] = max(heaps)
+            out[-1]["heap_growth_mib"] = heaps[-1] - heaps[0]
         limited = [r[key]["limited"] for r in rows if key in r and "limited" in r[key]]
         if limited:
             done = sum(int(m["completed"]) for m in limited)
