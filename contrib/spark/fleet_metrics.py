@@ -128,12 +128,13 @@ SLOPES = f"""
                regr_slope(layout_score, unix_micros(taken_at) / 86400e6) AS slope
         FROM metrics WHERE layout_score IS NOT NULL GROUP BY host, fs),
     decline AS (
-        SELECT *, last_layout_score - first_layout_score AS total_change,
+        SELECT *, CASE WHEN snapshots >= 2 THEN last_layout_score - first_layout_score END
+                  AS total_change,
                CASE WHEN span_days >= {MIN_SPAN_DAYS} AND snapshots >= 2
                     THEN slope * {DAYS_PER_MONTH} END AS change_per_month,
-               CASE WHEN snapshots < 2 THEN 'one snapshot'
+               CASE WHEN snapshots < 2 THEN 'one scored snapshot'
                     WHEN span_days < {MIN_SPAN_DAYS}
-                    THEN 'history spans under {MIN_SPAN_DAYS} days' END AS no_rate_reason
+                    THEN 'scored snapshots span under {MIN_SPAN_DAYS} days' END AS no_rate_reason
         FROM fs_trend)
 """
 

@@ -19,7 +19,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import IO, Any
 
-from fsage.fleet.query import CHUNK, opened, table_rows
+from fsage.fleet.query import CHUNK, ONE_SCORED, SHORT_SPAN, opened, table_rows
 from fsage.text import shown, table_cell
 
 # Changes of layout score read with two significant digits, as in analyze and the reports: a
@@ -50,7 +50,11 @@ TEXT_COLUMNS = {
         ["host", "fs", "snapshot_id", "bucket", "label", "files", "blocks", "layout_score"],
     ),
 }  # fmt: skip
-NO_RATE_NOTE = "change_per_month '-': the history spans under 7 days (total_change given)"
+#: What a '-' in change_per_month (and total_change) means, by the row's ``no_rate_reason``.
+NO_RATE_NOTES = {
+    ONE_SCORED: f"{ONE_SCORED} (no change to measure: total_change '-' too)",
+    SHORT_SPAN: f"{SHORT_SPAN} (total_change given)",
+}
 
 
 def write_tables(
@@ -143,7 +147,7 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
     # here, not at the top: fsage.analyzer loads numpy, which the JSON and CSV do not need
     from fsage.analyzer.history import change_text
 
-    no_rate = False
+    no_rate: dict[str, int] = {}
     for i, (name, rows) in enumerate(streams.items()):
         title, cols = TEXT_COLUMNS[name]
         if i:
@@ -164,7 +168,8 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
                     widths[j] = max(widths[j], len(cell))
                     if numeric[j] and not (isinstance(v, int | float) or v is None):
                         numeric[j] = False
-                no_rate = no_rate or (name == "filesystems" and bool(row["no_rate_reason"]))
+                if name == "filesystems" and row["no_rate_reason"]:
+                    no_rate[row["no_rate_reason"]] = no_rate.get(row["no_rate_reason"], 0) + 1
                 chunk.append(text)
                 n += 1
                 if len(chunk) == CHUNK:
@@ -181,5 +186,6 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
             for _ in range(0, n, CHUNK):
                 for text in pickle.load(cells):
                     buf.write(_line(text, widths, numeric))
-    if no_rate:
-        buf.write(NO_RATE_NOTE + "\n")
+    for reason, count in no_rate.items():
+        many = "file system" if count == 1 else "file systems"
+        buf.write(f"change_per_month '-' for {count} {many}: {NO_RATE_NOTES.get(reason, reason)}\n")

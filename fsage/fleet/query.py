@@ -58,6 +58,11 @@ from fsage.fleet.dataset import (
 from fsage.text import size_range
 
 MIN_SPAN_DAYS = 7
+#: Why a file system has no change per month (``no_rate_reason``), in `fsage analyze`'s words:
+#: one scored snapshot has no change at all (total_change is empty too, as analyze leaves it);
+#: a short history has its total change, not a rate.
+ONE_SCORED = "one scored snapshot"
+SHORT_SPAN = f"scored snapshots span under {MIN_SPAN_DAYS} days"
 # The month of fsage.analyzer.history (not imported: it loads numpy): one change per month.
 DAYS_PER_MONTH = 365.25 / 12
 DEFAULT_TABLES = ("filesystems", "size", "free", "outliers")
@@ -316,12 +321,12 @@ _SLOPES = f"""
                regr_slope(layout_score, epoch_us(taken_at) / 86400e6) AS slope
         FROM metrics WHERE layout_score IS NOT NULL GROUP BY host, fs),
     decline AS (
-        SELECT *, last_layout_score - first_layout_score AS total_change,
+        SELECT *, CASE WHEN snapshots >= 2 THEN last_layout_score - first_layout_score END
+                  AS total_change,
                CASE WHEN span_days >= {MIN_SPAN_DAYS} AND snapshots >= 2
                     THEN slope * {DAYS_PER_MONTH} END AS change_per_month,
-               CASE WHEN snapshots < 2 THEN 'one snapshot'
-                    WHEN span_days < {MIN_SPAN_DAYS}
-                    THEN 'history spans under {MIN_SPAN_DAYS} days' END AS no_rate_reason
+               CASE WHEN snapshots < 2 THEN '{ONE_SCORED}'
+                    WHEN span_days < {MIN_SPAN_DAYS} THEN '{SHORT_SPAN}' END AS no_rate_reason
         FROM fs_trend)
 """
 

@@ -1,0 +1,86 @@
+"""`fsage fleet` and `fsage analyze --history` give a file system the same total change and
+change per month, and leave the same ones out for the same reason: one scored snapshot has no
+change at all (not +0.0000), a history shorter than the rate needs has its total change only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("duckdb")
+
+from fsage.db.store import Store
+from fsage.fleet.export import export_parquet
+from fsage.fleet.query import MIN_SPAN_DAYS, ONE_SCORED, SHORT_SPAN, fleet_tables
+from fsage.fleet.synth import synthetic_history
+
+
+def cli(*args: str | Path) -> Any:
+    from click.testing import CliRunner
+
+    from fsage.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Nightly histories of one snapshot, three (two days) and ten (nine days)."""
+    tmp = tmp_path_factory.mktemp("rates")
+    db, ds = tmp / "h.db", tmp / "ds"
+    with Store.open(db, create=True) as store:
+        synthetic_history(store, "one", files=100, snapshots=1, seed=4)
+        synthetic_history(store, "short", files=100, snapshots=3, seed=5)
+        synthetic_history(store, "long", files=100, snapshots=MIN_SPAN_DAYS + 3, seed=6)
+    export_parquet(db, ds, host="h")
+    return db, ds
+
+
+def trend(db: Path, fs: str) -> dict[str, Any]:
+    out = cli("analyze", "--db", db, "--fs", fs, "--history", "--format", "json")
+    assert out.exit_code == 0, out.output
+    found: dict[str, Any] = json.loads(out.stdout)["trends"][fs]
+    return found
+
+
+def test_fleet_and_analyze_agree_on_change_and_why_none(histories: tuple[Path, Path]) -> None:
+    db, ds = histories
+    rows = {r["fs"]: r for r in fleet_tables(ds, ("filesystems",))["filesystems"]}
+    for fs in ("one", "short", "long"):
+        a, f = trend(db, fs), rows[fs]
+        assert f["snapshots"] == a["scored_snapshots"], fs
+        if a["total_change"] is None:
+            assert f["total_change"] is None, fs
+        else:
+            assert f["total_change"] == pytest.approx(a["total_change"], abs=1e-12), fs
+        if a["change_per_month"] is None:
+            assert f["change_per_month"] is None, fs
+        else:
+            assert f["change_per_month"] == pytest.approx(a["change_per_month"], rel=1e-9), fs
+    assert trend(db, "one")["total_change"] is None
+    assert (
+        rows["one"]["no_rate_reason"] == ONE_SCORED == trend(db, "one")["change_per_month_reason"]
+    )
+    assert rows["short"]["no_rate_reason"] == SHORT_SPAN
+    assert rows["short"]["total_change"] is not None
+    assert rows["long"]["no_rate_reason"] is None
+
+
+def test_the_text_table_says_why_each_rate_is_missing(histories: tuple[Path, Path]) -> None:
+    _, ds = histories
+    out = cli("fleet", ds, "--table", "filesystems")
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    one = next(ln for ln in lines if ln.split()[:2] == ["h", "one"])
+    assert "+0.0000" not in one and one.split()[5:7] == ["-", "-"]
+    notes = [ln for ln in lines if ln.startswith("change_per_month '-'")]
+    assert notes == [
+        f"change_per_month '-' for 1 file system: {ONE_SCORED} (no change to measure: "
+        "total_change '-' too)",
+        f"change_per_month '-' for 1 file system: {SHORT_SPAN} (total_change given)",
+    ]
+    assert "history spans under" not in out.output
