@@ -146,7 +146,8 @@ QUERIES = {
                m.dynamic_layout_score_inode AS dynamic_layout_score,
                d.first_layout_score, d.total_change, d.change_per_month, d.no_rate_reason,
                CAST(m.blocks_free AS DOUBLE) / m.blocks_total AS free_fraction,
-               m.free_extent_count, m.largest_free_extent,
+               m.free_extent_count, m.block_size, m.largest_free_extent,
+               m.largest_free_extent * m.block_size AS largest_free_bytes,
                CASE WHEN m.blocks_free > 0 THEN CAST(m.free_chunks AS DOUBLE) * m.chunk_bytes
                     / m.block_size / m.blocks_free END AS free_in_whole_chunks
         FROM metrics m JOIN latest l ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
@@ -261,17 +262,19 @@ QUERIES = {
                    + sum(CASE WHEN physical = prev_end THEN 1 ELSE 0 END) AS contiguous
             FROM ordered GROUP BY host, fs, sid, ino),
         bs AS (
-            SELECT DISTINCT host, fs, snapshot_id AS sid,
+            SELECT DISTINCT host, fs, snapshot_id AS sid, block_size,
                    CAST(round(log2(block_size)) AS INT) AS log2_block_size FROM snapshots),
         bucketed AS (
-            SELECT p.*, CAST(ceil(log2(p.blocks)) AS INT) + b.log2_block_size AS bucket
+            SELECT p.*, b.block_size,
+                   CAST(ceil(log2(p.blocks)) AS INT) + b.log2_block_size AS bucket
             FROM per_file p JOIN bs b ON p.host = b.host AND p.fs = b.fs AND p.sid = b.sid
             WHERE p.blocks >= 2)
-        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
-               sum(blocks) AS blocks, sum(contiguous) AS contiguous,
-               sum(blocks - 1) AS denominator,
+        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files, block_size,
+               sum(blocks) AS blocks, sum(blocks) * block_size AS bytes,
+               sum(contiguous) AS contiguous, sum(blocks - 1) AS denominator,
                CAST(sum(contiguous) AS DOUBLE) / sum(blocks - 1) AS layout_score
-        FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
+        FROM bucketed GROUP BY host, fs, sid, bucket, block_size
+        ORDER BY host, fs, sid, bucket
     """,
 }
 

@@ -47,7 +47,7 @@ TEXT_COLUMNS = {
                                           "layout_score", "free_fraction"]),
     "files_by_size": (
         "layout score by size bucket from the exported extents",
-        ["host", "fs", "snapshot_id", "bucket", "label", "files", "blocks", "layout_score"],
+        ["host", "fs", "snapshot_id", "bucket", "label", "files", "bytes", "layout_score"],
     ),
 }  # fmt: skip
 #: What a '-' in change_per_month (and total_change) means, by the row's ``no_rate_reason``.

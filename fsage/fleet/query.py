@@ -342,7 +342,8 @@ def filesystems_rows(con: Any) -> Rows:
                m.dynamic_layout_score_inode AS dynamic_layout_score,
                d.first_layout_score, d.total_change, d.change_per_month, d.no_rate_reason,
                m.blocks_free::DOUBLE / m.blocks_total AS free_fraction,
-               m.free_extent_count, m.largest_free_extent,
+               m.free_extent_count, m.block_size, m.largest_free_extent,
+               m.largest_free_extent * m.block_size AS largest_free_bytes,
                CASE WHEN m.blocks_free > 0 THEN m.free_chunks::DOUBLE * m.chunk_bytes
                     / m.block_size / m.blocks_free END AS free_in_whole_chunks
         FROM metrics m JOIN latest l ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
@@ -604,19 +605,21 @@ def files_by_size_rows(con: Any, every_snapshot: bool = False) -> Rows:
                    END AS contiguous
             FROM sorted WHERE len(x) >= 1),
         bs AS (
-            SELECT DISTINCT host, fs, snapshot_id AS sid,
+            SELECT DISTINCT host, fs, snapshot_id AS sid, block_size,
                    CAST(round(log2(block_size)) AS INTEGER) AS log2_block_size FROM snapshots),
         bucketed AS (
-            SELECT f.host, f.fs, f.sid, f.blocks, f.contiguous,
+            SELECT f.host, f.fs, f.sid, f.blocks, f.contiguous, b.block_size,
                    CAST(ceil(log2(f.blocks)) AS INTEGER) + b.log2_block_size AS bucket
             FROM per_file f
             JOIN bs b ON f.host = b.host AND f.fs = b.fs AND f.sid = b.sid
             WHERE f.blocks >= 2)
-        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files,
-               sum(blocks)::BIGINT AS blocks, sum(contiguous)::BIGINT AS contiguous,
+        SELECT host, fs, sid AS snapshot_id, bucket, count(*) AS files, block_size,
+               sum(blocks)::BIGINT AS blocks, sum(blocks)::BIGINT * block_size AS bytes,
+               sum(contiguous)::BIGINT AS contiguous,
                sum(blocks - 1)::BIGINT AS denominator,
                sum(contiguous)::DOUBLE / sum(blocks - 1) AS layout_score
-        FROM bucketed GROUP BY host, fs, sid, bucket ORDER BY host, fs, sid, bucket
+        FROM bucketed GROUP BY host, fs, sid, bucket, block_size
+        ORDER BY host, fs, sid, bucket
         """,
     )
     for r in rows:
