@@ -186,6 +186,8 @@ def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
     # operation use the snapshots that have one.
     has_ops = sum(o is not None for o in ops) > 1
     has_bytes = sum(b is not None for b in written) > 1
+    # ops_done and gib_written count over the file system's life (the report's axis, analyze's
+    # table); op_count and bytes_written are the run's own counts, as `fsage snapshots` gives them
     series = [
         {
             "id": a["id"],
@@ -196,10 +198,12 @@ def _fs_trend(items: list[dict[str, Any]]) -> dict[str, Any]:
             "blocks_free": a["blocks_free"],
             "largest_free_extent": a.get("largest_free_extent"),
             "free_extents": a.get("free_extents"),
+            "ops_done": done,
+            "gib_written": None if life_bytes is None else life_bytes / GIB,
             "op_count": a.get("op_count"),
             "bytes_written": a.get("bytes_written"),
         }
-        for a in items
+        for a, done, life_bytes in zip(items, cumulative(ops), cumulative(written), strict=True)
     ]
     activity = []
     for prev, cur, t0, t1 in zip(items[:-1], items[1:], times[:-1], times[1:], strict=True):

@@ -15,7 +15,6 @@ from fsage.analyzer.history import (
     SEED000_TREND,
     TREND_RULE,
     analyze_many,
-    cumulative,
     select_snapshots,
     trend_line,
     trends,
@@ -47,7 +46,10 @@ BY_PARTS = {"size": "size", "dir": "dir", "age": "age"}
     "--history",
     is_flag=True,
     help="Every snapshot of the file system(s): one line each (date, operations done, layout "
-    "score, free space) and the trends. " + TREND_RULE,
+    "score, free space) and the trends. Operations done and GiB written (ops_done, "
+    "gib_written in JSON and CSV) count over the file system's life, every aging run or "
+    "replay in turn; op_count and bytes_written are the snapshot's own run's counts, each run "
+    "counting from 0. " + TREND_RULE,
 )
 @click.option(
     "--full",
@@ -315,21 +317,15 @@ def _text_trends(tr: dict[str, dict[str, Any]]) -> None:
                 [
                     s["id"],
                     str(s["taken_at"])[:19],
-                    ops,
-                    None if written is None else round(written / 2**30, 3),
+                    s["ops_done"],
+                    None if s["gib_written"] is None else round(s["gib_written"], 3),
                     s["files"],
                     s["layout_score"],
                     s["blocks_free"],
                     sum(b["count"] for b in s["free_extents"] or []),
                     s["largest_free_extent"],
                 ]
-                # the file system's counts, as the report draws them: each run counts from 0
-                for s, ops, written in zip(
-                    t["snapshots"],
-                    cumulative([s["op_count"] for s in t["snapshots"]]),
-                    cumulative([s["bytes_written"] for s in t["snapshots"]]),
-                    strict=True,
-                )
+                for s in t["snapshots"]
             ],
         )
         rec = t.get("recreations") or []
@@ -358,6 +354,8 @@ def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
             "id",
             "fs",
             "taken_at",
+            "ops_done",
+            "gib_written",
             "op_count",
             "bytes_written",
             "files",
@@ -375,6 +373,8 @@ def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
                     s["id"],
                     fs,
                     s["taken_at"],
+                    s["ops_done"],
+                    s["gib_written"],
                     s["op_count"],
                     s["bytes_written"],
                     s["files"],
@@ -391,6 +391,8 @@ def _csv_history(tr: dict[str, dict[str, Any]]) -> None:
                     r["id"],
                     r["fs"],
                     r["taken_at"],
+                    None,  # a recreation is its replay's: it has no life of aging runs
+                    None,
                     r["op_count"],
                     r["bytes_written"],
                     r["files"],

@@ -2,6 +2,7 @@
 
 from fsage.reports import sections as _sections  # noqa: F401  (registers the standard sections)
 from fsage.reports import sections_bench as _sections_bench  # noqa: F401
+from fsage.reports import sections_compare as _sections_compare  # noqa: F401
 from fsage.reports import sections_disk as _sections_disk  # noqa: F401
 from fsage.reports import sections_lfs as _sections_lfs  # noqa: F401
 from fsage.reports.build import register_extra, report_data_from_store

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from fsage.analyzer.analysis import bucket_fields
 from fsage.analyzer.freespace import MAX_BUCKET, free_extent_label
-from fsage.analyzer.history import SEED000_TREND, change_text, cumulative, trend_line
+from fsage.analyzer.history import SEED000_TREND, change_text, trend_line
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.text import human_bytes, size_range
 
@@ -166,16 +167,30 @@ def summary(data: ReportData) -> Section:
     )
 
 
+def every_size_class(rows: list[dict[str, Any]], block_size: int) -> list[dict[str, Any]]:
+    """An analysis's ``by_size`` rows with the size classes between them that hold no files
+    put back (no files, no score): a line drawn through the rows alone would join 16 KiB to
+    2 MiB as if the classes between had scores."""
+    have = {int(r["max_blocks"]).bit_length() - 1: r for r in rows}
+    if not have:
+        return []
+    return [
+        have.get(k) or {**bucket_fields(k, block_size), "files": 0, "blocks": 0,
+                        "layout_score": None}
+        for k in range(min(have), max(have) + 1)
+    ]  # fmt: skip
+
+
 @register_section("score-by-size", order=20)
 def score_by_size(data: ReportData) -> Section | None:
     traces = []
     values: list[float | None] = []
     sizes: list[float] = []
     for a in _first_and_last(data):
-        rows = a.get("by_size") or []
+        bs = int(a.get("block_size") or 4096)
+        rows = every_size_class(a.get("by_size") or [], bs)
         if not rows:
             continue
-        bs = int(a.get("block_size") or 4096)
         values += [r["layout_score"] for r in rows]
         sizes += [r["max_blocks"] * bs for r in rows]
         traces.append(
@@ -185,6 +200,8 @@ def score_by_size(data: ReportData) -> Section | None:
                 "name": _name(a),
                 "x": [r["max_blocks"] * bs for r in rows],
                 "y": [r["layout_score"] for r in rows],
+                # an empty class is a gap in the line, not a segment across it
+                "connectgaps": False,
                 "text": [
                     f"{_name(a)}<br>files of {size_range(r['min_blocks'], r['max_blocks'], bs)}"
                     f" of data<br>{r['files']:,} files, layout score "
@@ -205,7 +222,7 @@ def score_by_size(data: ReportData) -> Section | None:
                 "file size (largest in the size class)",
                 "layout score",
                 xaxis=bytes_axis(min(sizes), max(sizes)),
-                yaxis=score_axis(values),
+                yaxis=score_axis(values, perfect_line=True),
                 shapes=[_ref_line(1.0)],
             )
         ],
@@ -214,7 +231,8 @@ def score_by_size(data: ReportData) -> Section | None:
             "('8 KiB-16 KiB': over 8 KiB, up to 16 KiB, as fsage analyze labels them); the x "
             "axis is in bytes so that file systems of different block sizes line up. The dotted "
             f"line is a perfect layout (1.0); the score axis spans at least {MIN_SCORE_SPAN}, so "
-            "that a spread of a few thousandths does not look like a fall."
+            "that a spread of a few thousandths does not look like a fall. A size class without "
+            "files breaks the line."
         ],
     )
 
@@ -235,22 +253,27 @@ def _first_and_last(data: ReportData) -> list[dict[str, Any]]:
 MIN_SCORE_SPAN = 0.05
 
 
-def _score_range(values: list[float | None]) -> list[float]:
+def _score_range(values: list[float | None], perfect_line: bool = False) -> list[float]:
     """A y range zoomed to the data (a fall from 1.000 to 0.991 must not look flat), padded,
-    never above 1.005, and never narrower than ``MIN_SCORE_SPAN``."""
+    never above 1.005 for data near 1, and never narrower than ``MIN_SCORE_SPAN``. With
+    ``perfect_line`` it reaches over 1.0, where the figure draws the perfect layout."""
     vals = [v for v in values if v is not None]
     if not vals:
         return [0.0, 1.02]
     lo, hi = min(vals), max(vals)
     pad = max((hi - lo) * 0.15, 0.002)
     top = min(hi + pad, 1.0 + pad * 0.25)
+    if perfect_line:
+        # a flat history at 0.99 would stop the axis at 0.995: the line the notes describe
+        # must be on the plot, a little below its top edge
+        top = max(top, 1.0 + max(pad * 0.25, MIN_SCORE_SPAN * 0.04))
     return [max(min(lo - pad, top - MIN_SCORE_SPAN), 0.0), top]
 
 
-def score_axis(values: list[float | None]) -> dict[str, Any]:
-    """The y axis of a layout score: zoomed to the data, with as many decimals as the ticks
-    need to differ."""
-    lo, hi = _score_range(values)
+def score_axis(values: list[float | None], perfect_line: bool = False) -> dict[str, Any]:
+    """The axis of a layout score: zoomed to the data, with as many decimals as the ticks need
+    to differ; with ``perfect_line``, 1.0 on it (the figure draws its dotted line there)."""
+    lo, hi = _score_range(values, perfect_line)
     step = (hi - lo) / 6
     digits = max(3, int(np.ceil(-np.log10(step))) if step > 0 else 3)
     return {"range": [lo, hi], "tickformat": f".{digits}f"}
@@ -259,11 +282,9 @@ def score_axis(values: list[float | None]) -> dict[str, Any]:
 def _clocks(snaps: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per snapshot id, its x on each clock: the time, and the file system's cumulative
     operations and GiB written."""
-    ops = cumulative([s.get("op_count") for s in snaps])
-    written = cumulative([s.get("bytes_written") for s in snaps])
     return {
-        s["id"]: {"time": s["taken_at"], "ops": o, "bytes": None if b is None else b / 2**30}
-        for s, o, b in zip(snaps, ops, written, strict=True)
+        s["id"]: {"time": s["taken_at"], "ops": s.get("ops_done"), "bytes": s.get("gib_written")}
+        for s in snaps
     }
 
 
@@ -275,17 +296,31 @@ CLOCKS = {
 
 
 def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
-    ops = s.get("op_count")
-    written = s.get("bytes_written")
+    """A snapshot's hover text. Its counts are the file system's (the x axis), with the run's
+    own beside them where they differ; a recreation has only its replay's."""
     parts = [
         f"{esc(fs)} snapshot {s['id']}",
         f"taken {str(s['taken_at'])[:19]} UTC",
         "layout score " + ("-" if s["layout_score"] is None else f"{s['layout_score']:.4f}"),
     ]
-    if ops is not None:
-        parts.append(f"{ops:,} ops done")
-    if written is not None:
-        parts.append(f"{human_bytes(written)} written")
+    run_ops, run_bytes = s.get("op_count"), s.get("bytes_written")
+    if "recreation_of" in s:
+        if run_ops is not None:
+            parts.append(f"{run_ops:,} ops replayed")
+        if run_bytes is not None:
+            parts.append(f"{human_bytes(run_bytes)} written by the replay")
+    else:
+        ops, gib = s.get("ops_done"), s.get("gib_written")
+        if ops is not None:
+            own = f" ({run_ops:,} in this run)" if run_ops is not None and run_ops != ops else ""
+            parts.append(f"{ops:,} ops done{own}")
+        if gib is not None:
+            own_bytes = (
+                f" ({human_bytes(run_bytes)} in this run)"
+                if run_bytes is not None and run_bytes != round(gib * 2**30)
+                else ""
+            )
+            parts.append(f"{human_bytes(gib * 2**30)} written{own_bytes}")
     if extra:
         parts.append(esc(extra))
     return "<br>".join(parts)
@@ -390,7 +425,7 @@ def score_over_time(data: ReportData) -> Section | None:
     for tr, x in zip(traces, xs[default], strict=True):
         tr["x"] = x
     layout: dict[str, Any] = {
-        "yaxis": score_axis(values),
+        "yaxis": score_axis(values, perfect_line=True),
         "xaxis": {"type": CLOCKS[default][1], **_one_instant(xs["time"], default)},
         "shapes": [_ref_line(1.0)],
     }
@@ -452,92 +487,10 @@ def _free_label(min_blocks: int, bs: int) -> str:
     return free_extent_label(min_blocks, None if last else 2 * min_blocks - 1, bs)
 
 
-@register_section("compare", order=15)
-def compare(data: ReportData) -> Section | None:
-    cmp = data.extra.get("compare")
-    if not cmp:
-        return None
-    a, b = cmp["a"], cmp["b"]
-
-    def label(x: dict[str, Any]) -> str:
-        return esc(f"{x['fs']} #{x['id']} ({str(x['taken_at'])[:10]})")
-
-    score_traces = []
-    free_traces = []
-    values: list[float | None] = []
-    for side in (a, b):
-        bs = int(side.get("block_size") or 4096)
-        rows = side.get("by_size") or []
-        values += [r["layout_score"] for r in rows]
-        score_traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": label(side),
-                "x": [size_range(r["min_blocks"], r["max_blocks"], bs) for r in rows],
-                "y": [r["layout_score"] for r in rows],
-                "customdata": [r["files"] for r in rows],
-                "hovertemplate": "files of %{x}: layout score %{y:.4f}, %{customdata:,} "
-                "files<extra>" + label(side) + "</extra>",
-            }
-        )
-        free = side.get("free_extents") or []
-        free_traces.append(
-            {
-                "type": "bar",
-                "name": label(side),
-                "x": [_free_label(r["min_blocks"], bs) for r in free],
-                "y": [r["blocks"] * bs / 2**20 for r in free],
-                "hovertemplate": "free extents of %{x}: %{y:.1f} MiB<extra>"
-                + label(side)
-                + "</extra>",
-            }
-        )
-    lo = _score_range(values)[0]
-    f = cmp["files"]
-    table = Table(
-        ["", label(a), label(b)],
-        [
-            ["files", a["files"], b["files"]],
-            ["layout score", a["layout_score"], b["layout_score"]],
-            [
-                "free space",
-                human_bytes(a["blocks_free"] * (a["block_size"] or 0)),
-                human_bytes(b["blocks_free"] * (b["block_size"] or 0)),
-            ],
-            ["largest free extent (blocks)", a["largest_free_extent"], b["largest_free_extent"]],
-        ],
-        "The two snapshots compared.",
-    )
-    moved = Table(
-        ["files in both", "moved to other blocks", "blocks of moved files", "unchanged",
-         f"only in #{a['id']}", f"only in #{b['id']}"],
-        [[f["in_both"], f["moved"], f["moved_blocks"], f["unchanged"], f["only_in_a"],
-          f["only_in_b"]]],
-        "Regular files with the same inode and generation in both snapshots; moved: their "
-        "extents differ.",
-    )  # fmt: skip
-    return Section(
-        f"Snapshot #{a['id']} compared with #{b['id']}",
-        figures=[
-            _fig(
-                score_traces,
-                "Layout score by file size",
-                "file size (largest in the size class)",
-                "layout score",
-                xaxis={"type": "category"},
-                yaxis={"range": [lo, 1.0 + (1.0 - lo) * 0.05], "tickformat": ".3f"},
-                shapes=[_ref_line(1.0)],
-            ),
-            _fig(
-                free_traces,
-                "Free space by extent size",
-                "free extent size (e2freefrag's buckets)",
-                "free space (MiB)",
-                xaxis={"type": "category", "tickangle": -30},
-                barmode="group",
-                legend={"y": -0.45},
-            ),
-        ],
-        tables=[table, moved],
-    )
+def free_bucket_label(byte_lo: int, block_size: int) -> str:
+    """The label of the free-extent bucket of extents from ``byte_lo`` bytes, on a file system
+    of ``block_size``; a bucket below the block size (it holds no extents there, but keeps its
+    place on an axis shared with file systems of smaller blocks) in bytes."""
+    if byte_lo >= block_size:
+        return _free_label(byte_lo // block_size, block_size)
+    return free_extent_label(byte_lo, 2 * byte_lo - 1, 1)

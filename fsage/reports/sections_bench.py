@@ -6,11 +6,12 @@ None when there are no runs, so the section is left out of reports without bench
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fsage.reports.build import register_extra
 from fsage.reports.html import ReportData, Section, Table, register_section
-from fsage.reports.sections import esc
+from fsage.reports.sections import _ref_line, esc
 
 MAIN_METRICS = ("read", "write", "transactions", "tps", "time")
 #: How each metric's points are drawn in the prediction figure: distinct shapes and sizes, so
@@ -56,6 +57,11 @@ def bench_extra(store: Any, fs_name: str | None) -> dict[str, Any] | None:
             }
         )
     suites = sorted({r.suite for r in results})
+    # each run's 95% interval of its paired ratio to its own baseline, for the error bars
+    intervals = {
+        (r.run_id, r.metric, r.params.get("file_size")): r.params.get("relative_ci")
+        for r in results
+    }
     predictions = []
     for suite in suites:
         if suite == "scan":  # judged by its aged/clean ratio (its own table), not predicted
@@ -72,8 +78,20 @@ def bench_extra(store: Any, fs_name: str | None) -> dict[str, Any] | None:
         for size in sizes or [None]:
             pred = predict(store, suite, file_size=size, fs_name=fs_name)
             if pred.rows:
-                predictions.append(pred.to_json())
+                predictions.append(_with_intervals(pred.to_json(), intervals))
     return {"runs": list(runs.values()), "predictions": predictions}
+
+
+def _with_intervals(pred: dict[str, Any], intervals: dict[Any, Any]) -> dict[str, Any]:
+    """The prediction's rows with ``read_interval`` and ``write_interval``: the 95% interval
+    of the run's paired ratio, where its value is relative to its own baseline (None else)."""
+    for row in pred["rows"]:
+        for metric in ("read", "write"):
+            ci = None
+            if row.get(f"{metric}_relative_to") == "own baseline":
+                ci = intervals.get((row["run_id"], metric, pred["file_size"]))
+            row[f"{metric}_interval"] = None if not ci else [float(ci[0]), float(ci[1])]
+    return pred
 
 
 def _fit_line(fit: dict[str, Any] | None, name: str, color: str) -> list[dict[str, Any]]:
@@ -190,8 +208,8 @@ def bench_section(data: ReportData) -> Section | None:
                 caption=f"Predicted vs actual relative performance ({what}; seed 002's table).",
             )
         )
-        notes += [f"{pred['suite']}: {n}" for n in pred["notes"]]
         traces: list[dict[str, Any]] = []
+        undrawn: dict[str, str] = {}
         for metric in ("read", "write"):
             pts = [
                 (
@@ -199,6 +217,7 @@ def bench_section(data: ReportData) -> Section | None:
                     r[f"actual_{metric}"],
                     r["run_id"],
                     r.get(f"{metric}_verdict") == "inconclusive",
+                    r.get(f"{metric}_interval"),
                 )
                 for r in pred["rows"]
                 if r["bench_layout"] is not None
@@ -212,15 +231,17 @@ def bench_section(data: ReportData) -> Section | None:
                     for r in pred["rows"]
                 ):
                     # the run had its baseline: its files had no layout score to draw against
-                    why = "its files have no layout score (a one-block file has none)"
+                    undrawn[metric] = "its files have no layout score (a one-block file has none)"
                 else:
-                    why = "no baseline (no run on an empty file system)"
-                notes.append(f"{what}: {metric}: {why}, so no relative performance is drawn")
+                    undrawn[metric] = "no baseline (no run on an empty file system)"
                 continue
             color = MARKERS[metric]["color"]
             traces += _points(metric, [p for p in pts if not p[3]], decided=True)
             traces += _points(metric, [p for p in pts if p[3]], decided=False)
             traces += _fit_line(pred.get(f"{metric}_fit"), metric, str(color))
+        for note in _prediction_notes(pred, what, has_base, undrawn):
+            if note not in notes:
+                notes.append(note)
         if not traces:
             continue
         figures.append(
@@ -232,12 +253,19 @@ def bench_section(data: ReportData) -> Section | None:
                         "title": {"text": "layout score of the benchmark's files"},
                         "range": [0, 1.02],
                     },
-                    "yaxis": {"title": {"text": "fraction of empty-fs performance"}},
+                    "yaxis": {
+                        "title": {"text": "fraction of empty-fs performance"},
+                        "range": _relative_range(traces),
+                    },
+                    # the empty file system's own performance, which every point is a fraction of
+                    "shapes": [_ref_line(1.0)],
                     "margin": {"t": 50, "l": 60, "r": 20, "b": 60},
                     "legend": {"orientation": "h"},
                 },
             }
         )
+        if RELATIVE_NOTE not in notes:
+            notes.append(RELATIVE_NOTE)
     if not rows:
         tables.pop(0)  # only scan runs: their own table says it all
     scan_table, scan_figure = _scan_parts(bench["runs"])
@@ -251,27 +279,115 @@ def bench_section(data: ReportData) -> Section | None:
 NO_BASELINE = "no baseline"
 
 
-def _points(
-    metric: str, pts: list[tuple[Any, Any, Any, bool]], decided: bool
-) -> list[dict[str, Any]]:
-    """One metric's runs as a marker trace; runs whose spread was wider than their effect are
-    drawn faded and named inconclusive, so a reader does not take them for measured points."""
+RELATIVE_NOTE = (
+    "Relative performance: each run's median of its rounds' paired ratios (the run over the "
+    "empty file system run in turn with it); the error bars are its 95% interval, and the "
+    "dotted line at 1.0 is the empty file system's own performance."
+)
+
+#: A point: layout score, relative value, run id, inconclusive, 95% interval (or None).
+Point = tuple[Any, Any, Any, bool, "list[float] | None"]
+
+
+def _points(metric: str, pts: list[Point], decided: bool) -> list[dict[str, Any]]:
+    """One metric's runs as a marker trace with their 95% intervals as error bars; runs whose
+    spread was wider than their effect are drawn faded and named inconclusive, so a reader
+    does not take them for measured points."""
     if not pts:
         return []
     marker = dict(MARKERS[metric])
     if not decided:
         marker["opacity"] = 0.35
-    return [
-        {
-            "type": "scatter",
-            "mode": "markers",
-            "name": esc(metric if decided else f"{metric} (inconclusive)"),
-            "x": [p[0] for p in pts],
-            "y": [p[1] for p in pts],
-            "text": [esc(f"run {p[2]}" + ("" if decided else ", inconclusive")) for p in pts],
-            "marker": marker,
+    trace: dict[str, Any] = {
+        "type": "scatter",
+        "mode": "markers",
+        "name": esc(metric if decided else f"{metric} (inconclusive)"),
+        "x": [p[0] for p in pts],
+        "y": [p[1] for p in pts],
+        "text": [esc(f"run {p[2]}" + ("" if decided else ", inconclusive")) for p in pts],
+        "marker": marker,
+    }
+    if any(p[4] for p in pts):
+        trace["error_y"] = {
+            "type": "data",
+            "symmetric": False,
+            # a run without an interval gets no bar (null), not one of length 0
+            "array": [None if not p[4] else p[4][1] - p[1] for p in pts],
+            "arrayminus": [None if not p[4] else p[1] - p[4][0] for p in pts],
+            "color": marker["color"],
+            "thickness": 1.5,
+            "width": 6,
         }
+    return [trace]
+
+
+def _relative_range(traces: list[dict[str, Any]]) -> list[float]:
+    """The y range of the relative-performance figure: every point with its whole interval,
+    and 1.0 (the empty file system) however far the points are from it, padded."""
+    ys = [1.0]
+    for t in traces:
+        ys += [y for y in t["y"] if y is not None]
+        err = t.get("error_y")
+        if err:
+            for y, up, down in zip(t["y"], err["array"], err["arrayminus"], strict=True):
+                if up is not None and down is not None:
+                    ys += [y + up, y - down]
+    lo, hi = min(ys), max(ys)
+    pad = max((hi - lo) * 0.08, 0.02)
+    return [max(lo - pad, 0.0), hi + pad]
+
+
+def _prediction_notes(
+    pred: dict[str, Any], what: str, has_base: dict[str, bool], undrawn: dict[str, str]
+) -> list[str]:
+    """The notes of one prediction table, each said once: what read and write share in one
+    note, and in the words of the table (a run without a baseline is "no baseline" there, so
+    predict's "relative to the best of them" is not repeated here)."""
+    from fsage.replay.bench.predict import MIN_POINTS, MIN_RANGE
+
+    notes = [
+        f"{what}: {n}"
+        for n in pred["notes"]
+        # said below in the table's words, read and write together
+        if not n.startswith("no fit of ") and not re.match(r"no \w+ run on an empty file", n)
     ]
+    rows = pred["rows"]
+    no_fit: dict[str, tuple[int, float]] = {}
+    for metric in ("read", "write"):
+        if pred.get(f"{metric}_fit"):
+            continue
+        xs = [r["bench_layout"] for r in rows
+              if r["bench_layout"] is not None and r[f"actual_{metric}"] is not None]  # fmt: skip
+        no_fit[metric] = (len(xs), max(xs) - min(xs) if xs else 0.0)
+    for metrics, (n, span) in _shared(no_fit, "or"):
+        notes.append(
+            f"{what}: no fit of {metrics} performance against layout score: {n} comparable "
+            f"runs with a layout score and a result spanning {span:.3f}; need {MIN_POINTS} "
+            f"spanning {MIN_RANGE} or more"
+        )
+    for metrics, why in _shared(undrawn):
+        notes.append(f"{what}: {metrics}: {why}, so no relative performance is drawn")
+    bare: dict[str, tuple[int, ...]] = {}
+    for metric in ("read", "write"):
+        runs = tuple(r["run_id"] for r in rows if r[f"actual_{metric}"] is not None
+                     and not _relative_to_empty(r, metric, has_base))  # fmt: skip
+        if runs and metric not in undrawn:  # else the note above says it for every run
+            bare[metric] = runs
+    for metrics, runs in _shared(bare, "or"):
+        notes.append(
+            f"{what}: run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))}: no "
+            f"baseline (no run on an empty file system beside {'them' if len(runs) > 1 else 'it'}"
+            f"): the table gives no relative {metrics} and the figure draws none"
+        )
+    return notes
+
+
+def _shared(by_metric: dict[str, Any], joined: str = "and") -> list[tuple[str, Any]]:
+    """Read's and write's values as (metrics, value) pairs: one pair "read and write" (or
+    ``joined``) where the two are the same, so that a note is not said twice."""
+    if set(by_metric) == {"read", "write"} and by_metric["read"] == by_metric["write"]:
+        return [(f"read {joined} write", by_metric["read"])]
+    return [(m, by_metric[m]) for m in ("read", "write") if m in by_metric]
 
 
 def _relative_to_empty(row: dict[str, Any], metric: str, has_base: dict[str, bool]) -> bool:

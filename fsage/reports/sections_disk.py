@@ -9,16 +9,15 @@ import numpy as np
 
 from fsage.analyzer.dynamic import reads_text
 from fsage.analyzer.fit import SizeFit
-from fsage.analyzer.freespace import free_extent_label
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.reports.sections import (
     COLORWAY,
     _fig,
-    _free_label,
     _name,
     bytes_axis,
     count_axis,
     esc,
+    free_bucket_label,
     largest_dirs,
     log_axis,
 )
@@ -73,10 +72,7 @@ def free_space(data: ReportData) -> Section | None:
         bs = int(snaps[-1].get("block_size") or 4096)
         # a bucket below this file system's block size has no extents (k 0) but keeps its place
         ks = [b // bs for b in buckets]
-        labels = [
-            _free_label(k, bs) if k else free_extent_label(b, 2 * b - 1, 1)
-            for k, b in zip(ks, buckets, strict=True)
-        ]
+        labels = [free_bucket_label(b, bs) for b in buckets]
         if len(snaps) == 1:
             # Shares of the free space and of the free extents side by side: one large extent
             # often holds nearly all the space, which alone would leave the other bars unseen.

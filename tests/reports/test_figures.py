@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fsage.analyzer.history import trends
+from fsage.analyzer.history import cumulative, trends
 from fsage.reports import ReportData
-from fsage.reports.sections import MIN_SCORE_SPAN, cumulative, log_axis, score_axis, score_over_time
+from fsage.reports.sections import MIN_SCORE_SPAN, log_axis, score_axis, score_over_time
 from fsage.reports.sections_disk import _every_bucket, disk_model, free_space
 
 
