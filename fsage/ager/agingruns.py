@@ -1,5 +1,7 @@
 """The ``aging_runs`` table: one row per ``fsage age`` run recorded with a database (its
-parameters, outcome, metrics and snapshots), written as the run starts and ends."""
+parameters, outcome, metrics and snapshots), written as the run starts and ends. A run resumed
+with ``--resume`` continues its row: the row's ops, bytes, snapshots, times and notes are the
+whole run's, and ``params["resumed_at"]`` lists the ops it was resumed at."""
 
 from __future__ import annotations
 
@@ -144,3 +146,47 @@ def _loads(text: str | None, empty: Any) -> Any:
     except ValueError:
         return empty
     return value if isinstance(value, type(empty)) else empty
+
+
+#: Metrics that add up over the parts of a resumed run (the rest are the last part's, or, on
+#: an LFS image, the whole run's through ``Target.carry_counters``).
+_SUMMED = ("elapsed_s", "snapshot_s", "executor_s", "cpu_user_s", "cpu_system_s", "nospace",
+           "skipped")  # fmt: skip
+
+
+def _resumable_run(store: Store, run_id: int | None, journal: Path, kind: str) -> AgingRun | None:
+    """The row of the interrupted run a resume continues: the one its record names (else,
+    for a record of an older fsage, the last one that ran the same journal), when it is
+    there, on the same kind of target and not finished."""
+    rows = aging_runs(store)
+    if run_id is not None:
+        rows = [r for r in rows if r.id == run_id]
+    else:
+        rows = [r for r in rows if r.params.get("journal") == str(journal)][-1:]
+    for r in rows:
+        if r.kind == kind and r.status != "finished":
+            return r
+    return None
+
+
+def _reopen_aging_run(store: Store, run: AgingRun, at: int) -> None:
+    """Mark ``run`` running again, resumed at op ``at``."""
+    run.params["resumed_at"] = [*run.params.get("resumed_at", []), at]
+    with store.transaction() as con:
+        con.execute(
+            "UPDATE aging_runs SET status = 'running', finished_at = NULL, params = ? WHERE id = ?",
+            (json.dumps(run.params, sort_keys=True, default=str), run.id),
+        )
+
+
+def _merged_metrics(earlier: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """The metrics of a resumed run: ``part``'s, with the times and counts that add up summed
+    over ``earlier`` (what the row held) and fsage's own share of the whole."""
+    out = dict(part)
+    for key in _SUMMED:
+        if isinstance(earlier.get(key), int | float) and isinstance(part.get(key), int | float):
+            out[key] = earlier[key] + part[key]
+    work = out.get("elapsed_s", 0.0) - out.get("snapshot_s", 0.0)
+    if "executor_s" in out and work > 0:
+        out["own_share"] = (work - out["executor_s"]) / work
+    return out

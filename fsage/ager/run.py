@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from fsage.ager.ageresult import AgeResult, _limit_notice
-from fsage.ager.agingruns import AgingRun, _finish_aging_run, _start_aging_run, aging_runs
+from fsage.ager.agingruns import (
+    AgingRun,
+    _finish_aging_run,
+    _merged_metrics,
+    _reopen_aging_run,
+    _resumable_run,
+    _start_aging_run,
+    aging_runs,
+)
 from fsage.ager.generator import PROBE_EVERY, Generator, Probe, meta_kind
 from fsage.ager.interrupt import _Interrupt
 from fsage.ager.posix import InFlightError, record_path_for
@@ -63,7 +71,13 @@ from fsage.ager.runjournal import (
     _write_record,
 )
 from fsage.ager.runjournal import _op_line as _op_line  # re-exported: tests build journal lines
-from fsage.ager.runstart import _setup, _skip_ran, _workload_from_record, shape_profile
+from fsage.ager.runstart import (
+    _setup,
+    _skip_ran,
+    recorded_options,
+    resume_options,
+    shape_profile,
+)
 from fsage.ager.targets import RESERVE_PARAM, AgeOptions, Target, open_target
 from fsage.ager.targets import _layout_entries as _layout_entries  # re-exported
 from fsage.errors import FsageError, UsageError, WorkloadError
@@ -83,21 +97,25 @@ def age(
     if opts.profile is not None and opts.ops_file is not None:
         raise UsageError("give exactly one of a profile or an op stream")
     say = echo or (lambda s: None)
+    resume_notes: list[str] = []
     if opts.resume:
-        # The workload, seed and way of reaching the target are the interrupted run's.
+        # The run goes on as it was asked for: the options not given again are the record's.
         real = Path(os.path.realpath(target_path))
         record = _read_record(record_path_for(real))
         if record.get("finished") is False:
-            opts = _workload_from_record(Path(target_path), opts, record)
-            rec_data = str(record.get("data", "write"))
-            if opts.data is not None and opts.data != rec_data:
-                raise UsageError(f"{target_path}: the interrupted run ran with --data {rec_data}")
-            opts = replace(opts, data=rec_data)
-    opts = replace(opts, data=opts.data or "write")
+            opts, resume_notes = resume_options(Path(target_path), opts, record)
+    opts = replace(
+        opts,
+        data=opts.data or "write",
+        fsync=bool(opts.fsync),
+        snapshot_every=opts.snapshot_every or 0,
+    )
+    if opts.snapshot_every and opts.db is None:
+        raise UsageError("--snapshot-every needs --db")
     with _Interrupt() as intr:
         tgt = open_target(Path(target_path), opts)
         try:
-            res = _run(tgt, Path(target_path), opts, say, intr)
+            res = _run(tgt, Path(target_path), opts, say, intr, resume_notes)
         except BaseException:
             # The first error is the one shown: closing after it may fail too (a full log).
             with contextlib.suppress(Exception):
@@ -108,10 +126,16 @@ def age(
 
 
 def _run(
-    tgt: Target, path: Path, opts: AgeOptions, say: Callable[[str], None], intr: _Interrupt
+    tgt: Target,
+    path: Path,
+    opts: AgeOptions,
+    say: Callable[[str], None],
+    intr: _Interrupt,
+    resume_notes: list[str],
 ) -> AgeResult:
     res = AgeResult(target=str(path), description=tgt.executor.description)
     res.notices.extend(tgt.notices)
+    res.notices.extend(resume_notes)
     for n in res.notices:
         say(f"fsage: {n}")
     record = _read_record(tgt.record_path)
@@ -369,13 +393,19 @@ def _run(
         "snapshot_every": opts.snapshot_every,
         "name": name,
         "resumed_from": start,
+        "start_bytes": bytes_written,
         "fsync": opts.fsync,
+        "policy": opts.policy,
         "data": opts.data,
         "description": tgt.executor.description,
         "journal": str(journal.path),
     }
 
     done = start
+    # The aging_runs row: the interrupted run's, continued, where the database holds it.
+    kept = record.get("options") if opts.resume else None
+    kept_run = kept.get("run_id") if isinstance(kept, dict) else None
+    run_id: int | None = None
     # How the target was reached (recorded so --resume reaches it the same way).
     tgt_mode = "offline" if tgt.kind == "offline-ext" else "auto"
     if tgt.kind.startswith("mounted"):
@@ -394,6 +424,7 @@ def _run(
             "journal": str(journal.path),
             "journal_bytes": journal.bytes,
             "updated": time.time(),
+            "options": recorded_options(opts, run_id),
         }
         if name is not None:
             data["name"] = name
@@ -461,14 +492,55 @@ def _run(
                 "own_share": res.own_share,
             }
 
-        save(False)
         fill_mark: tuple[int, Any] | None = None  # (op index, counters) when the fill ended
-        run_id = None
-        if store is not None:
+        earlier: AgingRun | None = None  # the row as the interrupted part left it
+        if store is not None and opts.resume:
+            earlier = _resumable_run(store, kept_run, journal.path, tgt.kind)
+            if earlier is None and kept_run is not None:
+                res.notices.append(
+                    f"the interrupted run's row {kept_run} is not in {opts.db} (or is of "
+                    "another target): the run from here is recorded in a row of its own"
+                )
+                say(f"fsage: {res.notices[-1]}")
+        if store is not None and earlier is not None:
+            _reopen_aging_run(store, earlier, start)
+            run_id = earlier.id
+            fill_mark = tgt.carry_counters(earlier.metrics)
+        elif store is not None:
             run_id = _start_aging_run(store, tgt.kind, path, params)
-            res.run_id = run_id
+        res.run_id = run_id
+        # Written once the row is known, so that a stop from here on resumes into it.
+        save(False)
+
+        def finish(status: str, part: dict[str, Any], utilization: Any, notes: list[str]) -> None:
+            """The row's end: the whole run's where it continues the interrupted part."""
+            assert store is not None and run_id is not None
+            snaps, first_op, first_bytes = res.snapshots, start, start_bytes
+            if earlier is not None:
+                snaps = [s for s in (earlier.first_snap, earlier.last_snap) if s is not None]
+                snaps += res.snapshots
+                first_op = int(earlier.params.get("resumed_from", 0))
+                # A row of an older fsage keeps no start_bytes: its part's bytes are its own.
+                first_bytes = int(
+                    earlier.params.get("start_bytes", start_bytes - earlier.bytes_written)
+                )
+                part = _merged_metrics(earlier.metrics, part)
+                notes = [*earlier.notes, f"resumed at op {start:,}", *notes]
+            _finish_aging_run(
+                store,
+                run_id,
+                name=name,
+                status=status,
+                ops=done - first_op,
+                bytes_written=bytes_written - first_bytes,
+                snapshots=snaps,
+                metrics=part,
+                utilization=utilization,
+                notes=notes,
+            )
+
         try:
-            if store is not None and start == 0:
+            if store is not None and start == 0 and (earlier is None or earlier.first_snap is None):
                 snapshot("start")
             # A signal while the run was set up: it stops before its first op.
             for op in iter(()) if intr.hit else ops:
@@ -556,17 +628,11 @@ def _run(
                         **fail_metrics,
                     }
                 with contextlib.suppress(Exception):
-                    _finish_aging_run(
-                        store,
-                        run_id,
-                        name=name,
-                        status=status,
-                        ops=done - start,
-                        bytes_written=bytes_written - start_bytes,
-                        snapshots=res.snapshots,
-                        metrics={**timing(), **(fail_metrics or {})},
-                        utilization=fail_util,
-                        notes=[f"{type(exc).__name__}: {exc}"],
+                    finish(
+                        status,
+                        {**timing(), **(fail_metrics or {})},
+                        fail_util,
+                        [f"{type(exc).__name__}: {exc}"],
                     )
             raise
         journal.close()
@@ -585,17 +651,8 @@ def _run(
                 "stopped_by": res.stopped_by,
                 **metrics,
             }
-            _finish_aging_run(
-                store,
-                run_id,
-                name=name,
-                status="interrupted" if res.interrupted else "finished",
-                ops=done - start,
-                bytes_written=bytes_written - start_bytes,
-                snapshots=res.snapshots,
-                metrics=metrics,
-                utilization=utilization,
-                notes=res.notices,
+            finish(
+                "interrupted" if res.interrupted else "finished", metrics, utilization, res.notices
             )
     if progress:
         sys.stderr.write("\n")

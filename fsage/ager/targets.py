@@ -9,7 +9,7 @@ import functools
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,16 @@ class AgeOptions:
     mode: str = "auto"  # auto | mount | offline
     force: bool = False
     resume: bool = False
-    fsync: bool = False
+    #: None: off for a new run, the record's for --resume.
+    fsync: bool | None = None
     #: "write" (real data) or "fallocate" (blocks allocated, not written; mounted and offline
     #: ext targets).
     #: None: "write" for a new run, the record's for --resume.
     data: str | None = None
+    #: None: the record's for --resume (a new run: none).
     db: Path | None = None
-    snapshot_every: int = 0
+    #: None: 0 (snapshots only at the start and end) for a new run, the record's for --resume.
+    snapshot_every: int | None = None
     name: str | None = None
     progress: bool = False
     #: Cleaning policy of an LFS target (default: the one chosen at mkfs).
@@ -52,6 +55,9 @@ class AgeOptions:
     #: A new generated run takes the files already on the target into its model, so that its
     #: churn deletes and rewrites them too (otherwise it ages only the files it makes).
     adopt: bool = False
+    #: --fill, --churn or --ops-limit given with --resume but no profile (by Profile field):
+    #: each must be what the interrupted run's profile had.
+    shape: dict[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- targets
@@ -104,6 +110,12 @@ class Target:
         phase ended."""
         return {}, {"fullness": self.executor.fullness()}
 
+    def carry_counters(self, earlier: dict[str, Any]) -> tuple[int, Any] | None:
+        """Take in what the earlier part of a resumed run counted (the metrics recorded for
+        it), so that ``run_metrics`` cover the whole run; returns that part's fill mark, when
+        its fill ended there."""
+        return None
+
     def close(self) -> None:
         self.executor.close()
 
@@ -130,7 +142,9 @@ class DirTarget(Target):
         real = Path(os.path.realpath(path))
         self.record_path = record_path_for(real)
         self.source = check_target_dir(path, force=opts.force, record=self.record_path)
-        self.executor = PosixExecutor(self.source, fsync=opts.fsync, data=opts.data or "write")
+        self.executor = PosixExecutor(
+            self.source, fsync=bool(opts.fsync), data=opts.data or "write"
+        )
         self.notices = []
 
     def walk(self) -> list[tuple[str, bool, int]]:
@@ -201,7 +215,9 @@ class MountedImageTarget(Target):
             mount(image, self.mnt)
             self._mounted = True
             check_target_dir(self.mnt, force=opts.force, record=self.record_path)
-            self.executor = PosixExecutor(self.mnt, fsync=opts.fsync, data=opts.data or "write")
+            self.executor = PosixExecutor(
+                self.mnt, fsync=bool(opts.fsync), data=opts.data or "write"
+            )
         except BaseException:
             self._unmount()
             raise
@@ -228,7 +244,7 @@ class MountedImageTarget(Target):
             if self.reserve is not None:
                 lift_ext4_reserve(self.mnt, self.reserve)
             self.executor = PosixExecutor(
-                self.mnt, fsync=self.opts.fsync, data=self.opts.data or "write"
+                self.mnt, fsync=bool(self.opts.fsync), data=self.opts.data or "write"
             )
 
     def walk(self) -> list[tuple[str, bool, int]]:
@@ -322,6 +338,26 @@ class LfsTarget(ReopenTarget):
         if isinstance(self.executor, LfsExecutor):
             total.add(self.executor.counters)
         return total
+
+    def carry_counters(self, earlier: dict[str, Any]) -> tuple[int, Any] | None:
+        from fsage.lfs.cleaner import Counters
+
+        def counters(data: Any) -> Counters | None:
+            if not isinstance(data, dict):
+                return None
+            known = Counters.__dataclass_fields__
+            return Counters(**{k: int(v) for k, v in data.items() if k in known})
+
+        before = counters(earlier.get("counters"))
+        if before is None:  # a part killed before it was recorded counted nothing here
+            return None
+        self.carried.add(before)
+        after_fill = earlier.get("after_fill") or {}
+        since = counters(after_fill.get("counters"))
+        if since is None or "from_op" not in after_fill:
+            return None
+        before.subtract(since)  # the counters when the fill ended
+        return int(after_fill["from_op"]), before
 
     def run_metrics(
         self, fill_mark: tuple[int, Any] | None = None

@@ -51,9 +51,14 @@ from fsage.text import counted
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Record snapshots while aging in this database.",
+    help="Record snapshots while aging in this database (with --resume, the run's).",
 )
-@click.option("--snapshot-every", type=int, default=0, help="Snapshot every N ops (with --db).")
+@click.option(
+    "--snapshot-every",
+    type=int,
+    default=None,
+    help="Snapshot every N ops (with --db), counted from the run's first op, across --resume.",
+)
 @click.option(
     "--name",
     help="File-system name for the snapshots (default: as for fsage snapshot, the name it"
@@ -66,7 +71,12 @@ from fsage.text import counted
     flag_value="offline",
     help="Write an ext image through libext2fs, without mounting.",
 )
-@click.option("--fsync", is_flag=True, help="fsync after every op (mounted targets).")
+@click.option(
+    "--fsync",
+    is_flag=True,
+    default=None,
+    help="fsync after every op (mounted targets; with --resume, as the run did).",
+)
 @click.option(
     "--data",
     type=click.Choice(["write", "fallocate"]),
@@ -88,8 +98,17 @@ from fsage.text import counted
     "--resume",
     is_flag=True,
     help="Continue an interrupted run from its record and journal: the same ops as a run "
-    "never stopped. A stopped --match keeps its journal, deletes its files (journaled) and "
-    "matches again with the record's target and seed.",
+    "never stopped, recorded as the run was asked to. The profile or op stream, --fill, "
+    "--churn, --ops-limit, --seed, --mount/--offline, --data, --fsync, --policy, --name, --db "
+    "and --snapshot-every are the run's: not given again, the record's; given again, they "
+    "must be the same (an error names the one that is not), except that --db (and its "
+    "--snapshot-every) given to a run that recorded in no database records it from the stop "
+    "on. Snapshots keep the run's cadence and the database's row of the run goes on (fsage "
+    "runs: one run, resumed at op N). --adopt is refused; --force and --format change "
+    "nothing in the run. The record of an older fsage keeps no --db, --snapshot-every, "
+    "--fsync or --policy: those are then taken as given, with a note. A stopped --match "
+    "keeps its journal, deletes its files (journaled) and matches again with the record's "
+    "target and seed.",
 )
 @click.option(
     "--match",
@@ -122,7 +141,8 @@ from fsage.text import counted
 def age_cmd(
     target: Path, profile_spec: str | None, ops_file: Path | None, fill: float | None,
     churn: float | None, ops_limit: int | None, seed: int | None, db: Path | None,
-    snapshot_every: int, name: str | None, mode: str | None, fsync: bool, data: str | None,
+    snapshot_every: int | None, name: str | None, mode: str | None, fsync: bool | None,
+    data: str | None,
     force: bool, adopt: bool, resume: bool, match_spec: str | None, match_ops: Path | None,
     time_limit: float, policy: str | None, fmt: str,
 ) -> None:  # fmt: skip
@@ -136,8 +156,9 @@ def age_cmd(
     allocator is not the kernel's). The run ends on the fill and churn asked for (or
     --ops-limit) and says which ended it. Ctrl-C stops between two ops (exit status 130;
     SIGTERM too, exit status 143); --resume continues from the record kept beside the target
-    (TARGET.fsage-age) with the workload and seed recorded there, and makes the ops a run
-    never stopped makes. Every op that ran is written to a journal beside
+    (TARGET.fsage-age) with the workload, seed and options recorded there (database,
+    snapshot cadence and the rest: see --resume), and makes the ops and snapshots a run never
+    stopped makes. Every op that ran is written to a journal beside
     the target, which --ops replays exactly. A run on a target that holds files already keeps
     clear of their names, and says at its end what it changed on disk.
 
@@ -173,23 +194,27 @@ def age_cmd(
         raise UsageError("give exactly one of --profile or --ops")
     if ops_file is not None and str(ops_file) == "-" and resume:
         raise UsageError("--resume needs the op stream in a file, not standard input")
-    if snapshot_every and db is None:
-        raise UsageError("--snapshot-every needs --db")
     if adopt and resume:
         raise UsageError("--resume goes on as the run began, with or without --adopt")
     profile = None
+    shape = {
+        k: v
+        for k, v in (("fill", fill), ("churn", churn), ("ops_limit", ops_limit))
+        if v is not None
+    }
     if profile_spec is not None:
         profile = shape_profile(
             load_profile(profile_spec), fill=fill, churn=churn, ops_limit=ops_limit
         )
+        shape = {}  # in the profile, which a resume compares whole
     elif adopt:
         raise UsageError("--adopt takes a target's files into a generated workload (--profile)")
-    elif fill is not None or churn is not None or ops_limit is not None:
+    elif shape and not resume:
         raise UsageError("--fill, --churn and --ops-limit shape a generated workload (--profile)")
     opts = AgeOptions(
         profile=profile, ops_file=ops_file, seed=seed, mode=mode or "auto", force=force,
         resume=resume, fsync=fsync, data=data, db=db, snapshot_every=snapshot_every, name=name,
-        progress=progress_enabled() and fmt == "text", policy=policy, adopt=adopt,
+        progress=progress_enabled() and fmt == "text", policy=policy, adopt=adopt, shape=shape,
     )  # fmt: skip
     with image_lock(target, exclusive=True):
         res = age(target, opts, echo=lambda s: click.echo(s, err=True))

@@ -35,7 +35,25 @@ def _row(r: AgingRun) -> list[Any]:
         m.get("transfer_inefficiency"),
         m.get("overall_write_cost"),
         (m.get("after_fill") or {}).get("overall_write_cost"),
+        ";".join(str(n) for n in _resumed_at(r)),
     ]
+
+
+def _resumed_at(r: AgingRun) -> list[int]:
+    """The ops a run was resumed at (``fsage age --resume`` continues the run's row)."""
+    at = r.params.get("resumed_at")
+    return [int(n) for n in at] if isinstance(at, list) else []
+
+
+def _text_row(r: AgingRun) -> list[Any]:
+    """A row of the table: its status says where a resumed run was resumed."""
+    row = _row(r)[:-1]
+    at = _resumed_at(r)
+    if len(at) == 1:
+        row[3] = f"{r.status}, resumed at {at[0]:,}"
+    elif at:
+        row[3] = f"{r.status}, resumed {len(at)} times"
+    return row
 
 
 def _cpu(m: dict[str, Any]) -> str | None:
@@ -62,6 +80,7 @@ RUN_COLUMNS = [
     "transfer_inefficiency",
     "overall_write_cost",
     "overall_write_cost_after_fill",
+    "resumed_at",
 ]
 
 
@@ -81,7 +100,9 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
     over the whole run and over the ops after the workload's fill phase ("after fill", what
     seed 001 Figure 5-4 counts), the cleaner's counters and the segment utilization
     histogram (in --format json). The text table shows utilization as the LFS's live
-    fraction, or the target's fullness.
+    fraction, or the target's fullness. A run continued by `fsage age --resume` is one row:
+    its ops, bytes, snapshots and times are the whole run's, and its status says where it
+    was resumed (resumed_at: the ops, in --format csv and json's params).
 
     \b
     Examples:
@@ -126,7 +147,7 @@ def runs_cmd(db: Path, fs_name: str | None, kind: str | None, fmt: str) -> None:
             "overall",
             "after fill",
         ],
-        [_row(r) for r in runs],
+        [_text_row(r) for r in runs],
     )
 
 

@@ -102,7 +102,8 @@ def test_resume_keeps_the_name(
         params = [
             json.loads(p) for (p,) in store.con.execute("SELECT params FROM aging_runs ORDER BY id")
         ]
-    assert [p["name"] for p in params] == ["demo", "demo"]
+    # The resumed run continues the interrupted run's row.
+    assert [(p["name"], p.get("resumed_at")) for p in params] == [("demo", [1200])]
 
 
 def _bench_names(db: Path) -> list[str]:
