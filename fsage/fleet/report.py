@@ -14,6 +14,8 @@ import numpy as np
 from fsage.analyzer.history import change_text
 from fsage.fleet.query import (
     MIN_SPAN_DAYS,
+    ONE_SCORED,
+    SHORT_SPAN,
     Rows,
     by_size,
     filesystems,
@@ -245,6 +247,28 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
     )
 
 
+def _scatter_notes(fss: list[dict[str, Any]], rated: list[dict[str, Any]]) -> list[str]:
+    """What the scatter leaves out and why: a reader counting its dots must not take them
+    for the whole fleet."""
+    if not rated:
+        return [f"No history spans {MIN_SPAN_DAYS} days yet."]
+    why: dict[str, int] = {}
+    for r in fss:
+        if r["change_per_month"] is None:
+            reason = r.get("no_rate_reason") or (
+                ONE_SCORED if (r["snapshots"] or 0) < 2 else SHORT_SPAN
+            )
+        elif r["layout_score"] is None:
+            reason = "no layout score (no file of two blocks or more)"
+        else:
+            continue
+        why[reason] = why.get(reason, 0) + 1
+    if not why:
+        return []
+    left = "; ".join(f"{n} ({reason})" for reason, n in why.items())
+    return [f"{len(rated)} of {len(fss)} file systems drawn; not drawn: {left}."]
+
+
 def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> list[Section]:
     """The report's sections; ``t["trend"]`` holds every history, or (with ``noise``, the
     scatter of each: ``_noise``) those of the file systems the trend figure draws."""
@@ -288,7 +312,7 @@ def sections(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> 
             ]
             if rated
             else [],
-            notes=[] if rated else [f"No history spans {MIN_SPAN_DAYS} days yet."],
+            notes=_scatter_notes(fss, rated),
             id="fleet-scatter",
         )
     )

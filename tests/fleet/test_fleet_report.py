@@ -16,7 +16,7 @@ pytest.importorskip("duckdb")
 
 from fsage.db.store import Store
 from fsage.fleet.export import export_parquet
-from fsage.fleet.query import fleet_tables
+from fsage.fleet.query import ONE_SCORED, SHORT_SPAN, fleet_tables
 from fsage.fleet.report import MIN_SPAN, sections
 from fsage.fleet.synth import synthetic_history
 
@@ -144,6 +144,23 @@ def test_the_trend_figure_draws_the_biggest_measured_losses() -> None:
     assert "1 have one snapshot" in notes
     assert "12 have a layout score that rose measurably" in notes
     assert "1 changed by less than" in notes
+
+
+def test_the_scatter_says_which_file_systems_it_leaves_out() -> None:
+    """Its dots are the file systems with a change per month and a score; the rest are
+    counted by reason, not silently missing."""
+    fss = [_fs("r", f"long{i}", 30, -0.01, -0.01) for i in range(3)]
+    fss += [_fs("s", "short", 3, -0.002, None), _fs("o", "one", 1, None, None)]
+    fss.append({**_fs("n", "unscored", 30, None, 0.0), "layout_score": None})
+    trend = [row for r in fss for row in _trend(r["host"], r["fs"], [0.9] * r["snapshots"])]
+    t = {"filesystems": fss, "trend": trend, "size": [], "free": [], "outliers": []}
+    (scatter,) = [s for s in sections(t) if s.id == "fleet-scatter"]
+    (fig,) = scatter.figures
+    assert len(fig["data"][0]["x"]) == 3
+    assert scatter.notes == [
+        f"3 of 6 file systems drawn; not drawn: 1 ({SHORT_SPAN}); 1 ({ONE_SCORED}); "
+        "1 (no layout score (no file of two blocks or more))."
+    ]
 
 
 def test_nothing_measurable_draws_no_figure() -> None:
