@@ -25,6 +25,7 @@ from fsage.text import shown, table_cell
 # Changes of layout score read with two significant digits, as in analyze and the reports: a
 # loss of 0.0003 a month must not print as -0.000.
 CHANGES = frozenset({"total_change", "change_per_month", "mean_change_per_month"})
+OUTLIER_FIGURES = frozenset({"value", "fleet_mean"})
 
 # The text tables: a title and the columns shown, per table.
 TEXT_COLUMNS = {
@@ -160,8 +161,12 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
             chunk: list[list[str]] = []
             for row in rows:
                 vals = [row[c] for c in cols]
+                # an outlier's value is a change where its metric is one
+                changes = CHANGES | (
+                    OUTLIER_FIGURES if row.get("metric") in CHANGES else frozenset()
+                )
                 text = [
-                    change_text(v) if c in CHANGES and isinstance(v, float) else table_cell(v)
+                    change_text(v) if c in changes and isinstance(v, float) else table_cell(v)
                     for c, v in zip(cols, vals, strict=True)
                 ]
                 for j, (v, cell) in enumerate(zip(vals, text, strict=True)):

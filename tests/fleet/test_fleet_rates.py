@@ -84,3 +84,25 @@ def test_the_text_table_says_why_each_rate_is_missing(histories: tuple[Path, Pat
         f"change_per_month '-' for 1 file system: {SHORT_SPAN} (total_change given)",
     ]
     assert "history spans under" not in out.output
+
+
+def test_outliers_of_change_per_month_keep_two_significant_digits(tmp_path: Path) -> None:
+    """An outlier's change per month and the fleet's mean read as changes (-0.0080, not
+    -0.008 beside a layout score's three decimals)."""
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    with Store.open(db, create=True) as store:
+        for i in range(6):
+            synthetic_history(store, f"f{i}", files=100, snapshots=10, seed=10 + i)
+    export_parquet(db, ds, host="h")
+    rows = fleet_tables(ds, ("outliers",), threshold=1.0)["outliers"]
+    rates = [r for r in rows if r["metric"] == "change_per_month"]
+    assert rates
+    out = cli("fleet", ds, "--table", "outliers", "--threshold", "1")
+    assert out.exit_code == 0, out.output
+    for r in rates:
+        line = next(
+            ln for ln in out.output.splitlines() if ln.split()[1:3] == [r["fs"], r["metric"]]
+        )
+        value, mean = line.split()[3:5]
+        assert float(value) == pytest.approx(r["value"], rel=0.01)
+        assert float(mean) == pytest.approx(r["fleet_mean"], rel=0.01)
