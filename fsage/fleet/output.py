@@ -52,9 +52,9 @@ TEXT_COLUMNS = {
     ),
 }  # fmt: skip
 #: What a '-' in change_per_month (and total_change) means, by the row's ``no_rate_reason``.
-NO_RATE_NOTES = {
-    ONE_SCORED: f"{ONE_SCORED} (no change to measure: total_change '-' too)",
+NO_RATE_NOTES = {  # in the table's order: short histories, then single snapshots
     SHORT_SPAN: f"{SHORT_SPAN} (total_change given)",
+    ONE_SCORED: f"{ONE_SCORED} (no change to measure: total_change '-' too)",
 }
 
 
@@ -191,6 +191,7 @@ def _text(streams: dict[str, Iterator[dict[str, Any]]], buf: IO[str], spill: Pat
             for _ in range(0, n, CHUNK):
                 for text in pickle.load(cells):
                     buf.write(_line(text, widths, numeric))
-    for reason, count in no_rate.items():
+    for reason in [r for r in NO_RATE_NOTES if r in no_rate]:
+        count = no_rate[reason]
         many = "file system" if count == 1 else "file systems"
-        buf.write(f"change_per_month '-' for {count} {many}: {NO_RATE_NOTES.get(reason, reason)}\n")
+        buf.write(f"change_per_month '-' for {count} {many}: {NO_RATE_NOTES[reason]}\n")

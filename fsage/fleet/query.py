@@ -348,7 +348,8 @@ def filesystems_rows(con: Any) -> Rows:
                     / m.block_size / m.blocks_free END AS free_in_whole_chunks
         FROM metrics m JOIN latest l ON m.host = l.host AND m.fs = l.fs AND m.snapshot_id = l.sid
         LEFT JOIN decline d ON d.host = m.host AND d.fs = m.fs
-        ORDER BY d.change_per_month ASC NULLS LAST, m.layout_score ASC NULLS LAST, m.host, m.fs
+        ORDER BY d.change_per_month ASC NULLS LAST, d.total_change ASC NULLS LAST,
+                 m.layout_score ASC NULLS LAST, m.host, m.fs
         """,
     )
 

@@ -177,9 +177,14 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
             }
         )
     plural = "" if len(shown) == 1 else "s"
-    notes = [
+    drawn = (
         f"The {len(shown)} file system{plural} of {len(fss)} whose layout score fell the most "
-        f"from their first to their latest snapshot (the change is in the legend). A loss is drawn "
+        "from their first to their latest snapshot (the change is in the legend). "
+        if shown
+        else ""
+    )
+    notes = [
+        f"{drawn}A loss is drawn "
         f"when it is at least {MIN_LOSS} and twice the history's own scatter around its trend "
         f"line. Change per month (least-squares slope) is given for histories of "
         f"{MIN_SPAN_DAYS} days or more; shorter ones are ranked by their total change."
@@ -239,7 +244,9 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
                     "free fraction",
                 ],
                 top50,
-                caption="File systems, fastest decline first (first 50)",
+                caption="File systems by change per month, fastest decline first; those "
+                "whose history is too short for a rate follow, biggest total loss first (first "
+                "50; the figure ranks by total loss)",
             )
         ],
         notes=notes,

@@ -79,9 +79,9 @@ def test_the_text_table_says_why_each_rate_is_missing(histories: tuple[Path, Pat
     assert "+0.0000" not in one and one.split()[5:7] == ["-", "-"]
     notes = [ln for ln in lines if ln.startswith("change_per_month '-'")]
     assert notes == [
+        f"change_per_month '-' for 1 file system: {SHORT_SPAN} (total_change given)",
         f"change_per_month '-' for 1 file system: {ONE_SCORED} (no change to measure: "
         "total_change '-' too)",
-        f"change_per_month '-' for 1 file system: {SHORT_SPAN} (total_change given)",
     ]
     assert "history spans under" not in out.output
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,27 @@ def test_nothing_measurable_draws_no_figure() -> None:
          "size": [], "free": [], "outliers": []}  # fmt: skip
     sec = sections(t)[0]
     assert sec.figures == [] and any("nothing to draw" in n for n in sec.notes)
+    assert not any("The 0 file systems" in n for n in sec.notes)
+
+
+def test_short_histories_follow_by_their_loss(fleet: tuple[Path, Path], tmp_path: Path) -> None:
+    """The file systems table ranks by change per month; those too short for a rate come
+    after, biggest total loss first, as its caption says (not in name order)."""
+    db, ds = tmp_path / "h.db", tmp_path / "ds"
+    shutil.copyfile(fleet[0], db)  # the module's database stays as the other tests have it
+    with Store.open(db) as store:
+        for i, seed in enumerate((21, 22, 23)):
+            synthetic_history(store, f"short{i}", files=300, snapshots=3, seed=seed)
+    export_parquet(db, ds, host="h")
+    rows = fleet_tables(ds, ("filesystems",))["filesystems"]
+    rated = [r for r in rows if r["change_per_month"] is not None]
+    short = [r for r in rows if r["change_per_month"] is None and r["total_change"] is not None]
+    assert len(short) == 3 and rows[: len(rated)] == rated
+    changes = [r["total_change"] for r in short]
+    assert changes == sorted(changes) and changes != [
+        r["total_change"] for r in sorted(short, key=lambda r: r["fs"])
+    ]
+    assert rows[-1]["total_change"] is None  # one snapshot: last
 
 
 def test_report_outputs(fleet: tuple[Path, Path], tmp_path: Path, monkeypatch: Any) -> None:
