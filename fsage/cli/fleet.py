@@ -249,7 +249,8 @@ def compact(directory: Path, keep_sources: bool, as_json: bool) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    # a directory is refused by the report's own check, in fsage's words
+    type=click.Path(path_type=Path),
     default=Path("fleet.html"),
     show_default=True,
     help="HTML file to write ('-': standard output).",

@@ -18,7 +18,8 @@ from fsage.reports.html import check_output
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    # a directory is refused by the report's own check, in fsage's words
+    type=click.Path(path_type=Path),
     default=Path("report.html"),
     show_default=True,
     help="HTML file to write ('-': standard output).",

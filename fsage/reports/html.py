@@ -277,7 +277,13 @@ def write_html(path: Path | str, text: str) -> None:
         tmp.replace(path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        # the page is written beside its name first: say so when that is what failed
+        where = (
+            f" (it is written to {tmp.name} in {path.parent} first, then renamed)"
+            if exc.filename is not None and Path(exc.filename) == tmp
+            else ""
+        )
+        raise ReportError(f"cannot write {path}: {exc.strerror or exc}{where}") from None
 
 
 def write_report(path: Path | str, data: ReportData) -> int:

@@ -200,15 +200,23 @@ def test_report_outputs(fleet: tuple[Path, Path], tmp_path: Path, monkeypatch: A
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("<!DOCTYPE html>") and r.stdout.rstrip().endswith("</html>")
     assert not (tmp_path / "-").exists()
-    for args in (
-        ("fleet", "report", ds, "-o", "/nonexistent/f.html"),
-        ("report", "--db", db, "-o", "/nonexistent/r.html"),
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for args, says in (
+        (("fleet", "report", ds, "-o", "/nonexistent/f.html"), "no such directory"),
+        (("report", "--db", db, "-o", "/nonexistent/r.html"), "no such directory"),
+        (("fleet", "report", ds, "-o", sub), "is a directory"),
+        (("report", "--db", db, "-o", sub), "is a directory"),
+        # a place no file can be made in: the temporary file beside it is what failed
+        (("report", "--db", db, "-o", "/proc/version"), "written to .version."),
     ):
         r = cli(*args)
         assert r.exit_code == 1, (args, r.output)
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
         (line,) = r.stderr.strip().splitlines()
         assert line.startswith("fsage: error: ") and "Traceback" not in r.output
+        assert says in line, line
+    sub.rmdir()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     r = cli("report", "--db", db, "-o", "-")
     assert r.exit_code == 0 and r.stdout.startswith("<!DOCTYPE html>")
