@@ -149,6 +149,21 @@ def _noise(fss: list[dict[str, Any]], trend: Rows) -> tuple[Noise, dict[str, int
     return noise, counts
 
 
+def _when(p: dict[str, Any]) -> dt.datetime:
+    return dt.datetime.fromisoformat(str(p["taken_at"]))
+
+
+def _apart(histories: list[list[dict[str, Any]]]) -> bool:
+    """Whether the histories lie in periods so far apart that one date axis would squeeze
+    them (together they span more than twice the longest of them, and more than a week)."""
+    spans = [(_when(h[0]), _when(h[-1])) for h in histories if h]
+    if len(spans) < 2:
+        return False
+    longest = max(b - a for a, b in spans)
+    together = max(b for _, b in spans) - min(a for a, _ in spans)
+    return together > max(2 * longest, dt.timedelta(days=7))
+
+
 def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = None) -> Section:
     fss = t["filesystems"]
     by_fs: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -159,21 +174,26 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
                  for r in fss if _measured(r)}  # fmt: skip
     declining, left = _declines(fss, noise)
     shown = declining[:MAX_TRACES]
+    drawn = [by_fs.get((r["host"], r["fs"]), []) for r in shown]
+    relative = _apart(drawn)
     traces = []
     ys: list[float] = []
-    for r in shown:
-        pts = by_fs.get((r["host"], r["fs"]), [])
+    for r, pts in zip(shown, drawn, strict=True):
         ys += [p["layout_score"] for p in pts if p["layout_score"] is not None]
+        t0 = _when(pts[0]) if pts else None
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": esc(f"{_label(r)} ({r['total_change']:+.4f})"),
-                "x": [p["taken_at"] for p in pts],
+                "x": [
+                    (_when(p) - t0).total_seconds() / 86400 if relative and t0 else p["taken_at"]
+                    for p in pts
+                ],
                 "y": [p["layout_score"] for p in pts],
-                "text": [f"snapshot {p['snapshot_id']}" for p in pts],
+                "text": [f"snapshot {p['snapshot_id']}, {str(p['taken_at'])[:10]}" for p in pts],
                 "hovertemplate": esc(_label(r))
-                + "<br>%{x}<br>layout score %{y:.4f}<br>%{text}<extra></extra>",
+                + "<br>layout score %{y:.4f}<br>%{text}<extra></extra>",
             }
         )
     plural = "" if len(shown) == 1 else "s"
@@ -189,6 +209,9 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
         f"line. Change per month (least-squares slope) is given for histories of "
         f"{MIN_SPAN_DAYS} days or more; shorter ones are ranked by their total change."
     ]
+    if relative:
+        notes.append("These histories lie in different periods, so each is drawn from its own "
+                     "first snapshot (its dates are in the hover).")  # fmt: skip
     if len(declining) > len(shown):
         notes.append(f"{len(declining) - len(shown)} more declining file systems are in the "
                      "table only.")  # fmt: skip
@@ -211,7 +234,7 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
             _fig(
                 traces,
                 "Layout score, file systems with the biggest measured losses",
-                "date",
+                "days since the file system's first snapshot" if relative else "date",
                 "layout score",
                 yaxis={"range": [top - span * 1.1, top], "tickformat": ".3f"},
                 legend={"orientation": "v", "x": 1.02, "y": 1},

@@ -164,6 +164,33 @@ def test_the_scatter_says_which_file_systems_it_leaves_out() -> None:
     ]
 
 
+def test_histories_of_different_periods_are_drawn_from_their_own_start() -> None:
+    """A history of 2026 beside ones of 2025 would squeeze them into a tenth of a date
+    axis: then each is drawn in days from its own first snapshot; histories of one period
+    keep their dates."""
+    fss, trend = [], []
+    for name, start in (("old", dt.datetime(2025, 1, 1)), ("new", dt.datetime(2026, 11, 1))):
+        scores = [0.99 - 0.01 * d for d in range(20)]
+        fss.append(_fs("h", name, 20, scores[-1] - scores[0], -0.015))
+        trend += [
+            {"host": "h", "fs": name, "snapshot_id": i + 1, "layout_score": v,
+             "taken_at": (start + dt.timedelta(days=i)).replace(tzinfo=dt.UTC).isoformat()}
+            for i, v in enumerate(scores)
+        ]  # fmt: skip
+    empty: list[dict[str, Any]] = []
+    t = {"filesystems": fss, "trend": trend, "size": empty, "free": empty, "outliers": empty}
+    sec = sections(t)[0]
+    (fig,) = sec.figures
+    for tr in fig["data"]:
+        assert tr["x"][0] == 0 and tr["x"][-1] == pytest.approx(19)
+    assert fig["layout"]["xaxis"]["title"]["text"].startswith("days since")
+    assert any("different periods" in n for n in sec.notes)
+    together = {"filesystems": fss[:1], "trend": [p for p in trend if p["fs"] == "old"],
+                "size": empty, "free": empty, "outliers": empty}  # fmt: skip
+    (fig,) = sections(together)[0].figures
+    assert str(fig["data"][0]["x"][0]).startswith("2025-01-01")
+
+
 def test_nothing_measurable_draws_no_figure() -> None:
     fss = [_fs("r", "up", 5, 4e-7, None)]
     t = {"filesystems": fss, "trend": _trend("r", "up", [0.99 + 1e-7 * d for d in range(5)]),
