@@ -179,6 +179,16 @@ def _reopen_aging_run(store: Store, run: AgingRun, at: int) -> None:
         )
 
 
+def _missed_snapshot(store: Store, run: AgingRun | None, at: int, every: int | None) -> bool:
+    """Whether the interrupted ``run``, resumed at op ``at``, stopped on its snapshot cadence
+    (``every`` ops) before that op's snapshot was taken (killed between the two)."""
+    if run is None or not every or at == 0 or at % every:
+        return False
+    if run.last_snap is None:
+        return True
+    return store.snapshot(run.last_snap).op_count != at
+
+
 def _merged_metrics(earlier: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     """The metrics of a resumed run: ``part``'s, with the times and counts that add up summed
     over ``earlier`` (what the row held) and fsage's own share of the whole."""

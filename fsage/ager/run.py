@@ -37,6 +37,7 @@ from fsage.ager.agingruns import (
     AgingRun,
     _finish_aging_run,
     _merged_metrics,
+    _missed_snapshot,
     _reopen_aging_run,
     _resumable_run,
     _start_aging_run,
@@ -542,6 +543,10 @@ def _run(
         try:
             if store is not None and start == 0 and (earlier is None or earlier.first_snap is None):
                 snapshot("start")
+            elif store is not None and _missed_snapshot(store, earlier, start, opts.snapshot_every):
+                # killed after the op that was to be snapshotted, before its snapshot: take it
+                # now, at the op count a run never stopped takes it at
+                snapshot(f"op {start}")
             # A signal while the run was set up: it stops before its first op.
             for op in iter(()) if intr.hit else ops:
                 if fill_mark is None and gen is not None and gen.stats.phase != "fill":

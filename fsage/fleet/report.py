@@ -197,14 +197,14 @@ def _trend_section(t: dict[str, list[dict[str, Any]]], noise: Noise | None = Non
             }
         )
     plural = "" if len(shown) == 1 else "s"
-    drawn = (
+    headline = (
         f"The {len(shown)} file system{plural} of {len(fss)} whose layout score fell the most "
         "from their first to their latest snapshot (the change is in the legend). "
         if shown
         else ""
     )
     notes = [
-        f"{drawn}A loss is drawn "
+        f"{headline}A loss is drawn "
         f"when it is at least {MIN_LOSS} and twice the history's own scatter around its trend "
         f"line. Change per month (least-squares slope) is given for histories of "
         f"{MIN_SPAN_DAYS} days or more; shorter ones are ranked by their total change."

@@ -234,3 +234,36 @@ def test_a_resumed_lfs_run_counts_its_write_cost_over_the_whole_run(
     new_blocks = [r.metrics["counters"]["new_blocks"] for r in runs]
     assert abs(new_blocks[1] - new_blocks[0]) <= 0.02 * new_blocks[0], new_blocks
     assert abs(resumed.metrics["write_cost"] - whole.metrics["write_cost"]) <= 0.05
+
+
+def test_a_run_stopped_between_an_op_and_its_snapshot_takes_it_on_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline_cls: type
+) -> None:
+    """The op on the cadence ran and was journaled, then the run died taking its snapshot:
+    the resumed run takes that snapshot first, so the snapshots are a run never stopped's."""
+    whole_db = tmp_path / "whole.db"
+    whole = make_image(tmp_path / "whole.img", "ext4", 32 * MIB)
+    assert (
+        _age(str(whole), *RUN, "--db", str(whole_db), "--snapshot-every", str(EVERY)).exit_code == 0
+    )
+    want = _snapshot_ops(whole_db)
+
+    db = tmp_path / "d.db"
+    img = make_image(tmp_path / "k.img", "ext4", 32 * MIB)
+    real = Store.add_snapshot
+
+    def dies_at(self: Store, *args: object, **kw: object) -> object:
+        if kw.get("op_count") == 3 * EVERY:
+            raise OSError(5, "Input/output error")
+        return real(self, *args, **kw)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as m:
+        m.setattr(Store, "add_snapshot", dies_at)
+        died = _age(str(img), *RUN, "--db", str(db), "--snapshot-every", str(EVERY))
+    assert died.exit_code != 0, died.output
+    record = json.loads(img.with_name(img.name + ".fsage-age").read_text())
+    assert record["ops_done"] == 3 * EVERY
+    assert _snapshot_ops(db) == want[:3]  # 0, 250, 500: not 750
+    ok = _age(str(img), "--resume")
+    assert ok.exit_code == 0, ok.output
+    assert _snapshot_ops(db) == want
