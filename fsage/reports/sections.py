@@ -295,6 +295,12 @@ CLOCKS = {
 }
 
 
+def score_clock(data: ReportData) -> str:
+    """The x quantity of the score-over-time plot (a key of ``CLOCKS``): the file system's
+    operations when any history is an aged one, the snapshot time otherwise."""
+    return "ops" if any(t.get("clock") == "ops" for t in data.trends.values()) else "time"
+
+
 def _hover(s: dict[str, Any], fs: str, extra: str = "") -> str:
     """A snapshot's hover text. Its counts are the file system's (the x axis), with the run's
     own beside them where they differ; a recreation has only its replay's."""
@@ -420,13 +426,18 @@ def score_over_time(data: ReportData) -> Section | None:
                 )  # fmt: skip
     if not traces:
         return None
-    ops_clock = any(t.get("clock") == "ops" for t in data.trends.values())
-    default = "ops" if ops_clock else "time"
+    default = score_clock(data)
+    ops_clock = default == "ops"
     for tr, x in zip(traces, xs[default], strict=True):
         tr["x"] = x
     layout: dict[str, Any] = {
         "yaxis": score_axis(values, perfect_line=True),
-        "xaxis": {"type": CLOCKS[default][1], **_one_instant(xs["time"], default)},
+        # 0 operations is where the record starts, not a value to read the others against
+        "xaxis": {
+            "type": CLOCKS[default][1],
+            "zeroline": False,
+            **_one_instant(xs["time"], default),
+        },
         "shapes": [_ref_line(1.0)],
     }
     if ops_clock:

@@ -11,7 +11,9 @@ from fsage.analyzer.dynamic import reads_text
 from fsage.analyzer.fit import SizeFit
 from fsage.reports.html import ReportData, Section, Table, register_section
 from fsage.reports.sections import (
+    CLOCKS,
     COLORWAY,
+    _clocks,
     _fig,
     _name,
     bytes_axis,
@@ -20,6 +22,7 @@ from fsage.reports.sections import (
     free_bucket_label,
     largest_dirs,
     log_axis,
+    score_clock,
 )
 from fsage.text import human_bytes, size_range
 
@@ -60,9 +63,45 @@ def _byte_buckets(data: ReportData) -> list[int]:
     return [1 << e for e in range(min(seen).bit_length() - 1, max(seen).bit_length())]
 
 
+def heatmap_columns(
+    snaps: list[dict[str, Any]], clock: str
+) -> tuple[list[tuple[dict[str, Any], Any, str]], str, str]:
+    """The columns of a free-space heatmap on the x the score plot draws the history on
+    (``clock``): (snapshot, x, hover line) per column, the axis title and the axis type. A
+    history with a snapshot lacking an operation count goes on the time axis, and its title
+    says why. Snapshots at one x are one column, the later one's."""
+    uncounted = [s["id"] for s in snaps if s.get("ops_done") is None]
+    if clock == "ops" and not uncounted:
+        key = "ops"
+        xtitle = CLOCKS[key][0]
+    else:
+        key = "time"
+        xtitle = CLOCKS[key][0]
+        if clock == "ops":
+            xtitle += (
+                f", not operations as in the score plot: snapshot {uncounted[0]} has no "
+                "operation count"
+            )
+    at = _clocks(snaps)
+    columns: list[tuple[dict[str, Any], Any, str]] = []
+    for s in snaps:
+        x = at[s["id"]][key]
+        where = f"snapshot {s['id']}, {str(s['taken_at'])[:19]} UTC"
+        if s.get("ops_done") is not None:
+            where += f", {s['ops_done']:,} ops done"
+        if columns and columns[-1][1] == x:
+            # the end of one aging run and the start of the next: one column, the later
+            same = "count of operations" if key == "ops" else "time"
+            where += f" (snapshot {columns[-1][0]['id']} has the same {same}: not drawn)"
+            columns.pop()
+        columns.append((s, x, where))
+    return columns, xtitle, CLOCKS[key][1]
+
+
 @register_section("free-space", order=40)
 def free_space(data: ReportData) -> Section | None:
     figs = []
+    clock = score_clock(data)
     zmax = _largest_share(data)
     buckets = _byte_buckets(data)
     for fs, t in data.trends.items():
@@ -118,17 +157,18 @@ def free_space(data: ReportData) -> Section | None:
                 )
             )
             continue
+        columns, xtitle, xtype = heatmap_columns(snaps, clock)
         z = []
         hover = []
         for k, lbl in zip(ks, labels, strict=True):
             row = []
             hrow = []
-            for s in snaps:
+            for s, _, where in columns:
                 total = sum(b["blocks"] for b in s["free_extents"]) or 1
                 blocks = next((b["blocks"] for b in s["free_extents"] if b["min_blocks"] == k), 0)
                 row.append(blocks / total)
                 hrow.append(
-                    f"snapshot {s['id']}, {str(s['taken_at'])[:19]} UTC<br>free extents of {lbl}: "
+                    f"{where}<br>free extents of {lbl}: "
                     f"{human_bytes(blocks * bs)}, {blocks / total:.1%} of free space"
                 )
             z.append(row)
@@ -138,7 +178,7 @@ def free_space(data: ReportData) -> Section | None:
                 [
                     {
                         "type": "heatmap",
-                        "x": [f"#{s['id']}" for s in snaps],
+                        "x": [x for _, x, _ in columns],
                         "y": labels,
                         "z": z,
                         "text": hover,
@@ -153,9 +193,9 @@ def free_space(data: ReportData) -> Section | None:
                     }
                 ],
                 f"Free space by extent size, per snapshot — {fs}",
-                "snapshot (oldest left)",
+                xtitle,
                 "free extent size",
-                xaxis={"type": "category"},
+                xaxis={"type": xtype, "zeroline": False},
                 yaxis={"type": "category"},
             )
         )
@@ -170,7 +210,10 @@ def free_space(data: ReportData) -> Section | None:
             "share one colour scale (0 to the largest share of any bucket), so that colours "
             "compare across file systems; white is a size without free extents, and the scale "
             "is stretched at the low end so that a bucket with a few percent of the free space "
-            "stands out from an empty one."
+            "stands out from an empty one. A heatmap's x axis is the score plot's (operations "
+            "done, or snapshot time), so that a column sits under its score; of snapshots at "
+            "one count of operations (the end of one aging run and the start of the next) the "
+            "later is drawn."
         ],
     )
 
@@ -276,13 +319,22 @@ def fragments(data: ReportData) -> Section | None:
     )
 
 
+# Legend entries a row below the plot holds at the narrowest the report is read (print);
+# the figure grows by a row's height for each further row, so the plot keeps its height.
+LEGEND_PER_ROW = 4
+LEGEND_ROW_PX = 22
+
+
 @register_section("disk-model", order=60)
 def disk_model(data: ReportData) -> Section | None:
     traces = []
     dyn_notes = []
     sizes: list[float] = []
     rates: list[float] = []
-    colour = 0  # one colour per file system and disk model; the read order is the dash
+    entries = 0
+    # One colour and one legend entry per file system and disk model, which shows and hides
+    # both its read orders; the order is the dash, named once in the legend's title. A legend
+    # entry per trace ran to a scrolling column that hid the later file systems.
     for a in data.latest():
         dm = a.get("disk_model")
         if not dm:
@@ -290,7 +342,9 @@ def disk_model(data: ReportData) -> Section | None:
         bs = int(a.get("block_size") or 4096)
         for mname, m in dm["models"].items():
             rows = m["by_size"]
-            colour += 1
+            group = esc(f"{a.get('fs')}: {mname}")
+            colour = COLORWAY[entries % len(COLORWAY)]
+            shown = False
             for order, dash in (("inode", "solid"), ("path", "dash")):
                 key = f"{order}_mb_per_s"
                 if not rows or key not in rows[0]:
@@ -301,12 +355,14 @@ def disk_model(data: ReportData) -> Section | None:
                     {
                         "type": "scatter",
                         "mode": "lines+markers",
-                        "name": esc(f"{a.get('fs')}: {mname}, {order} order"),
-                        "line": {"dash": dash, "color": COLORWAY[(colour - 1) % len(COLORWAY)]},
+                        "name": group,
+                        "legendgroup": group,
+                        "showlegend": not shown,
+                        "line": {"dash": dash, "color": colour},
                         "x": [r["max_blocks"] * bs for r in rows],
                         "y": [r[key] for r in rows],
                         "text": [
-                            esc(f"{mname} ({m['description']}), {order} order")
+                            esc(f"{a.get('fs')}: {mname} ({m['description']}), {order} order")
                             + "<br>files of "
                             + size_range(r["min_blocks"], r["max_blocks"], bs)
                             + ": "
@@ -317,6 +373,8 @@ def disk_model(data: ReportData) -> Section | None:
                         "hoverinfo": "text",
                     }
                 )
+                shown = True
+            entries += shown
         dyn_notes.append(
             f"{a.get('fs')}: dynamic layout score of a modeled cold read (Conway et al., FAST'17) "
             + reads_text(dm.get("dynamic_reads", {}))
@@ -328,6 +386,7 @@ def disk_model(data: ReportData) -> Section | None:
             )
     if not traces:
         return None
+    legend_rows = -(-entries // LEGEND_PER_ROW)
     return Section(
         "Modeled read throughput",
         figures=[
@@ -338,8 +397,13 @@ def disk_model(data: ReportData) -> Section | None:
                 "throughput (MB/s, log scale)",
                 xaxis=bytes_axis(min(sizes), max(sizes)),
                 yaxis=log_axis(min(rates, default=0.1), max(rates, default=1.0)),
-                legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top"},
-                margin={"r": 330},
+                legend={
+                    "title": {
+                        "text": "solid: inode order, dashed: path order",
+                        "side": "top",
+                    },
+                },
+                height=460 + LEGEND_ROW_PX * max(legend_rows - 1, 0),
             )
         ],
         notes=[

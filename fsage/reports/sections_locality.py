@@ -46,13 +46,21 @@ def locality_section(data: ReportData) -> Section | None:
         counts = ds.get("histogram") or []
         total = sum(counts)
         if total:
+            # shares of the directories that have a scan (those holding a regular file), which
+            # are often a few of the file system's directories: the name gives both counts
+            scanned = _scanned(total, a.get("directories"))
             hist.append(
                 {
                     "type": "bar",
-                    "name": name,
+                    "name": esc(f"{a.get('fs')} ({scanned} directories have a scan)"),
                     "x": SCORE_BINS,
                     "y": [c / total for c in counts],
-                    "hovertemplate": "%{x}: %{y:.1%} of directories<extra>" + name + "</extra>",
+                    "customdata": counts,
+                    "hovertemplate": "%{x}: %{customdata:,} directories, %{y:.1%} of the "
+                    + esc(f"{total:,} with a scan")
+                    + "<extra>"
+                    + name
+                    + "</extra>",
                 }
             )
     figures = [
@@ -71,7 +79,7 @@ def locality_section(data: ReportData) -> Section | None:
                 hist,
                 "Modeled dynamic layout score of each directory's own scan",
                 "score",
-                "share of directories",
+                "share of the directories with a scan",
                 barmode="group",
                 yaxis={"tickformat": ".0%"},
             )
@@ -88,7 +96,7 @@ def locality_section(data: ReportData) -> Section | None:
                 str(a.get("fs")),
                 loc.get("dynamic_layout_score_path"),
                 traced[-1] if traced else None,
-                ds.get("scans"),
+                _scanned(ds.get("scans"), a.get("directories")),
                 ds.get("aggregate"),
                 ds.get("median"),
                 nd.get("pairs"),
@@ -105,7 +113,7 @@ def locality_section(data: ReportData) -> Section | None:
                     "file system",
                     "path-order scan (modeled)",
                     "traced read of the tree",
-                    "directories",
+                    "directories with a scan",
                 ),
                 *("own scans: aggregate", "median", "file pairs"),
                 *(GAP_LABELS[k] for k in GAP_BUCKETS),
@@ -127,13 +135,21 @@ def locality_section(data: ReportData) -> Section | None:
             "their distance runs from the first file's last block to the next file's first, in "
             "bytes so that block sizes compare (adjacent: the next file starts right after). "
             "A directory's own scan reads the directory, then its files by name, cold: inode "
-            "blocks, extent/indirect blocks, data. Dynamic layout score = 1 - requests that "
-            "seek / blocks read (Conway et al., FAST'17); the traced read is the newest "
-            "`fsage trace run` stored with the snapshot that read as many blocks as the "
-            "modeled scan (within 1 %): a read of the whole tree, in the order its command "
-            "read it. Inode to data in blocks.",
+            "blocks, extent/indirect blocks, data; only a directory holding a regular file has "
+            "one, and the histogram's shares are of those directories. Dynamic layout score "
+            "= 1 - requests that seek / blocks read (Conway et al., FAST'17); the traced read "
+            "is the newest `fsage trace run` stored with the snapshot that read as many blocks "
+            "as the modeled scan (within 1 %): a read of the whole tree, in the order its "
+            "command read it. Inode to data in blocks.",
         ],
     )
+
+
+def _scanned(scans: int | None, directories: int | None) -> str | int | None:
+    """How many directories have a scan, of how many the file system has."""
+    if scans is None or not directories:
+        return scans
+    return f"{scans:,} of {directories:,}"
 
 
 def _whole_tree_traces(a: dict[str, Any]) -> list[float]:
