@@ -4,9 +4,10 @@ e2freefrag scans the block bitmap from ``first_data_block`` to the end of the fi
 counts maximal runs of free blocks; runs do not stop at group boundaries. A run of ``n`` blocks
 goes to bucket ``floor(log2 n)``, i.e. ``[2**k, 2**(k+1) - 1]`` blocks. e2freefrag prints
 bucket 0 of a file system of 4 KiB blocks as "4K...8K-"; fsage, in every command and report,
-as "4 KiB-8 KiB" (:func:`free_extent_label`), and its JSON gives each bucket's bounds in bytes
-too. Buckets above 2**30 blocks are folded into the last one, as e2freefrag does with its
-32-entry histogram.
+as "4 KiB-<8 KiB" (:func:`free_extent_label`: the "<" says the upper bound is not in it, where a
+file-size label's "4 KiB-8 KiB" holds files over 4 KiB and up to 8 KiB), and its JSON gives each
+bucket's bounds in bytes too. Buckets above 2**30 blocks are folded into the last one, as
+e2freefrag does with its 32-entry histogram.
 
 A free *chunk* is an aligned ``chunk_bytes`` window (1 MiB by default) whose blocks are all
 free: window ``c`` covers blocks ``[c*B, (c+1)*B)``. Window 0 on a file system whose first data
@@ -100,12 +101,13 @@ def _log2_floor(n: I64) -> I64:
 def free_extent_label(min_blocks: int, max_blocks: int | None, block_size: int) -> str:
     """The label of a free-extent bucket, in bytes: extents of ``min_blocks`` up to
     ``max_blocks`` blocks are at least the first and under the second number of bytes
-    ("4 KiB-8 KiB"); the last bucket, open above (``max_blocks`` None), "4 TiB or more".
+    ("4 KiB-<8 KiB": the "<" tells them from file-size buckets, which hold their upper
+    bound); the last bucket, open above (``max_blocks`` None), "4 TiB or more".
     Every command and report labels free-extent buckets with this."""
     low = human_bytes(min_blocks * block_size)
     if max_blocks is None:
         return f"{low} or more"
-    return f"{low}-{human_bytes((max_blocks + 1) * block_size)}"
+    return f"{low}-<{human_bytes((max_blocks + 1) * block_size)}"
 
 
 def free_space(

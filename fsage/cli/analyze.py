@@ -82,7 +82,7 @@ def analyze(
     versus Clustering: A Performance Comparison", USENIX 1995, section 4.1 define it: the share
     of a file's blocks, after its first, that follow the previous block on disk), its breakdown
     (file sizes in bytes of data: "8 KiB-16 KiB" is over 8 KiB and up to 16 KiB), the
-    free-space histogram in e2freefrag's buckets, the
+    free-space histogram in e2freefrag's buckets ("4 KiB-<8 KiB": at least 4 KiB, under 8), the
     numbers filefrag, e4defrag -c and xfs_db frag would
     give, locality, and the modeled time to read each size class in inode and path order.
 

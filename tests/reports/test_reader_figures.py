@@ -63,20 +63,20 @@ def test_compared_free_space_is_in_size_order_and_small_buckets_show() -> None:
     score_fig, free_fig = sec.figures
     labels = free_fig["layout"]["xaxis"]["categoryarray"]
     assert len(labels) == 21  # 4 KiB .. 4 GiB, every bucket between
-    assert labels[0] == "4 KiB-8 KiB" and labels[6] == "256 KiB-512 KiB"
-    assert labels[-1] == "4 GiB-8 GiB"
+    assert labels[0] == "4 KiB-<8 KiB" and labels[6] == "256 KiB-<512 KiB"
+    assert labels[-1] == "4 GiB-<8 GiB"
     traces = free_fig["data"]
     assert len(traces) == 4  # per snapshot: share of the free space, share of the extents
     for t in traces:
         assert t["x"] == labels
     a_space, a_extents, b_space, b_extents = (t["y"] for t in traces)
     assert sum(a_space) == pytest.approx(1.0) and sum(a_extents) == pytest.approx(1.0)
-    assert a_space[labels.index("16 KiB-32 KiB")] == 0  # an empty bucket keeps its place
+    assert a_space[labels.index("16 KiB-<32 KiB")] == 0  # an empty bucket keeps its place
     # the 256 KiB extent: 0.01% of the space, but 1 of the 133 extents
-    i = labels.index("256 KiB-512 KiB")
+    i = labels.index("256 KiB-<512 KiB")
     assert a_space[i] < 1e-3 and a_extents[i] == pytest.approx(1 / 133)
-    assert b_space[labels.index("64 KiB-128 KiB")] == pytest.approx(700 / 1510)
-    assert b_extents[labels.index("4 KiB-8 KiB")] == pytest.approx(10 / 53)
+    assert b_space[labels.index("64 KiB-<128 KiB")] == pytest.approx(700 / 1510)
+    assert b_extents[labels.index("4 KiB-<8 KiB")] == pytest.approx(10 / 53)
     assert free_fig["layout"]["yaxis"]["tickformat"] == ".0%"
     # the score by size: one axis in size order (b's 2 MiB class is not appended after a's),
     # a's line stops at its last class, b's breaks over the classes without files
