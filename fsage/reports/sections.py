@@ -505,3 +505,46 @@ def free_bucket_label(byte_lo: int, block_size: int) -> str:
     if byte_lo >= block_size:
         return _free_label(byte_lo // block_size, block_size)
     return free_extent_label(byte_lo, 2 * byte_lo - 1, 1)
+
+
+def free_share_bars(
+    rows: dict[int, dict[str, Any]],
+    keys: list[int],
+    labels: list[str],
+    block_size: int,
+    side: str | None = None,
+    colour: str | None = None,
+) -> list[dict[str, Any]]:
+    """Two bars a free-extent bucket: its share of the free space and its share of the free
+    extents (one large extent often holds nearly all the space, and its bar alone would leave
+    the small buckets unseen). ``rows``: the buckets' rows by the values of ``keys`` (one a
+    label, in axis order, empty buckets too); ``side``: a compared snapshot's name (its legend
+    group and ``colour``, its extents' bars hatched)."""
+    space = sum(r["blocks"] for r in rows.values()) or 1
+    count = sum(r["count"] for r in rows.values()) or 1
+    tips = [
+        f"free extents of {lbl}: {rows[k]['count']:,} extents, "
+        f"{human_bytes(rows[k]['blocks'] * block_size)}"
+        if k in rows
+        else f"free extents of {lbl}: none"
+        for k, lbl in zip(keys, labels, strict=True)
+    ]
+    bars = []
+    for what, key, total, pattern in (
+        ("free space", "blocks", space, ""),
+        ("free extents", "count", count, "/"),
+    ):
+        bar: dict[str, Any] = {
+            "type": "bar",
+            "name": f"{side}: share of the {what}" if side else f"share of the {what}",
+            "x": labels,
+            "y": [rows[k][key] / total if k in rows else 0 for k in keys],
+            "text": tips,
+            "textposition": "none",
+            "hovertemplate": f"%{{text}}<br>%{{y:.1%}} of the {what}<extra>{side or ''}</extra>",
+        }
+        if side is not None:
+            bar["legendgroup"] = side
+            bar["marker"] = {"color": colour, "pattern": {"shape": pattern}}
+        bars.append(bar)
+    return bars

@@ -12,6 +12,7 @@ from fsage.reports.sections import (
     esc,
     every_size_class,
     free_bucket_label,
+    free_share_bars,
     score_axis,
 )
 from fsage.text import human_bytes, size_range
@@ -82,36 +83,7 @@ def _free_traces(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, A
     for side, colour in zip((a, b), SIDE_COLOURS, strict=True):
         bs = _block_size(side)
         rows = {r["min_blocks"] * bs: r for r in side.get("free_extents") or []}
-        space = sum(r["blocks"] for r in rows.values()) or 1
-        count = sum(r["count"] for r in rows.values()) or 1
-        tips = [
-            f"free extents of {lbl}: {rows[n]['count']:,} extents, "
-            f"{human_bytes(rows[n]['blocks'] * bs)}"
-            if n in rows
-            else f"free extents of {lbl}: none"
-            for n, lbl in zip(buckets, labels, strict=True)
-        ]
-        for what, key, total, pattern in (
-            ("free space", "blocks", space, ""),
-            ("free extents", "count", count, "/"),
-        ):
-            traces.append(
-                {
-                    "type": "bar",
-                    "name": f"{_label(side)}: share of the {what}",
-                    "legendgroup": _label(side),
-                    "x": labels,
-                    "y": [rows[n][key] / total if n in rows else 0 for n in buckets],
-                    "marker": {"color": colour, "pattern": {"shape": pattern}},
-                    "text": tips,
-                    "textposition": "none",
-                    "hovertemplate": "%{text}<br>%{y:.1%} of the "
-                    + what
-                    + "<extra>"
-                    + _label(side)
-                    + "</extra>",
-                }
-            )
+        traces += free_share_bars(rows, buckets, labels, bs, _label(side), colour)
     return traces, labels
 
 

@@ -20,6 +20,7 @@ from fsage.reports.sections import (
     count_axis,
     esc,
     free_bucket_label,
+    free_share_bars,
     largest_dirs,
     log_axis,
     score_clock,
@@ -113,41 +114,10 @@ def free_space(data: ReportData) -> Section | None:
         ks = [b // bs for b in buckets]
         labels = [free_bucket_label(b, bs) for b in buckets]
         if len(snaps) == 1:
-            # Shares of the free space and of the free extents side by side: one large extent
-            # often holds nearly all the space, which alone would leave the other bars unseen.
             rows = {b["min_blocks"]: b for b in snaps[0]["free_extents"]}
-            space = sum(b["blocks"] for b in rows.values()) or 1
-            count = sum(b["count"] for b in rows.values()) or 1
-            tips = [
-                f"free extents of {lbl}: {rows[k]['count']:,} extents, "
-                f"{human_bytes(rows[k]['blocks'] * bs)}"
-                if k in rows
-                else f"free extents of {lbl}: none"
-                for k, lbl in zip(ks, labels, strict=True)
-            ]
             figs.append(
                 _fig(
-                    [
-                        {
-                            "type": "bar",
-                            "name": "share of the free space",
-                            "x": labels,
-                            "y": [rows[k]["blocks"] / space if k in rows else 0 for k in ks],
-                            "text": tips,
-                            "hovertemplate": "%{text}<br>%{y:.1%} of the free space<extra></extra>",
-                            "textposition": "none",
-                        },
-                        {
-                            "type": "bar",
-                            "name": "share of the free extents",
-                            "x": labels,
-                            "y": [rows[k]["count"] / count if k in rows else 0 for k in ks],
-                            "text": tips,
-                            "hovertemplate": "%{text}<br>%{y:.1%} of the free extents"
-                            "<extra></extra>",
-                            "textposition": "none",
-                        },
-                    ],
+                    free_share_bars(rows, ks, labels, bs),
                     f"Free space by extent size — {fs}",
                     "free extent size (e2freefrag's buckets)",
                     "share",
