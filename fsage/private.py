@@ -96,3 +96,12 @@ def write_private_text(path: Path, text: str) -> None:
     """Write ``text`` as UTF-8 to a private file (see :func:`private_opener`)."""
     with open(path, "w", encoding="utf-8", opener=private_opener) as f:
         f.write(text)
+
+
+def output_target(path: Path) -> tuple[Path, bool]:
+    """Where a file written whole to ``path`` (a temporary file beside it, renamed over it)
+    goes, and whether it must be written into instead: a symlink's target is written (the
+    link stays a link), a device or FIFO written into, as a shell's ``>`` would (renamed
+    over, ``-o /dev/null`` run as root would leave a regular file where the device was)."""
+    real = Path(os.path.realpath(path))
+    return real, real.exists() and not real.is_file()

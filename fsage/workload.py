@@ -26,7 +26,7 @@ from typing import IO, Any, cast
 
 from fsage import __version__
 from fsage.errors import WorkloadError
-from fsage.private import private_opener
+from fsage.private import output_target, private_opener
 
 FORMAT_VERSION = 1
 
@@ -267,24 +267,30 @@ def write_workload(path: Path, header: WorkloadHeader, ops: Iterable[Op]) -> int
             count += 1
         out_text.flush()
         return count
-    tmp = path.with_name(path.name + ".part")
-    raw: IO[bytes]
+    gz = path.suffix == ".gz"
+    real, into = output_target(path)
+    if into:  # a device or FIFO: written into
+        with open(real, "wb") as fh:
+            return _write_ops(fh, gz, header, ops)
+    tmp = real.with_name(real.name + ".part")
     try:
         with open(tmp, "wb", opener=private_opener) as fh:  # an export names files: private
-            raw = (
-                cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0))
-                if path.suffix == ".gz"
-                else cast(IO[bytes], fh)
-            )
-            with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
-                out.write(header.to_json() + "\n")
-                for op in ops:
-                    out.write(op.to_json() + "\n")
-                    count += 1
+            count = _write_ops(fh, gz, header, ops)
     except BaseException:  # the ops failed (a damaged database...): no part left behind
         tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(path)
+    tmp.replace(real)
+    return count
+
+
+def _write_ops(fh: IO[bytes], gz: bool, header: WorkloadHeader, ops: Iterable[Op]) -> int:
+    raw = cast(IO[bytes], gzip.GzipFile(filename="", fileobj=fh, mode="wb", mtime=0)) if gz else fh
+    count = 0
+    with io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as out:
+        out.write(header.to_json() + "\n")
+        for op in ops:
+            out.write(op.to_json() + "\n")
+            count += 1
     return count
 
 

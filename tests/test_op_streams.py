@@ -98,3 +98,28 @@ def test_match_with_deeply_nested_json(tmp_path: Path) -> None:
     (tmp_path / "t").mkdir()
     line = _fails(["age", str(tmp_path / "t"), "--match", str(spec)], code=2)
     assert line == f"fsage: error: {spec}: cannot read the JSON target (nested too deeply)"
+
+
+@pytest.mark.parametrize("name", ["ops.jsonl", "ops.jsonl.gz"])
+def test_an_op_stream_goes_through_a_symlink_and_into_a_device(tmp_path: Path, name: str) -> None:
+    """A symlink stays a link and its file gets the stream; a device node is written into,
+    not replaced by a regular file (as root, `-o /dev/null` would otherwise take the device)."""
+    import os
+    import stat
+
+    from fsage.workload import read_workload
+
+    ops = [Op("mkdir", "d"), Op("create", "d/f", size=10)]
+    real = tmp_path / "real" / name
+    real.parent.mkdir()
+    link = tmp_path / name
+    link.symlink_to(Path("real") / name)
+    assert write_workload(link, WorkloadHeader(generator="test"), ops) == 2
+    assert link.is_symlink() and [o.op for o in read_workload(real)[1]] == ["mkdir", "create"]
+    assert sorted(p.name for p in real.parent.iterdir()) == [name]
+    if os.geteuid() != 0:
+        return
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    assert write_workload(null, WorkloadHeader(generator="test"), ops) == 2
+    assert stat.S_ISCHR(null.lstat().st_mode) and null.lstat().st_rdev == os.makedev(1, 3)

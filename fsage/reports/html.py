@@ -33,7 +33,7 @@ from typing import Any
 
 from fsage import __version__
 from fsage.errors import FsageError
-from fsage.private import write_private_text
+from fsage.private import output_target, write_private_text
 from fsage.text import decimal
 
 
@@ -264,13 +264,27 @@ def check_output(path: Path | str) -> None:
 def write_html(path: Path | str, text: str) -> None:
     """Write an HTML page atomically and private (it names files), or to standard output
     when ``path`` is '-'. A directory that does not exist, or one that cannot be written,
-    is one clear error, raised before anything is written."""
+    is one clear error, raised before anything is written.
+
+    A symlink's target is written, a device or a FIFO written into
+    (``fsage.private.output_target``)."""
     if str(path) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as exc:
+            raise ReportError(f"cannot write to standard output: {exc.strerror or exc}") from None
         return
     path = Path(path)
     check_output(path)
+    path, into = output_target(Path(path))
+    if into:
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write_private_text(tmp, text)
