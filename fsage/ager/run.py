@@ -101,10 +101,13 @@ def age(
     resume_notes: list[str] = []
     if opts.resume:
         # The run goes on as it was asked for: the options not given again are the record's.
-        real = Path(os.path.realpath(target_path))
-        record = _read_record(record_path_for(real))
-        if record.get("finished") is False:
-            opts, resume_notes = resume_options(Path(target_path), opts, record)
+        # beside the image as named, or beside the file a symlink names (a directory's)
+        near = [record_path_for(Path(os.path.realpath(target_path))), record_path_for(target_path)]
+        record = next((r for r in map(_read_record, near) if r), {})
+        if record.get("finished") is not False:  # said first: not a complaint about options
+            said = " (its last run finished)" if record else ""
+            raise UsageError(f"{target_path}: no interrupted run to resume{said}")
+        opts, resume_notes = resume_options(Path(target_path), opts, record)
     opts = replace(
         opts,
         data=opts.data or "write",

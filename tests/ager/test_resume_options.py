@@ -267,3 +267,21 @@ def test_a_run_stopped_between_an_op_and_its_snapshot_takes_it_on_resume(
     ok = _age(str(img), "--resume")
     assert ok.exit_code == 0, ok.output
     assert _snapshot_ops(db) == want
+
+
+def test_resuming_a_finished_run_says_so_before_any_option(
+    tmp_path: Path, offline_cls: type
+) -> None:
+    """Not "--snapshot-every needs --db" for a run that had its database: there is nothing
+    to resume, and that is said first, whatever the options."""
+    img = make_image(tmp_path / "f.img", "ext4", 32 * MIB)
+    done = _age(str(img), *RUN, "--ops-limit", "300", "--db", str(tmp_path / "f.db"))
+    assert done.exit_code == 0, done.output
+    for extra in ([], ["--snapshot-every", "500"], ["--name", "other"]):
+        r = _age(str(img), "--resume", *extra)
+        assert r.exit_code == 2, r.output
+        assert "no interrupted run to resume (its last run finished)" in r.output, r.output
+    never = make_image(tmp_path / "n.img", "ext4", 32 * MIB)
+    r = _age(str(never), "--resume", "--snapshot-every", "500")
+    assert r.exit_code == 2 and "no interrupted run to resume" in r.output, r.output
+    assert "needs --db" not in r.output
