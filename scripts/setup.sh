@@ -4,12 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# systemd: systemd-analyze verifies the daemon's units; Java 17: Spark (contrib/spark, its test)
+# systemd: systemd-analyze verifies the daemon's units; Java 17: Spark (contrib/spark, its test);
+# heaptrack: bench/fleet_memory.py --heaptrack
 APT_PACKAGES=(
   e2fsprogs libext2fs-dev pkg-config gcc make python3-dev
   xfsprogs btrfs-progs util-linux postmark chromium blktrace
   fuse3 libfuse3-dev
-  systemd openjdk-17-jre-headless
+  systemd openjdk-17-jre-headless heaptrack
 )
 
 missing=()
