@@ -111,6 +111,11 @@ def _name(a: dict[str, Any]) -> str:
     return esc(f"{a.get('fs')} #{a['id']}")
 
 
+def _bytes(blocks: int | None, block_size: int | None) -> str | None:
+    """A count of blocks in bytes, as a reader compares file systems of any block size."""
+    return None if blocks is None or not block_size else human_bytes(blocks * block_size)
+
+
 @register_section("summary", order=10)
 def summary(data: ReportData) -> Section:
     rows = []
@@ -131,8 +136,9 @@ def summary(data: ReportData) -> Section:
                 change_text(tr.get("total_change")),
                 change_text(tr.get("change_per_month")),
                 dyn.get("path"),
-                fs.get("blocks_free"),
-                a.get("largest_free_extent"),
+                # bytes: the file systems' blocks may differ in size
+                _bytes(fs.get("blocks_free"), a.get("block_size")),
+                _bytes(a.get("largest_free_extent"), a.get("block_size")),
                 fs.get("free_chunks"),
                 None if tools.get("e4defrag_score") is None else f"{tools['e4defrag_score']:.2f}",
                 tools.get("xfs_frag_factor"),
@@ -152,7 +158,7 @@ def summary(data: ReportData) -> Section:
                     "total change (first to last scored snapshot)",
                     "change / month (7 days or more)",
                     "dynamic score (path order)",
-                    "free blocks",
+                    "free space",
                     "largest free extent",
                     "free 1 MiB chunks",
                     "e4defrag score",

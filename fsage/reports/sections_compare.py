@@ -107,7 +107,11 @@ def compare(data: ReportData) -> Section | None:
                 human_bytes(a["blocks_free"] * (a["block_size"] or 0)),
                 human_bytes(b["blocks_free"] * (b["block_size"] or 0)),
             ],
-            ["largest free extent (blocks)", a["largest_free_extent"], b["largest_free_extent"]],
+            [
+                "largest free extent",
+                human_bytes((a["largest_free_extent"] or 0) * (a["block_size"] or 0)),
+                human_bytes((b["largest_free_extent"] or 0) * (b["block_size"] or 0)),
+            ],
         ],
         "The two snapshots compared.",
     )

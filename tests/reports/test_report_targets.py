@@ -75,3 +75,35 @@ def test_a_full_output_is_one_error_line(db: Path, tmp_path: Path) -> None:
     assert p.stderr.strip().splitlines() == [
         "fsage: error: cannot write to standard output: No space left on device"
     ]
+
+
+def test_free_space_is_in_bytes_across_block_sizes(tmp_path: Path) -> None:
+    """The summary's and the comparison's free space and largest free extent are bytes, not
+    blocks of 1 KiB beside blocks of 4 KiB."""
+    from fsage.reports import report_data_from_store
+    from fsage.reports.sections import summary
+    from fsage.reports.sections_compare import compare
+    from fsage.text import human_bytes
+
+    path = tmp_path / "two.db"
+    with Store.open(path, create=True) as store:
+        synthetic_history(store, "k1", files=200, snapshots=1, seed=5, block_size=1024)
+        synthetic_history(store, "k4", files=200, snapshots=1, seed=6)
+        data = report_data_from_store(store)
+        ids = [s.id for s in store.snapshots()]
+        pair = report_data_from_store(store, compare=(ids[0], ids[-1]))
+    (table,) = summary(data).tables
+    free, largest = table.headers.index("free space"), table.headers.index("largest free extent")
+    by_fs = {a["fs"]: a for a in data.latest()}
+    assert {a["block_size"] for a in by_fs.values()} == {1024, 4096}
+    for row in table.rows:
+        a = by_fs[row[0]]
+        assert row[free] == human_bytes(a["free_space"]["blocks_free"] * a["block_size"])
+        assert row[largest] == human_bytes(a["largest_free_extent"] * a["block_size"])
+    sec = compare(pair)
+    assert sec is not None
+    rows = {r[0]: r[1:] for r in sec.tables[0].rows}
+    a, b = pair.extra["compare"]["a"], pair.extra["compare"]["b"]
+    assert rows["largest free extent"] == [
+        human_bytes(x["largest_free_extent"] * x["block_size"]) for x in (a, b)
+    ]
