@@ -3,6 +3,7 @@ file, modeled read throughput, the file-size distribution and the score by direc
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,28 @@ def heatmap_columns(
     return columns, xtitle, CLOCKS[key][1]
 
 
+def _score_plot_span(data: ReportData, key: str) -> list[Any] | None:
+    """The x range of every history on the score plot's ``key`` clock, padded a little as
+    plotly pads the plot's own: each heatmap spans it too, so that its columns sit under the
+    scores of the same snapshots whichever file system's they are."""
+    xs = [
+        x
+        for t in data.trends.values()
+        for x in (c[key] for c in _clocks(t["snapshots"]).values())
+        if x is not None
+    ]
+    if len(set(map(str, xs))) < 2:
+        return None
+    if key != "time":
+        lo, hi = float(min(xs)), float(max(xs))
+        pad = (hi - lo) * 0.03
+        return [lo - pad, hi + pad]
+    times = [dt.datetime.fromisoformat(str(x)).replace(tzinfo=None) for x in xs]
+    t0, t1 = min(times), max(times)
+    pad = (t1 - t0) * 0.03
+    return [str(t0 - pad), str(t1 + pad)]
+
+
 @register_section("free-space", order=40)
 def free_space(data: ReportData) -> Section | None:
     figs = []
@@ -143,6 +166,7 @@ def free_space(data: ReportData) -> Section | None:
                 )
             z.append(row)
             hover.append(hrow)
+        span = _score_plot_span(data, "ops" if xtype == "linear" else "time")
         figs.append(
             _fig(
                 [
@@ -165,7 +189,7 @@ def free_space(data: ReportData) -> Section | None:
                 f"Free space by extent size, per snapshot — {fs}",
                 xtitle,
                 "free extent size",
-                xaxis={"type": xtype, "zeroline": False},
+                xaxis={"type": xtype, "zeroline": False, **({"range": span} if span else {})},
                 yaxis={"type": "category"},
             )
         )

@@ -143,3 +143,26 @@ def test_directory_scan_shares_are_of_the_directories_with_a_scan() -> None:
     assert bars["customdata"] == [0, 0, 0, 0, 0, 0, 0, 0, 1, 3]
     headers, (row,) = sec.tables[0].headers, sec.tables[0].rows
     assert row[headers.index("directories with a scan")] == "4 of 33"
+
+
+def test_heatmaps_of_histories_of_different_lengths_span_the_score_plots_x() -> None:
+    """A history of 500 operations beside one of 2000: both heatmaps span 0 to 2000, as the
+    score plot does, so that a column lies under its snapshot's score."""
+    an = [_analysis("long", i + 1, i, ops) for i, ops in enumerate([0, 1000, 2000])]
+    an += [_analysis("short", i + 4, i, ops) for i, ops in enumerate([0, 250, 500])]
+    data = ReportData(analyses=an, trends=trends(an))
+    free = free_space(data)
+    assert free is not None
+    ranges = [f["layout"]["xaxis"]["range"] for f in free.figures]
+    assert len(ranges) == 2 and ranges[0] == ranges[1]
+    lo, hi = ranges[0]
+    assert lo < 0 and 2000 < hi < 2200
+    times = [_analysis("t1", i + 1, 10 * i, None) for i in range(3)]
+    times += [_analysis("t2", i + 4, 50 + i, None) for i in range(2)]
+    free = free_space(ReportData(analyses=times, trends=trends(times)))
+    assert free is not None
+    (a_lo, a_hi), (b_lo, b_hi) = (f["layout"]["xaxis"]["range"] for f in free.figures)
+    assert (a_lo, a_hi) == (
+        b_lo,
+        b_hi,
+    ) and a_lo < "2025-01-01 02:30:00" < "2025-01-01 02:30:51" < a_hi
