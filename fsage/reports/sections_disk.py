@@ -118,8 +118,8 @@ def _score_plot_span(data: ReportData, key: str) -> list[Any] | None:
         return [lo - pad, hi + pad]
     times = [dt.datetime.fromisoformat(str(x)).replace(tzinfo=None) for x in xs]
     t0, t1 = min(times), max(times)
-    pad = (t1 - t0) * 0.03
-    return [str(t0 - pad), str(t1 + pad)]
+    margin = (t1 - t0) * 0.03
+    return [str(t0 - margin), str(t1 + margin)]
 
 
 @register_section("free-space", order=40)
