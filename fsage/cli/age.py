@@ -250,6 +250,8 @@ def _print_result(target: Path, res: AgeResult) -> None:
         + (f", {res.nospace} out of space" if res.nospace else "")
         + (f", {res.skipped} skipped" if res.skipped else "")
         + (f", {len(res.snapshots)} snapshots" if res.snapshots else "")
+        # ops and bytes count the whole run; its snapshots before the stop are not this part's
+        + (f" since op {res.resumed_from:,}" if res.snapshots and res.resumed_from else "")
     )
     click.echo(f"  via {res.description}")
     if res.stopped_by:

@@ -267,6 +267,9 @@ def test_a_run_stopped_between_an_op_and_its_snapshot_takes_it_on_resume(
     ok = _age(str(img), "--resume")
     assert ok.exit_code == 0, ok.output
     assert _snapshot_ops(db) == want
+    # the summary's ops are the whole run's; its snapshots, this part's, say so
+    taken = len(want) - 3
+    assert f", {taken} snapshots since op {3 * EVERY:,}" in ok.output, ok.output
 
 
 def test_resuming_a_finished_run_says_so_before_any_option(
