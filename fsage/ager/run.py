@@ -100,8 +100,8 @@ def age(
     say = echo or (lambda s: None)
     resume_notes: list[str] = []
     if opts.resume:
-        # The run goes on as it was asked for: the options not given again are the record's.
-        # beside the image as named, or beside the file a symlink names (a directory's)
+        # The run goes on as it was asked for: the options not given again are the record's
+        # (kept beside the image as named, or beside the file a symlink names).
         near = [record_path_for(Path(os.path.realpath(target_path))), record_path_for(target_path)]
         record = next((r for r in map(_read_record, near) if r), {})
         if record.get("finished") is not False:  # said first: not a complaint about options
