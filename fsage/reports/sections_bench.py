@@ -6,7 +6,6 @@ None when there are no runs, so the section is left out of reports without bench
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fsage.reports.build import register_extra
@@ -343,28 +342,18 @@ def _prediction_notes(
     """The notes of one prediction table, each said once: what read and write share in one
     note, and in the words of the table (a run without a baseline is "no baseline" there, so
     predict's "relative to the best of them" is not repeated here)."""
-    from fsage.replay.bench.predict import MIN_POINTS, MIN_RANGE
+    from fsage.replay.bench.predict import best_relative_note, no_fit_note
 
-    notes = [
-        f"{what}: {n}"
-        for n in pred["notes"]
-        # said below in the table's words, read and write together
-        if not n.startswith("no fit of ") and not re.match(r"no \w+ run on an empty file", n)
-    ]
+    no_fit = {m: (int(n), float(span)) for m, (n, span) in (pred.get("no_fit") or {}).items()}
+    # said below in the table's words, read and write together: predict's own notes of them
+    restated = {no_fit_note(m, n, span) for m, (n, span) in no_fit.items()}
+    restated |= {
+        best_relative_note(m, runs) for m, runs in (pred.get("best_relative") or {}).items()
+    }
+    notes = [f"{what}: {n}" for n in pred["notes"] if n not in restated]
     rows = pred["rows"]
-    no_fit: dict[str, tuple[int, float]] = {}
-    for metric in ("read", "write"):
-        if pred.get(f"{metric}_fit"):
-            continue
-        xs = [r["bench_layout"] for r in rows
-              if r["bench_layout"] is not None and r[f"actual_{metric}"] is not None]  # fmt: skip
-        no_fit[metric] = (len(xs), max(xs) - min(xs) if xs else 0.0)
     for metrics, (n, span) in _shared(no_fit, "or"):
-        notes.append(
-            f"{what}: no fit of {metrics} performance against layout score: {n} comparable "
-            f"runs with a layout score and a result spanning {span:.3f}; need {MIN_POINTS} "
-            f"spanning {MIN_RANGE} or more"
-        )
+        notes.append(f"{what}: {no_fit_note(metrics, n, span)}")
     for metrics, why in _shared(undrawn):
         notes.append(f"{what}: {metrics}: {why}, so no relative performance is drawn")
     bare: dict[str, tuple[int, ...]] = {}

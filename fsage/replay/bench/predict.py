@@ -176,6 +176,12 @@ class Prediction:
     write_fit: Fit | None
     baseline: dict[str, float | None]
     notes: list[str] = field(default_factory=list)
+    #: Per metric without a fit: how many comparable runs it had and the span of their layout
+    #: scores (``no_fit_note`` says it).
+    no_fit: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: Per metric, the runs whose value is relative to the best of them, for want of a run on
+    #: an empty file system (``best_relative_note`` says it).
+    best_relative: dict[str, list[int]] = field(default_factory=dict)
     #: Per metric, whether every row's value is relative to a run on an empty file system (its
     #: run's own baseline, or the best separate one); else some rows are relative to the best
     #: run (``Row.read_base``/``write_base`` say which).
@@ -215,6 +221,8 @@ class Prediction:
             "write_fit": None if self.write_fit is None else self.write_fit.to_json(),
             "rows": [r.to_json() for r in self.rows],
             "notes": self.notes,
+            "no_fit": {m: list(v) for m, v in self.no_fit.items()},
+            "best_relative": self.best_relative,
         }
 
 
@@ -291,6 +299,7 @@ def predict(
             by_run.setdefault(r.run_id, {})[r.metric] = r
     baseline: dict[str, float | None] = {}
     empty_fs: dict[str, bool] = {}
+    best_relative: dict[str, list[int]] = {}
     for metric in ("read", "write"):
         # a run that carries its own baseline (an empty file system run beside it, in rounds)
         # is relative to that one; the others to the best separate run on an empty file system
@@ -303,11 +312,8 @@ def predict(
             baseline[metric] = max(empty)
         elif bare:
             baseline[metric] = max(r.value for r in bare)
-            notes.append(
-                f"no {metric} run on an empty file system for runs "
-                + ", ".join(str(r.run_id) for r in bare)
-                + f" (no baseline of their own): their {metric} is relative to the best of them"
-            )
+            best_relative[metric] = [r.run_id for r in bare]
+            notes.append(best_relative_note(metric, best_relative[metric]))
         else:
             baseline[metric] = None
     rows: list[Row] = []
@@ -329,6 +335,7 @@ def predict(
             )
         )
     fits: dict[str, Fit | None] = {}
+    no_fit: dict[str, tuple[int, float]] = {}
     for metric in ("read", "write"):
         pts = [
             (r.bench_layout, getattr(r, f"actual_{metric}"))
@@ -339,11 +346,8 @@ def predict(
         span = max(xs) - min(xs) if xs else 0.0
         if len(pts) < MIN_POINTS or span < MIN_RANGE:
             fits[metric] = None
-            notes.append(
-                f"no fit of {metric} performance against layout score: {len(pts)} comparable "
-                f"runs with a layout score and a {metric} result spanning {span:.3f}; need "
-                f"{MIN_POINTS} spanning {MIN_RANGE} or more"
-            )
+            no_fit[metric] = (len(pts), span)
+            notes.append(no_fit_note(metric, len(pts), span))
             continue
         fits[metric] = fit_line(xs, [p[1] for p in pts])
     rf, wf = fits["read"], fits["write"]
@@ -364,7 +368,25 @@ def predict(
             "observed, and a fit is not extrapolated"
         )
     return Prediction(
-        suite, file_size, rows, fits["read"], fits["write"], baseline, notes, empty_fs
+        suite, file_size, rows, fits["read"], fits["write"], baseline, notes, no_fit,
+        best_relative, empty_fs,
+    )  # fmt: skip
+
+
+def no_fit_note(metrics: str, count: int, span: float) -> str:
+    """Why ``metrics`` (read, write or both) have no fit against layout score."""
+    return (
+        f"no fit of {metrics} performance against layout score: {count} comparable runs with "
+        f"a layout score and a {metrics} result spanning {span:.3f}; need {MIN_POINTS} "
+        f"spanning {MIN_RANGE} or more"
+    )
+
+
+def best_relative_note(metric: str, runs: list[int]) -> str:
+    """Why ``runs``' ``metric`` is relative to the best of them."""
+    return (
+        f"no {metric} run on an empty file system for runs {', '.join(map(str, runs))} (no "
+        f"baseline of their own): their {metric} is relative to the best of them"
     )
 
 
